@@ -1,0 +1,2 @@
+//! Benchmark of one DRR arbitration call (filled in with the queue).
+fn main() {}

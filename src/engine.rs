@@ -1,0 +1,1 @@
+//! Generic discrete-event engine: events ordered by (time, insertion sequence), bounded runs.

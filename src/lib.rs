@@ -1,0 +1,14 @@
+//! routersim: a deterministic discrete-event simulator of Dynamo's KV-router scheduling.
+//!
+//! Layers (a module uses only the layers below it):
+//! L0 `time`, `rng`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`; L3 `sim`;
+//! L4 scenario | report; L5 `cli`.
+
+pub mod cli;
+pub mod engine;
+pub mod mocker;
+pub mod rng;
+pub mod scheduling;
+pub mod sim;
+pub mod time;
+pub mod workload;

@@ -1,0 +1,1 @@
+//! Mock aggregated worker modelled on Dynamo's mocker (vLLM-style core).

@@ -1,0 +1,1 @@
+//! Deficit round robin across policy classes (PolicyQueue) with per-worker queue limits.

@@ -1,0 +1,1 @@
+//! The scheduler actor as a sans-IO state machine: handle_* inputs, poll_* decisions.

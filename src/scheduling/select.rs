@@ -1,0 +1,1 @@
+//! Worker eligibility, the default cost formula and the (seeded) pick among candidates.

@@ -1,0 +1,1 @@
+//! The simulated system: clients, the router core, transport delays and mock workers.

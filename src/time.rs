@@ -1,0 +1,119 @@
+//! Virtual time: integer nanoseconds, checked arithmetic, and ms conversions for output.
+
+use std::fmt;
+
+/// An instant in virtual time, in nanoseconds since the start of a run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SimTime(u64);
+
+/// A span of virtual time in nanoseconds.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SimDuration(u64);
+
+pub const NS_PER_MS: u64 = 1_000_000;
+pub const NS_PER_SEC: u64 = 1_000_000_000;
+
+impl SimTime {
+    pub const ZERO: SimTime = SimTime(0);
+    pub const MAX: SimTime = SimTime(u64::MAX);
+
+    pub const fn from_ns(ns: u64) -> Self {
+        SimTime(ns)
+    }
+
+    pub const fn as_ns(self) -> u64 {
+        self.0
+    }
+
+    /// Milliseconds as a float, for reports only (never for event ordering).
+    pub fn as_ms_f64(self) -> f64 {
+        self.0 as f64 / NS_PER_MS as f64
+    }
+
+    /// Seconds as a float, for scores that Dynamo computes in seconds.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / NS_PER_SEC as f64
+    }
+
+    /// Adds a duration; saturates at `SimTime::MAX` so a runaway model cannot wrap time.
+    pub fn saturating_add(self, d: SimDuration) -> SimTime {
+        SimTime(self.0.saturating_add(d.0))
+    }
+
+    pub fn checked_add(self, d: SimDuration) -> Option<SimTime> {
+        self.0.checked_add(d.0).map(SimTime)
+    }
+
+    /// The span since `earlier`, or zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: SimTime) -> SimDuration {
+        SimDuration(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl SimDuration {
+    pub const ZERO: SimDuration = SimDuration(0);
+
+    pub const fn from_ns(ns: u64) -> Self {
+        SimDuration(ns)
+    }
+
+    pub const fn from_ms(ms: u64) -> Self {
+        SimDuration(ms * NS_PER_MS)
+    }
+
+    pub const fn as_ns(self) -> u64 {
+        self.0
+    }
+
+    pub fn as_ms_f64(self) -> f64 {
+        self.0 as f64 / NS_PER_MS as f64
+    }
+
+    /// Converts a model's duration in milliseconds to nanoseconds, rounding to nearest.
+    /// Negative or non-finite inputs become zero: models clamp durations at zero.
+    pub fn from_ms_f64(ms: f64) -> SimDuration {
+        if !(ms.is_finite() && ms > 0.0) {
+            return SimDuration::ZERO;
+        }
+        let ns = (ms * NS_PER_MS as f64).round();
+        SimDuration(if ns >= u64::MAX as f64 { u64::MAX } else { ns as u64 })
+    }
+}
+
+/// Formats nanoseconds as milliseconds with all six fractional digits (ns precision), e.g.
+/// `24.385700`. Exact (integer arithmetic), so outputs are byte-stable.
+pub fn format_ms(ns: u64) -> String {
+    format!("{}.{:06}", ns / NS_PER_MS, ns % NS_PER_MS)
+}
+
+impl fmt::Display for SimTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ms", format_ms(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ms_formatting_is_exact() {
+        assert_eq!(format_ms(24_385_700), "24.385700");
+        assert_eq!(format_ms(1), "0.000001");
+        assert_eq!(format_ms(0), "0.000000");
+    }
+
+    #[test]
+    fn ms_float_conversion_rounds_and_clamps() {
+        assert_eq!(SimDuration::from_ms_f64(24.3857004).as_ns(), 24_385_700);
+        assert_eq!(SimDuration::from_ms_f64(-3.0), SimDuration::ZERO);
+        assert_eq!(SimDuration::from_ms_f64(f64::NAN), SimDuration::ZERO);
+    }
+
+    #[test]
+    fn time_arithmetic_saturates() {
+        let t = SimTime::MAX.saturating_add(SimDuration::from_ns(5));
+        assert_eq!(t, SimTime::MAX);
+        assert_eq!(SimTime::ZERO.saturating_since(SimTime::from_ns(9)), SimDuration::ZERO);
+    }
+}

@@ -1,0 +1,1 @@
+//! Request sources: mooncake traces and synthetic workloads.
