@@ -1,1 +1,104 @@
-//! Request sources: mooncake traces and synthetic workloads.
+//! Request sources: mooncake traces and (later) synthetic workloads, as one request stream.
+
+pub mod trace;
+
+use crate::scheduling::hashing;
+use crate::scheduling::types::{SeqHash, Token};
+use crate::time::SimTime;
+
+/// One request as a client releases it, ready for the router and the workers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSpec {
+    /// Trace row or generated index: the request's identity in every output.
+    pub row: u64,
+    pub arrival: SimTime,
+    /// The class name the request asks for (a header in Dynamo), if any.
+    pub policy_class: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Soft priority: seconds earlier for FCFS, a weight for WSPT.
+    pub priority: f64,
+    /// Strict priority tier: higher tiers always run first within a class.
+    pub strict_priority: u32,
+    /// How the prompt's tokens are made (they are never stored whole).
+    pub prompt: PromptSpec,
+}
+
+/// The prompt's token content, described compactly.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PromptSpec {
+    /// Mooncake: token `h as u32` repeated `tokens_per_hash` times for each hash id `h`.
+    HashIds {
+        hash_ids: Vec<u64>,
+        tokens_per_hash: u64,
+    },
+}
+
+impl PromptSpec {
+    /// The token at `position` of the prompt.
+    fn token_at(&self, position: u64) -> Token {
+        match self {
+            PromptSpec::HashIds {
+                hash_ids,
+                tokens_per_hash,
+            } => hash_ids[(position / tokens_per_hash) as usize] as Token,
+        }
+    }
+}
+
+impl RequestSpec {
+    /// Sequence hashes of the prompt's full engine blocks (the router's and the workers' view
+    /// of the prompt), computed one block at a time without materialising the prompt.
+    pub fn block_hashes(&self, block_size: u64) -> Vec<SeqHash> {
+        assert!(block_size > 0, "block size must be positive");
+        let full_blocks = self.input_tokens / block_size;
+        let mut out = Vec::with_capacity(full_blocks as usize);
+        let mut block: Vec<Token> = Vec::with_capacity(block_size as usize);
+        let mut parent = None;
+        for b in 0..full_blocks {
+            block.clear();
+            block.extend((b * block_size..(b + 1) * block_size).map(|p| self.prompt.token_at(p)));
+            let h = hashing::chain(parent, hashing::block_hash(&block));
+            out.push(h);
+            parent = Some(h);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(hash_ids: Vec<u64>, input_tokens: u64) -> RequestSpec {
+        RequestSpec {
+            row: 0,
+            arrival: SimTime::ZERO,
+            policy_class: None,
+            input_tokens,
+            output_tokens: 1,
+            priority: 0.0,
+            strict_priority: 0,
+            prompt: PromptSpec::HashIds {
+                hash_ids,
+                tokens_per_hash: 512,
+            },
+        }
+    }
+
+    #[test]
+    fn block_hashes_match_the_materialised_prompt() {
+        let s = spec(vec![7, 9], 1000);
+        let tokens: Vec<Token> = [vec![7; 512], vec![9; 488]].concat();
+        assert_eq!(s.block_hashes(64), hashing::sequence_hashes(&tokens, 64));
+        assert_eq!(s.block_hashes(64).len(), 15);
+    }
+
+    #[test]
+    fn equal_hash_ids_share_block_hashes() {
+        let a = spec(vec![1, 2, 3], 1536).block_hashes(64);
+        let b = spec(vec![1, 2, 4], 1536).block_hashes(64);
+        assert_eq!(a[..16], b[..16]);
+        assert_ne!(a[16], b[16]);
+    }
+}

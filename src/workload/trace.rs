@@ -1,0 +1,308 @@
+//! Mooncake JSONL traces: one request per line, validated field by field with line numbers.
+
+use super::{PromptSpec, RequestSpec};
+use crate::time::{NS_PER_MS, SimTime};
+use serde_json::{Map, Value};
+use std::fmt;
+use std::io::BufRead;
+
+/// Dynamo's default: public mooncake traces hash 512 tokens per hash id.
+pub const DEFAULT_TRACE_BLOCK_SIZE: u64 = 512;
+
+/// A problem with one line of a trace (or with reading it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceError {
+    pub source_name: String,
+    pub line: usize,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: ", self.source_name, self.line)?;
+        if let Some(field) = &self.field {
+            write!(f, "field `{field}`: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+const KNOWN_FIELDS: [&str; 10] = [
+    "timestamp",
+    "created_time",
+    "input_length",
+    "input_tokens",
+    "output_length",
+    "output_tokens",
+    "hash_ids",
+    "policy_class",
+    "priority",
+    "strict_priority",
+];
+
+/// Reads a mooncake trace line by line. Blank lines are skipped; rows are numbered from 0 in
+/// file order.
+pub struct TraceReader<R> {
+    input: R,
+    source_name: String,
+    tokens_per_hash: u64,
+    line_no: usize,
+    next_row: u64,
+    buf: String,
+}
+
+impl<R: BufRead> TraceReader<R> {
+    pub fn new(input: R, source_name: &str, tokens_per_hash: u64) -> Self {
+        assert!(tokens_per_hash > 0, "trace block size must be positive");
+        TraceReader {
+            input,
+            source_name: source_name.to_string(),
+            tokens_per_hash,
+            line_no: 0,
+            next_row: 0,
+            buf: String::new(),
+        }
+    }
+
+    fn error(&self, field: Option<&str>, message: impl Into<String>) -> TraceError {
+        TraceError {
+            source_name: self.source_name.clone(),
+            line: self.line_no,
+            field: field.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    fn parse_line(&self, text: &str) -> Result<RequestSpec, TraceError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| self.error(None, format!("not valid JSON: {e}")))?;
+        let Value::Object(obj) = value else {
+            return Err(self.error(None, "expected a JSON object"));
+        };
+        if let Some(key) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
+            let hint = if key == "session_id" || key == "delay" {
+                " (closed-loop sessions are not supported)"
+            } else {
+                ""
+            };
+            return Err(self.error(Some(key), format!("unknown field{hint}")));
+        }
+        let timestamp_ms = self.timestamp_ms(&obj)?;
+        let hash_ids = self.hash_ids(&obj)?;
+        let input = self.either_u64(&obj, "input_length", "input_tokens")?;
+        let output = self.either_u64(&obj, "output_length", "output_tokens")?;
+        // Dynamo clamps the prompt to the tokens the hash ids describe.
+        let input_tokens = input.min(hash_ids.len() as u64 * self.tokens_per_hash);
+        if input_tokens == 0 {
+            return Err(self.error(
+                Some("input_length"),
+                "the prompt is empty (input_length 0, or no hash_ids)",
+            ));
+        }
+        Ok(RequestSpec {
+            row: self.next_row,
+            arrival: SimTime::from_ns((timestamp_ms * NS_PER_MS as f64).round() as u64),
+            policy_class: self.opt_string(&obj, "policy_class")?,
+            input_tokens,
+            output_tokens: output,
+            priority: self.priority(&obj)?,
+            strict_priority: self.strict_priority(&obj)?,
+            prompt: PromptSpec::HashIds {
+                hash_ids,
+                tokens_per_hash: self.tokens_per_hash,
+            },
+        })
+    }
+
+    fn timestamp_ms(&self, obj: &Map<String, Value>) -> Result<f64, TraceError> {
+        let (name, v) = match (obj.get("timestamp"), obj.get("created_time")) {
+            (Some(v), _) => ("timestamp", v),
+            (None, Some(v)) => ("created_time", v),
+            (None, None) => return Ok(0.0),
+        };
+        match v.as_f64() {
+            Some(ms) if ms.is_finite() && ms >= 0.0 && ms < 1e15 => Ok(ms),
+            _ => Err(self.error(Some(name), "must be a non-negative number of milliseconds")),
+        }
+    }
+
+    fn either_u64(&self, obj: &Map<String, Value>, a: &str, b: &str) -> Result<u64, TraceError> {
+        let (name, v) = match (obj.get(a), obj.get(b)) {
+            (Some(v), _) => (a, v),
+            (None, Some(v)) => (b, v),
+            (None, None) => return Err(self.error(Some(a), "missing")),
+        };
+        v.as_u64()
+            .ok_or_else(|| self.error(Some(name), "must be a non-negative integer"))
+    }
+
+    fn hash_ids(&self, obj: &Map<String, Value>) -> Result<Vec<u64>, TraceError> {
+        let field = Some("hash_ids");
+        let Some(v) = obj.get("hash_ids") else {
+            return Err(self.error(field, "missing"));
+        };
+        let Value::Array(items) = v else {
+            return Err(self.error(field, "must be a list of non-negative integers"));
+        };
+        items
+            .iter()
+            .map(|h| {
+                h.as_u64()
+                    .ok_or_else(|| self.error(field, "must be a list of non-negative integers"))
+            })
+            .collect()
+    }
+
+    fn opt_string(
+        &self,
+        obj: &Map<String, Value>,
+        name: &str,
+    ) -> Result<Option<String>, TraceError> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.error(Some(name), "must be a string")),
+        }
+    }
+
+    /// Dynamo 1.6.1 accepts only integer priorities.
+    fn priority(&self, obj: &Map<String, Value>) -> Result<f64, TraceError> {
+        match obj.get("priority") {
+            None | Some(Value::Null) => Ok(0.0),
+            Some(v) => v
+                .as_i64()
+                .map(|p| p as f64)
+                .ok_or_else(|| self.error(Some("priority"), "must be an integer")),
+        }
+    }
+
+    fn strict_priority(&self, obj: &Map<String, Value>) -> Result<u32, TraceError> {
+        match obj.get("strict_priority") {
+            None | Some(Value::Null) => Ok(0),
+            Some(v) => v
+                .as_u64()
+                .and_then(|p| u32::try_from(p).ok())
+                .ok_or_else(|| {
+                    self.error(
+                        Some("strict_priority"),
+                        "must be an integer from 0 to 4294967295",
+                    )
+                }),
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for TraceReader<R> {
+    type Item = Result<RequestSpec, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.buf.clear();
+            self.line_no += 1;
+            match self.input.read_line(&mut self.buf) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(self.error(None, format!("cannot read: {e}")))),
+            }
+            let text = self.buf.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let parsed = self.parse_line(text);
+            if parsed.is_ok() {
+                self.next_row += 1;
+            }
+            return Some(parsed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Vec<Result<RequestSpec, TraceError>> {
+        TraceReader::new(text.as_bytes(), "t.jsonl", 512).collect()
+    }
+
+    fn first_error(text: &str) -> String {
+        read(text)
+            .into_iter()
+            .find_map(Result::err)
+            .expect("an error")
+            .to_string()
+    }
+
+    #[test]
+    fn parses_rows_with_optional_fields() {
+        let rows = read(concat!(
+            r#"{"timestamp": 1.5, "input_length": 600, "output_length": 3, "hash_ids": [4, 5]}"#,
+            "\n\n",
+            r#"{"input_length": 10, "output_length": 1, "hash_ids": [1], "policy_class": "premium", "priority": -2, "strict_priority": 3}"#,
+        ));
+        let a = rows[0].as_ref().unwrap();
+        assert_eq!(
+            (a.row, a.arrival.as_ns(), a.input_tokens, a.output_tokens),
+            (0, 1_500_000, 600, 3)
+        );
+        let b = rows[1].as_ref().unwrap();
+        assert_eq!(
+            (b.row, b.arrival, b.priority, b.strict_priority),
+            (1, SimTime::ZERO, -2.0, 3)
+        );
+        assert_eq!(b.policy_class.as_deref(), Some("premium"));
+    }
+
+    #[test]
+    fn the_prompt_is_clamped_to_its_hash_ids() {
+        let rows = read(
+            r#"{"timestamp": 0, "input_length": 5000, "output_length": 1, "hash_ids": [1, 2]}"#,
+        );
+        assert_eq!(rows[0].as_ref().unwrap().input_tokens, 1024);
+    }
+
+    #[test]
+    fn bad_rows_name_line_and_field() {
+        let ok = r#"{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#;
+        assert_eq!(
+            first_error(&format!("{ok}\nnot json")).split(": ").next(),
+            Some("t.jsonl:2")
+        );
+        assert!(
+            first_error(r#"{"input_length": 5, "hash_ids": [1]}"#)
+                .contains("`output_length`: missing")
+        );
+        assert!(
+            first_error(r#"{"input_length": -5, "output_length": 1, "hash_ids": [1]}"#)
+                .contains("`input_length`: must be a non-negative integer")
+        );
+        assert!(
+            first_error(r#"{"input_length": 5, "output_length": "x", "hash_ids": [1]}"#)
+                .contains("`output_length`")
+        );
+        assert!(
+            first_error(
+                r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "priority": 0.5}"#
+            )
+            .contains("`priority`: must be an integer")
+        );
+        assert!(
+            first_error(r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "colour": 1}"#)
+                .contains("`colour`: unknown field")
+        );
+        assert!(
+            first_error(
+                r#"{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
+            )
+            .contains("`timestamp`")
+        );
+        assert!(
+            first_error(r#"{"input_length": 5, "output_length": 1, "hash_ids": []}"#)
+                .contains("prompt is empty")
+        );
+        assert!(first_error("[1, 2]").contains("expected a JSON object"));
+    }
+}
