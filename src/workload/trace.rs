@@ -124,7 +124,7 @@ impl<R: BufRead> TraceReader<R> {
             (None, None) => return Ok(0.0),
         };
         match v.as_f64() {
-            Some(ms) if ms.is_finite() && ms >= 0.0 && ms < 1e15 => Ok(ms),
+            Some(ms) if (0.0..1e15).contains(&ms) => Ok(ms),
             _ => Err(self.error(Some(name), "must be a non-negative number of milliseconds")),
         }
     }
