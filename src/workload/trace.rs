@@ -30,28 +30,55 @@ impl fmt::Display for TraceError {
 
 impl std::error::Error for TraceError {}
 
-const KNOWN_FIELDS: [&str; 10] = [
-    "timestamp",
-    "created_time",
-    "input_length",
-    "input_tokens",
-    "output_length",
-    "output_tokens",
-    "hash_ids",
-    "policy_class",
-    "priority",
-    "strict_priority",
-];
+/// Fields that describe closed-loop sessions, which routersim does not replay. Other unknown
+/// fields are ignored, as Dynamo ignores them.
+const SESSION_FIELDS: [&str; 3] = ["session_id", "delay", "delay_ms"];
 
 /// Reads a mooncake trace line by line. Blank lines are skipped; rows are numbered from 0 in
-/// file order.
+/// file order. Arrival times are the timestamps minus `origin_ms` (Dynamo rebases a trace to
+/// its earliest timestamp: see [`scan`]).
 pub struct TraceReader<R> {
     input: R,
     source_name: String,
     tokens_per_hash: u64,
+    origin_ms: f64,
     line_no: usize,
     next_row: u64,
     buf: String,
+}
+
+/// What a first pass over a trace learns: its size, its earliest timestamp, and whether the
+/// rows are in time order (so that they can be streamed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceSummary {
+    pub rows: u64,
+    pub origin_ms: f64,
+    pub sorted: bool,
+}
+
+/// Validates every row of a trace without keeping any, so that a bad trace is refused before
+/// anything runs or is written.
+pub fn scan<R: BufRead>(
+    input: R,
+    source_name: &str,
+    tokens_per_hash: u64,
+) -> Result<TraceSummary, TraceError> {
+    let mut reader = TraceReader::new(input, source_name, tokens_per_hash);
+    let (mut rows, mut origin_ms, mut last_ms, mut sorted) =
+        (0, f64::INFINITY, f64::NEG_INFINITY, true);
+    while let Some(row) = reader.next_timestamped() {
+        let (timestamp_ms, _) = row?;
+        rows += 1;
+        origin_ms = origin_ms.min(timestamp_ms);
+        sorted &= timestamp_ms >= last_ms;
+        last_ms = timestamp_ms;
+    }
+    let origin_ms = if rows == 0 { 0.0 } else { origin_ms };
+    Ok(TraceSummary {
+        rows,
+        origin_ms,
+        sorted,
+    })
 }
 
 impl<R: BufRead> TraceReader<R> {
@@ -61,10 +88,17 @@ impl<R: BufRead> TraceReader<R> {
             input,
             source_name: source_name.to_string(),
             tokens_per_hash,
+            origin_ms: 0.0,
             line_no: 0,
             next_row: 0,
             buf: String::new(),
         }
+    }
+
+    /// Measures arrivals from `origin_ms` (the trace's earliest timestamp).
+    pub fn with_origin_ms(mut self, origin_ms: f64) -> Self {
+        self.origin_ms = origin_ms;
+        self
     }
 
     fn error(&self, field: Option<&str>, message: impl Into<String>) -> TraceError {
@@ -76,35 +110,38 @@ impl<R: BufRead> TraceReader<R> {
         }
     }
 
-    fn parse_line(&self, text: &str) -> Result<RequestSpec, TraceError> {
+    fn parse_line(&self, text: &str) -> Result<(f64, RequestSpec), TraceError> {
         let value: Value = serde_json::from_str(text)
             .map_err(|e| self.error(None, format!("not valid JSON: {e}")))?;
         let Value::Object(obj) = value else {
             return Err(self.error(None, "expected a JSON object"));
         };
-        if let Some(key) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
-            let hint = if key == "session_id" || key == "delay" {
-                " (closed-loop sessions are not supported)"
-            } else {
-                ""
-            };
-            return Err(self.error(Some(key), format!("unknown field{hint}")));
+        if let Some(key) = SESSION_FIELDS.iter().find(|k| obj.contains_key(**k)) {
+            return Err(self.error(Some(key), "closed-loop sessions are not supported"));
         }
         let timestamp_ms = self.timestamp_ms(&obj)?;
         let hash_ids = self.hash_ids(&obj)?;
-        let input = self.either_u64(&obj, "input_length", "input_tokens")?;
-        let output = self.either_u64(&obj, "output_length", "output_tokens")?;
-        // Dynamo clamps the prompt to the tokens the hash ids describe.
-        let input_tokens = input.min(hash_ids.len() as u64 * self.tokens_per_hash);
+        let capacity = hash_ids.len() as u64 * self.tokens_per_hash;
+        let input_tokens = match self.either_u64(&obj, "input_length", "input_tokens")? {
+            Some(n) => n,
+            None => capacity,
+        };
         if input_tokens == 0 {
+            return Err(self.error(Some("input_length"), "must be positive"));
+        }
+        if input_tokens > capacity {
             return Err(self.error(
                 Some("input_length"),
-                "the prompt is empty (input_length 0, or no hash_ids)",
+                format!("{input_tokens} exceeds the {capacity} tokens its hash_ids describe"),
             ));
         }
-        Ok(RequestSpec {
+        let Some(output) = self.either_u64(&obj, "output_length", "output_tokens")? else {
+            return Err(self.error(Some("output_length"), "missing"));
+        };
+        let arrival_ns = ((timestamp_ms - self.origin_ms).max(0.0) * NS_PER_MS as f64).round();
+        let spec = RequestSpec {
             row: self.next_row,
-            arrival: SimTime::from_ns((timestamp_ms * NS_PER_MS as f64).round() as u64),
+            arrival: SimTime::from_ns(arrival_ns as u64),
             policy_class: self.opt_string(&obj, "policy_class")?,
             input_tokens,
             output_tokens: output,
@@ -114,7 +151,8 @@ impl<R: BufRead> TraceReader<R> {
                 hash_ids,
                 tokens_per_hash: self.tokens_per_hash,
             },
-        })
+        };
+        Ok((timestamp_ms, spec))
     }
 
     fn timestamp_ms(&self, obj: &Map<String, Value>) -> Result<f64, TraceError> {
@@ -124,18 +162,25 @@ impl<R: BufRead> TraceReader<R> {
             (None, None) => return Ok(0.0),
         };
         match v.as_f64() {
-            Some(ms) if (0.0..1e15).contains(&ms) => Ok(ms),
-            _ => Err(self.error(Some(name), "must be a non-negative number of milliseconds")),
+            Some(ms) if (-1e15..1e15).contains(&ms) => Ok(ms),
+            _ => Err(self.error(Some(name), "must be a number of milliseconds")),
         }
     }
 
-    fn either_u64(&self, obj: &Map<String, Value>, a: &str, b: &str) -> Result<u64, TraceError> {
+    /// A count under either of two names (`input_length` / `input_tokens`), if present.
+    fn either_u64(
+        &self,
+        obj: &Map<String, Value>,
+        a: &str,
+        b: &str,
+    ) -> Result<Option<u64>, TraceError> {
         let (name, v) = match (obj.get(a), obj.get(b)) {
             (Some(v), _) => (a, v),
             (None, Some(v)) => (b, v),
-            (None, None) => return Err(self.error(Some(a), "missing")),
+            (None, None) => return Ok(None),
         };
         v.as_u64()
+            .map(Some)
             .ok_or_else(|| self.error(Some(name), "must be a non-negative integer"))
     }
 
@@ -195,10 +240,9 @@ impl<R: BufRead> TraceReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for TraceReader<R> {
-    type Item = Result<RequestSpec, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl<R: BufRead> TraceReader<R> {
+    /// The next row with its raw timestamp.
+    fn next_timestamped(&mut self) -> Option<Result<(f64, RequestSpec), TraceError>> {
         loop {
             self.buf.clear();
             self.line_no += 1;
@@ -217,6 +261,14 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             }
             return Some(parsed);
         }
+    }
+}
+
+impl<R: BufRead> Iterator for TraceReader<R> {
+    type Item = Result<RequestSpec, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_timestamped().map(|r| r.map(|(_, spec)| spec))
     }
 }
 
@@ -257,52 +309,82 @@ mod tests {
     }
 
     #[test]
-    fn the_prompt_is_clamped_to_its_hash_ids() {
-        let rows = read(
+    fn the_prompt_must_fit_its_hash_ids_and_defaults_to_them() {
+        let e = first_error(
             r#"{"timestamp": 0, "input_length": 5000, "output_length": 1, "hash_ids": [1, 2]}"#,
         );
+        assert!(
+            e.contains("`input_length`: 5000 exceeds the 1024 tokens"),
+            "{e}"
+        );
+        let rows = read(r#"{"timestamp": 0, "output_length": 1, "hash_ids": [1, 2]}"#);
         assert_eq!(rows[0].as_ref().unwrap().input_tokens, 1024);
     }
 
     #[test]
+    fn scan_finds_the_origin_and_arrivals_are_rebased_to_it() {
+        let text = concat!(
+            r#"{"timestamp": 1010, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+            "\n",
+            r#"{"timestamp": 1000.5, "input_length": 5, "output_length": 0, "hash_ids": [1], "extra": true}"#,
+        );
+        let summary = scan(text.as_bytes(), "t", 512).unwrap();
+        let expected = TraceSummary {
+            rows: 2,
+            origin_ms: 1000.5,
+            sorted: false,
+        };
+        assert_eq!(summary, expected);
+        let arrivals: Vec<u64> = TraceReader::new(text.as_bytes(), "t", 512)
+            .with_origin_ms(summary.origin_ms)
+            .map(|r| r.unwrap().arrival.as_ns())
+            .collect();
+        assert_eq!(arrivals, vec![9_500_000, 0]);
+    }
+
+    #[test]
     fn bad_rows_name_line_and_field() {
+        let cases = [
+            ("not json", "not valid JSON"),
+            (
+                r#"{"input_length": 5, "hash_ids": [1]}"#,
+                "`output_length`: missing",
+            ),
+            (
+                r#"{"input_length": -5, "output_length": 1, "hash_ids": [1]}"#,
+                "`input_length`: must be a non-negative integer",
+            ),
+            (
+                r#"{"input_length": 5, "output_length": "x", "hash_ids": [1]}"#,
+                "`output_length`: must be a non-negative integer",
+            ),
+            (
+                r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "priority": 2.0}"#,
+                "`priority`: must be an integer",
+            ),
+            (
+                r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "session_id": 1}"#,
+                "`session_id`: closed-loop sessions are not supported",
+            ),
+            (
+                r#"{"timestamp": "x", "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+                "`timestamp`: must be a number",
+            ),
+            (
+                r#"{"input_length": 0, "output_length": 1, "hash_ids": [1]}"#,
+                "`input_length`: must be positive",
+            ),
+            (
+                r#"{"input_length": 5, "output_length": 1}"#,
+                "`hash_ids`: missing",
+            ),
+            ("[1, 2]", "expected a JSON object"),
+        ];
         let ok = r#"{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#;
-        assert_eq!(
-            first_error(&format!("{ok}\nnot json")).split(": ").next(),
-            Some("t.jsonl:2")
-        );
-        assert!(
-            first_error(r#"{"input_length": 5, "hash_ids": [1]}"#)
-                .contains("`output_length`: missing")
-        );
-        assert!(
-            first_error(r#"{"input_length": -5, "output_length": 1, "hash_ids": [1]}"#)
-                .contains("`input_length`: must be a non-negative integer")
-        );
-        assert!(
-            first_error(r#"{"input_length": 5, "output_length": "x", "hash_ids": [1]}"#)
-                .contains("`output_length`")
-        );
-        assert!(
-            first_error(
-                r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "priority": 0.5}"#
-            )
-            .contains("`priority`: must be an integer")
-        );
-        assert!(
-            first_error(r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "colour": 1}"#)
-                .contains("`colour`: unknown field")
-        );
-        assert!(
-            first_error(
-                r#"{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
-            )
-            .contains("`timestamp`")
-        );
-        assert!(
-            first_error(r#"{"input_length": 5, "output_length": 1, "hash_ids": []}"#)
-                .contains("prompt is empty")
-        );
-        assert!(first_error("[1, 2]").contains("expected a JSON object"));
+        for (line, expected) in cases {
+            let e = first_error(&format!("{ok}\n\n{line}"));
+            assert!(e.starts_with("t.jsonl:3: "), "{e}");
+            assert!(e.contains(expected), "{e} should contain {expected}");
+        }
     }
 }
