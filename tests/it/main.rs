@@ -1,0 +1,3 @@
+//! The integration tests, one binary grouped by intent.
+
+mod tidy;

@@ -1,0 +1,135 @@
+//! Tidy: the layer rule of DESIGN.md and the names banned for determinism.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Layer of each top-level module; a module may use only modules of lower layers.
+const LAYERS: [(&str, u8); 11] = [
+    ("time", 0),
+    ("rng", 0),
+    ("scheduling", 1),
+    ("engine", 1),
+    ("mocker", 2),
+    ("workload", 2),
+    ("sim", 3),
+    ("scenario", 4),
+    ("report", 4),
+    ("cli", 5),
+    ("main", 5),
+];
+
+/// Names that break determinism (or hide iteration order) anywhere outside `cli`.
+const BANNED: [&str; 7] = [
+    "std::collections::HashMap",
+    "std::collections::HashSet",
+    "Instant::now",
+    "SystemTime",
+    "thread_rng",
+    "StdRng",
+    "rand::rng()",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("src is readable") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn top_module(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src");
+    let first = rel
+        .components()
+        .next()
+        .expect("non-empty")
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+fn layer(module: &str) -> Option<u8> {
+    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+}
+
+fn source_files() -> (PathBuf, Vec<PathBuf>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    (src, files)
+}
+
+#[test]
+fn modules_use_only_lower_layers() {
+    let (src, files) = source_files();
+    let mut violations = Vec::new();
+    for file in files {
+        let module = top_module(&src, &file);
+        if module == "lib" {
+            continue;
+        }
+        let own = layer(&module).unwrap_or_else(|| panic!("{module} has no layer in LAYERS"));
+        let text = fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for (other, other_layer) in LAYERS {
+                let uses = line.contains(&format!("crate::{other}::"))
+                    || line.contains(&format!("crate::{other};"))
+                    || line.contains(&format!("crate::{{{other}"));
+                if uses && other != module && other_layer >= own {
+                    violations.push(format!(
+                        "{}:{}: {module} uses {other}",
+                        file.display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "layer violations:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn no_banned_names_outside_the_cli() {
+    let (src, files) = source_files();
+    let mut violations = Vec::new();
+    for file in files {
+        if top_module(&src, &file) == "cli" {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for name in BANNED {
+                if line.contains(name) {
+                    violations.push(format!("{}:{}: {name}", file.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "banned names:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn every_source_file_says_what_it_owns() {
+    let (_, files) = source_files();
+    let missing: Vec<_> = files
+        .iter()
+        .filter(|f| !fs::read_to_string(f).unwrap().starts_with("//!"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files without a //! header: {missing:?}"
+    );
+}
