@@ -107,3 +107,61 @@ fn render_table(rows: &[[String; 9]]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODELS: &str = include_str!("../../../tests/fixtures/policy/models.yaml");
+
+    #[test]
+    fn table_lists_every_class_of_every_profile_aligned() {
+        let config = PolicyConfig::from_yaml_str(MODELS, None).unwrap();
+        let table = describe(&config);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("profile"), "{table}");
+        assert!(lines[1].starts_with("-------"), "{table}");
+        let class_rows = &lines[2..6];
+        assert!(class_rows[0].starts_with("root"));
+        assert!(class_rows[0].contains("premium"));
+        assert!(
+            class_rows[1].contains("regular*"),
+            "default family is marked:\n{table}"
+        );
+        assert!(class_rows[2].starts_with("model \"llama\""));
+        assert!(
+            class_rows[3].contains(">= 1024"),
+            "bucket bound shown:\n{table}"
+        );
+        // Aligned: every row's class column starts where the header's does.
+        let class_column = lines[0].find("class").unwrap();
+        for row in class_rows {
+            let cell_start = row[class_column..].chars().next().unwrap();
+            assert_ne!(cell_start, ' ', "column misaligned in {row:?}");
+            assert_eq!(&row[class_column - 2..class_column], "  ", "{row:?}");
+        }
+        assert!(table.contains("* = default family"));
+    }
+
+    #[test]
+    fn explicit_classes_and_limits_are_shown() {
+        let sample = include_str!("../../../tests/fixtures/policy/sample.yaml");
+        let table = describe(&PolicyConfig::from_yaml_str(sample, None).unwrap());
+        let custom = table
+            .lines()
+            .find(|line| line.contains("custom_priority"))
+            .unwrap();
+        assert!(custom.contains("(explicit)"), "{custom}");
+        assert!(custom.contains("never queues"), "{custom}");
+        assert!(
+            custom.contains("65536 raw tok, 32768 cached tok /worker"),
+            "{custom}"
+        );
+        let latency = table
+            .lines()
+            .find(|line| line.contains("latency_cached"))
+            .unwrap();
+        assert!(latency.contains("prefill > 0.5 x max_batched"), "{latency}");
+        assert!(latency.contains("4096"), "{latency}");
+    }
+}

@@ -131,3 +131,231 @@ fn profile_at_line(text: &str, line: usize) -> String {
         None => "root".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::types::QueuePolicy;
+    use proptest::prelude::*;
+    use serde::Deserialize;
+
+    const SAMPLE: &str = include_str!("../../../tests/fixtures/policy/sample.yaml");
+    const PREMIUM_REGULAR: &str =
+        include_str!("../../../tests/fixtures/policy/premium-regular.yaml");
+    const MODELS: &str = include_str!("../../../tests/fixtures/policy/models.yaml");
+
+    #[test]
+    fn premium_regular_example_is_accepted() {
+        let config = PolicyConfig::from_yaml_str(PREMIUM_REGULAR, None).unwrap();
+        let root = config.root.as_ref().unwrap();
+        let quanta: Vec<(&str, u64)> = root
+            .classes()
+            .iter()
+            .map(|class| (class.name.as_str(), class.quantum_tokens))
+            .collect();
+        assert_eq!(quanta, [("premium", 512), ("regular", 128)]);
+        assert_eq!(root.classes()[0].request_queue_limit_per_worker, Some(1024));
+        assert_eq!(root.resolve_class_index(Some("premium"), 512), 0);
+        assert_eq!(root.resolve_class_index(Some("gold"), 512), 1);
+        assert!(config.models.is_empty());
+    }
+
+    #[test]
+    fn model_profile_replaces_the_root_wholesale() {
+        let config = PolicyConfig::from_yaml_str(MODELS, None).unwrap();
+        let llama = config.profile_for(Some("llama")).unwrap();
+        let names: Vec<&str> = llama
+            .classes()
+            .iter()
+            .map(|class| class.name.as_str())
+            .collect();
+        assert_eq!(names, ["bulk_short", "bulk_long"]);
+        // The root's families do not leak into the model profile.
+        assert_eq!(llama.resolve_class_index(Some("premium"), 2000), 1);
+        assert_eq!(llama.default_policy_family(), Some("bulk"));
+        let other = config.profile_for(Some("mistral")).unwrap();
+        assert_eq!(other.default_policy_family(), Some("regular"));
+        assert_eq!(
+            config.profile_for(None).unwrap().default_policy_family(),
+            Some("regular")
+        );
+    }
+
+    #[test]
+    fn no_profile_applies_without_root_or_matching_model() {
+        let models_only: String = MODELS
+            .lines()
+            .skip_while(|line| !line.starts_with("models:"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let config = PolicyConfig::from_yaml_str(&models_only, None).unwrap();
+        assert!(config.root.is_none());
+        assert!(config.profile_for(Some("llama")).is_some());
+        assert!(config.profile_for(Some("mistral")).is_none());
+        assert!(config.profile_for(None).is_none());
+    }
+
+    #[test]
+    fn from_path_names_the_file_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, SAMPLE.replace("quantum: 2048", "quantum: 0")).unwrap();
+        let error = PolicyConfig::from_path(&path).unwrap_err();
+        let expected = format!(
+            "{}:13: root: class \"cached\": quantum must be > 0",
+            path.display()
+        );
+        assert_eq!(error.to_string(), expected);
+        std::fs::write(&path, SAMPLE).unwrap();
+        assert!(PolicyConfig::from_path(&path).unwrap().root.is_some());
+    }
+
+    #[test]
+    fn unreadable_file_is_a_read_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.yaml");
+        let error = PolicyConfig::from_path(&path).unwrap_err();
+        assert_eq!(error.location, "file");
+        assert_eq!(
+            error.source_name.as_deref(),
+            Some(path.display().to_string().as_str())
+        );
+        assert!(
+            error
+                .message
+                .starts_with("file: cannot read the policy file"),
+            "{error}"
+        );
+    }
+
+    /// How a scenario file embeds the policy keys: lines stay absolute in the outer file.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Scenario {
+        #[allow(dead_code, reason = "only here to shift the policy down the file")]
+        name: String,
+        router: RawPolicyConfig,
+    }
+
+    #[test]
+    fn embedded_policy_errors_keep_absolute_lines_and_a_field_path() {
+        let embedded: String = SAMPLE
+            .replace("quantum: 512", "quantum: 0")
+            .lines()
+            .map(|line| format!("  {line}\n"))
+            .collect();
+        let text = format!("name: demo\nrouter:\n{embedded}");
+        let scenario: Scenario = serde_saphyr::from_str(&text).unwrap();
+        let error = PolicyConfig::from_raw(&scenario.router)
+            .unwrap_err()
+            .with_path_prefix("router")
+            .with_source_name("scenario.yaml");
+        assert_eq!(error.line, Some(2 + 19));
+        assert_eq!(&*error.field_path, "router.policy_classes[1].quantum");
+        assert_eq!(
+            error.to_string(),
+            "scenario.yaml:21: root: class \"uncached\": quantum must be > 0"
+        );
+    }
+
+    #[test]
+    fn null_document_counts_as_empty() {
+        for text in ["~\n", "null\n", "---\n"] {
+            let error = PolicyConfig::from_yaml_str(text, None).unwrap_err();
+            assert!(
+                error
+                    .message
+                    .starts_with("root: the document defines no profile"),
+                "{text:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_line() {
+        let error = PolicyConfig::from_yaml_str("policy_classes: [\n", Some("p.yaml")).unwrap_err();
+        assert_eq!(error.line, Some(1));
+        assert!(
+            error
+                .to_string()
+                .starts_with("p.yaml:1: root: invalid YAML:"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn profile_at_line_follows_models_blocks() {
+        let text = "a: 1\nmodels:\n  m1:\n    x: 1\n  m2:\n    y: 1\n\nz: 2\n";
+        assert_eq!(profile_at_line(text, 1), "root");
+        assert_eq!(profile_at_line(text, 2), "root");
+        assert_eq!(profile_at_line(text, 4), "model \"m1\"");
+        assert_eq!(profile_at_line(text, 6), "model \"m2\"");
+        assert_eq!(profile_at_line(text, 8), "root");
+        assert_eq!(profile_at_line(text, 0), "root");
+    }
+
+    #[test]
+    fn synthetic_profile_is_the_fallback_callers_use() {
+        let config = PolicyConfig::from_yaml_str(MODELS, None).unwrap();
+        let fallback = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
+        let models_only = PolicyConfig {
+            root: None,
+            models: config.models.clone(),
+        };
+        let chosen = models_only.profile_for(Some("other")).unwrap_or(&fallback);
+        assert!(chosen.is_synthetic());
+    }
+
+    /// The sample with `insert` put at byte `cut_at` (wrapped, snapped to a char boundary) and
+    /// the `delete_len` bytes after it removed: broken documents of every kind.
+    fn mutate(text: &str, cut_at: usize, insert: &str, delete_len: usize) -> String {
+        let floor_boundary = |mut index: usize| {
+            while !text.is_char_boundary(index) {
+                index -= 1;
+            }
+            index
+        };
+        let cut = floor_boundary(cut_at % (text.len() + 1));
+        let resume = floor_boundary(cut.saturating_add(delete_len).min(text.len())).max(cut);
+        format!("{}{insert}{}", &text[..cut], &text[resume..])
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            let _ = PolicyConfig::from_yaml_str(&text, Some("fuzz.yaml"));
+        }
+
+        #[test]
+        fn yaml_shaped_text_never_panics(
+            text in "([a-z_]{1,22}: ?(-?[0-9]{1,4}|\\[|\\]|\\{|\\}|[a-z]{1,6}|\\.nan|~)?\n {0,6}(- )?){0,12}"
+        ) {
+            let _ = PolicyConfig::from_yaml_str(&text, None);
+        }
+
+        #[test]
+        fn mutated_sample_never_panics(
+            cut_at in 0usize..2000,
+            insert in prop::sample::select(vec![
+                "", "\n", "  ", "- ", ": ", "0", "-1", "x", "\"", "'", "[", "]", "{", "}", "#",
+                "&a ", "*a", "<<: ", "quantum: 0\n", "  - name: z\n", ".nan", "1e400",
+                "18446744073709551616", "models:\n  m:\n", "lcfs",
+            ]),
+            delete_len in 0usize..40,
+        ) {
+            let text = mutate(SAMPLE, cut_at, insert, delete_len);
+            if let Ok(config) = PolicyConfig::from_yaml_str(&text, None) {
+                // Whatever was accepted must resolve every request to a real class.
+                for profile in config.root.iter().chain(config.models.values()) {
+                    for uncached_tokens in [0, 1, 3071, 3072, u64::MAX] {
+                        for requested in [None, Some("latency"), Some("cached"), Some("custom_priority")] {
+                            let index = profile.resolve_class_index(requested, uncached_tokens);
+                            prop_assert!(index < profile.classes().len());
+                        }
+                    }
+                }
+                let _ = describe(&config);
+            }
+        }
+    }
+}

@@ -254,3 +254,210 @@ impl PolicyProfile {
         self.classes.iter().position(|class| class.name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::PolicyConfig;
+    use super::*;
+
+    const SAMPLE: &str = include_str!("../../../tests/fixtures/policy/sample.yaml");
+
+    fn sample_profile() -> PolicyProfile {
+        PolicyConfig::from_yaml_str(SAMPLE, Some("sample.yaml"))
+            .unwrap()
+            .root
+            .unwrap()
+    }
+
+    fn resolved_name<'a>(
+        profile: &'a PolicyProfile,
+        requested: Option<&str>,
+        uncached_tokens: u64,
+    ) -> &'a str {
+        &profile.classes()[profile.resolve_class_index(requested, uncached_tokens)].name
+    }
+
+    fn class_with_thresholds(threshold_tokens: Option<u64>, frac: Option<f64>) -> PolicyClass {
+        PolicyClass {
+            prefill_busy_threshold_tokens: threshold_tokens,
+            ..PolicyProfile::synthetic(QueuePolicy::Fcfs, frac).classes()[0].clone()
+        }
+    }
+
+    #[test]
+    fn named_family_picks_its_bucket_class() {
+        assert_eq!(
+            resolved_name(&sample_profile(), Some("latency"), 0),
+            "latency_cached"
+        );
+    }
+
+    #[test]
+    fn unknown_name_uses_the_default_family() {
+        assert_eq!(
+            resolved_name(&sample_profile(), Some("nonesuch"), 3071),
+            "cached"
+        );
+        assert_eq!(resolved_name(&sample_profile(), Some(""), 3071), "cached");
+    }
+
+    #[test]
+    fn no_name_uses_the_default_family_and_bucket_floor_is_inclusive() {
+        assert_eq!(resolved_name(&sample_profile(), None, 3072), "uncached");
+    }
+
+    #[test]
+    fn matrix_class_name_does_not_bypass_bucketing() {
+        let profile = sample_profile();
+        assert_eq!(
+            resolved_name(&profile, Some("cached"), u64::MAX),
+            "uncached"
+        );
+        assert!(profile.needs_cache_sample(Some("cached")));
+        assert_eq!(profile.direct_class_index(Some("cached")), None);
+    }
+
+    #[test]
+    fn explicit_class_name_resolves_directly() {
+        let profile = sample_profile();
+        let explicit = profile.class_index("custom_priority").unwrap();
+        assert_eq!(
+            profile.direct_class_index(Some("custom_priority")),
+            Some(explicit)
+        );
+        assert!(!profile.needs_cache_sample(Some("custom_priority")));
+        for uncached_tokens in [0, 3072, u64::MAX] {
+            assert_eq!(
+                profile.resolve_class_index(Some("custom_priority"), uncached_tokens),
+                explicit
+            );
+        }
+        assert!(profile.needs_cache_sample(None));
+    }
+
+    #[test]
+    fn families_keep_first_appearance_order_and_buckets_their_bounds() {
+        let profile = sample_profile();
+        assert_eq!(profile.families(), ["standard", "latency"]);
+        assert_eq!(profile.default_policy_family(), Some("standard"));
+        let bounds: Vec<(u64, &str)> = profile
+            .buckets()
+            .iter()
+            .map(|bucket| (bucket.min_tokens, bucket.name.as_str()))
+            .collect();
+        assert_eq!(bounds, [(0, "cached"), (3072, "uncached")]);
+    }
+
+    #[test]
+    fn sample_fields_reach_the_validated_classes() {
+        let profile = sample_profile();
+        let uncached = &profile.classes()[profile.class_index("uncached").unwrap()];
+        assert_eq!(uncached.quantum_tokens, 512);
+        assert_eq!(uncached.prefill_busy_threshold_tokens, Some(1536));
+        assert_eq!(uncached.request_queue_limit_per_worker, Some(64));
+        let custom = &profile.classes()[profile.class_index("custom_priority").unwrap()];
+        assert_eq!(custom.queue_policy, QueuePolicy::Wspt);
+        assert_eq!(custom.raw_isl_token_queue_limit_per_worker, Some(65536));
+        assert_eq!(custom.cached_token_queue_limit_per_worker, Some(32768));
+        assert!(!custom.queueing_enabled());
+        assert!(profile.any_queueing_enabled());
+    }
+
+    #[test]
+    fn synthetic_profile_is_one_direct_default_class() {
+        let profile = PolicyProfile::synthetic(QueuePolicy::Wspt, Some(0.25));
+        let class = &profile.classes()[0];
+        assert_eq!(profile.classes().len(), 1);
+        assert_eq!(class.name, "default");
+        assert_eq!(class.queue_policy, QueuePolicy::Wspt);
+        assert_eq!(class.quantum_tokens, 1);
+        assert_eq!(class.prefill_busy_threshold_tokens, None);
+        assert_eq!(class.prefill_busy_threshold_frac, Some(0.25));
+        assert_eq!(class.describe_limits(), "none");
+        assert!(profile.is_synthetic());
+        assert_eq!(profile.default_policy_family(), None);
+        assert_eq!(profile.direct_class_index(Some("anything")), Some(0));
+        assert_eq!(profile.direct_class_index(None), Some(0));
+        assert_eq!(profile.resolve_class_index(Some("latency"), 99), 0);
+        assert!(!profile.needs_cache_sample(None));
+        assert!(profile.any_queueing_enabled());
+    }
+
+    #[test]
+    fn synthetic_profile_without_threshold_never_queues() {
+        let profile = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
+        assert!(!profile.any_queueing_enabled());
+        assert!(!profile.classes()[0].rank_is_busy(u64::MAX, Some(1)));
+    }
+
+    #[test]
+    #[should_panic(expected = "router queue threshold")]
+    fn synthetic_profile_refuses_a_negative_threshold() {
+        let _ = PolicyProfile::synthetic(QueuePolicy::Fcfs, Some(-1.0));
+    }
+
+    #[test]
+    fn absolute_threshold_is_strict() {
+        let class = class_with_thresholds(Some(1536), None);
+        assert!(!class.rank_is_busy(1536, None));
+        assert!(class.rank_is_busy(1537, None));
+        assert!(!class.rank_is_busy(0, None));
+    }
+
+    #[test]
+    fn zero_fraction_is_busy_from_the_first_token() {
+        let class = class_with_thresholds(None, Some(0.0));
+        assert!(!class.rank_is_busy(0, Some(8192)));
+        assert!(class.rank_is_busy(1, Some(8192)));
+    }
+
+    #[test]
+    fn fraction_multiplies_max_batched_tokens_with_a_default() {
+        let class = class_with_thresholds(None, Some(0.5));
+        assert!(!class.rank_is_busy(4096, Some(8192)));
+        assert!(class.rank_is_busy(4097, Some(8192)));
+        assert!(!class.rank_is_busy(5_000_000, None));
+        assert!(class.rank_is_busy(5_000_001, None));
+    }
+
+    #[test]
+    fn either_threshold_makes_a_rank_busy() {
+        let class = class_with_thresholds(Some(100), Some(1.0));
+        assert!(class.rank_is_busy(101, Some(1000)));
+        assert!(class.rank_is_busy(50, Some(10)));
+        assert!(!class.rank_is_busy(100, Some(1000)));
+    }
+
+    #[test]
+    fn pool_is_busy_only_when_every_eligible_rank_is_by_default() {
+        let class = class_with_thresholds(Some(1), None);
+        assert!(!class.pool_is_busy(0, 0));
+        assert!(!class.pool_is_busy(3, 4));
+        assert!(class.pool_is_busy(4, 4));
+    }
+
+    #[test]
+    fn busy_worker_ratio_lowers_the_pool_bar() {
+        let class = PolicyClass {
+            busy_worker_ratio: Some(0.5),
+            ..class_with_thresholds(Some(1), None)
+        };
+        assert!(!class.pool_is_busy(1, 4));
+        assert!(class.pool_is_busy(2, 4));
+        assert!(!class.pool_is_busy(0, 0));
+    }
+
+    #[test]
+    fn thresholds_and_limits_read_as_words() {
+        let profile = sample_profile();
+        let uncached = &profile.classes()[profile.class_index("uncached").unwrap()];
+        assert_eq!(uncached.describe_thresholds(), "prefill > 1536 tok");
+        assert_eq!(uncached.describe_limits(), "64 req /worker");
+        let custom = &profile.classes()[profile.class_index("custom_priority").unwrap()];
+        assert_eq!(custom.describe_thresholds(), "never queues");
+        assert_eq!(
+            custom.describe_limits(),
+            "65536 raw tok, 32768 cached tok /worker"
+        );
+    }
+}

@@ -120,9 +120,14 @@ impl ProfileChecker {
     }
 
     fn for_model(model_name: &str) -> Self {
+        let path_key = if model_name.is_empty() {
+            "\"\""
+        } else {
+            model_name
+        };
         ProfileChecker {
             location: format!("model \"{model_name}\""),
-            path_prefix: format!("models.{model_name}."),
+            path_prefix: format!("models.{path_key}."),
         }
     }
 
@@ -550,4 +555,458 @@ pub(crate) fn is_identifier(text: &str) -> bool {
         && text
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::PolicyConfig;
+    use super::*;
+
+    /// One bucket `all`, family `a`, class `x`; each test edits one line of it.
+    const MINIMAL: &str = "\
+default_policy_family: a
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: all
+policy_classes:
+  - name: x
+    policy_family: a
+    cache_bucket: all
+    quantum: 1
+";
+
+    fn error_of(text: &str) -> PolicyError {
+        match PolicyConfig::from_yaml_str(text, Some("p.yaml")) {
+            Ok(config) => panic!("accepted an invalid policy: {config:?}\n{text}"),
+            Err(error) => error,
+        }
+    }
+
+    /// `MINIMAL` with `extra` appended as more lines of class `x`.
+    fn with_class_lines(extra: &str) -> String {
+        format!("{MINIMAL}{extra}")
+    }
+
+    fn assert_error(text: &str, line: usize, message: &str, field_path: &str) {
+        let error = error_of(text);
+        assert_eq!(error.message, message, "{text}");
+        assert_eq!(error.line, Some(line), "{error}\n{text}");
+        assert_eq!(&*error.field_path, field_path, "{error}");
+        assert_eq!(error.source_name.as_deref(), Some("p.yaml"));
+    }
+
+    #[test]
+    fn minimal_policy_is_accepted() {
+        let config = PolicyConfig::from_yaml_str(MINIMAL, None).unwrap();
+        let root = config.root.unwrap();
+        assert_eq!(root.classes()[0].name, "x");
+        assert_eq!(root.classes()[0].queue_policy, QueuePolicy::Fcfs);
+    }
+
+    #[test]
+    fn root_fields_are_all_or_nothing() {
+        let text = "uncached_isl_buckets:\n  - {min_tokens: 0, bucket: all}\n";
+        assert_error(
+            text,
+            2,
+            "root: a root profile needs all of default_policy_family, uncached_isl_buckets and \
+             policy_classes; missing default_policy_family, policy_classes",
+            "default_policy_family",
+        );
+    }
+
+    #[test]
+    fn a_document_without_any_profile_is_rejected() {
+        let error = error_of("");
+        assert!(
+            error
+                .message
+                .starts_with("root: the document defines no profile"),
+            "{error}"
+        );
+        assert_eq!(error.line, None);
+        let error = error_of("# only a comment\nmodels: {}\n");
+        assert!(
+            error
+                .message
+                .starts_with("root: the document defines no profile"),
+            "{error}"
+        );
+        assert_eq!(error.line, Some(2));
+    }
+
+    #[test]
+    fn model_names_must_not_be_empty() {
+        let indented: String = MINIMAL
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let text = format!("models:\n  \"\":\n{indented}");
+        assert_error(
+            &text,
+            3,
+            "model \"\": model name must not be empty",
+            "models.\"\"",
+        );
+    }
+
+    #[test]
+    fn model_errors_name_the_model_and_its_absolute_line() {
+        let indented: String = MINIMAL
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let text = format!(
+            "models:\n  llama:\n{}",
+            indented.replace("quantum: 1", "quantum: 0")
+        );
+        assert_error(
+            &text,
+            11,
+            "model \"llama\": class \"x\": quantum must be > 0",
+            "models.llama.policy_classes[0].quantum",
+        );
+    }
+
+    #[test]
+    fn policy_classes_must_not_be_empty() {
+        let text = "default_policy_family: a\nuncached_isl_buckets: [{min_tokens: 0, bucket: all}]\npolicy_classes: []\n";
+        assert_error(
+            text,
+            3,
+            "root: policy_classes must not be empty",
+            "policy_classes",
+        );
+    }
+
+    #[test]
+    fn bucket_list_must_not_be_empty() {
+        let text = MINIMAL.replace(
+            "uncached_isl_buckets:\n  - min_tokens: 0\n    bucket: all\n",
+            "uncached_isl_buckets: []\n",
+        );
+        assert_error(
+            &text,
+            2,
+            "root: uncached_isl_buckets must not be empty",
+            "uncached_isl_buckets",
+        );
+    }
+
+    #[test]
+    fn first_bucket_must_start_at_zero() {
+        assert_error(
+            &MINIMAL.replace("min_tokens: 0", "min_tokens: 5"),
+            3,
+            "root: uncached_isl_buckets[0] (bucket \"all\"): the first bucket must start at min_tokens 0, not 5",
+            "uncached_isl_buckets[0].min_tokens",
+        );
+    }
+
+    #[test]
+    fn bucket_bounds_must_strictly_increase() {
+        let text = MINIMAL.replace(
+            "    bucket: all\n",
+            "    bucket: all\n  - min_tokens: 0\n    bucket: more\n",
+        );
+        assert_error(
+            &text,
+            5,
+            "root: uncached_isl_buckets[1] (bucket \"more\"): min_tokens must be strictly increasing, but 0 follows 0",
+            "uncached_isl_buckets[1].min_tokens",
+        );
+    }
+
+    #[test]
+    fn bucket_names_must_be_unique() {
+        let text = MINIMAL.replace(
+            "    bucket: all\n",
+            "    bucket: all\n  - min_tokens: 10\n    bucket: all\n",
+        );
+        assert_error(
+            &text,
+            6,
+            "root: uncached_isl_buckets[1]: duplicate bucket name \"all\" (first at uncached_isl_buckets[0])",
+            "uncached_isl_buckets[1].bucket",
+        );
+    }
+
+    #[test]
+    fn bucket_names_follow_the_identifier_rule() {
+        assert_error(
+            &MINIMAL.replace("bucket: all", "bucket: \"a/b\""),
+            4,
+            "root: uncached_isl_buckets[0]: bucket name \"a/b\" must be non-empty and use only ASCII \
+             letters, digits, '_', '.' and '-'",
+            "uncached_isl_buckets[0].bucket",
+        );
+    }
+
+    #[test]
+    fn class_names_follow_the_identifier_rule() {
+        assert_error(
+            &MINIMAL.replace("name: x", "name: \"x y\""),
+            6,
+            "root: policy_classes[0]: class name \"x y\" must be non-empty and use only ASCII \
+             letters, digits, '_', '.' and '-'",
+            "policy_classes[0].name",
+        );
+    }
+
+    #[test]
+    fn family_names_follow_the_identifier_rule() {
+        assert_error(
+            &MINIMAL.replace("policy_family: a", "policy_family: \"\""),
+            7,
+            "root: class \"x\": policy_family \"\" must be non-empty and use only ASCII letters, \
+             digits, '_', '.' and '-'",
+            "policy_classes[0].policy_family",
+        );
+    }
+
+    #[test]
+    fn default_family_follows_the_identifier_rule() {
+        assert_error(
+            &MINIMAL.replace("default_policy_family: a", "default_policy_family: \"a!\""),
+            1,
+            "root: default_policy_family \"a!\" must be non-empty and use only ASCII letters, \
+             digits, '_', '.' and '-'",
+            "default_policy_family",
+        );
+    }
+
+    #[test]
+    fn class_names_must_be_unique() {
+        let text = with_class_lines("  - name: x\n    quantum: 2\n");
+        assert_error(
+            &text,
+            10,
+            "root: class \"x\": duplicate class name (first defined at policy_classes[0], line 6)",
+            "policy_classes[1].name",
+        );
+    }
+
+    #[test]
+    fn lcfs_parses_but_is_rejected() {
+        assert_error(
+            &with_class_lines("    queue_policy: lcfs\n"),
+            10,
+            "root: class \"x\": queue_policy must be fcfs or wspt, not lcfs",
+            "policy_classes[0].queue_policy",
+        );
+    }
+
+    #[test]
+    fn unknown_queue_policy_is_a_parse_error_with_its_line() {
+        let error = error_of(&with_class_lines("    queue_policy: fifo\n"));
+        assert_eq!(error.line, Some(10));
+        assert_eq!(error.column, Some(19));
+        assert!(
+            error
+                .message
+                .starts_with("root: invalid YAML: unknown variant `fifo`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn quantum_must_be_positive() {
+        assert_error(
+            &MINIMAL.replace("quantum: 1", "quantum: 0"),
+            9,
+            "root: class \"x\": quantum must be > 0",
+            "policy_classes[0].quantum",
+        );
+    }
+
+    #[test]
+    fn quantum_is_required() {
+        let error = error_of(&MINIMAL.replace("    quantum: 1\n", ""));
+        assert!(error.message.contains("missing field `quantum`"), "{error}");
+        // serde-saphyr places a missing field at the end of its mapping: still inside the class.
+        assert_eq!(error.line, Some(8));
+    }
+
+    #[test]
+    fn family_without_bucket_is_rejected() {
+        assert_error(
+            &MINIMAL.replace("    cache_bucket: all\n", ""),
+            7,
+            "root: class \"x\": policy_family is set but cache_bucket is not: a matrix class needs \
+             both, an explicit class neither",
+            "policy_classes[0].cache_bucket",
+        );
+    }
+
+    #[test]
+    fn bucket_without_family_is_rejected() {
+        let text = with_class_lines("  - name: y\n    cache_bucket: all\n    quantum: 1\n");
+        assert_error(
+            &text,
+            11,
+            "root: class \"y\": cache_bucket is set but policy_family is not: a matrix class needs \
+             both, an explicit class neither",
+            "policy_classes[1].policy_family",
+        );
+    }
+
+    #[test]
+    fn cache_bucket_must_be_declared() {
+        assert_error(
+            &MINIMAL.replace("cache_bucket: all", "cache_bucket: zzz"),
+            8,
+            "root: class \"x\": cache_bucket \"zzz\" is not a declared bucket (declared: all)",
+            "policy_classes[0].cache_bucket",
+        );
+    }
+
+    #[test]
+    fn explicit_class_must_not_be_named_like_a_family() {
+        let text = with_class_lines("  - name: a\n    quantum: 1\n");
+        assert_error(
+            &text,
+            10,
+            "root: class \"a\": an explicit class must not be named like the policy family \"a\"",
+            "policy_classes[1].name",
+        );
+    }
+
+    #[test]
+    fn default_family_must_have_matrix_classes() {
+        let text = with_class_lines("  - name: b\n    quantum: 1\n")
+            .replace("default_policy_family: a", "default_policy_family: b");
+        assert_error(
+            &text,
+            1,
+            "root: default_policy_family \"b\" is not the policy_family of any class (families: a)",
+            "default_policy_family",
+        );
+    }
+
+    #[test]
+    fn matrix_duplicates_are_reported_at_the_second_class() {
+        let text = with_class_lines(
+            "  - name: y\n    policy_family: a\n    cache_bucket: all\n    quantum: 1\n",
+        );
+        assert_error(
+            &text,
+            10,
+            "root: class \"y\": family \"a\" and bucket \"all\" already belong to class \"x\"; each \
+             pair needs exactly one class",
+            "policy_classes[1]",
+        );
+    }
+
+    #[test]
+    fn matrix_holes_are_reported_at_the_family() {
+        let text = MINIMAL.replace(
+            "    bucket: all\n",
+            "    bucket: all\n  - min_tokens: 100\n    bucket: long\n",
+        );
+        assert_error(
+            &text,
+            8,
+            "root: no class for family \"a\" and bucket \"long\": every family needs one class per bucket",
+            "policy_classes",
+        );
+    }
+
+    #[test]
+    fn threshold_frac_must_be_finite_and_non_negative() {
+        for (value, shown) in [("-0.5", "-0.5"), (".nan", "NaN"), (".inf", "inf")] {
+            assert_error(
+                &with_class_lines(&format!("    prefill_busy_threshold_frac: {value}\n")),
+                10,
+                &format!(
+                    "root: class \"x\": prefill_busy_threshold_frac must be finite and >= 0, not {shown}"
+                ),
+                "policy_classes[0].prefill_busy_threshold_frac",
+            );
+        }
+        let zero = with_class_lines("    prefill_busy_threshold_frac: 0\n");
+        assert!(PolicyConfig::from_yaml_str(&zero, None).is_ok());
+    }
+
+    #[test]
+    fn busy_worker_ratio_must_be_in_zero_one() {
+        for (value, shown) in [("0", "0"), ("1.5", "1.5"), (".nan", "NaN")] {
+            let text = with_class_lines(&format!(
+                "    prefill_busy_threshold: 10\n    busy_worker_ratio: {value}\n"
+            ));
+            assert_error(
+                &text,
+                11,
+                &format!("root: class \"x\": busy_worker_ratio must be in (0, 1], not {shown}"),
+                "policy_classes[0].busy_worker_ratio",
+            );
+        }
+        let one = with_class_lines("    prefill_busy_threshold: 10\n    busy_worker_ratio: 1\n");
+        assert!(PolicyConfig::from_yaml_str(&one, None).is_ok());
+    }
+
+    #[test]
+    fn busy_worker_ratio_needs_a_threshold() {
+        assert_error(
+            &with_class_lines("    busy_worker_ratio: 0.5\n"),
+            10,
+            "root: class \"x\": busy_worker_ratio needs prefill_busy_threshold or prefill_busy_threshold_frac",
+            "policy_classes[0].busy_worker_ratio",
+        );
+    }
+
+    #[test]
+    fn fields_newer_dynamo_knows_are_unknown_here() {
+        for field in ["slo_ms: 5", "queue_admission: {type: x}"] {
+            let error = error_of(&with_class_lines(&format!("    {field}\n")));
+            assert!(error.message.contains("unknown field"), "{error}");
+            assert_eq!(error.line, Some(10), "{error}");
+        }
+        for field in [
+            "worker_selection: {}",
+            "request_classifier: {type: x}",
+            "default_policy_class: x",
+        ] {
+            let error = error_of(&format!("{MINIMAL}{field}\n"));
+            assert!(
+                error
+                    .message
+                    .starts_with("root: invalid YAML: unknown field"),
+                "{error}"
+            );
+            assert_eq!(error.line, Some(10), "{error}");
+        }
+    }
+
+    #[test]
+    fn parse_errors_inside_a_model_name_the_model() {
+        let indented: String = MINIMAL
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let text = format!(
+            "models:\n  llama:\n{}",
+            indented.replace("quantum: 1", "quantum: -1")
+        );
+        let error = error_of(&text);
+        assert_eq!(error.location, "model \"llama\"");
+        assert!(
+            error.message.starts_with("model \"llama\": invalid YAML:"),
+            "{error}"
+        );
+        assert_eq!(error.line, Some(11));
+    }
+
+    #[test]
+    fn duplicate_keys_are_rejected() {
+        let error = error_of(&format!("default_policy_family: a\n{MINIMAL}"));
+        assert!(error.message.contains("duplicate"), "{error}");
+    }
+
+    #[test]
+    fn identifier_rule() {
+        assert!(is_identifier("a-b_c.9Z"));
+        assert!(!is_identifier(""));
+        assert!(!is_identifier("a b"));
+        assert!(!is_identifier("é"));
+    }
 }
