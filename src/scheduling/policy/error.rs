@@ -66,6 +66,23 @@ impl PolicyError {
     }
 }
 
+impl PolicyError {
+    /// The same error with `line`/`column` found from `field_path` in `text` when they are
+    /// unknown, e.g. because the raw schema went through `#[serde(flatten)]`. `text` is the
+    /// document the field path is relative to (after any [`with_path_prefix`](Self::with_path_prefix)).
+    #[must_use]
+    pub fn located_in(mut self, text: &str) -> Self {
+        if self.line.is_none()
+            && !self.field_path.is_empty()
+            && let Some((line, column)) = super::locate_field_path(text, &self.field_path)
+        {
+            self.line = Some(line);
+            self.column = Some(column);
+        }
+        self
+    }
+}
+
 /// Line and column of a span, or nothing when the span is unknown (serde-saphyr uses 0 then,
 /// e.g. for values that went through `#[serde(flatten)]`).
 fn line_and_column(at: &Location) -> (Option<usize>, Option<usize>) {

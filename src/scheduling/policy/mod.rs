@@ -8,12 +8,14 @@
 
 mod describe;
 mod error;
+mod locate;
 mod profile;
 pub mod raw;
 mod validate;
 
 pub use describe::describe;
 pub use error::PolicyError;
+pub use locate::locate_field_path;
 pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyProfile};
 pub use raw::RawPolicyConfig;
 pub use validate::validate;
@@ -39,7 +41,7 @@ impl PolicyConfig {
             None => error,
         };
         let raw = parse_raw(text).map_err(with_source)?;
-        validate(&raw).map_err(with_source)
+        validate(&raw).map_err(|error| with_source(error.located_in(text)))
     }
 
     /// Reads, parses and validates the policy file at `path`.
@@ -93,12 +95,28 @@ fn describe_parse_error(text: &str, parse_error: &serde_saphyr::Error) -> Policy
     };
     let line = location.map_or(0, |at| usize::try_from(at.line()).unwrap_or(0));
     let profile = profile_at_line(text, line);
-    PolicyError::new(
-        &profile,
-        String::new(),
-        location.as_ref(),
-        format!("invalid YAML: {detail}"),
-    )
+    let message = match offending_source_line(text, line) {
+        // A missing field is reported at the end of its mapping: that line would mislead.
+        Some(source_line) if !detail.starts_with("missing field") => {
+            format!("invalid YAML: {detail} in `{source_line}`")
+        }
+        _ => format!("invalid YAML: {detail}"),
+    };
+    PolicyError::new(&profile, String::new(), location.as_ref(), message)
+}
+
+/// The trimmed text of 1-based `line`, shortened to keep messages one line long.
+fn offending_source_line(text: &str, line: usize) -> Option<String> {
+    const MAX_CHARS: usize = 60;
+    let source_line = text.lines().nth(line.checked_sub(1)?)?.trim();
+    if source_line.is_empty() {
+        return None;
+    }
+    if source_line.chars().count() <= MAX_CHARS {
+        return Some(source_line.to_string());
+    }
+    let shortened: String = source_line.chars().take(MAX_CHARS).collect();
+    Some(format!("{shortened}..."))
 }
 
 /// Which profile a (block-style) document is describing at 1-based `line`: `model "name"` if
@@ -258,6 +276,50 @@ mod tests {
         );
     }
 
+    /// A router section that mixes the policy keys with other knobs through `flatten`.
+    #[derive(Deserialize)]
+    struct FlatRouter {
+        #[allow(dead_code, reason = "a knob next to the policy keys")]
+        router_temperature: f64,
+        #[serde(flatten)]
+        policy: RawPolicyConfig,
+    }
+
+    #[test]
+    fn flattened_policy_errors_find_their_line_from_the_field_path() {
+        let text = format!(
+            "router_temperature: 0.5\n{}",
+            SAMPLE.replace("quantum: 512", "quantum: 0")
+        );
+        let router: FlatRouter = serde_saphyr::from_str(&text).unwrap();
+        let error = PolicyConfig::from_raw(&router.policy).unwrap_err();
+        assert_eq!(error.line, None, "flatten drops spans");
+        let error = error.located_in(&text);
+        assert_eq!(error.line, Some(20));
+        assert_eq!(error.column, Some(14));
+    }
+
+    #[test]
+    fn model_names_with_dots_are_quoted_in_field_paths() {
+        let indented: String = PREMIUM_REGULAR
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let text = format!(
+            "models:\n  meta/llama-3.1:\n{}",
+            indented.replace("quantum: 128", "quantum: 0")
+        );
+        let error = PolicyConfig::from_yaml_str(&text, None).unwrap_err();
+        assert_eq!(
+            &*error.field_path,
+            "models.\"meta/llama-3.1\".policy_classes[1].quantum"
+        );
+        assert_eq!(
+            locate_field_path(&text, &error.field_path).map(|at| at.0),
+            error.line
+        );
+    }
+
     #[test]
     fn null_document_counts_as_empty() {
         for text in ["~\n", "null\n", "---\n"] {
@@ -281,6 +343,27 @@ mod tests {
                 .starts_with("p.yaml:1: root: invalid YAML:"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn type_errors_quote_the_offending_line() {
+        let text = SAMPLE.replace("quantum: 512", "quantum: -512");
+        let error = PolicyConfig::from_yaml_str(&text, Some("p.yaml")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "p.yaml:19: root: invalid YAML: invalid u64 in `quantum: -512`"
+        );
+        assert_eq!(error.column, Some(14));
+    }
+
+    #[test]
+    fn long_offending_lines_are_shortened() {
+        let long_line = format!("x: {}", "y".repeat(100));
+        let shortened = offending_source_line(&long_line, 1).unwrap();
+        assert_eq!(shortened.chars().count(), 63);
+        assert!(shortened.ends_with("..."));
+        assert_eq!(offending_source_line("a\n\n", 2), None);
+        assert_eq!(offending_source_line("a", 0), None);
     }
 
     #[test]
@@ -324,6 +407,11 @@ mod tests {
         #[test]
         fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
             let _ = PolicyConfig::from_yaml_str(&text, Some("fuzz.yaml"));
+        }
+
+        #[test]
+        fn locating_any_path_in_any_text_never_panics(text in "\\PC{0,120}", path in "\\PC{0,30}") {
+            let _ = locate_field_path(&text, &path);
         }
 
         #[test]

@@ -120,14 +120,9 @@ impl ProfileChecker {
     }
 
     fn for_model(model_name: &str) -> Self {
-        let path_key = if model_name.is_empty() {
-            "\"\""
-        } else {
-            model_name
-        };
         ProfileChecker {
             location: format!("model \"{model_name}\""),
-            path_prefix: format!("models.{path_key}."),
+            path_prefix: format!("models.{}.", path_key(model_name)),
         }
     }
 
@@ -529,6 +524,20 @@ impl ProfileChecker {
         }
         Ok(matrix)
     }
+}
+
+/// A model name as one field-path key: bare when it is a plain word, else double-quoted
+/// (with `"` and `\` escaped) so names like `meta/llama-3.1` stay one key.
+fn path_key(model_name: &str) -> String {
+    let plain = !model_name.is_empty()
+        && model_name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-'));
+    if plain {
+        return model_name.to_string();
+    }
+    let escaped = model_name.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("\"{escaped}\"")
 }
 
 /// Families in order of first appearance among the matrix classes.
