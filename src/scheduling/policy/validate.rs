@@ -153,6 +153,7 @@ impl ProfileChecker {
         )
     }
 
+    /// Validates one profile's three fields and builds its lookup tables.
     fn check(
         &self,
         default_family: &Spanned<String>,
@@ -167,39 +168,7 @@ impl ProfileChecker {
             ));
         }
         let buckets = self.check_buckets(raw_buckets)?;
-        let mut classes = Vec::with_capacity(raw_classes.value.len());
-        let mut facts = Vec::with_capacity(raw_classes.value.len());
-        let mut first_index_by_name: BTreeMap<&str, usize> = BTreeMap::new();
-        for (index, raw_class) in raw_classes.value.iter().enumerate() {
-            let class = self.check_class(&raw_class.value, index, &buckets)?;
-            let name = raw_class.value.name.value.as_str();
-            if let Some(&first) = first_index_by_name.get(name) {
-                let first_line = raw_classes.value[first].referenced.line();
-                return Err(self.class_error(
-                    &raw_class.value,
-                    index,
-                    "name",
-                    &raw_class.value.name.referenced,
-                    format!("duplicate class name (first defined at policy_classes[{first}], line {first_line})"),
-                ));
-            }
-            first_index_by_name.insert(name, index);
-            let bucket_index = class
-                .cache_bucket
-                .as_deref()
-                .and_then(|bucket| buckets.iter().position(|known| known.name == bucket));
-            facts.push(ClassFacts {
-                raw: raw_class,
-                index,
-                family: raw_class
-                    .value
-                    .policy_family
-                    .as_ref()
-                    .map(|f| f.value.as_str()),
-                bucket_index,
-            });
-            classes.push(class);
-        }
+        let (classes, facts) = self.check_classes(&raw_classes.value, &buckets)?;
         let families = families_in_order(&facts);
         let default_family_index = self.check_default_family(default_family, &families)?;
         self.check_explicit_names(&facts, &families)?;
@@ -226,6 +195,47 @@ impl ProfileChecker {
         })
     }
 
+    /// Every class on its own, then unique names; returns the classes and what the matrix
+    /// assembly needs to know about each.
+    fn check_classes<'a>(
+        &self,
+        raw_classes: &'a [Spanned<RawPolicyClass>],
+        buckets: &[CacheBucket],
+    ) -> Result<(Vec<PolicyClass>, Vec<ClassFacts<'a>>), PolicyError> {
+        let mut classes = Vec::with_capacity(raw_classes.len());
+        let mut facts = Vec::with_capacity(raw_classes.len());
+        let mut first_index_by_name: BTreeMap<&str, usize> = BTreeMap::new();
+        for (index, raw_class) in raw_classes.iter().enumerate() {
+            let raw = &raw_class.value;
+            let class = self.check_class(raw, index, buckets)?;
+            if let Some(&first) = first_index_by_name.get(raw.name.value.as_str()) {
+                let first_line = raw_classes[first].referenced.line();
+                return Err(self.class_error(
+                    raw,
+                    index,
+                    "name",
+                    &raw.name.referenced,
+                    format!(
+                        "duplicate class name (first defined at policy_classes[{first}], line {first_line})"
+                    ),
+                ));
+            }
+            first_index_by_name.insert(&raw.name.value, index);
+            facts.push(ClassFacts {
+                raw: raw_class,
+                index,
+                family: raw.policy_family.as_ref().map(|f| f.value.as_str()),
+                bucket_index: class
+                    .cache_bucket
+                    .as_deref()
+                    .and_then(|bucket| buckets.iter().position(|known| known.name == bucket)),
+            });
+            classes.push(class);
+        }
+        Ok((classes, facts))
+    }
+
+    /// The bucket list: non-empty, valid unique names, bounds from 0 strictly increasing.
     fn check_buckets(
         &self,
         raw_buckets: &Spanned<Vec<Spanned<RawBucket>>>,
@@ -239,60 +249,65 @@ impl ProfileChecker {
         }
         let mut buckets: Vec<CacheBucket> = Vec::with_capacity(raw_buckets.value.len());
         for (index, raw_bucket) in raw_buckets.value.iter().enumerate() {
-            let RawBucket {
-                min_tokens,
-                bucket: name,
-            } = &raw_bucket.value;
-            let entry = format!("uncached_isl_buckets[{index}]");
-            if !is_identifier(&name.value) {
-                return Err(self.error(
-                    &format!("{entry}.bucket"),
-                    &name.referenced,
-                    format!("{entry}: bucket name \"{}\" {IDENTIFIER_RULE}", name.value),
-                ));
-            }
-            if let Some(first) = buckets.iter().position(|known| known.name == name.value) {
-                return Err(self.error(
-                    &format!("{entry}.bucket"),
-                    &name.referenced,
-                    format!(
-                        "{entry}: duplicate bucket name \"{}\" (first at uncached_isl_buckets[{first}])",
-                        name.value
-                    ),
-                ));
-            }
-            let min_path = format!("{entry}.min_tokens");
-            match buckets.last() {
-                None if min_tokens.value != 0 => {
-                    return Err(self.error(
-                        &min_path,
-                        &min_tokens.referenced,
-                        format!(
-                            "{entry} (bucket \"{}\"): the first bucket must start at min_tokens 0, not {}",
-                            name.value, min_tokens.value
-                        ),
-                    ));
-                }
-                Some(previous) if min_tokens.value <= previous.min_tokens => {
-                    return Err(self.error(
-                        &min_path,
-                        &min_tokens.referenced,
-                        format!(
-                            "{entry} (bucket \"{}\"): min_tokens must be strictly increasing, but {} follows {}",
-                            name.value, min_tokens.value, previous.min_tokens
-                        ),
-                    ));
-                }
-                _ => {}
-            }
-            buckets.push(CacheBucket {
-                min_tokens: min_tokens.value,
-                name: name.value.clone(),
-            });
+            let bucket = self.check_bucket(&raw_bucket.value, index, &buckets)?;
+            buckets.push(bucket);
         }
         Ok(buckets)
     }
 
+    /// Entry `index` of the bucket list, given the entries before it.
+    fn check_bucket(
+        &self,
+        raw: &RawBucket,
+        index: usize,
+        earlier: &[CacheBucket],
+    ) -> Result<CacheBucket, PolicyError> {
+        let RawBucket {
+            min_tokens,
+            bucket: name,
+        } = raw;
+        let entry = format!("uncached_isl_buckets[{index}]");
+        let name_error = |detail: String| {
+            Err(self.error(
+                &format!("{entry}.bucket"),
+                &name.referenced,
+                format!("{entry}: {detail}"),
+            ))
+        };
+        if !is_identifier(&name.value) {
+            return name_error(format!("bucket name \"{}\" {IDENTIFIER_RULE}", name.value));
+        }
+        if let Some(first) = earlier.iter().position(|known| known.name == name.value) {
+            return name_error(format!(
+                "duplicate bucket name \"{}\" (first at uncached_isl_buckets[{first}])",
+                name.value
+            ));
+        }
+        let bound_problem = match earlier.last() {
+            None if min_tokens.value != 0 => Some(format!(
+                "the first bucket must start at min_tokens 0, not {}",
+                min_tokens.value
+            )),
+            Some(previous) if min_tokens.value <= previous.min_tokens => Some(format!(
+                "min_tokens must be strictly increasing, but {} follows {}",
+                min_tokens.value, previous.min_tokens
+            )),
+            _ => None,
+        };
+        if let Some(problem) = bound_problem {
+            return Err(self.error(
+                &format!("{entry}.min_tokens"),
+                &min_tokens.referenced,
+                format!("{entry} (bucket \"{}\"): {problem}", name.value),
+            ));
+        }
+        Ok(CacheBucket {
+            min_tokens: min_tokens.value,
+            name: name.value.clone(),
+        })
+    }
+
+    /// One class on its own: name, queue policy, quantum, binding, busy settings.
     fn check_class(
         &self,
         raw: &RawPolicyClass,
@@ -309,38 +324,56 @@ impl ProfileChecker {
                 ),
             ));
         }
+        let queue_policy = match &raw.queue_policy {
+            None => QueuePolicy::Fcfs,
+            Some(policy) => match policy.value {
+                RawQueuePolicy::Fcfs => QueuePolicy::Fcfs,
+                RawQueuePolicy::Wspt => QueuePolicy::Wspt,
+                RawQueuePolicy::Lcfs => {
+                    return Err(self.class_error(
+                        raw,
+                        index,
+                        "queue_policy",
+                        &policy.referenced,
+                        "queue_policy must be fcfs or wspt, not lcfs",
+                    ));
+                }
+            },
+        };
+        if raw.quantum.value == 0 {
+            return Err(self.class_error(
+                raw,
+                index,
+                "quantum",
+                &raw.quantum.referenced,
+                "quantum must be > 0",
+            ));
+        }
+        self.check_binding(raw, index, buckets)?;
+        self.check_busy_settings(raw, index)?;
+        Ok(class_from_raw(raw, queue_policy))
+    }
+
+    /// Both `policy_family` and `cache_bucket` (matrix class, bucket declared) or neither.
+    fn check_binding(
+        &self,
+        raw: &RawPolicyClass,
+        index: usize,
+        buckets: &[CacheBucket],
+    ) -> Result<(), PolicyError> {
+        const BINDING_RULE: &str = "a matrix class needs both, an explicit class neither";
         let fail = |field: &str, at: &Location, detail: String| {
             Err(self.class_error(raw, index, field, at, detail))
         };
-        let queue_policy = match raw.queue_policy.as_ref().map(|p| (p.value, p.referenced)) {
-            None | Some((RawQueuePolicy::Fcfs, _)) => QueuePolicy::Fcfs,
-            Some((RawQueuePolicy::Wspt, _)) => QueuePolicy::Wspt,
-            Some((RawQueuePolicy::Lcfs, at)) => {
-                return fail(
-                    "queue_policy",
-                    &at,
-                    "queue_policy must be fcfs or wspt, not lcfs".into(),
-                );
-            }
-        };
-        if raw.quantum.value == 0 {
-            return fail(
-                "quantum",
-                &raw.quantum.referenced,
-                "quantum must be > 0".into(),
-            );
-        }
         match (&raw.policy_family, &raw.cache_bucket) {
-            (Some(family), _) if !is_identifier(&family.value) => {
-                return fail(
-                    "policy_family",
-                    &family.referenced,
-                    format!("policy_family \"{}\" {IDENTIFIER_RULE}", family.value),
-                );
-            }
+            (Some(family), _) if !is_identifier(&family.value) => fail(
+                "policy_family",
+                &family.referenced,
+                format!("policy_family \"{}\" {IDENTIFIER_RULE}", family.value),
+            ),
             (Some(_), Some(bucket)) if !buckets.iter().any(|known| known.name == bucket.value) => {
                 let declared: Vec<&str> = buckets.iter().map(|known| known.name.as_str()).collect();
-                return fail(
+                fail(
                     "cache_bucket",
                     &bucket.referenced,
                     format!(
@@ -348,75 +381,61 @@ impl ProfileChecker {
                         bucket.value,
                         declared.join(", ")
                     ),
-                );
+                )
             }
-            (Some(family), None) => {
-                return fail(
-                    "cache_bucket",
-                    &family.referenced,
-                    "policy_family is set but cache_bucket is not: a matrix class needs both, an explicit class neither".into(),
-                );
-            }
-            (None, Some(bucket)) => {
-                return fail(
-                    "policy_family",
-                    &bucket.referenced,
-                    "cache_bucket is set but policy_family is not: a matrix class needs both, an explicit class neither".into(),
-                );
-            }
-            _ => {}
+            (Some(family), None) => fail(
+                "cache_bucket",
+                &family.referenced,
+                format!("policy_family is set but cache_bucket is not: {BINDING_RULE}"),
+            ),
+            (None, Some(bucket)) => fail(
+                "policy_family",
+                &bucket.referenced,
+                format!("cache_bucket is set but policy_family is not: {BINDING_RULE}"),
+            ),
+            _ => Ok(()),
         }
+    }
+
+    /// The frac threshold is a finite non-negative multiplier; the ratio lies in (0, 1] and
+    /// only means something next to a threshold.
+    fn check_busy_settings(&self, raw: &RawPolicyClass, index: usize) -> Result<(), PolicyError> {
         if let Some(frac) = &raw.prefill_busy_threshold_frac
             && !(frac.value.is_finite() && frac.value >= 0.0)
         {
-            return fail(
+            return Err(self.class_error(
+                raw,
+                index,
                 "prefill_busy_threshold_frac",
                 &frac.referenced,
                 format!(
                     "prefill_busy_threshold_frac must be finite and >= 0, not {}",
                     frac.value
                 ),
-            );
+            ));
         }
-        if let Some(ratio) = &raw.busy_worker_ratio {
-            if !(ratio.value.is_finite() && ratio.value > 0.0 && ratio.value <= 1.0) {
-                return fail(
-                    "busy_worker_ratio",
-                    &ratio.referenced,
-                    format!("busy_worker_ratio must be in (0, 1], not {}", ratio.value),
-                );
-            }
-            if raw.prefill_busy_threshold.is_none() && raw.prefill_busy_threshold_frac.is_none() {
-                return fail(
-                    "busy_worker_ratio",
-                    &ratio.referenced,
-                    "busy_worker_ratio needs prefill_busy_threshold or prefill_busy_threshold_frac"
-                        .into(),
-                );
-            }
+        let Some(ratio) = &raw.busy_worker_ratio else {
+            return Ok(());
+        };
+        if !(ratio.value.is_finite() && ratio.value > 0.0 && ratio.value <= 1.0) {
+            return Err(self.class_error(
+                raw,
+                index,
+                "busy_worker_ratio",
+                &ratio.referenced,
+                format!("busy_worker_ratio must be in (0, 1], not {}", ratio.value),
+            ));
         }
-        Ok(PolicyClass {
-            name: raw.name.value.clone(),
-            policy_family: raw.policy_family.as_ref().map(|f| f.value.clone()),
-            cache_bucket: raw.cache_bucket.as_ref().map(|b| b.value.clone()),
-            queue_policy,
-            quantum_tokens: raw.quantum.value,
-            prefill_busy_threshold_tokens: raw.prefill_busy_threshold.as_ref().map(|t| t.value),
-            prefill_busy_threshold_frac: raw.prefill_busy_threshold_frac.as_ref().map(|f| f.value),
-            busy_worker_ratio: raw.busy_worker_ratio.as_ref().map(|r| r.value),
-            request_queue_limit_per_worker: raw
-                .request_queue_limit_per_worker
-                .as_ref()
-                .map(|l| l.value),
-            raw_isl_token_queue_limit_per_worker: raw
-                .raw_isl_token_queue_limit_per_worker
-                .as_ref()
-                .map(|l| l.value),
-            cached_token_queue_limit_per_worker: raw
-                .cached_token_queue_limit_per_worker
-                .as_ref()
-                .map(|l| l.value),
-        })
+        if raw.prefill_busy_threshold.is_none() && raw.prefill_busy_threshold_frac.is_none() {
+            return Err(self.class_error(
+                raw,
+                index,
+                "busy_worker_ratio",
+                &ratio.referenced,
+                "busy_worker_ratio needs prefill_busy_threshold or prefill_busy_threshold_frac",
+            ));
+        }
+        Ok(())
     }
 
     fn check_default_family(
@@ -501,28 +520,33 @@ impl ProfileChecker {
             }
             *cell = Some(fact.index);
         }
-        let mut matrix = Vec::with_capacity(cells.len());
-        for (cell_index, cell) in cells.iter().enumerate() {
-            let family = &families[cell_index / buckets.len()];
-            let bucket = &buckets[cell_index % buckets.len()].name;
-            match cell {
-                Some(class_index) => matrix.push(*class_index),
-                None => {
-                    let first_of_family = facts
-                        .iter()
-                        .find(|fact| fact.family == Some(family.as_str()))
-                        .map_or(Location::UNKNOWN, |fact| fact.raw.referenced);
-                    return Err(self.error(
-                        "policy_classes",
-                        &first_of_family,
-                        format!(
-                            "no class for family \"{family}\" and bucket \"{bucket}\": every family needs one class per bucket"
-                        ),
-                    ));
-                }
-            }
+        match cells.iter().position(Option::is_none) {
+            Some(hole) => Err(self.hole_error(hole, facts, families, buckets)),
+            None => Ok(cells.into_iter().flatten().collect()),
         }
-        Ok(matrix)
+    }
+
+    /// A (family, bucket) pair without a class, placed at the family's first class.
+    fn hole_error(
+        &self,
+        cell_index: usize,
+        facts: &[ClassFacts],
+        families: &[String],
+        buckets: &[CacheBucket],
+    ) -> PolicyError {
+        let family = &families[cell_index / buckets.len()];
+        let bucket = &buckets[cell_index % buckets.len()].name;
+        let first_of_family = facts
+            .iter()
+            .find(|fact| fact.family == Some(family.as_str()))
+            .map_or(Location::UNKNOWN, |fact| fact.raw.referenced);
+        self.error(
+            "policy_classes",
+            &first_of_family,
+            format!(
+                "no class for family \"{family}\" and bucket \"{bucket}\": every family needs one class per bucket"
+            ),
+        )
     }
 }
 
@@ -538,6 +562,24 @@ fn path_key(model_name: &str) -> String {
     }
     let escaped = model_name.replace('\\', "\\\\").replace('"', "\\\"");
     format!("\"{escaped}\"")
+}
+
+/// The validated class of a raw class that passed every check.
+fn class_from_raw(raw: &RawPolicyClass, queue_policy: QueuePolicy) -> PolicyClass {
+    let value_of = |field: &Option<Spanned<u64>>| field.as_ref().map(|spanned| spanned.value);
+    PolicyClass {
+        name: raw.name.value.clone(),
+        policy_family: raw.policy_family.as_ref().map(|f| f.value.clone()),
+        cache_bucket: raw.cache_bucket.as_ref().map(|b| b.value.clone()),
+        queue_policy,
+        quantum_tokens: raw.quantum.value,
+        prefill_busy_threshold_tokens: value_of(&raw.prefill_busy_threshold),
+        prefill_busy_threshold_frac: raw.prefill_busy_threshold_frac.as_ref().map(|f| f.value),
+        busy_worker_ratio: raw.busy_worker_ratio.as_ref().map(|r| r.value),
+        request_queue_limit_per_worker: value_of(&raw.request_queue_limit_per_worker),
+        raw_isl_token_queue_limit_per_worker: value_of(&raw.raw_isl_token_queue_limit_per_worker),
+        cached_token_queue_limit_per_worker: value_of(&raw.cached_token_queue_limit_per_worker),
+    }
 }
 
 /// Families in order of first appearance among the matrix classes.
