@@ -1,1 +1,0 @@
-//! Dynamo's router policy YAML: raw schema, validation with locations, and class resolution.

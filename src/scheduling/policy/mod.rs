@@ -1,0 +1,449 @@
+//! Dynamo's router policy YAML: raw schema, validation with locations, and class resolution.
+//!
+//! Read a document with [`PolicyConfig::from_yaml_str`] or [`PolicyConfig::from_path`]; pick a
+//! profile per model with [`PolicyConfig::profile_for`] (falling back to
+//! [`PolicyProfile::synthetic`] when it returns `None`); resolve a request's class with
+//! [`PolicyProfile::resolve_class_index`]. A document embedded in a larger YAML file can be
+//! deserialized as [`RawPolicyConfig`] and checked with [`validate`].
+
+mod describe;
+mod error;
+mod locate;
+mod profile;
+pub mod raw;
+mod validate;
+
+pub use describe::describe;
+pub use error::PolicyError;
+pub use locate::locate_field_path;
+pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyProfile};
+pub use raw::RawPolicyConfig;
+pub use validate::validate;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A validated policy document: an optional root profile and per-model profiles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyConfig {
+    /// The profile for models without their own (`None` if the document has no root profile).
+    pub root: Option<PolicyProfile>,
+    /// Model name -> the profile that replaces the root profile for that model.
+    pub models: BTreeMap<String, PolicyProfile>,
+}
+
+impl PolicyConfig {
+    /// Parses and validates a policy document. `source_name` (usually the file path) is put
+    /// into errors so they read `policy.yaml:12: root: class "x": quantum must be > 0`.
+    pub fn from_yaml_str(text: &str, source_name: Option<&str>) -> Result<Self, PolicyError> {
+        let with_source = |error: PolicyError| match source_name {
+            Some(name) => error.with_source_name(name),
+            None => error,
+        };
+        let raw = parse_raw(text).map_err(with_source)?;
+        validate(&raw).map_err(|error| with_source(error.located_in(text)))
+    }
+
+    /// Reads, parses and validates the policy file at `path`.
+    pub fn from_path(path: &Path) -> Result<Self, PolicyError> {
+        let source_name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|io_error| {
+            PolicyError::new(
+                "file",
+                String::new(),
+                None,
+                format!("cannot read the policy file: {io_error}"),
+            )
+            .with_source_name(source_name.clone())
+        })?;
+        Self::from_yaml_str(&text, Some(&source_name))
+    }
+
+    /// Builds a config from an already deserialized document (e.g. the policy keys embedded
+    /// in a scenario file); the same as [`validate`].
+    pub fn from_raw(raw: &RawPolicyConfig) -> Result<Self, PolicyError> {
+        validate(raw)
+    }
+
+    /// The profile for `model`: its own profile if it has one (which replaces the root profile
+    /// wholesale), else the root profile, else `None` meaning "use the synthetic profile".
+    pub fn profile_for(&self, model: Option<&str>) -> Option<&PolicyProfile> {
+        model
+            .and_then(|name| self.models.get(name))
+            .or(self.root.as_ref())
+    }
+}
+
+/// Parses text into the raw schema; an empty or null document is an empty config.
+pub fn parse_raw(text: &str) -> Result<RawPolicyConfig, PolicyError> {
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    match serde_saphyr::from_str_with_options::<Option<RawPolicyConfig>>(text, options) {
+        Ok(raw) => Ok(raw.unwrap_or_default()),
+        Err(parse_error) => Err(describe_parse_error(text, &parse_error)),
+    }
+}
+
+/// A serde-saphyr error as a [`PolicyError`]: the profile found from the error's line, the
+/// message without serde-saphyr's own " at line X, column Y" tail (the Display adds the line).
+fn describe_parse_error(text: &str, parse_error: &serde_saphyr::Error) -> PolicyError {
+    let location = parse_error.location();
+    let rendered = parse_error.to_string();
+    let detail = match rendered.rfind(" at line ") {
+        Some(tail_start) if location.is_some() => &rendered[..tail_start],
+        _ => rendered.as_str(),
+    };
+    let line = location.map_or(0, |at| usize::try_from(at.line()).unwrap_or(0));
+    let profile = profile_at_line(text, line);
+    let message = match offending_source_line(text, line) {
+        // A missing field is reported at the end of its mapping: that line would mislead.
+        Some(source_line) if !detail.starts_with("missing field") => {
+            format!("invalid YAML: {detail} in `{source_line}`")
+        }
+        _ => format!("invalid YAML: {detail}"),
+    };
+    PolicyError::new(&profile, String::new(), location.as_ref(), message)
+}
+
+/// The trimmed text of 1-based `line`, shortened to keep messages one line long.
+fn offending_source_line(text: &str, line: usize) -> Option<String> {
+    const MAX_CHARS: usize = 60;
+    let source_line = text.lines().nth(line.checked_sub(1)?)?.trim();
+    if source_line.is_empty() {
+        return None;
+    }
+    if source_line.chars().count() <= MAX_CHARS {
+        return Some(source_line.to_string());
+    }
+    let shortened: String = source_line.chars().take(MAX_CHARS).collect();
+    Some(format!("{shortened}..."))
+}
+
+/// Which profile a (block-style) document is describing at 1-based `line`: `model "name"` if
+/// the line lies under `models:` and a model key, else `root`. A heuristic for parse errors,
+/// which serde-saphyr reports by position only.
+fn profile_at_line(text: &str, line: usize) -> String {
+    let mut in_models = false;
+    let mut model_indent: Option<usize> = None;
+    let mut model: Option<String> = None;
+    for source_line in text.lines().take(line) {
+        let trimmed = source_line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let indent = source_line.len() - trimmed.len();
+        let key = trimmed
+            .split_once(':')
+            .map(|(key, _)| key.trim().trim_matches(['"', '\'']));
+        if indent == 0 {
+            in_models = key == Some("models");
+            model_indent = None;
+            model = None;
+        } else if in_models && model_indent.is_none_or(|model_indent| indent <= model_indent) {
+            model_indent = Some(indent);
+            model = key.map(str::to_string);
+        }
+    }
+    match model {
+        Some(name) => format!("model \"{name}\""),
+        None => "root".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::types::QueuePolicy;
+    use proptest::prelude::*;
+    use serde::Deserialize;
+
+    const SAMPLE: &str = include_str!("../../../tests/fixtures/policy/sample.yaml");
+    const PREMIUM_REGULAR: &str =
+        include_str!("../../../tests/fixtures/policy/premium-regular.yaml");
+    const MODELS: &str = include_str!("../../../tests/fixtures/policy/models.yaml");
+
+    #[test]
+    fn premium_regular_example_is_accepted() {
+        let config = PolicyConfig::from_yaml_str(PREMIUM_REGULAR, None).unwrap();
+        let root = config.root.as_ref().unwrap();
+        let quanta: Vec<(&str, u64)> = root
+            .classes()
+            .iter()
+            .map(|class| (class.name.as_str(), class.quantum_tokens))
+            .collect();
+        assert_eq!(quanta, [("premium", 512), ("regular", 128)]);
+        assert_eq!(root.classes()[0].request_queue_limit_per_worker, Some(1024));
+        assert_eq!(root.resolve_class_index(Some("premium"), 512), 0);
+        assert_eq!(root.resolve_class_index(Some("gold"), 512), 1);
+        assert!(config.models.is_empty());
+    }
+
+    #[test]
+    fn model_profile_replaces_the_root_wholesale() {
+        let config = PolicyConfig::from_yaml_str(MODELS, None).unwrap();
+        let llama = config.profile_for(Some("llama")).unwrap();
+        let names: Vec<&str> = llama
+            .classes()
+            .iter()
+            .map(|class| class.name.as_str())
+            .collect();
+        assert_eq!(names, ["bulk_short", "bulk_long"]);
+        // The root's families do not leak into the model profile.
+        assert_eq!(llama.resolve_class_index(Some("premium"), 2000), 1);
+        assert_eq!(llama.default_policy_family(), Some("bulk"));
+        let other = config.profile_for(Some("mistral")).unwrap();
+        assert_eq!(other.default_policy_family(), Some("regular"));
+        assert_eq!(
+            config.profile_for(None).unwrap().default_policy_family(),
+            Some("regular")
+        );
+    }
+
+    #[test]
+    fn no_profile_applies_without_root_or_matching_model() {
+        let models_only: String = MODELS
+            .lines()
+            .skip_while(|line| !line.starts_with("models:"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let config = PolicyConfig::from_yaml_str(&models_only, None).unwrap();
+        assert!(config.root.is_none());
+        assert!(config.profile_for(Some("llama")).is_some());
+        assert!(config.profile_for(Some("mistral")).is_none());
+        assert!(config.profile_for(None).is_none());
+    }
+
+    #[test]
+    fn from_path_names_the_file_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, SAMPLE.replace("quantum: 2048", "quantum: 0")).unwrap();
+        let error = PolicyConfig::from_path(&path).unwrap_err();
+        let expected = format!(
+            "{}:13: root: class \"cached\": quantum must be > 0",
+            path.display()
+        );
+        assert_eq!(error.to_string(), expected);
+        std::fs::write(&path, SAMPLE).unwrap();
+        assert!(PolicyConfig::from_path(&path).unwrap().root.is_some());
+    }
+
+    #[test]
+    fn unreadable_file_is_a_read_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.yaml");
+        let error = PolicyConfig::from_path(&path).unwrap_err();
+        assert_eq!(error.location, "file");
+        assert_eq!(
+            error.source_name.as_deref(),
+            Some(path.display().to_string().as_str())
+        );
+        assert!(
+            error
+                .message
+                .starts_with("file: cannot read the policy file"),
+            "{error}"
+        );
+    }
+
+    /// How a scenario file embeds the policy keys: lines stay absolute in the outer file.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Scenario {
+        #[allow(dead_code, reason = "only here to shift the policy down the file")]
+        name: String,
+        router: RawPolicyConfig,
+    }
+
+    #[test]
+    fn embedded_policy_errors_keep_absolute_lines_and_a_field_path() {
+        let embedded: String = SAMPLE
+            .replace("quantum: 512", "quantum: 0")
+            .lines()
+            .map(|line| format!("  {line}\n"))
+            .collect();
+        let text = format!("name: demo\nrouter:\n{embedded}");
+        let scenario: Scenario = serde_saphyr::from_str(&text).unwrap();
+        let error = PolicyConfig::from_raw(&scenario.router)
+            .unwrap_err()
+            .with_path_prefix("router")
+            .with_source_name("scenario.yaml");
+        assert_eq!(error.line, Some(2 + 19));
+        assert_eq!(&*error.field_path, "router.policy_classes[1].quantum");
+        assert_eq!(
+            error.to_string(),
+            "scenario.yaml:21: root: class \"uncached\": quantum must be > 0"
+        );
+    }
+
+    /// A router section that mixes the policy keys with other knobs through `flatten`.
+    #[derive(Deserialize)]
+    struct FlatRouter {
+        #[allow(dead_code, reason = "a knob next to the policy keys")]
+        router_temperature: f64,
+        #[serde(flatten)]
+        policy: RawPolicyConfig,
+    }
+
+    #[test]
+    fn flattened_policy_errors_find_their_line_from_the_field_path() {
+        let text = format!(
+            "router_temperature: 0.5\n{}",
+            SAMPLE.replace("quantum: 512", "quantum: 0")
+        );
+        let router: FlatRouter = serde_saphyr::from_str(&text).unwrap();
+        let error = PolicyConfig::from_raw(&router.policy).unwrap_err();
+        assert_eq!(error.line, None, "flatten drops spans");
+        let error = error.located_in(&text);
+        assert_eq!(error.line, Some(20));
+        assert_eq!(error.column, Some(14));
+    }
+
+    #[test]
+    fn model_names_with_dots_are_quoted_in_field_paths() {
+        let indented: String = PREMIUM_REGULAR
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let text = format!(
+            "models:\n  meta/llama-3.1:\n{}",
+            indented.replace("quantum: 128", "quantum: 0")
+        );
+        let error = PolicyConfig::from_yaml_str(&text, None).unwrap_err();
+        assert_eq!(
+            &*error.field_path,
+            "models.\"meta/llama-3.1\".policy_classes[1].quantum"
+        );
+        assert_eq!(
+            locate_field_path(&text, &error.field_path).map(|at| at.0),
+            error.line
+        );
+    }
+
+    #[test]
+    fn null_document_counts_as_empty() {
+        for text in ["~\n", "null\n", "---\n"] {
+            let error = PolicyConfig::from_yaml_str(text, None).unwrap_err();
+            assert!(
+                error
+                    .message
+                    .starts_with("root: the document defines no profile"),
+                "{text:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_line() {
+        let error = PolicyConfig::from_yaml_str("policy_classes: [\n", Some("p.yaml")).unwrap_err();
+        assert_eq!(error.line, Some(1));
+        assert!(
+            error
+                .to_string()
+                .starts_with("p.yaml:1: root: invalid YAML:"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn type_errors_quote_the_offending_line() {
+        let text = SAMPLE.replace("quantum: 512", "quantum: -512");
+        let error = PolicyConfig::from_yaml_str(&text, Some("p.yaml")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "p.yaml:19: root: invalid YAML: invalid u64 in `quantum: -512`"
+        );
+        assert_eq!(error.column, Some(14));
+    }
+
+    #[test]
+    fn long_offending_lines_are_shortened() {
+        let long_line = format!("x: {}", "y".repeat(100));
+        let shortened = offending_source_line(&long_line, 1).unwrap();
+        assert_eq!(shortened.chars().count(), 63);
+        assert!(shortened.ends_with("..."));
+        assert_eq!(offending_source_line("a\n\n", 2), None);
+        assert_eq!(offending_source_line("a", 0), None);
+    }
+
+    #[test]
+    fn profile_at_line_follows_models_blocks() {
+        let text = "a: 1\nmodels:\n  m1:\n    x: 1\n  m2:\n    y: 1\n\nz: 2\n";
+        assert_eq!(profile_at_line(text, 1), "root");
+        assert_eq!(profile_at_line(text, 2), "root");
+        assert_eq!(profile_at_line(text, 4), "model \"m1\"");
+        assert_eq!(profile_at_line(text, 6), "model \"m2\"");
+        assert_eq!(profile_at_line(text, 8), "root");
+        assert_eq!(profile_at_line(text, 0), "root");
+    }
+
+    #[test]
+    fn synthetic_profile_is_the_fallback_callers_use() {
+        let config = PolicyConfig::from_yaml_str(MODELS, None).unwrap();
+        let fallback = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
+        let models_only = PolicyConfig {
+            root: None,
+            models: config.models.clone(),
+        };
+        let chosen = models_only.profile_for(Some("other")).unwrap_or(&fallback);
+        assert!(chosen.is_synthetic());
+    }
+
+    /// The sample with `insert` put at byte `cut_at` (wrapped, snapped to a char boundary) and
+    /// the `delete_len` bytes after it removed: broken documents of every kind.
+    fn mutate(text: &str, cut_at: usize, insert: &str, delete_len: usize) -> String {
+        let floor_boundary = |mut index: usize| {
+            while !text.is_char_boundary(index) {
+                index -= 1;
+            }
+            index
+        };
+        let cut = floor_boundary(cut_at % (text.len() + 1));
+        let resume = floor_boundary(cut.saturating_add(delete_len).min(text.len())).max(cut);
+        format!("{}{insert}{}", &text[..cut], &text[resume..])
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            let _ = PolicyConfig::from_yaml_str(&text, Some("fuzz.yaml"));
+        }
+
+        #[test]
+        fn locating_any_path_in_any_text_never_panics(text in "\\PC{0,120}", path in "\\PC{0,30}") {
+            let _ = locate_field_path(&text, &path);
+        }
+
+        #[test]
+        fn yaml_shaped_text_never_panics(
+            text in "([a-z_]{1,22}: ?(-?[0-9]{1,4}|\\[|\\]|\\{|\\}|[a-z]{1,6}|\\.nan|~)?\n {0,6}(- )?){0,12}"
+        ) {
+            let _ = PolicyConfig::from_yaml_str(&text, None);
+        }
+
+        #[test]
+        fn mutated_sample_never_panics(
+            cut_at in 0usize..2000,
+            insert in prop::sample::select(vec![
+                "", "\n", "  ", "- ", ": ", "0", "-1", "x", "\"", "'", "[", "]", "{", "}", "#",
+                "&a ", "*a", "<<: ", "quantum: 0\n", "  - name: z\n", ".nan", "1e400",
+                "18446744073709551616", "models:\n  m:\n", "lcfs",
+            ]),
+            delete_len in 0usize..40,
+        ) {
+            let text = mutate(SAMPLE, cut_at, insert, delete_len);
+            if let Ok(config) = PolicyConfig::from_yaml_str(&text, None) {
+                // Whatever was accepted must resolve every request to a real class.
+                for profile in config.root.iter().chain(config.models.values()) {
+                    for uncached_tokens in [0, 1, 3071, 3072, u64::MAX] {
+                        for requested in [None, Some("latency"), Some("cached"), Some("custom_priority")] {
+                            let index = profile.resolve_class_index(requested, uncached_tokens);
+                            prop_assert!(index < profile.classes().len());
+                        }
+                    }
+                }
+                let _ = describe(&config);
+            }
+        }
+    }
+}
