@@ -369,3 +369,218 @@ fn split_heap<T>(
     }
     BinaryHeap::from(kept)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(id: u64) -> WorkerWithDpRank {
+        WorkerWithDpRank::new(id, 0)
+    }
+
+    /// FCFS-like entry: payload = seq, everything at offset 0 so seq decides.
+    fn entry(seq: u64, cost: u64, placement: Placement) -> QueueEntry<u64> {
+        QueueEntry {
+            payload: seq,
+            class_index: 0,
+            key: PriorityKey {
+                strict_priority: 0,
+                score: 0.0,
+                seq,
+            },
+            snapshot: QueueSnapshot::new(cost, 0),
+            placement,
+        }
+    }
+
+    fn exact(id: u64) -> Placement {
+        Placement::Exact(worker(id))
+    }
+
+    /// Predicate: an entry is dispatchable unless it is pinned to a worker in `full`.
+    fn unless_pinned_to<'a>(full: &'a [u64]) -> impl FnMut(&QueueEntry<u64>) -> bool + 'a {
+        move |e| match e.placement {
+            Placement::Exact(w) => !full.contains(&w.worker_id),
+            Placement::Any => true,
+        }
+    }
+
+    fn pop_best(
+        queue: &mut PolicyClassQueue<u64>,
+        pred: &mut dyn FnMut(&QueueEntry<u64>) -> bool,
+    ) -> Option<u64> {
+        let (placement, _) = queue.next_dispatchable(pred)?;
+        let popped = queue.pop(placement).map(|e| e.payload);
+        queue.check_invariants().unwrap();
+        popped
+    }
+
+    #[test]
+    fn shared_head_and_lane_heads_compete_by_key() {
+        let mut queue = PolicyClassQueue::new();
+        queue.push(entry(2, 5, Placement::Any));
+        queue.push(entry(1, 6, exact(9)));
+        queue.push(entry(3, 7, exact(9)));
+        queue.push(entry(0, 8, exact(7)));
+        queue.check_invariants().unwrap();
+        let mut all = |_: &QueueEntry<u64>| true;
+        assert_eq!(queue.next_dispatchable(&mut all), Some((exact(7), 8)));
+        let order: Vec<u64> = std::iter::from_fn(|| pop_best(&mut queue, &mut all)).collect();
+        assert_eq!(order, vec![0, 1, 2, 3]);
+        assert!(queue.is_empty());
+        assert_eq!(queue.lane_count(), 0, "emptied lanes are deleted");
+    }
+
+    #[test]
+    fn full_worker_blocks_only_its_own_lane() {
+        let mut queue = PolicyClassQueue::new();
+        queue.push(entry(0, 1, exact(7)));
+        queue.push(entry(1, 1, exact(7)));
+        queue.push(entry(2, 1, exact(9)));
+        queue.push(entry(3, 1, Placement::Any));
+        let full = [7];
+        let mut pred = unless_pinned_to(&full);
+        assert_eq!(
+            pop_best(&mut queue, &mut pred),
+            Some(2),
+            "worker 9's lane still runs"
+        );
+        assert!(queue.is_blocked(worker(7)));
+        assert_eq!(
+            pop_best(&mut queue, &mut pred),
+            Some(3),
+            "the shared head still runs"
+        );
+        assert_eq!(pop_best(&mut queue, &mut pred), None);
+        assert_eq!(queue.len(), 2);
+    }
+
+    #[test]
+    fn blocked_shared_head_does_not_hide_lanes_nor_bypass_its_own_order() {
+        let mut queue = PolicyClassQueue::new();
+        queue.push(entry(0, 1, Placement::Any));
+        queue.push(entry(1, 1, Placement::Any));
+        queue.push(entry(2, 1, exact(9)));
+        let mut shared_full = |e: &QueueEntry<u64>| e.placement != Placement::Any;
+        assert_eq!(pop_best(&mut queue, &mut shared_full), Some(2));
+        // The second shared entry never jumps the blocked first one.
+        assert_eq!(pop_best(&mut queue, &mut shared_full), None);
+    }
+
+    #[test]
+    fn blocked_lane_is_not_asked_again_until_rechecked() {
+        let mut queue = PolicyClassQueue::new();
+        queue.push(entry(0, 1, exact(7)));
+        let mut calls = 0;
+        let mut never = |_: &QueueEntry<u64>| {
+            calls += 1;
+            false
+        };
+        assert_eq!(queue.next_dispatchable(&mut never), None);
+        assert_eq!(queue.next_dispatchable(&mut never), None);
+        assert_eq!(calls, 1);
+        // A new arrival in a blocked lane leaves it blocked.
+        queue.push(entry(1, 1, exact(7)));
+        queue.check_invariants().unwrap();
+        let mut all = |_: &QueueEntry<u64>| true;
+        assert_eq!(queue.next_dispatchable(&mut all), None);
+        queue.recheck_worker(worker(9));
+        assert_eq!(
+            queue.next_dispatchable(&mut all),
+            None,
+            "only worker 7 unblocks 7"
+        );
+        queue.recheck_worker(worker(7));
+        queue.check_invariants().unwrap();
+        assert_eq!(queue.next_dispatchable(&mut all), Some((exact(7), 1)));
+    }
+
+    #[test]
+    fn recheck_all_workers_unblocks_every_lane() {
+        let mut queue = PolicyClassQueue::new();
+        for id in 0..4 {
+            queue.push(entry(id, 1, exact(id)));
+        }
+        let mut never = |_: &QueueEntry<u64>| false;
+        assert_eq!(queue.next_dispatchable(&mut never), None);
+        assert_eq!(queue.blocked_lane_count(), 4);
+        queue.recheck_all_workers();
+        queue.check_invariants().unwrap();
+        assert_eq!(queue.blocked_lane_count(), 0);
+        let mut all = |_: &QueueEntry<u64>| true;
+        assert_eq!(queue.next_dispatchable(&mut all), Some((exact(0), 1)));
+    }
+
+    #[test]
+    fn each_blocked_lane_is_checked_once_while_draining() {
+        let lanes = 10_000u64;
+        let mut queue = PolicyClassQueue::new();
+        for id in 0..lanes {
+            queue.push(entry(id, 1, exact(id)));
+        }
+        let mut calls = 0u64;
+        let mut even_workers_full = |e: &QueueEntry<u64>| {
+            calls += 1;
+            matches!(e.placement, Placement::Exact(w) if w.worker_id % 2 == 1)
+        };
+        let mut drained = 0;
+        while let Some((placement, _)) = queue.next_dispatchable(&mut even_workers_full) {
+            queue.pop(placement).unwrap();
+            drained += 1;
+        }
+        assert_eq!(drained, lanes / 2);
+        assert_eq!(calls, lanes, "one predicate call per lane");
+        queue.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn take_if_removes_everywhere_keeps_blocked_lanes_blocked() {
+        let mut queue = PolicyClassQueue::new();
+        queue.push(entry(0, 1, exact(7)));
+        queue.push(entry(1, 1, exact(7)));
+        queue.push(entry(2, 1, exact(9)));
+        queue.push(entry(3, 1, Placement::Any));
+        queue.push(entry(4, 1, exact(5)));
+        let mut never = |_: &QueueEntry<u64>| false;
+        queue.next_dispatchable(&mut never);
+        assert_eq!(queue.blocked_lane_count(), 3);
+        let removed: Vec<u64> = queue
+            .take_if(&mut |p| [0, 2, 3].contains(p))
+            .into_iter()
+            .map(|e| e.payload)
+            .collect();
+        assert_eq!(removed, vec![0, 2, 3], "returned in enqueue order");
+        queue.check_invariants().unwrap();
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.lane_count(), 2, "worker 9's emptied lane is gone");
+        assert!(
+            queue.is_blocked(worker(7)),
+            "lane 7 keeps entries and stays blocked"
+        );
+        let mut all = |_: &QueueEntry<u64>| true;
+        assert_eq!(queue.next_dispatchable(&mut all), None);
+        queue.recheck_worker(worker(7));
+        assert_eq!(pop_best(&mut queue, &mut all), Some(1));
+    }
+
+    #[test]
+    fn higher_priority_arrival_replaces_lane_head() {
+        let mut queue = PolicyClassQueue::new();
+        queue.push(entry(5, 1, exact(7)));
+        queue.push(entry(6, 1, exact(8)));
+        queue.push(entry(1, 1, exact(8)));
+        queue.check_invariants().unwrap();
+        let mut all = |_: &QueueEntry<u64>| true;
+        assert_eq!(pop_best(&mut queue, &mut all), Some(1));
+        assert_eq!(pop_best(&mut queue, &mut all), Some(5));
+        assert_eq!(pop_best(&mut queue, &mut all), Some(6));
+    }
+
+    #[test]
+    fn pop_of_empty_placement_is_none() {
+        let mut queue: PolicyClassQueue<u64> = PolicyClassQueue::new();
+        assert!(queue.pop(Placement::Any).is_none());
+        assert!(queue.pop(exact(3)).is_none());
+        queue.check_invariants().unwrap();
+    }
+}
