@@ -343,3 +343,286 @@ fn check_rank_matches(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: SimTime = SimTime::ZERO;
+
+    fn rank(worker_id: u64, dp_rank: u32) -> WorkerWithDpRank {
+        WorkerWithDpRank::new(worker_id, dp_rank)
+    }
+
+    fn tracker_with(ranks: &[WorkerWithDpRank]) -> LoadTracker {
+        let mut tracker = LoadTracker::new();
+        for &r in ranks {
+            assert!(tracker.add_rank(r));
+        }
+        tracker
+    }
+
+    #[test]
+    fn booking_counts_tokens_blocks_and_requests() {
+        let a = rank(1, 0);
+        let mut tracker = tracker_with(&[a]);
+        tracker
+            .add_request(T0, RequestId(1), a, &[10, 11, 12], Some(300))
+            .unwrap();
+        assert_eq!(tracker.active_prefill_tokens(a), 300);
+        assert_eq!(tracker.active_blocks(a), 3);
+        assert_eq!(tracker.active_requests(a), 1);
+        assert_eq!(tracker.rank_of(RequestId(1)), Some(a));
+        tracker.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn duplicate_id_is_rejected_and_existing_booking_untouched() {
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let mut tracker = tracker_with(&[a, b]);
+        tracker
+            .add_request(T0, RequestId(7), a, &[1, 2], Some(100))
+            .unwrap();
+        let again = tracker.add_request(T0, RequestId(7), b, &[5, 6, 7], Some(50));
+        assert_eq!(again, Err(LoadError::DuplicateRequest(RequestId(7))));
+        assert_eq!(tracker.rank_of(RequestId(7)), Some(a));
+        assert_eq!(
+            (tracker.active_prefill_tokens(a), tracker.active_blocks(a)),
+            (100, 2)
+        );
+        assert_eq!(
+            (tracker.active_prefill_tokens(b), tracker.active_blocks(b)),
+            (0, 0)
+        );
+        assert_eq!(tracker.active_requests(b), 0);
+        tracker.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn unknown_rank_is_rejected_without_side_effects() {
+        let mut tracker = tracker_with(&[rank(1, 0)]);
+        let missing = rank(1, 1);
+        let result = tracker.add_request(T0, RequestId(1), missing, &[1], Some(5));
+        assert_eq!(result, Err(LoadError::WorkerNotFound(missing)));
+        assert_eq!(tracker.rank_of(RequestId(1)), None);
+        assert_eq!(tracker.request_count(), 0);
+    }
+
+    #[test]
+    fn prefill_state_only_for_positive_tokens() {
+        let a = rank(1, 0);
+        let mut tracker = tracker_with(&[a]);
+        tracker
+            .add_request(T0, RequestId(1), a, &[1], None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(2), a, &[1], Some(0))
+            .unwrap();
+        assert_eq!(tracker.active_prefill_tokens(a), 0);
+        assert_eq!(tracker.active_requests(a), 2);
+        tracker.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn shared_prefix_is_counted_once_per_rank() {
+        let (a, b) = (rank(1, 0), rank(1, 1));
+        let mut tracker = tracker_with(&[a, b]);
+        tracker
+            .add_request(T0, RequestId(1), a, &[1, 2, 3], None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(2), a, &[1, 2, 4, 5], None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(3), b, &[1, 2], None)
+            .unwrap();
+        assert_eq!(tracker.active_blocks(a), 5, "1,2 shared; 3,4,5 own");
+        assert_eq!(
+            tracker.active_blocks(b),
+            2,
+            "other ranks count their own copy"
+        );
+        tracker.free(RequestId(1));
+        assert_eq!(
+            tracker.active_blocks(a),
+            4,
+            "shared prefix survives its other holder"
+        );
+        tracker.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn mark_prefill_completed_keeps_blocks_and_is_idempotent() {
+        let a = rank(1, 0);
+        let mut tracker = tracker_with(&[a]);
+        tracker
+            .add_request(T0, RequestId(1), a, &[1, 2], Some(128))
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(2), a, &[3], Some(64))
+            .unwrap();
+        assert_eq!(tracker.mark_prefill_completed(RequestId(1)), Some(a));
+        assert_eq!(tracker.active_prefill_tokens(a), 64);
+        assert_eq!(tracker.active_blocks(a), 3);
+        assert_eq!(tracker.mark_prefill_completed(RequestId(1)), Some(a));
+        assert_eq!(
+            tracker.active_prefill_tokens(a),
+            64,
+            "second call changes nothing"
+        );
+        assert_eq!(tracker.mark_prefill_completed(RequestId(99)), None);
+        tracker.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn free_releases_everything_and_returns_the_rank() {
+        let ranks = [rank(1, 0), rank(2, 0), rank(2, 1)];
+        let mut tracker = tracker_with(&ranks);
+        for id in 0..30u64 {
+            let r = ranks[(id % 3) as usize];
+            let hashes: Vec<SeqHash> = (0..=(id % 5)).collect();
+            tracker
+                .add_request(T0, RequestId(id), r, &hashes, Some(10 + id))
+                .unwrap();
+        }
+        tracker.mark_prefill_completed(RequestId(4));
+        for id in 0..30u64 {
+            assert_eq!(tracker.free(RequestId(id)), Some(ranks[(id % 3) as usize]));
+        }
+        assert_eq!(tracker.free(RequestId(0)), None, "second free is a no-op");
+        for r in ranks {
+            assert_eq!(tracker.active_blocks(r), 0);
+            assert_eq!(tracker.active_prefill_tokens(r), 0);
+            assert_eq!(tracker.active_requests(r), 0);
+        }
+        assert_eq!(tracker.request_count(), 0);
+        tracker.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn freed_id_can_be_booked_again() {
+        let a = rank(1, 0);
+        let mut tracker = tracker_with(&[a]);
+        tracker
+            .add_request(T0, RequestId(1), a, &[1], None)
+            .unwrap();
+        tracker.free(RequestId(1));
+        assert!(tracker.add_request(T0, RequestId(1), a, &[1], None).is_ok());
+    }
+
+    #[test]
+    fn projection_counts_only_leading_live_blocks_as_overlap() {
+        let (a, b, c) = (rank(1, 0), rank(2, 0), rank(3, 0));
+        let mut tracker = tracker_with(&[c, a, b]);
+        tracker
+            .add_request(T0, RequestId(1), a, &[1, 2, 3], Some(40))
+            .unwrap();
+        // b holds blocks 2 and 3 but not the leading block 1: no overlap at all.
+        tracker
+            .add_request(T0, RequestId(2), b, &[9, 2, 3], Some(20))
+            .unwrap();
+        let rows = tracker.project(T0, &[1, 2, 7, 8]);
+        assert_eq!(
+            rows.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            vec![a, b, c]
+        );
+        assert_eq!(
+            rows[0],
+            RankLoad {
+                rank: a,
+                active_prefill_tokens: 40,
+                active_decode_blocks: 3,
+                additional_active_blocks: 2,
+                active_requests: 1,
+            }
+        );
+        assert_eq!(rows[0].potential_decode_blocks(), 5);
+        assert_eq!(rows[1].additional_active_blocks, 4);
+        assert_eq!(rows[2].additional_active_blocks, 4);
+        assert_eq!(rows[2].active_decode_blocks, 0);
+        assert!(
+            tracker
+                .project(T0, &[])
+                .iter()
+                .all(|r| r.additional_active_blocks == 0)
+        );
+    }
+
+    #[test]
+    fn ranks_are_sorted_and_remove_worker_drops_its_bookings() {
+        let mut tracker = tracker_with(&[rank(2, 1), rank(1, 0), rank(2, 0)]);
+        assert!(!tracker.add_rank(rank(1, 0)), "re-adding is a no-op");
+        assert_eq!(tracker.ranks(), vec![rank(1, 0), rank(2, 0), rank(2, 1)]);
+        tracker
+            .add_request(T0, RequestId(5), rank(2, 1), &[1], Some(3))
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(4), rank(2, 0), &[1], Some(3))
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(6), rank(1, 0), &[1], Some(3))
+            .unwrap();
+        assert_eq!(tracker.remove_worker(2), vec![RequestId(4), RequestId(5)]);
+        assert_eq!(tracker.ranks(), vec![rank(1, 0)]);
+        assert_eq!(tracker.free(RequestId(5)), None);
+        assert_eq!(tracker.free(RequestId(6)), Some(rank(1, 0)));
+        tracker.check_invariants().unwrap();
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        AddRank(u64, u32),
+        RemoveWorker(u64),
+        Add(u64, u64, u32, Vec<SeqHash>, Option<u64>),
+        Complete(u64),
+        Free(u64),
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..4u64, 0..3u32).prop_map(|(w, d)| Op::AddRank(w, d)),
+            (0..4u64).prop_map(Op::RemoveWorker),
+            (
+                0..12u64,
+                0..4u64,
+                0..3u32,
+                prop::collection::vec(0..8u64, 0..6),
+                prop::option::of(0..500u64)
+            )
+                .prop_map(|(id, w, d, h, p)| Op::Add(id, w, d, h, p)),
+            (0..12u64).prop_map(Op::Complete),
+            (0..12u64).prop_map(Op::Free),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn no_operation_sequence_panics_or_breaks_invariants(
+            ops in prop::collection::vec(op_strategy(), 0..80)
+        ) {
+            let mut tracker = LoadTracker::new();
+            for op in ops {
+                match op {
+                    Op::AddRank(w, d) => { tracker.add_rank(rank(w, d)); }
+                    Op::RemoveWorker(w) => { tracker.remove_worker(w); }
+                    Op::Add(id, w, d, hashes, prefill) => {
+                        let _ = tracker.add_request(T0, RequestId(id), rank(w, d), &hashes, prefill);
+                    }
+                    Op::Complete(id) => { tracker.mark_prefill_completed(RequestId(id)); }
+                    Op::Free(id) => { tracker.free(RequestId(id)); }
+                }
+                prop_assert_eq!(tracker.check_invariants(), Ok(()));
+                let _ = tracker.project(T0, &[0, 1, 2]);
+            }
+            for id in 0..12 {
+                tracker.free(RequestId(id));
+            }
+            for r in tracker.ranks() {
+                prop_assert_eq!(tracker.active_blocks(r), 0);
+                prop_assert_eq!(tracker.active_prefill_tokens(r), 0);
+                prop_assert_eq!(tracker.active_requests(r), 0);
+            }
+        }
+    }
+}
