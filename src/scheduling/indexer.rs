@@ -220,3 +220,183 @@ fn narrow_sorted(
 fn saturating_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn rank(worker_id: u64, dp_rank: u32) -> WorkerWithDpRank {
+        WorkerWithDpRank::new(worker_id, dp_rank)
+    }
+
+    fn stored(worker: WorkerWithDpRank, parent: Option<SeqHash>, blocks: &[SeqHash]) -> KvEvent {
+        KvEvent {
+            worker,
+            event_id: 0,
+            data: KvEventData::Stored {
+                parent,
+                blocks: blocks.to_vec(),
+            },
+        }
+    }
+
+    fn removed(worker: WorkerWithDpRank, blocks: &[SeqHash]) -> KvEvent {
+        KvEvent {
+            worker,
+            event_id: 0,
+            data: KvEventData::Removed {
+                blocks: blocks.to_vec(),
+            },
+        }
+    }
+
+    fn cleared(worker: WorkerWithDpRank) -> KvEvent {
+        KvEvent {
+            worker,
+            event_id: 0,
+            data: KvEventData::Cleared,
+        }
+    }
+
+    #[test]
+    fn overlap_is_the_leading_prefix_per_rank() {
+        let (a, b, c) = (rank(1, 0), rank(2, 0), rank(2, 1));
+        let mut index = OverlapIndexer::new();
+        index.apply(&stored(a, None, &[1, 2, 3, 4]));
+        index.apply(&stored(b, None, &[1, 2]));
+        index.apply(&stored(c, None, &[1]));
+        index.apply(&stored(c, Some(1), &[5]));
+        assert_eq!(
+            index.overlap_blocks(&[1, 2, 3, 9]),
+            vec![(a, 3), (b, 2), (c, 1)]
+        );
+        assert_eq!(
+            index.overlap_blocks(&[1, 2, 3, 4]),
+            vec![(a, 4), (b, 2), (c, 1)]
+        );
+        assert_eq!(
+            index.overlap_blocks(&[7, 1, 2]),
+            vec![],
+            "first miss ends the match"
+        );
+        assert_eq!(index.overlap_blocks(&[]), vec![]);
+        index.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_hole_stops_the_match_even_if_later_blocks_are_held() {
+        let a = rank(1, 0);
+        let mut index = OverlapIndexer::new();
+        index.apply(&stored(a, None, &[1, 2, 3, 4]));
+        index.apply(&removed(a, &[2]));
+        assert_eq!(index.overlap_blocks(&[1, 2, 3, 4]), vec![(a, 1)]);
+        assert!(index.holds(a, 3));
+        index.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn removal_and_clear_forget_blocks() {
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let mut index = OverlapIndexer::new();
+        index.apply(&stored(a, None, &[1, 2, 3]));
+        index.apply(&stored(b, None, &[1, 2, 3]));
+        index.apply(&removed(a, &[3]));
+        assert_eq!(index.overlap_blocks(&[1, 2, 3]), vec![(a, 2), (b, 3)]);
+        assert_eq!(index.apply(&cleared(b)), EventOutcome::Applied);
+        assert_eq!(index.overlap_blocks(&[1, 2, 3]), vec![(a, 2)]);
+        assert_eq!(index.block_count(b), 0);
+        index.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn unknown_parent_store_is_dropped_whole() {
+        let a = rank(1, 0);
+        let mut index = OverlapIndexer::new();
+        assert_eq!(
+            index.apply(&stored(a, Some(42), &[1, 2])),
+            EventOutcome::UnknownParent
+        );
+        assert_eq!(index.block_count(a), 0);
+        assert_eq!(index.overlap_blocks(&[1, 2]), vec![]);
+    }
+
+    #[test]
+    fn unknown_removes_and_clears_are_ignored() {
+        let (a, b) = (rank(1, 0), rank(9, 0));
+        let mut index = OverlapIndexer::new();
+        assert_eq!(index.apply(&removed(b, &[1])), EventOutcome::UnknownRank);
+        assert_eq!(index.apply(&cleared(b)), EventOutcome::UnknownRank);
+        index.apply(&stored(a, None, &[1]));
+        assert_eq!(index.apply(&removed(a, &[77, 1, 1])), EventOutcome::Applied);
+        assert_eq!(index.block_count(a), 0);
+        index.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn duplicate_stores_are_idempotent() {
+        let a = rank(1, 0);
+        let mut index = OverlapIndexer::new();
+        index.apply(&stored(a, None, &[1, 2]));
+        index.apply(&stored(a, None, &[1, 2]));
+        index.apply(&stored(a, Some(1), &[2]));
+        assert_eq!(index.block_count(a), 2);
+        index.apply(&removed(a, &[2]));
+        assert_eq!(index.overlap_blocks(&[1, 2]), vec![(a, 1)]);
+        index.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn remove_worker_drops_all_its_ranks_only() {
+        let (a0, a1, b) = (rank(1, 0), rank(1, 1), rank(2, 0));
+        let mut index = OverlapIndexer::new();
+        for r in [a0, a1, b] {
+            index.apply(&stored(r, None, &[1, 2]));
+        }
+        index.remove_worker(1);
+        assert_eq!(index.ranks(), vec![b]);
+        assert_eq!(index.overlap_blocks(&[1, 2]), vec![(b, 2)]);
+        index.check_invariants().unwrap();
+    }
+
+    /// Reference answer: for each rank, count leading query blocks it holds.
+    fn naive_overlaps(index: &OverlapIndexer, query: &[SeqHash]) -> Vec<(WorkerWithDpRank, u32)> {
+        index
+            .ranks()
+            .into_iter()
+            .map(|r| {
+                (
+                    r,
+                    query.iter().take_while(|h| index.holds(r, **h)).count() as u32,
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    fn event_strategy() -> impl Strategy<Value = KvEvent> {
+        let worker = (0..3u64, 0..2u32).prop_map(|(w, d)| rank(w, d));
+        let blocks = prop::collection::vec(0..10u64, 0..5);
+        prop_oneof![
+            (worker.clone(), prop::option::of(0..10u64), blocks.clone())
+                .prop_map(|(w, p, b)| stored(w, p, &b)),
+            (worker.clone(), blocks).prop_map(|(w, b)| removed(w, &b)),
+            worker.prop_map(cleared),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn overlap_matches_a_naive_prefix_scan(
+            events in prop::collection::vec(event_strategy(), 0..60),
+            query in prop::collection::vec(0..10u64, 0..8),
+        ) {
+            let mut index = OverlapIndexer::new();
+            for event in &events {
+                index.apply(event);
+                prop_assert_eq!(index.check_invariants(), Ok(()));
+            }
+            prop_assert_eq!(index.overlap_blocks(&query), naive_overlaps(&index, &query));
+        }
+    }
+}
