@@ -1,1 +1,975 @@
 //! Worker eligibility, the default cost formula and the (seeded) pick among candidates.
+//!
+//! Three steps, all side-effect free (the only state touched is the caller's RNG):
+//! 1. [`eligible_ranks`]: which (worker, dp_rank) targets a request may go to (allow-list,
+//!    fencing, required taints, pin validation, the overload set), with Dynamo's error choice.
+//! 2. [`select_worker`]: Dynamo's default cost per candidate from the projected loads
+//!    ([`RankLoad`]) and the indexer's prefix overlaps, then argmin with seeded uniform
+//!    tie-breaking (temperature 0) or a softmax draw (temperature > 0).
+//! 3. [`best_cached_tokens`]: the cache estimate a queued request's snapshot is taken with.
+//!
+//! Only the device cache tier exists in our model: host, disk and shared-cache hits are zero,
+//! but their terms are kept in the formula so a future tier model plugs in.
+
+use super::load::RankLoad;
+use super::types::{QueuePolicy, WorkerId, WorkerWithDpRank};
+use crate::rng::SimRng;
+use rand::RngExt;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// `max_num_batched_tokens` assumed for a worker that does not report one (Dynamo's default).
+pub const DEFAULT_MAX_BATCHED_TOKENS: u64 = 10_000_000;
+
+// ---------------------------------------------------------------------------------------------
+// Workers and constraints
+// ---------------------------------------------------------------------------------------------
+
+/// What the router knows about one worker (Dynamo's per-worker runtime config).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// First data-parallel rank this worker serves.
+    pub dp_start: u32,
+    /// Number of data-parallel ranks: the worker serves `[dp_start, dp_start + dp_size)`.
+    pub dp_size: u32,
+    /// The engine's batch token budget, if reported (busy fractions multiply it).
+    pub max_num_batched_tokens: Option<u64>,
+    /// Labels a request can require or prefer.
+    pub taints: BTreeSet<String>,
+    /// A fenced worker is being drained: it takes no new requests, pinned or not.
+    pub fenced: bool,
+}
+
+impl Default for WorkerConfig {
+    /// One rank (0), no batch budget reported, no taints, not fenced.
+    fn default() -> Self {
+        WorkerConfig {
+            dp_start: 0,
+            dp_size: 1,
+            max_num_batched_tokens: None,
+            taints: BTreeSet::new(),
+            fenced: false,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// The ranks this worker serves, ascending.
+    pub fn dp_ranks(&self) -> std::ops::Range<u32> {
+        self.dp_start..self.dp_start.saturating_add(self.dp_size)
+    }
+
+    /// The batch token budget, or [`DEFAULT_MAX_BATCHED_TOKENS`] when unreported.
+    pub fn max_batched_tokens(&self) -> u64 {
+        self.max_num_batched_tokens
+            .unwrap_or(DEFAULT_MAX_BATCHED_TOKENS)
+    }
+
+    fn has_all_taints(&self, required: &[String]) -> bool {
+        required.iter().all(|taint| self.taints.contains(taint))
+    }
+
+    fn preferred_taint_weight(&self, preferred: &[(String, f64)]) -> f64 {
+        preferred
+            .iter()
+            .filter(|(taint, _)| self.taints.contains(taint))
+            .map(|(_, weight)| weight)
+            .sum()
+    }
+}
+
+/// The discovered workers (Dynamo's worker config map), ordered by worker id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerSet {
+    workers: BTreeMap<WorkerId, WorkerConfig>,
+}
+
+impl WorkerSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces a worker; returns the previous config.
+    pub fn insert(&mut self, worker: WorkerId, config: WorkerConfig) -> Option<WorkerConfig> {
+        self.workers.insert(worker, config)
+    }
+
+    /// Removes a worker; returns its config.
+    pub fn remove(&mut self, worker: WorkerId) -> Option<WorkerConfig> {
+        self.workers.remove(&worker)
+    }
+
+    /// A worker's config.
+    pub fn get(&self, worker: WorkerId) -> Option<&WorkerConfig> {
+        self.workers.get(&worker)
+    }
+
+    /// Workers and configs in worker-id order.
+    pub fn iter(&self) -> impl Iterator<Item = (WorkerId, &WorkerConfig)> {
+        self.workers.iter().map(|(id, config)| (*id, config))
+    }
+
+    /// Every rank of every worker, in (worker_id, dp_rank) order.
+    pub fn ranks(&self) -> impl Iterator<Item = WorkerWithDpRank> + '_ {
+        self.workers.iter().flat_map(|(&worker, config)| {
+            config
+                .dp_ranks()
+                .map(move |dp_rank| WorkerWithDpRank::new(worker, dp_rank))
+        })
+    }
+
+    /// Number of workers (not ranks): queue limits scale by this.
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Number of ranks over all workers.
+    pub fn rank_count(&self) -> usize {
+        self.workers.values().map(|c| c.dp_ranks().len()).sum()
+    }
+
+    /// Whether `rank` is one of a known worker's ranks.
+    pub fn contains_rank(&self, rank: WorkerWithDpRank) -> bool {
+        self.get(rank.worker_id)
+            .is_some_and(|config| config.dp_ranks().contains(&rank.dp_rank))
+    }
+}
+
+/// Per-request routing constraints. `Default` is unconstrained.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestConstraints {
+    /// If set, only these workers may serve the request.
+    pub allowed_workers: Option<BTreeSet<WorkerId>>,
+    /// If set, the request must go to exactly this rank (no scoring).
+    pub pinned: Option<WorkerWithDpRank>,
+    /// The worker must carry every one of these taints.
+    pub required_taints: Vec<String>,
+    /// Matching taints lower the cost: it is multiplied by `exp(-tanh(sum of weights))`.
+    pub preferred_taints: Vec<(String, f64)>,
+}
+
+impl RequestConstraints {
+    fn allows_worker(&self, worker: WorkerId) -> bool {
+        self.allowed_workers
+            .as_ref()
+            .is_none_or(|allowed| allowed.contains(&worker))
+    }
+
+    /// Allowed and carrying the required taints (fencing and overload not considered).
+    fn admits(&self, worker: WorkerId, config: &WorkerConfig) -> bool {
+        self.allows_worker(worker) && config.has_all_taints(&self.required_taints)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// Why no worker could be chosen (Dynamo's selection errors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectError {
+    /// No worker can take the request (none known, none allowed/matching, or a bad pin).
+    NoEndpoints,
+    /// Candidates exist, but every one of them is in the overload set.
+    AllEligibleWorkersOverloaded,
+    /// The pinned rank is valid but its worker is overloaded.
+    PinnedWorkerOverloaded(WorkerWithDpRank),
+    /// The pinned rank's worker is not in the request's allow-list.
+    PinnedWorkerNotAllowed(WorkerWithDpRank),
+}
+
+impl fmt::Display for SelectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SelectError::NoEndpoints => f.write_str("no worker endpoints available"),
+            SelectError::AllEligibleWorkersOverloaded => {
+                f.write_str("all eligible workers are overloaded")
+            }
+            SelectError::PinnedWorkerOverloaded(rank) => write!(f, "pinned {rank} is overloaded"),
+            SelectError::PinnedWorkerNotAllowed(rank) => {
+                write!(f, "pinned {rank} is not in the allowed worker set")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SelectError {}
+
+// ---------------------------------------------------------------------------------------------
+// Eligibility (spec §6.1)
+// ---------------------------------------------------------------------------------------------
+
+/// The ranks the request may be routed to, in (worker_id, dp_rank) order.
+///
+/// `overloaded` is the overload set of worker ids (pass `None` for the queue's busy check,
+/// which ignores overload). A pin is validated in the order allow-list, fencing, existence and
+/// rank range, required taints, overload, and yields exactly the pinned rank.
+pub fn eligible_ranks(
+    workers: &WorkerSet,
+    constraints: &RequestConstraints,
+    overloaded: Option<&BTreeSet<WorkerId>>,
+) -> Result<Vec<WorkerWithDpRank>, SelectError> {
+    let is_overloaded = |worker: WorkerId| overloaded.is_some_and(|set| set.contains(&worker));
+    if let Some(pin) = constraints.pinned {
+        return validate_pin(workers, constraints, pin, is_overloaded(pin.worker_id));
+    }
+    let mut ranks = Vec::new();
+    let mut overloaded_rank_exists = false;
+    for (worker, config) in workers.iter() {
+        if config.fenced || !constraints.admits(worker, config) || config.dp_ranks().is_empty() {
+            continue;
+        }
+        if is_overloaded(worker) {
+            overloaded_rank_exists = true;
+            continue;
+        }
+        ranks.extend(
+            config
+                .dp_ranks()
+                .map(|dp_rank| WorkerWithDpRank::new(worker, dp_rank)),
+        );
+    }
+    match (ranks.is_empty(), overloaded_rank_exists) {
+        (false, _) => Ok(ranks),
+        (true, true) => Err(SelectError::AllEligibleWorkersOverloaded),
+        (true, false) => Err(SelectError::NoEndpoints),
+    }
+}
+
+fn validate_pin(
+    workers: &WorkerSet,
+    constraints: &RequestConstraints,
+    pin: WorkerWithDpRank,
+    pin_overloaded: bool,
+) -> Result<Vec<WorkerWithDpRank>, SelectError> {
+    if !constraints.allows_worker(pin.worker_id) {
+        return Err(SelectError::PinnedWorkerNotAllowed(pin));
+    }
+    let config = workers.get(pin.worker_id);
+    if config.is_some_and(|config| config.fenced) {
+        return Err(SelectError::NoEndpoints);
+    }
+    let Some(config) = config.filter(|config| config.dp_ranks().contains(&pin.dp_rank)) else {
+        return Err(SelectError::NoEndpoints);
+    };
+    if !config.has_all_taints(&constraints.required_taints) {
+        return Err(SelectError::NoEndpoints);
+    }
+    if pin_overloaded {
+        return Err(SelectError::PinnedWorkerOverloaded(pin));
+    }
+    Ok(vec![pin])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router configuration (Dynamo's KvRouterConfig names)
+// ---------------------------------------------------------------------------------------------
+
+/// The router knobs, with the keyword names of ai-dynamo-runtime 1.6.1's `KvRouterConfig`.
+///
+/// Deserialises from the same JSON/YAML keys Dynamo accepts; unknown keys are errors. Keys
+/// that exist in Dynamo but have no effect in this model are accepted for compatibility and
+/// listed by [`RouterConfig::ignored_fields_set`]. Call [`RouterConfig::validate`] after
+/// parsing.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Weight of device-cache overlap blocks credited against prefill blocks (default 1.0).
+    pub overlap_score_credit: f64,
+    /// Shrinks the overlap credit on ranks with more active prefill than the least loaded
+    /// eligible rank (default 0.0 = off).
+    pub overlap_score_credit_decay: f64,
+    /// Weight of the (credited) prefill blocks in the cost (default 1.0).
+    pub prefill_load_scale: f64,
+    /// Cost per active request on the rank (default 0.0).
+    pub decode_active_request_weight: f64,
+    /// Deprecated: sets `prefill_load_scale`; 0 also sets `overlap_score_credit` to 0.
+    pub overlap_score_weight: Option<f64>,
+    /// Credit per host-tier cache hit block, in [0, 1] (default 0.75; no host tier here).
+    pub host_cache_hit_weight: f64,
+    /// Credit per disk-tier cache hit block, in [0, 1] (default 0.25; no disk tier here).
+    pub disk_cache_hit_weight: f64,
+    /// Credit per shared-cache block beyond the device overlap, in [0, 1] (default none = 0).
+    pub shared_cache_multiplier: Option<f64>,
+    /// 0 = argmin with random tie-break; > 0 = softmax sampling over normalised costs.
+    pub router_temperature: f64,
+    /// Use worker KV events for overlap (default true). The caller picks the indexer.
+    pub use_kv_events: bool,
+    /// Track active prompt blocks per rank (default true).
+    pub router_track_active_blocks: bool,
+    /// Track output blocks with OSL decay (default false; not modelled, must stay false).
+    pub router_track_output_blocks: bool,
+    /// Track prompt blocks by their real sequence hashes (default true) rather than random
+    /// hashes (no cross-request sharing).
+    pub router_assume_kv_reuse: bool,
+    /// Track active prefill tokens per rank (default true).
+    pub router_track_prefill_tokens: bool,
+    /// `none` (static model). `aic` is rejected: the AIC duration model is not modelled.
+    pub router_prefill_load_model: String,
+    /// Busy fraction of `max_num_batched_tokens` for the synthetic default class (None = no
+    /// queueing).
+    pub router_queue_threshold: Option<f64>,
+    /// In-class order of the synthetic default class (`fcfs` or `wspt`).
+    pub router_queue_policy: QueuePolicy,
+    /// routersim's addition: seed for tie-breaks and softmax draws (default 0).
+    pub router_seed: u64,
+
+    // Accepted for compatibility with 1.6.1; no effect in this model.
+    /// No effect: replica sync (single router here).
+    pub router_replica_sync: Option<bool>,
+    /// No effect: approximate-indexer TTL.
+    pub router_ttl_secs: Option<f64>,
+    /// No effect: approximate-indexer policy (`ttl` or `lru`).
+    pub router_approximate_cache_policy: Option<String>,
+    /// No effect: indexer thread count (>= 1).
+    pub router_event_threads: Option<u32>,
+    /// No effect: remote indexer.
+    pub use_remote_indexer: Option<bool>,
+    /// No effect: serving the indexer to other routers.
+    pub serve_indexer: Option<bool>,
+    /// No effect: session prefix index.
+    pub enable_session_prefix_index: Option<bool>,
+    /// No effect: shared cache tier type (`none` or `hicache`); the tier is not modelled.
+    pub shared_cache_type: Option<String>,
+    /// No effect: predicted-block TTL.
+    pub router_predicted_ttl_secs: Option<f64>,
+    /// No effect: conditional disaggregation (aggregated workers only).
+    pub conditional_disagg_enabled: Option<bool>,
+    /// No effect: conditional disaggregation policy.
+    pub conditional_disagg_policy: Option<String>,
+    /// No effect: conditional disaggregation ISL threshold.
+    pub conditional_disagg_eff_isl_threshold: Option<u64>,
+    /// No effect: conditional disaggregation ISL ratio threshold.
+    pub conditional_disagg_eff_isl_ratio_threshold: Option<f64>,
+    /// No effect: conditional disaggregation prefill busy threshold.
+    pub conditional_disagg_prefill_busy_threshold: Option<f64>,
+    /// No effect: conditional disaggregation decode busy threshold.
+    pub conditional_disagg_decode_busy_threshold: Option<f64>,
+    /// No effect here: the policy YAML is passed to routersim separately.
+    pub router_policy_config: Option<String>,
+    /// No effect: prefill-pool selection policy (disaggregated serving).
+    pub router_prefill_policy: Option<String>,
+    /// No effect: decode-pool selection policy (disaggregated serving).
+    pub router_decode_policy: Option<String>,
+    /// No effect: tracking hash (`public-xxh3-v1` or `keyed-xxh3-v1`).
+    pub router_tracking_hash: Option<String>,
+    /// No effect: key file for the keyed tracking hash.
+    pub router_tracking_key_file: Option<String>,
+    /// No effect: key id for the keyed tracking hash.
+    pub router_tracking_key_id: Option<String>,
+    /// Must be false (1.6.1 rejects true as well).
+    pub durable_kv_events: Option<bool>,
+    /// No effect: indexer snapshot threshold.
+    pub router_snapshot_threshold: Option<u64>,
+    /// No effect: reset persisted router state at start.
+    pub router_reset_states: Option<bool>,
+    /// No effect: waiting for the first worker at start.
+    pub skip_initial_worker_wait: Option<bool>,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            overlap_score_credit: 1.0,
+            overlap_score_credit_decay: 0.0,
+            prefill_load_scale: 1.0,
+            decode_active_request_weight: 0.0,
+            overlap_score_weight: None,
+            host_cache_hit_weight: 0.75,
+            disk_cache_hit_weight: 0.25,
+            shared_cache_multiplier: None,
+            router_temperature: 0.0,
+            use_kv_events: true,
+            router_track_active_blocks: true,
+            router_track_output_blocks: false,
+            router_assume_kv_reuse: true,
+            router_track_prefill_tokens: true,
+            router_prefill_load_model: "none".to_string(),
+            router_queue_threshold: None,
+            router_queue_policy: QueuePolicy::Fcfs,
+            router_seed: 0,
+            router_replica_sync: None,
+            router_ttl_secs: None,
+            router_approximate_cache_policy: None,
+            router_event_threads: None,
+            use_remote_indexer: None,
+            serve_indexer: None,
+            enable_session_prefix_index: None,
+            shared_cache_type: None,
+            router_predicted_ttl_secs: None,
+            conditional_disagg_enabled: None,
+            conditional_disagg_policy: None,
+            conditional_disagg_eff_isl_threshold: None,
+            conditional_disagg_eff_isl_ratio_threshold: None,
+            conditional_disagg_prefill_busy_threshold: None,
+            conditional_disagg_decode_busy_threshold: None,
+            router_policy_config: None,
+            router_prefill_policy: None,
+            router_decode_policy: None,
+            router_tracking_hash: None,
+            router_tracking_key_file: None,
+            router_tracking_key_id: None,
+            durable_kv_events: None,
+            router_snapshot_threshold: None,
+            router_reset_states: None,
+            skip_initial_worker_wait: None,
+        }
+    }
+}
+
+/// A router config value that is out of range or not supported; names the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouterConfigError {
+    /// The offending key, spelled as in the config.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for RouterConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "router config `{}`: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for RouterConfigError {}
+
+fn config_error(field: &'static str, message: impl Into<String>) -> RouterConfigError {
+    RouterConfigError {
+        field,
+        message: message.into(),
+    }
+}
+
+fn check_non_negative(field: &'static str, value: f64) -> Result<(), RouterConfigError> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(config_error(
+            field,
+            format!("must be finite and >= 0, got {value}"),
+        ))
+    }
+}
+
+fn check_unit_interval(field: &'static str, value: f64) -> Result<(), RouterConfigError> {
+    if (0.0..=1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(config_error(
+            field,
+            format!("must be between 0 and 1, got {value}"),
+        ))
+    }
+}
+
+fn check_one_of(
+    field: &'static str,
+    value: Option<&str>,
+    allowed: &[&str],
+) -> Result<(), RouterConfigError> {
+    match value {
+        Some(v) if !allowed.contains(&v) => Err(config_error(
+            field,
+            format!("unknown value {v:?}, expected one of {allowed:?}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl RouterConfig {
+    /// Checks every value as 1.6.1 does and rejects what this model cannot honour.
+    pub fn validate(&self) -> Result<(), RouterConfigError> {
+        self.validate_cost_weights()?;
+        self.validate_tracking()?;
+        self.validate_ignored_values()
+    }
+
+    fn validate_cost_weights(&self) -> Result<(), RouterConfigError> {
+        check_non_negative("overlap_score_credit", self.overlap_score_credit)?;
+        check_non_negative(
+            "overlap_score_credit_decay",
+            self.overlap_score_credit_decay,
+        )?;
+        check_non_negative("prefill_load_scale", self.prefill_load_scale)?;
+        check_non_negative(
+            "decode_active_request_weight",
+            self.decode_active_request_weight,
+        )?;
+        if let Some(weight) = self.overlap_score_weight {
+            check_non_negative("overlap_score_weight", weight)?;
+        }
+        check_unit_interval("host_cache_hit_weight", self.host_cache_hit_weight)?;
+        check_unit_interval("disk_cache_hit_weight", self.disk_cache_hit_weight)?;
+        if let Some(multiplier) = self.shared_cache_multiplier {
+            check_unit_interval("shared_cache_multiplier", multiplier)?;
+        }
+        check_non_negative("router_temperature", self.router_temperature)
+    }
+
+    fn validate_tracking(&self) -> Result<(), RouterConfigError> {
+        if let Some(threshold) = self.router_queue_threshold
+            && (threshold.is_nan() || threshold < 0.0)
+        {
+            return Err(config_error(
+                "router_queue_threshold",
+                format!("must be >= 0, got {threshold}"),
+            ));
+        }
+        match self.router_prefill_load_model.as_str() {
+            "none" => {}
+            "aic" => {
+                return Err(config_error(
+                    "router_prefill_load_model",
+                    "`aic` is not supported by routersim (static prefill model only)",
+                ));
+            }
+            other => {
+                return Err(config_error(
+                    "router_prefill_load_model",
+                    format!("unknown value {other:?}, expected \"none\""),
+                ));
+            }
+        }
+        if self.router_track_output_blocks {
+            return Err(config_error(
+                "router_track_output_blocks",
+                "output-block tracking is not supported by routersim",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_ignored_values(&self) -> Result<(), RouterConfigError> {
+        if let Some(ttl) = self.router_ttl_secs {
+            check_non_negative("router_ttl_secs", ttl)?;
+        }
+        if self.router_event_threads == Some(0) {
+            return Err(config_error("router_event_threads", "must be at least 1"));
+        }
+        if self.durable_kv_events == Some(true) {
+            return Err(config_error("durable_kv_events", "true is not supported"));
+        }
+        check_one_of(
+            "router_approximate_cache_policy",
+            self.router_approximate_cache_policy.as_deref(),
+            &["ttl", "lru"],
+        )?;
+        check_one_of(
+            "shared_cache_type",
+            self.shared_cache_type.as_deref(),
+            &["none", "hicache"],
+        )?;
+        check_one_of(
+            "router_tracking_hash",
+            self.router_tracking_hash.as_deref(),
+            &["public-xxh3-v1", "keyed-xxh3-v1"],
+        )
+    }
+
+    /// `prefill_load_scale`, or the legacy `overlap_score_weight` when that is set (it wins).
+    pub fn effective_prefill_load_scale(&self) -> f64 {
+        self.overlap_score_weight.unwrap_or(self.prefill_load_scale)
+    }
+
+    /// `overlap_score_credit`, forced to 0 by a legacy `overlap_score_weight` of 0.
+    pub fn effective_overlap_score_credit(&self) -> f64 {
+        if self.overlap_score_weight == Some(0.0) {
+            0.0
+        } else {
+            self.overlap_score_credit
+        }
+    }
+
+    /// The shared-cache multiplier (None means 0).
+    pub fn effective_shared_cache_multiplier(&self) -> f64 {
+        self.shared_cache_multiplier.unwrap_or(0.0)
+    }
+
+    /// The keys that were set but have no effect in this model, for a note to the user.
+    pub fn ignored_fields_set(&self) -> Vec<&'static str> {
+        let flags: [(&'static str, bool); 25] = [
+            ("router_replica_sync", self.router_replica_sync.is_some()),
+            ("router_ttl_secs", self.router_ttl_secs.is_some()),
+            (
+                "router_approximate_cache_policy",
+                self.router_approximate_cache_policy.is_some(),
+            ),
+            ("router_event_threads", self.router_event_threads.is_some()),
+            ("use_remote_indexer", self.use_remote_indexer.is_some()),
+            ("serve_indexer", self.serve_indexer.is_some()),
+            (
+                "enable_session_prefix_index",
+                self.enable_session_prefix_index.is_some(),
+            ),
+            ("shared_cache_type", self.shared_cache_type.is_some()),
+            (
+                "router_predicted_ttl_secs",
+                self.router_predicted_ttl_secs.is_some(),
+            ),
+            (
+                "conditional_disagg_enabled",
+                self.conditional_disagg_enabled.is_some(),
+            ),
+            (
+                "conditional_disagg_policy",
+                self.conditional_disagg_policy.is_some(),
+            ),
+            (
+                "conditional_disagg_eff_isl_threshold",
+                self.conditional_disagg_eff_isl_threshold.is_some(),
+            ),
+            (
+                "conditional_disagg_eff_isl_ratio_threshold",
+                self.conditional_disagg_eff_isl_ratio_threshold.is_some(),
+            ),
+            (
+                "conditional_disagg_prefill_busy_threshold",
+                self.conditional_disagg_prefill_busy_threshold.is_some(),
+            ),
+            (
+                "conditional_disagg_decode_busy_threshold",
+                self.conditional_disagg_decode_busy_threshold.is_some(),
+            ),
+            ("router_policy_config", self.router_policy_config.is_some()),
+            (
+                "router_prefill_policy",
+                self.router_prefill_policy.is_some(),
+            ),
+            ("router_decode_policy", self.router_decode_policy.is_some()),
+            ("router_tracking_hash", self.router_tracking_hash.is_some()),
+            (
+                "router_tracking_key_file",
+                self.router_tracking_key_file.is_some(),
+            ),
+            (
+                "router_tracking_key_id",
+                self.router_tracking_key_id.is_some(),
+            ),
+            ("durable_kv_events", self.durable_kv_events.is_some()),
+            (
+                "router_snapshot_threshold",
+                self.router_snapshot_threshold.is_some(),
+            ),
+            ("router_reset_states", self.router_reset_states.is_some()),
+            (
+                "skip_initial_worker_wait",
+                self.skip_initial_worker_wait.is_some(),
+            ),
+        ];
+        flags
+            .into_iter()
+            .filter(|(_, set)| *set)
+            .map(|(name, _)| name)
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost and pick (spec §6.2, §6.3)
+// ---------------------------------------------------------------------------------------------
+
+/// Everything one selection reads. Slices are sorted by rank, as [`eligible_ranks`],
+/// [`crate::scheduling::load::LoadTracker::project`] and
+/// [`crate::scheduling::indexer::OverlapIndexer::overlap_blocks`] return them.
+#[derive(Clone, Copy, Debug)]
+pub struct SelectionInputs<'a> {
+    /// The eligible ranks, sorted by (worker_id, dp_rank).
+    pub candidates: &'a [WorkerWithDpRank],
+    /// Projected loads; a candidate without a row is scored as an idle rank.
+    pub loads: &'a [RankLoad],
+    /// Device-tier prefix overlap in blocks; a missing rank has 0.
+    pub overlaps: &'a [(WorkerWithDpRank, u32)],
+    /// The request's input length in tokens.
+    pub isl_tokens: u64,
+    /// Tokens per KV block (> 0).
+    pub block_size: u64,
+    /// The worker configs, read for preferred taints.
+    pub workers: &'a WorkerSet,
+    /// The request's preferred taints and weights (empty = no multiplier).
+    pub preferred_taints: &'a [(String, f64)],
+}
+
+/// The chosen rank and what the scheduler needs from the choice.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Selection {
+    /// Where the request goes.
+    pub rank: WorkerWithDpRank,
+    /// `min(overlap_blocks * block_size, isl)`: prompt tokens the rank already caches.
+    pub cached_tokens: u64,
+    /// Leading prompt blocks the rank holds (device tier).
+    pub overlap_blocks: u32,
+    /// `ceil(isl / block_size)`.
+    pub required_blocks: u64,
+    /// The rank's cost (lower is better).
+    pub cost: f64,
+}
+
+/// One candidate's score.
+#[derive(Clone, Copy, Debug)]
+struct Scored {
+    rank: WorkerWithDpRank,
+    overlap_blocks: u32,
+    cost: f64,
+}
+
+/// Scores every candidate and picks one (see the module docs). Side-effect free except for
+/// draws from `rng`: at temperature 0 only when costs tie, otherwise one draw when there is
+/// more than one candidate. Errors with `NoEndpoints` when there is no candidate.
+pub fn select_worker(
+    cfg: &RouterConfig,
+    inputs: &SelectionInputs<'_>,
+    rng: &mut SimRng,
+) -> Result<Selection, SelectError> {
+    debug_assert!(inputs.candidates.is_sorted(), "candidates must be sorted");
+    let scores = score_candidates(cfg, inputs);
+    let chosen = if cfg.router_temperature > 0.0 {
+        pick_softmax(&scores, cfg.router_temperature, rng)
+    } else {
+        pick_min_cost(&scores, rng)
+    };
+    let chosen = chosen.ok_or(SelectError::NoEndpoints)?;
+    Ok(selection_of(&scores[chosen], inputs))
+}
+
+/// The selection for a pinned request: the pin itself, with its cost for logging. No draws.
+pub fn pinned_selection(
+    cfg: &RouterConfig,
+    inputs: &SelectionInputs<'_>,
+    pin: WorkerWithDpRank,
+) -> Selection {
+    let pinned_inputs = SelectionInputs {
+        candidates: std::slice::from_ref(&pin),
+        ..*inputs
+    };
+    let scores = score_candidates(cfg, &pinned_inputs);
+    selection_of(&scores[0], inputs)
+}
+
+/// The cost of every candidate, in candidate order.
+pub fn candidate_costs(
+    cfg: &RouterConfig,
+    inputs: &SelectionInputs<'_>,
+) -> Vec<(WorkerWithDpRank, f64)> {
+    score_candidates(cfg, inputs)
+        .into_iter()
+        .map(|scored| (scored.rank, scored.cost))
+        .collect()
+}
+
+fn selection_of(scored: &Scored, inputs: &SelectionInputs<'_>) -> Selection {
+    let block_size = inputs.block_size.max(1);
+    let cached_tokens = u64::from(scored.overlap_blocks).saturating_mul(block_size);
+    Selection {
+        rank: scored.rank,
+        cached_tokens: cached_tokens.min(inputs.isl_tokens),
+        overlap_blocks: scored.overlap_blocks,
+        required_blocks: inputs.isl_tokens.div_ceil(block_size),
+        cost: scored.cost,
+    }
+}
+
+fn load_of(loads: &[RankLoad], rank: WorkerWithDpRank) -> Option<&RankLoad> {
+    loads
+        .binary_search_by(|load| load.rank.cmp(&rank))
+        .ok()
+        .map(|index| &loads[index])
+}
+
+fn overlap_of(overlaps: &[(WorkerWithDpRank, u32)], rank: WorkerWithDpRank) -> u32 {
+    overlaps
+        .binary_search_by(|(r, _)| r.cmp(&rank))
+        .map_or(0, |index| overlaps[index].1)
+}
+
+fn score_candidates(cfg: &RouterConfig, inputs: &SelectionInputs<'_>) -> Vec<Scored> {
+    debug_assert!(inputs.block_size > 0, "block_size must be positive");
+    let min_active_prefill_tokens = inputs
+        .candidates
+        .iter()
+        .map(|&rank| load_of(inputs.loads, rank).map_or(0, |l| l.active_prefill_tokens))
+        .min()
+        .unwrap_or(0);
+    inputs
+        .candidates
+        .iter()
+        .map(|&rank| Scored {
+            rank,
+            overlap_blocks: overlap_of(inputs.overlaps, rank),
+            cost: rank_cost(cfg, inputs, rank, min_active_prefill_tokens),
+        })
+        .collect()
+}
+
+/// Dynamo's default cost for one rank (device tier only; other tiers contribute 0).
+fn rank_cost(
+    cfg: &RouterConfig,
+    inputs: &SelectionInputs<'_>,
+    rank: WorkerWithDpRank,
+    min_active_prefill_tokens: u64,
+) -> f64 {
+    let block_size = inputs.block_size.max(1);
+    let block_size_f = block_size as f64;
+    let isl = inputs.isl_tokens;
+    let load = load_of(inputs.loads, rank);
+    let active_prefill_tokens = load.map_or(0, |l| l.active_prefill_tokens);
+    let device_blocks = overlap_of(inputs.overlaps, rank);
+    let cached_tokens = u64::from(device_blocks).saturating_mul(block_size);
+
+    let raw_prefill_blocks = if cfg.router_track_prefill_tokens {
+        // active + uncached + cached: equals active + isl unless the overlap overshoots isl.
+        let uncached = isl - cached_tokens.min(isl);
+        let raw_tokens = active_prefill_tokens
+            .saturating_add(uncached)
+            .saturating_add(cached_tokens);
+        raw_tokens as f64 / block_size_f
+    } else {
+        0.0
+    };
+    let decay = credit_decay(
+        cfg,
+        active_prefill_tokens - min_active_prefill_tokens.min(active_prefill_tokens),
+        block_size_f,
+        isl.div_ceil(block_size).max(1) as f64,
+    );
+    let (host_blocks, disk_blocks, shared_blocks_beyond_device) = (0.0, 0.0, 0.0);
+    let overlap_credit_blocks = cfg.effective_overlap_score_credit() * decay * device_blocks as f64
+        + cfg.host_cache_hit_weight * host_blocks
+        + cfg.disk_cache_hit_weight * disk_blocks
+        + cfg.effective_shared_cache_multiplier() * shared_blocks_beyond_device;
+    // A candidate the tracker has no row for is an idle rank: the whole query is new.
+    let decode_blocks = load.map_or((isl / block_size) as f64, |l| {
+        l.potential_decode_blocks() as f64
+    });
+    let active_requests = load.map_or(0, |l| l.active_requests) as f64;
+
+    let prefill_cost =
+        cfg.effective_prefill_load_scale() * (raw_prefill_blocks - overlap_credit_blocks).max(0.0);
+    let cost = prefill_cost + decode_blocks + cfg.decode_active_request_weight * active_requests;
+    cost * preferred_taint_multiplier(inputs, rank)
+}
+
+/// `1 / (1 + decay * (excess prefill blocks) / request blocks)`, or 1 when decay is off.
+fn credit_decay(
+    cfg: &RouterConfig,
+    excess_prefill_tokens: u64,
+    block_size_f: f64,
+    request_blocks: f64,
+) -> f64 {
+    if cfg.overlap_score_credit_decay > 0.0 && cfg.router_track_prefill_tokens {
+        let excess_blocks = excess_prefill_tokens as f64 / block_size_f;
+        1.0 / (1.0 + cfg.overlap_score_credit_decay * excess_blocks / request_blocks)
+    } else {
+        1.0
+    }
+}
+
+/// `exp(-tanh(sum of matching preferred weights))` in [1/e, e]; 1 without preferences.
+fn preferred_taint_multiplier(inputs: &SelectionInputs<'_>, rank: WorkerWithDpRank) -> f64 {
+    if inputs.preferred_taints.is_empty() {
+        return 1.0;
+    }
+    let weight = inputs.workers.get(rank.worker_id).map_or(0.0, |config| {
+        config.preferred_taint_weight(inputs.preferred_taints)
+    });
+    (-weight.tanh()).exp()
+}
+
+/// Index of a minimum-cost candidate; ties broken uniformly by reservoir sampling in order.
+fn pick_min_cost(scores: &[Scored], rng: &mut SimRng) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    let mut tied: u64 = 0;
+    for (index, scored) in scores.iter().enumerate() {
+        let Some(current) = best else {
+            best = Some(index);
+            tied = 1;
+            continue;
+        };
+        if scored.cost < scores[current].cost {
+            best = Some(index);
+            tied = 1;
+        } else if scored.cost == scores[current].cost {
+            tied += 1;
+            if rng.random_range(0..tied) == 0 {
+                best = Some(index);
+            }
+        }
+    }
+    best
+}
+
+/// Index drawn with `p_i ∝ exp(-(c_i - c_min) / ((c_max - c_min) * temperature))`.
+fn pick_softmax(scores: &[Scored], temperature: f64, rng: &mut SimRng) -> Option<usize> {
+    match scores.len() {
+        0 => return None,
+        1 => return Some(0),
+        _ => {}
+    }
+    let weights = softmax_weights(scores, temperature);
+    let total: f64 = weights.iter().sum();
+    let draw: f64 = rng.random::<f64>();
+    let mut cumulative = 0.0;
+    for (index, weight) in weights.iter().enumerate() {
+        cumulative += weight / total;
+        if cumulative >= draw {
+            return Some(index);
+        }
+    }
+    Some(scores.len() - 1)
+}
+
+/// Unnormalised softmax weights over min-max normalised costs (all 1 when costs are equal).
+fn softmax_weights(scores: &[Scored], temperature: f64) -> Vec<f64> {
+    // An infinite cost (only from absurd weights) is clamped so the range stays finite.
+    let costs: Vec<f64> = scores.iter().map(|s| s.cost.min(f64::MAX)).collect();
+    let min_cost = costs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max_cost = costs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let range = max_cost - min_cost;
+    if range.is_nan() || range <= 0.0 || range.is_infinite() {
+        return vec![1.0; costs.len()];
+    }
+    costs
+        .iter()
+        .map(|cost| (-((cost - min_cost) / range) / temperature).exp())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cache estimate for the queue snapshot (spec §2.1)
+// ---------------------------------------------------------------------------------------------
+
+/// The effective cached tokens a queued request is classified and costed with.
+///
+/// Pinned: the pinned rank's overlap (0 if it has none). Otherwise the best overlap over the
+/// ranks of known workers the request is allowed on (allow-list and required taints; the
+/// overload set and fencing are ignored), 0 if none. Not clamped to the ISL: the queue
+/// snapshot does that.
+pub fn best_cached_tokens(
+    workers: &WorkerSet,
+    constraints: &RequestConstraints,
+    overlaps: &[(WorkerWithDpRank, u32)],
+    block_size: u64,
+) -> u64 {
+    let best_blocks = match constraints.pinned {
+        Some(pin) => overlap_of(overlaps, pin),
+        None => overlaps
+            .iter()
+            .filter(|(rank, _)| rank_admits(workers, constraints, *rank))
+            .map(|(_, blocks)| *blocks)
+            .max()
+            .unwrap_or(0),
+    };
+    u64::from(best_blocks).saturating_mul(block_size)
+}
+
+fn rank_admits(
+    workers: &WorkerSet,
+    constraints: &RequestConstraints,
+    rank: WorkerWithDpRank,
+) -> bool {
+    workers.get(rank.worker_id).is_some_and(|config| {
+        config.dp_ranks().contains(&rank.dp_rank) && constraints.admits(rank.worker_id, config)
+    })
+}
