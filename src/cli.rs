@@ -3,7 +3,11 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "routersim", version, about = "Simulate Dynamo's KV-router scheduling in virtual time")]
+#[command(
+    name = "routersim",
+    version,
+    about = "Simulate Dynamo's KV-router scheduling in virtual time"
+)]
 pub struct Cli {}
 
 /// Runs the command line and returns the process exit code.

@@ -76,7 +76,11 @@ impl SimDuration {
             return SimDuration::ZERO;
         }
         let ns = (ms * NS_PER_MS as f64).round();
-        SimDuration(if ns >= u64::MAX as f64 { u64::MAX } else { ns as u64 })
+        SimDuration(if ns >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            ns as u64
+        })
     }
 }
 
@@ -114,6 +118,9 @@ mod tests {
     fn time_arithmetic_saturates() {
         let t = SimTime::MAX.saturating_add(SimDuration::from_ns(5));
         assert_eq!(t, SimTime::MAX);
-        assert_eq!(SimTime::ZERO.saturating_since(SimTime::from_ns(9)), SimDuration::ZERO);
+        assert_eq!(
+            SimTime::ZERO.saturating_since(SimTime::from_ns(9)),
+            SimDuration::ZERO
+        );
     }
 }

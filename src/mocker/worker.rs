@@ -886,3 +886,311 @@ fn block_hash(r: &Req, index: usize) -> SeqHash {
         r.gen_hashes[index - prompt_blocks]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Expected times are Dynamo 1.6.1's own (offline replay of the same trace, one worker,
+    //! printed ms converted to ns), so each test pins one observed behaviour.
+
+    use super::*;
+    use crate::scheduling::types::Token;
+    use std::collections::BTreeMap;
+
+    /// What the driver saw of one request, in ns.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    struct Seen {
+        admit_ns: Option<u64>,
+        first_ns: Option<u64>,
+        done_ns: Option<u64>,
+        rejected_ns: Option<u64>,
+        tokens: u64,
+        reused: u64,
+    }
+
+    /// A mooncake trace row: each hash id stands for 512 copies of itself.
+    fn row(id: u64, input: u64, output: u64, hash_ids: &[u32], bs: u64) -> MockRequest {
+        let tokens: Vec<Token> = hash_ids
+            .iter()
+            .flat_map(|&h| std::iter::repeat_n(h, 512))
+            .take(input as usize)
+            .collect();
+        assert_eq!(tokens.len() as u64, input, "trace row too short");
+        MockRequest {
+            id: RequestId(id),
+            prompt_tokens: input,
+            prompt_hashes: hashing::sequence_hashes(&tokens, bs as usize).into(),
+            max_output_tokens: output,
+        }
+    }
+
+    fn ms(x: f64) -> u64 {
+        (x * 1e6).round() as u64
+    }
+
+    /// Runs arrivals (ns, request) through one rank the way the simulator does: a pass starts
+    /// when a request reaches an idle rank and again at every pass end while work remains.
+    fn drive(args: EngineArgs, arrivals: Vec<(u64, MockRequest)>) -> BTreeMap<u64, Seen> {
+        let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        let mut seen: BTreeMap<u64, Seen> = BTreeMap::new();
+        let mut out = PassOutput::default();
+        let mut next = 0;
+        let mut now = arrivals.first().map_or(0, |a| a.0);
+        for _ in 0..1_000_000 {
+            while next < arrivals.len() && arrivals[next].0 <= now {
+                w.add_request(SimTime::from_ns(now), arrivals[next].1.clone())
+                    .unwrap();
+                next += 1;
+            }
+            if !w.has_work() {
+                match arrivals.get(next) {
+                    Some(a) => {
+                        now = a.0;
+                        continue;
+                    }
+                    None => return seen,
+                }
+            }
+            let end = w.execute_pass(SimTime::from_ns(now), &mut out).as_ns();
+            w.check_invariants().unwrap();
+            record(&mut seen, &out, now, end);
+            now = end;
+        }
+        panic!("driver did not finish");
+    }
+
+    fn record(seen: &mut BTreeMap<u64, Seen>, out: &PassOutput, now: u64, end: u64) {
+        for a in &out.admitted {
+            let s = seen.entry(a.id.0).or_default();
+            s.admit_ns.get_or_insert(now);
+            s.reused = a.reused_tokens;
+        }
+        for t in &out.tokens {
+            let s = seen.entry(t.id.0).or_default();
+            s.tokens += 1;
+            if t.first {
+                s.first_ns = Some(end);
+            }
+            if t.completed {
+                s.done_ns = Some(end);
+            }
+        }
+        for id in &out.finished_empty {
+            seen.entry(id.0).or_default().done_ns = Some(end);
+        }
+        for id in &out.rejected {
+            seen.entry(id.0).or_default().rejected_ns = Some(end);
+        }
+    }
+
+    fn args_with(f: impl FnOnce(&mut EngineArgs)) -> EngineArgs {
+        let mut a = EngineArgs::default();
+        f(&mut a);
+        a
+    }
+
+    fn times(s: &Seen) -> (Option<u64>, Option<u64>, Option<u64>) {
+        (s.admit_ns, s.first_ns, s.done_ns)
+    }
+
+    #[test]
+    fn first_token_costs_prefill_only_then_decode_steps() {
+        let seen = drive(
+            EngineArgs::default(),
+            vec![(0, row(0, 1024, 5, &[1, 2], 64))],
+        );
+        let s = &seen[&0];
+        assert_eq!(times(s), (Some(0), Some(32_490_712), Some(55_662_105)));
+        assert_eq!(s.tokens, 5);
+    }
+
+    #[test]
+    fn mixed_pass_charges_decode_of_running_requests_only() {
+        let seen = drive(
+            EngineArgs::default(),
+            vec![
+                (0, row(0, 512, 6, &[1], 64)),
+                (ms(30.0), row(1, 512, 3, &[2], 64)),
+            ],
+        );
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(0), Some(24_385_704), Some(77_656_870))
+        );
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(30_152_121), Some(60_304_294), Some(71_890_247))
+        );
+    }
+
+    #[test]
+    fn simultaneous_prompts_share_one_prefill_pass_up_to_max_num_seqs() {
+        let args = args_with(|a| {
+            a.max_num_seqs = 4;
+            a.enable_prefix_caching = false;
+        });
+        let arrivals = (0..6)
+            .map(|i| (0, row(i, 512, 1, &[i as u32 + 1], 64)))
+            .collect();
+        let seen = drive(args, arrivals);
+        for i in 0..4 {
+            assert_eq!(
+                times(&seen[&i]),
+                (Some(0), Some(49_362_902), Some(49_362_902))
+            );
+        }
+        for i in 4..6 {
+            assert_eq!(
+                times(&seen[&i]),
+                (Some(49_362_902), Some(81_853_614), Some(81_853_614))
+            );
+        }
+    }
+
+    #[test]
+    fn prefix_hits_reuse_whole_blocks_but_recompute_the_last_token() {
+        let arrivals = vec![
+            (0, row(0, 1024, 1, &[1, 2], 64)),
+            (ms(100.0), row(1, 1024, 1, &[1, 2], 64)),
+            (ms(200.0), row(2, 1000, 1, &[1, 2], 64)),
+            (ms(300.0), row(3, 1100, 1, &[1, 2, 3], 64)),
+            (ms(400.0), row(4, 512, 2, &[1], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        let got: Vec<(u64, Option<u64>)> = seen.values().map(|s| (s.reused, s.done_ns)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, Some(32_490_712)),
+                (960, Some(117_474_885)),
+                (960, Some(217_109_431)),
+                (1024, Some(317_657_793)),
+                (448, Some(423_241_302)),
+            ]
+        );
+        assert_eq!(seen[&4].first_ns, Some(417_474_885));
+    }
+
+    #[test]
+    fn blocks_computed_earlier_in_the_same_pass_are_prefix_hits() {
+        let arrivals = vec![
+            (0, row(0, 1024, 2, &[1, 2], 64)),
+            (0, row(1, 1024, 2, &[1, 2], 64)),
+            (0, row(2, 700, 2, &[1, 3], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        let reused: Vec<u64> = seen.values().map(|s| s.reused).collect();
+        assert_eq!(reused, vec![0, 960, 512]);
+        for s in seen.values() {
+            assert_eq!(
+                (s.first_ns, s.done_ns),
+                (Some(36_593_467), Some(42_474_988))
+            );
+        }
+    }
+
+    #[test]
+    fn long_prompt_is_chunked_by_the_token_budget() {
+        let ids: Vec<u32> = (100..140).collect();
+        let arrivals = vec![
+            (0, row(0, 20_000, 3, &ids, 64)),
+            (ms(1.0), row(1, 600, 4, &[7, 8], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        // Chunks of 8192, 8192, then 3616 batched with the second prompt.
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(0), Some(426_271_750), Some(439_854_312))
+        );
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(338_273_836), Some(426_271_750), Some(445_625_363))
+        );
+    }
+
+    #[test]
+    fn lifo_preemption_recomputes_the_victim_later() {
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let arrivals = vec![
+            (0, row(0, 600, 100, &[1, 2], 64)),
+            (ms(1.0), row(1, 600, 100, &[3, 4], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(0), Some(25_763_044), Some(2_989_371_204))
+        );
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(25_763_044), Some(76_950_841), Some(4_622_826_348))
+        );
+        // Its generated block was not yet computed at preemption: 9 prompt blocks survive.
+        assert_eq!(seen[&1].reused, 576);
+        assert_eq!(seen[&1].tokens, 100);
+    }
+
+    #[test]
+    fn preempted_request_reuses_its_own_generated_blocks() {
+        let args = args_with(|a| a.num_gpu_blocks = 21);
+        let arrivals = vec![
+            (0, row(0, 600, 100, &[1, 2], 64)),
+            (ms(1.0), row(1, 600, 100, &[3, 4], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(seen[&0].done_ns, Some(2_946_672_988));
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(25_763_044), Some(76_270_824), Some(4_496_233_774))
+        );
+        assert_eq!(seen[&1].reused, 640);
+    }
+
+    #[test]
+    fn admission_waits_for_blocks_and_rejects_what_cannot_fit() {
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let arrivals = vec![
+            (0, row(0, 600, 30, &[1, 2], 64)),
+            (ms(1.0), row(1, 700, 3, &[3, 4], 64)),
+            (ms(2.0), row(2, 1400, 3, &[5, 6, 7], 64)),
+            (ms(3.0), row(3, 100, 3, &[8], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(seen[&0].done_ns, Some(772_424_096));
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(772_424_096), Some(801_341_707), Some(860_326_870))
+        );
+        assert_eq!(seen[&2].rejected_ns, Some(801_341_707));
+        assert_eq!(seen[&2].admit_ns, None);
+        assert_eq!(
+            times(&seen[&3]),
+            (Some(772_424_096), Some(801_341_707), Some(860_326_870))
+        );
+    }
+
+    #[test]
+    fn max_model_len_rejects_long_prompts_and_caps_generation() {
+        let args = args_with(|a| a.max_model_len = Some(1000));
+        let arrivals = vec![
+            (0, row(0, 1000, 5, &[1, 2], 64)),
+            (ms(100.0), row(1, 999, 5, &[3, 4], 64)),
+            (ms(200.0), row(2, 990, 20, &[5, 6], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(seen[&0].rejected_ns, Some(0));
+        assert_eq!((seen[&1].tokens, seen[&1].done_ns), (1, Some(132_089_834)));
+        assert_eq!(seen[&2].tokens, 10);
+        assert_eq!(
+            (seen[&2].first_ns, seen[&2].done_ns),
+            (Some(231_945_647), Some(284_066_692))
+        );
+    }
+
+    #[test]
+    fn zero_output_tokens_complete_at_prefill_end_without_a_token() {
+        let seen = drive(
+            EngineArgs::default(),
+            vec![(0, row(0, 600, 0, &[1, 2], 64))],
+        );
+        assert_eq!((seen[&0].tokens, seen[&0].done_ns), (0, Some(25_763_044)));
+    }
+}

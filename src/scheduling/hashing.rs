@@ -60,8 +60,15 @@ mod tests {
         let a: Vec<Token> = [vec![1; 64], vec![2; 64]].concat();
         let b: Vec<Token> = [vec![3; 64], vec![2; 64]].concat();
         let (ha, hb) = (sequence_hashes(&a, 64), sequence_hashes(&b, 64));
-        assert_ne!(ha[1], hb[1], "same block after a different prefix must differ");
+        assert_ne!(
+            ha[1], hb[1],
+            "same block after a different prefix must differ"
+        );
         let a2: Vec<Token> = [vec![1; 64], vec![2; 64], vec![9; 10]].concat();
-        assert_eq!(sequence_hashes(&a2, 64), ha, "a shared prefix shares its hashes");
+        assert_eq!(
+            sequence_hashes(&a2, 64),
+            ha,
+            "a shared prefix shares its hashes"
+        );
     }
 }
