@@ -9,6 +9,11 @@ pub mod kv_pool;
 pub mod timing;
 pub mod worker;
 
+#[cfg(test)]
+mod dynamo_parity;
+#[cfg(test)]
+mod test_support;
+
 pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};
 pub use kv_pool::{BlockId, KvPool, PrefixMatch};
 pub use worker::{

@@ -28,13 +28,31 @@ pub fn decode_ms(active_kv_tokens: u64, total_kv_tokens: u64) -> f64 {
     (-25.74 * fill.powi(2) + 54.01 * fill + 5.74).max(1.0)
 }
 
-/// Divides by `ratio`; a ratio of 0 (or less) leaves the duration unscaled, as in Dynamo.
-fn scaled_ms(ms: f64, ratio: f64) -> f64 {
-    if ratio > 0.0 { ms / ratio } else { ms }
+/// A model's raw milliseconds scaled by `ratio` and converted to whole nanoseconds the way
+/// 1.6.1 does it: round the raw value to a `Duration` (nearest ns), divide that duration's
+/// seconds by the ratio and round again (a ratio of 0 leaves it unscaled), then go through
+/// milliseconds once more. The double rounding is observable (1 ns) in mixed passes.
+/// Durations too long to represent saturate.
+pub fn scaled_duration(raw_ms: f64, ratio: f64) -> SimDuration {
+    if !(raw_ms.is_finite() && raw_ms > 0.0) {
+        return SimDuration::ZERO;
+    }
+    let Ok(unscaled) = Duration::try_from_secs_f64(raw_ms / 1000.0) else {
+        return SimDuration::from_ns(u64::MAX);
+    };
+    let modeled = if ratio > 0.0 && unscaled > Duration::ZERO {
+        match Duration::try_from_secs_f64(unscaled.as_secs_f64() / ratio) {
+            Ok(d) => d,
+            Err(_) => return SimDuration::from_ns(u64::MAX),
+        }
+    } else {
+        unscaled
+    };
+    ms_to_duration(modeled.as_secs_f64() * 1000.0)
 }
 
-/// Milliseconds to whole nanoseconds the way Dynamo does it (`Duration::from_secs_f64(ms /
-/// 1000)`, which rounds to the nearest nanosecond). Durations too long to represent saturate.
+/// Milliseconds to whole nanoseconds as Dynamo converts them (`Duration::from_secs_f64(ms /
+/// 1000)`, nearest ns). Non-positive or NaN gives zero; too long saturates.
 pub fn ms_to_duration(ms: f64) -> SimDuration {
     if !(ms.is_finite() && ms > 0.0) {
         return SimDuration::ZERO;
@@ -47,16 +65,13 @@ pub fn ms_to_duration(ms: f64) -> SimDuration {
 
 /// The modelled, scaled duration of a pass's prefill part.
 pub fn prefill_duration(new_tokens: u64, args: &EngineArgs) -> SimDuration {
-    ms_to_duration(scaled_ms(prefill_ms(new_tokens), args.speedup_ratio))
+    scaled_duration(prefill_ms(new_tokens), args.speedup_ratio)
 }
 
 /// The modelled, scaled duration of a pass's decode part.
 pub fn decode_duration(active_kv_tokens: u64, args: &EngineArgs) -> SimDuration {
     let ms = decode_ms(active_kv_tokens, args.total_kv_tokens());
-    ms_to_duration(scaled_ms(
-        ms,
-        args.speedup_ratio * args.decode_speedup_ratio,
-    ))
+    scaled_duration(ms, args.speedup_ratio * args.decode_speedup_ratio)
 }
 
 /// The prefill batch size Dynamo feeds its polynomial: `count` requests, mean total and mean
@@ -127,6 +142,16 @@ mod tests {
         };
         assert_eq!(decode_duration(1025, &half), decode_duration(1025, &base));
         assert_eq!(ns(prefill_duration(1024, &half)), 64_981_424);
+    }
+
+    #[test]
+    fn scaling_rounds_twice_like_dynamo() {
+        // 1.6.1 printed 43.756168 for a pass of prefill(T=4140)/3.5 plus a decode step; a
+        // single rounding of the scaled value would give 1 ns more for the prefill part.
+        assert_eq!(ns(scaled_duration(prefill_ms(4140), 3.5)), 24_736_175);
+        assert_eq!(ns(scaled_duration(prefill_ms(4140), 0.0)), 86_576_614);
+        assert_eq!(scaled_duration(f64::MAX, 1.0).as_ns(), u64::MAX);
+        assert_eq!(scaled_duration(1.0, 1e-300).as_ns(), u64::MAX);
     }
 
     #[test]
