@@ -1,1 +1,22 @@
-//! Mock aggregated worker modelled on Dynamo's mocker (vLLM-style core).
+//! Mock aggregated worker modelled on Dynamo 1.6.1's mocker (vLLM-style core): engine
+//! arguments, the per-rank KV block pool, the timing model and the scheduler core.
+//!
+//! A pure state machine per data-parallel rank: [`MockWorker::execute_pass`] is handed `now`
+//! and returns the pass end, with the tokens, completions and KV events it delivers then.
+
+pub mod config;
+pub mod kv_pool;
+pub mod timing;
+pub mod worker;
+
+#[cfg(test)]
+mod dynamo_parity;
+#[cfg(test)]
+mod test_support;
+
+pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};
+pub use kv_pool::{BlockId, KvPool, PrefixMatch};
+pub use worker::{
+    AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RequestPhase, RequestView,
+    TokenOut,
+};

@@ -1,0 +1,485 @@
+//! Engine arguments of a mock worker: Dynamo 1.6.1's canonical engine JSON, defaults, validation.
+//!
+//! Dynamo's offline replay (and `tools/dynosim`) takes an engine launch config shaped
+//! `{"engine": {...}, "dp_size": 1, ...}`. [`EngineLaunchConfig`] and [`EngineSection`] accept
+//! exactly the keys 1.6.1 accepts (an unknown key is an error naming it), keys that do not change
+//! an aggregated vLLM worker are accepted and ignored, and keys selecting behaviour this mocker
+//! does not model (other backends, disaggregation, offload tiers, speculative decoding, memory
+//! derived pool sizes) are rejected with [`ConfigError::Unsupported`] rather than silently
+//! ignored. The result is a validated [`EngineArgs`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// Which running request is evicted when KV blocks run out.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptionMode {
+    /// The most recently admitted running request (Dynamo's default).
+    #[default]
+    Lifo,
+    /// The oldest running request.
+    Fifo,
+}
+
+/// Validated engine arguments of one mock worker, with Dynamo's names and defaults.
+///
+/// Every data-parallel rank of a worker runs its own scheduler and KV pool with these
+/// arguments; `dp_size` only says how many ranks the simulator should create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineArgs {
+    /// Tokens per KV block (default 64).
+    pub block_size: u64,
+    /// KV pool size in blocks, per rank (default 16384).
+    pub num_gpu_blocks: u64,
+    /// Most requests running at once, per rank (default 256).
+    pub max_num_seqs: u64,
+    /// Token budget of one forward pass (default 8192).
+    pub max_num_batched_tokens: u64,
+    /// Reuse cached prompt blocks and publish KV events (default true).
+    pub enable_prefix_caching: bool,
+    /// Split prompts larger than the remaining budget over several passes (default true).
+    pub enable_chunked_prefill: bool,
+    /// Divides every modelled duration; 0 leaves durations unscaled, as in Dynamo (default 1).
+    pub speedup_ratio: f64,
+    /// Extra divisor for decode time; a product of ratios of 0 leaves decode unscaled
+    /// (default 1).
+    pub decode_speedup_ratio: f64,
+    /// Data-parallel ranks per worker (default 1).
+    pub dp_size: u32,
+    /// Victim choice under KV pressure (default LIFO).
+    pub preemption_mode: PreemptionMode,
+    /// Longest sequence (prompt + output); a prompt this long or longer is rejected, and
+    /// generation stops when the sequence reaches it (default none).
+    pub max_model_len: Option<u64>,
+}
+
+impl Default for EngineArgs {
+    fn default() -> Self {
+        EngineArgs {
+            block_size: 64,
+            num_gpu_blocks: 16384,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            enable_prefix_caching: true,
+            enable_chunked_prefill: true,
+            speedup_ratio: 1.0,
+            decode_speedup_ratio: 1.0,
+            dp_size: 1,
+            preemption_mode: PreemptionMode::Lifo,
+            max_model_len: None,
+        }
+    }
+}
+
+/// Largest pool the block slab can index (block ids are `u32`, one value kept as a sentinel).
+pub const MAX_NUM_GPU_BLOCKS: u64 = (u32::MAX - 1) as u64;
+
+/// Why an engine config was refused. Every variant names the offending field.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigError {
+    /// The text is not valid JSON, a key is unknown, or a value has the wrong type.
+    Parse(String),
+    /// A field's value is out of range.
+    Invalid { field: &'static str, reason: String },
+    /// A field selects Dynamo behaviour this mocker does not model.
+    Unsupported { field: &'static str, value: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Parse(msg) => write!(f, "engine config: {msg}"),
+            ConfigError::Invalid { field, reason } => {
+                write!(f, "engine config: field `{field}`: {reason}")
+            }
+            ConfigError::Unsupported { field, value } => write!(
+                f,
+                "engine config: field `{field}` = {value} is not supported by routersim's mocker"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl EngineArgs {
+    /// Parses Dynamo's canonical engine launch JSON, e.g.
+    /// `{"engine": {"backend": "vllm", "worker_type": "aggregated", "max_num_seqs": 4}}`,
+    /// applies defaults and validates.
+    pub fn from_json_str(text: &str) -> Result<EngineArgs, ConfigError> {
+        let launch: EngineLaunchConfig =
+            serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        launch.into_args()
+    }
+
+    /// Total KV capacity of one rank in tokens (the decode model's denominator).
+    pub fn total_kv_tokens(&self) -> u64 {
+        self.num_gpu_blocks.saturating_mul(self.block_size)
+    }
+
+    /// Checks every field's range. Mirrors 1.6.1's rules (positive sizes, vLLM block size at
+    /// least 2, finite non-negative ratios) plus the limits of this implementation.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &'static str, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.block_size < 2 {
+            return invalid("block_size", "a vLLM block must hold at least two tokens");
+        }
+        if self.num_gpu_blocks == 0 {
+            return invalid("num_gpu_blocks", "must be positive");
+        }
+        if self.num_gpu_blocks > MAX_NUM_GPU_BLOCKS {
+            return invalid("num_gpu_blocks", "must be at most 4294967294");
+        }
+        if self.total_kv_tokens() > u64::MAX / 4 {
+            return invalid("num_gpu_blocks", "num_gpu_blocks * block_size is too large");
+        }
+        if self.max_num_seqs == 0 {
+            return invalid("max_num_seqs", "must be positive");
+        }
+        if self.max_num_batched_tokens == 0 {
+            return invalid("max_num_batched_tokens", "must be positive");
+        }
+        if !(self.speedup_ratio.is_finite() && self.speedup_ratio >= 0.0) {
+            return invalid("speedup_ratio", "must be finite and non-negative");
+        }
+        if !(self.decode_speedup_ratio.is_finite() && self.decode_speedup_ratio >= 0.0) {
+            return invalid("decode_speedup_ratio", "must be finite and non-negative");
+        }
+        if self.dp_size == 0 {
+            return invalid("dp_size", "must be positive");
+        }
+        if self.max_model_len == Some(0) {
+            return invalid("max_model_len", "must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// The top level of Dynamo's engine launch config (`{"engine": {...}, "dp_size": ...}`).
+/// Field names are 1.6.1's; unknown keys are refused.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineLaunchConfig {
+    /// The engine section.
+    #[serde(default)]
+    pub engine: EngineSection,
+    /// Data-parallel ranks per worker.
+    pub dp_size: Option<u32>,
+    /// Accepted (must be positive) and ignored: tensor parallelism does not change the
+    /// polynomial timing model.
+    pub tensor_parallel_size: Option<u64>,
+    /// Simulated start-up delay in seconds; unsupported unless null.
+    pub startup_time: Option<f64>,
+    /// Accepted and ignored.
+    pub num_gpu_blocks_is_explicit: Option<bool>,
+    /// Memory-derived pool sizing; unsupported unless null.
+    pub gpu_memory_utilization: Option<Value>,
+    /// Memory-derived pool sizing; unsupported unless null.
+    pub mem_fraction_static: Option<Value>,
+    /// Memory-derived pool sizing; unsupported unless null.
+    pub free_gpu_memory_fraction: Option<Value>,
+    /// Memory-derived pool sizing; unsupported unless null.
+    pub cuda_graph_reserved_bytes: Option<Value>,
+}
+
+/// Dynamo 1.6.1's `engine` section. Every key 1.6.1 accepts is listed; those that matter to an
+/// aggregated vLLM worker are typed, the rest are accepted as raw JSON and checked in
+/// [`EngineSection::into_args`].
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    /// Must be `"vllm"` (the default).
+    pub backend: Option<String>,
+    pub num_gpu_blocks: Option<u64>,
+    pub block_size: Option<u64>,
+    pub max_model_len: Option<u64>,
+    pub max_num_seqs: Option<u64>,
+    pub max_num_batched_tokens: Option<u64>,
+    /// vLLM prefill cadence; only 1 (every pass) is supported.
+    pub prefill_schedule_interval: Option<u64>,
+    /// SGLang only; must be 0.
+    pub prefill_decode_interval: Option<u64>,
+    pub enable_prefix_caching: Option<bool>,
+    pub enable_chunked_prefill: Option<bool>,
+    pub speedup_ratio: Option<f64>,
+    pub decode_speedup_ratio: Option<f64>,
+    /// Speculative decoding; unsupported unless null.
+    pub aic_nextn: Option<Value>,
+    pub aic_nextn_accept_rates: Option<Value>,
+    pub aic_mtp_seed: Option<Value>,
+    /// Must be `"aggregated"` (the default).
+    pub worker_type: Option<String>,
+    pub preemption_mode: Option<PreemptionMode>,
+    /// Accepted and ignored: the simulator decides where KV events go.
+    pub emit_kv_events: Option<bool>,
+    pub emit_kv_token_ids: Option<bool>,
+    pub kv_bytes_per_token: Option<Value>,
+    pub kv_transfer_bytes_per_token: Option<Value>,
+    pub kv_cache_bytes_per_token: Option<Value>,
+    /// Hybrid cache groups; unsupported unless null.
+    pub kv_cache_groups: Option<Value>,
+    pub kv_cache_capacity_bytes: Option<Value>,
+    /// Host offload tier; unsupported unless null.
+    pub native_host_offload: Option<Value>,
+    /// Recurrent state cache; unsupported unless null.
+    pub state_cache: Option<Value>,
+    /// Sub-block prefix matching; unsupported unless null.
+    pub prefix_match_unit: Option<Value>,
+    /// G3 offload tier; unsupported unless null.
+    pub g3_offload: Option<Value>,
+    pub kv_transfer_bandwidth: Option<Value>,
+    pub kv_transfer_timing_mode: Option<Value>,
+    /// Only `{"type": "polynomial"}` is supported.
+    pub timing_model: Option<Value>,
+    /// SGLang settings: accepted and ignored by the vLLM core.
+    pub sglang: Option<Value>,
+    /// TRT-LLM settings: accepted and ignored by the vLLM core.
+    pub trtllm: Option<Value>,
+}
+
+fn unsupported(field: &'static str, value: &impl fmt::Display) -> ConfigError {
+    ConfigError::Unsupported {
+        field,
+        value: value.to_string(),
+    }
+}
+
+/// Refuses a behaviour-changing option unless it is absent or null.
+fn require_null(field: &'static str, value: &Option<Value>) -> Result<(), ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) => Err(unsupported(field, v)),
+    }
+}
+
+impl EngineLaunchConfig {
+    /// Applies defaults, refuses unsupported options and validates.
+    pub fn into_args(self) -> Result<EngineArgs, ConfigError> {
+        if let Some(t) = self.startup_time {
+            return Err(unsupported("startup_time", &t));
+        }
+        require_null("gpu_memory_utilization", &self.gpu_memory_utilization)?;
+        require_null("mem_fraction_static", &self.mem_fraction_static)?;
+        require_null("free_gpu_memory_fraction", &self.free_gpu_memory_fraction)?;
+        require_null("cuda_graph_reserved_bytes", &self.cuda_graph_reserved_bytes)?;
+        if self.tensor_parallel_size == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "tensor_parallel_size",
+                reason: "must be positive".to_string(),
+            });
+        }
+        let mut args = self.engine.into_unvalidated_args()?;
+        if let Some(dp) = self.dp_size {
+            args.dp_size = dp;
+        }
+        args.validate()?;
+        Ok(args)
+    }
+}
+
+impl EngineSection {
+    /// Applies defaults, refuses unsupported options and validates (dp_size stays 1).
+    pub fn into_args(self) -> Result<EngineArgs, ConfigError> {
+        let args = self.into_unvalidated_args()?;
+        args.validate()?;
+        Ok(args)
+    }
+
+    fn check_supported(&self) -> Result<(), ConfigError> {
+        if let Some(b) = self.backend.as_deref().filter(|b| *b != "vllm") {
+            return Err(unsupported("backend", &b));
+        }
+        if let Some(w) = self.worker_type.as_deref().filter(|w| *w != "aggregated") {
+            return Err(unsupported("worker_type", &w));
+        }
+        if let Some(i) = self.prefill_schedule_interval.filter(|i| *i != 1) {
+            return Err(unsupported("prefill_schedule_interval", &i));
+        }
+        if let Some(i) = self.prefill_decode_interval.filter(|i| *i != 0) {
+            return Err(unsupported("prefill_decode_interval", &i));
+        }
+        require_null("aic_nextn", &self.aic_nextn)?;
+        require_null("kv_cache_groups", &self.kv_cache_groups)?;
+        require_null("native_host_offload", &self.native_host_offload)?;
+        require_null("state_cache", &self.state_cache)?;
+        require_null("prefix_match_unit", &self.prefix_match_unit)?;
+        require_null("g3_offload", &self.g3_offload)?;
+        match &self.timing_model {
+            None | Some(Value::Null) => Ok(()),
+            Some(v) if v.get("type").and_then(Value::as_str) == Some("polynomial") => Ok(()),
+            Some(v) => Err(unsupported("timing_model", v)),
+        }
+    }
+
+    fn into_unvalidated_args(self) -> Result<EngineArgs, ConfigError> {
+        self.check_supported()?;
+        let d = EngineArgs::default();
+        Ok(EngineArgs {
+            block_size: self.block_size.unwrap_or(d.block_size),
+            num_gpu_blocks: self.num_gpu_blocks.unwrap_or(d.num_gpu_blocks),
+            max_num_seqs: self.max_num_seqs.unwrap_or(d.max_num_seqs),
+            max_num_batched_tokens: self
+                .max_num_batched_tokens
+                .unwrap_or(d.max_num_batched_tokens),
+            enable_prefix_caching: self
+                .enable_prefix_caching
+                .unwrap_or(d.enable_prefix_caching),
+            enable_chunked_prefill: self
+                .enable_chunked_prefill
+                .unwrap_or(d.enable_chunked_prefill),
+            speedup_ratio: self.speedup_ratio.unwrap_or(d.speedup_ratio),
+            decode_speedup_ratio: self.decode_speedup_ratio.unwrap_or(d.decode_speedup_ratio),
+            dp_size: d.dp_size,
+            preemption_mode: self.preemption_mode.unwrap_or(d.preemption_mode),
+            max_model_len: self.max_model_len,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_dynamo_1_6_1() {
+        let args = EngineArgs::from_json_str(
+            r#"{"engine": {"backend": "vllm", "worker_type": "aggregated"}}"#,
+        )
+        .unwrap();
+        assert_eq!(args, EngineArgs::default());
+        assert_eq!(args.block_size, 64);
+        assert_eq!(args.num_gpu_blocks, 16384);
+        assert_eq!(args.max_num_seqs, 256);
+        assert_eq!(args.max_num_batched_tokens, 8192);
+        assert!(args.enable_prefix_caching && args.enable_chunked_prefill);
+        assert_eq!(args.preemption_mode, PreemptionMode::Lifo);
+        assert_eq!(args.total_kv_tokens(), 1_048_576);
+    }
+
+    #[test]
+    fn canonical_json_sets_every_modelled_field() {
+        let args = EngineArgs::from_json_str(
+            r#"{"engine": {"block_size": 16, "num_gpu_blocks": 100, "max_num_seqs": 4,
+                "max_num_batched_tokens": 512, "enable_prefix_caching": false,
+                "enable_chunked_prefill": false, "speedup_ratio": 2.5,
+                "decode_speedup_ratio": 0.5, "preemption_mode": "fifo", "max_model_len": 4096},
+                "dp_size": 2}"#,
+        )
+        .unwrap();
+        assert_eq!(args.block_size, 16);
+        assert_eq!(args.num_gpu_blocks, 100);
+        assert_eq!(args.max_num_seqs, 4);
+        assert_eq!(args.max_num_batched_tokens, 512);
+        assert!(!args.enable_prefix_caching && !args.enable_chunked_prefill);
+        assert_eq!(args.speedup_ratio, 2.5);
+        assert_eq!(args.decode_speedup_ratio, 0.5);
+        assert_eq!(args.preemption_mode, PreemptionMode::Fifo);
+        assert_eq!(args.max_model_len, Some(4096));
+        assert_eq!(args.dp_size, 2);
+    }
+
+    #[test]
+    fn the_normalised_form_dynamo_prints_is_accepted() {
+        // The engine section exactly as 1.6.1's `_normalize_mocker_config` writes it.
+        let text = r#"{"engine": {"backend": "vllm", "num_gpu_blocks": 16384, "block_size": 64,
+            "max_model_len": null, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+            "prefill_schedule_interval": 1, "prefill_decode_interval": 0,
+            "enable_prefix_caching": true, "enable_chunked_prefill": true, "speedup_ratio": 1.0,
+            "decode_speedup_ratio": 1.0, "aic_nextn": null, "aic_nextn_accept_rates": null,
+            "aic_mtp_seed": 42, "worker_type": "aggregated", "preemption_mode": "lifo",
+            "emit_kv_events": false, "emit_kv_token_ids": false,
+            "kv_transfer_bytes_per_token": null, "kv_transfer_bandwidth": null,
+            "kv_transfer_timing_mode": "full_prompt", "timing_model": {"type": "polynomial"},
+            "sglang": {"schedule_policy": "fifo", "max_prefill_tokens": 16384,
+                       "chunked_prefill_size": 8192, "clip_max_new_tokens": 4096,
+                       "schedule_conservativeness": 1.0},
+            "trtllm": {"capacity_scheduler_policy": "guaranteed_no_evict"}},
+            "dp_size": 1, "tensor_parallel_size": 1, "startup_time": null,
+            "num_gpu_blocks_is_explicit": false, "gpu_memory_utilization": null,
+            "mem_fraction_static": null, "free_gpu_memory_fraction": null,
+            "cuda_graph_reserved_bytes": null}"#;
+        assert_eq!(
+            EngineArgs::from_json_str(text).unwrap(),
+            EngineArgs::default()
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key() {
+        let err = EngineArgs::from_json_str(r#"{"engine": {"bogus_knob": 1}}"#).unwrap_err();
+        assert!(err.to_string().contains("bogus_knob"), "{err}");
+        let err = EngineArgs::from_json_str(r#"{"engine": {}, "dynamo": {}}"#).unwrap_err();
+        assert!(err.to_string().contains("dynamo"), "{err}");
+    }
+
+    #[test]
+    fn unsupported_behaviour_is_refused_by_name() {
+        for (text, field) in [
+            (r#"{"engine": {"backend": "sglang"}}"#, "backend"),
+            (r#"{"engine": {"worker_type": "prefill"}}"#, "worker_type"),
+            (r#"{"engine": {"aic_nextn": 2}}"#, "aic_nextn"),
+            (
+                r#"{"engine": {"timing_model": {"type": "fixed"}}}"#,
+                "timing_model",
+            ),
+            (
+                r#"{"engine": {"prefill_schedule_interval": 2}}"#,
+                "prefill_schedule_interval",
+            ),
+            (r#"{"engine": {}, "startup_time": 3.0}"#, "startup_time"),
+        ] {
+            match EngineArgs::from_json_str(text) {
+                Err(ConfigError::Unsupported { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: expected Unsupported({field}), got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn validation_names_the_bad_field() {
+        for (text, field) in [
+            (r#"{"engine": {"block_size": 1}}"#, "block_size"),
+            (r#"{"engine": {"num_gpu_blocks": 0}}"#, "num_gpu_blocks"),
+            (r#"{"engine": {"max_num_seqs": 0}}"#, "max_num_seqs"),
+            (
+                r#"{"engine": {"max_num_batched_tokens": 0}}"#,
+                "max_num_batched_tokens",
+            ),
+            (r#"{"engine": {"speedup_ratio": -1.0}}"#, "speedup_ratio"),
+            (
+                r#"{"engine": {"decode_speedup_ratio": -0.5}}"#,
+                "decode_speedup_ratio",
+            ),
+            (r#"{"engine": {"max_model_len": 0}}"#, "max_model_len"),
+            (r#"{"engine": {}, "dp_size": 0}"#, "dp_size"),
+        ] {
+            match EngineArgs::from_json_str(text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: expected Invalid({field}), got {other:?}"),
+            }
+        }
+        let zero_ratio = EngineArgs {
+            speedup_ratio: 0.0,
+            ..EngineArgs::default()
+        };
+        assert!(
+            zero_ratio.validate().is_ok(),
+            "0 means unscaled in Dynamo, not an error"
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_parse_errors() {
+        let err = EngineArgs::from_json_str(r#"{"engine": {"max_num_seqs": "four"}}"#);
+        assert!(matches!(err, Err(ConfigError::Parse(_))));
+        let err = EngineArgs::from_json_str(r#"{"engine": {"preemption_mode": "random"}}"#);
+        assert!(matches!(err, Err(ConfigError::Parse(_))));
+    }
+}

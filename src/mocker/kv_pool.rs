@@ -1,0 +1,523 @@
+//! One rank's KV block pool: refcounted active blocks, an LRU of cached inactive blocks keyed by
+//! sequence hash, eviction, and the Stored/Removed events those changes publish.
+//!
+//! Blocks live in a slab indexed by [`BlockId`]. A block is either *private* (a partial block,
+//! or any block when prefix caching is off: it has no identity and is freed on release) or
+//! *registered* under a sequence hash (a full, computed block that other requests can reuse).
+//! A registered block whose refcount drops to zero stays cached as *inactive* at the tail of an
+//! intrusive LRU list; allocation evicts from the head. Every operation is O(1) expected
+//! (one `FxHashMap` probe at most), and nothing allocates per token.
+
+use crate::scheduling::types::{KvEventData, SeqHash};
+use rustc_hash::FxHashMap;
+
+/// Index of a block slot in the pool.
+pub type BlockId = u32;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+struct Slot {
+    /// The sequence hash, meaningful only while `registered`.
+    hash: SeqHash,
+    registered: bool,
+    refcount: u32,
+    /// LRU neighbours while inactive (refcount 0 and registered), else NIL.
+    prev: u32,
+    next: u32,
+}
+
+/// How much of a block-hash chain the pool already holds.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrefixMatch {
+    /// Leading blocks present (active or inactive).
+    pub blocks: u64,
+    /// How many of those leading blocks are active (held by some request).
+    pub active_blocks: u64,
+}
+
+/// The KV block pool of one data-parallel rank.
+#[derive(Clone, Debug)]
+pub struct KvPool {
+    capacity: u64,
+    slots: Vec<Slot>,
+    free: Vec<BlockId>,
+    by_hash: FxHashMap<SeqHash, BlockId>,
+    lru_head: u32,
+    lru_tail: u32,
+    active: u64,
+    inactive: u64,
+    events_enabled: bool,
+    events: Vec<KvEventData>,
+}
+
+impl KvPool {
+    /// An empty pool of `capacity` blocks. With `events_enabled`, registrations and evictions
+    /// are recorded as KV events (Dynamo publishes none when prefix caching is off).
+    pub fn new(capacity: u64, events_enabled: bool) -> KvPool {
+        assert!(
+            capacity > 0 && capacity < u64::from(NIL),
+            "pool capacity out of range"
+        );
+        KvPool {
+            capacity,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_hash: FxHashMap::default(),
+            lru_head: NIL,
+            lru_tail: NIL,
+            active: 0,
+            inactive: 0,
+            events_enabled,
+            events: Vec::new(),
+        }
+    }
+
+    /// Total blocks the pool may hold.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Blocks held by at least one request (private and registered).
+    pub fn active_blocks(&self) -> u64 {
+        self.active
+    }
+
+    /// Cached blocks held by nobody (evictable).
+    pub fn inactive_blocks(&self) -> u64 {
+        self.inactive
+    }
+
+    /// Blocks neither active nor cached.
+    pub fn free_blocks(&self) -> u64 {
+        self.capacity - self.active - self.inactive
+    }
+
+    /// How many requests hold block `id` (0 if it is inactive or free).
+    pub fn refcount(&self, id: BlockId) -> u32 {
+        self.slots.get(id as usize).map_or(0, |s| s.refcount)
+    }
+
+    /// True if a block is registered under `hash` (active or inactive).
+    pub fn contains(&self, hash: SeqHash) -> bool {
+        self.by_hash.contains_key(&hash)
+    }
+
+    /// The longest run of leading `hashes` the pool holds, looking at most at `max_blocks`.
+    pub fn match_prefix(
+        &self,
+        hashes: impl IntoIterator<Item = SeqHash>,
+        max_blocks: u64,
+    ) -> PrefixMatch {
+        let mut m = PrefixMatch::default();
+        for hash in hashes
+            .into_iter()
+            .take(usize::try_from(max_blocks).unwrap_or(usize::MAX))
+        {
+            let Some(&id) = self.by_hash.get(&hash) else {
+                break;
+            };
+            m.blocks += 1;
+            if self.slots[id as usize].refcount > 0 {
+                m.active_blocks += 1;
+            }
+        }
+        m
+    }
+
+    /// Takes a reference to the registered block `hash`, reactivating it if it was inactive.
+    /// None if the pool does not hold it.
+    pub fn acquire(&mut self, hash: SeqHash) -> Option<BlockId> {
+        let id = *self.by_hash.get(&hash)?;
+        self.add_ref(id);
+        Some(id)
+    }
+
+    /// A fresh private block, evicting the least recently used inactive block if the pool is
+    /// full (a Removed event). None if every block is active.
+    pub fn allocate(&mut self) -> Option<BlockId> {
+        let id = if let Some(id) = self.free.pop() {
+            id
+        } else if (self.slots.len() as u64) < self.capacity {
+            self.slots.push(Slot {
+                hash: 0,
+                registered: false,
+                refcount: 0,
+                prev: NIL,
+                next: NIL,
+            });
+            (self.slots.len() - 1) as BlockId
+        } else if self.lru_head != NIL {
+            self.evict_lru()
+        } else {
+            return None;
+        };
+        let slot = &mut self.slots[id as usize];
+        debug_assert!(slot.refcount == 0 && !slot.registered);
+        slot.refcount = 1;
+        self.active += 1;
+        Some(id)
+    }
+
+    /// Gives the full private block `id` (held once, by the caller) the identity `hash`, whose
+    /// parent in the chain is `parent`. If the pool already holds `hash`, the caller's block is
+    /// freed and a reference to the existing one is returned instead (no event); otherwise the
+    /// block is registered and a Stored event recorded.
+    pub fn register(&mut self, id: BlockId, hash: SeqHash, parent: Option<SeqHash>) -> BlockId {
+        let slot = &self.slots[id as usize];
+        assert!(
+            !slot.registered && slot.refcount == 1,
+            "register needs a private block held once"
+        );
+        if let Some(existing) = self.acquire(hash) {
+            self.release(id);
+            return existing;
+        }
+        let slot = &mut self.slots[id as usize];
+        slot.registered = true;
+        slot.hash = hash;
+        self.by_hash.insert(hash, id);
+        self.record_stored(hash, parent);
+        id
+    }
+
+    /// Drops one reference. A registered block left unreferenced joins the LRU tail; a
+    /// private one is freed.
+    pub fn release(&mut self, id: BlockId) {
+        let slot = &mut self.slots[id as usize];
+        assert!(slot.refcount > 0, "release of an unreferenced block {id}");
+        slot.refcount -= 1;
+        if slot.refcount > 0 {
+            return;
+        }
+        self.active -= 1;
+        if slot.registered {
+            self.inactive += 1;
+            self.lru_push_tail(id);
+        } else {
+            self.free.push(id);
+        }
+    }
+
+    /// Moves the recorded events into `out` (appending), leaving the pool's buffer empty.
+    pub fn drain_events_into(&mut self, out: &mut Vec<KvEventData>) {
+        out.append(&mut self.events);
+    }
+
+    /// Checks the pool's bookkeeping: counts, LRU links, hash index. Err describes the first
+    /// inconsistency found. O(capacity); for tests and checkers.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let (mut active, mut inactive, mut registered) = (0u64, 0u64, 0u64);
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.refcount > 0 {
+                active += 1;
+            } else if s.registered {
+                inactive += 1;
+            }
+            if s.registered {
+                registered += 1;
+                if self.by_hash.get(&s.hash) != Some(&(i as BlockId)) {
+                    return Err(format!("block {i} registered but not indexed by its hash"));
+                }
+            }
+        }
+        if active != self.active || inactive != self.inactive {
+            return Err(format!(
+                "counts drifted: active {active} vs {}, inactive {inactive} vs {}",
+                self.active, self.inactive
+            ));
+        }
+        if registered != self.by_hash.len() as u64 {
+            return Err("hash index holds stale entries".to_string());
+        }
+        if active + inactive > self.capacity {
+            return Err(format!("{active} active + {inactive} inactive > capacity"));
+        }
+        let free = self.free.len() as u64 + (self.capacity - self.slots.len() as u64);
+        if active + inactive + free != self.capacity {
+            return Err("free list does not account for every slot".to_string());
+        }
+        self.check_lru(inactive)
+    }
+
+    fn check_lru(&self, inactive: u64) -> Result<(), String> {
+        let (mut n, mut prev, mut cur) = (0u64, NIL, self.lru_head);
+        while cur != NIL {
+            let s = &self.slots[cur as usize];
+            if s.prev != prev || s.refcount != 0 || !s.registered {
+                return Err(format!("LRU list corrupt at block {cur}"));
+            }
+            n += 1;
+            if n > inactive {
+                return Err("LRU list longer than the inactive count".to_string());
+            }
+            prev = cur;
+            cur = s.next;
+        }
+        if n != inactive || prev != self.lru_tail {
+            return Err(format!(
+                "LRU list holds {n} blocks, inactive count is {inactive}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn add_ref(&mut self, id: BlockId) {
+        if self.slots[id as usize].refcount == 0 {
+            self.lru_unlink(id);
+            self.inactive -= 1;
+            self.active += 1;
+        }
+        self.slots[id as usize].refcount += 1;
+    }
+
+    /// Unregisters the oldest inactive block and returns its slot, unreferenced and private.
+    fn evict_lru(&mut self) -> BlockId {
+        let id = self.lru_head;
+        self.lru_unlink(id);
+        self.inactive -= 1;
+        let slot = &mut self.slots[id as usize];
+        slot.registered = false;
+        let hash = slot.hash;
+        self.by_hash.remove(&hash);
+        self.record_removed(hash);
+        id
+    }
+
+    fn lru_push_tail(&mut self, id: BlockId) {
+        let tail = self.lru_tail;
+        {
+            let s = &mut self.slots[id as usize];
+            s.prev = tail;
+            s.next = NIL;
+        }
+        if tail == NIL {
+            self.lru_head = id;
+        } else {
+            self.slots[tail as usize].next = id;
+        }
+        self.lru_tail = id;
+    }
+
+    fn lru_unlink(&mut self, id: BlockId) {
+        let (prev, next) = {
+            let s = &self.slots[id as usize];
+            (s.prev, s.next)
+        };
+        if prev == NIL {
+            self.lru_head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.lru_tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+        let s = &mut self.slots[id as usize];
+        s.prev = NIL;
+        s.next = NIL;
+    }
+
+    /// Appends to the previous Stored event when this block continues its chain, so a prompt
+    /// stored in one step publishes one event, as Dynamo's allocation does.
+    fn record_stored(&mut self, hash: SeqHash, parent: Option<SeqHash>) {
+        if !self.events_enabled {
+            return;
+        }
+        if let Some(KvEventData::Stored { blocks, .. }) = self.events.last_mut()
+            && parent.is_some()
+            && blocks.last().copied() == parent
+        {
+            blocks.push(hash);
+            return;
+        }
+        self.events.push(KvEventData::Stored {
+            parent,
+            blocks: vec![hash],
+        });
+    }
+
+    fn record_removed(&mut self, hash: SeqHash) {
+        if !self.events_enabled {
+            return;
+        }
+        if let Some(KvEventData::Removed { blocks }) = self.events.last_mut() {
+            blocks.push(hash);
+            return;
+        }
+        self.events
+            .push(KvEventData::Removed { blocks: vec![hash] });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(pool: &mut KvPool) -> Vec<KvEventData> {
+        let mut out = Vec::new();
+        pool.drain_events_into(&mut out);
+        out
+    }
+
+    /// Allocates and registers a chain of blocks, as a prefill would.
+    fn store_chain(pool: &mut KvPool, hashes: &[SeqHash]) -> Vec<BlockId> {
+        let mut parent = None;
+        hashes
+            .iter()
+            .map(|&h| {
+                let id = pool.allocate().expect("room");
+                let id = pool.register(id, h, parent);
+                parent = Some(h);
+                id
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stored_events_only_for_new_blocks_and_chained_into_one() {
+        let mut pool = KvPool::new(8, true);
+        let a = store_chain(&mut pool, &[1, 2, 3]);
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Stored {
+                parent: None,
+                blocks: vec![1, 2, 3]
+            }]
+        );
+        // A second request with the same prefix reuses blocks: no events.
+        for h in [1, 2, 3] {
+            pool.acquire(h).unwrap();
+        }
+        let extra = pool.allocate().unwrap();
+        let extra = pool.register(extra, 4, Some(3));
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Stored {
+                parent: Some(3),
+                blocks: vec![4]
+            }]
+        );
+        assert_eq!(pool.active_blocks(), 4);
+        for id in a.iter().rev() {
+            pool.release(*id);
+        }
+        pool.release(extra);
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn release_sends_registered_blocks_to_lru_and_frees_private_ones() {
+        let mut pool = KvPool::new(4, true);
+        let ids = store_chain(&mut pool, &[10, 11]);
+        let partial = pool.allocate().unwrap();
+        assert_eq!(pool.active_blocks(), 3);
+        pool.release(partial);
+        for id in ids.iter().rev() {
+            pool.release(*id);
+        }
+        assert_eq!(
+            (
+                pool.active_blocks(),
+                pool.inactive_blocks(),
+                pool.free_blocks()
+            ),
+            (0, 2, 2)
+        );
+        assert_eq!(
+            pool.match_prefix([10, 11, 12], 10),
+            PrefixMatch {
+                blocks: 2,
+                active_blocks: 0
+            }
+        );
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn eviction_is_lru_and_emits_removed() {
+        let mut pool = KvPool::new(3, true);
+        let ids = store_chain(&mut pool, &[1, 2, 3]);
+        // Reverse-order release: the chain's tail becomes the least recently used.
+        for id in ids.iter().rev() {
+            pool.release(*id);
+        }
+        drain(&mut pool);
+        let a = pool.allocate().unwrap();
+        let b = pool.allocate().unwrap();
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Removed { blocks: vec![3, 2] }]
+        );
+        assert!(pool.contains(1) && !pool.contains(2) && !pool.contains(3));
+        assert!(
+            pool.allocate().is_some(),
+            "the last inactive block is evictable too"
+        );
+        assert!(
+            pool.allocate().is_none(),
+            "every block active: allocation fails"
+        );
+        pool.release(a);
+        pool.release(b);
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn reuse_reactivates_an_inactive_block_and_protects_it_from_eviction() {
+        let mut pool = KvPool::new(2, true);
+        let ids = store_chain(&mut pool, &[1, 2]);
+        pool.release(ids[1]);
+        pool.release(ids[0]);
+        assert_eq!(pool.acquire(1), Some(ids[0]));
+        assert_eq!(
+            pool.match_prefix([1, 2], 2),
+            PrefixMatch {
+                blocks: 2,
+                active_blocks: 1
+            }
+        );
+        let fresh = pool.allocate().unwrap();
+        assert_eq!(fresh, ids[1], "only block 2 was evictable");
+        assert!(pool.contains(1));
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn registering_a_duplicate_merges_into_the_existing_block() {
+        let mut pool = KvPool::new(4, true);
+        let first = store_chain(&mut pool, &[7]);
+        drain(&mut pool);
+        let dup = pool.allocate().unwrap();
+        let merged = pool.register(dup, 7, None);
+        assert_eq!(merged, first[0]);
+        assert_eq!(
+            pool.active_blocks(),
+            1,
+            "the duplicate's own block was freed"
+        );
+        assert!(drain(&mut pool).is_empty(), "not a new store");
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn events_disabled_records_nothing() {
+        let mut pool = KvPool::new(2, false);
+        let ids = store_chain(&mut pool, &[1, 2]);
+        for id in ids.iter().rev() {
+            pool.release(*id);
+        }
+        pool.allocate().unwrap();
+        assert!(drain(&mut pool).is_empty());
+    }
+
+    #[test]
+    fn match_prefix_stops_at_the_first_gap_and_respects_the_limit() {
+        let mut pool = KvPool::new(8, false);
+        store_chain(&mut pool, &[1, 2, 4]);
+        assert_eq!(pool.match_prefix([1, 2, 3, 4], 8).blocks, 2);
+        assert_eq!(pool.match_prefix([1, 2, 3, 4], 1).blocks, 1);
+        assert_eq!(pool.match_prefix([9], 8).blocks, 0);
+    }
+}

@@ -1,0 +1,172 @@
+//! The mocker's timing model: Dynamo's prefill and decode polynomials, speedup scaling, and the
+//! conversion of modelled milliseconds to integer nanoseconds exactly as 1.6.1 rounds them.
+
+use super::config::EngineArgs;
+use crate::time::SimDuration;
+use std::time::Duration;
+
+/// Prefill time in ms of a pass whose batch computes `new_tokens` uncached prompt tokens in
+/// total (0 for an empty batch). Dynamo's polynomial over the whole batch.
+pub fn prefill_ms(new_tokens: u64) -> f64 {
+    if new_tokens == 0 {
+        return 0.0;
+    }
+    let t = new_tokens as f64;
+    // Same operation order as Dynamo so that results agree to the last bit.
+    4.209989e-07 * t.powi(2) + 1.518344e-02 * t + 1.650142e+01
+}
+
+/// Decode time in ms of a pass whose decoding requests hold `active_kv_tokens` tokens of
+/// context in total, on a rank with `total_kv_tokens` of KV capacity. Depends on the fill
+/// fraction only (clamped to 1), never below 1 ms.
+pub fn decode_ms(active_kv_tokens: u64, total_kv_tokens: u64) -> f64 {
+    let fill = if total_kv_tokens > 0 {
+        (active_kv_tokens as f64 / total_kv_tokens as f64).min(1.0)
+    } else {
+        1.0
+    };
+    (-25.74 * fill.powi(2) + 54.01 * fill + 5.74).max(1.0)
+}
+
+/// A model's raw milliseconds scaled by `ratio` and converted to whole nanoseconds the way
+/// 1.6.1 does it: round the raw value to a `Duration` (nearest ns), divide that duration's
+/// seconds by the ratio and round again (a ratio of 0 leaves it unscaled), then go through
+/// milliseconds once more. The double rounding is observable (1 ns) in mixed passes.
+/// Durations too long to represent saturate.
+pub fn scaled_duration(raw_ms: f64, ratio: f64) -> SimDuration {
+    if !(raw_ms.is_finite() && raw_ms > 0.0) {
+        return SimDuration::ZERO;
+    }
+    let Ok(unscaled) = Duration::try_from_secs_f64(raw_ms / 1000.0) else {
+        return SimDuration::from_ns(u64::MAX);
+    };
+    let modeled = if ratio > 0.0 && unscaled > Duration::ZERO {
+        match Duration::try_from_secs_f64(unscaled.as_secs_f64() / ratio) {
+            Ok(d) => d,
+            Err(_) => return SimDuration::from_ns(u64::MAX),
+        }
+    } else {
+        unscaled
+    };
+    ms_to_duration(modeled.as_secs_f64() * 1000.0)
+}
+
+/// Milliseconds to whole nanoseconds as Dynamo converts them (`Duration::from_secs_f64(ms /
+/// 1000)`, nearest ns). Non-positive or NaN gives zero; too long saturates.
+pub fn ms_to_duration(ms: f64) -> SimDuration {
+    if !(ms.is_finite() && ms > 0.0) {
+        return SimDuration::ZERO;
+    }
+    match Duration::try_from_secs_f64(ms / 1000.0) {
+        Ok(d) => SimDuration::from_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        Err(_) => SimDuration::from_ns(u64::MAX),
+    }
+}
+
+/// The modelled, scaled duration of a pass's prefill part.
+pub fn prefill_duration(new_tokens: u64, args: &EngineArgs) -> SimDuration {
+    scaled_duration(prefill_ms(new_tokens), args.speedup_ratio)
+}
+
+/// The modelled, scaled duration of a pass's decode part.
+pub fn decode_duration(active_kv_tokens: u64, args: &EngineArgs) -> SimDuration {
+    let ms = decode_ms(active_kv_tokens, args.total_kv_tokens());
+    scaled_duration(ms, args.speedup_ratio * args.decode_speedup_ratio)
+}
+
+/// The prefill batch size Dynamo feeds its polynomial: `count` requests, mean total and mean
+/// cached prompt lengths taken as integer (floor) means, `T = count * (mean_isl - mean_prefix)`.
+pub fn batch_new_tokens(count: u64, total_isl: u64, total_prefix: u64) -> u64 {
+    if count == 0 {
+        return 0;
+    }
+    let mean_isl = total_isl / count;
+    let mean_prefix = total_prefix / count;
+    count.saturating_mul(mean_isl.saturating_sub(mean_prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(d: SimDuration) -> u64 {
+        d.as_ns()
+    }
+
+    #[test]
+    fn prefill_matches_dynamo_printed_times() {
+        let args = EngineArgs::default();
+        // Observed in 1.6.1: a lone 512 prompt, four of them, 1024 tokens, a 64-token tail.
+        assert_eq!(ns(prefill_duration(512, &args)), 24_385_704);
+        assert_eq!(ns(prefill_duration(2048, &args)), 49_362_902);
+        assert_eq!(ns(prefill_duration(1024, &args)), 32_490_712);
+        assert_eq!(ns(prefill_duration(64, &args)), 17_474_885);
+        assert_eq!(prefill_duration(0, &args), SimDuration::ZERO);
+    }
+
+    #[test]
+    fn decode_depends_on_fill_fraction_with_floor_and_clamp() {
+        let args = EngineArgs::default();
+        // 1.6.1: the steps after a 1024-token prompt's first token.
+        assert_eq!(ns(decode_duration(1025, &args)), 5_792_771);
+        assert_eq!(ns(decode_duration(1028, &args)), 5_792_925);
+        let total = args.total_kv_tokens();
+        assert_eq!(decode_ms(2 * total, total), decode_ms(total, total));
+        assert!((decode_ms(0, total) - 5.74).abs() < 1e-12);
+        assert!(decode_ms(0, 0) >= 1.0);
+    }
+
+    #[test]
+    fn speedup_ratios_divide_and_zero_means_unscaled() {
+        let base = EngineArgs::default();
+        let fast = EngineArgs {
+            speedup_ratio: 2.0,
+            ..base.clone()
+        };
+        assert_eq!(ns(prefill_duration(1024, &fast)), 16_245_356);
+        let dec3 = EngineArgs {
+            decode_speedup_ratio: 3.0,
+            ..base.clone()
+        };
+        assert_eq!(prefill_duration(1024, &dec3), prefill_duration(1024, &base));
+        let zero = EngineArgs {
+            speedup_ratio: 0.0,
+            ..base.clone()
+        };
+        assert_eq!(prefill_duration(1024, &zero), prefill_duration(1024, &base));
+        // 1.6.1: speedup 0.5 with decode ratio 0 gives a product of 0, so decode is unscaled.
+        let half = EngineArgs {
+            speedup_ratio: 0.5,
+            decode_speedup_ratio: 0.0,
+            ..base.clone()
+        };
+        assert_eq!(decode_duration(1025, &half), decode_duration(1025, &base));
+        assert_eq!(ns(prefill_duration(1024, &half)), 64_981_424);
+    }
+
+    #[test]
+    fn scaling_rounds_twice_like_dynamo() {
+        // 1.6.1 printed 43.756168 for a pass of prefill(T=4140)/3.5 plus a decode step; a
+        // single rounding of the scaled value would give 1 ns more for the prefill part.
+        assert_eq!(ns(scaled_duration(prefill_ms(4140), 3.5)), 24_736_175);
+        assert_eq!(ns(scaled_duration(prefill_ms(4140), 0.0)), 86_576_614);
+        assert_eq!(scaled_duration(f64::MAX, 1.0).as_ns(), u64::MAX);
+        assert_eq!(scaled_duration(1.0, 1e-300).as_ns(), u64::MAX);
+    }
+
+    #[test]
+    fn integer_means_shape_the_batch() {
+        // 20000-token prompt's last chunk (3616 of it, 16384 cached) with a fresh 600 prompt.
+        assert_eq!(batch_new_tokens(2, 20_600, 16_384), 4216);
+        // Floors: means 916 and 490 over three requests.
+        assert_eq!(batch_new_tokens(3, 2748, 1472), 1278);
+        assert_eq!(batch_new_tokens(0, 10, 0), 0);
+    }
+
+    #[test]
+    fn huge_durations_saturate_instead_of_panicking() {
+        assert_eq!(ms_to_duration(f64::MAX).as_ns(), u64::MAX);
+        assert_eq!(ms_to_duration(f64::NAN), SimDuration::ZERO);
+        assert_eq!(ms_to_duration(-1.0), SimDuration::ZERO);
+    }
+}

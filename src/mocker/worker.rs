@@ -1,0 +1,1109 @@
+//! One data-parallel rank of a mock aggregated worker: Dynamo 1.6.1's vLLM-style scheduler core
+//! (waiting and running queues, continuous-batching passes, chunked prefill, block admission,
+//! preemption with recompute, token emission) over a [`KvPool`], in virtual time.
+//!
+//! Contract with the caller (the simulator): add requests with [`MockWorker::add_request`];
+//! when the rank is idle and a request arrives, call [`MockWorker::execute_pass`] at that
+//! instant; then call it again at every pass end while [`MockWorker::has_work`]. Everything in
+//! a [`PassOutput`] (tokens, completions, rejections, KV events) is delivered at the pass end
+//! the call returns. Requests that arrive while a pass runs join at the next pass.
+//!
+//! Pass formation, step by step (see `execute_pass`):
+//! 1. Running requests in running order, while budget remains: each schedules its remaining
+//!    known tokens (a prefill chunk, or the one dangling decode token) up to the budget. Blocks
+//!    are allocated up to the new computed length; if the pool is full, a victim is preempted
+//!    (LIFO or FIFO), its work this pass undone, and the allocation retried.
+//! 2. If nothing was preempted, waiting requests in FIFO order while fewer than `max_num_seqs`
+//!    run: admit (or reject, or stop at the first that must wait), then schedule as above.
+//! 3. Prefill time from the batch's integer-mean statistics; decode time from the total
+//!    context of requests that had already produced a token (1.6.1 charges a request's first
+//!    token no decode time); every request whose known tokens are all computed gets a token.
+
+use super::config::{EngineArgs, PreemptionMode};
+use super::kv_pool::{BlockId, KvPool, PrefixMatch};
+use super::timing;
+use crate::scheduling::hashing;
+use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
+use crate::time::{SimDuration, SimTime};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+/// A request as the worker receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MockRequest {
+    /// The caller's id; must be unique among the rank's live requests.
+    pub id: RequestId,
+    /// Prompt length in tokens (at least 1).
+    pub prompt_tokens: u64,
+    /// Sequence hashes of the prompt's full engine blocks (`prompt_tokens / block_size` of
+    /// them), as `scheduling::hashing::sequence_hashes` computes them.
+    pub prompt_hashes: Arc<[SeqHash]>,
+    /// Tokens to generate; 0 completes the request after its prefill without a token.
+    pub max_output_tokens: u64,
+}
+
+/// Why a request was refused by [`MockWorker::add_request`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AddRequestError {
+    /// A live request already has this id.
+    DuplicateId(RequestId),
+    /// The prompt is empty.
+    EmptyPrompt(RequestId),
+    /// `prompt_hashes` does not have one hash per full block of the prompt.
+    HashCountMismatch {
+        id: RequestId,
+        expected: u64,
+        got: u64,
+    },
+}
+
+impl fmt::Display for AddRequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddRequestError::DuplicateId(id) => write!(f, "request {id} is already on this rank"),
+            AddRequestError::EmptyPrompt(id) => write!(f, "request {id} has an empty prompt"),
+            AddRequestError::HashCountMismatch { id, expected, got } => write!(
+                f,
+                "request {id}: {got} prompt block hashes given, its prompt has {expected} full blocks"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AddRequestError {}
+
+/// One output token, delivered at the end of the pass that produced it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TokenOut {
+    pub id: RequestId,
+    /// The request's first token ever (its time to first token).
+    pub first: bool,
+    /// The request's last token: it has left the worker.
+    pub completed: bool,
+}
+
+/// A request moved from waiting to running in a pass (at the pass start).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub id: RequestId,
+    /// Prompt-and-output tokens found in the prefix cache and not recomputed. Dynamo reports
+    /// the value of a request's latest admission as its `reused_input_tokens`.
+    pub reused_tokens: u64,
+    /// True when the request had been preempted before.
+    pub readmission: bool,
+}
+
+/// Everything one pass produced. Reused across passes: `execute_pass` clears it first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassOutput {
+    /// Tokens, in running order.
+    pub tokens: Vec<TokenOut>,
+    /// Requests that finished without producing any token (`max_output_tokens` 0).
+    pub finished_empty: Vec<RequestId>,
+    /// Requests refused for good (prompt over `max_model_len` or larger than the pool).
+    pub rejected: Vec<RequestId>,
+    /// Admissions at this pass's start, in admission order.
+    pub admitted: Vec<Admitted>,
+    /// Requests preempted during this pass (back in the waiting queue).
+    pub preempted: Vec<RequestId>,
+    /// KV events of this pass, in the order they happened (empty when prefix caching is off).
+    pub kv_events: Vec<KvEvent>,
+    /// Uncached prompt tokens the pass's prefill computed (the polynomial's `T`).
+    pub prefill_tokens: u64,
+    /// Context tokens the pass's decode step was charged for (0 if no decode time).
+    pub decode_kv_tokens: u64,
+}
+
+impl PassOutput {
+    /// Empties every list, keeping capacity.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.finished_empty.clear();
+        self.rejected.clear();
+        self.admitted.clear();
+        self.preempted.clear();
+        self.kv_events.clear();
+        self.prefill_tokens = 0;
+        self.decode_kv_tokens = 0;
+    }
+}
+
+/// Where a live request is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RequestPhase {
+    /// Queued, never admitted.
+    Waiting,
+    /// Queued again after a preemption (will recompute).
+    Preempted,
+    /// In the running batch.
+    Running,
+}
+
+/// A read-only snapshot of one live request, for debugging and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestView {
+    pub id: RequestId,
+    pub phase: RequestPhase,
+    pub prompt_tokens: u64,
+    pub max_output_tokens: u64,
+    pub generated_tokens: u64,
+    /// Tokens whose KV is computed (including reused prefix).
+    pub computed_tokens: u64,
+    /// KV blocks the request holds.
+    pub held_blocks: u64,
+    pub preemptions: u32,
+}
+
+#[derive(Debug)]
+struct Req {
+    id: RequestId,
+    prompt_tokens: u64,
+    max_output_tokens: u64,
+    prompt_hashes: Arc<[SeqHash]>,
+    /// Hashes of full blocks past the prompt's full blocks (they hold generated tokens),
+    /// derived on demand, unique to the request as Dynamo's random output tokens are.
+    gen_hashes: Vec<SeqHash>,
+    generated: u64,
+    computed: u64,
+    blocks: Vec<BlockId>,
+    /// Leading blocks of `blocks` that are registered in the pool under their hash.
+    registered: usize,
+    phase: RequestPhase,
+    preemptions: u32,
+}
+
+impl Req {
+    fn seq_len(&self) -> u64 {
+        self.prompt_tokens + self.generated
+    }
+}
+
+/// Work a request got in the current pass, kept so a preemption can undo it.
+#[derive(Copy, Clone, Debug)]
+struct Scheduled {
+    id: RequestId,
+    tokens: u64,
+    prompt_tokens: u64,
+    prefix_tokens: u64,
+}
+
+/// Prefill batch statistics of the current pass.
+#[derive(Copy, Clone, Debug, Default)]
+struct Batch {
+    count: u64,
+    total_isl: u64,
+    total_prefix: u64,
+}
+
+enum Outcome {
+    Scheduled { tokens: u64 },
+    Blocked,
+    CurrentPreempted,
+}
+
+enum Decision {
+    Admit { cached_tokens: u64 },
+    Wait,
+    Reject,
+}
+
+/// Mutable state of one pass being formed.
+struct PassState {
+    budget: u64,
+    batch: Batch,
+    preempted_any: bool,
+}
+
+/// One rank's scheduler core and KV pool. See the module docs for the calling contract.
+#[derive(Debug)]
+pub struct MockWorker {
+    args: EngineArgs,
+    rank: WorkerWithDpRank,
+    pool: KvPool,
+    requests: FxHashMap<RequestId, Req>,
+    waiting: VecDeque<RequestId>,
+    running: Vec<RequestId>,
+    next_event_id: u64,
+    preemptions_total: u64,
+    last_pass_end: SimTime,
+    scheduled: Vec<Scheduled>,
+    ready: Vec<RequestId>,
+    event_scratch: Vec<KvEventData>,
+}
+
+impl MockWorker {
+    /// A rank with an empty pool. `args` must be valid ([`EngineArgs::validate`]).
+    pub fn new(args: EngineArgs, rank: WorkerWithDpRank) -> MockWorker {
+        assert!(
+            args.validate().is_ok(),
+            "MockWorker::new needs validated EngineArgs"
+        );
+        let pool = KvPool::new(args.num_gpu_blocks, args.enable_prefix_caching);
+        MockWorker {
+            args,
+            rank,
+            pool,
+            requests: FxHashMap::default(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_event_id: 0,
+            preemptions_total: 0,
+            last_pass_end: SimTime::ZERO,
+            scheduled: Vec::new(),
+            ready: Vec::new(),
+            event_scratch: Vec::new(),
+        }
+    }
+
+    // ----- getters -----
+
+    /// The engine arguments.
+    pub fn args(&self) -> &EngineArgs {
+        &self.args
+    }
+
+    /// Which worker and rank this is (stamped on KV events).
+    pub fn rank(&self) -> WorkerWithDpRank {
+        self.rank
+    }
+
+    /// True while any request is waiting or running: the caller must run another pass.
+    pub fn has_work(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    /// Requests queued (including preempted ones).
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests in the running batch.
+    pub fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// KV blocks held by requests.
+    pub fn active_blocks(&self) -> u64 {
+        self.pool.active_blocks()
+    }
+
+    /// Cached KV blocks held by nobody.
+    pub fn inactive_blocks(&self) -> u64 {
+        self.pool.inactive_blocks()
+    }
+
+    /// Preemptions since the rank started.
+    pub fn preemptions_total(&self) -> u64 {
+        self.preemptions_total
+    }
+
+    /// A snapshot of a live request, or None if the rank does not hold it.
+    pub fn request(&self, id: RequestId) -> Option<RequestView> {
+        self.requests.get(&id).map(|r| RequestView {
+            id: r.id,
+            phase: r.phase,
+            prompt_tokens: r.prompt_tokens,
+            max_output_tokens: r.max_output_tokens,
+            generated_tokens: r.generated,
+            computed_tokens: r.computed,
+            held_blocks: r.blocks.len() as u64,
+            preemptions: r.preemptions,
+        })
+    }
+
+    /// Ids of waiting requests, head first.
+    pub fn waiting_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.waiting.iter().copied()
+    }
+
+    /// Ids of running requests, in running order.
+    pub fn running_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.running.iter().copied()
+    }
+
+    // ----- inputs -----
+
+    /// Queues a request at the back of the waiting queue. `now` is its arrival time (kept
+    /// for symmetry with the rest of the API; arrival order is queue order).
+    pub fn add_request(&mut self, now: SimTime, req: MockRequest) -> Result<(), AddRequestError> {
+        let _ = now;
+        if self.requests.contains_key(&req.id) {
+            return Err(AddRequestError::DuplicateId(req.id));
+        }
+        if req.prompt_tokens == 0 {
+            return Err(AddRequestError::EmptyPrompt(req.id));
+        }
+        let expected = req.prompt_tokens / self.args.block_size;
+        if req.prompt_hashes.len() as u64 != expected {
+            let got = req.prompt_hashes.len() as u64;
+            return Err(AddRequestError::HashCountMismatch {
+                id: req.id,
+                expected,
+                got,
+            });
+        }
+        let r = Req {
+            id: req.id,
+            prompt_tokens: req.prompt_tokens,
+            max_output_tokens: req.max_output_tokens,
+            prompt_hashes: req.prompt_hashes,
+            gen_hashes: Vec::new(),
+            generated: 0,
+            computed: 0,
+            blocks: Vec::new(),
+            registered: 0,
+            phase: RequestPhase::Waiting,
+            preemptions: 0,
+        };
+        self.requests.insert(req.id, r);
+        self.waiting.push_back(req.id);
+        Ok(())
+    }
+
+    /// Forms and runs one pass starting at `now`, fills `out` (cleared first) and returns the
+    /// pass end, when everything in `out` is delivered. With no work it returns `now`.
+    pub fn execute_pass(&mut self, now: SimTime, out: &mut PassOutput) -> SimTime {
+        debug_assert!(
+            now >= self.last_pass_end,
+            "a pass started before the previous one ended"
+        );
+        out.clear();
+        self.scheduled.clear();
+        let mut pass = PassState {
+            budget: self.args.max_num_batched_tokens,
+            batch: Batch::default(),
+            preempted_any: false,
+        };
+        self.schedule_running(&mut pass, out);
+        if !pass.preempted_any {
+            self.admit_waiting(&mut pass, out);
+        }
+        let t = pass.batch;
+        out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
+        let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
+        let decode = self.emit_tokens(out);
+        self.publish_events(out);
+        let end = now.saturating_add(prefill).saturating_add(decode);
+        self.last_pass_end = end;
+        end
+    }
+
+    // ----- pass formation -----
+
+    fn schedule_running(&mut self, pass: &mut PassState, out: &mut PassOutput) {
+        let mut i = 0;
+        // Each iteration schedules running[i] or removes a request from running: bounded.
+        while i < self.running.len() && pass.budget > 0 {
+            let id = self.running[i];
+            match self.schedule(id, None, pass, out, Some(&mut i)) {
+                Outcome::Scheduled { .. } => i += 1,
+                Outcome::Blocked => break,
+                Outcome::CurrentPreempted => {}
+            }
+        }
+    }
+
+    fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
+        // Each iteration removes the head (admitted or rejected) or stops: bounded.
+        while (self.running.len() as u64) < self.args.max_num_seqs {
+            let Some(&id) = self.waiting.front() else {
+                break;
+            };
+            let cached_tokens = match self.decide_admission(id) {
+                Decision::Admit { cached_tokens } => cached_tokens,
+                Decision::Wait => break,
+                Decision::Reject => {
+                    self.waiting.pop_front();
+                    self.requests.remove(&id);
+                    out.rejected.push(id);
+                    continue;
+                }
+            };
+            match self.schedule(id, Some(cached_tokens), pass, out, None) {
+                Outcome::Scheduled { tokens } => {
+                    if tokens == 0 && pass.budget == 0 {
+                        break;
+                    }
+                }
+                Outcome::Blocked | Outcome::CurrentPreempted => break,
+            }
+        }
+    }
+
+    /// vLLM admission of the waiting head: reject what can never run, wait while the blocks
+    /// its known tokens need (less those already active in the cache) exceed the blocks not
+    /// held by running requests (cached inactive blocks count as free).
+    fn decide_admission(&mut self, id: RequestId) -> Decision {
+        let bs = self.args.block_size;
+        let capacity = self.args.num_gpu_blocks;
+        let r = &self.requests[&id];
+        if self
+            .args
+            .max_model_len
+            .is_some_and(|m| r.prompt_tokens >= m)
+        {
+            return Decision::Reject;
+        }
+        let known_blocks = r.seq_len().div_ceil(bs);
+        // Dynamo rejects only fresh requests here; a preempted request that outgrew the pool
+        // would stall its replay forever (1.6.1 aborts the run), so it is rejected too.
+        if known_blocks > capacity {
+            return Decision::Reject;
+        }
+        let hit = self.prefix_hit(id);
+        let needed = known_blocks - hit.active_blocks;
+        let available = capacity - self.pool.active_blocks();
+        if needed > available {
+            return Decision::Wait;
+        }
+        Decision::Admit {
+            cached_tokens: hit.blocks * bs,
+        }
+    }
+
+    /// The reusable cached prefix of a request's known tokens. At least the last token is
+    /// always recomputed, so a fully cached block-aligned sequence reuses all but its last
+    /// block (1.6.1: 960 of 1024 tokens).
+    fn prefix_hit(&mut self, id: RequestId) -> PrefixMatch {
+        if !self.args.enable_prefix_caching {
+            return PrefixMatch::default();
+        }
+        let bs = self.args.block_size;
+        let r = self
+            .requests
+            .get_mut(&id)
+            .expect("prefix_hit of a live request");
+        let limit = (r.seq_len() - 1) / bs;
+        ensure_hashes(r, limit as usize);
+        let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
+        self.pool.match_prefix(hashes, limit)
+    }
+
+    /// Schedules one request's next tokens. `cached_tokens` is Some for a request being
+    /// admitted from the waiting queue. `cursor` is the running-loop index, fixed up if a
+    /// preemption removes a request before it.
+    fn schedule(
+        &mut self,
+        id: RequestId,
+        cached_tokens: Option<u64>,
+        pass: &mut PassState,
+        out: &mut PassOutput,
+        mut cursor: Option<&mut usize>,
+    ) -> Outcome {
+        let r = &self.requests[&id];
+        let cached = if r.computed == 0 {
+            cached_tokens.unwrap_or(0)
+        } else {
+            0
+        };
+        let before = r.computed + cached;
+        let prompt_before = before.min(r.prompt_tokens);
+        let remaining = r.seq_len().saturating_sub(before);
+        let prompt_remaining = r.prompt_tokens - prompt_before;
+        if prompt_remaining > 0
+            && !self.args.enable_chunked_prefill
+            && prompt_remaining > pass.budget
+        {
+            return self.blocked(id, cached_tokens.is_some());
+        }
+        let desired = remaining.min(pass.budget);
+        if desired == 0 && remaining > 0 {
+            return self.blocked(id, cached_tokens.is_some());
+        }
+        let target = before + desired;
+        let cached_blocks = cached / self.args.block_size;
+        // Every retry preempts one running request first: bounded by the running count.
+        while !self.allocate(id, target, cached_blocks) {
+            let Some((victim, index)) = self.preempt_one(out) else {
+                return self.blocked(id, cached_tokens.is_some());
+            };
+            pass.preempted_any = true;
+            self.undo_scheduled(victim, pass);
+            if let Some(i) = cursor.as_deref_mut()
+                && index < *i
+            {
+                *i -= 1;
+            }
+            if victim == id {
+                return Outcome::CurrentPreempted;
+            }
+        }
+        self.register_computed(id, target);
+        let r = self
+            .requests
+            .get_mut(&id)
+            .expect("scheduled request is live");
+        r.computed = target;
+        let prompt_tokens = target.min(r.prompt_tokens) - prompt_before;
+        let tokens = target - before;
+        self.scheduled.push(Scheduled {
+            id,
+            tokens,
+            prompt_tokens,
+            prefix_tokens: prompt_before,
+        });
+        if prompt_tokens > 0 {
+            pass.batch.count += 1;
+            pass.batch.total_isl += prompt_before + prompt_tokens;
+            pass.batch.total_prefix += prompt_before;
+        }
+        if cached_tokens.is_some() {
+            let readmission = r.phase == RequestPhase::Preempted;
+            r.phase = RequestPhase::Running;
+            // Usually the head; preemptions in this call may have queued victims before it.
+            if let Some(pos) = self.waiting.iter().position(|&w| w == id) {
+                self.waiting.remove(pos);
+            }
+            self.running.push(id);
+            out.admitted.push(Admitted {
+                id,
+                reused_tokens: cached,
+                readmission,
+            });
+        }
+        pass.budget -= tokens;
+        Outcome::Scheduled { tokens }
+    }
+
+    /// A request that got no tokens. One coming from the waiting queue stays there holding
+    /// no blocks (waiting requests never hold KV).
+    fn blocked(&mut self, id: RequestId, from_waiting: bool) -> Outcome {
+        if from_waiting {
+            self.release_blocks(id);
+        }
+        Outcome::Blocked
+    }
+
+    /// Grows the request's blocks to cover `target_tokens`: first references to its first
+    /// `cached_blocks` cached blocks, then fresh ones. False if the pool ran out (the blocks
+    /// obtained so far are kept, so a retry continues where this stopped).
+    fn allocate(&mut self, id: RequestId, target_tokens: u64, cached_blocks: u64) -> bool {
+        let bs = self.args.block_size;
+        let r = self
+            .requests
+            .get_mut(&id)
+            .expect("allocate for a live request");
+        let want = target_tokens.div_ceil(bs) as usize;
+        // One block per iteration, up to `want`: bounded.
+        while r.blocks.len() < want {
+            let index = r.blocks.len();
+            let reused = if (index as u64) < cached_blocks {
+                ensure_hashes(r, index + 1);
+                self.pool.acquire(block_hash(r, index))
+            } else {
+                None
+            };
+            match reused {
+                Some(block) => {
+                    debug_assert_eq!(r.registered, index);
+                    r.blocks.push(block);
+                    r.registered = index + 1;
+                }
+                None => match self.pool.allocate() {
+                    Some(block) => r.blocks.push(block),
+                    None => return false,
+                },
+            }
+        }
+        true
+    }
+
+    /// Registers the request's blocks that `computed_tokens` completes, so later requests
+    /// (even in this pass) can reuse them. A no-op without prefix caching.
+    fn register_computed(&mut self, id: RequestId, computed_tokens: u64) {
+        if !self.args.enable_prefix_caching {
+            return;
+        }
+        let bs = self.args.block_size;
+        let r = self
+            .requests
+            .get_mut(&id)
+            .expect("register for a live request");
+        let full = (computed_tokens / bs) as usize;
+        ensure_hashes(r, full);
+        // One block per iteration, up to `full`: bounded.
+        while r.registered < full {
+            let index = r.registered;
+            let parent = index.checked_sub(1).map(|p| block_hash(r, p));
+            let block = self
+                .pool
+                .register(r.blocks[index], block_hash(r, index), parent);
+            r.blocks[index] = block;
+            r.registered += 1;
+        }
+    }
+
+    /// Preempts the newest (LIFO) or oldest (FIFO) running request: it releases its KV and
+    /// goes back to the head of the waiting queue to be recomputed. Returns it and the running
+    /// index it had.
+    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<(RequestId, usize)> {
+        if self.running.is_empty() {
+            return None;
+        }
+        let index = match self.args.preemption_mode {
+            PreemptionMode::Lifo => self.running.len() - 1,
+            PreemptionMode::Fifo => 0,
+        };
+        let victim = self.running.remove(index);
+        self.release_blocks(victim);
+        let r = self
+            .requests
+            .get_mut(&victim)
+            .expect("running request is live");
+        r.phase = RequestPhase::Preempted;
+        r.preemptions += 1;
+        self.preemptions_total += 1;
+        self.waiting.push_front(victim);
+        out.preempted.push(victim);
+        Some((victim, index))
+    }
+
+    /// Gives back a victim's work in this pass: its tokens return to the budget and its
+    /// prompt tokens leave the prefill batch.
+    fn undo_scheduled(&mut self, victim: RequestId, pass: &mut PassState) {
+        let Some(pos) = self.scheduled.iter().position(|s| s.id == victim) else {
+            return;
+        };
+        let s = self.scheduled.swap_remove(pos);
+        pass.budget += s.tokens;
+        if s.prompt_tokens > 0 {
+            pass.batch.count -= 1;
+            pass.batch.total_isl -= s.prefix_tokens + s.prompt_tokens;
+            pass.batch.total_prefix -= s.prefix_tokens;
+        }
+    }
+
+    /// Releases every block of a request, last block first (so a prompt's tail is evicted
+    /// before its shared head), and resets its computed tokens.
+    fn release_blocks(&mut self, id: RequestId) {
+        let r = self
+            .requests
+            .get_mut(&id)
+            .expect("release for a live request");
+        // One block per iteration: bounded by the request's blocks.
+        while let Some(block) = r.blocks.pop() {
+            self.pool.release(block);
+        }
+        r.registered = 0;
+        r.computed = 0;
+    }
+
+    // ----- token emission -----
+
+    /// Gives a token to every running request whose known tokens are all computed and
+    /// completes the finished ones. Returns the decode duration: the polynomial at the total
+    /// context of the ready requests that had already produced a token (1.6.1 charges a
+    /// request's first token, emitted at its prefill's end, no decode time).
+    fn emit_tokens(&mut self, out: &mut PassOutput) -> SimDuration {
+        self.ready.clear();
+        let mut decode_kv_tokens = 0;
+        let mut any_finished = false;
+        for &id in &self.running {
+            let r = &self.requests[&id];
+            if r.computed < r.seq_len() {
+                continue;
+            }
+            if self.finished(r) {
+                any_finished = true;
+                continue;
+            }
+            if r.generated > 0 {
+                decode_kv_tokens += r.seq_len();
+            }
+            self.ready.push(id);
+        }
+        if any_finished {
+            self.finish_empty(out);
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        for &id in &ready {
+            let r = self.requests.get_mut(&id).expect("ready request is live");
+            r.generated += 1;
+            let first = r.generated == 1;
+            let completed = self.finished(&self.requests[&id]);
+            out.tokens.push(TokenOut {
+                id,
+                first,
+                completed,
+            });
+            if completed {
+                self.complete(id);
+            }
+        }
+        ready.clear();
+        self.ready = ready;
+        out.decode_kv_tokens = decode_kv_tokens;
+        if decode_kv_tokens == 0 {
+            return SimDuration::ZERO;
+        }
+        timing::decode_duration(decode_kv_tokens, &self.args)
+    }
+
+    /// Completes, without a token, computed requests that have nothing to generate.
+    fn finish_empty(&mut self, out: &mut PassOutput) {
+        let mut i = 0;
+        // Each iteration advances or removes one running request: bounded.
+        while i < self.running.len() {
+            let r = &self.requests[&self.running[i]];
+            if r.computed >= r.seq_len() && self.finished(r) {
+                let id = r.id;
+                out.finished_empty.push(id);
+                self.complete(id);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn finished(&self, r: &Req) -> bool {
+        r.generated >= r.max_output_tokens
+            || self.args.max_model_len.is_some_and(|m| r.seq_len() >= m)
+    }
+
+    fn complete(&mut self, id: RequestId) {
+        self.release_blocks(id);
+        if let Some(pos) = self.running.iter().position(|&x| x == id) {
+            self.running.remove(pos);
+        }
+        self.requests.remove(&id);
+    }
+
+    fn publish_events(&mut self, out: &mut PassOutput) {
+        self.pool.drain_events_into(&mut self.event_scratch);
+        for data in self.event_scratch.drain(..) {
+            out.kv_events.push(KvEvent {
+                worker: self.rank,
+                event_id: self.next_event_id,
+                data,
+            });
+            self.next_event_id += 1;
+        }
+    }
+
+    // ----- checker -----
+
+    /// Verifies the rank's bookkeeping: every request in exactly one queue with a matching
+    /// phase, waiting requests holding no KV, running requests holding exactly the blocks their
+    /// computed tokens need, block refcounts equal to the references requests hold, active +
+    /// inactive within capacity, running within `max_num_seqs`. O(requests + blocks).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.pool.check_invariants()?;
+        if self.running.len() as u64 > self.args.max_num_seqs {
+            return Err(format!("{} running > max_num_seqs", self.running.len()));
+        }
+        if self.waiting.len() + self.running.len() != self.requests.len() {
+            return Err("a live request is in no queue, or in two".to_string());
+        }
+        let mut seen = FxHashSet::default();
+        let mut refs: FxHashMap<BlockId, u32> = FxHashMap::default();
+        for &id in self.waiting.iter().chain(&self.running) {
+            if !seen.insert(id) {
+                return Err(format!("request {id} queued twice"));
+            }
+            let r = self
+                .requests
+                .get(&id)
+                .ok_or(format!("queued request {id} unknown"))?;
+            self.check_request(r)?;
+            for &b in &r.blocks {
+                *refs.entry(b).or_default() += 1;
+            }
+        }
+        for &id in &self.running {
+            if self.requests[&id].phase != RequestPhase::Running {
+                return Err(format!("request {id} in running but not Running"));
+            }
+        }
+        if refs.len() as u64 != self.pool.active_blocks() {
+            return Err(format!(
+                "requests hold {} distinct blocks, pool has {} active",
+                refs.len(),
+                self.pool.active_blocks()
+            ));
+        }
+        match refs.iter().find(|&(&b, &n)| self.pool.refcount(b) != n) {
+            Some((b, n)) => Err(format!(
+                "block {b}: {n} holders, refcount {}",
+                self.pool.refcount(*b)
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn check_request(&self, r: &Req) -> Result<(), String> {
+        let id = r.id;
+        if r.computed > r.seq_len() {
+            return Err(format!("request {id} computed beyond its sequence"));
+        }
+        if r.registered > r.blocks.len() {
+            return Err(format!("request {id} registered more blocks than it holds"));
+        }
+        match r.phase {
+            RequestPhase::Running => {
+                let want = r.computed.div_ceil(self.args.block_size);
+                if r.blocks.len() as u64 != want {
+                    return Err(format!(
+                        "request {id} holds {} blocks, needs {want}",
+                        r.blocks.len()
+                    ));
+                }
+            }
+            RequestPhase::Waiting | RequestPhase::Preempted => {
+                if !r.blocks.is_empty() || r.computed != 0 {
+                    return Err(format!("waiting request {id} holds KV"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Makes sure the first `count` full-block hashes of a request exist, deriving hashes of
+/// blocks that hold generated tokens (unique to the request: Dynamo's output tokens are
+/// random, so nobody else can match them).
+fn ensure_hashes(r: &mut Req, count: usize) {
+    let prompt_blocks = r.prompt_hashes.len();
+    // One hash per iteration, up to `count`: bounded.
+    while prompt_blocks + r.gen_hashes.len() < count {
+        let index = prompt_blocks + r.gen_hashes.len();
+        let parent = index.checked_sub(1).map(|p| block_hash(r, p));
+        let mut bytes = [0u8; 24];
+        bytes[..8].copy_from_slice(&r.id.0.to_le_bytes());
+        bytes[8..16].copy_from_slice(&(index as u64).to_le_bytes());
+        bytes[16..].copy_from_slice(b"gen-blk\0");
+        let local = xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, hashing::XXH3_SEED);
+        r.gen_hashes.push(hashing::chain(parent, local));
+    }
+}
+
+fn block_hash(r: &Req, index: usize) -> SeqHash {
+    let prompt_blocks = r.prompt_hashes.len();
+    if index < prompt_blocks {
+        r.prompt_hashes[index]
+    } else {
+        r.gen_hashes[index - prompt_blocks]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Expected times are Dynamo 1.6.1's own (offline replay of the same trace, one worker,
+    //! printed ms converted to ns), so each test pins one observed behaviour.
+
+    use super::*;
+    use crate::mocker::test_support::{Seen, drive, ms, row};
+
+    fn args_with(f: impl FnOnce(&mut EngineArgs)) -> EngineArgs {
+        let mut a = EngineArgs::default();
+        f(&mut a);
+        a
+    }
+
+    fn times(s: &Seen) -> (Option<u64>, Option<u64>, Option<u64>) {
+        (s.admit_ns, s.first_ns, s.done_ns)
+    }
+
+    #[test]
+    fn first_token_costs_prefill_only_then_decode_steps() {
+        let seen = drive(
+            EngineArgs::default(),
+            vec![(0, row(0, 1024, 5, &[1, 2], 64))],
+        );
+        let s = &seen[&0];
+        assert_eq!(times(s), (Some(0), Some(32_490_712), Some(55_662_105)));
+        assert_eq!(s.tokens, 5);
+    }
+
+    #[test]
+    fn mixed_pass_charges_decode_of_running_requests_only() {
+        let seen = drive(
+            EngineArgs::default(),
+            vec![
+                (0, row(0, 512, 6, &[1], 64)),
+                (ms(30.0), row(1, 512, 3, &[2], 64)),
+            ],
+        );
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(0), Some(24_385_704), Some(77_656_870))
+        );
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(30_152_121), Some(60_304_294), Some(71_890_247))
+        );
+    }
+
+    #[test]
+    fn simultaneous_prompts_share_one_prefill_pass_up_to_max_num_seqs() {
+        let args = args_with(|a| {
+            a.max_num_seqs = 4;
+            a.enable_prefix_caching = false;
+        });
+        let arrivals = (0..6)
+            .map(|i| (0, row(i, 512, 1, &[i as u32 + 1], 64)))
+            .collect();
+        let seen = drive(args, arrivals);
+        for i in 0..4 {
+            assert_eq!(
+                times(&seen[&i]),
+                (Some(0), Some(49_362_902), Some(49_362_902))
+            );
+        }
+        for i in 4..6 {
+            assert_eq!(
+                times(&seen[&i]),
+                (Some(49_362_902), Some(81_853_614), Some(81_853_614))
+            );
+        }
+    }
+
+    #[test]
+    fn prefix_hits_reuse_whole_blocks_but_recompute_the_last_token() {
+        let arrivals = vec![
+            (0, row(0, 1024, 1, &[1, 2], 64)),
+            (ms(100.0), row(1, 1024, 1, &[1, 2], 64)),
+            (ms(200.0), row(2, 1000, 1, &[1, 2], 64)),
+            (ms(300.0), row(3, 1100, 1, &[1, 2, 3], 64)),
+            (ms(400.0), row(4, 512, 2, &[1], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        let got: Vec<(u64, Option<u64>)> = seen.values().map(|s| (s.reused, s.done_ns)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, Some(32_490_712)),
+                (960, Some(117_474_885)),
+                (960, Some(217_109_431)),
+                (1024, Some(317_657_793)),
+                (448, Some(423_241_302)),
+            ]
+        );
+        assert_eq!(seen[&4].first_ns, Some(417_474_885));
+    }
+
+    #[test]
+    fn blocks_computed_earlier_in_the_same_pass_are_prefix_hits() {
+        let arrivals = vec![
+            (0, row(0, 1024, 2, &[1, 2], 64)),
+            (0, row(1, 1024, 2, &[1, 2], 64)),
+            (0, row(2, 700, 2, &[1, 3], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        let reused: Vec<u64> = seen.values().map(|s| s.reused).collect();
+        assert_eq!(reused, vec![0, 960, 512]);
+        for s in seen.values() {
+            assert_eq!(
+                (s.first_ns, s.done_ns),
+                (Some(36_593_467), Some(42_474_988))
+            );
+        }
+    }
+
+    #[test]
+    fn long_prompt_is_chunked_by_the_token_budget() {
+        let ids: Vec<u32> = (100..140).collect();
+        let arrivals = vec![
+            (0, row(0, 20_000, 3, &ids, 64)),
+            (ms(1.0), row(1, 600, 4, &[7, 8], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        // Chunks of 8192, 8192, then 3616 batched with the second prompt.
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(0), Some(426_271_750), Some(439_854_312))
+        );
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(338_273_836), Some(426_271_750), Some(445_625_363))
+        );
+    }
+
+    #[test]
+    fn lifo_preemption_recomputes_the_victim_later() {
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let arrivals = vec![
+            (0, row(0, 600, 100, &[1, 2], 64)),
+            (ms(1.0), row(1, 600, 100, &[3, 4], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(0), Some(25_763_044), Some(2_989_371_204))
+        );
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(25_763_044), Some(76_950_841), Some(4_622_826_348))
+        );
+        // Its generated block was not yet computed at preemption: 9 prompt blocks survive.
+        assert_eq!(seen[&1].reused, 576);
+        assert_eq!(seen[&1].tokens, 100);
+    }
+
+    #[test]
+    fn preempted_request_reuses_its_own_generated_blocks() {
+        let args = args_with(|a| a.num_gpu_blocks = 21);
+        let arrivals = vec![
+            (0, row(0, 600, 100, &[1, 2], 64)),
+            (ms(1.0), row(1, 600, 100, &[3, 4], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(seen[&0].done_ns, Some(2_946_672_988));
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(25_763_044), Some(76_270_824), Some(4_496_233_774))
+        );
+        assert_eq!(seen[&1].reused, 640);
+    }
+
+    #[test]
+    fn admission_waits_for_blocks_and_rejects_what_cannot_fit() {
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let arrivals = vec![
+            (0, row(0, 600, 30, &[1, 2], 64)),
+            (ms(1.0), row(1, 700, 3, &[3, 4], 64)),
+            (ms(2.0), row(2, 1400, 3, &[5, 6, 7], 64)),
+            (ms(3.0), row(3, 100, 3, &[8], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(seen[&0].done_ns, Some(772_424_096));
+        assert_eq!(
+            times(&seen[&1]),
+            (Some(772_424_096), Some(801_341_707), Some(860_326_870))
+        );
+        assert_eq!(seen[&2].rejected_ns, Some(801_341_707));
+        assert_eq!(seen[&2].admit_ns, None);
+        assert_eq!(
+            times(&seen[&3]),
+            (Some(772_424_096), Some(801_341_707), Some(860_326_870))
+        );
+    }
+
+    #[test]
+    fn max_model_len_rejects_long_prompts_and_caps_generation() {
+        let args = args_with(|a| a.max_model_len = Some(1000));
+        let arrivals = vec![
+            (0, row(0, 1000, 5, &[1, 2], 64)),
+            (ms(100.0), row(1, 999, 5, &[3, 4], 64)),
+            (ms(200.0), row(2, 990, 20, &[5, 6], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        assert_eq!(seen[&0].rejected_ns, Some(0));
+        assert_eq!((seen[&1].tokens, seen[&1].done_ns), (1, Some(132_089_834)));
+        assert_eq!(seen[&2].tokens, 10);
+        assert_eq!(
+            (seen[&2].first_ns, seen[&2].done_ns),
+            (Some(231_945_647), Some(284_066_692))
+        );
+    }
+
+    #[test]
+    fn zero_output_tokens_complete_at_prefill_end_without_a_token() {
+        let seen = drive(
+            EngineArgs::default(),
+            vec![(0, row(0, 600, 0, &[1, 2], 64))],
+        );
+        assert_eq!((seen[&0].tokens, seen[&0].done_ns), (0, Some(25_763_044)));
+    }
+}
