@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod engine;
 pub mod mocker;
+pub mod report;
 pub mod rng;
 pub mod scheduling;
 pub mod sim;

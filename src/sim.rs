@@ -1,1 +1,623 @@
 //! The simulated system: clients, the router core, transport delays and mock workers.
+//!
+//! Clients release requests at their arrival times; the router (the real scheduling core)
+//! dispatches, queues or rejects them; workers run continuous-batching passes and deliver each
+//! pass's tokens at its end; the router sees first tokens (prefill done) and stream ends (free)
+//! and drains its queues; every request's fate is recorded.
+//!
+//! Ordering within one instant `t` follows Dynamo 1.6.1's offline replay, in three phases:
+//! 1. engine events at `t` in the order they were scheduled: pass ends (KV events, then each
+//!    token's lifecycle edge, each followed by a queue drain), delayed deliveries, ticks;
+//! 2. arrivals at `t`, in row order;
+//! 3. pass starts at `t`: every worker that has work and no pass running starts one, so every
+//!    request that reached it during the instant joins that pass.
+//!
+//! A zero transport delay is a direct call, never an event.
+
+use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
+use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
+use crate::rng::{self, SimRng};
+use crate::scheduling::scheduler::{
+    Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
+};
+use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
+use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
+use crate::time::{SimDuration, SimTime};
+use crate::workload::RequestSpec;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// How the router picks workers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum RouterMode {
+    /// Dynamo's KV router: the scheduling core with policy classes and cost-based selection.
+    #[default]
+    KvRouter,
+    /// Plain round robin over worker ranks, no queueing.
+    RoundRobin,
+}
+
+/// Latencies between the parts of the system (all default to zero).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransportDelays {
+    pub router_to_worker: SimDuration,
+    pub worker_to_router: SimDuration,
+    pub kv_event_lag: SimDuration,
+}
+
+/// Everything one simulation run needs besides its requests.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub scheduler: SchedulerConfig,
+    pub engine: EngineArgs,
+    pub worker_count: u32,
+    pub router_mode: RouterMode,
+    pub delays: TransportDelays,
+    pub limits: Limits,
+    /// The router's periodic recheck (Dynamo: 60 s).
+    pub tick_interval: SimDuration,
+    /// Run every checker after every event (slow; for tests).
+    pub check_every_event: bool,
+    pub seed: u64,
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Status {
+    /// Still in the system when the run stopped (only after a limit).
+    Pending,
+    Completed,
+    Rejected(String),
+    Aborted,
+}
+
+impl Status {
+    pub fn label(&self) -> &str {
+        match self {
+            Status::Pending => "pending",
+            Status::Completed => "completed",
+            Status::Rejected(_) => "rejected",
+            Status::Aborted => "aborted",
+        }
+    }
+}
+
+/// Everything recorded about one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    pub row: u64,
+    pub policy_class: Option<String>,
+    pub class_index: Option<usize>,
+    pub arrival: SimTime,
+    /// When the router dispatched it (immediately, or when the queue released it).
+    pub dispatched: Option<SimTime>,
+    /// The start of the first pass that scheduled it on its worker (Dynamo's `first_admit_ms`).
+    pub admit: Option<SimTime>,
+    pub first_token: Option<SimTime>,
+    pub completion: Option<SimTime>,
+    pub rank: Option<WorkerWithDpRank>,
+    /// `None` for a request the router rejected.
+    pub path: Option<Path>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub reused_input_tokens: u64,
+    pub tokens_received: u64,
+    pub status: Status,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug)]
+pub struct SimResult {
+    pub records: Vec<RequestRecord>,
+    pub stop_reason: StopReason,
+    pub events: u64,
+    pub end_time: SimTime,
+    pub class_names: Vec<String>,
+}
+
+impl SimResult {
+    pub fn count(&self, status: &str) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.status.label() == status)
+            .count()
+    }
+}
+
+/// A fault the run detected in itself: a broken invariant. Always a bug, never bad input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvariantViolation {
+    pub seed: u64,
+    pub time: SimTime,
+    pub message: String,
+}
+
+impl std::fmt::Display for InvariantViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invariant violated at {} (seed {}; rerun with this seed to reproduce): {}",
+            self.time, self.seed, self.message
+        )
+    }
+}
+
+impl std::error::Error for InvariantViolation {}
+
+enum Event {
+    /// A dispatched request reaches its worker (only with a router-to-worker delay).
+    Deliver { rank: usize, request: RequestId },
+    /// A worker's pass ends: its tokens and KV events leave the worker.
+    PassEnd { rank: usize },
+    /// Tokens reach the router (only with a worker-to-router delay).
+    Tokens {
+        request: RequestId,
+        first: bool,
+        completed: bool,
+    },
+    /// KV events reach the router's indexer (only with a lag).
+    Kv(Vec<KvEvent>),
+    /// The router's periodic recheck.
+    Tick,
+}
+
+/// One worker rank and its pass in flight.
+struct RankSlot {
+    id: WorkerWithDpRank,
+    worker: MockWorker,
+    /// A pass is running (its PassEnd is scheduled).
+    in_pass: bool,
+    output: PassOutput,
+}
+
+struct System {
+    config: SimConfig,
+    router: Scheduler,
+    ranks: Vec<RankSlot>,
+    records: Vec<RequestRecord>,
+    /// Requests in flight, by id: what the worker needs once it is dispatched.
+    in_flight: rustc_hash::FxHashMap<RequestId, Arc<[u64]>>,
+    round_robin_next: usize,
+    /// Ranks to start a pass at the end of the current instant (phase 3).
+    starts_due: BTreeSet<usize>,
+    tick_scheduled: bool,
+    violation: Option<InvariantViolation>,
+    #[allow(dead_code)]
+    rng: SimRng,
+}
+
+/// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
+pub fn run(
+    config: SimConfig,
+    requests: impl Iterator<Item = RequestSpec>,
+) -> Result<SimResult, InvariantViolation> {
+    let workers = worker_set(config.worker_count, &config.engine);
+    let router = Scheduler::new(config.scheduler.clone(), workers.clone(), SimTime::ZERO);
+    let ranks = workers
+        .ranks()
+        .map(|id| RankSlot {
+            id,
+            worker: MockWorker::new(config.engine.clone(), id),
+            in_pass: false,
+            output: PassOutput::default(),
+        })
+        .collect();
+    let mut system = System {
+        rng: rng::stream(config.seed, "sim"),
+        router,
+        ranks,
+        records: Vec::new(),
+        in_flight: Default::default(),
+        round_robin_next: 0,
+        starts_due: BTreeSet::new(),
+        tick_scheduled: false,
+        violation: None,
+        config,
+    };
+    let mut engine = Engine::new(system.config.limits);
+    let mut requests = requests.peekable();
+    let stop_reason = loop {
+        if let Some(v) = system.violation.take() {
+            return Err(v);
+        }
+        let next_arrival = requests.peek().map(|r| r.arrival);
+        let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
+            break StopReason::Drained;
+        };
+        if now > system.config.limits.max_time {
+            break StopReason::TimeLimit;
+        }
+        if let Err(reason) = system.run_instant(now, &mut engine, &mut requests) {
+            break reason;
+        }
+    };
+    // The makespan: the last moment a request changed state (a trailing no-op tick does not
+    // count).
+    let end_time = system
+        .records
+        .iter()
+        .filter_map(|r| r.completion.or(r.first_token).or(r.admit))
+        .max()
+        .unwrap_or(SimTime::ZERO);
+    system.finish(stop_reason, end_time)?;
+    Ok(SimResult {
+        class_names: system
+            .router
+            .profile()
+            .classes()
+            .iter()
+            .map(|c| c.name.clone())
+            .collect(),
+        records: system.records,
+        stop_reason,
+        events: engine.events_processed(),
+        end_time,
+    })
+}
+
+/// `count` identical aggregated workers with ids 0..count, each with the engine's DP ranks.
+pub fn worker_set(count: u32, engine: &EngineArgs) -> WorkerSet {
+    let mut set = WorkerSet::default();
+    for id in 0..u64::from(count) {
+        set.insert(
+            id,
+            WorkerConfig {
+                dp_start: 0,
+                dp_size: engine.dp_size,
+                max_num_batched_tokens: Some(engine.max_num_batched_tokens),
+                ..WorkerConfig::default()
+            },
+        );
+    }
+    set
+}
+
+fn min_time(a: Option<SimTime>, b: Option<SimTime>) -> Option<SimTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl System {
+    /// Runs the three phases of one instant (see the module docs).
+    fn run_instant(
+        &mut self,
+        now: SimTime,
+        engine: &mut Engine<Event>,
+        requests: &mut std::iter::Peekable<impl Iterator<Item = RequestSpec>>,
+    ) -> Result<(), StopReason> {
+        while engine.queue().peek_time() == Some(now) {
+            engine.step(self)?;
+        }
+        while let Some(spec) = requests.next_if(|r| r.arrival == now) {
+            self.arrive(now, spec, engine.queue());
+        }
+        for rank in std::mem::take(&mut self.starts_due) {
+            self.start_pass(now, rank, engine.queue());
+        }
+        self.schedule_tick(now, engine.queue());
+        Ok(())
+    }
+
+    fn arrive(&mut self, now: SimTime, spec: RequestSpec, queue: &mut EventQueue<Event>) {
+        let id = RequestId(self.records.len() as u64);
+        let hashes: Arc<[u64]> = spec
+            .block_hashes(self.config.scheduler.block_size_tokens)
+            .into();
+        self.records.push(RequestRecord {
+            row: spec.row,
+            policy_class: spec.policy_class.clone(),
+            class_index: None,
+            arrival: now,
+            dispatched: None,
+            admit: None,
+            first_token: None,
+            completion: None,
+            rank: None,
+            path: None,
+            input_tokens: spec.input_tokens,
+            output_tokens: spec.output_tokens,
+            reused_input_tokens: 0,
+            tokens_received: 0,
+            status: Status::Pending,
+        });
+        self.in_flight.insert(id, hashes.clone());
+        match self.config.router_mode {
+            RouterMode::KvRouter => {
+                self.router.handle_arrival(
+                    now,
+                    SchedulingRequest {
+                        id,
+                        policy_class: spec.policy_class,
+                        isl_tokens: spec.input_tokens,
+                        block_hashes: hashes,
+                        priority: spec.priority,
+                        strict_priority: spec.strict_priority,
+                        constraints: RequestConstraints::default(),
+                    },
+                );
+                self.drain_router(now, queue);
+            }
+            RouterMode::RoundRobin => {
+                let rank = self.round_robin_next % self.ranks.len();
+                self.round_robin_next += 1;
+                let record = &mut self.records[id.0 as usize];
+                record.dispatched = Some(now);
+                record.rank = Some(self.ranks[rank].id);
+                record.path = Some(Path::Immediate);
+                self.send_to_worker(now, rank, id, queue);
+            }
+        }
+        self.schedule_tick(now, queue);
+    }
+
+    /// Acts on every decision the router made.
+    fn drain_router(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
+        while let Some(decision) = self.router.poll_decision() {
+            match decision {
+                Decision::Dispatch(d) => {
+                    let record = &mut self.records[d.id.0 as usize];
+                    record.dispatched = Some(now);
+                    record.rank = Some(d.rank);
+                    record.path = Some(d.path);
+                    record.class_index = Some(d.class_index);
+                    let rank = self.rank_index(d.rank);
+                    self.send_to_worker(now, rank, d.id, queue);
+                }
+                Decision::Reject {
+                    id,
+                    class_index,
+                    error,
+                } => {
+                    let record = &mut self.records[id.0 as usize];
+                    record.class_index = class_index;
+                    record.completion = Some(now);
+                    record.status = Status::Rejected(rejection_label(&error));
+                    self.in_flight.remove(&id);
+                }
+            }
+        }
+        if self.config.check_every_event {
+            self.check(now);
+        }
+    }
+
+    fn rank_index(&self, rank: WorkerWithDpRank) -> usize {
+        self.ranks
+            .binary_search_by_key(&rank, |r| r.id)
+            .expect("the router only dispatches to known ranks")
+    }
+
+    fn send_to_worker(
+        &mut self,
+        now: SimTime,
+        rank: usize,
+        id: RequestId,
+        queue: &mut EventQueue<Event>,
+    ) {
+        let delay = self.config.delays.router_to_worker;
+        if delay == SimDuration::ZERO {
+            self.deliver(now, rank, id, queue);
+        } else {
+            queue.schedule(
+                now.saturating_add(delay),
+                Event::Deliver { rank, request: id },
+            );
+        }
+    }
+
+    fn deliver(&mut self, now: SimTime, rank: usize, id: RequestId, queue: &mut EventQueue<Event>) {
+        let Some(hashes) = self.in_flight.get(&id) else {
+            return;
+        };
+        let record = &self.records[id.0 as usize];
+        let request = MockRequest {
+            id,
+            prompt_tokens: record.input_tokens,
+            prompt_hashes: hashes.clone(),
+            max_output_tokens: record.output_tokens,
+        };
+        let slot = &mut self.ranks[rank];
+        if let Err(e) = slot.worker.add_request(now, request) {
+            let message = format!("{}: {e}", slot.id);
+            self.fail(now, message);
+            return;
+        }
+        if !slot.in_pass {
+            self.starts_due.insert(rank);
+        }
+        let _ = queue;
+    }
+
+    fn fail(&mut self, now: SimTime, message: String) {
+        if self.violation.is_none() {
+            self.violation = Some(InvariantViolation {
+                seed: self.config.seed,
+                time: now,
+                message,
+            });
+        }
+    }
+
+    fn start_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+        let slot = &mut self.ranks[rank];
+        if slot.in_pass || !slot.worker.has_work() {
+            return;
+        }
+        let end = slot.worker.execute_pass(now, &mut slot.output);
+        let progressed = end > now
+            || !slot.output.tokens.is_empty()
+            || !slot.output.admitted.is_empty()
+            || !slot.output.rejected.is_empty()
+            || !slot.output.finished_empty.is_empty();
+        if !progressed {
+            // Nothing can run until something changes (Dynamo aborts the replay here); the
+            // worker waits for the next request instead of spinning.
+            return;
+        }
+        slot.in_pass = true;
+        for admitted in &slot.output.admitted {
+            let record = &mut self.records[admitted.id.0 as usize];
+            record.admit.get_or_insert(now);
+            // Dynamo reports the largest reuse over a request's admissions.
+            record.reused_input_tokens = record.reused_input_tokens.max(admitted.reused_tokens);
+        }
+        queue.schedule(end, Event::PassEnd { rank });
+    }
+
+    fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+        let output = std::mem::take(&mut self.ranks[rank].output);
+        self.ranks[rank].in_pass = false;
+        let lag = self.config.delays.kv_event_lag;
+        if !output.kv_events.is_empty() {
+            if lag == SimDuration::ZERO {
+                for event in &output.kv_events {
+                    self.router.handle_kv_event(now, event);
+                }
+            } else {
+                queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
+            }
+        }
+        for &id in &output.rejected {
+            let record = &mut self.records[id.0 as usize];
+            record.completion = Some(now);
+            record.status = Status::Rejected("worker_rejected".to_string());
+            self.in_flight.remove(&id);
+            self.router.handle_finished(now, id, Outcome::Aborted);
+            self.drain_router(now, queue);
+        }
+        let finished_empty = output.finished_empty.iter().map(|&id| (id, false, true));
+        let tokens = output.tokens.iter().map(|t| (t.id, t.first, t.completed));
+        for (id, first, completed) in tokens.chain(finished_empty) {
+            let delay = self.config.delays.worker_to_router;
+            if delay == SimDuration::ZERO {
+                self.receive_tokens(now, id, first, completed);
+                self.drain_router(now, queue);
+            } else {
+                queue.schedule(
+                    now.saturating_add(delay),
+                    Event::Tokens {
+                        request: id,
+                        first,
+                        completed,
+                    },
+                );
+            }
+        }
+        let slot = &mut self.ranks[rank];
+        slot.output = output;
+        slot.output.clear();
+        if slot.worker.has_work() {
+            self.starts_due.insert(rank);
+        }
+    }
+
+    /// A token (or the end of a stream) reaches the router and the client.
+    fn receive_tokens(&mut self, now: SimTime, id: RequestId, first: bool, completed: bool) {
+        let record = &mut self.records[id.0 as usize];
+        if first {
+            record.first_token = Some(now);
+        }
+        if first || !completed || record.output_tokens > 0 {
+            record.tokens_received += 1;
+        }
+        if first {
+            self.router.handle_first_token(now, id);
+        }
+        if completed {
+            let record = &mut self.records[id.0 as usize];
+            record.completion = Some(now);
+            record.status = Status::Completed;
+            self.in_flight.remove(&id);
+            self.router.handle_finished(now, id, Outcome::Completed);
+        }
+    }
+
+    /// Keeps one periodic recheck scheduled while requests wait in the router's queues.
+    fn schedule_tick(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
+        if self.tick_scheduled || self.router.pending_count() == 0 {
+            return;
+        }
+        let interval = self.config.tick_interval.as_ns().max(1);
+        let next = (now.as_ns() / interval + 1).saturating_mul(interval);
+        self.tick_scheduled = true;
+        queue.schedule(SimTime::from_ns(next), Event::Tick);
+    }
+
+    fn check(&mut self, now: SimTime) {
+        let result = self.router.check_invariants().and_then(|()| {
+            self.ranks
+                .iter()
+                .try_for_each(|r| r.worker.check_invariants())
+        });
+        if let Err(message) = result
+            && self.violation.is_none()
+        {
+            self.violation = Some(InvariantViolation {
+                seed: self.config.seed,
+                time: now,
+                message,
+            });
+        }
+    }
+
+    /// End-of-run checks: conservation, and the core's invariants.
+    fn finish(&mut self, stop_reason: StopReason, now: SimTime) -> Result<(), InvariantViolation> {
+        self.check(now);
+        if stop_reason == StopReason::Drained {
+            let unfinished = self
+                .records
+                .iter()
+                .filter(|r| r.status == Status::Pending)
+                .count();
+            if unfinished > 0 && self.violation.is_none() {
+                self.violation = Some(InvariantViolation {
+                    seed: self.config.seed,
+                    time: now,
+                    message: format!(
+                        "{unfinished} requests neither completed, rejected nor aborted"
+                    ),
+                });
+            }
+        }
+        match self.violation.take() {
+            Some(v) => Err(v),
+            None => Ok(()),
+        }
+    }
+}
+
+fn rejection_label(error: &SchedulerError) -> String {
+    error.kind().to_string()
+}
+
+impl Model for System {
+    type Event = Event;
+
+    fn handle(&mut self, now: SimTime, event: Event, queue: &mut EventQueue<Event>) {
+        match event {
+            Event::Deliver { rank, request } => self.deliver(now, rank, request, queue),
+            Event::PassEnd { rank } => self.end_pass(now, rank, queue),
+            Event::Tokens {
+                request,
+                first,
+                completed,
+            } => {
+                self.receive_tokens(now, request, first, completed);
+                self.drain_router(now, queue);
+            }
+            Event::Kv(events) => {
+                for event in &events {
+                    self.router.handle_kv_event(now, event);
+                }
+                self.drain_router(now, queue);
+            }
+            Event::Tick => {
+                self.tick_scheduled = false;
+                self.router.handle_tick(now);
+                self.drain_router(now, queue);
+            }
+        }
+    }
+}

@@ -1,1 +1,1275 @@
-//! The scheduler actor as a sans-IO state machine: handle_* inputs, poll_* decisions.
+//! The scheduler actor as a sans-IO state machine: `handle_*` inputs, `poll_*` decisions.
+//!
+//! One `Scheduler` owns admission for one router: the policy-class queues (DRR across classes),
+//! the load tracker, the KV overlap indexer and the worker set. Callers feed it inputs with the
+//! current virtual time and then drain `poll_decision()` until it returns `None` (the contract
+//! after *every* input, as in quinn-proto). It never reads a clock or global state; its only
+//! randomness is the seeded stream used to break worker-cost ties.
+//!
+//! Every admission goes through [`Scheduler::admit_one`] (project load, select, skip booking for
+//! a cancelled request, book, respond), serialised because the state machine has one owner:
+//! selection and booking can never interleave with another admission.
+
+use super::admission::{AdmissionDecision, AdmissionPolicy, AdmissionStatus, ArrivalInfo};
+use super::class_queue::{Placement, QueueEntry};
+use super::drr::{ClassQueueConfig, DeferredId, PolicyQueue, QueueRejection};
+use super::indexer::OverlapIndexer;
+use super::load::{LoadError, LoadTracker};
+use super::policy::{PolicyConfig, PolicyProfile};
+use super::request::QueueSnapshot;
+use super::select::{
+    RequestConstraints, RouterConfig, SelectError, Selection, SelectionInputs, WorkerSet,
+    best_cached_tokens, eligible_ranks, pinned_selection, select_worker,
+};
+use super::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
+use crate::rng::{self, SimRng};
+use crate::time::SimTime;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+
+/// Everything the scheduler needs to know before the first request.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    pub router: RouterConfig,
+    /// The resolved policy profile (see [`SchedulerConfig::new`]).
+    pub profile: PolicyProfile,
+    /// KV block size in tokens, shared with the workers.
+    pub block_size_tokens: u64,
+    /// Seed of the tie-break stream.
+    pub seed: u64,
+}
+
+impl SchedulerConfig {
+    /// Picks the profile as Dynamo does: the model's profile, else the root profile, else the
+    /// synthetic `default` class built from the router's queue knobs.
+    pub fn new(
+        router: RouterConfig,
+        policy: Option<&PolicyConfig>,
+        model: Option<&str>,
+        block_size_tokens: u64,
+        seed: u64,
+    ) -> Self {
+        let profile = policy
+            .and_then(|p| p.profile_for(model))
+            .cloned()
+            .unwrap_or_else(|| {
+                PolicyProfile::synthetic(router.router_queue_policy, router.router_queue_threshold)
+            });
+        SchedulerConfig {
+            router,
+            profile,
+            block_size_tokens,
+            seed,
+        }
+    }
+}
+
+/// A request as the router receives it.
+#[derive(Clone, Debug)]
+pub struct SchedulingRequest {
+    pub id: RequestId,
+    /// The class (or family) the request asks for; `None` means the default family.
+    pub policy_class: Option<String>,
+    pub isl_tokens: u64,
+    /// Sequence hashes of the prompt's full KV blocks.
+    pub block_hashes: Arc<[SeqHash]>,
+    /// Soft priority (`nvext.agent_hints.priority`).
+    pub priority: f64,
+    /// Strict priority tier (`nvext.agent_hints.strict_priority`).
+    pub strict_priority: u32,
+    pub constraints: RequestConstraints,
+}
+
+impl SchedulingRequest {
+    /// Tokens of the prompt a rank holding `overlap_blocks` leading blocks already has: the
+    /// single definition of "cached tokens" used by snapshots, hints and selection.
+    pub fn effective_cached_tokens(&self, overlap_blocks: u32, block_size_tokens: u64) -> u64 {
+        (u64::from(overlap_blocks) * block_size_tokens).min(self.isl_tokens)
+    }
+
+    /// The prefill tokens the router books on the chosen rank (`None` when nothing to book).
+    pub fn prefill_tokens(&self, cached_tokens: u64) -> Option<u64> {
+        let uncached = self.isl_tokens - cached_tokens.min(self.isl_tokens);
+        (uncached > 0).then_some(uncached)
+    }
+
+    /// The queue snapshot for the given cached tokens.
+    pub fn snapshot(&self, cached_tokens: u64) -> QueueSnapshot {
+        QueueSnapshot::new(self.isl_tokens, cached_tokens)
+    }
+
+    /// The placement a pinned request must keep.
+    pub fn placement(&self) -> Placement {
+        match self.constraints.pinned {
+            Some(rank) => Placement::Exact(rank),
+            None => Placement::Any,
+        }
+    }
+}
+
+/// Which way a request reached a worker.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Path {
+    Immediate,
+    Queued,
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Path::Immediate => "immediate",
+            Path::Queued => "queued",
+        })
+    }
+}
+
+/// How a request's stream ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    Aborted,
+}
+
+/// Why the scheduler refused a request (Dynamo's error taxonomy).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SchedulerError {
+    NoEndpoints,
+    QueueRejected(QueueRejection),
+    AllEligibleWorkersOverloaded,
+    PinnedWorkerOverloaded(WorkerWithDpRank),
+    PinnedWorkerNotAllowed(WorkerWithDpRank),
+    BookingFailed(String),
+    DuplicateRequest(RequestId),
+    SubscriberShutdown,
+}
+
+impl fmt::Display for SchedulerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchedulerError::NoEndpoints => f.write_str("no eligible endpoints"),
+            SchedulerError::QueueRejected(r) => write!(f, "{r}"),
+            SchedulerError::AllEligibleWorkersOverloaded => {
+                f.write_str("all eligible workers are overloaded")
+            }
+            SchedulerError::PinnedWorkerOverloaded(w) => write!(f, "pinned {w} is overloaded"),
+            SchedulerError::PinnedWorkerNotAllowed(w) => write!(f, "pinned {w} is not allowed"),
+            SchedulerError::BookingFailed(m) => write!(f, "booking failed: {m}"),
+            SchedulerError::DuplicateRequest(id) => write!(f, "request {id} is already active"),
+            SchedulerError::SubscriberShutdown => f.write_str("scheduler shut down"),
+        }
+    }
+}
+
+impl std::error::Error for SchedulerError {}
+
+impl SchedulerError {
+    /// A short stable name for outputs (`status` columns, counters).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SchedulerError::NoEndpoints => "no_endpoints",
+            SchedulerError::QueueRejected(_) => "queue_rejected",
+            SchedulerError::AllEligibleWorkersOverloaded => "all_workers_overloaded",
+            SchedulerError::PinnedWorkerOverloaded(_) => "pinned_worker_overloaded",
+            SchedulerError::PinnedWorkerNotAllowed(_) => "pinned_worker_not_allowed",
+            SchedulerError::BookingFailed(_) => "booking_failed",
+            SchedulerError::DuplicateRequest(_) => "duplicate_request",
+            SchedulerError::SubscriberShutdown => "shutdown",
+        }
+    }
+}
+
+impl From<SelectError> for SchedulerError {
+    fn from(e: SelectError) -> Self {
+        match e {
+            SelectError::NoEndpoints => SchedulerError::NoEndpoints,
+            SelectError::AllEligibleWorkersOverloaded => {
+                SchedulerError::AllEligibleWorkersOverloaded
+            }
+            SelectError::PinnedWorkerOverloaded(w) => SchedulerError::PinnedWorkerOverloaded(w),
+            SelectError::PinnedWorkerNotAllowed(w) => SchedulerError::PinnedWorkerNotAllowed(w),
+        }
+    }
+}
+
+/// A worker was chosen and booked for a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dispatch {
+    pub id: RequestId,
+    pub rank: WorkerWithDpRank,
+    pub class_index: usize,
+    pub path: Path,
+    /// The router's view of the prompt tokens the rank already holds.
+    pub cached_tokens: u64,
+    pub overlap_blocks: u32,
+    /// When the request entered the queue (queued path only).
+    pub queued_at: Option<SimTime>,
+}
+
+/// What the caller must act on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Dispatch(Dispatch),
+    Reject {
+        id: RequestId,
+        class_index: Option<usize>,
+        error: SchedulerError,
+    },
+}
+
+/// A waiting request: the payload of the policy queue.
+#[derive(Clone, Debug)]
+struct Queued {
+    request: SchedulingRequest,
+    enqueued_at: SimTime,
+    /// Admitted through the class's admission policy (it hears status updates).
+    policy_tracked: bool,
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Active {
+    rank: WorkerWithDpRank,
+    class_index: usize,
+    policy_tracked: bool,
+}
+
+/// The scheduler state machine. See the module docs for the call contract.
+pub struct Scheduler {
+    config: SchedulerConfig,
+    started_at: SimTime,
+    queue: PolicyQueue<Queued>,
+    load: LoadTracker,
+    indexer: OverlapIndexer,
+    workers: WorkerSet,
+    overloaded: BTreeSet<u64>,
+    rng: SimRng,
+    policies: Vec<Option<Box<dyn AdmissionPolicy>>>,
+    active: FxHashMap<RequestId, Active>,
+    waiting: FxHashSet<RequestId>,
+    cancelled: FxHashSet<RequestId>,
+    deferred: FxHashMap<RequestId, DeferredId>,
+    decisions: VecDeque<Decision>,
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("pending", &self.queue.pending_count())
+            .field("active", &self.active.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler that starts at `now` (FCFS ages are measured from here) with `workers`.
+    pub fn new(config: SchedulerConfig, workers: WorkerSet, now: SimTime) -> Self {
+        let classes = config
+            .profile
+            .classes()
+            .iter()
+            .map(|c| ClassQueueConfig {
+                name: c.name.clone(),
+                quantum_tokens: c.quantum_tokens,
+                queue_policy: c.queue_policy,
+                request_limit_per_worker: c.request_queue_limit_per_worker,
+                raw_isl_token_limit_per_worker: c.raw_isl_token_queue_limit_per_worker,
+                cached_token_limit_per_worker: c.cached_token_queue_limit_per_worker,
+            })
+            .collect::<Vec<_>>();
+        let policies = classes.iter().map(|_| None).collect();
+        let mut load = LoadTracker::new();
+        for rank in workers.ranks() {
+            load.add_rank(rank);
+        }
+        Scheduler {
+            rng: rng::stream(config.seed, "router/tie-break"),
+            config,
+            started_at: now,
+            queue: PolicyQueue::new(classes),
+            load,
+            indexer: OverlapIndexer::new(),
+            workers,
+            overloaded: BTreeSet::new(),
+            policies,
+            active: FxHashMap::default(),
+            waiting: FxHashSet::default(),
+            cancelled: FxHashSet::default(),
+            deferred: FxHashMap::default(),
+            decisions: VecDeque::new(),
+        }
+    }
+
+    // ---- getters -----------------------------------------------------------------------
+
+    pub fn profile(&self) -> &PolicyProfile {
+        &self.config.profile
+    }
+
+    /// Whether a class has requests ready to dispatch.
+    pub fn has_backlog(&self, class_index: usize) -> bool {
+        self.queue.has_backlog(class_index)
+    }
+
+    /// A class's unspent DRR credit.
+    pub fn deficit(&self, class_index: usize) -> u64 {
+        self.queue.deficit(class_index)
+    }
+
+    pub fn load(&self) -> &LoadTracker {
+        &self.load
+    }
+
+    pub fn workers(&self) -> &WorkerSet {
+        &self.workers
+    }
+
+    /// Requests waiting in the policy queues (ready or deferred).
+    pub fn pending_count(&self) -> usize {
+        self.queue.pending_count()
+    }
+
+    /// Requests booked on a worker and not yet finished.
+    pub fn active_count(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Checks the queue's and the load tracker's invariants and the scheduler's own
+    /// bookkeeping. For tests and debug runs: the checker beside the model.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.queue.check_invariants()?;
+        self.load.check_invariants()?;
+        if self.waiting.len() != self.queue.pending_count() {
+            return Err(format!(
+                "{} waiting ids but {} queued entries",
+                self.waiting.len(),
+                self.queue.pending_count()
+            ));
+        }
+        let booked = self.load.request_count();
+        if booked != self.active.len() {
+            return Err(format!(
+                "{booked} booked requests but {} active",
+                self.active.len()
+            ));
+        }
+        Ok(())
+    }
+
+    // ---- commands ----------------------------------------------------------------------
+
+    /// Installs an admission policy for one class (by class name).
+    pub fn set_admission_policy(
+        &mut self,
+        class_name: &str,
+        policy: Box<dyn AdmissionPolicy>,
+    ) -> Result<(), String> {
+        let index = self
+            .config
+            .profile
+            .classes()
+            .iter()
+            .position(|c| c.name == class_name)
+            .ok_or_else(|| format!("no class named \"{class_name}\""))?;
+        self.policies[index] = Some(policy);
+        Ok(())
+    }
+
+    // ---- inputs ------------------------------------------------------------------------
+
+    /// A request arrives: it is dispatched now, queued, or rejected.
+    pub fn handle_arrival(&mut self, now: SimTime, request: SchedulingRequest) {
+        let id = request.id;
+        if self.active.contains_key(&id) || self.waiting.contains(&id) {
+            self.reject(id, None, SchedulerError::DuplicateRequest(id));
+            return;
+        }
+        if let Some(pin) = request.constraints.pinned
+            && request
+                .constraints
+                .allowed_workers
+                .as_ref()
+                .is_some_and(|a| !a.contains(&pin.worker_id))
+        {
+            self.reject(id, None, SchedulerError::PinnedWorkerNotAllowed(pin));
+            return;
+        }
+        let (class_index, snapshot) = self.classify(&request);
+        let decision = self.admission_decision(now, class_index, &request);
+        let (deferred, placement) = match decision {
+            AdmissionDecision::Defer => (true, request.placement()),
+            AdmissionDecision::Ready(Some(p)) => (false, p),
+            AdmissionDecision::Ready(None) | AdmissionDecision::Bypass => {
+                (false, request.placement())
+            }
+        };
+        let policy_tracked = decision != AdmissionDecision::Bypass;
+        let class = &self.config.profile.classes()[class_index];
+        let should_queue = deferred
+            || (class.queueing_enabled()
+                && (self.queue.has_backlog(class_index)
+                    || self.all_ranks_busy(class_index, &request.constraints, placement)));
+        if !should_queue {
+            self.admit_one(
+                now,
+                request,
+                class_index,
+                Path::Immediate,
+                None,
+                policy_tracked,
+            );
+            self.after_input(now);
+            return;
+        }
+        let snapshot = snapshot.unwrap_or_else(|| self.sample_snapshot(&request));
+        let queued = Queued {
+            request,
+            enqueued_at: now,
+            policy_tracked,
+        };
+        self.enqueue(now, class_index, queued, snapshot, placement, deferred);
+        self.after_input(now);
+    }
+
+    /// The first token reached the router: the request's prefill load is released.
+    pub fn handle_first_token(&mut self, now: SimTime, id: RequestId) {
+        if let Some(active) = self.active.get(&id) {
+            let rank = active.rank;
+            self.load.mark_prefill_completed(id);
+            self.update(now, Some(rank));
+        }
+        self.after_input(now);
+    }
+
+    /// The stream ended: the request's booking is released and its policy told.
+    pub fn handle_finished(&mut self, now: SimTime, id: RequestId, outcome: Outcome) {
+        if let Some(active) = self.active.remove(&id) {
+            self.load.free(id);
+            let status = match outcome {
+                Outcome::Completed => AdmissionStatus::Completed,
+                Outcome::Aborted => AdmissionStatus::Aborted,
+            };
+            self.notify(now, active.class_index, active.policy_tracked, id, status);
+            self.update(now, Some(active.rank));
+        }
+        self.after_input(now);
+    }
+
+    /// Delivering a dispatch to the worker failed: roll the booking back.
+    pub fn handle_delivery_failed(&mut self, now: SimTime, id: RequestId) {
+        self.handle_finished(now, id, Outcome::Aborted);
+    }
+
+    /// The client went away. A waiting admission-managed request leaves at once; a plain
+    /// waiting request stays queued (it still counts toward limits and is DRR-charged) and is
+    /// dropped without booking when it reaches the front, as in Dynamo.
+    pub fn handle_cancel(&mut self, now: SimTime, id: RequestId) {
+        if !self.waiting.contains(&id) {
+            return;
+        }
+        let removed = self
+            .queue
+            .take_if(|q| q.request.id == id && q.policy_tracked);
+        if removed.is_empty() {
+            self.cancelled.insert(id);
+        } else {
+            for entry in removed {
+                self.waiting.remove(&id);
+                self.deferred.remove(&id);
+                self.notify(now, entry.class_index, true, id, AdmissionStatus::Aborted);
+            }
+        }
+        self.after_input(now);
+    }
+
+    /// A KV event from a worker updates the overlap index.
+    pub fn handle_kv_event(&mut self, now: SimTime, event: &KvEvent) {
+        self.indexer.apply(event);
+        self.after_input(now);
+    }
+
+    /// The set of workers changed (discovery): new ranks appear, departed ones leave, and the
+    /// queues are re-examined.
+    pub fn handle_workers(&mut self, now: SimTime, workers: WorkerSet) {
+        let before: BTreeSet<_> = self.workers.ranks().collect();
+        let after: BTreeSet<_> = workers.ranks().collect();
+        for gone in before.difference(&after) {
+            if !after.iter().any(|r| r.worker_id == gone.worker_id) {
+                self.load.remove_worker(gone.worker_id);
+                self.indexer.remove_worker(gone.worker_id);
+            }
+        }
+        for new in after.difference(&before) {
+            self.load.add_rank(*new);
+        }
+        self.active.retain(|_, a| after.contains(&a.rank));
+        self.workers = workers;
+        self.update(now, None);
+        self.after_input(now);
+    }
+
+    /// The worker monitor's overload set changed (applied at selection only).
+    pub fn handle_overloaded(&mut self, now: SimTime, overloaded: BTreeSet<u64>) {
+        self.overloaded = overloaded;
+        self.update(now, None);
+        self.after_input(now);
+    }
+
+    /// The periodic recheck: every lane is re-examined.
+    pub fn handle_tick(&mut self, now: SimTime) {
+        self.update(now, None);
+        self.after_input(now);
+    }
+
+    /// An admission policy releases a deferred request.
+    pub fn handle_make_ready(&mut self, now: SimTime, id: RequestId) {
+        self.make_ready(id);
+        self.update(now, None);
+        self.after_input(now);
+    }
+
+    /// Shutdown: every waiting request is refused.
+    pub fn handle_shutdown(&mut self, now: SimTime) {
+        for entry in self.queue.take_if(|_| true) {
+            let id = entry.payload.request.id;
+            self.waiting.remove(&id);
+            self.deferred.remove(&id);
+            self.cancelled.remove(&id);
+            self.notify(
+                now,
+                entry.class_index,
+                entry.payload.policy_tracked,
+                id,
+                AdmissionStatus::Aborted,
+            );
+            self.reject(
+                id,
+                Some(entry.class_index),
+                SchedulerError::SubscriberShutdown,
+            );
+        }
+    }
+
+    // ---- outputs -----------------------------------------------------------------------
+
+    /// The next decision to act on, in the order they were made.
+    pub fn poll_decision(&mut self) -> Option<Decision> {
+        self.decisions.pop_front()
+    }
+
+    // ---- internals ---------------------------------------------------------------------
+
+    /// Resolves the class; samples the snapshot when classification needs cached tokens.
+    fn classify(&self, request: &SchedulingRequest) -> (usize, Option<QueueSnapshot>) {
+        let profile = &self.config.profile;
+        let requested = request.policy_class.as_deref();
+        if let Some(index) = profile.direct_class_index(requested) {
+            return (index, None);
+        }
+        let snapshot = self.sample_snapshot(request);
+        let index = profile.resolve_class_index(requested, snapshot.uncached_tokens);
+        (index, Some(snapshot))
+    }
+
+    /// The request's snapshot from the best cached tokens among the ranks it may use
+    /// (the pinned rank's when pinned; overload is ignored here).
+    fn sample_snapshot(&self, request: &SchedulingRequest) -> QueueSnapshot {
+        let overlaps = self.overlaps(request);
+        let block_size = self.config.block_size_tokens;
+        let cached = best_cached_tokens(&self.workers, &request.constraints, &overlaps, block_size);
+        request.snapshot(cached.min(request.isl_tokens))
+    }
+
+    fn overlaps(&self, request: &SchedulingRequest) -> Vec<(WorkerWithDpRank, u32)> {
+        if self.config.router.use_kv_events {
+            self.indexer.overlap_blocks(&request.block_hashes)
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn admission_decision(
+        &mut self,
+        now: SimTime,
+        class_index: usize,
+        request: &SchedulingRequest,
+    ) -> AdmissionDecision {
+        let info = ArrivalInfo {
+            id: request.id,
+            isl_tokens: request.isl_tokens,
+            priority: request.priority,
+            strict_priority: request.strict_priority,
+        };
+        match &mut self.policies[class_index] {
+            Some(policy) => policy.on_arrival(now, &info),
+            None => AdmissionDecision::Bypass,
+        }
+    }
+
+    fn enqueue(
+        &mut self,
+        now: SimTime,
+        class_index: usize,
+        queued: Queued,
+        snapshot: QueueSnapshot,
+        placement: Placement,
+        deferred: bool,
+    ) {
+        let id = queued.request.id;
+        let (priority, strict) = (queued.request.priority, queued.request.strict_priority);
+        let tracked = queued.policy_tracked;
+        let offset_secs = now.saturating_since(self.started_at).as_ns() as f64 / 1e9;
+        let worker_count = self.workers.worker_count();
+        let result = if deferred {
+            self.queue
+                .enqueue_deferred(
+                    class_index,
+                    queued,
+                    snapshot,
+                    placement,
+                    strict,
+                    priority,
+                    offset_secs,
+                    worker_count,
+                )
+                .map(|d| {
+                    self.deferred.insert(id, d);
+                })
+        } else {
+            self.queue.enqueue(
+                class_index,
+                queued,
+                snapshot,
+                placement,
+                strict,
+                priority,
+                offset_secs,
+                worker_count,
+            )
+        };
+        match result {
+            Ok(()) => {
+                self.waiting.insert(id);
+            }
+            Err(rejection) => {
+                self.notify(now, class_index, tracked, id, AdmissionStatus::Aborted);
+                self.reject(
+                    id,
+                    Some(class_index),
+                    SchedulerError::QueueRejected(rejection),
+                );
+            }
+        }
+    }
+
+    fn make_ready(&mut self, id: RequestId) {
+        if let Some(d) = self.deferred.remove(&id) {
+            self.queue.make_ready(d, None);
+        }
+    }
+
+    /// Is every rank this request may use over its class's busy threshold? (§5.2)
+    fn all_ranks_busy(
+        &self,
+        class_index: usize,
+        constraints: &RequestConstraints,
+        placement: Placement,
+    ) -> bool {
+        all_ranks_busy(
+            &self.config.profile,
+            &self.workers,
+            &self.load,
+            class_index,
+            constraints,
+            placement,
+        )
+    }
+
+    /// Re-examines the queues after capacity may have changed (§5.3).
+    fn update(&mut self, now: SimTime, rank: Option<WorkerWithDpRank>) {
+        if self.queue.pending_count() == 0 || !self.config.profile.any_queueing_enabled() {
+            return;
+        }
+        match rank {
+            Some(r) => self.queue.recheck_worker(r),
+            None => self.queue.recheck_all_workers(),
+        }
+        // Each iteration removes one entry, so the loop ends within the queue's length.
+        for _ in 0..self.queue.pending_count() {
+            let (profile, workers, load) = (&self.config.profile, &self.workers, &self.load);
+            let mut dispatchable = |e: &QueueEntry<Queued>| {
+                !all_ranks_busy(
+                    profile,
+                    workers,
+                    load,
+                    e.class_index,
+                    &e.payload.request.constraints,
+                    e.placement,
+                )
+            };
+            let Some(entry) = self.queue.pop_next(&mut dispatchable) else {
+                break;
+            };
+            let id = entry.payload.request.id;
+            self.waiting.remove(&id);
+            if self.cancelled.remove(&id) {
+                continue; // the caller is gone: skip booking, as admit_one does
+            }
+            let mut request = entry.payload.request;
+            if let Placement::Exact(rank) = entry.placement {
+                request.constraints.pinned = Some(rank);
+            }
+            let queued = Some((entry.payload.enqueued_at, entry.snapshot));
+            self.admit_one(
+                now,
+                request,
+                entry.class_index,
+                Path::Queued,
+                queued,
+                entry.payload.policy_tracked,
+            );
+        }
+    }
+
+    /// The one admission path (§5.4): project, select, book, respond.
+    ///
+    /// A queued request (`queued` = when it was queued and its snapshot) books the uncached
+    /// tokens of its snapshot, measured when it was queued: Dynamo 1.6.1 does not re-measure
+    /// at release (docs/fidelity.md).
+    fn admit_one(
+        &mut self,
+        now: SimTime,
+        request: SchedulingRequest,
+        class_index: usize,
+        path: Path,
+        queued: Option<(SimTime, QueueSnapshot)>,
+        policy_tracked: bool,
+    ) {
+        let queued_at = queued.map(|(at, _)| at);
+        let id = request.id;
+        let selection = match self.select(now, &request) {
+            Ok(s) => s,
+            Err(error) => {
+                self.notify(
+                    now,
+                    class_index,
+                    policy_tracked,
+                    id,
+                    AdmissionStatus::Aborted,
+                );
+                self.reject(id, Some(class_index), error);
+                return;
+            }
+        };
+        let cached_tokens = request
+            .effective_cached_tokens(selection.overlap_blocks, self.config.block_size_tokens);
+        let router = &self.config.router;
+        let hint = match queued {
+            _ if !router.router_track_prefill_tokens => None,
+            Some((_, snapshot)) => request.prefill_tokens(snapshot.cached_tokens),
+            None => request.prefill_tokens(cached_tokens),
+        };
+        let tracked_hashes = self.tracked_hashes(&request);
+        if let Err(e) = self
+            .load
+            .add_request(now, id, selection.rank, &tracked_hashes, hint)
+        {
+            let message = match e {
+                LoadError::DuplicateRequest(_) => {
+                    format!("request {id} already has an active booking")
+                }
+                other => other.to_string(),
+            };
+            self.notify(
+                now,
+                class_index,
+                policy_tracked,
+                id,
+                AdmissionStatus::Aborted,
+            );
+            self.reject(
+                id,
+                Some(class_index),
+                SchedulerError::BookingFailed(message),
+            );
+            return;
+        }
+        self.active.insert(
+            id,
+            Active {
+                rank: selection.rank,
+                class_index,
+                policy_tracked,
+            },
+        );
+        self.notify(
+            now,
+            class_index,
+            policy_tracked,
+            id,
+            AdmissionStatus::Dispatched,
+        );
+        self.decisions.push_back(Decision::Dispatch(Dispatch {
+            id,
+            rank: selection.rank,
+            class_index,
+            path,
+            cached_tokens,
+            overlap_blocks: selection.overlap_blocks,
+            queued_at,
+        }));
+    }
+
+    /// Eligibility (with the overload set) then the cost-based pick; pins skip scoring.
+    fn select(
+        &mut self,
+        now: SimTime,
+        request: &SchedulingRequest,
+    ) -> Result<Selection, SchedulerError> {
+        let candidates =
+            eligible_ranks(&self.workers, &request.constraints, Some(&self.overloaded))?;
+        let overlaps = self.overlaps(request);
+        let loads = self.load.project(now, &self.tracked_hashes(request));
+        let inputs = SelectionInputs {
+            candidates: &candidates,
+            loads: &loads,
+            overlaps: &overlaps,
+            isl_tokens: request.isl_tokens,
+            block_size: self.config.block_size_tokens,
+            workers: &self.workers,
+            preferred_taints: &request.constraints.preferred_taints,
+        };
+        match request.constraints.pinned {
+            Some(pin) => Ok(pinned_selection(&self.config.router, &inputs, pin)),
+            None => Ok(select_worker(&self.config.router, &inputs, &mut self.rng)?),
+        }
+    }
+
+    /// The block identities booked for a request: its real hashes when the router assumes KV
+    /// reuse, otherwise identities unique to the request; none when block tracking is off.
+    fn tracked_hashes(&self, request: &SchedulingRequest) -> Vec<SeqHash> {
+        let router = &self.config.router;
+        if !router.router_track_active_blocks {
+            return Vec::new();
+        }
+        if router.router_assume_kv_reuse {
+            return request.block_hashes.to_vec();
+        }
+        (0..request.block_hashes.len() as u64)
+            .map(|i| super::hashing::chain(Some(request.id.0 ^ 0x5eed_0000_0000_0000), i))
+            .collect()
+    }
+
+    fn notify(
+        &mut self,
+        now: SimTime,
+        class_index: usize,
+        tracked: bool,
+        id: RequestId,
+        status: AdmissionStatus,
+    ) {
+        if !tracked {
+            return;
+        }
+        if let Some(policy) = &mut self.policies[class_index] {
+            policy.on_status(now, id, status);
+        }
+    }
+
+    fn reject(&mut self, id: RequestId, class_index: Option<usize>, error: SchedulerError) {
+        self.decisions.push_back(Decision::Reject {
+            id,
+            class_index,
+            error,
+        });
+    }
+
+    /// Releases what admission policies asked to release, then drains once.
+    fn after_input(&mut self, now: SimTime) {
+        let mut released = false;
+        for class_index in 0..self.policies.len() {
+            // Bounded: each release removes one deferred request.
+            for _ in 0..=self.deferred.len() {
+                let Some(policy) = &mut self.policies[class_index] else {
+                    break;
+                };
+                let Some(id) = policy.poll_make_ready() else {
+                    break;
+                };
+                self.make_ready(id);
+                released = true;
+            }
+        }
+        if released {
+            self.update(now, None);
+        }
+    }
+}
+
+/// The busy test of §5.2 for one request of one class.
+fn all_ranks_busy(
+    profile: &PolicyProfile,
+    workers: &WorkerSet,
+    load: &LoadTracker,
+    class_index: usize,
+    constraints: &RequestConstraints,
+    placement: Placement,
+) -> bool {
+    let class = &profile.classes()[class_index];
+    let busy = |rank: WorkerWithDpRank| {
+        let max_batched = workers
+            .get(rank.worker_id)
+            .and_then(|w| w.max_num_batched_tokens);
+        class.rank_is_busy(load.active_prefill_tokens(rank), max_batched)
+    };
+    if let Placement::Exact(rank) = placement {
+        // An invalid pin is "not busy" so that selection reports the real error.
+        let valid = eligible_ranks(
+            workers,
+            &RequestConstraints {
+                pinned: Some(rank),
+                ..constraints.clone()
+            },
+            None,
+        )
+        .is_ok();
+        return valid && busy(rank);
+    }
+    let ranks = eligible_ranks(workers, constraints, None).unwrap_or_default();
+    let busy_count = ranks.iter().filter(|r| busy(**r)).count();
+    class.pool_is_busy(busy_count, ranks.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::admission::ConcurrencyCap;
+    use crate::scheduling::select::WorkerConfig;
+
+    const TWO_CLASSES: &str = "
+default_policy_family: regular
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512,
+     prefill_busy_threshold: 1536, request_queue_limit_per_worker: 2}
+  - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128,
+     prefill_busy_threshold: 1536, request_queue_limit_per_worker: 2}
+";
+
+    fn workers(n: u64) -> WorkerSet {
+        let mut set = WorkerSet::new();
+        for id in 0..n {
+            set.insert(id, WorkerConfig::default());
+        }
+        set
+    }
+
+    fn scheduler(policy: Option<&str>, worker_count: u64) -> Scheduler {
+        let policy = policy.map(|p| PolicyConfig::from_yaml_str(p, None).expect("valid policy"));
+        let config = SchedulerConfig::new(RouterConfig::default(), policy.as_ref(), None, 64, 7);
+        Scheduler::new(config, workers(worker_count), SimTime::ZERO)
+    }
+
+    fn request(id: u64, class: &str, isl_tokens: u64) -> SchedulingRequest {
+        // Unique blocks per request, so no prefix is shared.
+        let hashes: Vec<SeqHash> = (0..isl_tokens / 64).map(|b| id << 32 | b).collect();
+        SchedulingRequest {
+            id: RequestId(id),
+            policy_class: Some(class.to_string()),
+            isl_tokens,
+            block_hashes: hashes.into(),
+            priority: 0.0,
+            strict_priority: 0,
+            constraints: RequestConstraints::default(),
+        }
+    }
+
+    fn decisions(s: &mut Scheduler) -> Vec<Decision> {
+        std::iter::from_fn(|| s.poll_decision()).collect()
+    }
+
+    fn dispatched(d: &[Decision]) -> Vec<(u64, Path)> {
+        d.iter()
+            .filter_map(|d| match d {
+                Decision::Dispatch(x) => Some((x.id.0, x.path)),
+                Decision::Reject { .. } => None,
+            })
+            .collect()
+    }
+
+    fn t(ms: u64) -> SimTime {
+        SimTime::from_ns(ms * 1_000_000)
+    }
+
+    #[test]
+    fn busy_threshold_is_strict_fourth_512_request_admitted_fifth_queued() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        for id in 0..5 {
+            s.handle_arrival(t(0), request(id, "premium", 512));
+        }
+        let d = decisions(&mut s);
+        let immediate: Vec<u64> = dispatched(&d).iter().map(|x| x.0).collect();
+        assert_eq!(
+            immediate,
+            vec![0, 1, 2, 3],
+            "1536 active tokens is not busy; 2048 is"
+        );
+        assert_eq!(s.pending_count(), 1);
+        assert_eq!(
+            s.load().active_prefill_tokens(WorkerWithDpRank::new(0, 0)),
+            2048
+        );
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn the_queued_path_waits_for_an_update_and_first_token_releases_it() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        for id in 0..5 {
+            s.handle_arrival(t(0), request(id, "premium", 512));
+        }
+        decisions(&mut s);
+        s.handle_first_token(t(10), RequestId(0));
+        let d = decisions(&mut s);
+        assert_eq!(dispatched(&d), vec![(4, Path::Queued)]);
+        match &d[0] {
+            Decision::Dispatch(x) => assert_eq!(x.queued_at, Some(t(0))),
+            other => panic!("{other:?}"),
+        }
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn anti_bypass_a_new_arrival_joins_its_class_backlog_even_with_capacity() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        for id in 0..5 {
+            s.handle_arrival(t(0), request(id, "premium", 512));
+        }
+        decisions(&mut s);
+        // Capacity frees (prefill done) but no update arrives before the next request:
+        // it must queue behind request 4, not take the free capacity.
+        for id in 0..4 {
+            s.load.mark_prefill_completed(RequestId(id));
+        }
+        s.handle_arrival(t(1), request(5, "premium", 512));
+        assert!(decisions(&mut s).is_empty());
+        assert_eq!(s.pending_count(), 2);
+        // Another class's backlog does not hold a regular request back.
+        s.handle_arrival(t(1), request(6, "regular", 512));
+        assert_eq!(dispatched(&decisions(&mut s)), vec![(6, Path::Immediate)]);
+        // The next update drains in FCFS order within the class.
+        s.handle_tick(t(2));
+        let order: Vec<u64> = dispatched(&decisions(&mut s)).iter().map(|x| x.0).collect();
+        assert_eq!(order, vec![4, 5]);
+    }
+
+    #[test]
+    fn queue_limit_rejects_the_request_after_the_one_that_reaches_it() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        for id in 0..7 {
+            s.handle_arrival(t(0), request(id, "premium", 512));
+        }
+        let d = decisions(&mut s);
+        assert_eq!(dispatched(&d).len(), 4);
+        assert_eq!(s.pending_count(), 2, "limit 2 per worker x 1 worker");
+        let rejected: Vec<_> = d
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Reject {
+                    id,
+                    error: SchedulerError::QueueRejected(r),
+                    ..
+                } => Some((id.0, r.current, r.limit)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected, vec![(6, 2, 2)]);
+    }
+
+    #[test]
+    fn failed_delivery_releases_the_booking() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        s.handle_arrival(t(0), request(0, "premium", 512));
+        decisions(&mut s);
+        assert_eq!(s.active_count(), 1);
+        s.handle_delivery_failed(t(1), RequestId(0));
+        let rank = WorkerWithDpRank::new(0, 0);
+        assert_eq!(s.active_count(), 0);
+        assert_eq!(s.load().active_prefill_tokens(rank), 0);
+        assert_eq!(s.load().active_blocks(rank), 0);
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn duplicate_ids_are_rejected_and_the_first_booking_kept() {
+        let mut s = scheduler(None, 1);
+        s.handle_arrival(t(0), request(9, "x", 512));
+        s.handle_arrival(t(0), request(9, "x", 1024));
+        let d = decisions(&mut s);
+        assert_eq!(dispatched(&d), vec![(9, Path::Immediate)]);
+        assert!(matches!(
+            d[1],
+            Decision::Reject {
+                error: SchedulerError::DuplicateRequest(_),
+                ..
+            }
+        ));
+        assert_eq!(
+            s.load().active_prefill_tokens(WorkerWithDpRank::new(0, 0)),
+            512
+        );
+        // Once finished, the id may be used again.
+        s.handle_finished(t(1), RequestId(9), Outcome::Completed);
+        s.handle_arrival(t(2), request(9, "x", 64));
+        assert_eq!(dispatched(&decisions(&mut s)), vec![(9, Path::Immediate)]);
+    }
+
+    #[test]
+    fn no_endpoints_when_no_worker_is_eligible() {
+        let mut s = scheduler(None, 2);
+        let mut r = request(1, "x", 512);
+        r.constraints.allowed_workers = Some([5].into_iter().collect());
+        s.handle_arrival(t(0), r);
+        let d = decisions(&mut s);
+        assert!(
+            matches!(
+                d[..],
+                [Decision::Reject {
+                    error: SchedulerError::NoEndpoints,
+                    ..
+                }]
+            ),
+            "{d:?}"
+        );
+        let mut s = scheduler(None, 0);
+        s.handle_arrival(t(0), request(2, "x", 512));
+        assert!(matches!(
+            decisions(&mut s)[..],
+            [Decision::Reject {
+                error: SchedulerError::NoEndpoints,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn a_pin_outside_the_allow_list_is_refused_before_anything_else() {
+        let mut s = scheduler(None, 2);
+        let mut r = request(1, "x", 512);
+        r.constraints.allowed_workers = Some([0].into_iter().collect());
+        r.constraints.pinned = Some(WorkerWithDpRank::new(1, 0));
+        s.handle_arrival(t(0), r);
+        assert!(matches!(
+            decisions(&mut s)[..],
+            [Decision::Reject {
+                error: SchedulerError::PinnedWorkerNotAllowed(_),
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn without_a_threshold_a_class_never_queues() {
+        let mut s = scheduler(None, 1);
+        for id in 0..50 {
+            s.handle_arrival(t(0), request(id, "x", 8192));
+        }
+        assert_eq!(dispatched(&decisions(&mut s)).len(), 50);
+        assert_eq!(s.pending_count(), 0);
+    }
+
+    #[test]
+    fn a_cancelled_queued_request_is_dropped_without_booking() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        for id in 0..6 {
+            s.handle_arrival(t(0), request(id, "premium", 512));
+        }
+        decisions(&mut s);
+        s.handle_cancel(t(1), RequestId(4));
+        assert_eq!(
+            s.pending_count(),
+            2,
+            "a plain queued request stays until popped"
+        );
+        for id in 0..4 {
+            s.handle_finished(t(2), RequestId(id), Outcome::Completed);
+        }
+        assert_eq!(dispatched(&decisions(&mut s)), vec![(5, Path::Queued)]);
+        assert_eq!(s.pending_count(), 0);
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn drr_shares_capacity_between_backlogged_classes() {
+        let mut s = scheduler(
+            Some(&TWO_CLASSES.replace(
+                "request_queue_limit_per_worker: 2",
+                "request_queue_limit_per_worker: 1000",
+            )),
+            1,
+        );
+        let mut next = 0;
+        for _ in 0..100 {
+            for class in ["premium", "regular"] {
+                s.handle_arrival(t(0), request(next, class, 512));
+                next += 1;
+            }
+        }
+        decisions(&mut s);
+        // Free one request at a time; count which class each release serves.
+        let mut served = [0usize; 2];
+        let mut active: VecDeque<u64> = (0..4).collect();
+        for step in 0..80 {
+            let id = active.pop_front().expect("something runs");
+            s.handle_finished(t(step + 1), RequestId(id), Outcome::Completed);
+            for d in decisions(&mut s) {
+                if let Decision::Dispatch(x) = d {
+                    served[x.class_index] += 1;
+                    active.push_back(x.id.0);
+                }
+            }
+        }
+        // Quanta 512:128 with 512-token requests: four premium per regular.
+        assert_eq!(served, [64, 16], "{served:?}");
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn admission_policy_defers_and_releases_and_hears_every_status() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        s.set_admission_policy("regular", Box::new(ConcurrencyCap::new(1)))
+            .unwrap();
+        s.handle_arrival(t(0), request(0, "regular", 64));
+        s.handle_arrival(t(0), request(1, "regular", 64));
+        assert_eq!(dispatched(&decisions(&mut s)), vec![(0, Path::Immediate)]);
+        assert_eq!(s.pending_count(), 1, "the deferred request waits");
+        assert!(!s.has_backlog(1), "deferred requests are not backlog");
+        s.handle_finished(t(1), RequestId(0), Outcome::Completed);
+        assert_eq!(dispatched(&decisions(&mut s)), vec![(1, Path::Queued)]);
+        assert!(
+            s.set_admission_policy("nope", Box::new(ConcurrencyCap::new(1)))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn shutdown_refuses_every_waiting_request() {
+        let mut s = scheduler(Some(TWO_CLASSES), 1);
+        for id in 0..6 {
+            s.handle_arrival(t(0), request(id, "premium", 512));
+        }
+        decisions(&mut s);
+        s.handle_shutdown(t(1));
+        let d = decisions(&mut s);
+        assert_eq!(d.len(), 2);
+        assert!(d.iter().all(|d| matches!(
+            d,
+            Decision::Reject {
+                error: SchedulerError::SubscriberShutdown,
+                ..
+            }
+        )));
+        s.check_invariants().unwrap();
+    }
+}

@@ -1,0 +1,153 @@
+//! Reports: pure exporters from a run's records to bytes (CSV, JSON), and the terminal table.
+//!
+//! Nothing here touches the file system; `output` is the one place that writes files.
+
+pub mod output;
+
+use crate::sim::{RequestRecord, SimResult};
+use crate::time::format_ms;
+use serde_json::json;
+
+/// Columns of `requests.csv` (a contract: the first thirteen match `tools/dynosim`).
+pub const REQUEST_COLUMNS: [&str; 16] = [
+    "row",
+    "policy_class",
+    "arrival_ms",
+    "admit_ms",
+    "first_token_ms",
+    "completion_ms",
+    "worker",
+    "dp_rank",
+    "path",
+    "input_length",
+    "output_length",
+    "reused_input_tokens",
+    "status",
+    "resolved_class",
+    "dispatch_ms",
+    "reason",
+];
+
+fn opt_ms(t: Option<crate::time::SimTime>) -> String {
+    t.map(|t| format_ms(t.as_ns())).unwrap_or_default()
+}
+
+/// `requests.csv`: one row per request, in row order.
+pub fn requests_csv(result: &SimResult) -> Vec<u8> {
+    let mut rows: Vec<&RequestRecord> = result.records.iter().collect();
+    rows.sort_by_key(|r| r.row);
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(REQUEST_COLUMNS).expect("writing to memory");
+    for r in rows {
+        let class = r
+            .class_index
+            .map(|i| result.class_names[i].as_str())
+            .unwrap_or("");
+        let reason = match &r.status {
+            crate::sim::Status::Rejected(reason) => reason.as_str(),
+            _ => "",
+        };
+        w.write_record([
+            r.row.to_string(),
+            r.policy_class.clone().unwrap_or_default(),
+            format_ms(r.arrival.as_ns()),
+            opt_ms(r.admit),
+            opt_ms(r.first_token),
+            opt_ms(r.completion),
+            r.rank.map(|k| k.worker_id.to_string()).unwrap_or_default(),
+            r.rank.map(|k| k.dp_rank.to_string()).unwrap_or_default(),
+            r.path
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "rejected".to_string()),
+            r.input_tokens.to_string(),
+            r.output_tokens.to_string(),
+            r.reused_input_tokens.to_string(),
+            r.status.label().to_string(),
+            class.to_string(),
+            opt_ms(r.dispatched),
+            reason.to_string(),
+        ])
+        .expect("writing to memory");
+    }
+    w.into_inner().expect("writing to memory")
+}
+
+/// Per-class counts for the terminal and `summary.json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassCounts {
+    pub name: String,
+    pub requests: usize,
+    pub immediate: usize,
+    pub queued: usize,
+    pub completed: usize,
+    pub rejected: usize,
+}
+
+/// Counts per resolved class (requests that never resolved a class are left out).
+pub fn class_counts(result: &SimResult) -> Vec<ClassCounts> {
+    let mut counts: Vec<ClassCounts> = result
+        .class_names
+        .iter()
+        .map(|n| ClassCounts {
+            name: n.clone(),
+            ..Default::default()
+        })
+        .collect();
+    for r in &result.records {
+        let Some(c) = r.class_index.and_then(|i| counts.get_mut(i)) else {
+            continue;
+        };
+        c.requests += 1;
+        match r.path {
+            Some(crate::scheduling::scheduler::Path::Immediate) => c.immediate += 1,
+            Some(crate::scheduling::scheduler::Path::Queued) => c.queued += 1,
+            None => {}
+        }
+        match r.status.label() {
+            "completed" => c.completed += 1,
+            "rejected" => c.rejected += 1,
+            _ => {}
+        }
+    }
+    counts
+}
+
+/// `summary.json`: run metadata and per-class counts. A pure function of the run.
+pub fn summary_json(result: &SimResult, meta: &serde_json::Value) -> Vec<u8> {
+    let classes: Vec<_> = class_counts(result)
+        .into_iter()
+        .map(|c| {
+            json!({"class": c.name, "requests": c.requests, "immediate": c.immediate,
+                   "queued": c.queued, "completed": c.completed, "rejected": c.rejected})
+        })
+        .collect();
+    let value = json!({
+        "meta": meta,
+        "requests": result.records.len(),
+        "completed": result.count("completed"),
+        "rejected": result.count("rejected"),
+        "aborted": result.count("aborted"),
+        "makespan_ms": format_ms(result.end_time.as_ns()),
+        "events": result.events,
+        "stop_reason": result.stop_reason.to_string(),
+        "classes": classes,
+    });
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON values serialise");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// A compact per-class table for the terminal.
+pub fn class_table(result: &SimResult) -> String {
+    let mut out = format!(
+        "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "class", "requests", "immediate", "queued", "completed", "rejected"
+    );
+    for c in class_counts(result) {
+        out += &format!(
+            "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+            c.name, c.requests, c.immediate, c.queued, c.completed, c.rejected
+        );
+    }
+    out
+}
