@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs Dynamo 1.6.1 (via /work/shared/tools/dynosim, one worker) on every fidelity fixture
+# and stores its outputs next to the inputs: dynamo.csv and dynamo.trace.jsonl. Each fixture is
+# run twice and the two CSVs must be identical (one worker is deterministic in 1.6.1).
+# Usage: tools/run_fidelity_fixtures.sh [FIXTURE_ROOT] [NAME...]
+set -euo pipefail
+root=${1:-tests/fixtures/fidelity}
+shift || true
+dynosim=${DYNOSIM:-/work/shared/tools/dynosim}
+names=("$@")
+if [[ ${#names[@]} -eq 0 ]]; then
+  names=()
+  for d in "$root"/*/; do names+=("$(basename "$d")"); done
+fi
+for name in "${names[@]}"; do
+  d=$root/$name
+  args=(--trace "$d/trace.jsonl" --workers 1 --engine "$d/engine.json")
+  [[ -f $d/policy.yaml ]] && args+=(--policy "$d/policy.yaml")
+  [[ -f $d/router.json ]] && args+=(--router "$d/router.json")
+  tmp=$(mktemp -d)
+  "$dynosim" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out"
+  "$dynosim" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out"
+  cmp -s "$tmp/a.csv" "$tmp/b.csv" || { echo "$name: two runs differ" >&2; exit 1; }
+  cp "$tmp/a.csv" "$d/dynamo.csv"
+  cp "$tmp/a.trace.jsonl" "$d/dynamo.trace.jsonl"
+  echo "$name: $(cat "$tmp/a.out")"
+  rm -rf "$tmp"
+done
