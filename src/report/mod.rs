@@ -2,6 +2,7 @@
 //!
 //! Nothing here touches the file system; `output` is the one place that writes files.
 
+pub mod expect;
 pub mod output;
 
 use crate::sim::{RequestRecord, SimResult};
