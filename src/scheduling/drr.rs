@@ -1218,6 +1218,9 @@ mod model_tests {
             which: Index,
             repin: Option<Option<u64>>,
         },
+        RemoveDeferred {
+            which: Index,
+        },
         /// Worker becomes busy or free; the queue is not told (as when load changes between
         /// capacity updates).
         SetBusy {
@@ -1261,6 +1264,7 @@ mod model_tests {
             5 => enqueue,
             1 => (any::<Index>(), prop::option::of(prop::option::of(0..WORKERS)))
                 .prop_map(|(which, repin)| Op::MakeReady { which, repin }),
+            1 => any::<Index>().prop_map(|which| Op::RemoveDeferred { which }),
             2 => (0..WORKERS, any::<bool>()).prop_map(|(worker, busy)| Op::SetBusy { worker, busy }),
             1 => (0..WORKERS).prop_map(|worker| Op::Recheck { worker }),
             1 => Just(Op::RecheckAll),
@@ -1480,6 +1484,19 @@ mod model_tests {
             false
         }
 
+        fn remove_deferred(&mut self, id: DeferredId) -> Option<u64> {
+            for class in &mut self.classes {
+                if let Some(pos) = class.deferred.iter().position(|(d, _)| *d == id) {
+                    let (_, entry) = class.deferred.remove(pos);
+                    if class.ready.is_empty() {
+                        class.deficit = 0;
+                    }
+                    return Some(entry.id);
+                }
+            }
+            None
+        }
+
         fn take_if(&mut self, pred: impl Fn(u64) -> bool) -> Vec<u64> {
             let mut removed = Vec::new();
             for class in &mut self.classes {
@@ -1502,6 +1519,8 @@ mod model_tests {
             removed
         }
 
+        // The model indexes classes plainly on purpose: it should read like the spec.
+        #[allow(clippy::needless_range_loop)]
         fn pop_next(&mut self, busy: &[bool], calls: &mut u64) -> Option<u64> {
             if self.pending() == 0 {
                 self.carry = None;
@@ -1618,6 +1637,15 @@ mod model_tests {
                             .map(|p| p.map_or(Placement::Any, |w| Placement::Exact(worker(w))));
                         let real = self.real.make_ready(id, repin);
                         prop_assert_eq!(real, self.model.make_ready(id, repin));
+                    }
+                }
+                Op::RemoveDeferred { which } => {
+                    if !self.live_deferred.is_empty() {
+                        let id = self
+                            .live_deferred
+                            .remove(which.index(self.live_deferred.len()));
+                        let real = self.real.remove_deferred(id).map(|e| e.payload);
+                        prop_assert_eq!(real, self.model.remove_deferred(id));
                     }
                 }
                 Op::SetBusy { worker, busy } => self.busy[*worker as usize] = *busy,
