@@ -2,8 +2,9 @@
 //!
 //! Parameters: C = 2, 8, 64 classes; 0 or 10,000 exact-worker lanes (half of them on full
 //! workers); head cost / quantum = 1, 1e3, 1e6. Every entry is re-enqueued after its pop so
-//! the queue stays in a steady state. The cost/quantum ratio must not change the time per
-//! call: bulk credit replaces per-round looping.
+//! the queue stays in a steady state. A second group lets only one class dispatch, so every
+//! call at ratio > 1 needs a full ring scan plus bulk credit. The cost/quantum ratio must not
+//! change the time per call: bulk credit replaces per-round looping.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use routersim::scheduling::class_queue::{Placement, QueueEntry};
@@ -92,6 +93,27 @@ fn bench_pop_next(c: &mut Criterion) {
     group.finish();
 }
 
+/// Worst case for bulk credit: only class 0 can dispatch, so at ratio > 1 every call scans
+/// the whole ring, then fast-forwards class 0 by bulk credit.
+fn bench_pop_next_one_ready_class(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pop_next_one_ready_class");
+    let mut only_class_0 = |entry: &QueueEntry<u64>| entry.class_index == 0;
+    for classes in [2usize, 8, 64] {
+        for ratio in [1u64, 1_000, 1_000_000] {
+            let mut queue = steady_queue(classes, 0, QUANTUM_TOKENS * ratio);
+            let id = BenchmarkId::new(format!("C{classes}"), format!("ratio{ratio}"));
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    let popped = queue.pop_next(&mut only_class_0);
+                    let entry = black_box(popped).expect("class 0 stays backlogged");
+                    requeue(&mut queue, entry);
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn short_runs() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_millis(300))
@@ -102,6 +124,6 @@ fn short_runs() -> Criterion {
 criterion_group! {
     name = benches;
     config = short_runs();
-    targets = bench_pop_next
+    targets = bench_pop_next, bench_pop_next_one_ready_class
 }
 criterion_main!(benches);
