@@ -195,6 +195,9 @@ type Candidate = Option<(Placement, u64)>;
 /// [`enqueue`](Self::enqueue) on arrival, [`recheck_worker`](Self::recheck_worker) /
 /// [`recheck_all_workers`](Self::recheck_all_workers) when capacity changes, then
 /// [`pop_next`](Self::pop_next) until it returns `None`.
+///
+/// Class indices are positions in the config list given to [`new`](Self::new); every method
+/// taking one panics if it is out of range (a programmer error, not an input error).
 #[derive(Debug)]
 pub struct PolicyQueue<T> {
     classes: Vec<ClassState<T>>,
