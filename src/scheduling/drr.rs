@@ -195,6 +195,9 @@ type Candidate = Option<(Placement, u64)>;
 /// [`enqueue`](Self::enqueue) on arrival, [`recheck_worker`](Self::recheck_worker) /
 /// [`recheck_all_workers`](Self::recheck_all_workers) when capacity changes, then
 /// [`pop_next`](Self::pop_next) until it returns `None`.
+///
+/// Class indices are positions in the config list given to [`new`](Self::new); every method
+/// taking one panics if it is out of range (a programmer error, not an input error).
 #[derive(Debug)]
 pub struct PolicyQueue<T> {
     classes: Vec<ClassState<T>>,
@@ -383,6 +386,20 @@ impl<T> PolicyQueue<T> {
         }
         class.ready.push(entry);
         true
+    }
+
+    /// Removes a deferred entry (e.g. its admission policy finished with it) and returns it;
+    /// `None` if `id` is not deferred. A class left with nothing ready loses its credit.
+    pub fn remove_deferred(&mut self, id: DeferredId) -> Option<QueueEntry<T>> {
+        let class = self
+            .classes
+            .iter_mut()
+            .find(|c| c.deferred.contains_key(&id))?;
+        let entry = class.deferred.remove(&id)?;
+        class.stats.subtract(&entry.snapshot);
+        class.reset_deficit_if_idle();
+        self.pending_count -= 1;
+        Some(entry)
     }
 
     /// `worker`'s capacity changed: every class offers its lane for `worker` again.
@@ -764,6 +781,59 @@ mod tests {
         // standard: 1000 + 4 x 1000; latency: 2000 + 4 x 2000 - 9000.
         assert_eq!(q.deficit(0), 5000);
         assert_eq!(q.deficit(1), 1000);
+    }
+
+    #[test]
+    fn bulk_credit_also_gives_classes_after_the_winner_every_round() {
+        // The table above with the ring order swapped: latency wins the final scan first, and
+        // standard, scanned after it, still gets all 4 virtual rounds (not 3).
+        let mut q = queue(&[("latency", 2000), ("standard", 1000)]);
+        push(&mut q, 0, 2, 9000);
+        push(&mut q, 0, 3, 9000);
+        push(&mut q, 1, 1, 7000);
+        assert_eq!(pop_any(&mut q).unwrap().payload, 2);
+        assert_eq!((q.deficit(0), q.deficit(1)), (1000, 5000));
+    }
+
+    /// Long-run consequence of the rule above (see the fairness property tests): quanta
+    /// 591:886 ideally share 40.0% / 60.0%, but with these oversized heads Dynamo's bulk
+    /// credit serves 36.69% / 63.31% (round-by-round DRR would serve 40.0% / 60.0%). The
+    /// expected share comes from an independent simulation of the same algorithm.
+    #[test]
+    fn bulk_credit_skews_long_run_shares_like_dynamo() {
+        let mut q = queue(&[("a", 591), ("b", 886)]);
+        let costs = [vec![2442u64, 308], vec![819, 3431, 496]];
+        let mut next = [0usize; 2];
+        let mut refill = |q: &mut PolicyQueue<u64>, class: usize| {
+            let cost = costs[class][next[class] % costs[class].len()];
+            next[class] += 1;
+            push(q, class, 0, cost);
+        };
+        for class in [0, 1, 0, 1] {
+            refill(&mut q, class);
+        }
+        let mut served = [0u64; 2];
+        for _ in 0..3000 {
+            let entry = pop_any(&mut q).unwrap();
+            served[entry.class_index] += entry.snapshot.cost_tokens;
+            refill(&mut q, entry.class_index);
+        }
+        let share_a = served[0] as f64 / (served[0] + served[1]) as f64;
+        assert!((share_a - 0.3669).abs() < 0.0005, "share of a = {share_a}");
+    }
+
+    #[test]
+    fn remove_deferred_releases_its_accounting() {
+        let mut q = queue(&[("held", 1)]);
+        let snapshot = QueueSnapshot::new(7, 2);
+        let id = q
+            .enqueue_deferred(0, 5, snapshot, Placement::Any, 0, 0.0, 0.0, 1)
+            .unwrap();
+        assert_eq!(q.remove_deferred(id).map(|e| e.payload), Some(5));
+        q.check_invariants().unwrap();
+        assert_eq!(q.pending_count(), 0);
+        assert_eq!(q.class_stats(0), ClassStats::default());
+        assert!(q.remove_deferred(id).is_none());
     }
 
     #[test]
@@ -1151,6 +1221,9 @@ mod model_tests {
             which: Index,
             repin: Option<Option<u64>>,
         },
+        RemoveDeferred {
+            which: Index,
+        },
         /// Worker becomes busy or free; the queue is not told (as when load changes between
         /// capacity updates).
         SetBusy {
@@ -1194,6 +1267,7 @@ mod model_tests {
             5 => enqueue,
             1 => (any::<Index>(), prop::option::of(prop::option::of(0..WORKERS)))
                 .prop_map(|(which, repin)| Op::MakeReady { which, repin }),
+            1 => any::<Index>().prop_map(|which| Op::RemoveDeferred { which }),
             2 => (0..WORKERS, any::<bool>()).prop_map(|(worker, busy)| Op::SetBusy { worker, busy }),
             1 => (0..WORKERS).prop_map(|worker| Op::Recheck { worker }),
             1 => Just(Op::RecheckAll),
@@ -1413,6 +1487,19 @@ mod model_tests {
             false
         }
 
+        fn remove_deferred(&mut self, id: DeferredId) -> Option<u64> {
+            for class in &mut self.classes {
+                if let Some(pos) = class.deferred.iter().position(|(d, _)| *d == id) {
+                    let (_, entry) = class.deferred.remove(pos);
+                    if class.ready.is_empty() {
+                        class.deficit = 0;
+                    }
+                    return Some(entry.id);
+                }
+            }
+            None
+        }
+
         fn take_if(&mut self, pred: impl Fn(u64) -> bool) -> Vec<u64> {
             let mut removed = Vec::new();
             for class in &mut self.classes {
@@ -1435,6 +1522,8 @@ mod model_tests {
             removed
         }
 
+        // The model indexes classes plainly on purpose: it should read like the spec.
+        #[allow(clippy::needless_range_loop)]
         fn pop_next(&mut self, busy: &[bool], calls: &mut u64) -> Option<u64> {
             if self.pending() == 0 {
                 self.carry = None;
@@ -1551,6 +1640,15 @@ mod model_tests {
                             .map(|p| p.map_or(Placement::Any, |w| Placement::Exact(worker(w))));
                         let real = self.real.make_ready(id, repin);
                         prop_assert_eq!(real, self.model.make_ready(id, repin));
+                    }
+                }
+                Op::RemoveDeferred { which } => {
+                    if !self.live_deferred.is_empty() {
+                        let id = self
+                            .live_deferred
+                            .remove(which.index(self.live_deferred.len()));
+                        let real = self.real.remove_deferred(id).map(|e| e.payload);
+                        prop_assert_eq!(real, self.model.remove_deferred(id));
                     }
                 }
                 Op::SetBusy { worker, busy } => self.busy[*worker as usize] = *busy,
@@ -1745,5 +1843,152 @@ mod model_tests {
                 prop_assert_eq!(harness.real.class_stats(class), ClassStats::default());
             }
         }
+    }
+
+    /// One fairness run: every class always backlogged and dispatchable.
+    #[derive(Clone, Debug)]
+    struct FairnessCase {
+        quanta: Vec<u64>,
+        /// Each class's request costs, cycled.
+        costs: Vec<Vec<u64>>,
+    }
+
+    fn fairness_case() -> impl Strategy<Value = FairnessCase> {
+        prop::collection::vec(
+            (1..=1000u64, prop::collection::vec(1..=5000u64, 1..20)),
+            2..6,
+        )
+        .prop_map(|classes| {
+            let (quanta, costs) = classes.into_iter().unzip();
+            FairnessCase { quanta, costs }
+        })
+    }
+
+    /// Over a run of `pops` dispatches: the largest `|served_i - total * q_i / Q|` (tokens)
+    /// at any point, and the largest `|served_i / total - q_i / Q|` at the end.
+    fn service_gaps(case: &FairnessCase, pops: usize) -> (f64, f64) {
+        let configs = case.quanta.iter().enumerate();
+        let configs = configs.map(|(i, q)| ClassQueueConfig {
+            name: format!("c{i}"),
+            quantum_tokens: *q,
+            queue_policy: QueuePolicy::Fcfs,
+            request_limit_per_worker: None,
+            raw_isl_token_limit_per_worker: None,
+            cached_token_limit_per_worker: None,
+        });
+        let mut queue: PolicyQueue<u64> = PolicyQueue::new(configs.collect());
+        let mut next_cost_index = vec![0usize; case.quanta.len()];
+        let mut push_next = |queue: &mut PolicyQueue<u64>, class: usize| {
+            let costs = &case.costs[class];
+            let cost = costs[next_cost_index[class] % costs.len()];
+            next_cost_index[class] += 1;
+            let snapshot = QueueSnapshot::new(cost, 0);
+            queue
+                .enqueue(class, 0, snapshot, Placement::Any, 0, 0.0, 0.0, 1)
+                .unwrap();
+        };
+        for class in 0..case.quanta.len() {
+            push_next(&mut queue, class);
+            push_next(&mut queue, class);
+        }
+        let quantum_sum: u64 = case.quanta.iter().sum();
+        let mut served = vec![0u64; case.quanta.len()];
+        let mut worst_gap = 0.0f64;
+        for _ in 0..pops {
+            let entry = queue.pop_next(&mut |_| true).expect("always backlogged");
+            served[entry.class_index] += entry.snapshot.cost_tokens;
+            push_next(&mut queue, entry.class_index);
+            let total: u64 = served.iter().sum();
+            for (served_tokens, quantum) in served.iter().zip(&case.quanta) {
+                let ideal = total as f64 * *quantum as f64 / quantum_sum as f64;
+                worst_gap = worst_gap.max((*served_tokens as f64 - ideal).abs());
+            }
+        }
+        let total: u64 = served.iter().sum();
+        let share_error = served
+            .iter()
+            .zip(&case.quanta)
+            .map(|(s, q)| (*s as f64 / total as f64 - *q as f64 / quantum_sum as f64).abs())
+            .fold(0.0, f64::max);
+        (worst_gap, share_error)
+    }
+
+    /// Runs `check` on random fairness cases from `cases`, printing `label` and the worst
+    /// gap (in units of `max_cost + max_quantum`) and share error seen.
+    fn run_fairness<S: Strategy<Value = FairnessCase>>(
+        label: &str,
+        cases: S,
+        check: impl Fn(&FairnessCase, f64, f64, f64) -> Result<(), TestCaseError>,
+    ) {
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        // A fixed seed: the drift bound below is empirical, so the cases must not change.
+        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+        let mut runner = TestRunner::new_with_rng(Config::with_cases(FAIRNESS_CASES), rng);
+        let worst_ratio = std::cell::Cell::new(0.0f64);
+        let worst_share = std::cell::RefCell::new((0.0f64, None));
+        let outcome = runner.run(&cases, |case| {
+            let max_cost = case.costs.iter().flatten().copied().max().unwrap_or(1);
+            let max_quantum = case.quanta.iter().copied().max().unwrap_or(1);
+            let scale = (max_cost + max_quantum) as f64;
+            let (gap, share_error) = service_gaps(&case, 3000);
+            worst_ratio.set(worst_ratio.get().max(gap / scale));
+            if share_error > worst_share.borrow().0 {
+                *worst_share.borrow_mut() = (share_error, Some(case.clone()));
+            }
+            check(&case, gap, scale, share_error)
+        });
+        let (share_error, share_case) = worst_share.into_inner();
+        eprintln!(
+            "DRR fairness ({label}): worst gap {:.3} x (max_cost + max_quantum); \
+             worst final share error {share_error:.5} in {share_case:?}",
+            worst_ratio.get()
+        );
+        if let Err(failure) = outcome {
+            panic!("{failure}");
+        }
+    }
+
+    const FAIRNESS_CASES: u32 = 48;
+
+    /// Cases whose every cost fits in the smallest quantum, so no call needs bulk credit.
+    fn small_cost_case() -> impl Strategy<Value = FairnessCase> {
+        fairness_case().prop_map(|mut case| {
+            let smallest_quantum = case.quanta.iter().copied().min().unwrap_or(1);
+            for cost in case.costs.iter_mut().flatten() {
+                *cost = 1 + *cost % smallest_quantum;
+            }
+            case
+        })
+    }
+
+    /// DRR fairness without bulk credit: every class backlogged, costs at most a quantum.
+    /// Each class's served cost stays within `max_cost + max_quantum` of its
+    /// quantum-proportional share however long the run: a class holds less than
+    /// `max_cost + quantum` of credit and the classes are at most one ring round apart.
+    #[test]
+    fn service_stays_within_a_constant_of_the_share_when_heads_fit_a_quantum() {
+        run_fairness("costs <= quantum", small_cost_case(), |_, gap, scale, _| {
+            prop_assert!(gap <= scale, "gap {gap} tokens exceeds {scale}");
+            Ok(())
+        });
+    }
+
+    /// DRR fairness with oversized heads (quanta 1..1000, costs 1..5000). Faithful to Dynamo,
+    /// bulk credit gives every class with a candidate the same number of virtual rounds, also
+    /// the classes the final scan reaches after the winner; a plain round-by-round DRR would
+    /// have credited those one round less. That extra round is kept, so the gap to the ideal
+    /// share grows slowly with run length (about 0.1-1% of service) instead of staying within
+    /// a constant. This test pins the size of that drift: the final share error stays below
+    /// 0.10 (3000 random cases showed up to 0.075; round-by-round DRR stays below 0.001).
+    #[test]
+    fn service_share_stays_close_to_quanta_with_oversized_heads() {
+        run_fairness(
+            "costs up to 5000",
+            fairness_case(),
+            |_, _, _, share_error| {
+                prop_assert!(share_error <= 0.10, "final share error {share_error}");
+                Ok(())
+            },
+        );
     }
 }
