@@ -1,3 +1,4 @@
 //! The integration tests, one binary grouped by intent.
 
+mod fidelity;
 mod tidy;

@@ -1,0 +1,183 @@
+//! Fidelity: every fixture replayed by routersim agrees with Dynamo 1.6.1 row by row.
+//!
+//! The fixtures under tests/fixtures/fidelity/ hold Dynamo's own output (dynamo.csv) for the
+//! time-tagged trace it replayed (dynamo.trace.jsonl); see docs/fidelity.md.
+
+use assert_cmd::Command;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Largest allowed difference in any time column: 1 µs.
+const TOLERANCE_MS: f64 = 0.001;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fidelity")
+        .join(name)
+}
+
+type Row = BTreeMap<String, String>;
+
+fn read_rows(path: &Path) -> Vec<Row> {
+    let mut reader =
+        csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    reader
+        .deserialize()
+        .map(|r| r.expect("a CSV row"))
+        .collect()
+}
+
+/// Replays a fixture with the same inputs Dynamo had and returns routersim's rows.
+pub fn replay_fixture(name: &str, out: &Path) -> Vec<Row> {
+    let dir = fixture_dir(name);
+    let mut cmd = Command::cargo_bin("routersim").unwrap();
+    cmd.arg("replay")
+        .arg("--trace")
+        .arg(dir.join("dynamo.trace.jsonl"));
+    cmd.arg("--engine")
+        .arg(dir.join("engine.json"))
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet");
+    for (flag, file) in [("--policy", "policy.yaml"), ("--router", "router.json")] {
+        if dir.join(file).exists() {
+            cmd.arg(flag).arg(dir.join(file));
+        }
+    }
+    cmd.assert().success();
+    read_rows(&out.join("requests.csv"))
+}
+
+fn time_differs(ours: &str, theirs: &str) -> bool {
+    match (ours.is_empty(), theirs.is_empty()) {
+        (true, true) => false,
+        (false, false) => {
+            let (a, b): (f64, f64) = (ours.parse().unwrap(), theirs.parse().unwrap());
+            (a - b).abs() > TOLERANCE_MS
+        }
+        _ => true,
+    }
+}
+
+/// The rows that disagree, described; empty when the replay matches Dynamo.
+fn mismatches(ours: &[Row], dynamo: &[Row]) -> Vec<String> {
+    assert_eq!(ours.len(), dynamo.len(), "row counts differ");
+    let mut out = Vec::new();
+    for (o, d) in ours.iter().zip(dynamo) {
+        assert_eq!(o["row"], d["row"], "rows are in the same order");
+        for column in ["admit_ms", "first_token_ms", "completion_ms"] {
+            if time_differs(&o[column], &d[column]) {
+                out.push(format!(
+                    "row {}: {column} {} vs Dynamo {}",
+                    o["row"], o[column], d[column]
+                ));
+            }
+        }
+        for column in [
+            "path",
+            "status",
+            "worker",
+            "reused_input_tokens",
+            "input_length",
+            "output_length",
+        ] {
+            if o[column] != d[column] {
+                out.push(format!(
+                    "row {}: {column} {} vs Dynamo {}",
+                    o["row"], o[column], d[column]
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn assert_matches_dynamo(name: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = replay_fixture(name, &tmp.path().join("out"));
+    let dynamo = read_rows(&fixture_dir(name).join("dynamo.csv"));
+    let bad = mismatches(&ours, &dynamo);
+    assert!(
+        bad.is_empty(),
+        "{name}: {} of {} rows differ from Dynamo 1.6.1:\n{}",
+        bad.len(),
+        dynamo.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn classes_wspt_matches_dynamo() {
+    assert_matches_dynamo("classes-wspt");
+}
+
+#[test]
+fn prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("prefix-sharing");
+}
+
+#[test]
+fn chunked_long_matches_dynamo() {
+    assert_matches_dynamo("chunked-long");
+}
+
+#[test]
+fn memory_pressure_matches_dynamo() {
+    assert_matches_dynamo("memory-pressure");
+}
+
+#[test]
+fn priorities_long_output_matches_dynamo() {
+    assert_matches_dynamo("priorities-long-output");
+}
+
+#[test]
+fn premium_weighted_matches_dynamo() {
+    assert_matches_dynamo("premium-weighted");
+}
+
+#[test]
+fn premium_equal_matches_dynamo() {
+    assert_matches_dynamo("premium-equal");
+}
+
+/// Class counts among the first `n` completions (ties by row) and how many of `other` were
+/// unfinished when `class` completed its last request.
+fn burst_figures(rows: &[Row], class: &str, n: usize) -> (usize, usize) {
+    let mut done: Vec<(f64, u64, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["completion_ms"].parse().unwrap(),
+                r["row"].parse().unwrap(),
+                r["policy_class"].as_str(),
+            )
+        })
+        .collect();
+    done.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let in_prefix = done[..n].iter().filter(|d| d.2 == class).count();
+    let total_class = done.iter().filter(|d| d.2 == class).count();
+    let last = done.iter().rposition(|d| d.2 == class).unwrap();
+    let others_done = done[..=last].iter().filter(|d| d.2 != class).count();
+    let others_total = done.len() - total_class;
+    (in_prefix, others_total - others_done)
+}
+
+#[test]
+fn premium_burst_gives_dynamos_shares() {
+    let tmp = tempfile::tempdir().unwrap();
+    let weighted = replay_fixture("premium-weighted", &tmp.path().join("w"));
+    assert_eq!(burst_figures(&weighted, "premium", 320), (255, 239));
+    let equal = replay_fixture("premium-equal", &tmp.path().join("e"));
+    assert_eq!(burst_figures(&equal, "premium", 320), (160, 0));
+}
+
+#[test]
+fn the_comparison_catches_a_one_microsecond_shift() {
+    let dynamo = read_rows(&fixture_dir("premium-weighted").join("dynamo.csv"));
+    let mut shifted = dynamo.clone();
+    let t: f64 = shifted[7]["completion_ms"].parse().unwrap();
+    shifted[7].insert("completion_ms".into(), format!("{}", t + 0.0011));
+    assert_eq!(mismatches(&shifted, &dynamo).len(), 1);
+    assert!(mismatches(&dynamo, &dynamo).is_empty());
+}
