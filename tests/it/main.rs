@@ -1,4 +1,5 @@
 //! The integration tests, one binary grouped by intent.
 
+mod cli;
 mod fidelity;
 mod tidy;
