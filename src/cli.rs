@@ -151,6 +151,58 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
     Ok((value.to_string(), text))
 }
 
+/// Everything a trace replay needs, validated.
+#[derive(Clone, Debug)]
+pub struct ReplaySetup {
+    pub trace: PathBuf,
+    pub trace_block_size: u64,
+    pub policy: Option<PolicyConfig>,
+    pub router: RouterConfig,
+    pub engine: EngineArgs,
+    pub workers: u32,
+    pub router_mode: RouterMode,
+    pub seed: u64,
+}
+
+/// Validates the whole trace, then replays it (streaming when it is in time order).
+pub fn run_replay(setup: &ReplaySetup) -> Result<sim::SimResult, CliError> {
+    let trace_name = setup.trace.display().to_string();
+    let open = || -> Result<BufReader<File>, CliError> {
+        File::open(&setup.trace)
+            .map(BufReader::new)
+            .map_err(|e| CliError::Input(format!("{trace_name}: {e}")))
+    };
+    let summary = trace::scan(open()?, &trace_name, setup.trace_block_size).map_err(input)?;
+    let reader = TraceReader::new(open()?, &trace_name, setup.trace_block_size)
+        .with_origin_ms(summary.origin_ms);
+    let requests: Box<dyn Iterator<Item = RequestSpec>> = if summary.sorted {
+        Box::new(reader.map(|r| r.expect("validated by the scan")))
+    } else {
+        let mut all: Vec<RequestSpec> = reader.map(|r| r.expect("validated by the scan")).collect();
+        all.sort_by_key(|r| (r.arrival, r.row));
+        Box::new(all.into_iter())
+    };
+    let block_size = setup.engine.block_size;
+    let config = SimConfig {
+        scheduler: SchedulerConfig::new(
+            setup.router.clone(),
+            setup.policy.as_ref(),
+            None,
+            block_size,
+            setup.seed,
+        ),
+        worker_count: setup.workers,
+        router_mode: setup.router_mode,
+        delays: TransportDelays::default(),
+        limits: Limits::default(),
+        tick_interval: SimDuration::from_ms(60_000),
+        check_every_event: false,
+        seed: setup.seed,
+        engine: setup.engine.clone(),
+    };
+    sim::run(config, requests).map_err(|e| CliError::Bug(e.to_string()))
+}
+
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     if args.workers == 0 {
         return Err(CliError::Input("--workers must be at least 1".into()));
@@ -185,43 +237,21 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         .map(PolicyConfig::from_path)
         .transpose()
         .map_err(input)?;
-    let trace_name = args.trace.display().to_string();
-    let open = || -> Result<BufReader<File>, CliError> {
-        File::open(&args.trace)
-            .map(BufReader::new)
-            .map_err(|e| CliError::Input(format!("{trace_name}: {e}")))
-    };
-    let summary = trace::scan(open()?, &trace_name, args.trace_block_size).map_err(input)?;
-    let reader = TraceReader::new(open()?, &trace_name, args.trace_block_size)
-        .with_origin_ms(summary.origin_ms);
-    let requests: Box<dyn Iterator<Item = RequestSpec>> = if summary.sorted {
-        Box::new(reader.map(|r| r.expect("validated by the scan")))
-    } else {
-        let mut all: Vec<RequestSpec> = reader.map(|r| r.expect("validated by the scan")).collect();
-        all.sort_by_key(|r| (r.arrival, r.row));
-        Box::new(all.into_iter())
-    };
-    let config = SimConfig {
-        scheduler: SchedulerConfig::new(
-            router,
-            policy.as_ref(),
-            None,
-            engine.block_size,
-            args.seed,
-        ),
-        worker_count: args.workers,
+    let setup = ReplaySetup {
+        trace: args.trace.clone(),
+        trace_block_size: args.trace_block_size,
+        policy,
+        router,
+        engine,
+        workers: args.workers,
         router_mode: match args.router_mode {
             RouterModeArg::KvRouter => RouterMode::KvRouter,
             RouterModeArg::RoundRobin => RouterMode::RoundRobin,
         },
-        delays: TransportDelays::default(),
-        limits: Limits::default(),
-        tick_interval: SimDuration::from_ms(60_000),
-        check_every_event: false,
         seed: args.seed,
-        engine,
     };
-    let result = sim::run(config, requests).map_err(|e| CliError::Bug(e.to_string()))?;
+    let result = run_replay(&setup)?;
+    let trace_name = args.trace.display().to_string();
     let meta = serde_json::json!({
         "command": "replay",
         "trace": trace_name,

@@ -14,3 +14,8 @@ pub mod request;
 pub mod scheduler;
 pub mod select;
 pub mod types;
+
+/// The guide in docs/scheduling.md, compiled as a doctest so its example stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/scheduling.md")]
+pub struct SchedulingGuide;
