@@ -11,7 +11,8 @@
 //! stores are harmless.
 
 use super::types::{KvEvent, KvEventData, SeqHash, WorkerId, WorkerWithDpRank};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 
 /// What applying one event did, for diagnostics and tests.
@@ -25,13 +26,65 @@ pub enum EventOutcome {
     UnknownRank,
 }
 
-/// Block ownership per rank, answering prefix-overlap queries.
+/// The router's map of cached blocks: for each sequence hash, the ranks holding it.
+///
+/// A block is usually held by one rank, so the holder list keeps one rank inline and only
+/// allocates when a block is shared. Per-rank block counts answer `block_count` and `ranks`;
+/// clearing a rank scans the map (Cleared events and worker removal are rare).
 #[derive(Clone, Debug, Default)]
 pub struct OverlapIndexer {
-    /// Block -> ranks holding it, sorted, never empty.
-    holders: FxHashMap<SeqHash, Vec<WorkerWithDpRank>>,
-    /// Rank -> blocks it holds (the reverse map, for `Cleared` and worker removal).
-    blocks_by_rank: BTreeMap<WorkerWithDpRank, FxHashSet<SeqHash>>,
+    holders: FxHashMap<SeqHash, Holders>,
+    block_counts: BTreeMap<WorkerWithDpRank, usize>,
+}
+
+/// The ranks holding one block, sorted and without duplicates.
+#[derive(Clone, Debug)]
+enum Holders {
+    One(WorkerWithDpRank),
+    Many(Vec<WorkerWithDpRank>),
+}
+
+impl Holders {
+    fn as_slice(&self) -> &[WorkerWithDpRank] {
+        match self {
+            Holders::One(rank) => std::slice::from_ref(rank),
+            Holders::Many(ranks) => ranks,
+        }
+    }
+
+    /// Adds `rank`; false if it was already a holder.
+    fn insert(&mut self, rank: WorkerWithDpRank) -> bool {
+        match self {
+            Holders::One(only) if *only == rank => false,
+            Holders::One(only) => {
+                let mut ranks = vec![*only, rank];
+                ranks.sort_unstable();
+                *self = Holders::Many(ranks);
+                true
+            }
+            Holders::Many(ranks) => match ranks.binary_search(&rank) {
+                Ok(_) => false,
+                Err(position) => {
+                    ranks.insert(position, rank);
+                    true
+                }
+            },
+        }
+    }
+
+    /// Removes `rank`; returns (whether it was a holder, whether none is left).
+    fn remove(&mut self, rank: WorkerWithDpRank) -> (bool, bool) {
+        match self {
+            Holders::One(only) => (*only == rank, *only == rank),
+            Holders::Many(ranks) => match ranks.binary_search(&rank) {
+                Ok(position) => {
+                    ranks.remove(position);
+                    (true, ranks.is_empty())
+                }
+                Err(_) => (false, ranks.is_empty()),
+            },
+        }
+    }
 }
 
 impl OverlapIndexer {
@@ -40,7 +93,7 @@ impl OverlapIndexer {
         Self::default()
     }
 
-    /// Applies one KV event from `event.worker`. Never panics; see [`EventOutcome`].
+    /// Applies one KV event from `event.worker`.
     pub fn apply(&mut self, event: &KvEvent) -> EventOutcome {
         let rank = event.worker;
         match &event.data {
@@ -50,22 +103,22 @@ impl OverlapIndexer {
         }
     }
 
-    /// Forgets every rank of `worker` (the worker left the pool).
+    /// Forgets every rank of `worker` (it left the worker set).
     pub fn remove_worker(&mut self, worker: WorkerId) {
         let ranks: Vec<WorkerWithDpRank> = self
-            .blocks_by_rank
+            .block_counts
             .keys()
             .filter(|rank| rank.worker_id == worker)
             .copied()
             .collect();
         for rank in ranks {
             self.clear_rank(rank);
-            self.blocks_by_rank.remove(&rank);
+            self.block_counts.remove(&rank);
         }
     }
 
-    /// For each rank holding `query[0]`, the number of leading query blocks it holds,
-    /// sorted by rank. Ranks with no overlap are omitted.
+    /// For each rank holding a prefix of `query`, the number of leading query blocks it
+    /// holds (the first miss ends its match), sorted by rank; ranks with none are left out.
     pub fn overlap_blocks(&self, query: &[SeqHash]) -> Vec<(WorkerWithDpRank, u32)> {
         let Some(first) = query.first() else {
             return Vec::new();
@@ -73,10 +126,10 @@ impl OverlapIndexer {
         let Some(first_holders) = self.holders.get(first) else {
             return Vec::new();
         };
-        let mut matching = first_holders.clone();
+        let mut matching = first_holders.as_slice().to_vec();
         let mut overlaps = Vec::with_capacity(matching.len());
         for (depth, hash) in query.iter().enumerate().skip(1) {
-            let holders_here = self.holders.get(hash).map_or(&[][..], Vec::as_slice);
+            let holders_here = self.holders.get(hash).map_or(&[][..], Holders::as_slice);
             let depth_blocks = saturating_u32(depth);
             narrow_sorted(&mut matching, holders_here, |dropped| {
                 overlaps.push((dropped, depth_blocks));
@@ -93,42 +146,40 @@ impl OverlapIndexer {
 
     /// Number of blocks `rank` holds.
     pub fn block_count(&self, rank: WorkerWithDpRank) -> usize {
-        self.blocks_by_rank.get(&rank).map_or(0, FxHashSet::len)
+        self.block_counts.get(&rank).copied().unwrap_or(0)
     }
 
     /// Whether `rank` holds `hash`.
     pub fn holds(&self, rank: WorkerWithDpRank, hash: SeqHash) -> bool {
-        self.blocks_by_rank
-            .get(&rank)
-            .is_some_and(|blocks| blocks.contains(&hash))
+        self.holders
+            .get(&hash)
+            .is_some_and(|h| h.as_slice().binary_search(&rank).is_ok())
     }
 
     /// Ranks that have ever stored a block and not been removed, sorted.
     pub fn ranks(&self) -> Vec<WorkerWithDpRank> {
-        self.blocks_by_rank.keys().copied().collect()
+        self.block_counts.keys().copied().collect()
     }
 
-    /// Checks that the forward and reverse maps agree. For tests and debug runs.
+    /// Holder lists are non-empty and strictly sorted, and the per-rank counts add up.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut pairs = 0usize;
-        for (hash, ranks) in &self.holders {
+        let mut counted: BTreeMap<WorkerWithDpRank, usize> = BTreeMap::new();
+        for (hash, holders) in &self.holders {
+            let ranks = holders.as_slice();
             if ranks.is_empty() || !ranks.windows(2).all(|w| w[0] < w[1]) {
-                return Err(format!(
-                    "holders of {hash:#x} are empty or not strictly sorted"
-                ));
+                return Err(format!("holders of {hash:#x} are empty or not strictly sorted"));
             }
-            if let Some(rank) = ranks.iter().find(|rank| !self.holds(**rank, *hash)) {
-                return Err(format!(
-                    "{rank} listed as holder of {hash:#x} but not indexed"
-                ));
+            for rank in ranks {
+                *counted.entry(*rank).or_default() += 1;
             }
-            pairs += ranks.len();
         }
-        let reverse_pairs: usize = self.blocks_by_rank.values().map(FxHashSet::len).sum();
-        if pairs != reverse_pairs {
-            return Err(format!(
-                "{pairs} (block, rank) pairs forward, {reverse_pairs} reverse"
-            ));
+        for (rank, count) in &self.block_counts {
+            if counted.get(rank).copied().unwrap_or(0) != *count {
+                return Err(format!("{rank} counts {count} blocks but holds {:?}", counted.get(rank)));
+            }
+        }
+        if let Some(rank) = counted.keys().find(|r| !self.block_counts.contains_key(*r)) {
+            return Err(format!("{rank} holds blocks but is not counted"));
         }
         Ok(())
     }
@@ -144,57 +195,45 @@ impl OverlapIndexer {
         {
             return EventOutcome::UnknownParent;
         }
-        let owned = self.blocks_by_rank.entry(rank).or_default();
+        let mut added = 0;
         for &hash in blocks {
-            if owned.insert(hash) {
-                insert_sorted(self.holders.entry(hash).or_default(), rank);
-            }
+            let inserted = match self.holders.entry(hash) {
+                Entry::Occupied(mut holders) => holders.get_mut().insert(rank),
+                Entry::Vacant(slot) => {
+                    slot.insert(Holders::One(rank));
+                    true
+                }
+            };
+            added += usize::from(inserted);
         }
+        *self.block_counts.entry(rank).or_default() += added;
         EventOutcome::Applied
     }
 
     fn remove_blocks(&mut self, rank: WorkerWithDpRank, blocks: &[SeqHash]) -> EventOutcome {
-        let Some(owned) = self.blocks_by_rank.get_mut(&rank) else {
+        let Some(count) = self.block_counts.get_mut(&rank) else {
             return EventOutcome::UnknownRank;
         };
         for hash in blocks {
-            if owned.remove(hash) {
-                drop_holder(&mut self.holders, *hash, rank);
+            let Entry::Occupied(mut holders) = self.holders.entry(*hash) else {
+                continue;
+            };
+            let (removed, empty) = holders.get_mut().remove(rank);
+            if empty {
+                holders.remove();
             }
+            *count -= usize::from(removed);
         }
         EventOutcome::Applied
     }
 
     fn clear_rank(&mut self, rank: WorkerWithDpRank) -> EventOutcome {
-        let Some(owned) = self.blocks_by_rank.get_mut(&rank) else {
+        let Some(count) = self.block_counts.get_mut(&rank) else {
             return EventOutcome::UnknownRank;
         };
-        for hash in owned.drain() {
-            drop_holder(&mut self.holders, hash, rank);
-        }
+        *count = 0;
+        self.holders.retain(|_, holders| !holders.remove(rank).1);
         EventOutcome::Applied
-    }
-}
-
-fn insert_sorted(ranks: &mut Vec<WorkerWithDpRank>, rank: WorkerWithDpRank) {
-    if let Err(position) = ranks.binary_search(&rank) {
-        ranks.insert(position, rank);
-    }
-}
-
-fn drop_holder(
-    holders: &mut FxHashMap<SeqHash, Vec<WorkerWithDpRank>>,
-    hash: SeqHash,
-    rank: WorkerWithDpRank,
-) {
-    let Some(ranks) = holders.get_mut(&hash) else {
-        return;
-    };
-    if let Ok(position) = ranks.binary_search(&rank) {
-        ranks.remove(position);
-    }
-    if ranks.is_empty() {
-        holders.remove(&hash);
     }
 }
 
