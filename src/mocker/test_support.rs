@@ -74,7 +74,7 @@ fn record(seen: &mut BTreeMap<u64, Seen>, out: &PassOutput, now: u64, end: u64) 
     for a in &out.admitted {
         let s = seen.entry(a.id.0).or_default();
         s.admit_ns.get_or_insert(now);
-        s.reused = a.reused_tokens;
+        s.reused = a.reported_reused_tokens;
     }
     for t in &out.tokens {
         let s = seen.entry(t.id.0).or_default();

@@ -88,9 +88,11 @@ pub struct TokenOut {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
     pub id: RequestId,
-    /// Prompt-and-output tokens found in the prefix cache and not recomputed. Dynamo reports
-    /// the value of a request's latest admission as its `reused_input_tokens`.
+    /// Prompt-and-output tokens found in the prefix cache and not recomputed this time.
     pub reused_tokens: u64,
+    /// The largest `reused_tokens` over all of this request's admissions so far: what 1.6.1
+    /// reports as the request's `reused_input_tokens`.
+    pub reported_reused_tokens: u64,
     /// True when the request had been preempted before.
     pub readmission: bool,
 }
@@ -172,6 +174,8 @@ struct Req {
     registered: usize,
     phase: RequestPhase,
     preemptions: u32,
+    /// Largest prefix reuse over the request's admissions.
+    max_reused: u64,
 }
 
 impl Req {
@@ -227,6 +231,7 @@ pub struct MockWorker {
     running: Vec<RequestId>,
     next_event_id: u64,
     preemptions_total: u64,
+    stalls_broken: u64,
     last_pass_end: SimTime,
     scheduled: Vec<Scheduled>,
     ready: Vec<RequestId>,
@@ -250,6 +255,7 @@ impl MockWorker {
             running: Vec::new(),
             next_event_id: 0,
             preemptions_total: 0,
+            stalls_broken: 0,
             last_pass_end: SimTime::ZERO,
             scheduled: Vec::new(),
             ready: Vec::new(),
@@ -297,6 +303,12 @@ impl MockWorker {
     /// Preemptions since the rank started.
     pub fn preemptions_total(&self) -> u64 {
         self.preemptions_total
+    }
+
+    /// Waiting heads rejected by the stall safety net (expected to stay 0; see
+    /// `execute_pass`).
+    pub fn stalls_broken(&self) -> u64 {
+        self.stalls_broken
     }
 
     /// A snapshot of a live request, or None if the rank does not hold it.
@@ -356,6 +368,7 @@ impl MockWorker {
             registered: 0,
             phase: RequestPhase::Waiting,
             preemptions: 0,
+            max_reused: 0,
         };
         self.requests.insert(req.id, r);
         self.waiting.push_back(req.id);
@@ -380,6 +393,9 @@ impl MockWorker {
         if !pass.preempted_any {
             self.admit_waiting(&mut pass, out);
         }
+        if self.scheduled.is_empty() && out.rejected.is_empty() && self.running.is_empty() {
+            self.break_stall(out);
+        }
         let t = pass.batch;
         out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
         let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
@@ -390,6 +406,18 @@ impl MockWorker {
         end
     }
 
+    /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
+    /// the same instant (1.6.1 aborts its replay with "effect-free zero-duration pass"). The
+    /// admission rules above reject every request that could cause this; should one slip
+    /// through anyway, the stuck waiting head is rejected so the simulation always ends.
+    fn break_stall(&mut self, out: &mut PassOutput) {
+        if let Some(id) = self.waiting.pop_front() {
+            self.requests.remove(&id);
+            out.rejected.push(id);
+            self.stalls_broken += 1;
+        }
+    }
+
     // ----- pass formation -----
 
     fn schedule_running(&mut self, pass: &mut PassState, out: &mut PassOutput) {
@@ -397,7 +425,9 @@ impl MockWorker {
         // Each iteration schedules running[i] or removes a request from running: bounded.
         while i < self.running.len() && pass.budget > 0 {
             let id = self.running[i];
-            match self.schedule(id, None, pass, out, Some(&mut i)) {
+            // A FIFO victim ahead of `i` shifts the queue left, so the request after this one
+            // is skipped for this pass: 1.6.1 does exactly that (its index is not adjusted).
+            match self.schedule(id, None, pass, out) {
                 Outcome::Scheduled { .. } => i += 1,
                 Outcome::Blocked => break,
                 Outcome::CurrentPreempted => {}
@@ -421,7 +451,7 @@ impl MockWorker {
                     continue;
                 }
             };
-            match self.schedule(id, Some(cached_tokens), pass, out, None) {
+            match self.schedule(id, Some(cached_tokens), pass, out) {
                 Outcome::Scheduled { tokens } => {
                     if tokens == 0 && pass.budget == 0 {
                         break;
@@ -453,6 +483,12 @@ impl MockWorker {
             return Decision::Reject;
         }
         let hit = self.prefix_hit(id);
+        let prompt_left = r_prompt_left(&self.requests[&id], hit.blocks * bs);
+        // Without chunking, a prompt larger than a whole pass's budget can never be scheduled
+        // (1.6.1 aborts the replay there); refusing it keeps the rank live.
+        if !self.args.enable_chunked_prefill && prompt_left > self.args.max_num_batched_tokens {
+            return Decision::Reject;
+        }
         let needed = known_blocks - hit.active_blocks;
         let available = capacity - self.pool.active_blocks();
         if needed > available {
@@ -482,15 +518,13 @@ impl MockWorker {
     }
 
     /// Schedules one request's next tokens. `cached_tokens` is Some for a request being
-    /// admitted from the waiting queue. `cursor` is the running-loop index, fixed up if a
-    /// preemption removes a request before it.
+    /// admitted from the waiting queue.
     fn schedule(
         &mut self,
         id: RequestId,
         cached_tokens: Option<u64>,
         pass: &mut PassState,
         out: &mut PassOutput,
-        mut cursor: Option<&mut usize>,
     ) -> Outcome {
         let r = &self.requests[&id];
         let cached = if r.computed == 0 {
@@ -516,16 +550,11 @@ impl MockWorker {
         let cached_blocks = cached / self.args.block_size;
         // Every retry preempts one running request first: bounded by the running count.
         while !self.allocate(id, target, cached_blocks) {
-            let Some((victim, index)) = self.preempt_one(out) else {
+            let Some(victim) = self.preempt_one(out) else {
                 return self.blocked(id, cached_tokens.is_some());
             };
             pass.preempted_any = true;
             self.undo_scheduled(victim, pass);
-            if let Some(i) = cursor.as_deref_mut()
-                && index < *i
-            {
-                *i -= 1;
-            }
             if victim == id {
                 return Outcome::CurrentPreempted;
             }
@@ -552,6 +581,8 @@ impl MockWorker {
         if cached_tokens.is_some() {
             let readmission = r.phase == RequestPhase::Preempted;
             r.phase = RequestPhase::Running;
+            r.max_reused = r.max_reused.max(cached);
+            let reported_reused_tokens = r.max_reused;
             // Usually the head; preemptions in this call may have queued victims before it.
             if let Some(pos) = self.waiting.iter().position(|&w| w == id) {
                 self.waiting.remove(pos);
@@ -560,6 +591,7 @@ impl MockWorker {
             out.admitted.push(Admitted {
                 id,
                 reused_tokens: cached,
+                reported_reused_tokens,
                 readmission,
             });
         }
@@ -636,9 +668,8 @@ impl MockWorker {
     }
 
     /// Preempts the newest (LIFO) or oldest (FIFO) running request: it releases its KV and
-    /// goes back to the head of the waiting queue to be recomputed. Returns it and the running
-    /// index it had.
-    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<(RequestId, usize)> {
+    /// goes back to the head of the waiting queue to be recomputed.
+    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<RequestId> {
         if self.running.is_empty() {
             return None;
         }
@@ -657,7 +688,7 @@ impl MockWorker {
         self.preemptions_total += 1;
         self.waiting.push_front(victim);
         out.preempted.push(victim);
-        Some((victim, index))
+        Some(victim)
     }
 
     /// Gives back a victim's work in this pass: its tokens return to the budget and its
@@ -878,6 +909,11 @@ fn ensure_hashes(r: &mut Req, count: usize) {
     }
 }
 
+/// Prompt tokens still to compute if the first `cached_tokens` are reused.
+fn r_prompt_left(r: &Req, cached_tokens: u64) -> u64 {
+    r.prompt_tokens - cached_tokens.min(r.prompt_tokens)
+}
+
 fn block_hash(r: &Req, index: usize) -> SeqHash {
     let prompt_blocks = r.prompt_hashes.len();
     if index < prompt_blocks {
@@ -1036,7 +1072,8 @@ mod tests {
             times(&seen[&1]),
             (Some(25_763_044), Some(76_950_841), Some(4_622_826_348))
         );
-        // Its generated block was not yet computed at preemption: 9 prompt blocks survive.
+        // Its generated block was not yet computed at preemption: 9 prompt blocks survive and
+        // are reused at readmission (the reported value is the max over admissions).
         assert_eq!(seen[&1].reused, 576);
         assert_eq!(seen[&1].tokens, 100);
     }
