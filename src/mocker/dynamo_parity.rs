@@ -16,14 +16,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Parses a mooncake JSONL trace into (arrival ns, request) in arrival order, row = id.
-/// Dynamo rebases a trace so that its first row arrives at 0.
+/// Dynamo rebases a trace so that its earliest row arrives at 0.
 fn parse_trace(text: &str, bs: u64) -> Vec<(u64, MockRequest)> {
     let first_ms = text
         .lines()
-        .find(|l| !l.trim().is_empty())
-        .and_then(|l| serde_json::from_str::<Value>(l).ok())
-        .and_then(|v| v["timestamp"].as_f64())
-        .unwrap_or(0.0);
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["timestamp"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    let first_ms = if first_ms.is_finite() { first_ms } else { 0.0 };
     let mut rows: Vec<(u64, MockRequest)> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -139,5 +139,34 @@ fn dynamo_csv_reduction_rounds_to_ns() {
         "row,admit_ms,first_token_ms,completion_ms,reused,tokens\n\
          0,0.000000,32.490712,55.662105,0,5\n"
     );
-    let _ = assert_parity;
 }
+
+/// Replays fixture `name` (trace, engine, Dynamo CSV under `src/mocker/fixtures/`).
+macro_rules! fixture_parity {
+    ($test:ident, $name:literal) => {
+        #[test]
+        fn $test() {
+            let dir = concat!("fixtures/", $name, "/");
+            let ours = replay(
+                include_str!(concat!("fixtures/", $name, "/trace.jsonl")),
+                include_str!(concat!("fixtures/", $name, "/engine.json")),
+            );
+            let dynamo = dynamo_csv(include_str!(concat!("fixtures/", $name, "/dynamo.csv")));
+            assert!(ours.lines().count() > 100, "{dir}: fixture too small");
+            assert_parity(&ours, &dynamo);
+        }
+    };
+}
+
+// 150 rows, 100-block pool, FIFO victims (some ahead of the running cursor).
+fixture_parity!(fifo_preemption_matches_dynamo, "fifo-pressure");
+// 300 rows without chunked prefill; includes a request whose readmission reuses less than
+// its first admission (reported reuse is the max).
+fixture_parity!(unchunked_prefill_matches_dynamo, "no-chunk");
+// Block size 100, 80-block pool, budget 512, speedup 0.7 with decode speedup 1.3.
+fixture_parity!(speedup_and_odd_block_size_match_dynamo, "speedup-block100");
+// Prefix caching off, block 16, two running at most, max_model_len 1500 (54 rejections).
+fixture_parity!(
+    no_caching_and_model_len_match_dynamo,
+    "no-caching-model-len"
+);
