@@ -12,6 +12,8 @@ pub mod worker;
 #[cfg(test)]
 mod dynamo_parity;
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod test_support;
 
 pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};

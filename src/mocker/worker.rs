@@ -393,7 +393,8 @@ impl MockWorker {
         if !pass.preempted_any {
             self.admit_waiting(&mut pass, out);
         }
-        if self.scheduled.is_empty() && out.rejected.is_empty() && self.running.is_empty() {
+        let idle = self.scheduled.is_empty() && self.running.is_empty();
+        if idle && out.rejected.is_empty() && !pass.preempted_any {
             self.break_stall(out);
         }
         let t = pass.batch;
