@@ -9,7 +9,7 @@
 //! MOCKER_OUT=o.csv cargo test --lib mocker::dynamo_parity -- --ignored`.
 
 use super::config::EngineArgs;
-use super::test_support::{Seen, drive, row};
+use super::test_support::{Seen, drive_checked, row};
 use super::worker::MockRequest;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -103,10 +103,10 @@ fn dynamo_csv(text: &str) -> String {
     out
 }
 
-fn replay(trace: &str, engine_json: &str) -> String {
+fn replay(trace: &str, engine_json: &str, check: bool) -> String {
     let args = EngineArgs::from_json_str(engine_json).expect("engine config");
     let arrivals = parse_trace(trace, args.block_size);
-    to_csv(&drive(args, arrivals))
+    to_csv(&drive_checked(args, arrivals, check))
 }
 
 /// Compares line by line so a failure names the first differing request.
@@ -126,7 +126,7 @@ fn assert_parity(ours: &str, dynamo: &str) {
 fn replay_trace_from_env() {
     let trace = std::fs::read_to_string(std::env::var("MOCKER_TRACE").unwrap()).unwrap();
     let engine = std::env::var("MOCKER_ENGINE").unwrap_or_else(|_| r#"{"engine":{}}"#.into());
-    let csv = replay(&trace, &engine);
+    let csv = replay(&trace, &engine, false);
     std::fs::write(std::env::var("MOCKER_OUT").unwrap(), csv).unwrap();
 }
 
@@ -150,6 +150,7 @@ macro_rules! fixture_parity {
             let ours = replay(
                 include_str!(concat!("fixtures/", $name, "/trace.jsonl")),
                 include_str!(concat!("fixtures/", $name, "/engine.json")),
+                true,
             );
             let dynamo = dynamo_csv(include_str!(concat!("fixtures/", $name, "/dynamo.csv")));
             assert!(ours.lines().count() > 100, "{dir}: fixture too small");
