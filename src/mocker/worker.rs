@@ -53,8 +53,11 @@ pub enum AddRequestError {
     EmptyPrompt(RequestId),
     /// `prompt_hashes` does not have one hash per full block of the prompt.
     HashCountMismatch {
+        /// The request.
         id: RequestId,
+        /// Full blocks in its prompt.
         expected: u64,
+        /// Hashes given.
         got: u64,
     },
 }
@@ -77,6 +80,7 @@ impl std::error::Error for AddRequestError {}
 /// One output token, delivered at the end of the pass that produced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TokenOut {
+    /// The request that produced it.
     pub id: RequestId,
     /// The request's first token ever (its time to first token).
     pub first: bool,
@@ -87,6 +91,7 @@ pub struct TokenOut {
 /// A request moved from waiting to running in a pass (at the pass start).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
+    /// The admitted request.
     pub id: RequestId,
     /// Prompt-and-output tokens found in the prefix cache and not recomputed this time.
     pub reused_tokens: u64,
@@ -146,15 +151,21 @@ pub enum RequestPhase {
 /// A read-only snapshot of one live request, for debugging and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestView {
+    /// The request.
     pub id: RequestId,
+    /// Which queue it is in.
     pub phase: RequestPhase,
+    /// Prompt length.
     pub prompt_tokens: u64,
+    /// Tokens it asked for.
     pub max_output_tokens: u64,
+    /// Tokens produced so far (kept across preemptions).
     pub generated_tokens: u64,
     /// Tokens whose KV is computed (including reused prefix).
     pub computed_tokens: u64,
     /// KV blocks the request holds.
     pub held_blocks: u64,
+    /// Times it was preempted.
     pub preemptions: u32,
 }
 
