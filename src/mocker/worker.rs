@@ -1155,4 +1155,189 @@ mod tests {
         );
         assert_eq!((seen[&0].tokens, seen[&0].done_ns), (0, Some(25_763_044)));
     }
+
+    /// Runs passes back to back from `now` until the rank is idle, returning each pass's
+    /// end (ns) and output.
+    fn run_all(w: &mut MockWorker, mut now: u64) -> Vec<(u64, PassOutput)> {
+        let mut passes = Vec::new();
+        for _ in 0..10_000 {
+            if !w.has_work() {
+                return passes;
+            }
+            let mut out = PassOutput::default();
+            now = w.execute_pass(SimTime::from_ns(now), &mut out).as_ns();
+            w.check_invariants().unwrap();
+            passes.push((now, out));
+        }
+        panic!("rank never went idle");
+    }
+
+    #[test]
+    fn chunked_prefill_pass_by_pass() {
+        let ids: Vec<u32> = (100..140).collect();
+        let mut w = MockWorker::new(EngineArgs::default(), WorkerWithDpRank::new(0, 0));
+        w.add_request(SimTime::ZERO, row(0, 20_000, 1, &ids, 64))
+            .unwrap();
+        let passes = run_all(&mut w, 0);
+        let ends: Vec<u64> = passes.iter().map(|p| p.0).collect();
+        // 1.6.1: chunks 8192, 8192, 3616, each pass charged prefill(chunk) only.
+        assert_eq!(ends, vec![169_136_918, 338_273_836, 415_183_328]);
+        let t: Vec<u64> = passes.iter().map(|p| p.1.prefill_tokens).collect();
+        assert_eq!(t, vec![8192, 8192, 3616]);
+        assert!(
+            passes[..2].iter().all(|p| p.1.tokens.is_empty()),
+            "no token mid-prefill"
+        );
+        assert_eq!(
+            passes[2].1.tokens,
+            vec![TokenOut {
+                id: RequestId(0),
+                first: true,
+                completed: true
+            }]
+        );
+    }
+
+    #[test]
+    fn kv_events_store_new_blocks_and_remove_lru_evictions() {
+        let args = args_with(|a| a.num_gpu_blocks = 4);
+        let rank = WorkerWithDpRank::new(7, 2);
+        let mut w = MockWorker::new(args, rank);
+        let a = row(0, 128, 1, &[1], 64);
+        let a_hashes = a.prompt_hashes.clone();
+        w.add_request(SimTime::ZERO, a).unwrap();
+        let first = run_all(&mut w, 0);
+        let stored = KvEventData::Stored {
+            parent: None,
+            blocks: a_hashes.to_vec(),
+        };
+        assert_eq!(
+            first[0].1.kv_events,
+            vec![KvEvent {
+                worker: rank,
+                event_id: 0,
+                data: stored
+            }]
+        );
+        assert_eq!(
+            (w.active_blocks(), w.inactive_blocks()),
+            (0, 2),
+            "finished blocks stay cached"
+        );
+        // A different 256-token prompt needs all 4 blocks: the cached ones are evicted, the
+        // chain's tail first (it was released first).
+        let b = row(1, 256, 1, &[2], 64);
+        let b_hashes = b.prompt_hashes.clone();
+        w.add_request(SimTime::from_ns(first[0].0), b).unwrap();
+        let second = run_all(&mut w, first[0].0);
+        let data: Vec<(u64, KvEventData)> = second[0]
+            .1
+            .kv_events
+            .iter()
+            .map(|e| (e.event_id, e.data.clone()))
+            .collect();
+        assert_eq!(
+            data,
+            vec![
+                (
+                    1,
+                    KvEventData::Removed {
+                        blocks: vec![a_hashes[1], a_hashes[0]]
+                    }
+                ),
+                (
+                    2,
+                    KvEventData::Stored {
+                        parent: None,
+                        blocks: b_hashes.to_vec()
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn prefix_caching_off_publishes_nothing_and_reuses_nothing() {
+        let args = args_with(|a| a.enable_prefix_caching = false);
+        let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        w.add_request(SimTime::ZERO, row(0, 1024, 2, &[1, 2], 64))
+            .unwrap();
+        let mut passes = run_all(&mut w, 0);
+        let end = passes.last().unwrap().0;
+        w.add_request(SimTime::from_ns(end), row(1, 1024, 2, &[1, 2], 64))
+            .unwrap();
+        passes.extend(run_all(&mut w, end));
+        assert!(passes.iter().all(|p| p.1.kv_events.is_empty()));
+        let reused: Vec<u64> = passes
+            .iter()
+            .flat_map(|p| p.1.admitted.iter().map(|a| a.reused_tokens))
+            .collect();
+        assert_eq!(reused, vec![0, 0]);
+        assert_eq!(w.inactive_blocks(), 0, "nothing is cached");
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_typed_errors() {
+        let mut w = MockWorker::new(EngineArgs::default(), WorkerWithDpRank::new(0, 0));
+        let ok = row(0, 128, 1, &[1], 64);
+        w.add_request(SimTime::ZERO, ok.clone()).unwrap();
+        assert_eq!(
+            w.add_request(SimTime::ZERO, ok.clone()),
+            Err(AddRequestError::DuplicateId(RequestId(0)))
+        );
+        let empty = MockRequest {
+            id: RequestId(1),
+            prompt_tokens: 0,
+            ..ok.clone()
+        };
+        assert_eq!(
+            w.add_request(SimTime::ZERO, empty),
+            Err(AddRequestError::EmptyPrompt(RequestId(1)))
+        );
+        let short = MockRequest {
+            id: RequestId(2),
+            prompt_tokens: 300,
+            ..ok
+        };
+        assert_eq!(
+            w.add_request(SimTime::ZERO, short),
+            Err(AddRequestError::HashCountMismatch {
+                id: RequestId(2),
+                expected: 4,
+                got: 2
+            })
+        );
+        assert_eq!((w.waiting_len(), w.running_len()), (1, 0));
+    }
+
+    #[test]
+    fn a_request_outgrowing_the_pool_is_rejected_instead_of_stalling() {
+        // 1.6.1 aborts this replay ("effect-free zero-duration pass"); we reject the request.
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let seen = drive(args, vec![(0, row(0, 600, 1000, &[1, 2], 64))]);
+        let s = &seen[&0];
+        assert!(s.rejected_ns.is_some() && s.done_ns.is_none());
+        assert_eq!(
+            s.tokens,
+            20 * 64 - 600 + 1,
+            "tokens until the 21st block was needed"
+        );
+    }
+
+    #[test]
+    fn unchunked_prompt_over_the_budget_is_rejected_instead_of_stalling() {
+        let args = args_with(|a| {
+            a.enable_chunked_prefill = false;
+            a.max_num_batched_tokens = 256;
+        });
+        let seen = drive(
+            args,
+            vec![
+                (0, row(0, 600, 3, &[1, 2], 64)),
+                (1, row(1, 100, 3, &[3], 64)),
+            ],
+        );
+        assert_eq!(seen[&0].rejected_ns, Some(0));
+        assert_eq!(seen[&1].tokens, 3);
+    }
 }
