@@ -18,6 +18,36 @@
 //! 3. Prefill time from the batch's integer-mean statistics; decode time from the total
 //!    context of requests that had already produced a token (1.6.1 charges a request's first
 //!    token no decode time); every request whose known tokens are all computed gets a token.
+//!
+//! Where Dynamo 1.6.1 differs from `spec/mock-worker.md`, this follows 1.6.1 (each point was
+//! measured with `tools/dynosim` and is pinned by a test here or a parity fixture):
+//! - A request whose prefill completes in a pass gets its first token at that pass end with no
+//!   decode time of its own. The decode term covers only ready requests that had already
+//!   generated a token (including a readmitted request whose recompute ends in the pass), with
+//!   `A` = the sum of their current sequence lengths (prompt + generated so far).
+//! - Prefill batch statistics count prompt positions only: recomputing a preempted request's
+//!   generated tokens costs no prefill time.
+//! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks: at least
+//!   one token is recomputed (1024 cached tokens reuse 960). A readmitted request also matches
+//!   the blocks of its own generated tokens.
+//! - A block becomes reusable as soon as the scheduling step that computes it runs, so later
+//!   requests of the same pass already hit it.
+//! - KV blocks are allocated while scheduling, up to the newly computed length; pool
+//!   exhaustion therefore preempts during scheduling, never during token emission.
+//! - Durations: raw ms rounded to a whole-ns `Duration`, divided by the speedup ratio and
+//!   rounded again (ratio 0 = unscaled; decode uses the product of both ratios), prefill and
+//!   decode rounded separately.
+//! - FIFO preemption of a request ahead of the running-loop cursor skips the request after the
+//!   current one for that pass (1.6.1 does not adjust its index).
+//! - A request's reported `reused_input_tokens` is the maximum over its admissions
+//!   ([`Admitted::reported_reused_tokens`]).
+//! - `max_model_len`: a prompt at least that long is rejected (delivered at the pass end) and
+//!   generation stops when the sequence reaches it. `max_output_tokens` 0 completes at the
+//!   prefill's pass end without a token.
+//!
+//! Where 1.6.1 aborts the whole replay ("effect-free zero-duration pass"), this rank instead
+//! rejects the request that could never run: a preempted request that outgrew the pool, or an
+//! unchunked prompt larger than `max_num_batched_tokens`.
 
 use super::config::{EngineArgs, PreemptionMode};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch};
