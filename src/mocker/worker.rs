@@ -49,7 +49,7 @@
 //! rejects the request that could never run: a preempted request that outgrew the pool, or an
 //! unchunked prompt larger than `max_num_batched_tokens`.
 
-use super::config::{EngineArgs, PreemptionMode};
+use super::config::{ConfigError, EngineArgs, PreemptionMode};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch};
 use super::timing;
 use crate::scheduling::hashing;
@@ -280,7 +280,14 @@ pub struct MockWorker {
 }
 
 impl MockWorker {
-    /// A rank with an empty pool. `args` must be valid ([`EngineArgs::validate`]).
+    /// A rank with an empty pool, or the validation error of `args`.
+    pub fn try_new(args: EngineArgs, rank: WorkerWithDpRank) -> Result<MockWorker, ConfigError> {
+        args.validate()?;
+        Ok(MockWorker::new(args, rank))
+    }
+
+    /// A rank with an empty pool. `args` must be valid ([`EngineArgs::validate`]); use
+    /// [`MockWorker::try_new`] for unchecked input.
     pub fn new(args: EngineArgs, rank: WorkerWithDpRank) -> MockWorker {
         assert!(
             args.validate().is_ok(),
@@ -1304,6 +1311,19 @@ mod tests {
             .collect();
         assert_eq!(reused, vec![0, 0]);
         assert_eq!(w.inactive_blocks(), 0, "nothing is cached");
+    }
+
+    #[test]
+    fn invalid_engine_args_are_an_error_not_a_panic() {
+        let bad = args_with(|a| a.max_num_seqs = 0);
+        let err = MockWorker::try_new(bad, WorkerWithDpRank::new(0, 0)).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                field: "max_num_seqs",
+                ..
+            }
+        ));
     }
 
     #[test]
