@@ -182,7 +182,12 @@ fn run(args: EngineArgs, specs: Vec<Spec>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    // Failures print their minimal input; nothing is persisted outside src/mocker.
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_streams_keep_invariants_and_finish(args in engine(), specs in requests()) {

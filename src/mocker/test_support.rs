@@ -56,6 +56,7 @@ pub(crate) fn drive_checked(
     let mut out = PassOutput::default();
     let mut next = 0;
     let mut now = arrivals.first().map_or(0, |a| a.0);
+    let debug = std::env::var_os("MOCKER_DEBUG").is_some();
     for _ in 0..1_000_000 {
         while next < arrivals.len() && arrivals[next].0 <= now {
             w.add_request(SimTime::from_ns(arrivals[next].0), arrivals[next].1.clone())
@@ -74,6 +75,36 @@ pub(crate) fn drive_checked(
         let end = w.execute_pass(SimTime::from_ns(now), &mut out).as_ns();
         if check {
             w.check_invariants().unwrap();
+        }
+        if debug {
+            eprintln!(
+                "pass {now}..{end} T={} A={} adm={:?} pre={:?} rej={:?} done={:?} active={} inactive={} ev={:?}",
+                out.prefill_tokens,
+                out.decode_kv_tokens,
+                out.admitted
+                    .iter()
+                    .map(|a| (a.id.0, a.reused_tokens))
+                    .collect::<Vec<_>>(),
+                out.preempted.iter().map(|r| r.0).collect::<Vec<_>>(),
+                out.rejected,
+                out.tokens
+                    .iter()
+                    .filter(|t| t.completed)
+                    .map(|t| t.id.0)
+                    .collect::<Vec<_>>(),
+                w.active_blocks(),
+                w.inactive_blocks(),
+                out.kv_events
+                    .iter()
+                    .map(|e| match &e.data {
+                        crate::scheduling::types::KvEventData::Stored { blocks, .. } =>
+                            blocks.len() as i64,
+                        crate::scheduling::types::KvEventData::Removed { blocks } =>
+                            -(blocks.len() as i64),
+                        _ => 0,
+                    })
+                    .collect::<Vec<_>>(),
+            );
         }
         record(&mut seen, &out, now, end);
         now = end;

@@ -32,8 +32,10 @@
 //!   the blocks of its own generated tokens.
 //! - A block becomes reusable as soon as the scheduling step that computes it runs, so later
 //!   requests of the same pass already hit it.
-//! - KV blocks are allocated while scheduling, up to the newly computed length; pool
-//!   exhaustion therefore preempts during scheduling, never during token emission.
+//! - KV blocks are allocated while scheduling, up to the newly computed length, all or
+//!   nothing; pool exhaustion therefore preempts during scheduling, never during emission.
+//! - Two requests that compute the same block each keep their own copy (a duplicate holds
+//!   capacity; the hash is Removed only with its last copy), instead of merging.
 //! - Durations: raw ms rounded to a whole-ns `Duration`, divided by the speedup ratio and
 //!   rounded again (ratio 0 = unscaled; decode uses the product of both ratios), prefill and
 //!   decode rounded separately.
@@ -658,8 +660,9 @@ impl MockWorker {
     }
 
     /// Grows the request's blocks to cover `target_tokens`: first references to its first
-    /// `cached_blocks` cached blocks, then fresh ones. False if the pool ran out (the blocks
-    /// obtained so far are kept, so a retry continues where this stopped).
+    /// `cached_blocks` cached blocks, then fresh ones. All or nothing, as 1.6.1 reserves: if
+    /// free plus evictable blocks cannot cover the fresh ones, nothing is taken or evicted and
+    /// it returns false.
     fn allocate(&mut self, id: RequestId, target_tokens: u64, cached_blocks: u64) -> bool {
         let bs = self.args.block_size;
         let r = self
@@ -667,6 +670,17 @@ impl MockWorker {
             .get_mut(&id)
             .expect("allocate for a live request");
         let want = target_tokens.div_ceil(bs) as usize;
+        let reuse_end = want.min(cached_blocks as usize);
+        let have = r.blocks.len();
+        ensure_hashes(r, reuse_end);
+        let mut inactive_hits = 0;
+        for index in have..reuse_end {
+            inactive_hits += u64::from(self.pool.is_inactive(block_hash(r, index)));
+        }
+        let fresh = (want - have.max(reuse_end).min(want)) as u64;
+        if fresh > self.pool.free_blocks() + self.pool.inactive_blocks() - inactive_hits {
+            return false;
+        }
         // One block per iteration, up to `want`: bounded.
         while r.blocks.len() < want {
             let index = r.blocks.len();
