@@ -82,9 +82,19 @@ pub enum ConfigError {
     /// The text is not valid JSON, a key is unknown, or a value has the wrong type.
     Parse(String),
     /// A field's value is out of range.
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// Dynamo's name of the field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A field selects Dynamo behaviour this mocker does not model.
-    Unsupported { field: &'static str, value: String },
+    Unsupported {
+        /// Dynamo's name of the field.
+        field: &'static str,
+        /// The value given, as JSON.
+        value: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -175,7 +185,8 @@ pub struct EngineLaunchConfig {
     /// Accepted (must be positive) and ignored: tensor parallelism does not change the
     /// polynomial timing model.
     pub tensor_parallel_size: Option<u64>,
-    /// Simulated start-up delay in seconds; unsupported unless null.
+    /// Simulated start-up delay in seconds: must be finite and non-negative, then ignored,
+    /// as 1.6.1's offline replay ignores it.
     pub startup_time: Option<f64>,
     /// Accepted and ignored.
     pub num_gpu_blocks_is_explicit: Option<bool>,
@@ -197,34 +208,51 @@ pub struct EngineLaunchConfig {
 pub struct EngineSection {
     /// Must be `"vllm"` (the default).
     pub backend: Option<String>,
+    /// KV pool size in blocks (default 16384).
     pub num_gpu_blocks: Option<u64>,
+    /// Tokens per KV block (default 64, at least 2).
     pub block_size: Option<u64>,
+    /// Longest sequence; none by default.
     pub max_model_len: Option<u64>,
+    /// Most running requests (default 256).
     pub max_num_seqs: Option<u64>,
+    /// Token budget per pass (default 8192).
     pub max_num_batched_tokens: Option<u64>,
     /// vLLM prefill cadence; only 1 (every pass) is supported.
     pub prefill_schedule_interval: Option<u64>,
     /// SGLang only; must be 0.
     pub prefill_decode_interval: Option<u64>,
+    /// Prefix cache and KV events (default true).
     pub enable_prefix_caching: Option<bool>,
+    /// Chunked prefill (default true).
     pub enable_chunked_prefill: Option<bool>,
+    /// Divisor of all durations; 0 = unscaled (default 1).
     pub speedup_ratio: Option<f64>,
+    /// Extra divisor of decode durations (default 1).
     pub decode_speedup_ratio: Option<f64>,
     /// Speculative decoding; unsupported unless null.
     pub aic_nextn: Option<Value>,
+    /// Speculative decoding; accepted, meaningful only with `aic_nextn`.
     pub aic_nextn_accept_rates: Option<Value>,
+    /// Speculative decoding seed; accepted and ignored.
     pub aic_mtp_seed: Option<Value>,
     /// Must be `"aggregated"` (the default).
     pub worker_type: Option<String>,
+    /// `"lifo"` (default) or `"fifo"`.
     pub preemption_mode: Option<PreemptionMode>,
     /// Accepted and ignored: the simulator decides where KV events go.
     pub emit_kv_events: Option<bool>,
+    /// Accepted and ignored.
     pub emit_kv_token_ids: Option<bool>,
+    /// Transfer/offload geometry; accepted and ignored (aggregated, no offload).
     pub kv_bytes_per_token: Option<Value>,
+    /// Disaggregated transfer geometry; accepted and ignored.
     pub kv_transfer_bytes_per_token: Option<Value>,
+    /// Offload geometry; accepted and ignored.
     pub kv_cache_bytes_per_token: Option<Value>,
     /// Hybrid cache groups; unsupported unless null.
     pub kv_cache_groups: Option<Value>,
+    /// Cache-group capacity; accepted and ignored.
     pub kv_cache_capacity_bytes: Option<Value>,
     /// Host offload tier; unsupported unless null.
     pub native_host_offload: Option<Value>,
@@ -234,7 +262,9 @@ pub struct EngineSection {
     pub prefix_match_unit: Option<Value>,
     /// G3 offload tier; unsupported unless null.
     pub g3_offload: Option<Value>,
+    /// Disaggregated transfer bandwidth; accepted and ignored.
     pub kv_transfer_bandwidth: Option<Value>,
+    /// Disaggregated transfer timing; accepted and ignored.
     pub kv_transfer_timing_mode: Option<Value>,
     /// Only `{"type": "polynomial"}` is supported.
     pub timing_model: Option<Value>,
@@ -262,8 +292,11 @@ fn require_null(field: &'static str, value: &Option<Value>) -> Result<(), Config
 impl EngineLaunchConfig {
     /// Applies defaults, refuses unsupported options and validates.
     pub fn into_args(self) -> Result<EngineArgs, ConfigError> {
-        if let Some(t) = self.startup_time {
-            return Err(unsupported("startup_time", &t));
+        if let Some(t) = self.startup_time.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+            return Err(ConfigError::Invalid {
+                field: "startup_time",
+                reason: format!("{t} is not finite and non-negative"),
+            });
         }
         require_null("gpu_memory_utilization", &self.gpu_memory_utilization)?;
         require_null("mem_fraction_static", &self.mem_fraction_static)?;
@@ -433,7 +466,10 @@ mod tests {
                 r#"{"engine": {"prefill_schedule_interval": 2}}"#,
                 "prefill_schedule_interval",
             ),
-            (r#"{"engine": {}, "startup_time": 3.0}"#, "startup_time"),
+            (
+                r#"{"engine": {}, "gpu_memory_utilization": 0.9}"#,
+                "gpu_memory_utilization",
+            ),
         ] {
             match EngineArgs::from_json_str(text) {
                 Err(ConfigError::Unsupported { field: f, .. }) => assert_eq!(f, field, "{text}"),
@@ -459,12 +495,19 @@ mod tests {
             ),
             (r#"{"engine": {"max_model_len": 0}}"#, "max_model_len"),
             (r#"{"engine": {}, "dp_size": 0}"#, "dp_size"),
+            (r#"{"engine": {}, "startup_time": -1.0}"#, "startup_time"),
         ] {
             match EngineArgs::from_json_str(text) {
                 Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
                 other => panic!("{text}: expected Invalid({field}), got {other:?}"),
             }
         }
+        let late = EngineArgs::from_json_str(r#"{"engine": {}, "startup_time": 5.0}"#);
+        assert_eq!(
+            late.unwrap(),
+            EngineArgs::default(),
+            "1.6.1 offline ignores startup_time"
+        );
         let zero_ratio = EngineArgs {
             speedup_ratio: 0.0,
             ..EngineArgs::default()

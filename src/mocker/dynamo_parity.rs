@@ -9,21 +9,21 @@
 //! MOCKER_OUT=o.csv cargo test --lib mocker::dynamo_parity -- --ignored`.
 
 use super::config::EngineArgs;
-use super::test_support::{Seen, drive, row};
+use super::test_support::{Seen, drive_checked, row};
 use super::worker::MockRequest;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Parses a mooncake JSONL trace into (arrival ns, request) in arrival order, row = id.
-/// Dynamo rebases a trace so that its first row arrives at 0.
+/// Dynamo rebases a trace so that its earliest row arrives at 0.
 fn parse_trace(text: &str, bs: u64) -> Vec<(u64, MockRequest)> {
     let first_ms = text
         .lines()
-        .find(|l| !l.trim().is_empty())
-        .and_then(|l| serde_json::from_str::<Value>(l).ok())
-        .and_then(|v| v["timestamp"].as_f64())
-        .unwrap_or(0.0);
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["timestamp"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    let first_ms = if first_ms.is_finite() { first_ms } else { 0.0 };
     let mut rows: Vec<(u64, MockRequest)> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -103,10 +103,10 @@ fn dynamo_csv(text: &str) -> String {
     out
 }
 
-fn replay(trace: &str, engine_json: &str) -> String {
+fn replay(trace: &str, engine_json: &str, check: bool) -> String {
     let args = EngineArgs::from_json_str(engine_json).expect("engine config");
     let arrivals = parse_trace(trace, args.block_size);
-    to_csv(&drive(args, arrivals))
+    to_csv(&drive_checked(args, arrivals, check))
 }
 
 /// Compares line by line so a failure names the first differing request.
@@ -126,7 +126,7 @@ fn assert_parity(ours: &str, dynamo: &str) {
 fn replay_trace_from_env() {
     let trace = std::fs::read_to_string(std::env::var("MOCKER_TRACE").unwrap()).unwrap();
     let engine = std::env::var("MOCKER_ENGINE").unwrap_or_else(|_| r#"{"engine":{}}"#.into());
-    let csv = replay(&trace, &engine);
+    let csv = replay(&trace, &engine, false);
     std::fs::write(std::env::var("MOCKER_OUT").unwrap(), csv).unwrap();
 }
 
@@ -139,5 +139,43 @@ fn dynamo_csv_reduction_rounds_to_ns() {
         "row,admit_ms,first_token_ms,completion_ms,reused,tokens\n\
          0,0.000000,32.490712,55.662105,0,5\n"
     );
-    let _ = assert_parity;
 }
+
+/// Replays fixture `name` (trace, engine, Dynamo CSV under `src/mocker/fixtures/`).
+macro_rules! fixture_parity {
+    ($test:ident, $name:literal) => {
+        #[test]
+        fn $test() {
+            let dir = concat!("fixtures/", $name, "/");
+            let ours = replay(
+                include_str!(concat!("fixtures/", $name, "/trace.jsonl")),
+                include_str!(concat!("fixtures/", $name, "/engine.json")),
+                true,
+            );
+            let dynamo = dynamo_csv(include_str!(concat!("fixtures/", $name, "/dynamo.csv")));
+            assert!(ours.lines().count() > 8, "{dir}: fixture lost its rows");
+            assert_parity(&ours, &dynamo);
+        }
+    };
+}
+
+// 150 rows, 100-block pool, FIFO victims (some ahead of the running cursor).
+fixture_parity!(fifo_preemption_matches_dynamo, "fifo-pressure");
+// 300 rows without chunked prefill; includes a request whose readmission reuses less than
+// its first admission (reported reuse is the max).
+fixture_parity!(unchunked_prefill_matches_dynamo, "no-chunk");
+// Block size 100, 80-block pool, budget 512, speedup 0.7 with decode speedup 1.3.
+fixture_parity!(speedup_and_odd_block_size_match_dynamo, "speedup-block100");
+// Prefix caching off, block 16, two running at most, max_model_len 1500 (54 rejections).
+fixture_parity!(
+    no_caching_and_model_len_match_dynamo,
+    "no-caching-model-len"
+);
+// 8 rows (delta-debugged): two requests compute the same block; the duplicate copy keeps its
+// capacity, so one more cached block is evicted before the last request's prefix lookup.
+fixture_parity!(duplicate_block_copies_match_dynamo, "duplicate-blocks");
+// 120 rows, block 16, FIFO, max_model_len 2500 with rejections and capped generation.
+fixture_parity!(
+    model_len_fifo_block16_matches_dynamo,
+    "model-len-fifo-block16"
+);

@@ -10,6 +10,7 @@
 
 use crate::scheduling::types::{KvEventData, SeqHash};
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 /// Index of a block slot in the pool.
 pub type BlockId = u32;
@@ -42,7 +43,10 @@ pub struct KvPool {
     capacity: u64,
     slots: Vec<Slot>,
     free: Vec<BlockId>,
+    /// The primary copy of each registered hash: the one prefix lookups find.
     by_hash: FxHashMap<SeqHash, BlockId>,
+    /// Further copies of a hash, oldest first (two requests computed the same block).
+    duplicates: FxHashMap<SeqHash, VecDeque<BlockId>>,
     lru_head: u32,
     lru_tail: u32,
     active: u64,
@@ -64,6 +68,7 @@ impl KvPool {
             slots: Vec::new(),
             free: Vec::new(),
             by_hash: FxHashMap::default(),
+            duplicates: FxHashMap::default(),
             lru_head: NIL,
             lru_tail: NIL,
             active: 0,
@@ -96,6 +101,13 @@ impl KvPool {
     /// How many requests hold block `id` (0 if it is inactive or free).
     pub fn refcount(&self, id: BlockId) -> u32 {
         self.slots.get(id as usize).map_or(0, |s| s.refcount)
+    }
+
+    /// True if the block registered under `hash` is cached but held by nobody.
+    pub fn is_inactive(&self, hash: SeqHash) -> bool {
+        self.by_hash
+            .get(&hash)
+            .is_some_and(|&id| self.slots[id as usize].refcount == 0)
     }
 
     /// True if a block is registered under `hash` (active or inactive).
@@ -160,22 +172,22 @@ impl KvPool {
     }
 
     /// Gives the full private block `id` (held once, by the caller) the identity `hash`, whose
-    /// parent in the chain is `parent`. If the pool already holds `hash`, the caller's block is
-    /// freed and a reference to the existing one is returned instead (no event); otherwise the
-    /// block is registered and a Stored event recorded.
+    /// parent in the chain is `parent`. A hash the pool does not hold yet is recorded as a
+    /// Stored event. If it already holds `hash` (two requests computed the same block), the
+    /// block becomes a duplicate copy: it keeps its own capacity, lookups keep finding the
+    /// older copy, and no event is recorded, as in 1.6.1.
     pub fn register(&mut self, id: BlockId, hash: SeqHash, parent: Option<SeqHash>) -> BlockId {
-        let slot = &self.slots[id as usize];
+        let slot = &mut self.slots[id as usize];
         assert!(
             !slot.registered && slot.refcount == 1,
             "register needs a private block held once"
         );
-        if let Some(existing) = self.acquire(hash) {
-            self.release(id);
-            return existing;
-        }
-        let slot = &mut self.slots[id as usize];
         slot.registered = true;
         slot.hash = hash;
+        if self.by_hash.contains_key(&hash) {
+            self.duplicates.entry(hash).or_default().push_back(id);
+            return id;
+        }
         self.by_hash.insert(hash, id);
         self.record_stored(hash, parent);
         id
@@ -216,8 +228,14 @@ impl KvPool {
             }
             if s.registered {
                 registered += 1;
-                if self.by_hash.get(&s.hash) != Some(&(i as BlockId)) {
-                    return Err(format!("block {i} registered but not indexed by its hash"));
+                let id = i as BlockId;
+                let primary = self.by_hash.get(&s.hash) == Some(&id);
+                let duplicate = self
+                    .duplicates
+                    .get(&s.hash)
+                    .is_some_and(|d| d.contains(&id));
+                if primary == duplicate {
+                    return Err(format!("block {i} registered but not indexed exactly once"));
                 }
             }
         }
@@ -227,7 +245,9 @@ impl KvPool {
                 self.active, self.inactive
             ));
         }
-        if registered != self.by_hash.len() as u64 {
+        let copies =
+            self.by_hash.len() + self.duplicates.values().map(VecDeque::len).sum::<usize>();
+        if registered != copies as u64 {
             return Err("hash index holds stale entries".to_string());
         }
         if active + inactive > self.capacity {
@@ -279,9 +299,30 @@ impl KvPool {
         let slot = &mut self.slots[id as usize];
         slot.registered = false;
         let hash = slot.hash;
-        self.by_hash.remove(&hash);
-        self.record_removed(hash);
+        self.forget_copy(hash, id);
         id
+    }
+
+    /// Drops copy `id` of `hash` from the index. The hash disappears (a Removed event) only
+    /// with its last copy; evicting the primary promotes the oldest duplicate.
+    fn forget_copy(&mut self, hash: SeqHash, id: BlockId) {
+        let dups = self.duplicates.get_mut(&hash);
+        if self.by_hash.get(&hash) == Some(&id) {
+            match dups.and_then(|d| d.pop_front()) {
+                Some(next) => {
+                    self.by_hash.insert(hash, next);
+                }
+                None => {
+                    self.by_hash.remove(&hash);
+                    self.record_removed(hash);
+                }
+            }
+        } else if let Some(d) = dups {
+            d.retain(|&b| b != id);
+        }
+        if self.duplicates.get(&hash).is_some_and(VecDeque::is_empty) {
+            self.duplicates.remove(&hash);
+        }
     }
 
     fn lru_push_tail(&mut self, id: BlockId) {
@@ -485,19 +526,37 @@ mod tests {
     }
 
     #[test]
-    fn registering_a_duplicate_merges_into_the_existing_block() {
+    fn a_duplicate_copy_keeps_its_capacity_and_the_hash_outlives_it() {
         let mut pool = KvPool::new(4, true);
         let first = store_chain(&mut pool, &[7]);
         drain(&mut pool);
         let dup = pool.allocate().unwrap();
-        let merged = pool.register(dup, 7, None);
-        assert_eq!(merged, first[0]);
-        assert_eq!(
-            pool.active_blocks(),
-            1,
-            "the duplicate's own block was freed"
-        );
+        assert_eq!(pool.register(dup, 7, None), dup);
+        assert_eq!(pool.active_blocks(), 2, "the duplicate holds its own block");
         assert!(drain(&mut pool).is_empty(), "not a new store");
+        assert_eq!(
+            pool.acquire(7),
+            Some(first[0]),
+            "lookups find the older copy"
+        );
+        pool.release(first[0]);
+        pool.release(first[0]);
+        pool.release(dup);
+        pool.check_invariants().unwrap();
+        // Evicting the primary promotes the duplicate; Removed only with the last copy.
+        let (a, b) = (pool.allocate().unwrap(), pool.allocate().unwrap());
+        let c = pool.allocate().unwrap();
+        assert!(drain(&mut pool).is_empty());
+        assert_eq!(pool.acquire(7), Some(dup));
+        pool.release(dup);
+        let d = pool.allocate().unwrap();
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Removed { blocks: vec![7] }]
+        );
+        for id in [a, b, c, d] {
+            pool.release(id);
+        }
         pool.check_invariants().unwrap();
     }
 

@@ -3,6 +3,11 @@
 //!
 //! A pure state machine per data-parallel rank: [`MockWorker::execute_pass`] is handed `now`
 //! and returns the pass end, with the tokens, completions and KV events it delivers then.
+//!
+//! Matching Dynamo 1.6.1 request by request (to the ns) is this module's contract; the
+//! behaviours of 1.6.1 that differ from the written spec are listed in `worker`'s docs.
+
+#![deny(missing_docs)]
 
 pub mod config;
 pub mod kv_pool;
@@ -11,6 +16,8 @@ pub mod worker;
 
 #[cfg(test)]
 mod dynamo_parity;
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod test_support;
 

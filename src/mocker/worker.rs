@@ -18,8 +18,40 @@
 //! 3. Prefill time from the batch's integer-mean statistics; decode time from the total
 //!    context of requests that had already produced a token (1.6.1 charges a request's first
 //!    token no decode time); every request whose known tokens are all computed gets a token.
+//!
+//! Where Dynamo 1.6.1 differs from `spec/mock-worker.md`, this follows 1.6.1 (each point was
+//! measured with `tools/dynosim` and is pinned by a test here or a parity fixture):
+//! - A request whose prefill completes in a pass gets its first token at that pass end with no
+//!   decode time of its own. The decode term covers only ready requests that had already
+//!   generated a token (including a readmitted request whose recompute ends in the pass), with
+//!   `A` = the sum of their current sequence lengths (prompt + generated so far).
+//! - Prefill batch statistics count prompt positions only: recomputing a preempted request's
+//!   generated tokens costs no prefill time.
+//! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks: at least
+//!   one token is recomputed (1024 cached tokens reuse 960). A readmitted request also matches
+//!   the blocks of its own generated tokens.
+//! - A block becomes reusable as soon as the scheduling step that computes it runs, so later
+//!   requests of the same pass already hit it.
+//! - KV blocks are allocated while scheduling, up to the newly computed length, all or
+//!   nothing; pool exhaustion therefore preempts during scheduling, never during emission.
+//! - Two requests that compute the same block each keep their own copy (a duplicate holds
+//!   capacity; the hash is Removed only with its last copy), instead of merging.
+//! - Durations: raw ms rounded to a whole-ns `Duration`, divided by the speedup ratio and
+//!   rounded again (ratio 0 = unscaled; decode uses the product of both ratios), prefill and
+//!   decode rounded separately.
+//! - FIFO preemption of a request ahead of the running-loop cursor skips the request after the
+//!   current one for that pass (1.6.1 does not adjust its index).
+//! - A request's reported `reused_input_tokens` is the maximum over its admissions
+//!   ([`Admitted::reported_reused_tokens`]).
+//! - `max_model_len`: a prompt at least that long is rejected (delivered at the pass end) and
+//!   generation stops when the sequence reaches it. `max_output_tokens` 0 completes at the
+//!   prefill's pass end without a token.
+//!
+//! Where 1.6.1 aborts the whole replay ("effect-free zero-duration pass"), this rank instead
+//! rejects the request that could never run: a preempted request that outgrew the pool, or an
+//! unchunked prompt larger than `max_num_batched_tokens`.
 
-use super::config::{EngineArgs, PreemptionMode};
+use super::config::{ConfigError, EngineArgs, PreemptionMode};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch};
 use super::timing;
 use crate::scheduling::hashing;
@@ -53,8 +85,11 @@ pub enum AddRequestError {
     EmptyPrompt(RequestId),
     /// `prompt_hashes` does not have one hash per full block of the prompt.
     HashCountMismatch {
+        /// The request.
         id: RequestId,
+        /// Full blocks in its prompt.
         expected: u64,
+        /// Hashes given.
         got: u64,
     },
 }
@@ -77,6 +112,7 @@ impl std::error::Error for AddRequestError {}
 /// One output token, delivered at the end of the pass that produced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TokenOut {
+    /// The request that produced it.
     pub id: RequestId,
     /// The request's first token ever (its time to first token).
     pub first: bool,
@@ -87,10 +123,13 @@ pub struct TokenOut {
 /// A request moved from waiting to running in a pass (at the pass start).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
+    /// The admitted request.
     pub id: RequestId,
-    /// Prompt-and-output tokens found in the prefix cache and not recomputed. Dynamo reports
-    /// the value of a request's latest admission as its `reused_input_tokens`.
+    /// Prompt-and-output tokens found in the prefix cache and not recomputed this time.
     pub reused_tokens: u64,
+    /// The largest `reused_tokens` over all of this request's admissions so far: what 1.6.1
+    /// reports as the request's `reused_input_tokens`.
+    pub reported_reused_tokens: u64,
     /// True when the request had been preempted before.
     pub readmission: bool,
 }
@@ -144,15 +183,21 @@ pub enum RequestPhase {
 /// A read-only snapshot of one live request, for debugging and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestView {
+    /// The request.
     pub id: RequestId,
+    /// Which queue it is in.
     pub phase: RequestPhase,
+    /// Prompt length.
     pub prompt_tokens: u64,
+    /// Tokens it asked for.
     pub max_output_tokens: u64,
+    /// Tokens produced so far (kept across preemptions).
     pub generated_tokens: u64,
     /// Tokens whose KV is computed (including reused prefix).
     pub computed_tokens: u64,
     /// KV blocks the request holds.
     pub held_blocks: u64,
+    /// Times it was preempted.
     pub preemptions: u32,
 }
 
@@ -172,6 +217,8 @@ struct Req {
     registered: usize,
     phase: RequestPhase,
     preemptions: u32,
+    /// Largest prefix reuse over the request's admissions.
+    max_reused: u64,
 }
 
 impl Req {
@@ -227,6 +274,7 @@ pub struct MockWorker {
     running: Vec<RequestId>,
     next_event_id: u64,
     preemptions_total: u64,
+    stalls_broken: u64,
     last_pass_end: SimTime,
     scheduled: Vec<Scheduled>,
     ready: Vec<RequestId>,
@@ -234,7 +282,14 @@ pub struct MockWorker {
 }
 
 impl MockWorker {
-    /// A rank with an empty pool. `args` must be valid ([`EngineArgs::validate`]).
+    /// A rank with an empty pool, or the validation error of `args`.
+    pub fn try_new(args: EngineArgs, rank: WorkerWithDpRank) -> Result<MockWorker, ConfigError> {
+        args.validate()?;
+        Ok(MockWorker::new(args, rank))
+    }
+
+    /// A rank with an empty pool. `args` must be valid ([`EngineArgs::validate`]); use
+    /// [`MockWorker::try_new`] for unchecked input.
     pub fn new(args: EngineArgs, rank: WorkerWithDpRank) -> MockWorker {
         assert!(
             args.validate().is_ok(),
@@ -250,6 +305,7 @@ impl MockWorker {
             running: Vec::new(),
             next_event_id: 0,
             preemptions_total: 0,
+            stalls_broken: 0,
             last_pass_end: SimTime::ZERO,
             scheduled: Vec::new(),
             ready: Vec::new(),
@@ -297,6 +353,12 @@ impl MockWorker {
     /// Preemptions since the rank started.
     pub fn preemptions_total(&self) -> u64 {
         self.preemptions_total
+    }
+
+    /// Waiting heads rejected by the stall safety net (expected to stay 0; see
+    /// `execute_pass`).
+    pub fn stalls_broken(&self) -> u64 {
+        self.stalls_broken
     }
 
     /// A snapshot of a live request, or None if the rank does not hold it.
@@ -356,6 +418,7 @@ impl MockWorker {
             registered: 0,
             phase: RequestPhase::Waiting,
             preemptions: 0,
+            max_reused: 0,
         };
         self.requests.insert(req.id, r);
         self.waiting.push_back(req.id);
@@ -380,6 +443,10 @@ impl MockWorker {
         if !pass.preempted_any {
             self.admit_waiting(&mut pass, out);
         }
+        let idle = self.scheduled.is_empty() && self.running.is_empty();
+        if idle && out.rejected.is_empty() && !pass.preempted_any {
+            self.break_stall(out);
+        }
         let t = pass.batch;
         out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
         let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
@@ -390,6 +457,18 @@ impl MockWorker {
         end
     }
 
+    /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
+    /// the same instant (1.6.1 aborts its replay with "effect-free zero-duration pass"). The
+    /// admission rules above reject every request that could cause this; should one slip
+    /// through anyway, the stuck waiting head is rejected so the simulation always ends.
+    fn break_stall(&mut self, out: &mut PassOutput) {
+        if let Some(id) = self.waiting.pop_front() {
+            self.requests.remove(&id);
+            out.rejected.push(id);
+            self.stalls_broken += 1;
+        }
+    }
+
     // ----- pass formation -----
 
     fn schedule_running(&mut self, pass: &mut PassState, out: &mut PassOutput) {
@@ -397,7 +476,9 @@ impl MockWorker {
         // Each iteration schedules running[i] or removes a request from running: bounded.
         while i < self.running.len() && pass.budget > 0 {
             let id = self.running[i];
-            match self.schedule(id, None, pass, out, Some(&mut i)) {
+            // A FIFO victim ahead of `i` shifts the queue left, so the request after this one
+            // is skipped for this pass: 1.6.1 does exactly that (its index is not adjusted).
+            match self.schedule(id, None, pass, out) {
                 Outcome::Scheduled { .. } => i += 1,
                 Outcome::Blocked => break,
                 Outcome::CurrentPreempted => {}
@@ -421,7 +502,7 @@ impl MockWorker {
                     continue;
                 }
             };
-            match self.schedule(id, Some(cached_tokens), pass, out, None) {
+            match self.schedule(id, Some(cached_tokens), pass, out) {
                 Outcome::Scheduled { tokens } => {
                     if tokens == 0 && pass.budget == 0 {
                         break;
@@ -453,6 +534,12 @@ impl MockWorker {
             return Decision::Reject;
         }
         let hit = self.prefix_hit(id);
+        let prompt_left = r_prompt_left(&self.requests[&id], hit.blocks * bs);
+        // Without chunking, a prompt larger than a whole pass's budget can never be scheduled
+        // (1.6.1 aborts the replay there); refusing it keeps the rank live.
+        if !self.args.enable_chunked_prefill && prompt_left > self.args.max_num_batched_tokens {
+            return Decision::Reject;
+        }
         let needed = known_blocks - hit.active_blocks;
         let available = capacity - self.pool.active_blocks();
         if needed > available {
@@ -482,15 +569,13 @@ impl MockWorker {
     }
 
     /// Schedules one request's next tokens. `cached_tokens` is Some for a request being
-    /// admitted from the waiting queue. `cursor` is the running-loop index, fixed up if a
-    /// preemption removes a request before it.
+    /// admitted from the waiting queue.
     fn schedule(
         &mut self,
         id: RequestId,
         cached_tokens: Option<u64>,
         pass: &mut PassState,
         out: &mut PassOutput,
-        mut cursor: Option<&mut usize>,
     ) -> Outcome {
         let r = &self.requests[&id];
         let cached = if r.computed == 0 {
@@ -516,16 +601,11 @@ impl MockWorker {
         let cached_blocks = cached / self.args.block_size;
         // Every retry preempts one running request first: bounded by the running count.
         while !self.allocate(id, target, cached_blocks) {
-            let Some((victim, index)) = self.preempt_one(out) else {
+            let Some(victim) = self.preempt_one(out) else {
                 return self.blocked(id, cached_tokens.is_some());
             };
             pass.preempted_any = true;
             self.undo_scheduled(victim, pass);
-            if let Some(i) = cursor.as_deref_mut()
-                && index < *i
-            {
-                *i -= 1;
-            }
             if victim == id {
                 return Outcome::CurrentPreempted;
             }
@@ -552,6 +632,8 @@ impl MockWorker {
         if cached_tokens.is_some() {
             let readmission = r.phase == RequestPhase::Preempted;
             r.phase = RequestPhase::Running;
+            r.max_reused = r.max_reused.max(cached);
+            let reported_reused_tokens = r.max_reused;
             // Usually the head; preemptions in this call may have queued victims before it.
             if let Some(pos) = self.waiting.iter().position(|&w| w == id) {
                 self.waiting.remove(pos);
@@ -560,6 +642,7 @@ impl MockWorker {
             out.admitted.push(Admitted {
                 id,
                 reused_tokens: cached,
+                reported_reused_tokens,
                 readmission,
             });
         }
@@ -577,8 +660,9 @@ impl MockWorker {
     }
 
     /// Grows the request's blocks to cover `target_tokens`: first references to its first
-    /// `cached_blocks` cached blocks, then fresh ones. False if the pool ran out (the blocks
-    /// obtained so far are kept, so a retry continues where this stopped).
+    /// `cached_blocks` cached blocks, then fresh ones. All or nothing, as 1.6.1 reserves: if
+    /// free plus evictable blocks cannot cover the fresh ones, nothing is taken or evicted and
+    /// it returns false.
     fn allocate(&mut self, id: RequestId, target_tokens: u64, cached_blocks: u64) -> bool {
         let bs = self.args.block_size;
         let r = self
@@ -586,6 +670,17 @@ impl MockWorker {
             .get_mut(&id)
             .expect("allocate for a live request");
         let want = target_tokens.div_ceil(bs) as usize;
+        let reuse_end = want.min(cached_blocks as usize);
+        let have = r.blocks.len();
+        ensure_hashes(r, reuse_end);
+        let mut inactive_hits = 0;
+        for index in have..reuse_end {
+            inactive_hits += u64::from(self.pool.is_inactive(block_hash(r, index)));
+        }
+        let fresh = (want - have.max(reuse_end).min(want)) as u64;
+        if fresh > self.pool.free_blocks() + self.pool.inactive_blocks() - inactive_hits {
+            return false;
+        }
         // One block per iteration, up to `want`: bounded.
         while r.blocks.len() < want {
             let index = r.blocks.len();
@@ -636,9 +731,8 @@ impl MockWorker {
     }
 
     /// Preempts the newest (LIFO) or oldest (FIFO) running request: it releases its KV and
-    /// goes back to the head of the waiting queue to be recomputed. Returns it and the running
-    /// index it had.
-    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<(RequestId, usize)> {
+    /// goes back to the head of the waiting queue to be recomputed.
+    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<RequestId> {
         if self.running.is_empty() {
             return None;
         }
@@ -657,7 +751,7 @@ impl MockWorker {
         self.preemptions_total += 1;
         self.waiting.push_front(victim);
         out.preempted.push(victim);
-        Some((victim, index))
+        Some(victim)
     }
 
     /// Gives back a victim's work in this pass: its tokens return to the budget and its
@@ -878,6 +972,11 @@ fn ensure_hashes(r: &mut Req, count: usize) {
     }
 }
 
+/// Prompt tokens still to compute if the first `cached_tokens` are reused.
+fn r_prompt_left(r: &Req, cached_tokens: u64) -> u64 {
+    r.prompt_tokens - cached_tokens.min(r.prompt_tokens)
+}
+
 fn block_hash(r: &Req, index: usize) -> SeqHash {
     let prompt_blocks = r.prompt_hashes.len();
     if index < prompt_blocks {
@@ -1036,7 +1135,8 @@ mod tests {
             times(&seen[&1]),
             (Some(25_763_044), Some(76_950_841), Some(4_622_826_348))
         );
-        // Its generated block was not yet computed at preemption: 9 prompt blocks survive.
+        // Its generated block was not yet computed at preemption: 9 prompt blocks survive and
+        // are reused at readmission (the reported value is the max over admissions).
         assert_eq!(seen[&1].reused, 576);
         assert_eq!(seen[&1].tokens, 100);
     }
@@ -1105,5 +1205,203 @@ mod tests {
             vec![(0, row(0, 600, 0, &[1, 2], 64))],
         );
         assert_eq!((seen[&0].tokens, seen[&0].done_ns), (0, Some(25_763_044)));
+    }
+
+    /// Runs passes back to back from `now` until the rank is idle, returning each pass's
+    /// end (ns) and output.
+    fn run_all(w: &mut MockWorker, mut now: u64) -> Vec<(u64, PassOutput)> {
+        let mut passes = Vec::new();
+        for _ in 0..10_000 {
+            if !w.has_work() {
+                return passes;
+            }
+            let mut out = PassOutput::default();
+            now = w.execute_pass(SimTime::from_ns(now), &mut out).as_ns();
+            w.check_invariants().unwrap();
+            passes.push((now, out));
+        }
+        panic!("rank never went idle");
+    }
+
+    #[test]
+    fn chunked_prefill_pass_by_pass() {
+        let ids: Vec<u32> = (100..140).collect();
+        let mut w = MockWorker::new(EngineArgs::default(), WorkerWithDpRank::new(0, 0));
+        w.add_request(SimTime::ZERO, row(0, 20_000, 1, &ids, 64))
+            .unwrap();
+        let passes = run_all(&mut w, 0);
+        let ends: Vec<u64> = passes.iter().map(|p| p.0).collect();
+        // 1.6.1: chunks 8192, 8192, 3616, each pass charged prefill(chunk) only.
+        assert_eq!(ends, vec![169_136_918, 338_273_836, 415_183_328]);
+        let t: Vec<u64> = passes.iter().map(|p| p.1.prefill_tokens).collect();
+        assert_eq!(t, vec![8192, 8192, 3616]);
+        assert!(
+            passes[..2].iter().all(|p| p.1.tokens.is_empty()),
+            "no token mid-prefill"
+        );
+        assert_eq!(
+            passes[2].1.tokens,
+            vec![TokenOut {
+                id: RequestId(0),
+                first: true,
+                completed: true
+            }]
+        );
+    }
+
+    #[test]
+    fn kv_events_store_new_blocks_and_remove_lru_evictions() {
+        let args = args_with(|a| a.num_gpu_blocks = 4);
+        let rank = WorkerWithDpRank::new(7, 2);
+        let mut w = MockWorker::new(args, rank);
+        let a = row(0, 128, 1, &[1], 64);
+        let a_hashes = a.prompt_hashes.clone();
+        w.add_request(SimTime::ZERO, a).unwrap();
+        let first = run_all(&mut w, 0);
+        let stored = KvEventData::Stored {
+            parent: None,
+            blocks: a_hashes.to_vec(),
+        };
+        assert_eq!(
+            first[0].1.kv_events,
+            vec![KvEvent {
+                worker: rank,
+                event_id: 0,
+                data: stored
+            }]
+        );
+        assert_eq!(
+            (w.active_blocks(), w.inactive_blocks()),
+            (0, 2),
+            "finished blocks stay cached"
+        );
+        // A different 256-token prompt needs all 4 blocks: the cached ones are evicted, the
+        // chain's tail first (it was released first).
+        let b = row(1, 256, 1, &[2], 64);
+        let b_hashes = b.prompt_hashes.clone();
+        w.add_request(SimTime::from_ns(first[0].0), b).unwrap();
+        let second = run_all(&mut w, first[0].0);
+        let data: Vec<(u64, KvEventData)> = second[0]
+            .1
+            .kv_events
+            .iter()
+            .map(|e| (e.event_id, e.data.clone()))
+            .collect();
+        assert_eq!(
+            data,
+            vec![
+                (
+                    1,
+                    KvEventData::Removed {
+                        blocks: vec![a_hashes[1], a_hashes[0]]
+                    }
+                ),
+                (
+                    2,
+                    KvEventData::Stored {
+                        parent: None,
+                        blocks: b_hashes.to_vec()
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn prefix_caching_off_publishes_nothing_and_reuses_nothing() {
+        let args = args_with(|a| a.enable_prefix_caching = false);
+        let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        w.add_request(SimTime::ZERO, row(0, 1024, 2, &[1, 2], 64))
+            .unwrap();
+        let mut passes = run_all(&mut w, 0);
+        let end = passes.last().unwrap().0;
+        w.add_request(SimTime::from_ns(end), row(1, 1024, 2, &[1, 2], 64))
+            .unwrap();
+        passes.extend(run_all(&mut w, end));
+        assert!(passes.iter().all(|p| p.1.kv_events.is_empty()));
+        let reused: Vec<u64> = passes
+            .iter()
+            .flat_map(|p| p.1.admitted.iter().map(|a| a.reused_tokens))
+            .collect();
+        assert_eq!(reused, vec![0, 0]);
+        assert_eq!(w.inactive_blocks(), 0, "nothing is cached");
+    }
+
+    #[test]
+    fn invalid_engine_args_are_an_error_not_a_panic() {
+        let bad = args_with(|a| a.max_num_seqs = 0);
+        let err = MockWorker::try_new(bad, WorkerWithDpRank::new(0, 0)).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                field: "max_num_seqs",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_typed_errors() {
+        let mut w = MockWorker::new(EngineArgs::default(), WorkerWithDpRank::new(0, 0));
+        let ok = row(0, 128, 1, &[1], 64);
+        w.add_request(SimTime::ZERO, ok.clone()).unwrap();
+        assert_eq!(
+            w.add_request(SimTime::ZERO, ok.clone()),
+            Err(AddRequestError::DuplicateId(RequestId(0)))
+        );
+        let empty = MockRequest {
+            id: RequestId(1),
+            prompt_tokens: 0,
+            ..ok.clone()
+        };
+        assert_eq!(
+            w.add_request(SimTime::ZERO, empty),
+            Err(AddRequestError::EmptyPrompt(RequestId(1)))
+        );
+        let short = MockRequest {
+            id: RequestId(2),
+            prompt_tokens: 300,
+            ..ok
+        };
+        assert_eq!(
+            w.add_request(SimTime::ZERO, short),
+            Err(AddRequestError::HashCountMismatch {
+                id: RequestId(2),
+                expected: 4,
+                got: 2
+            })
+        );
+        assert_eq!((w.waiting_len(), w.running_len()), (1, 0));
+    }
+
+    #[test]
+    fn a_request_outgrowing_the_pool_is_rejected_instead_of_stalling() {
+        // 1.6.1 aborts this replay ("effect-free zero-duration pass"); we reject the request.
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let seen = drive(args, vec![(0, row(0, 600, 1000, &[1, 2], 64))]);
+        let s = &seen[&0];
+        assert!(s.rejected_ns.is_some() && s.done_ns.is_none());
+        assert_eq!(
+            s.tokens,
+            20 * 64 - 600 + 1,
+            "tokens until the 21st block was needed"
+        );
+    }
+
+    #[test]
+    fn unchunked_prompt_over_the_budget_is_rejected_instead_of_stalling() {
+        let args = args_with(|a| {
+            a.enable_chunked_prefill = false;
+            a.max_num_batched_tokens = 256;
+        });
+        let seen = drive(
+            args,
+            vec![
+                (0, row(0, 600, 3, &[1, 2], 64)),
+                (1, row(1, 100, 3, &[3], 64)),
+            ],
+        );
+        assert_eq!(seen[&0].rejected_ns, Some(0));
+        assert_eq!(seen[&1].tokens, 3);
     }
 }
