@@ -460,8 +460,7 @@ impl System {
         for admitted in &slot.output.admitted {
             let record = &mut self.records[admitted.id.0 as usize];
             record.admit.get_or_insert(now);
-            // Dynamo reports the largest reuse over a request's admissions.
-            record.reused_input_tokens = record.reused_input_tokens.max(admitted.reused_tokens);
+            record.reused_input_tokens = admitted.reported_reused_tokens;
         }
         queue.schedule(end, Event::PassEnd { rank });
     }

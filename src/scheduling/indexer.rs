@@ -12,8 +12,8 @@
 
 use super::types::{KvEvent, KvEventData, SeqHash, WorkerId, WorkerWithDpRank};
 use rustc_hash::FxHashMap;
-use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
 
 /// What applying one event did, for diagnostics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,7 +167,9 @@ impl OverlapIndexer {
         for (hash, holders) in &self.holders {
             let ranks = holders.as_slice();
             if ranks.is_empty() || !ranks.windows(2).all(|w| w[0] < w[1]) {
-                return Err(format!("holders of {hash:#x} are empty or not strictly sorted"));
+                return Err(format!(
+                    "holders of {hash:#x} are empty or not strictly sorted"
+                ));
             }
             for rank in ranks {
                 *counted.entry(*rank).or_default() += 1;
@@ -175,7 +177,10 @@ impl OverlapIndexer {
         }
         for (rank, count) in &self.block_counts {
             if counted.get(rank).copied().unwrap_or(0) != *count {
-                return Err(format!("{rank} counts {count} blocks but holds {:?}", counted.get(rank)));
+                return Err(format!(
+                    "{rank} counts {count} blocks but holds {:?}",
+                    counted.get(rank)
+                ));
             }
         }
         if let Some(rank) = counted.keys().find(|r| !self.block_counts.contains_key(*r)) {
