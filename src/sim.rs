@@ -570,14 +570,22 @@ impl System {
                 .iter()
                 .filter(|r| r.status == Status::Pending)
                 .count();
-            if unfinished > 0 && self.violation.is_none() {
-                self.violation = Some(InvariantViolation {
-                    seed: self.config.seed,
-                    time: now,
-                    message: format!(
-                        "{unfinished} requests neither completed, rejected nor aborted"
-                    ),
-                });
+            if unfinished > 0 {
+                let message =
+                    format!("{unfinished} requests neither completed, rejected nor aborted");
+                self.fail(now, message);
+            }
+            // Everything that ran has been freed: no booking, queue entry or worker state left.
+            let (active, pending) = (self.router.active_count(), self.router.pending_count());
+            if active + pending > 0 {
+                let message = format!(
+                    "the router still holds {active} bookings and {pending} queued requests"
+                );
+                self.fail(now, message);
+            }
+            if let Some(slot) = self.ranks.iter().find(|r| r.worker.has_work()) {
+                let message = format!("{} still has work after the run", slot.id);
+                self.fail(now, message);
             }
         }
         match self.violation.take() {
@@ -618,5 +626,184 @@ impl Model for System {
                 self.drain_router(now, queue);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::policy::PolicyConfig;
+    use crate::scheduling::select::RouterConfig;
+    use crate::workload::PromptSpec;
+    use proptest::prelude::*;
+
+    const POLICY: &str = "
+default_policy_family: regular
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: premium, policy_family: premium, cache_bucket: all, quantum: 300, queue_policy: wspt,
+     prefill_busy_threshold: 700, request_queue_limit_per_worker: 6}
+  - {name: regular, policy_family: regular, cache_bucket: all, quantum: 100,
+     prefill_busy_threshold_frac: 0.1}
+";
+
+    /// A random small system: engine knobs, worker count, delays, and a request stream.
+    #[derive(Debug, Clone)]
+    struct Case {
+        workers: u32,
+        dp_size: u32,
+        num_gpu_blocks: u64,
+        max_num_seqs: u64,
+        max_num_batched_tokens: u64,
+        prefix_caching: bool,
+        chunked: bool,
+        delays_ns: (u64, u64, u64),
+        with_policy: bool,
+        requests: Vec<(u64, u64, u64, u8, Vec<u64>)>,
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        let request = (
+            0u64..50_000_000,
+            1u64..1500,
+            0u64..40,
+            0u8..3,
+            prop::collection::vec(0u64..6, 1..4),
+        );
+        (
+            (1u32..4, 1u32..3, 8u64..200, 1u64..6, 64u64..2048),
+            (
+                any::<bool>(),
+                any::<bool>(),
+                (0u64..3, 0u64..3, 0u64..3),
+                any::<bool>(),
+            ),
+            prop::collection::vec(request, 1..40),
+        )
+            .prop_map(
+                |(
+                    (workers, dp_size, blocks, seqs, budget),
+                    (caching, chunked, d, policy),
+                    requests,
+                )| Case {
+                    workers,
+                    dp_size,
+                    num_gpu_blocks: blocks,
+                    max_num_seqs: seqs,
+                    max_num_batched_tokens: budget,
+                    prefix_caching: caching,
+                    chunked,
+                    delays_ns: (d.0 * 1_000_000, d.1 * 1_000_000, d.2 * 1_000_000),
+                    with_policy: policy,
+                    requests,
+                },
+            )
+    }
+
+    fn config(case: &Case, seed: u64) -> SimConfig {
+        let engine = EngineArgs {
+            block_size: 16,
+            num_gpu_blocks: case.num_gpu_blocks,
+            max_num_seqs: case.max_num_seqs,
+            max_num_batched_tokens: case.max_num_batched_tokens,
+            enable_prefix_caching: case.prefix_caching,
+            enable_chunked_prefill: case.chunked,
+            dp_size: case.dp_size,
+            ..EngineArgs::default()
+        };
+        let policy = case
+            .with_policy
+            .then(|| PolicyConfig::from_yaml_str(POLICY, None).unwrap());
+        SimConfig {
+            scheduler: SchedulerConfig::new(
+                RouterConfig::default(),
+                policy.as_ref(),
+                None,
+                16,
+                seed,
+            ),
+            engine,
+            worker_count: case.workers,
+            router_mode: RouterMode::KvRouter,
+            delays: TransportDelays {
+                router_to_worker: SimDuration::from_ns(case.delays_ns.0),
+                worker_to_router: SimDuration::from_ns(case.delays_ns.1),
+                kv_event_lag: SimDuration::from_ns(case.delays_ns.2),
+            },
+            limits: Limits {
+                max_events: 2_000_000,
+                max_time: SimTime::MAX,
+            },
+            tick_interval: SimDuration::from_ms(60_000),
+            check_every_event: true,
+            seed,
+        }
+    }
+
+    fn requests(case: &Case) -> Vec<RequestSpec> {
+        let mut specs: Vec<RequestSpec> = case
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(row, (arrival_ns, input, output, class, prefix))| {
+                // Hash ids from a small alphabet so that prompts share prefixes.
+                let hash_ids: Vec<u64> =
+                    prefix.iter().copied().chain([1000 + row as u64]).collect();
+                let capacity = hash_ids.len() as u64 * 16;
+                RequestSpec {
+                    row: row as u64,
+                    arrival: SimTime::from_ns(*arrival_ns),
+                    policy_class: ["premium", "regular", "unknown"]
+                        .get(*class as usize)
+                        .map(|s| s.to_string()),
+                    input_tokens: (*input).min(capacity),
+                    output_tokens: *output,
+                    priority: 0.0,
+                    strict_priority: 0,
+                    prompt: PromptSpec::HashIds {
+                        hash_ids,
+                        tokens_per_hash: 16,
+                    },
+                }
+            })
+            .collect();
+        specs.sort_by_key(|r| (r.arrival, r.row));
+        specs
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// VOPR-style: random systems and workloads run with every checker after every event;
+        /// every request ends completed or rejected, and a rerun is identical.
+        #[test]
+        fn random_systems_conserve_requests_and_keep_invariants(case in case(), seed in 0u64..1000) {
+            let run_once = || run(config(&case, seed), requests(&case).into_iter());
+            let result = match run_once() {
+                Ok(r) => r,
+                Err(v) => return Err(TestCaseError::fail(format!("{v}"))),
+            };
+            prop_assert_eq!(result.stop_reason, StopReason::Drained);
+            let ended = result.count("completed") + result.count("rejected") + result.count("aborted");
+            prop_assert_eq!(ended, case.requests.len(), "conservation (seed {})", seed);
+            for r in &result.records {
+                if r.status == Status::Completed {
+                    prop_assert_eq!(r.tokens_received, r.output_tokens);
+                    prop_assert!(r.completion >= r.first_token.or(Some(r.arrival)));
+                }
+            }
+            let again = run_once().unwrap();
+            prop_assert_eq!(again.records, result.records);
+        }
+    }
+
+    #[test]
+    fn an_invariant_violation_names_the_seed() {
+        let v = InvariantViolation {
+            seed: 42,
+            time: SimTime::from_ns(5),
+            message: "boom".into(),
+        };
+        assert!(v.to_string().contains("seed 42"));
     }
 }
