@@ -1,9 +1,19 @@
-//! Reports: pure exporters from a run's records to bytes (CSV, JSON), and the terminal table.
+//! Reports: run metrics, pure exporters from a run to bytes (CSV, JSON, plots, JUnit), the
+//! terminal table, and expectation verdicts.
 //!
 //! Nothing here touches the file system; `output` is the one place that writes files.
+//!
+//! A run's report, in order: [`metrics::RunMetrics::compute`] once, then
+//! [`run_files`] (every result file) and [`table::class_table`] (the terminal); for
+//! `check`, [`evaluate::evaluate`], [`evaluate::format_outcome`] and [`junit::junit_xml`].
 
+pub mod evaluate;
 pub mod expect;
+pub mod files;
+pub mod junit;
+pub mod metrics;
 pub mod output;
+pub mod table;
 
 use crate::sim::{RequestRecord, SimResult};
 use crate::time::format_ms;
