@@ -144,19 +144,25 @@ impl LatencyMetric {
 impl LatencyStats {
     /// Statistics of `values_ns` (any order) with nearest-rank percentiles.
     pub fn from_values(mut values_ns: Vec<u64>) -> LatencyStats {
+        values_ns.sort_unstable();
+        LatencyStats::from_sorted(&values_ns)
+    }
+
+    /// Statistics of ascending `values_ns` with nearest-rank percentiles.
+    pub fn from_sorted(values_ns: &[u64]) -> LatencyStats {
+        debug_assert!(values_ns.is_sorted(), "samples are sorted");
         if values_ns.is_empty() {
             return LatencyStats::default();
         }
-        values_ns.sort_unstable();
         let n = values_ns.len() as u64;
         let sum: u128 = values_ns.iter().map(|&v| u128::from(v)).sum();
         let mean = (sum + u128::from(n) / 2) / u128::from(n);
         LatencyStats {
             count: n,
             mean_ns: mean as u64,
-            p50_ns: nearest_rank(&values_ns, 50),
-            p90_ns: nearest_rank(&values_ns, 90),
-            p99_ns: nearest_rank(&values_ns, 99),
+            p50_ns: nearest_rank(values_ns, 50),
+            p90_ns: nearest_rank(values_ns, 90),
+            p99_ns: nearest_rank(values_ns, 99),
             max_ns: *values_ns.last().expect("non-empty"),
         }
     }
@@ -228,6 +234,10 @@ pub struct ClassMetrics {
     pub backlogged_service_tokens: u64,
     /// This class's ideal DRR entitlement of the backlogged service, in tokens.
     pub backlogged_ideal_tokens: f64,
+    /// Every TTFT sample in ns, ascending (for CDF plots).
+    pub ttft_samples_ns: Vec<u64>,
+    /// Every end-to-end latency sample in ns, ascending (for CDF plots).
+    pub e2e_samples_ns: Vec<u64>,
 }
 
 /// A maximal span in which two or more classes were backlogged, and the service in it.
@@ -583,13 +593,17 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
             v[3].push(done.saturating_since(first).as_ns() / (r.output_tokens - 1));
         }
     }
-    for (class, [queue_wait, ttft, e2e, itl]) in classes.iter_mut().zip(values) {
+    for (class, [queue_wait, mut ttft, mut e2e, itl]) in classes.iter_mut().zip(values) {
+        ttft.sort_unstable();
+        e2e.sort_unstable();
         class.latencies = ClassLatencies {
             queue_wait: LatencyStats::from_values(queue_wait),
-            ttft: LatencyStats::from_values(ttft),
-            e2e: LatencyStats::from_values(e2e),
+            ttft: LatencyStats::from_sorted(&ttft),
+            e2e: LatencyStats::from_sorted(&e2e),
             itl: LatencyStats::from_values(itl),
         };
+        class.ttft_samples_ns = ttft;
+        class.e2e_samples_ns = e2e;
     }
 }
 

@@ -13,7 +13,42 @@ pub mod files;
 pub mod junit;
 pub mod metrics;
 pub mod output;
+pub mod plots;
 pub mod table;
+
+/// Every data file of a run (no plots), named as in the output-directory contract:
+/// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`. `meta` goes into
+/// `summary.json` as is (seed, scenario hash, version, command, ...).
+pub fn data_files(
+    result: &SimResult,
+    metrics: &metrics::RunMetrics,
+    meta: &serde_json::Value,
+) -> Vec<(String, Vec<u8>)> {
+    vec![
+        ("requests.csv".to_string(), requests_csv(result)),
+        (
+            "completions.csv".to_string(),
+            files::completions_csv(metrics),
+        ),
+        ("classes.csv".to_string(), files::classes_csv(metrics)),
+        (
+            "summary.json".to_string(),
+            files::summary_json(metrics, meta),
+        ),
+    ]
+}
+
+/// Every file of a run: [`data_files`] then every plot as PNG and SVG
+/// ([`plots::render_all`]). Hand the result to [`output::write_dir`].
+pub fn run_files(
+    result: &SimResult,
+    metrics: &metrics::RunMetrics,
+    meta: &serde_json::Value,
+) -> Result<Vec<(String, Vec<u8>)>, plots::PlotError> {
+    let mut all = data_files(result, metrics, meta);
+    all.extend(plots::render_all(metrics)?);
+    Ok(all)
+}
 
 use crate::sim::{RequestRecord, SimResult};
 use crate::time::format_ms;
@@ -123,7 +158,8 @@ pub fn class_counts(result: &SimResult) -> Vec<ClassCounts> {
     counts
 }
 
-/// `summary.json`: run metadata and per-class counts. A pure function of the run.
+/// `summary.json` with counts only. Superseded by [`files::summary_json`] (through
+/// [`data_files`]); kept until the CLI switches to it.
 pub fn summary_json(result: &SimResult, meta: &serde_json::Value) -> Vec<u8> {
     let classes: Vec<_> = class_counts(result)
         .into_iter()
@@ -148,7 +184,7 @@ pub fn summary_json(result: &SimResult, meta: &serde_json::Value) -> Vec<u8> {
     bytes
 }
 
-/// A compact per-class table for the terminal.
+/// A table of counts only. Superseded by [`table::class_table`]; kept until the CLI switches.
 pub fn class_table(result: &SimResult) -> String {
     let mut out = format!(
         "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
