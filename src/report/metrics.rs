@@ -780,3 +780,228 @@ fn credit(w: &mut BacklogWindow, backlog: &[u64], quanta: &[u64], class: usize, 
         w.ideal_tokens[c] += tokens as f64 * quanta[c] as f64 / active_quanta as f64;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::{done, ms, result_of};
+
+    const P: usize = 0;
+    const R: usize = 1;
+
+    /// Premium (quantum 3) and regular (quantum 1): two immediate, four queued, one rejected.
+    fn small_run() -> SimResult {
+        let mut rejected = done(5, P, Path::Queued, [3, 3, 3]);
+        rejected.path = None;
+        rejected.dispatched = None;
+        rejected.first_token = None;
+        rejected.status = Status::Rejected("queue_full".into());
+        let mut long_output = done(6, R, Path::Queued, [2, 30, 40]);
+        long_output.first_token = Some(ms(32));
+        long_output.output_tokens = 5;
+        result_of(
+            &["premium", "regular"],
+            vec![
+                done(0, P, Path::Immediate, [0, 0, 10]),
+                done(1, R, Path::Immediate, [0, 0, 10]),
+                done(2, P, Path::Queued, [1, 10, 20]),
+                done(3, R, Path::Queued, [1, 20, 30]),
+                done(4, P, Path::Queued, [2, 10, 20]),
+                rejected,
+                long_output,
+            ],
+        )
+    }
+
+    fn small_metrics() -> RunMetrics {
+        RunMetrics::compute(&small_run(), &[3, 1])
+    }
+
+    #[test]
+    fn completion_order_breaks_time_ties_by_row() {
+        let m = small_metrics();
+        let order: Vec<(u64, u64)> = m.completions.iter().map(|c| (c.index, c.row)).collect();
+        assert_eq!(order, [(1, 0), (2, 1), (3, 2), (4, 4), (5, 3), (6, 6)]);
+        assert_eq!(m.completions[3].time, ms(20));
+    }
+
+    #[test]
+    fn prefix_counts_and_shares() {
+        let m = small_metrics();
+        assert_eq!(m.prefix_counts(3), [2, 1]);
+        assert_eq!(m.prefix_counts(100), [3, 3]);
+        assert_eq!(m.prefix_share(P, 3), Some(2.0 / 3.0));
+        assert_eq!(m.prefix_share(P, 0), None);
+        assert_eq!(
+            m.prefix_n, 3,
+            "the smallest completed count of the active classes"
+        );
+    }
+
+    #[test]
+    fn counts_at_and_growth_between_completions() {
+        let m = small_metrics();
+        assert_eq!(
+            m.count_at(R, P, 2),
+            Some(1),
+            "premium's 2nd is completion 3"
+        );
+        assert_eq!(m.count_at(R, P, 1), Some(0));
+        assert_eq!(m.growth(R, P, 1, 3), Some(1));
+        assert_eq!(m.count_at(P, R, 4), None, "regular completed only 3");
+    }
+
+    #[test]
+    fn remaining_counts_arrived_unfinished_requests() {
+        let m = small_metrics();
+        // Premium's last is completion 4 at 20 ms: regular rows 1, 3, 6 arrived, 1 completed.
+        assert_eq!(m.remaining_when_done(R, P, None), Some(2));
+        // Regular's 1st at 10 ms: premium rows 0, 2, 4 and the rejected 5 arrived; 5 ended
+        // unserved and row 0 completed before it.
+        assert_eq!(m.remaining_when_done(P, R, Some(1)), Some(2));
+        assert_eq!(m.remaining_when_done(P, R, Some(9)), None);
+    }
+
+    #[test]
+    fn counts_per_class() {
+        let m = small_metrics();
+        let p = &m.classes[P];
+        assert_eq!(
+            (p.requests, p.immediate, p.queued, p.completed, p.rejected),
+            (4, 1, 2, 3, 1)
+        );
+        assert_eq!((m.requests, m.completed, m.rejected), (7, 6, 1));
+        assert_eq!((p.ideal_share, m.classes[R].ideal_share), (0.75, 0.25));
+        assert_eq!(m.classes[R].output_tokens_completed, 7);
+    }
+
+    #[test]
+    fn latency_statistics_per_class() {
+        let m = small_metrics();
+        let wait = m.classes[P].latencies.queue_wait;
+        assert_eq!(
+            wait.count, 3,
+            "the rejected request never waited for a dispatch"
+        );
+        assert_eq!(
+            (wait.p50_ns, wait.p90_ns, wait.max_ns),
+            (8_000_000, 9_000_000, 9_000_000)
+        );
+        assert_eq!(wait.mean_ns, 5_666_667, "17 ms / 3, rounded to the ns");
+        let ttft = m.classes[P].latencies.ttft;
+        assert_eq!((ttft.p50_ns, ttft.p99_ns), (18_000_000, 19_000_000));
+        let itl = m.classes[R].latencies.itl;
+        assert_eq!(
+            (itl.count, itl.p50_ns),
+            (1, 2_000_000),
+            "(40 - 32) ms / 4 tokens"
+        );
+        assert_eq!(
+            m.classes[P].ttft_samples_ns,
+            [10_000_000, 18_000_000, 19_000_000]
+        );
+        let metric = LatencyMetric::parse("queue_wait_ms_p90").unwrap();
+        assert_eq!(m.latency_ms(P, metric), Some(9.0));
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<u64> = (1..=10).collect();
+        assert_eq!(nearest_rank(&v, 50), 5);
+        assert_eq!(nearest_rank(&v, 90), 9);
+        assert_eq!(nearest_rank(&v, 99), 10);
+        assert_eq!(nearest_rank(&v, 0), 1);
+        assert_eq!(nearest_rank(&[7], 50), 7);
+        assert_eq!(LatencyStats::from_values(vec![]).get(Stat::P50), None);
+    }
+
+    #[test]
+    fn latency_metric_names_parse_or_not() {
+        let m = LatencyMetric::parse("ttft_ms_p99").unwrap();
+        assert_eq!((m.kind, m.stat), (LatencyKind::Ttft, Stat::P99));
+        assert!(LatencyMetric::parse("e2e_ms_mean").is_some());
+        assert!(LatencyMetric::parse("ttft_p99").is_none());
+        assert!(LatencyMetric::parse("tpot_ms_p99").is_none());
+        assert!(LatencyMetric::parse("ttft_ms_p95").is_none());
+        assert_eq!(LatencyMetric::all_names().len(), 20);
+    }
+
+    #[test]
+    fn token_service_in_backlogged_windows() {
+        let m = small_metrics();
+        assert_eq!(
+            (m.classes[P].service_tokens, m.classes[R].service_tokens),
+            (300, 300)
+        );
+        // Both classes are backlogged from 1 ms until premium's queue empties at 10 ms; the two
+        // premium dispatches at 10 ms count, split 3:1 in the ideal.
+        assert_eq!(m.windows.len(), 1);
+        let w = &m.windows[0];
+        assert_eq!((w.start, w.end), (ms(1), ms(10)));
+        assert_eq!(w.service_tokens, [200, 0]);
+        assert_eq!(w.ideal_tokens, [150.0, 50.0]);
+        assert_eq!(m.token_share_gap(P), Some(0.25));
+        assert_eq!(m.token_share_gap(R), Some(-0.25));
+        assert_eq!(m.backlogged_shares(P), Some((1.0, 0.75)));
+        assert_eq!(m.worst_token_share_gap(), Some(0.25));
+        assert_eq!(m.worst_window_gap(), Some(0.25));
+        assert_eq!(m.jain_index(), Some(0.5), "one class got everything");
+    }
+
+    #[test]
+    fn ideal_follows_the_backlogged_set() {
+        // Three classes, quanta 2:1:1. A and B backlogged from 0 to 10, C joins from 5 to 10.
+        let records = vec![
+            done(0, 0, Path::Queued, [0, 10, 11]),
+            done(1, 1, Path::Queued, [0, 10, 11]),
+            done(2, 2, Path::Queued, [5, 10, 11]),
+            done(3, 0, Path::Queued, [0, 4, 11]),
+        ];
+        let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &[2, 1, 1]);
+        assert_eq!(m.windows.len(), 1);
+        let w = &m.windows[0];
+        // Row 3 at 4 ms: a and b backlogged (2:1); rows 0-2 at 10 ms: all three (2:1:1).
+        assert_eq!(w.service_tokens, [200, 100, 100]);
+        let expected = [
+            200.0 / 3.0 + 3.0 * 50.0,
+            100.0 / 3.0 + 3.0 * 25.0,
+            3.0 * 25.0,
+        ];
+        for (got, want) in w.ideal_tokens.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        }
+        assert!(m.jain_index().unwrap() < 1.0);
+    }
+
+    #[test]
+    fn empty_run_measures_nothing() {
+        let m = RunMetrics::compute(&result_of(&["a"], vec![]), &[5]);
+        assert_eq!(m.prefix_counts(10), [0]);
+        assert_eq!(m.remaining_when_done(0, 0, None), None);
+        assert_eq!(m.token_share_gap(0), None);
+        assert_eq!(m.jain_index(), None);
+        assert_eq!(m.throughput_rps(), 0.0);
+        assert_eq!(m.prefix_n, 0);
+    }
+
+    #[test]
+    fn premium_burst_matches_dynamo() {
+        use crate::report::test_support::run_fixture;
+        let (result, quanta) = run_fixture("premium-weighted");
+        let m = RunMetrics::compute(&result, &quanta);
+        let (p, r) = (
+            m.class_index("premium").unwrap(),
+            m.class_index("regular").unwrap(),
+        );
+        assert_eq!(
+            (m.completed_through(p, 320), m.completed_through(r, 320)),
+            (255, 65)
+        );
+        assert_eq!(m.remaining_when_done(r, p, None), Some(239));
+        assert_eq!(m.classes[p].ideal_share, 0.8);
+        let (result, quanta) = run_fixture("premium-equal");
+        let m = RunMetrics::compute(&result, &quanta);
+        assert_eq!(m.prefix_counts(320), [160, 160]);
+        assert_eq!(m.remaining_when_done(1, 0, None), Some(0));
+    }
+}

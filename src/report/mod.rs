@@ -15,6 +15,8 @@ pub mod metrics;
 pub mod output;
 pub mod plots;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 /// Every data file of a run (no plots), named as in the output-directory contract:
 /// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`. `meta` goes into
