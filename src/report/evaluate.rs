@@ -248,3 +248,138 @@ pub fn format_outcome(o: &ExpectationOutcome) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::expect::validate_expectation;
+    use crate::report::test_support::run_fixture;
+
+    fn parse(yaml: &str) -> Vec<RawExpectation> {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    fn premium_runs() -> (RunMetrics, RunMetrics) {
+        let (result, quanta) = run_fixture("premium-weighted");
+        let weighted = RunMetrics::compute(&result, &quanta);
+        let (result, quanta) = run_fixture("premium-equal");
+        (weighted, RunMetrics::compute(&result, &quanta))
+    }
+
+    /// Dynamo's nine assertions of tests/router/test_policy_class.py (spec/mock-worker.md §4).
+    const EQUAL_ARM: &str = "
+- {prefix_count: {class: premium, n: 320}, within: [140, 180]}
+- {remaining_when_done: {class: regular, done: premium}, at_most: 20}
+";
+    const WEIGHTED_ARM: &str = "
+- {prefix_count: {class: premium, n: 320}, at_least: 240}
+- {prefix_count: {class: regular, n: 320}, at_least: 48}
+- {remaining_when_done: {class: regular, done: premium}, within: [220, 260]}
+- {prefix_count: {class: premium, n: 320}, minus: premium-equal.yaml, at_least: 60}
+- {remaining_when_done: {class: regular, done: premium}, minus: premium-equal.yaml, at_least: 200}
+- {count_at: {class: regular, when: premium, k: 80}, at_least: 12}
+- {growth: {class: regular, when: premium, from: 80, to: 240}, at_least: 32}
+";
+
+    #[test]
+    fn dynamo_assertions_pass_on_both_premium_arms() {
+        let (weighted, equal) = premium_runs();
+        let classes = ["premium".to_string(), "regular".to_string()];
+        let companions = BTreeMap::from([("premium-equal.yaml".to_string(), equal.clone())]);
+        let mut lines = Vec::new();
+        for (arm, yaml, companions) in [
+            (&equal, EQUAL_ARM, BTreeMap::new()),
+            (&weighted, WEIGHTED_ARM, companions),
+        ] {
+            let expectations = parse(yaml);
+            for e in &expectations {
+                validate_expectation(e, &classes).unwrap();
+            }
+            for o in evaluate(&expectations, arm, &companions) {
+                assert!(o.passed, "{}", format_outcome(&o));
+                lines.push(format_outcome(&o));
+            }
+        }
+        assert_eq!(lines.len(), 9);
+        assert_eq!(
+            lines[0],
+            "PASS  premium among first 320 = 160  (within [140, 180])"
+        );
+        assert_eq!(
+            lines[1],
+            "PASS  regular remaining when premium done = 0  (at most 20)"
+        );
+        assert_eq!(
+            lines[2],
+            "PASS  premium among first 320 = 255  (at least 240)"
+        );
+        assert_eq!(
+            lines[6],
+            "PASS  regular remaining when premium done minus premium-equal.yaml = 239  (at least 200)"
+        );
+    }
+
+    #[test]
+    fn a_failing_expectation_says_what_it_measured() {
+        let (weighted, _) = premium_runs();
+        let expectations = parse(
+            "
+- {prefix_count: {class: premium, n: 320}, within: [300, 320]}
+- {name: regular keeps up, count_at: {class: regular, when: premium, k: 400}, at_least: 1}
+- {prefix_count: {class: premium, n: 320}, minus: other.yaml, at_least: 0}
+",
+        );
+        let outcomes = evaluate(&expectations, &weighted, &BTreeMap::new());
+        let lines: Vec<String> = outcomes.iter().map(format_outcome).collect();
+        assert!(outcomes.iter().all(|o| !o.passed));
+        assert_eq!(
+            lines[0],
+            "FAIL  premium among first 320 = 255  (within [300, 320])"
+        );
+        assert_eq!(
+            lines[1],
+            "FAIL  regular keeps up = n/a  (at least 1): premium completed only 320 requests, \
+             fewer than 400"
+        );
+        assert_eq!(
+            lines[2],
+            "FAIL  premium among first 320 minus other.yaml = n/a  (at least 0): companion \
+             other.yaml was not run"
+        );
+        assert_eq!(outcomes[0].measured, Some(255.0));
+    }
+
+    #[test]
+    fn latency_and_token_share_figures() {
+        let (weighted, _) = premium_runs();
+        let expectations = parse(
+            "
+- {latency: {class: premium, metric: ttft_ms_p99}, at_most: 1000000}
+- {token_share: {class: premium}, tolerance: 0.05}
+- {token_share: {class: regular}, tolerance: 0.05}
+",
+        );
+        let outcomes = evaluate(&expectations, &weighted, &BTreeMap::new());
+        for o in &outcomes {
+            assert!(o.passed, "{}", format_outcome(o));
+        }
+        let p = weighted.class_index("premium").unwrap();
+        let ttft_p99_ms = weighted.classes[p].latencies.ttft.p99_ns as f64 / 1e6;
+        assert_eq!(outcomes[0].measured, Some(ttft_p99_ms));
+        assert!(outcomes[1].measured.unwrap().abs() <= 0.05);
+        assert_eq!(outcomes[1].bound, "within ±0.05");
+    }
+
+    #[test]
+    fn numbers_print_as_written() {
+        assert_eq!(number(240.0), "240");
+        assert_eq!(number(-3.0), "-3");
+        assert_eq!(number(0.05), "0.05");
+        assert_eq!(number(0.123456), "0.1235");
+        assert_eq!(number(-0.00001), "0");
+        assert_eq!(ordinal(1), "1st");
+        assert_eq!(ordinal(12), "12th");
+        assert_eq!(ordinal(22), "22nd");
+        assert_eq!(ordinal(103), "103rd");
+    }
+}

@@ -292,3 +292,124 @@ fn validate_figure(e: &RawExpectation, class_names: &[String]) -> Result<(), Exp
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classes() -> Vec<String> {
+        vec!["premium".into(), "regular".into()]
+    }
+
+    fn check(yaml: &str) -> Result<(), ExpectationError> {
+        let e: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
+        validate_expectation(&e, &classes())
+    }
+
+    fn field_of(yaml: &str) -> String {
+        check(yaml).unwrap_err().field
+    }
+
+    #[test]
+    fn accepts_every_documented_form() {
+        for yaml in [
+            "{prefix_count: {class: premium, n: 320}, within: [240, 320]}",
+            "{remaining_when_done: {class: regular, done: premium}, within: [220, 260]}",
+            "{remaining_when_done: {class: regular, done: premium, k: 5}, at_most: 3}",
+            "{count_at: {class: regular, when: premium, k: 80}, at_least: 12}",
+            "{growth: {class: regular, when: premium, from: 80, to: 240}, at_least: 32}",
+            "{prefix_count: {class: premium, n: 320}, minus: eq.yaml, at_least: 60}",
+            "{latency: {class: premium, metric: ttft_ms_p99}, at_most: 500}",
+            "{token_share: {class: premium}, tolerance: 0.05}",
+        ] {
+            assert_eq!(check(yaml), Ok(()), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn exactly_one_figure() {
+        assert_eq!(field_of("{at_most: 5}"), "expect");
+        let both =
+            "{prefix_count: {class: premium, n: 3}, token_share: {class: premium}, at_most: 5}";
+        let err = check(both).unwrap_err();
+        assert!(
+            err.message.contains("found prefix_count, token_share"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn exactly_one_sound_bound() {
+        let err = check("{prefix_count: {class: premium, n: 3}}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "expect: exactly one bound is needed (within, at_least, at_most or tolerance), found none"
+        );
+        assert_eq!(
+            field_of("{prefix_count: {class: premium, n: 3}, at_least: 1, at_most: 2}"),
+            "expect"
+        );
+        let err = check("{prefix_count: {class: premium, n: 3}, within: [5, 1]}").unwrap_err();
+        assert_eq!(err.to_string(), "within: [5, 1] has lo > hi");
+        assert_eq!(
+            field_of("{token_share: {class: premium}, tolerance: -0.1}"),
+            "tolerance"
+        );
+        assert_eq!(
+            field_of("{prefix_count: {class: premium, n: 3}, tolerance: 0.1}"),
+            "tolerance"
+        );
+    }
+
+    #[test]
+    fn classes_must_exist() {
+        let err = check("{count_at: {class: regular, when: gold, k: 1}, at_least: 1}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "count_at.when: unknown class `gold` (classes: premium, regular)"
+        );
+        assert_eq!(
+            field_of("{prefix_count: {class: x, n: 3}, at_least: 1}"),
+            "prefix_count.class"
+        );
+        assert_eq!(
+            field_of("{token_share: {class: x}, tolerance: 0.1}"),
+            "token_share.class"
+        );
+        assert_eq!(
+            field_of("{latency: {class: x, metric: ttft_ms_p50}, at_most: 1}"),
+            "latency.class"
+        );
+        assert_eq!(
+            field_of("{remaining_when_done: {class: regular, done: x}, at_most: 1}"),
+            "remaining_when_done.done"
+        );
+    }
+
+    #[test]
+    fn counts_start_at_one_and_growth_moves_forward() {
+        assert_eq!(
+            field_of("{prefix_count: {class: premium, n: 0}, at_least: 1}"),
+            "prefix_count.n"
+        );
+        assert_eq!(
+            field_of("{count_at: {class: regular, when: premium, k: 0}, at_least: 1}"),
+            "count_at.k"
+        );
+        assert_eq!(
+            field_of("{growth: {class: regular, when: premium, from: 80, to: 80}, at_least: 1}"),
+            "growth.to"
+        );
+    }
+
+    #[test]
+    fn unknown_latency_metrics_are_rejected() {
+        let err = check("{latency: {class: premium, metric: ttft_p99}, at_most: 1}").unwrap_err();
+        assert_eq!(err.field, "latency.metric");
+        assert!(
+            err.message
+                .starts_with("unknown metric `ttft_p99` (known: ttft_ms_mean, "),
+            "{err}"
+        );
+    }
+}
