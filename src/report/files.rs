@@ -223,3 +223,61 @@ pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
     bytes.push(b'\n');
     bytes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::run_fixture;
+
+    fn weighted() -> RunMetrics {
+        let (result, quanta) = run_fixture("premium-weighted");
+        RunMetrics::compute(&result, &quanta)
+    }
+
+    #[test]
+    fn completions_csv_counts_every_class_cumulatively() {
+        let m = weighted();
+        let text = String::from_utf8(completions_csv(&m)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "index,time_ms,row,class,premium,regular");
+        assert_eq!(lines.len(), 641);
+        let row_320: Vec<&str> = lines[320].split(',').collect();
+        assert_eq!((row_320[0], row_320[4], row_320[5]), ("320", "255", "65"));
+        assert!(lines[640].ends_with(",320,320"));
+    }
+
+    #[test]
+    fn classes_csv_snapshot() {
+        let m = weighted();
+        insta::assert_snapshot!(String::from_utf8(classes_csv(&m)).unwrap());
+    }
+
+    #[test]
+    fn summary_json_holds_totals_fairness_and_classes() {
+        let m = weighted();
+        let meta = json!({"seed": 7, "scenario_hash": "abc", "version": "0.1.0"});
+        let v: Value = serde_json::from_slice(&summary_json(&m, &meta)).unwrap();
+        assert_eq!(v["meta"]["seed"], 7);
+        assert_eq!(v["completed"], 640);
+        assert_eq!(v["prefix_n"], 320);
+        assert_eq!(v["classes"][0]["class"], "premium");
+        assert_eq!(v["classes"][0]["prefix_count"], 255);
+        assert_eq!(v["classes"][0]["ideal_share"], 0.8);
+        assert!(
+            v["classes"][1]["latency_ms"]["ttft"]["p99"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+        assert!(v["fairness"]["jain_index"].as_f64().unwrap() > 0.95);
+    }
+
+    #[test]
+    fn exporters_are_pure_functions_of_the_run() {
+        let (a, b) = (weighted(), weighted());
+        let meta = json!({"seed": 0});
+        assert_eq!(completions_csv(&a), completions_csv(&b));
+        assert_eq!(classes_csv(&a), classes_csv(&b));
+        assert_eq!(summary_json(&a, &meta), summary_json(&b, &meta));
+    }
+}

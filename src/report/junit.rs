@@ -73,3 +73,72 @@ pub fn escape(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(label: &str, passed: bool) -> ExpectationOutcome {
+        ExpectationOutcome {
+            label: label.to_string(),
+            measured: Some(255.0),
+            bound: "at least 300".to_string(),
+            passed,
+            reason: None,
+        }
+    }
+
+    fn suites() -> Vec<JunitSuite> {
+        vec![
+            JunitSuite {
+                name: "premium <weighted> & \"friends\"".into(),
+                outcomes: vec![
+                    outcome("premium among first 320", true),
+                    outcome("it's <bad> & \"worse\"\u{1}", false),
+                ],
+            },
+            JunitSuite {
+                name: "empty".into(),
+                outcomes: vec![],
+            },
+        ]
+    }
+
+    #[test]
+    fn junit_is_well_formed_and_round_trips_escaped_text() {
+        let bytes = junit_xml(&suites());
+        let text = String::from_utf8(bytes).unwrap();
+        let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+        let root = doc.root_element();
+        assert_eq!(root.tag_name().name(), "testsuites");
+        assert_eq!(root.attribute("tests"), Some("2"));
+        assert_eq!(root.attribute("failures"), Some("1"));
+        let suites: Vec<_> = root.children().filter(|n| n.is_element()).collect();
+        assert_eq!(suites.len(), 2);
+        assert_eq!(
+            suites[0].attribute("name"),
+            Some("premium <weighted> & \"friends\"")
+        );
+        let cases: Vec<_> = suites[0].children().filter(|n| n.is_element()).collect();
+        assert_eq!(cases.len(), 2);
+        assert!(
+            cases[0].children().all(|n| !n.is_element()),
+            "a pass has no failure"
+        );
+        let failure = cases[1].first_element_child().unwrap();
+        assert_eq!(failure.tag_name().name(), "failure");
+        let message = "FAIL  it's <bad> & \"worse\"\u{FFFD} = 255  (at least 300)";
+        assert_eq!(failure.attribute("message"), Some(message));
+        assert_eq!(failure.text(), Some(message));
+    }
+
+    #[test]
+    fn junit_is_deterministic() {
+        assert_eq!(junit_xml(&suites()), junit_xml(&suites()));
+    }
+
+    #[test]
+    fn escaping_keeps_line_breaks_in_attributes() {
+        assert_eq!(escape("a\nb\t<c>"), "a&#10;b&#9;&lt;c&gt;");
+    }
+}

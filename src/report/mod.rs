@@ -200,3 +200,36 @@ pub fn class_table(result: &SimResult) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_support::run_fixture;
+
+    fn files_of_one_run() -> Vec<(String, Vec<u8>)> {
+        let (result, quanta) = run_fixture("premium-weighted");
+        let m = metrics::RunMetrics::compute(&result, &quanta);
+        run_files(&result, &m, &serde_json::json!({"seed": 0})).unwrap()
+    }
+
+    #[test]
+    fn every_output_byte_is_a_function_of_the_run() {
+        let (a, b) = (files_of_one_run(), files_of_one_run());
+        let names: Vec<&str> = a.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names[..4],
+            [
+                "requests.csv",
+                "completions.csv",
+                "classes.csv",
+                "summary.json"
+            ]
+        );
+        assert_eq!(
+            names.len(),
+            14,
+            "four data files and five plots in two formats"
+        );
+        assert_eq!(a, b);
+    }
+}

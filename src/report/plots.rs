@@ -93,6 +93,9 @@ pub struct Chart {
     pub y_range: (f64, f64),
     pub series: Vec<Series>,
     pub legend: LegendCorner,
+    /// Decimals of the tick labels on each axis (0 for counts and ms, 1 for shares).
+    pub x_decimals: usize,
+    pub y_decimals: usize,
 }
 
 /// Every plot of a run, in both formats: (file name, bytes), e.g.
@@ -237,6 +240,8 @@ pub fn completions_by_index(metrics: &RunMetrics) -> Chart {
         y_range: (0.0, max_completed(metrics).max(1.0) * 1.05),
         series,
         legend: LegendCorner::UpperLeft,
+        x_decimals: 0,
+        y_decimals: 0,
     }
 }
 
@@ -277,6 +282,8 @@ pub fn completions_by_time(metrics: &RunMetrics) -> Chart {
         y_range: (0.0, max_completed(metrics).max(1.0) * 1.05),
         series,
         legend: LegendCorner::UpperLeft,
+        x_decimals: 0,
+        y_decimals: 0,
     }
 }
 
@@ -327,6 +334,8 @@ pub fn token_share_over_time(metrics: &RunMetrics) -> Chart {
         y_range: (0.0, 1.0),
         series,
         legend: LegendCorner::UpperRight,
+        x_decimals: 0,
+        y_decimals: 1,
     }
 }
 
@@ -374,6 +383,8 @@ pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind) -> Chart {
         y_range: (0.0, 1.0),
         series,
         legend: LegendCorner::LowerRight,
+        x_decimals: 0,
+        y_decimals: 1,
     }
 }
 
@@ -417,6 +428,8 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError>
         let mut encoder = png::Encoder::new(&mut bytes, width, height);
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::Best);
+        encoder.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
         let mut writer = encoder.write_header().map_err(plot_error)?;
         writer.write_image_data(rgb).map_err(plot_error)?;
     }
@@ -425,6 +438,13 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError>
 
 fn class_colour(class: usize) -> RGBColor {
     PALETTE[class % PALETTE.len()]
+}
+
+/// The class colour darkened, for its ideal line.
+fn ideal_colour(class: usize) -> RGBColor {
+    let RGBColor(r, g, b) = class_colour(class);
+    let darken = |v: u8| (u16::from(v) * 3 / 5) as u8;
+    RGBColor(darken(r), darken(g), darken(b))
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), PlotError>
@@ -444,7 +464,11 @@ where
         .y_label_area_size(72)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(plot_error)?;
+    let x_format = |v: &f64| format!("{v:.*}", chart.x_decimals);
+    let y_format = |v: &f64| format!("{v:.*}", chart.y_decimals);
     ctx.configure_mesh()
+        .x_label_formatter(&x_format)
+        .y_label_formatter(&y_format)
         .x_desc(chart.x_label.as_str())
         .y_desc(chart.y_label.as_str())
         .label_style(("sans-serif", 15))
@@ -452,9 +476,14 @@ where
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(plot_error)?;
-    for s in &chart.series {
-        let colour = class_colour(s.class);
-        let style = colour.stroke_width(if s.dashed { 2 } else { 3 });
+    // Measurements first, ideal lines on top so they stay visible where the two agree.
+    let solid = chart.series.iter().filter(|s| !s.dashed);
+    for s in solid.chain(chart.series.iter().filter(|s| s.dashed)) {
+        let style = if s.dashed {
+            ideal_colour(s.class).stroke_width(2)
+        } else {
+            class_colour(s.class).stroke_width(3)
+        };
         let drawn = if s.dashed {
             ctx.draw_series(DashedLineSeries::new(
                 s.points.iter().copied(),
@@ -469,8 +498,11 @@ where
         };
         let dashed = s.dashed;
         drawn.label(s.label.as_str()).legend(move |(x, y)| {
-            let end = if dashed { x + 10 } else { x + 24 };
-            PathElement::new(vec![(x, y), (end, y)], style)
+            // A dashed line shows as two dashes, a solid one as one stroke.
+            let second_start = if dashed { 14 } else { 8 };
+            EmptyElement::at((x, y))
+                + PathElement::new(vec![(0, 0), (8, 0)], style)
+                + PathElement::new(vec![(second_start, 0), (22, 0)], style)
         });
     }
     let position = match chart.legend {
@@ -486,4 +518,78 @@ where
         .draw()
         .map_err(plot_error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::run_fixture;
+
+    fn weighted() -> RunMetrics {
+        let (result, quanta) = run_fixture("premium-weighted");
+        RunMetrics::compute(&result, &quanta)
+    }
+
+    #[test]
+    fn every_plot_renders_to_png_and_svg() {
+        let m = weighted();
+        let files = render_all(&m).unwrap();
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.len(), 10);
+        assert!(names.contains(&"completions_by_index.png"));
+        assert!(names.contains(&"e2e_cdf.svg"));
+        for (name, bytes) in &files {
+            if name.ends_with(".png") {
+                assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}");
+                assert!(bytes.len() > 10_000, "{name} has content");
+            } else {
+                let text = std::str::from_utf8(bytes).unwrap();
+                assert!(text.starts_with("<svg"), "{name}");
+                assert!(
+                    text.contains("premium") && text.contains("regular"),
+                    "{name}"
+                );
+            }
+        }
+        // To look at them: ROUTERSIM_PLOT_DIR=/tmp/plots cargo test --lib report::plots
+        if let Some(dir) = std::env::var_os("ROUTERSIM_PLOT_DIR") {
+            crate::report::output::write_dir(std::path::Path::new(&dir), &files).unwrap();
+        }
+    }
+
+    #[test]
+    fn plots_are_deterministic() {
+        let (a, b) = (weighted(), weighted());
+        let chart = completions_by_index(&a);
+        assert_eq!(chart, completions_by_index(&b));
+        assert_eq!(
+            render(&chart, PlotFormat::Png).unwrap(),
+            render(&completions_by_index(&b), PlotFormat::Png).unwrap()
+        );
+        assert_eq!(
+            render(&chart, PlotFormat::Svg).unwrap(),
+            render(&completions_by_index(&b), PlotFormat::Svg).unwrap()
+        );
+    }
+
+    #[test]
+    fn ideal_curve_splits_by_quanta_then_hands_over() {
+        let m = weighted();
+        let ideal = ideal_completion_curve(&m);
+        // 4:1 while both have completions left: 256 premium of the first 320.
+        assert!((ideal[0][320] - 256.0).abs() < 1e-6, "{}", ideal[0][320]);
+        assert!((ideal[1][320] - 64.0).abs() < 1e-6);
+        // Premium runs out at completion 400; regular takes every later one.
+        assert!((ideal[0][400] - 320.0).abs() < 1e-6);
+        assert!((ideal[1][640] - 320.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn thinning_keeps_the_ends() {
+        let points: Vec<(f64, f64)> = (0..10_001).map(|i| (i as f64, 0.0)).collect();
+        let thinned = thin(points);
+        assert!(thinned.len() <= MAX_POINTS_PER_SERIES + 1);
+        assert_eq!(thinned[0], (0.0, 0.0));
+        assert_eq!(*thinned.last().unwrap(), (10_000.0, 0.0));
+    }
 }

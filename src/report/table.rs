@@ -59,3 +59,16 @@ pub fn class_table(metrics: &RunMetrics) -> String {
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::run_fixture;
+
+    #[test]
+    fn table_snapshot_for_the_weighted_premium_burst() {
+        let (result, quanta) = run_fixture("premium-weighted");
+        let table = class_table(&RunMetrics::compute(&result, &quanta));
+        insta::assert_snapshot!(table);
+    }
+}
