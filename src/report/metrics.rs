@@ -314,7 +314,7 @@ impl RunMetrics {
         count_requests(&result.records, &mut classes);
         set_ideal_shares(&mut classes);
         set_latencies(&result.records, &mut classes);
-        let completions = completion_order(&result.records);
+        let completions = completion_order(&result.records, class_count);
         let dispatches = dispatch_order(&result.records, class_count);
         for d in &dispatches {
             classes[d.class].service_tokens += d.uncached_tokens;
@@ -422,8 +422,11 @@ impl RunMetrics {
     pub fn remaining_when_done(&self, class: usize, done: usize, k: Option<u64>) -> Option<u64> {
         let k = k.unwrap_or(self.positions.get(done)?.len() as u64);
         let at = self.kth_completion(done, k)?;
-        let arrived = self.arrivals[class].partition_point(|&t| t <= at.time) as u64;
-        let unserved = self.ended_unserved[class].partition_point(|&t| t <= at.time) as u64;
+        let arrived = self.arrivals.get(class)?.partition_point(|&t| t <= at.time) as u64;
+        let unserved = self
+            .ended_unserved
+            .get(class)?
+            .partition_point(|&t| t <= at.time) as u64;
         let completed = self.completed_through(class, at.index);
         Some(arrived.saturating_sub(unserved + completed))
     }
@@ -607,12 +610,16 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
     }
 }
 
-/// Completed requests in (completion time, row) order, numbered from 1.
-pub fn completion_order(records: &[RequestRecord]) -> Vec<Completion> {
+/// Completed requests in (completion time, row) order, numbered from 1. A class index not
+/// below `class_count` counts as no class.
+pub fn completion_order(records: &[RequestRecord], class_count: usize) -> Vec<Completion> {
     let mut done: Vec<(SimTime, u64, Option<usize>)> = records
         .iter()
         .filter(|r| matches!(r.status, Status::Completed))
-        .filter_map(|r| Some((r.completion?, r.row, r.class_index)))
+        .filter_map(|r| {
+            let class = r.class_index.filter(|&c| c < class_count);
+            Some((r.completion?, r.row, class))
+        })
         .collect();
     done.sort_by_key(|&(time, row, _)| (time, row));
     done.into_iter()
@@ -982,6 +989,72 @@ mod tests {
         assert_eq!(m.jain_index(), None);
         assert_eq!(m.throughput_rps(), 0.0);
         assert_eq!(m.prefix_n, 0);
+    }
+
+    fn random_record(
+        row: u64,
+        (class, arrival, wait, service, kind): (usize, u64, u64, u64, u8),
+    ) -> RequestRecord {
+        let path = if wait == 0 {
+            Path::Immediate
+        } else {
+            Path::Queued
+        };
+        let mut r = done(
+            row,
+            class,
+            path,
+            [arrival, arrival + wait, arrival + wait + service],
+        );
+        r.input_tokens = 10 + service * 7;
+        if kind == 0 {
+            r.status = Status::Rejected("queue_full".into());
+            r.path = None;
+            r.dispatched = None;
+            r.first_token = None;
+            r.completion = Some(ms(arrival));
+        }
+        r
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn metrics_are_consistent_on_random_runs(
+            specs in proptest::collection::vec((0usize..3, 0u64..50, 0u64..20, 1u64..30, 0u8..5), 0..60),
+        ) {
+            let records = specs.into_iter().zip(0u64..).map(|(s, row)| random_record(row, s)).collect();
+            let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &[4, 2, 1]);
+            for (c, pair) in m.completions.windows(2).enumerate() {
+                proptest::prop_assert!((pair[0].time, pair[0].row) < (pair[1].time, pair[1].row));
+                proptest::prop_assert_eq!(pair[0].index, c as u64 + 1);
+            }
+            for n in [0, 1, 5, 17, 1000] {
+                let total: u64 = m.prefix_counts(n).iter().sum();
+                proptest::prop_assert_eq!(total, n.min(m.completed));
+            }
+            for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+                let has = m.classes[b].completed > 0;
+                proptest::prop_assert_eq!(m.remaining_when_done(a, b, None).is_some(), has);
+                if let Some(v) = m.count_at(a, b, 1) {
+                    proptest::prop_assert!(v <= m.classes[a].completed);
+                }
+            }
+            for w in &m.windows {
+                let served: u64 = w.service_tokens.iter().sum();
+                let ideal: f64 = w.ideal_tokens.iter().sum();
+                proptest::prop_assert!((served as f64 - ideal).abs() < 1e-6);
+                proptest::prop_assert!(w.start <= w.end);
+            }
+            for c in &m.classes {
+                proptest::prop_assert!(c.backlogged_service_tokens <= c.service_tokens);
+                let l = c.latencies.e2e;
+                proptest::prop_assert!(l.p50_ns <= l.p90_ns && l.p90_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
+                proptest::prop_assert!(l.mean_ns <= l.max_ns);
+            }
+            if let Some(j) = m.jain_index() {
+                proptest::prop_assert!(j > 0.0 && j <= 1.0 + 1e-12, "jain {}", j);
+            }
+        }
     }
 
     #[test]
