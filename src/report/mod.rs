@@ -1,9 +1,56 @@
-//! Reports: pure exporters from a run's records to bytes (CSV, JSON), and the terminal table.
+//! Reports: run metrics, pure exporters from a run to bytes (CSV, JSON, plots, JUnit), the
+//! terminal table, and expectation verdicts.
 //!
 //! Nothing here touches the file system; `output` is the one place that writes files.
+//!
+//! A run's report, in order: [`metrics::RunMetrics::compute`] once, then
+//! [`run_files`] (every result file) and [`table::class_table`] (the terminal); for
+//! `check`, [`evaluate::evaluate`], [`evaluate::format_outcome`] and [`junit::junit_xml`].
 
+pub mod evaluate;
 pub mod expect;
+pub mod files;
+pub mod junit;
+pub mod metrics;
 pub mod output;
+pub mod plots;
+pub mod table;
+#[cfg(test)]
+pub(crate) mod test_support;
+
+/// Every data file of a run (no plots), named as in the output-directory contract:
+/// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`. `meta` goes into
+/// `summary.json` as is (seed, scenario hash, version, command, ...).
+pub fn data_files(
+    result: &SimResult,
+    metrics: &metrics::RunMetrics,
+    meta: &serde_json::Value,
+) -> Vec<(String, Vec<u8>)> {
+    vec![
+        ("requests.csv".to_string(), requests_csv(result)),
+        (
+            "completions.csv".to_string(),
+            files::completions_csv(metrics),
+        ),
+        ("classes.csv".to_string(), files::classes_csv(metrics)),
+        (
+            "summary.json".to_string(),
+            files::summary_json(metrics, meta),
+        ),
+    ]
+}
+
+/// Every file of a run: [`data_files`] then every plot as PNG and SVG
+/// ([`plots::render_all`]). Hand the result to [`output::write_dir`].
+pub fn run_files(
+    result: &SimResult,
+    metrics: &metrics::RunMetrics,
+    meta: &serde_json::Value,
+) -> Result<Vec<(String, Vec<u8>)>, plots::PlotError> {
+    let mut all = data_files(result, metrics, meta);
+    all.extend(plots::render_all(metrics)?);
+    Ok(all)
+}
 
 use crate::sim::{RequestRecord, SimResult};
 use crate::time::format_ms;
@@ -113,7 +160,8 @@ pub fn class_counts(result: &SimResult) -> Vec<ClassCounts> {
     counts
 }
 
-/// `summary.json`: run metadata and per-class counts. A pure function of the run.
+/// `summary.json` with counts only. Superseded by [`files::summary_json`] (through
+/// [`data_files`]); kept until the CLI switches to it.
 pub fn summary_json(result: &SimResult, meta: &serde_json::Value) -> Vec<u8> {
     let classes: Vec<_> = class_counts(result)
         .into_iter()
@@ -138,7 +186,7 @@ pub fn summary_json(result: &SimResult, meta: &serde_json::Value) -> Vec<u8> {
     bytes
 }
 
-/// A compact per-class table for the terminal.
+/// A table of counts only. Superseded by [`table::class_table`]; kept until the CLI switches.
 pub fn class_table(result: &SimResult) -> String {
     let mut out = format!(
         "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
@@ -151,4 +199,37 @@ pub fn class_table(result: &SimResult) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_support::run_fixture;
+
+    fn files_of_one_run() -> Vec<(String, Vec<u8>)> {
+        let (result, quanta) = run_fixture("premium-weighted");
+        let m = metrics::RunMetrics::compute(&result, &quanta);
+        run_files(&result, &m, &serde_json::json!({"seed": 0})).unwrap()
+    }
+
+    #[test]
+    fn every_output_byte_is_a_function_of_the_run() {
+        let (a, b) = (files_of_one_run(), files_of_one_run());
+        let names: Vec<&str> = a.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names[..4],
+            [
+                "requests.csv",
+                "completions.csv",
+                "classes.csv",
+                "summary.json"
+            ]
+        );
+        assert_eq!(
+            names.len(),
+            14,
+            "four data files and five plots in two formats"
+        );
+        assert_eq!(a, b);
+    }
 }

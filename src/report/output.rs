@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// Writes `files` (name, bytes) into `dir`. They are first written into a fresh sibling
 /// directory, which then replaces `dir`, so an interrupted or failed write never leaves a
 /// half-written result behind.
-pub fn write_dir(dir: &Path, files: &[(&str, Vec<u8>)]) -> io::Result<()> {
+pub fn write_dir<S: AsRef<str>>(dir: &Path, files: &[(S, Vec<u8>)]) -> io::Result<()> {
     let parent = dir
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -24,7 +24,7 @@ pub fn write_dir(dir: &Path, files: &[(&str, Vec<u8>)]) -> io::Result<()> {
     fs::create_dir(&staging)?;
     let written = files
         .iter()
-        .try_for_each(|(file, bytes)| fs::write(staging.join(file), bytes));
+        .try_for_each(|(file, bytes)| fs::write(staging.join(file.as_ref()), bytes));
     if let Err(e) = written {
         let _ = fs::remove_dir_all(&staging);
         return Err(e);
@@ -33,6 +33,26 @@ pub fn write_dir(dir: &Path, files: &[(&str, Vec<u8>)]) -> io::Result<()> {
         fs::remove_dir_all(dir)?;
     }
     fs::rename(&staging, dir)
+}
+
+/// Writes one file (e.g. the `--junit` report) whole or not at all: into a sibling temporary
+/// file first, then renamed over `path`.
+pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(parent)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let staging = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    if let Err(e) = fs::write(&staging, bytes) {
+        let _ = fs::remove_file(&staging);
+        return Err(e);
+    }
+    fs::rename(&staging, path)
 }
 
 #[cfg(test)]
@@ -49,5 +69,16 @@ mod tests {
         assert_eq!(fs::read(out.join("y.csv")).unwrap(), b"2");
         let leftovers: Vec<_> = fs::read_dir(out.parent().unwrap()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no staging directory is left behind");
+    }
+
+    #[test]
+    fn writes_one_file_whole_and_replaces_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("ci/junit.xml");
+        write_file(&file, b"old").unwrap();
+        write_file(&file, b"new").unwrap();
+        assert_eq!(fs::read(&file).unwrap(), b"new");
+        let entries: Vec<_> = fs::read_dir(file.parent().unwrap()).unwrap().collect();
+        assert_eq!(entries.len(), 1, "no staging file is left behind");
     }
 }

@@ -1,0 +1,283 @@
+//! Pure exporters of a run's metrics to the result files `completions.csv`, `classes.csv`
+//! and `summary.json` (DESIGN.md contract). Every byte is a function of the metrics and the
+//! metadata passed in: fixed float formatting, no map iteration.
+
+use super::metrics::{LatencyKind, LatencyStats, RunMetrics, Stat};
+use crate::time::format_ms;
+use serde_json::{Value, json};
+
+/// Fixed-point text for a ratio in CSV files (4 decimals).
+fn ratio(v: f64) -> String {
+    format!("{v:.4}")
+}
+
+fn opt_ratio(v: Option<f64>) -> String {
+    v.map(ratio).unwrap_or_default()
+}
+
+/// A float for JSON, rounded to 6 decimals so the text is short and stable.
+fn json_f64(v: f64) -> Value {
+    json!((v * 1e6).round() / 1e6)
+}
+
+fn json_opt_f64(v: Option<f64>) -> Value {
+    v.map_or(Value::Null, json_f64)
+}
+
+fn write_row(w: &mut csv::Writer<Vec<u8>>, row: &[String]) {
+    w.write_record(row)
+        .expect("writing CSV to memory cannot fail");
+}
+
+fn finish(w: csv::Writer<Vec<u8>>) -> Vec<u8> {
+    w.into_inner().expect("writing CSV to memory cannot fail")
+}
+
+/// `completions.csv`: `index,time_ms,row,class`, then one column per class (named after it)
+/// with that class's cumulative completions through this row. Rows in completion order.
+pub fn completions_csv(metrics: &RunMetrics) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = ["index", "time_ms", "row", "class"]
+        .map(String::from)
+        .to_vec();
+    header.extend(metrics.classes.iter().map(|c| c.name.clone()));
+    write_row(&mut w, &header);
+    let mut cumulative = vec![0u64; metrics.classes.len()];
+    for c in &metrics.completions {
+        if let Some(class) = c.class {
+            cumulative[class] += 1;
+        }
+        let mut row = vec![
+            c.index.to_string(),
+            format_ms(c.time.as_ns()),
+            c.row.to_string(),
+            c.class
+                .map(|i| metrics.classes[i].name.clone())
+                .unwrap_or_default(),
+        ];
+        row.extend(cumulative.iter().map(u64::to_string));
+        write_row(&mut w, &row);
+    }
+    finish(w)
+}
+
+/// The latency columns of `classes.csv`, in order.
+const CSV_LATENCIES: [LatencyKind; 3] =
+    [LatencyKind::Ttft, LatencyKind::E2e, LatencyKind::QueueWait];
+
+/// Columns of `classes.csv`, in order.
+pub fn classes_columns() -> Vec<String> {
+    let mut columns: Vec<String> = [
+        "class",
+        "quantum_tokens",
+        "ideal_share",
+        "requests",
+        "immediate",
+        "queued",
+        "completed",
+        "rejected",
+        "aborted",
+        "pending",
+        "prefix_n",
+        "prefix_count",
+        "prefix_share",
+    ]
+    .map(String::from)
+    .to_vec();
+    for kind in CSV_LATENCIES {
+        for stat in Stat::ALL {
+            columns.push(format!("{}_ms_{}", kind.name(), stat.name()));
+        }
+    }
+    columns.extend(
+        [
+            "service_tokens",
+            "backlogged_service_tokens",
+            "backlogged_share",
+            "backlogged_ideal_share",
+            "backlogged_share_gap",
+        ]
+        .map(String::from),
+    );
+    columns
+}
+
+/// `classes.csv`: one row per class, columns as [`classes_columns`]. Prefix figures are for
+/// the first `metrics.prefix_n` completions; latencies in ms with ns precision (empty without
+/// samples); shares with 4 decimals.
+pub fn classes_csv(metrics: &RunMetrics) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    write_row(&mut w, &classes_columns());
+    let n = metrics.prefix_n;
+    for (i, c) in metrics.classes.iter().enumerate() {
+        let mut row = vec![
+            c.name.clone(),
+            c.quantum_tokens.to_string(),
+            ratio(c.ideal_share),
+            c.requests.to_string(),
+            c.immediate.to_string(),
+            c.queued.to_string(),
+            c.completed.to_string(),
+            c.rejected.to_string(),
+            c.aborted.to_string(),
+            c.pending.to_string(),
+            n.to_string(),
+            metrics.completed_through(i, n).to_string(),
+            opt_ratio(metrics.prefix_share(i, n)),
+        ];
+        for kind in CSV_LATENCIES {
+            let stats = c.latencies.of(kind);
+            row.extend(Stat::ALL.map(|s| stats.get(s).map(format_ms).unwrap_or_default()));
+        }
+        let shares = metrics.backlogged_shares(i);
+        row.extend([
+            c.service_tokens.to_string(),
+            c.backlogged_service_tokens.to_string(),
+            opt_ratio(shares.map(|s| s.0)),
+            opt_ratio(shares.map(|s| s.1)),
+            opt_ratio(metrics.token_share_gap(i)),
+        ]);
+        write_row(&mut w, &row);
+    }
+    finish(w)
+}
+
+fn latency_json(stats: &LatencyStats) -> Value {
+    let mut object = serde_json::Map::new();
+    object.insert("count".into(), json!(stats.count));
+    for stat in Stat::ALL {
+        let ms = stats.get(stat).map(|ns| ns as f64 / 1e6);
+        object.insert(stat.name().into(), json_opt_f64(ms));
+    }
+    Value::Object(object)
+}
+
+fn class_json(metrics: &RunMetrics, i: usize) -> Value {
+    let c = &metrics.classes[i];
+    let n = metrics.prefix_n;
+    let mut latency = serde_json::Map::new();
+    for kind in LatencyKind::ALL {
+        latency.insert(kind.name().into(), latency_json(c.latencies.of(kind)));
+    }
+    let shares = metrics.backlogged_shares(i);
+    json!({
+        "class": c.name,
+        "quantum_tokens": c.quantum_tokens,
+        "ideal_share": json_f64(c.ideal_share),
+        "requests": c.requests,
+        "immediate": c.immediate,
+        "queued": c.queued,
+        "completed": c.completed,
+        "rejected": c.rejected,
+        "aborted": c.aborted,
+        "pending": c.pending,
+        "prefix_count": metrics.completed_through(i, n),
+        "prefix_share": json_opt_f64(metrics.prefix_share(i, n)),
+        "latency_ms": Value::Object(latency),
+        "service_tokens": c.service_tokens,
+        "backlogged_service_tokens": c.backlogged_service_tokens,
+        "backlogged_share": json_opt_f64(shares.map(|s| s.0)),
+        "backlogged_ideal_share": json_opt_f64(shares.map(|s| s.1)),
+        "backlogged_share_gap": json_opt_f64(metrics.token_share_gap(i)),
+    })
+}
+
+fn fairness_json(metrics: &RunMetrics) -> Value {
+    let backlogged_ns: u64 = metrics
+        .windows
+        .iter()
+        .map(|w| w.end.saturating_since(w.start).as_ns())
+        .sum();
+    json!({
+        "backlogged_windows": metrics.windows.len(),
+        "backlogged_ms": json_f64(backlogged_ns as f64 / 1e6),
+        "worst_token_share_gap": json_opt_f64(metrics.worst_token_share_gap()),
+        "worst_window_gap": json_opt_f64(metrics.worst_window_gap()),
+        "jain_index": json_opt_f64(metrics.jain_index()),
+    })
+}
+
+/// `summary.json`: `meta` (run metadata from the caller: seed, scenario hash, version, ...),
+/// run totals, throughput, fairness over backlogged windows, and per-class figures.
+pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
+    let classes: Vec<Value> = (0..metrics.classes.len())
+        .map(|i| class_json(metrics, i))
+        .collect();
+    let value = json!({
+        "meta": meta,
+        "requests": metrics.requests,
+        "completed": metrics.completed,
+        "rejected": metrics.rejected,
+        "aborted": metrics.aborted,
+        "pending": metrics.pending,
+        "makespan_ms": json_f64(metrics.makespan.as_ms_f64()),
+        "events": metrics.events,
+        "stop_reason": metrics.stop_reason,
+        "throughput_rps": json_f64(metrics.throughput_rps()),
+        "output_tokens_per_s": json_f64(metrics.output_tokens_per_s()),
+        "prefix_n": metrics.prefix_n,
+        "fairness": fairness_json(metrics),
+        "classes": classes,
+    });
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON values serialise");
+    bytes.push(b'\n');
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::run_fixture;
+
+    fn weighted() -> RunMetrics {
+        let (result, quanta) = run_fixture("premium-weighted");
+        RunMetrics::compute(&result, &quanta)
+    }
+
+    #[test]
+    fn completions_csv_counts_every_class_cumulatively() {
+        let m = weighted();
+        let text = String::from_utf8(completions_csv(&m)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "index,time_ms,row,class,premium,regular");
+        assert_eq!(lines.len(), 641);
+        let row_320: Vec<&str> = lines[320].split(',').collect();
+        assert_eq!((row_320[0], row_320[4], row_320[5]), ("320", "255", "65"));
+        assert!(lines[640].ends_with(",320,320"));
+    }
+
+    #[test]
+    fn classes_csv_snapshot() {
+        let m = weighted();
+        insta::assert_snapshot!(String::from_utf8(classes_csv(&m)).unwrap());
+    }
+
+    #[test]
+    fn summary_json_holds_totals_fairness_and_classes() {
+        let m = weighted();
+        let meta = json!({"seed": 7, "scenario_hash": "abc", "version": "0.1.0"});
+        let v: Value = serde_json::from_slice(&summary_json(&m, &meta)).unwrap();
+        assert_eq!(v["meta"]["seed"], 7);
+        assert_eq!(v["completed"], 640);
+        assert_eq!(v["prefix_n"], 320);
+        assert_eq!(v["classes"][0]["class"], "premium");
+        assert_eq!(v["classes"][0]["prefix_count"], 255);
+        assert_eq!(v["classes"][0]["ideal_share"], 0.8);
+        assert!(
+            v["classes"][1]["latency_ms"]["ttft"]["p99"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+        assert!(v["fairness"]["jain_index"].as_f64().unwrap() > 0.95);
+    }
+
+    #[test]
+    fn exporters_are_pure_functions_of_the_run() {
+        let (a, b) = (weighted(), weighted());
+        let meta = json!({"seed": 0});
+        assert_eq!(completions_csv(&a), completions_csv(&b));
+        assert_eq!(classes_csv(&a), classes_csv(&b));
+        assert_eq!(summary_json(&a, &meta), summary_json(&b, &meta));
+    }
+}

@@ -1,0 +1,1080 @@
+//! Run metrics: pure functions from a run's records (and the class quanta) to the figures that
+//! the result files, the terminal table, the plots and the expectations report.
+//!
+//! Definitions (each is a documented choice, used consistently everywhere):
+//! - **Completion order**: completed requests sorted by (completion time, row); positions are
+//!   1-based (`index` 1 is the first completion). Rejected and aborted requests never enter it.
+//! - **Ideal DRR share** of a class: its quantum over the sum of the quanta of the classes that
+//!   had at least one request in the run (a class without requests competes for nothing).
+//! - **Token service**: a request's uncached prefill tokens, `input - reused` (saturating),
+//!   attributed to its class at its **dispatch** time: dispatch is the DRR decision, and it is
+//!   also the instant a queued request stops backlogging its class.
+//! - **Backlog**: a request that took the queued path backlogs its class from its arrival to its
+//!   dispatch (to the end of the run if it was never dispatched). A *backlogged window* is a
+//!   maximal span in which two or more classes are backlogged at once. A dispatch at time `t`
+//!   counts in the window that is open just before the backlog changes at `t`, and only for a
+//!   class that is backlogged then; its ideal is split among the classes backlogged at that
+//!   moment in proportion to their quanta.
+//! - **Percentiles**: nearest rank: the `p`-th percentile of `n` sorted values is the value at
+//!   rank `ceil(p * n / 100)` (1-based, at least 1). Means round to the nearest nanosecond.
+//! - **Jain's fairness index** of quantum-normalised service: over the classes with a non-zero
+//!   ideal in the backlogged windows, `x_c = service_c / ideal_c`, and
+//!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
+
+use crate::scheduling::scheduler::Path;
+use crate::sim::{RequestRecord, SimResult, Status};
+use crate::time::SimTime;
+
+/// One completion, in completion order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// 1-based position in the completion order.
+    pub index: u64,
+    pub time: SimTime,
+    /// The request's trace row (or generated index).
+    pub row: u64,
+    /// The resolved class, if the request resolved one.
+    pub class: Option<usize>,
+}
+
+/// Summary statistics of one latency distribution, in nanoseconds. With `count == 0` every
+/// statistic is `None` (see [`LatencyStats::get`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LatencyStats {
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Which statistic of a latency distribution.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stat {
+    Mean,
+    P50,
+    P90,
+    P99,
+    Max,
+}
+
+impl Stat {
+    /// Every statistic, in report order.
+    pub const ALL: [Stat; 5] = [Stat::Mean, Stat::P50, Stat::P90, Stat::P99, Stat::Max];
+
+    /// The suffix used in metric names (`mean`, `p50`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stat::Mean => "mean",
+            Stat::P50 => "p50",
+            Stat::P90 => "p90",
+            Stat::P99 => "p99",
+            Stat::Max => "max",
+        }
+    }
+}
+
+/// Which latency of a request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LatencyKind {
+    /// Dispatch minus arrival, for every dispatched request.
+    QueueWait,
+    /// First token minus arrival.
+    Ttft,
+    /// Completion minus arrival, for completed requests.
+    E2e,
+    /// Inter-token latency: (completion - first token) / (output - 1), for completed requests
+    /// with more than one output token.
+    Itl,
+}
+
+impl LatencyKind {
+    /// Every kind, in report order.
+    pub const ALL: [LatencyKind; 4] = [
+        LatencyKind::Ttft,
+        LatencyKind::E2e,
+        LatencyKind::QueueWait,
+        LatencyKind::Itl,
+    ];
+
+    /// The prefix used in metric names (`ttft`, `e2e`, `queue_wait`, `itl`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LatencyKind::QueueWait => "queue_wait",
+            LatencyKind::Ttft => "ttft",
+            LatencyKind::E2e => "e2e",
+            LatencyKind::Itl => "itl",
+        }
+    }
+}
+
+/// A latency metric name such as `ttft_ms_p99`: `<kind>_ms_<stat>`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LatencyMetric {
+    pub kind: LatencyKind,
+    pub stat: Stat,
+}
+
+impl LatencyMetric {
+    /// Parses `<kind>_ms_<stat>` with kind in `ttft|e2e|queue_wait|itl` and stat in
+    /// `mean|p50|p90|p99|max`; `None` for any other name.
+    pub fn parse(name: &str) -> Option<LatencyMetric> {
+        let (kind_name, stat_name) = name.split_once("_ms_")?;
+        let kind = LatencyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind_name)?;
+        let stat = Stat::ALL.into_iter().find(|s| s.name() == stat_name)?;
+        Some(LatencyMetric { kind, stat })
+    }
+
+    /// Every known metric name, for error messages.
+    pub fn all_names() -> Vec<String> {
+        LatencyKind::ALL
+            .iter()
+            .flat_map(|k| {
+                Stat::ALL
+                    .iter()
+                    .map(move |s| format!("{}_ms_{}", k.name(), s.name()))
+            })
+            .collect()
+    }
+}
+
+impl LatencyStats {
+    /// Statistics of `values_ns` (any order) with nearest-rank percentiles.
+    pub fn from_values(mut values_ns: Vec<u64>) -> LatencyStats {
+        values_ns.sort_unstable();
+        LatencyStats::from_sorted(&values_ns)
+    }
+
+    /// Statistics of ascending `values_ns` with nearest-rank percentiles.
+    pub fn from_sorted(values_ns: &[u64]) -> LatencyStats {
+        debug_assert!(values_ns.is_sorted(), "samples are sorted");
+        if values_ns.is_empty() {
+            return LatencyStats::default();
+        }
+        let n = values_ns.len() as u64;
+        let sum: u128 = values_ns.iter().map(|&v| u128::from(v)).sum();
+        let mean = (sum + u128::from(n) / 2) / u128::from(n);
+        LatencyStats {
+            count: n,
+            mean_ns: mean as u64,
+            p50_ns: nearest_rank(values_ns, 50),
+            p90_ns: nearest_rank(values_ns, 90),
+            p99_ns: nearest_rank(values_ns, 99),
+            max_ns: *values_ns.last().expect("non-empty"),
+        }
+    }
+
+    /// One statistic in nanoseconds, `None` when there are no values.
+    pub fn get(&self, stat: Stat) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        Some(match stat {
+            Stat::Mean => self.mean_ns,
+            Stat::P50 => self.p50_ns,
+            Stat::P90 => self.p90_ns,
+            Stat::P99 => self.p99_ns,
+            Stat::Max => self.max_ns,
+        })
+    }
+}
+
+/// The nearest-rank `percent`-th percentile of non-empty ascending `sorted`.
+pub fn nearest_rank(sorted: &[u64], percent: u64) -> u64 {
+    assert!(!sorted.is_empty() && percent <= 100);
+    let n = sorted.len() as u64;
+    let rank = (percent * n).div_ceil(100).max(1);
+    sorted[(rank - 1) as usize]
+}
+
+/// Per-class latency distributions.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassLatencies {
+    pub queue_wait: LatencyStats,
+    pub ttft: LatencyStats,
+    pub e2e: LatencyStats,
+    pub itl: LatencyStats,
+}
+
+impl ClassLatencies {
+    /// The distribution of one kind.
+    pub fn of(&self, kind: LatencyKind) -> &LatencyStats {
+        match kind {
+            LatencyKind::QueueWait => &self.queue_wait,
+            LatencyKind::Ttft => &self.ttft,
+            LatencyKind::E2e => &self.e2e,
+            LatencyKind::Itl => &self.itl,
+        }
+    }
+}
+
+/// Everything measured about one class.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClassMetrics {
+    pub name: String,
+    pub quantum_tokens: u64,
+    /// Quantum share among the classes that had requests (0 for a class without requests).
+    pub ideal_share: f64,
+    pub requests: u64,
+    pub immediate: u64,
+    pub queued: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub aborted: u64,
+    /// Still in the system when the run stopped (only after a limit).
+    pub pending: u64,
+    pub output_tokens_completed: u64,
+    pub latencies: ClassLatencies,
+    /// Uncached prefill tokens of every dispatched request of this class.
+    pub service_tokens: u64,
+    /// The part of `service_tokens` dispatched while this class and another were backlogged.
+    pub backlogged_service_tokens: u64,
+    /// This class's ideal DRR entitlement of the backlogged service, in tokens.
+    pub backlogged_ideal_tokens: f64,
+    /// Every TTFT sample in ns, ascending (for CDF plots).
+    pub ttft_samples_ns: Vec<u64>,
+    /// Every end-to-end latency sample in ns, ascending (for CDF plots).
+    pub e2e_samples_ns: Vec<u64>,
+}
+
+/// A maximal span in which two or more classes were backlogged, and the service in it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BacklogWindow {
+    pub start: SimTime,
+    pub end: SimTime,
+    /// Uncached tokens dispatched per class (indexed by class) while backlogged in the window.
+    pub service_tokens: Vec<u64>,
+    /// Each class's ideal DRR entitlement of that service, in tokens.
+    pub ideal_tokens: Vec<f64>,
+}
+
+impl BacklogWindow {
+    /// The largest |share - ideal share| over the classes in this window (0 without service).
+    pub fn worst_gap(&self) -> f64 {
+        let total: u64 = self.service_tokens.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let total = total as f64;
+        self.service_tokens
+            .iter()
+            .zip(&self.ideal_tokens)
+            .map(|(&s, &i)| ((s as f64 - i) / total).abs())
+            .fold(0.0, f64::max)
+    }
+}
+
+/// One dispatch's service: the token-service curve is the running sum of these.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    pub time: SimTime,
+    pub row: u64,
+    pub class: usize,
+    pub uncached_tokens: u64,
+}
+
+/// Everything the result files, the table, the plots and the expectations need about a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunMetrics {
+    pub classes: Vec<ClassMetrics>,
+    /// Completions in completion order.
+    pub completions: Vec<Completion>,
+    /// Dispatches of resolved requests in (time, row) order.
+    pub dispatches: Vec<Dispatch>,
+    pub windows: Vec<BacklogWindow>,
+    /// The prefix length that `classes.csv` and the table report shares for: the smallest
+    /// completed count among the classes that had requests (Dynamo's test uses 320 = one
+    /// class's total). Change it with [`RunMetrics::with_prefix_n`].
+    pub prefix_n: u64,
+    pub requests: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub aborted: u64,
+    pub pending: u64,
+    pub makespan: SimTime,
+    pub events: u64,
+    pub stop_reason: String,
+    /// Per class, the positions (1-based) of its completions in completion order, ascending.
+    positions: Vec<Vec<u64>>,
+    /// Per class, the arrival times of its requests, ascending.
+    arrivals: Vec<Vec<SimTime>>,
+    /// Per class, when its rejected or aborted requests ended, ascending.
+    ended_unserved: Vec<Vec<SimTime>>,
+}
+
+impl RunMetrics {
+    /// Measures `result`. `quanta_tokens[c]` is the DRR quantum of class `c` (as in
+    /// `result.class_names`); a missing entry counts as quantum 1.
+    pub fn compute(result: &SimResult, quanta_tokens: &[u64]) -> RunMetrics {
+        let class_count = result.class_names.len();
+        let mut classes = class_shells(result, quanta_tokens);
+        count_requests(&result.records, &mut classes);
+        set_ideal_shares(&mut classes);
+        set_latencies(&result.records, &mut classes);
+        let completions = completion_order(&result.records, class_count);
+        let dispatches = dispatch_order(&result.records, class_count);
+        for d in &dispatches {
+            classes[d.class].service_tokens += d.uncached_tokens;
+        }
+        let quanta: Vec<u64> = classes.iter().map(|c| c.quantum_tokens).collect();
+        let windows = backlog_windows(&result.records, &dispatches, &quanta, result.end_time);
+        for w in &windows {
+            for (c, class) in classes.iter_mut().enumerate() {
+                class.backlogged_service_tokens += w.service_tokens[c];
+                class.backlogged_ideal_tokens += w.ideal_tokens[c];
+            }
+        }
+        let mut positions = vec![Vec::new(); class_count];
+        for c in &completions {
+            if let Some(class) = c.class {
+                positions[class].push(c.index);
+            }
+        }
+        let (arrivals, ended_unserved) = arrivals_and_unserved_ends(&result.records, class_count);
+        let prefix_n = classes
+            .iter()
+            .filter(|c| c.requests > 0)
+            .map(|c| c.completed)
+            .min()
+            .unwrap_or(0);
+        RunMetrics {
+            requests: result.records.len() as u64,
+            completed: completions.len() as u64,
+            rejected: count_status(result, "rejected"),
+            aborted: count_status(result, "aborted"),
+            pending: count_status(result, "pending"),
+            makespan: result.end_time,
+            events: result.events,
+            stop_reason: result.stop_reason.to_string(),
+            prefix_n,
+            classes,
+            completions,
+            dispatches,
+            windows,
+            positions,
+            arrivals,
+            ended_unserved,
+        }
+    }
+
+    /// The same metrics reporting prefix shares for the first `n` completions.
+    pub fn with_prefix_n(mut self, n: u64) -> RunMetrics {
+        self.prefix_n = n;
+        self
+    }
+
+    /// The index of the class called `name`.
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name == name)
+    }
+
+    /// How many of the first `n` completions belong to each class (all of them if `n` exceeds
+    /// the completions).
+    pub fn prefix_counts(&self, n: u64) -> Vec<u64> {
+        (0..self.classes.len())
+            .map(|c| self.completed_through(c, n))
+            .collect()
+    }
+
+    /// How many of class `class`'s completions are at positions `1..=position`.
+    pub fn completed_through(&self, class: usize, position: u64) -> u64 {
+        self.positions
+            .get(class)
+            .map_or(0, |p| p.partition_point(|&i| i <= position) as u64)
+    }
+
+    /// Class `class`'s share of the first `n` completions (`None` when `n` is 0). The
+    /// denominator is `min(n, completions)`.
+    pub fn prefix_share(&self, class: usize, n: u64) -> Option<f64> {
+        let denominator = n.min(self.completions.len() as u64);
+        if denominator == 0 {
+            return None;
+        }
+        Some(self.completed_through(class, n) as f64 / denominator as f64)
+    }
+
+    /// The position and time of class `class`'s `k`-th completion (1-based).
+    pub fn kth_completion(&self, class: usize, k: u64) -> Option<&Completion> {
+        let position = *self.positions.get(class)?.get(k.checked_sub(1)? as usize)?;
+        self.completions.get((position - 1) as usize)
+    }
+
+    /// Completions of `class` at the moment `when` completes its `k`-th request (inclusive).
+    pub fn count_at(&self, class: usize, when: usize, k: u64) -> Option<u64> {
+        let at = self.kth_completion(when, k)?;
+        Some(self.completed_through(class, at.index))
+    }
+
+    /// Completions of `class` between `when`'s `from`-th and `to`-th completions.
+    pub fn growth(&self, class: usize, when: usize, from: u64, to: u64) -> Option<i64> {
+        let start = self.count_at(class, when, from)?;
+        let end = self.count_at(class, when, to)?;
+        Some(end as i64 - start as i64)
+    }
+
+    /// Requests of `class` unfinished when `done` completes its `k`-th request (its last when
+    /// `k` is `None`): those that had arrived by then, had not completed before it in the
+    /// completion order, and had not been rejected or aborted by then. With every request
+    /// released at once and none rejected this is Dynamo's "total − completions".
+    pub fn remaining_when_done(&self, class: usize, done: usize, k: Option<u64>) -> Option<u64> {
+        let k = k.unwrap_or(self.positions.get(done)?.len() as u64);
+        let at = self.kth_completion(done, k)?;
+        let arrived = self.arrivals.get(class)?.partition_point(|&t| t <= at.time) as u64;
+        let unserved = self
+            .ended_unserved
+            .get(class)?
+            .partition_point(|&t| t <= at.time) as u64;
+        let completed = self.completed_through(class, at.index);
+        Some(arrived.saturating_sub(unserved + completed))
+    }
+
+    /// The class's share of the service dispatched in backlogged windows minus its ideal share
+    /// there; `None` when no service happened in such a window.
+    pub fn token_share_gap(&self, class: usize) -> Option<f64> {
+        let total: u64 = self
+            .classes
+            .iter()
+            .map(|c| c.backlogged_service_tokens)
+            .sum();
+        if total == 0 {
+            return None;
+        }
+        let c = self.classes.get(class)?;
+        Some((c.backlogged_service_tokens as f64 - c.backlogged_ideal_tokens) / total as f64)
+    }
+
+    /// The class's share of service in backlogged windows, and its ideal share there.
+    pub fn backlogged_shares(&self, class: usize) -> Option<(f64, f64)> {
+        let total: u64 = self
+            .classes
+            .iter()
+            .map(|c| c.backlogged_service_tokens)
+            .sum();
+        let c = self.classes.get(class)?;
+        (total > 0).then(|| {
+            (
+                c.backlogged_service_tokens as f64 / total as f64,
+                c.backlogged_ideal_tokens / total as f64,
+            )
+        })
+    }
+
+    /// The worst |share - ideal| over all classes, aggregated over every backlogged window.
+    pub fn worst_token_share_gap(&self) -> Option<f64> {
+        (0..self.classes.len())
+            .filter_map(|c| self.token_share_gap(c))
+            .map(f64::abs)
+            .reduce(f64::max)
+    }
+
+    /// The worst |share - ideal| within any single backlogged window (short windows are noisy:
+    /// one dispatch is a whole share).
+    pub fn worst_window_gap(&self) -> Option<f64> {
+        self.windows
+            .iter()
+            .map(BacklogWindow::worst_gap)
+            .reduce(f64::max)
+    }
+
+    /// Jain's fairness index of quantum-normalised backlogged service (see the module docs);
+    /// `None` without backlogged service.
+    pub fn jain_index(&self) -> Option<f64> {
+        let xs: Vec<f64> = self
+            .classes
+            .iter()
+            .filter(|c| c.backlogged_ideal_tokens > 0.0)
+            .map(|c| c.backlogged_service_tokens as f64 / c.backlogged_ideal_tokens)
+            .collect();
+        let sum: f64 = xs.iter().sum();
+        let sum_sq: f64 = xs.iter().map(|x| x * x).sum();
+        (sum_sq > 0.0).then(|| sum * sum / (xs.len() as f64 * sum_sq))
+    }
+
+    /// A latency statistic of `class` in milliseconds.
+    pub fn latency_ms(&self, class: usize, metric: LatencyMetric) -> Option<f64> {
+        let ns = self
+            .classes
+            .get(class)?
+            .latencies
+            .of(metric.kind)
+            .get(metric.stat)?;
+        Some(ns as f64 / 1e6)
+    }
+
+    /// Completed requests per second of simulated time (0 for an empty run).
+    pub fn throughput_rps(&self) -> f64 {
+        per_second(self.completed, self.makespan)
+    }
+
+    /// Output tokens of completed requests per second of simulated time.
+    pub fn output_tokens_per_s(&self) -> f64 {
+        let tokens = self.classes.iter().map(|c| c.output_tokens_completed).sum();
+        per_second(tokens, self.makespan)
+    }
+}
+
+fn per_second(count: u64, span: SimTime) -> f64 {
+    if span == SimTime::ZERO {
+        return 0.0;
+    }
+    count as f64 / span.as_secs_f64()
+}
+
+fn count_status(result: &SimResult, status: &str) -> u64 {
+    result.count(status) as u64
+}
+
+fn class_shells(result: &SimResult, quanta_tokens: &[u64]) -> Vec<ClassMetrics> {
+    result
+        .class_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| ClassMetrics {
+            name: name.clone(),
+            quantum_tokens: quanta_tokens.get(i).copied().unwrap_or(1).max(1),
+            ..ClassMetrics::default()
+        })
+        .collect()
+}
+
+fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
+    for r in records {
+        let Some(c) = r.class_index.and_then(|i| classes.get_mut(i)) else {
+            continue;
+        };
+        c.requests += 1;
+        match r.path {
+            Some(Path::Immediate) => c.immediate += 1,
+            Some(Path::Queued) => c.queued += 1,
+            None => {}
+        }
+        match r.status {
+            Status::Completed => {
+                c.completed += 1;
+                c.output_tokens_completed += r.output_tokens;
+            }
+            Status::Rejected(_) => c.rejected += 1,
+            Status::Aborted => c.aborted += 1,
+            Status::Pending => c.pending += 1,
+        }
+    }
+}
+
+fn set_ideal_shares(classes: &mut [ClassMetrics]) {
+    let active_quanta: u64 = classes
+        .iter()
+        .filter(|c| c.requests > 0)
+        .map(|c| c.quantum_tokens)
+        .sum();
+    for c in classes.iter_mut().filter(|c| c.requests > 0) {
+        c.ideal_share = c.quantum_tokens as f64 / active_quanta as f64;
+    }
+}
+
+fn since(later: Option<SimTime>, earlier: SimTime) -> Option<u64> {
+    later.map(|t| t.saturating_since(earlier).as_ns())
+}
+
+fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
+    let mut values: Vec<[Vec<u64>; 4]> = vec![Default::default(); classes.len()];
+    for r in records {
+        let Some(v) = r.class_index.and_then(|i| values.get_mut(i)) else {
+            continue;
+        };
+        v[0].extend(since(r.dispatched, r.arrival));
+        if !matches!(r.status, Status::Completed) {
+            continue;
+        }
+        v[1].extend(since(r.first_token, r.arrival));
+        v[2].extend(since(r.completion, r.arrival));
+        if let (Some(first), Some(done)) = (r.first_token, r.completion)
+            && r.output_tokens > 1
+        {
+            v[3].push(done.saturating_since(first).as_ns() / (r.output_tokens - 1));
+        }
+    }
+    for (class, [queue_wait, mut ttft, mut e2e, itl]) in classes.iter_mut().zip(values) {
+        ttft.sort_unstable();
+        e2e.sort_unstable();
+        class.latencies = ClassLatencies {
+            queue_wait: LatencyStats::from_values(queue_wait),
+            ttft: LatencyStats::from_sorted(&ttft),
+            e2e: LatencyStats::from_sorted(&e2e),
+            itl: LatencyStats::from_values(itl),
+        };
+        class.ttft_samples_ns = ttft;
+        class.e2e_samples_ns = e2e;
+    }
+}
+
+/// Completed requests in (completion time, row) order, numbered from 1. A class index not
+/// below `class_count` counts as no class.
+pub fn completion_order(records: &[RequestRecord], class_count: usize) -> Vec<Completion> {
+    let mut done: Vec<(SimTime, u64, Option<usize>)> = records
+        .iter()
+        .filter(|r| matches!(r.status, Status::Completed))
+        .filter_map(|r| {
+            let class = r.class_index.filter(|&c| c < class_count);
+            Some((r.completion?, r.row, class))
+        })
+        .collect();
+    done.sort_by_key(|&(time, row, _)| (time, row));
+    done.into_iter()
+        .zip(1u64..)
+        .map(|((time, row, class), index)| Completion {
+            index,
+            time,
+            row,
+            class,
+        })
+        .collect()
+}
+
+fn dispatch_order(records: &[RequestRecord], class_count: usize) -> Vec<Dispatch> {
+    let mut dispatches: Vec<Dispatch> = records
+        .iter()
+        .filter_map(|r| {
+            let class = r.class_index.filter(|&c| c < class_count)?;
+            Some(Dispatch {
+                time: r.dispatched?,
+                row: r.row,
+                class,
+                uncached_tokens: r.input_tokens.saturating_sub(r.reused_input_tokens),
+            })
+        })
+        .collect();
+    dispatches.sort_by_key(|d| (d.time, d.row));
+    dispatches
+}
+
+fn arrivals_and_unserved_ends(
+    records: &[RequestRecord],
+    class_count: usize,
+) -> (Vec<Vec<SimTime>>, Vec<Vec<SimTime>>) {
+    let mut arrivals = vec![Vec::new(); class_count];
+    let mut unserved = vec![Vec::new(); class_count];
+    for r in records {
+        let Some(c) = r.class_index.filter(|&c| c < class_count) else {
+            continue;
+        };
+        arrivals[c].push(r.arrival);
+        if matches!(r.status, Status::Rejected(_) | Status::Aborted) {
+            unserved[c].push(r.completion.unwrap_or(r.arrival));
+        }
+    }
+    for v in arrivals.iter_mut().chain(unserved.iter_mut()) {
+        v.sort_unstable();
+    }
+    (arrivals, unserved)
+}
+
+/// A change in backlog or a dispatch, swept in time order. At one instant dispatches come
+/// first (they see the backlog they end), then backlog ends, then backlog starts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum SweepKind {
+    Dispatch,
+    BacklogEnd,
+    BacklogStart,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct SweepEvent {
+    time: SimTime,
+    kind: SweepKind,
+    row: u64,
+    class: usize,
+    tokens: u64,
+}
+
+fn sweep_events(
+    records: &[RequestRecord],
+    dispatches: &[Dispatch],
+    class_count: usize,
+    end: SimTime,
+) -> Vec<SweepEvent> {
+    let mut events: Vec<SweepEvent> = dispatches
+        .iter()
+        .map(|d| SweepEvent {
+            time: d.time,
+            kind: SweepKind::Dispatch,
+            row: d.row,
+            class: d.class,
+            tokens: d.uncached_tokens,
+        })
+        .collect();
+    for r in records {
+        let Some(class) = r.class_index.filter(|&c| c < class_count) else {
+            continue;
+        };
+        if r.path != Some(Path::Queued) {
+            continue;
+        }
+        let until = r.dispatched.unwrap_or(end.max(r.arrival));
+        if until <= r.arrival {
+            continue;
+        }
+        let edge = |time, kind| SweepEvent {
+            time,
+            kind,
+            row: r.row,
+            class,
+            tokens: 0,
+        };
+        events.push(edge(r.arrival, SweepKind::BacklogStart));
+        events.push(edge(until, SweepKind::BacklogEnd));
+    }
+    events.sort_unstable();
+    events
+}
+
+/// The backlogged windows of a run and the service in them (see the module docs).
+pub fn backlog_windows(
+    records: &[RequestRecord],
+    dispatches: &[Dispatch],
+    quanta_tokens: &[u64],
+    end: SimTime,
+) -> Vec<BacklogWindow> {
+    let class_count = quanta_tokens.len();
+    let mut backlog = vec![0u64; class_count];
+    let mut windows = Vec::new();
+    let mut open: Option<BacklogWindow> = None;
+    for e in sweep_events(records, dispatches, class_count, end) {
+        match e.kind {
+            SweepKind::Dispatch => {
+                if let Some(w) = open.as_mut()
+                    && backlog[e.class] > 0
+                {
+                    credit(w, &backlog, quanta_tokens, e.class, e.tokens);
+                }
+            }
+            SweepKind::BacklogEnd => {
+                debug_assert!(backlog[e.class] > 0, "a backlog ends after it starts");
+                backlog[e.class] = backlog[e.class].saturating_sub(1);
+            }
+            SweepKind::BacklogStart => backlog[e.class] += 1,
+        }
+        let backlogged = backlog.iter().filter(|&&b| b > 0).count();
+        if backlogged >= 2 && open.is_none() {
+            open = Some(BacklogWindow {
+                start: e.time,
+                end: e.time,
+                service_tokens: vec![0; class_count],
+                ideal_tokens: vec![0.0; class_count],
+            });
+        } else if backlogged < 2
+            && let Some(mut w) = open.take()
+        {
+            w.end = e.time;
+            windows.push(w);
+        }
+    }
+    debug_assert!(open.is_none(), "every backlog ends by the end of the run");
+    windows
+}
+
+/// Credits `tokens` dispatched for `class` to window `w`, splitting the ideal among the
+/// classes backlogged now in proportion to their quanta.
+fn credit(w: &mut BacklogWindow, backlog: &[u64], quanta: &[u64], class: usize, tokens: u64) {
+    w.service_tokens[class] += tokens;
+    let active_quanta: u64 = (0..backlog.len())
+        .filter(|&c| backlog[c] > 0)
+        .map(|c| quanta[c])
+        .sum();
+    for c in (0..backlog.len()).filter(|&c| backlog[c] > 0) {
+        w.ideal_tokens[c] += tokens as f64 * quanta[c] as f64 / active_quanta as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::{done, ms, result_of};
+
+    const P: usize = 0;
+    const R: usize = 1;
+
+    /// Premium (quantum 3) and regular (quantum 1): two immediate, four queued, one rejected.
+    fn small_run() -> SimResult {
+        let mut rejected = done(5, P, Path::Queued, [3, 3, 3]);
+        rejected.path = None;
+        rejected.dispatched = None;
+        rejected.first_token = None;
+        rejected.status = Status::Rejected("queue_full".into());
+        let mut long_output = done(6, R, Path::Queued, [2, 30, 40]);
+        long_output.first_token = Some(ms(32));
+        long_output.output_tokens = 5;
+        result_of(
+            &["premium", "regular"],
+            vec![
+                done(0, P, Path::Immediate, [0, 0, 10]),
+                done(1, R, Path::Immediate, [0, 0, 10]),
+                done(2, P, Path::Queued, [1, 10, 20]),
+                done(3, R, Path::Queued, [1, 20, 30]),
+                done(4, P, Path::Queued, [2, 10, 20]),
+                rejected,
+                long_output,
+            ],
+        )
+    }
+
+    fn small_metrics() -> RunMetrics {
+        RunMetrics::compute(&small_run(), &[3, 1])
+    }
+
+    #[test]
+    fn completion_order_breaks_time_ties_by_row() {
+        let m = small_metrics();
+        let order: Vec<(u64, u64)> = m.completions.iter().map(|c| (c.index, c.row)).collect();
+        assert_eq!(order, [(1, 0), (2, 1), (3, 2), (4, 4), (5, 3), (6, 6)]);
+        assert_eq!(m.completions[3].time, ms(20));
+    }
+
+    #[test]
+    fn prefix_counts_and_shares() {
+        let m = small_metrics();
+        assert_eq!(m.prefix_counts(3), [2, 1]);
+        assert_eq!(m.prefix_counts(100), [3, 3]);
+        assert_eq!(m.prefix_share(P, 3), Some(2.0 / 3.0));
+        assert_eq!(m.prefix_share(P, 0), None);
+        assert_eq!(
+            m.prefix_n, 3,
+            "the smallest completed count of the active classes"
+        );
+    }
+
+    #[test]
+    fn counts_at_and_growth_between_completions() {
+        let m = small_metrics();
+        assert_eq!(
+            m.count_at(R, P, 2),
+            Some(1),
+            "premium's 2nd is completion 3"
+        );
+        assert_eq!(m.count_at(R, P, 1), Some(0));
+        assert_eq!(m.growth(R, P, 1, 3), Some(1));
+        assert_eq!(m.count_at(P, R, 4), None, "regular completed only 3");
+    }
+
+    #[test]
+    fn remaining_counts_arrived_unfinished_requests() {
+        let m = small_metrics();
+        // Premium's last is completion 4 at 20 ms: regular rows 1, 3, 6 arrived, 1 completed.
+        assert_eq!(m.remaining_when_done(R, P, None), Some(2));
+        // Regular's 1st at 10 ms: premium rows 0, 2, 4 and the rejected 5 arrived; 5 ended
+        // unserved and row 0 completed before it.
+        assert_eq!(m.remaining_when_done(P, R, Some(1)), Some(2));
+        assert_eq!(m.remaining_when_done(P, R, Some(9)), None);
+    }
+
+    #[test]
+    fn counts_per_class() {
+        let m = small_metrics();
+        let p = &m.classes[P];
+        assert_eq!(
+            (p.requests, p.immediate, p.queued, p.completed, p.rejected),
+            (4, 1, 2, 3, 1)
+        );
+        assert_eq!((m.requests, m.completed, m.rejected), (7, 6, 1));
+        assert_eq!((p.ideal_share, m.classes[R].ideal_share), (0.75, 0.25));
+        assert_eq!(m.classes[R].output_tokens_completed, 7);
+    }
+
+    #[test]
+    fn latency_statistics_per_class() {
+        let m = small_metrics();
+        let wait = m.classes[P].latencies.queue_wait;
+        assert_eq!(
+            wait.count, 3,
+            "the rejected request never waited for a dispatch"
+        );
+        assert_eq!(
+            (wait.p50_ns, wait.p90_ns, wait.max_ns),
+            (8_000_000, 9_000_000, 9_000_000)
+        );
+        assert_eq!(wait.mean_ns, 5_666_667, "17 ms / 3, rounded to the ns");
+        let ttft = m.classes[P].latencies.ttft;
+        assert_eq!((ttft.p50_ns, ttft.p99_ns), (18_000_000, 19_000_000));
+        let itl = m.classes[R].latencies.itl;
+        assert_eq!(
+            (itl.count, itl.p50_ns),
+            (1, 2_000_000),
+            "(40 - 32) ms / 4 tokens"
+        );
+        assert_eq!(
+            m.classes[P].ttft_samples_ns,
+            [10_000_000, 18_000_000, 19_000_000]
+        );
+        let metric = LatencyMetric::parse("queue_wait_ms_p90").unwrap();
+        assert_eq!(m.latency_ms(P, metric), Some(9.0));
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<u64> = (1..=10).collect();
+        assert_eq!(nearest_rank(&v, 50), 5);
+        assert_eq!(nearest_rank(&v, 90), 9);
+        assert_eq!(nearest_rank(&v, 99), 10);
+        assert_eq!(nearest_rank(&v, 0), 1);
+        assert_eq!(nearest_rank(&[7], 50), 7);
+        assert_eq!(LatencyStats::from_values(vec![]).get(Stat::P50), None);
+    }
+
+    #[test]
+    fn latency_metric_names_parse_or_not() {
+        let m = LatencyMetric::parse("ttft_ms_p99").unwrap();
+        assert_eq!((m.kind, m.stat), (LatencyKind::Ttft, Stat::P99));
+        assert!(LatencyMetric::parse("e2e_ms_mean").is_some());
+        assert!(LatencyMetric::parse("ttft_p99").is_none());
+        assert!(LatencyMetric::parse("tpot_ms_p99").is_none());
+        assert!(LatencyMetric::parse("ttft_ms_p95").is_none());
+        assert_eq!(LatencyMetric::all_names().len(), 20);
+    }
+
+    #[test]
+    fn token_service_in_backlogged_windows() {
+        let m = small_metrics();
+        assert_eq!(
+            (m.classes[P].service_tokens, m.classes[R].service_tokens),
+            (300, 300)
+        );
+        // Both classes are backlogged from 1 ms until premium's queue empties at 10 ms; the two
+        // premium dispatches at 10 ms count, split 3:1 in the ideal.
+        assert_eq!(m.windows.len(), 1);
+        let w = &m.windows[0];
+        assert_eq!((w.start, w.end), (ms(1), ms(10)));
+        assert_eq!(w.service_tokens, [200, 0]);
+        assert_eq!(w.ideal_tokens, [150.0, 50.0]);
+        assert_eq!(m.token_share_gap(P), Some(0.25));
+        assert_eq!(m.token_share_gap(R), Some(-0.25));
+        assert_eq!(m.backlogged_shares(P), Some((1.0, 0.75)));
+        assert_eq!(m.worst_token_share_gap(), Some(0.25));
+        assert_eq!(m.worst_window_gap(), Some(0.25));
+        assert_eq!(m.jain_index(), Some(0.5), "one class got everything");
+    }
+
+    #[test]
+    fn ideal_follows_the_backlogged_set() {
+        // Three classes, quanta 2:1:1. A and B backlogged from 0 to 10, C joins from 5 to 10.
+        let records = vec![
+            done(0, 0, Path::Queued, [0, 10, 11]),
+            done(1, 1, Path::Queued, [0, 10, 11]),
+            done(2, 2, Path::Queued, [5, 10, 11]),
+            done(3, 0, Path::Queued, [0, 4, 11]),
+        ];
+        let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &[2, 1, 1]);
+        assert_eq!(m.windows.len(), 1);
+        let w = &m.windows[0];
+        // Row 3 at 4 ms: a and b backlogged (2:1); rows 0-2 at 10 ms: all three (2:1:1).
+        assert_eq!(w.service_tokens, [200, 100, 100]);
+        let expected = [
+            200.0 / 3.0 + 3.0 * 50.0,
+            100.0 / 3.0 + 3.0 * 25.0,
+            3.0 * 25.0,
+        ];
+        for (got, want) in w.ideal_tokens.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        }
+        assert!(m.jain_index().unwrap() < 1.0);
+    }
+
+    #[test]
+    fn empty_run_measures_nothing() {
+        let m = RunMetrics::compute(&result_of(&["a"], vec![]), &[5]);
+        assert_eq!(m.prefix_counts(10), [0]);
+        assert_eq!(m.remaining_when_done(0, 0, None), None);
+        assert_eq!(m.token_share_gap(0), None);
+        assert_eq!(m.jain_index(), None);
+        assert_eq!(m.throughput_rps(), 0.0);
+        assert_eq!(m.prefix_n, 0);
+    }
+
+    fn random_record(
+        row: u64,
+        (class, arrival, wait, service, kind): (usize, u64, u64, u64, u8),
+    ) -> RequestRecord {
+        let path = if wait == 0 {
+            Path::Immediate
+        } else {
+            Path::Queued
+        };
+        let mut r = done(
+            row,
+            class,
+            path,
+            [arrival, arrival + wait, arrival + wait + service],
+        );
+        r.input_tokens = 10 + service * 7;
+        if kind == 0 {
+            r.status = Status::Rejected("queue_full".into());
+            r.path = None;
+            r.dispatched = None;
+            r.first_token = None;
+            r.completion = Some(ms(arrival));
+        }
+        r
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn metrics_are_consistent_on_random_runs(
+            specs in proptest::collection::vec((0usize..3, 0u64..50, 0u64..20, 1u64..30, 0u8..5), 0..60),
+        ) {
+            let records = specs.into_iter().zip(0u64..).map(|(s, row)| random_record(row, s)).collect();
+            let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &[4, 2, 1]);
+            for (c, pair) in m.completions.windows(2).enumerate() {
+                proptest::prop_assert!((pair[0].time, pair[0].row) < (pair[1].time, pair[1].row));
+                proptest::prop_assert_eq!(pair[0].index, c as u64 + 1);
+            }
+            for n in [0, 1, 5, 17, 1000] {
+                let total: u64 = m.prefix_counts(n).iter().sum();
+                proptest::prop_assert_eq!(total, n.min(m.completed));
+            }
+            for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+                let has = m.classes[b].completed > 0;
+                proptest::prop_assert_eq!(m.remaining_when_done(a, b, None).is_some(), has);
+                if let Some(v) = m.count_at(a, b, 1) {
+                    proptest::prop_assert!(v <= m.classes[a].completed);
+                }
+            }
+            for w in &m.windows {
+                let served: u64 = w.service_tokens.iter().sum();
+                let ideal: f64 = w.ideal_tokens.iter().sum();
+                proptest::prop_assert!((served as f64 - ideal).abs() < 1e-6);
+                proptest::prop_assert!(w.start <= w.end);
+            }
+            for c in &m.classes {
+                proptest::prop_assert!(c.backlogged_service_tokens <= c.service_tokens);
+                let l = c.latencies.e2e;
+                proptest::prop_assert!(l.p50_ns <= l.p90_ns && l.p90_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
+                proptest::prop_assert!(l.mean_ns <= l.max_ns);
+            }
+            if let Some(j) = m.jain_index() {
+                proptest::prop_assert!(j > 0.0 && j <= 1.0 + 1e-12, "jain {}", j);
+            }
+        }
+    }
+
+    #[test]
+    fn premium_burst_matches_dynamo() {
+        use crate::report::test_support::run_fixture;
+        let (result, quanta) = run_fixture("premium-weighted");
+        let m = RunMetrics::compute(&result, &quanta);
+        let (p, r) = (
+            m.class_index("premium").unwrap(),
+            m.class_index("regular").unwrap(),
+        );
+        assert_eq!(
+            (m.completed_through(p, 320), m.completed_through(r, 320)),
+            (255, 65)
+        );
+        assert_eq!(m.remaining_when_done(r, p, None), Some(239));
+        assert_eq!(m.classes[p].ideal_share, 0.8);
+        let (result, quanta) = run_fixture("premium-equal");
+        let m = RunMetrics::compute(&result, &quanta);
+        assert_eq!(m.prefix_counts(320), [160, 160]);
+        assert_eq!(m.remaining_when_done(1, 0, None), Some(0));
+    }
+}
