@@ -2,6 +2,7 @@
 
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
+use crate::report::metrics::RunMetrics;
 use crate::report::{self, output};
 use crate::scheduling::policy::{self, PolicyConfig};
 use crate::scheduling::scheduler::SchedulerConfig;
@@ -259,14 +260,13 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         "seed": args.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files = [
-        ("requests.csv", report::requests_csv(&result)),
-        ("summary.json", report::summary_json(&result, &meta)),
-    ];
+    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
+    let files =
+        report::run_files(&result, &metrics, &meta).map_err(|e| CliError::Bug(e.to_string()))?;
     output::write_dir(&args.out, &files)
         .map_err(|e| CliError::Input(format!("{}: {e}", args.out.display())))?;
     if !args.quiet {
-        print!("{}", report::class_table(&result));
+        print!("{}", report::table::class_table(&metrics));
         println!(
             "{} requests, makespan {} ms, {} events; wrote {}",
             result.records.len(),

@@ -113,6 +113,8 @@ pub struct SimResult {
     pub events: u64,
     pub end_time: SimTime,
     pub class_names: Vec<String>,
+    /// Each class's DRR quantum, in class order (for ideal shares).
+    pub class_quanta_tokens: Vec<u64>,
 }
 
 impl SimResult {
@@ -240,14 +242,10 @@ pub fn run(
         .max()
         .unwrap_or(SimTime::ZERO);
     system.finish(stop_reason, end_time)?;
+    let classes = system.router.profile().classes();
     Ok(SimResult {
-        class_names: system
-            .router
-            .profile()
-            .classes()
-            .iter()
-            .map(|c| c.name.clone())
-            .collect(),
+        class_names: classes.iter().map(|c| c.name.clone()).collect(),
+        class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
         records: system.records,
         stop_reason,
         events: engine.events_processed(),

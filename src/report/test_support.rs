@@ -53,6 +53,7 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
         events: 42,
         end_time,
         class_names: names.iter().map(|n| n.to_string()).collect(),
+        class_quanta_tokens: vec![1; names.len()],
     }
 }
 
