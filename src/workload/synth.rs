@@ -204,14 +204,21 @@ impl SynthWorkload {
             message: message.to_string(),
         };
         if self.groups.is_empty() {
-            return Err(workload_error("groups", "the workload has no request groups"));
+            return Err(workload_error(
+                "groups",
+                "the workload has no request groups",
+            ));
         }
         if self.tokens_per_hash == 0 {
             return Err(workload_error("tokens_per_hash", "must be positive"));
         }
         for (index, group) in self.groups.iter().enumerate() {
             if self.groups[..index].iter().any(|g| g.name == group.name) {
-                return Err(group_error(group, "name", "a group of this name already exists"));
+                return Err(group_error(
+                    group,
+                    "name",
+                    "a group of this name already exists",
+                ));
             }
             group.validate()?;
         }
@@ -355,8 +362,14 @@ impl RequestGroup {
     fn validate_arrival(&self) -> Result<(), SynthError> {
         match &self.arrival {
             Arrival::Burst => Ok(()),
-            Arrival::Poisson { rate_per_s, .. } if !(rate_per_s.is_finite() && *rate_per_s > 0.0) => {
-                Err(group_error(self, "arrival.poisson.rate_per_s", "must be positive"))
+            Arrival::Poisson { rate_per_s, .. }
+                if !(rate_per_s.is_finite() && *rate_per_s > 0.0) =>
+            {
+                Err(group_error(
+                    self,
+                    "arrival.poisson.rate_per_s",
+                    "must be positive",
+                ))
             }
             Arrival::Poisson { .. } => Ok(()),
             Arrival::Interval { every, .. } if every.as_ns() == 0 => Err(group_error(
@@ -389,7 +402,10 @@ impl RequestGroup {
         let mut input_rng = rng::child(seed, "workload", &format!("{}/input", self.name));
         let mut output_rng = rng::child(seed, "workload", &format!("{}/output", self.name));
         let arrivals = self.arrivals(seed);
-        let prefix_blocks = self.prefix.as_ref().map_or(0, |p| p.tokens / tokens_per_hash);
+        let prefix_blocks = self
+            .prefix
+            .as_ref()
+            .map_or(0, |p| p.tokens / tokens_per_hash);
         let prefix_ids: Vec<Vec<u64>> = match &self.prefix {
             Some(p) if prefix_blocks > 0 => (0..p.groups)
                 .map(|_| ids.take(prefix_blocks, self))
@@ -403,7 +419,11 @@ impl RequestGroup {
             let blocks = input_tokens.div_ceil(tokens_per_hash);
             let mut hash_ids: Vec<u64> = match prefix_ids.len() {
                 0 => Vec::new(),
-                n => prefix_ids[k % n].iter().copied().take(blocks as usize).collect(),
+                n => prefix_ids[k % n]
+                    .iter()
+                    .copied()
+                    .take(blocks as usize)
+                    .collect(),
             };
             let fresh = blocks - hash_ids.len() as u64;
             hash_ids.extend(ids.take(fresh, self)?);
@@ -433,7 +453,9 @@ impl RequestGroup {
         match &self.arrival {
             Arrival::Burst => vec![SimTime::ZERO; count as usize],
             Arrival::Interval { every, start } => (0..count)
-                .map(|k| start.saturating_add(SimDuration::from_ns(every.as_ns().saturating_mul(k))))
+                .map(|k| {
+                    start.saturating_add(SimDuration::from_ns(every.as_ns().saturating_mul(k)))
+                })
                 .collect(),
             Arrival::At(times) => times.clone(),
             Arrival::Poisson { rate_per_s, start } => {
@@ -466,7 +488,9 @@ impl Lengths {
         let positive = |x: f64| x.is_finite() && x > 0.0;
         match self.dist {
             LengthDist::Fixed(0) => return error("", "must be positive"),
-            LengthDist::Normal { mean, .. } | LengthDist::LogNormal { mean, .. } if !positive(mean) => {
+            LengthDist::Normal { mean, .. } | LengthDist::LogNormal { mean, .. }
+                if !positive(mean) =>
+            {
                 return error("mean", "must be positive");
             }
             LengthDist::Exponential { mean } if !positive(mean) => {
@@ -496,12 +520,14 @@ impl Lengths {
             LengthDist::Normal { mean, std_dev } => Normal::new(mean, std_dev)
                 .expect("validated parameters")
                 .sample(rng),
-            LengthDist::LogNormal { mean, std_dev } => LogNormal::from_mean_cv(mean, std_dev / mean)
+            LengthDist::LogNormal { mean, std_dev } => {
+                LogNormal::from_mean_cv(mean, std_dev / mean)
+                    .expect("validated parameters")
+                    .sample(rng)
+            }
+            LengthDist::Exponential { mean } => Exp::new(1.0 / mean)
                 .expect("validated parameters")
                 .sample(rng),
-            LengthDist::Exponential { mean } => {
-                Exp::new(1.0 / mean).expect("validated parameters").sample(rng)
-            }
         };
         // f64 -> u64 casts saturate, so clamping in f64 first keeps huge draws in range.
         raw.round().clamp(self.min as f64, self.max as f64) as u64
