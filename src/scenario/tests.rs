@@ -1,1 +1,379 @@
+//! Scenario loading: bundled files, every kind of bad input, `--set`, and an end-to-end run.
 
+use super::*;
+use std::path::Path;
+
+const WEIGHTED: &str = include_str!("../../scenarios/premium-vs-regular-weighted.yaml");
+
+fn bundled(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name)
+}
+
+/// Loads `text` as if it were `dir/s.yaml`, returning the error.
+fn error_of(text: &str) -> ScenarioError {
+    Scenario::from_text(Path::new("s.yaml"), text, &[]).unwrap_err()
+}
+
+fn set(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(p, v)| (p.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn every_bundled_scenario_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 5, "{names:?}");
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with("# "),
+            "{}: needs a comment header",
+            path.display()
+        );
+        let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(file_kind(&text), FileKind::Scenario);
+        assert!(!scenario.describe().is_empty());
+        let requests = scenario.requests(scenario.seed());
+        assert!(requests.is_ok_and(|r| !r.is_empty()), "{}", path.display());
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scenarios")
+        .join(name)
+}
+
+fn fixture_error(name: &str) -> ScenarioError {
+    Scenario::load(&fixture(name)).unwrap_err()
+}
+
+/// The file, line and field of an error, as a tuple to compare in one go.
+fn where_(e: &ScenarioError) -> (String, Option<usize>, String) {
+    (e.file.clone(), e.line, e.field_path.clone())
+}
+
+const MINIMAL: &str = "\
+name: minimal
+workers:
+  count: 1
+  engine: {max_num_seqs: 4}
+workload:
+  groups:
+    - {name: a, count: 3, input_tokens: 64, output_tokens: 1}
+";
+
+#[test]
+fn empty_file_is_an_error() {
+    let e = fixture_error("empty.yaml");
+    assert_eq!(e.file, fixture("empty.yaml").display().to_string());
+    assert!(e.message.contains("empty"), "{e}");
+    assert!(error_of("# only a comment\n").message.contains("empty"));
+}
+
+#[test]
+fn text_that_is_not_a_scenario_is_an_error() {
+    let e = error_of("just some words\n");
+    assert_eq!(where_(&e), ("s.yaml".into(), Some(1), "".into()));
+    assert!(e.to_string().starts_with("s.yaml:1: "), "{e}");
+    let e = error_of("- a\n- b\n");
+    assert_eq!(e.line, Some(1), "{e}");
+}
+
+#[test]
+fn syntax_errors_carry_file_and_line() {
+    let e = fixture_error("syntax-error.yaml");
+    assert_eq!(e.file, fixture("syntax-error.yaml").display().to_string());
+    assert!(e.line.is_some_and(|l| l >= 3), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_errors_at_every_depth() {
+    let e = fixture_error("unknown-engine-field.yaml");
+    assert_eq!(e.line, Some(6), "{e}");
+    assert_eq!(e.field_path, "workers.engine.max_num_seq");
+    assert!(e.message.contains("unknown field `max_num_seq`"), "{e}");
+    for (text, line, path) in [
+        ("seed: 1\nnmae: x\n", 2, "nmae"),
+        (&MINIMAL.replace("count: 1", "cuont: 1"), 3, "workers.cuont"),
+        (
+            &MINIMAL.replace("count: 3", "count: 3, colour: red"),
+            7,
+            "workload.groups.a.colour",
+        ),
+        (
+            &format!("{MINIMAL}router:\n  router_temprature: 0.5\n"),
+            9,
+            "router.router_temprature",
+        ),
+        (
+            &format!("{MINIMAL}delays: {{router_to_worker: 1}}\n"),
+            8,
+            "delays.router_to_worker",
+        ),
+    ] {
+        let e = error_of(text);
+        assert_eq!((e.line, e.field_path.as_str()), (Some(line), path), "{e}");
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
+    let policy = format!(
+        "{MINIMAL}router:\n  default_policy_family: a\n  uncached_isl_buckets: [{{min_tokens: 0, bucket: all}}]\n  policy_classes:\n    - {{name: a, policy_family: a, cache_bucket: all, quantum: 1, qunatum: 2}}\n"
+    );
+    let e = error_of(&policy);
+    assert_eq!(e.line, Some(12), "{e}");
+    assert_eq!(e.field_path, "router.policy_classes.a.qunatum");
+}
+
+#[test]
+fn wrong_types_are_errors() {
+    let e = error_of(&MINIMAL.replace("count: 1", "count: many"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(3), "workers.count"),
+        "{e}"
+    );
+    let e = error_of(&MINIMAL.replace("max_num_seqs: 4", "max_num_seqs: [4]"));
+    assert_eq!(e.line, Some(4), "{e}");
+    assert_eq!(e.field_path, "workers.engine.max_num_seqs");
+}
+
+#[test]
+fn zero_or_negative_where_positive_is_needed() {
+    let e = fixture_error("zero-max-num-seqs.yaml");
+    assert_eq!(e.line, Some(4), "{e}");
+    assert_eq!(e.field_path, "workers.engine.max_num_seqs");
+    assert!(e.message.contains("must be positive"), "{e}");
+    let e = error_of(&MINIMAL.replace("count: 3", "count: -1"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(7), "workload.groups.a.count"),
+        "{e}"
+    );
+    let e = error_of(&MINIMAL.replace("count: 3", "count: 0"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(7), "workload.groups.a.count"),
+        "{e}"
+    );
+    assert!(e.message.contains("must be positive"), "{e}");
+    let e = error_of(&MINIMAL.replace("count: 1", "count: 0"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(3), "workers.count"),
+        "{e}"
+    );
+    let e = error_of(&MINIMAL.replace("input_tokens: 64", "input_tokens: -5"));
+    assert_eq!(e.field_path, "workload.groups.a.input_tokens", "{e}");
+    assert_eq!(e.line, Some(7));
+}
+
+#[test]
+fn unknown_class_in_a_group_is_an_error() {
+    let e = fixture_error("unknown-class.yaml");
+    assert_eq!(e.line, Some(11), "{e}");
+    assert_eq!(e.field_path, "workload.groups.b.class");
+    assert!(e.message.contains("unknown class `premium`"), "{e}");
+    assert!(e.message.contains("regular"), "{e}");
+}
+
+#[test]
+fn unknown_class_in_an_expectation_is_an_error() {
+    let text =
+        format!("{MINIMAL}expect:\n  - {{prefix_count: {{class: gold, n: 1}}, at_least: 1}}\n");
+    let e = error_of(&text);
+    assert_eq!(e.line, Some(9), "{e}");
+    assert_eq!(e.field_path, "expect.0.prefix_count");
+    assert!(e.message.contains("unknown class `gold`"), "{e}");
+    let text = format!(
+        "{MINIMAL}expect:\n  - {{prefix_count: {{class: default, n: 1}}, within: [3, 1]}}\n"
+    );
+    assert!(error_of(&text).message.contains("lo <= hi"));
+    let text = format!("{MINIMAL}expect:\n  - {{prefix_count: {{class: default, n: 1}}}}\n");
+    assert!(error_of(&text).message.contains("needs a bound"));
+    let text = format!(
+        "{MINIMAL}expect:\n  - {{prefix_count: {{class: default, n: 1}}, latency: {{class: default, metric: x}}, at_least: 1}}\n"
+    );
+    assert!(error_of(&text).message.contains("exactly one figure"));
+}
+
+#[test]
+fn empty_workload_is_an_error() {
+    let e = error_of("name: x\nworkload: {}\n");
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(2), "workload"),
+        "{e}"
+    );
+    assert!(e.message.contains("empty"), "{e}");
+    let e = error_of("name: x\nworkload:\n  groups: []\n");
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(3), "workload.groups"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let path = fixture("does-not-exist.yaml");
+    let e = Scenario::load(&path).unwrap_err();
+    assert_eq!(where_(&e), (path.display().to_string(), None, "".into()));
+    assert!(e.message.contains("cannot read"), "{e}");
+    let e = error_of(&MINIMAL.replace(
+        "  groups:\n    - {name: a, count: 3, input_tokens: 64, output_tokens: 1}\n",
+        "  trace: nowhere.jsonl\n",
+    ));
+    assert_eq!(e.field_path, "workload.trace", "{e}");
+}
+
+#[test]
+fn set_overrides_values_by_list_entry_name() {
+    let path = bundled("premium-vs-regular-weighted.yaml");
+    let overrides = set(&[
+        ("router.policy_classes.regular.quantum", "64"),
+        ("workers.count", "2"),
+        ("workload.groups.premium.count", "100"),
+        ("router.router_temperature", "0.5"),
+    ]);
+    let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
+    let config = scenario.sim_config(0);
+    assert_eq!(config.worker_count, 2);
+    assert_eq!(config.scheduler.profile.classes()[1].quantum_tokens, 64);
+    assert_eq!(config.scheduler.router.router_temperature, 0.5);
+    let requests = scenario.requests(0).unwrap();
+    assert_eq!(requests.len(), 420);
+    let plain = Scenario::load(&path).unwrap();
+    assert_ne!(plain.source_hash(), scenario.source_hash());
+    assert_eq!(
+        plain.source_hash(),
+        Scenario::load(&path).unwrap().source_hash()
+    );
+}
+
+#[test]
+fn bad_set_path_is_an_error_naming_the_path() {
+    let path = bundled("premium-vs-regular-weighted.yaml");
+    let e =
+        Scenario::load_with_overrides(&path, &set(&[("router.policy_classes.gold.quantum", "1")]))
+            .unwrap_err();
+    assert_eq!(e.file, path.display().to_string());
+    assert_eq!(e.field_path, "router.policy_classes.gold.quantum");
+    assert!(e.line.is_some(), "{e}");
+    let e = Scenario::load_with_overrides(&path, &set(&[("workers.engine.max_num_seq", "1")]))
+        .unwrap_err();
+    assert_eq!(e.field_path, "workers.engine.max_num_seq", "{e}");
+    assert!(
+        e.message
+            .starts_with("--set workers.engine.max_num_seq=1: unknown field"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_set_value_is_an_error_naming_the_path() {
+    let path = bundled("premium-vs-regular-weighted.yaml");
+    let e = Scenario::load_with_overrides(
+        &path,
+        &set(&[("router.policy_classes.regular.quantum", "lots")]),
+    )
+    .unwrap_err();
+    assert_eq!(e.file, path.display().to_string());
+    assert_eq!(e.line, Some(29), "{e}");
+    assert_eq!(e.field_path, "router.policy_classes.regular.quantum");
+    assert!(
+        e.message
+            .starts_with("--set router.policy_classes.regular.quantum=lots: "),
+        "{e}"
+    );
+    let e = Scenario::load_with_overrides(&path, &set(&[("workers.count", "0")])).unwrap_err();
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(33), "workers.count"),
+        "{e}"
+    );
+    assert!(e.message.contains("must be positive"), "{e}");
+}
+
+#[test]
+fn policy_validation_errors_name_the_class_by_name() {
+    let e = Scenario::from_text(
+        Path::new("s.yaml"),
+        &WEIGHTED.replace("quantum: 128", "quantum: 0"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(29), "router.policy_classes.regular.quantum"),
+        "{e}"
+    );
+}
+
+#[test]
+fn file_kind_tells_scenarios_from_policies() {
+    assert_eq!(file_kind(MINIMAL), FileKind::Scenario);
+    let policy = include_str!("../../tests/fixtures/policy/premium-regular.yaml");
+    assert_eq!(file_kind(policy), FileKind::Policy);
+    assert_eq!(file_kind(""), FileKind::Policy);
+}
+
+#[test]
+fn weighted_scenario_has_all_nine_checks_and_its_companion() {
+    let weighted = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
+    let equal = Scenario::load(&bundled("premium-vs-regular-equal.yaml")).unwrap();
+    assert_eq!(
+        weighted.expectations().len() + equal.expectations().len(),
+        9
+    );
+    assert_eq!(
+        weighted.companions(),
+        vec![bundled("premium-vs-regular-equal.yaml")]
+    );
+    assert_eq!(weighted.class_names(), ["premium", "regular"]);
+}
+
+/// Class counts in completion order (ties by row), as Dynamo's test observes them.
+fn completion_classes(result: &crate::sim::SimResult) -> Vec<String> {
+    let mut done: Vec<_> = result
+        .records
+        .iter()
+        .filter(|r| r.completion.is_some())
+        .collect();
+    done.sort_by_key(|r| (r.completion, r.row));
+    done.iter()
+        .map(|r| r.policy_class.clone().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn weighted_scenario_reproduces_dynamo_255_65_with_239_left() {
+    let scenario = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
+    let requests = scenario.requests(0).unwrap();
+    let result = crate::sim::run(scenario.sim_config(0), requests.into_iter()).unwrap();
+    let order = completion_classes(&result);
+    assert_eq!(order.len(), 640);
+    let premium_first = order[..320].iter().filter(|c| *c == "premium").count();
+    assert_eq!((premium_first, 320 - premium_first), (255, 65));
+    let premium_done = order
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| *c == "premium")
+        .nth(319)
+        .unwrap()
+        .0;
+    let regular_done = order[..=premium_done]
+        .iter()
+        .filter(|c| *c == "regular")
+        .count();
+    assert_eq!(320 - regular_done, 239);
+}

@@ -533,3 +533,211 @@ impl Lengths {
         raw.round().clamp(self.min as f64, self.max as f64) as u64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, count: u64) -> RequestGroup {
+        RequestGroup {
+            name: name.to_string(),
+            class: Some(name.to_string()),
+            count,
+            input_tokens: Lengths::fixed(512),
+            output_tokens: Lengths::fixed(1),
+            arrival: Arrival::Burst,
+            prefix: None,
+            priority: 0.0,
+            strict_priority: 0,
+            pinned_worker: None,
+        }
+    }
+
+    fn workload(groups: Vec<RequestGroup>, order: BurstOrder) -> SynthWorkload {
+        SynthWorkload {
+            groups,
+            burst: Burst {
+                at: SimTime::ZERO,
+                order,
+                spacing_ns: 1,
+            },
+            tokens_per_hash: 64,
+        }
+    }
+
+    fn classes(requests: &[SynthRequest]) -> Vec<String> {
+        requests
+            .iter()
+            .map(|r| r.spec.policy_class.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn alternate_reproduces_dynamos_creation_order() {
+        let w = workload(
+            vec![group("premium", 320), group("regular", 320)],
+            BurstOrder::Alternate,
+        );
+        let requests = w.generate(0).unwrap();
+        assert_eq!(requests.len(), 640);
+        let mut expected = Vec::new();
+        for i in 0..320 {
+            let pair = if i % 2 == 0 {
+                ["premium", "regular"]
+            } else {
+                ["regular", "premium"]
+            };
+            expected.extend(pair.map(String::from));
+        }
+        assert_eq!(classes(&requests), expected);
+        for (row, r) in requests.iter().enumerate() {
+            assert_eq!(r.spec.row, row as u64);
+            assert_eq!(r.spec.arrival, SimTime::from_ns(row as u64), "1 ns stagger");
+        }
+    }
+
+    #[test]
+    fn counts_and_orders_per_group() {
+        let w = workload(vec![group("a", 3), group("b", 1)], BurstOrder::RoundRobin);
+        assert_eq!(classes(&w.generate(0).unwrap()), ["a", "b", "a", "a"]);
+        let w = workload(vec![group("a", 2), group("b", 2)], BurstOrder::Sequential);
+        assert_eq!(classes(&w.generate(0).unwrap()), ["a", "a", "b", "b"]);
+    }
+
+    #[test]
+    fn prompts_are_distinct_and_prefixes_shared() {
+        let mut shared = group("s", 6);
+        shared.input_tokens = Lengths::fixed(300);
+        shared.prefix = Some(SharedPrefix {
+            tokens: 128,
+            groups: 2,
+        });
+        let w = workload(vec![group("u", 2), shared], BurstOrder::Sequential);
+        let requests = w.generate(0).unwrap();
+        let ids = |r: &SynthRequest| match &r.spec.prompt {
+            PromptSpec::HashIds {
+                hash_ids,
+                tokens_per_hash,
+            } => {
+                assert_eq!(*tokens_per_hash, 64);
+                hash_ids.clone()
+            }
+        };
+        assert_eq!(ids(&requests[0]).len(), 8);
+        assert_ne!(ids(&requests[0])[0], ids(&requests[1])[0]);
+        let s: Vec<Vec<u64>> = requests[2..].iter().map(ids).collect();
+        assert_eq!(s[0].len(), 5);
+        assert_eq!(s[0][..2], s[2][..2], "same prefix group");
+        assert_eq!(s[1][..2], s[3][..2]);
+        assert_ne!(s[0][..2], s[1][..2], "different prefix groups");
+        assert_ne!(s[0][2], s[2][2], "suffixes are distinct");
+        let mut all: Vec<u64> = s.iter().flat_map(|v| v[2..].to_vec()).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 6 * 3);
+    }
+
+    #[test]
+    fn poisson_mean_rate_is_close() {
+        let mut g = group("p", 20_000);
+        g.arrival = Arrival::Poisson {
+            rate_per_s: 50.0,
+            start: SimTime::ZERO,
+        };
+        let requests = workload(vec![g], BurstOrder::Sequential)
+            .generate(3)
+            .unwrap();
+        let last = requests.last().unwrap().spec.arrival.as_secs_f64();
+        let rate = 20_000.0 / last;
+        assert!((rate - 50.0).abs() < 1.5, "rate {rate}");
+        assert!(
+            requests
+                .windows(2)
+                .all(|w| w[0].spec.arrival <= w[1].spec.arrival)
+        );
+    }
+
+    #[test]
+    fn drawn_lengths_are_clamped() {
+        let mut g = group("n", 5_000);
+        g.input_tokens = Lengths {
+            dist: LengthDist::Normal {
+                mean: 100.0,
+                std_dev: 400.0,
+            },
+            min: 10,
+            max: 300,
+        };
+        g.output_tokens = Lengths {
+            dist: LengthDist::Exponential { mean: 50.0 },
+            min: 1,
+            max: 60,
+        };
+        let requests = workload(vec![g], BurstOrder::Sequential)
+            .generate(1)
+            .unwrap();
+        let inputs: Vec<u64> = requests.iter().map(|r| r.spec.input_tokens).collect();
+        assert!(inputs.iter().all(|&t| (10..=300).contains(&t)));
+        assert!(
+            inputs.contains(&10) && inputs.contains(&300),
+            "both clamps bite"
+        );
+        assert!(
+            requests
+                .iter()
+                .all(|r| (1..=60).contains(&r.spec.output_tokens))
+        );
+    }
+
+    #[test]
+    fn same_seed_same_requests_and_groups_draw_independently() {
+        let mut a = group("a", 50);
+        a.input_tokens = Lengths {
+            dist: LengthDist::Uniform,
+            min: 1,
+            max: 4096,
+        };
+        a.arrival = Arrival::Poisson {
+            rate_per_s: 10.0,
+            start: SimTime::ZERO,
+        };
+        let lengths = |w: &SynthWorkload, seed| -> Vec<(u64, SimTime)> {
+            w.generate(seed)
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.spec.policy_class.as_deref() == Some("a"))
+                .map(|r| (r.spec.input_tokens, r.spec.arrival))
+                .collect()
+        };
+        let alone = workload(vec![a.clone()], BurstOrder::Sequential);
+        let mut b = a.clone();
+        b.name = "b".into();
+        b.class = Some("b".into());
+        let with_b = workload(vec![b, a], BurstOrder::Sequential);
+        assert_eq!(alone.generate(9).unwrap(), alone.generate(9).unwrap());
+        assert_eq!(lengths(&alone, 9), lengths(&with_b, 9));
+        assert_ne!(lengths(&alone, 9), lengths(&alone, 10));
+    }
+
+    #[test]
+    fn invalid_groups_name_their_field() {
+        let mut g = group("g", 0);
+        let err = workload(vec![g.clone()], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!((err.group.as_str(), err.field.as_str()), ("g", "count"));
+        g.count = 2;
+        g.arrival = Arrival::At(vec![SimTime::ZERO]);
+        let err = workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "arrival.at_ms");
+        let err = workload(vec![], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "workload.groups: the workload has no request groups"
+        );
+    }
+}
