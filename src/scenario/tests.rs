@@ -377,3 +377,36 @@ fn weighted_scenario_reproduces_dynamo_255_65_with_239_left() {
         .count();
     assert_eq!(320 - regular_done, 239);
 }
+
+mod mutated {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any edit of a valid scenario loads or fails with an error; it never panics.
+        #[test]
+        fn mutated_scenarios_never_panic(
+            at in 0usize..WEIGHTED.len(),
+            cut in 0usize..40,
+            insert in "[a-z0-9:{}\\[\\], \n-]{0,12}",
+        ) {
+            // The bundled file is ASCII, so every byte index is a char boundary.
+            prop_assert!(WEIGHTED.is_ascii());
+            let start = at;
+            let end = (start + cut).min(WEIGHTED.len());
+            let text = format!("{}{}{}", &WEIGHTED[..start], insert, &WEIGHTED[end..]);
+            let _ = Scenario::from_text(Path::new("s.yaml"), &text, &[]);
+        }
+
+        /// Any `--set` loads or fails with an error naming its path.
+        #[test]
+        fn random_overrides_never_panic(path in "[a-z_.\\[\\]0-9]{0,30}", value in "\\PC{0,8}") {
+            let overrides = vec![(path.clone(), value)];
+            if let Err(e) = Scenario::from_text(Path::new("s.yaml"), WEIGHTED, &overrides) {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+}

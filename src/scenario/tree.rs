@@ -125,7 +125,7 @@ impl Node {
                         steps.push(key);
                         return None;
                     }
-                    v.contains(at).then(|| (key, v))
+                    v.contains(at).then_some((key, v))
                 }),
                 NodeKind::Seq { items, .. } => items
                     .iter()

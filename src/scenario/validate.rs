@@ -659,10 +659,10 @@ fn check_bounds(e: &RawExpectation) -> Result<(), (&'static str, String)> {
             "needs a bound: `within`, `at_least`, `at_most` or `tolerance`".into(),
         ));
     }
-    if let Some([lo, hi]) = e.within {
-        if !(lo.is_finite() && hi.is_finite()) || lo > hi {
-            return Err(("within", format!("needs finite lo <= hi, got [{lo}, {hi}]")));
-        }
+    if let Some([lo, hi]) = e.within
+        && (!(lo.is_finite() && hi.is_finite()) || lo > hi)
+    {
+        return Err(("within", format!("needs finite lo <= hi, got [{lo}, {hi}]")));
     }
     for (field, value) in [("at_least", e.at_least), ("at_most", e.at_most)] {
         if value.is_some_and(|v| !v.is_finite()) {
