@@ -80,7 +80,12 @@ pub enum Workload {
     /// Generated from request groups.
     Synthetic(SynthWorkload),
     /// A mooncake trace (already scanned once at load: it is valid).
-    Trace { path: PathBuf, block_size: u64 },
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// Tokens per hash id.
+        block_size: u64,
+    },
 }
 
 /// What a YAML file is, for `routersim validate FILE`.

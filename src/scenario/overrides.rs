@@ -15,6 +15,7 @@ use super::tree::{Node, NodeKind, Step, split_path};
 /// The scenario text after overrides, and where each override landed.
 #[derive(Clone, Debug, Default)]
 pub struct Edited {
+    /// The edited scenario text.
     pub text: String,
     /// (line in the edited text, override index) of every replaced value.
     replaced: Vec<(usize, usize)>,

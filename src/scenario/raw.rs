@@ -23,15 +23,21 @@ pub struct RawScenario {
     #[serde(default)]
     pub model: Option<String>,
     #[serde(default)]
+    /// `router:` (policy keys, `policy`, `router_mode`, KvRouterConfig knobs).
     pub router: RawRouter,
     #[serde(default)]
+    /// `workers:` (count, dp_size, engine).
     pub workers: RawWorkers,
+    /// `workload:` (groups or trace).
     pub workload: RawWorkload,
     #[serde(default)]
+    /// `expect:` (what the run must show).
     pub expect: Vec<RawExpectation>,
     #[serde(default)]
+    /// `limits:` (max events, max simulated time).
     pub limits: RawLimits,
     #[serde(default)]
+    /// `delays:` (transport latencies).
     pub delays: RawDelays,
 }
 
@@ -39,9 +45,13 @@ pub struct RawScenario {
 /// `KvRouterConfig` knobs by their Dynamo names.
 #[derive(Clone, Debug, Default)]
 pub struct RawRouter {
+    /// Dynamo's `default_policy_family`.
     pub default_policy_family: Option<Spanned<String>>,
+    /// Dynamo's `uncached_isl_buckets`.
     pub uncached_isl_buckets: Option<Spanned<Vec<Spanned<RawBucket>>>>,
+    /// Dynamo's `policy_classes`.
     pub policy_classes: Option<Spanned<Vec<Spanned<RawPolicyClass>>>>,
+    /// Dynamo's `models` (per-model profiles).
     pub models: Option<Spanned<BTreeMap<String, Spanned<RawPolicyProfile>>>>,
     /// A Dynamo policy YAML file, relative to the scenario file.
     pub policy: Option<String>,
@@ -55,7 +65,9 @@ pub struct RawRouter {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RawRouterMode {
+    /// Dynamo's KV router: policy classes and cost-based selection.
     KvRouter,
+    /// Plain round robin, no queueing.
     RoundRobin,
 }
 
@@ -141,19 +153,25 @@ pub struct RawWorkload {
 #[serde(deny_unknown_fields)]
 pub struct RawBurst {
     #[serde(default)]
+    /// When the first burst request is released, in ms (default 0).
     pub at_ms: f64,
     /// `sequential` (default), `round_robin` or `alternate`.
     #[serde(default)]
     pub order: Option<RawBurstOrder>,
     #[serde(default)]
+    /// Release stagger in creation order, in ns (default 0).
     pub spacing_ns: u64,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// Creation order of a burst across groups.
 pub enum RawBurstOrder {
+    /// All of the first group, then the next, ...
     Sequential,
+    /// One request of every group per step, in group order.
     RoundRobin,
+    /// Like `round_robin`, odd steps in reverse group order (Dynamo's test).
     Alternate,
 }
 
@@ -161,26 +179,36 @@ pub enum RawBurstOrder {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawGroup {
+    /// Unique group name (addresses the group in `--set` paths).
     pub name: String,
     /// The `policy_class` the requests ask for.
     pub class: Option<String>,
+    /// How many requests (positive).
     pub count: u64,
+    /// Prompt length in tokens.
     pub input_tokens: RawLength,
+    /// Output length in tokens.
     pub output_tokens: RawLength,
     /// `burst` (default), `{poisson: ...}`, `{interval: ...}` or `{at_ms: [...]}`.
     pub arrival: Option<RawArrival>,
+    /// Shared prompt prefixes (default: every prompt distinct).
     pub prefix: Option<RawPrefix>,
     #[serde(default)]
+    /// Soft priority of every request (default 0).
     pub priority: f64,
     #[serde(default)]
+    /// Strict priority tier of every request (default 0).
     pub strict_priority: u32,
+    /// Pin every request to one worker rank (not yet passed to the simulator).
     pub pinned_worker: Option<RawPin>,
 }
 
 /// A length: a plain integer, or `{dist: ..., mean, std_dev, min, max}`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RawLength {
+    /// A plain token count.
     Fixed(u64),
+    /// A distribution.
     Dist(RawDist),
 }
 
@@ -188,19 +216,29 @@ pub enum RawLength {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDist {
+    /// `uniform`, `normal`, `lognormal` or `exponential`.
     pub dist: RawDistKind,
+    /// Mean length (normal, lognormal, exponential).
     pub mean: Option<f64>,
+    /// Standard deviation of the length (normal, lognormal).
     pub std_dev: Option<f64>,
+    /// Lower bound (uniform) or clamp (others; default 1).
     pub min: Option<u64>,
+    /// Upper bound (uniform) or clamp (others; default 2^20).
     pub max: Option<u64>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// The name of a length distribution.
 pub enum RawDistKind {
+    /// Uniform over the integers `[min, max]`.
     Uniform,
+    /// Normal(mean, std_dev).
     Normal,
+    /// Log-normal with the length's mean and std_dev.
     Lognormal,
+    /// Exponential with the given mean.
     Exponential,
 }
 
@@ -238,17 +276,25 @@ impl<'de> Visitor<'de> for LengthVisitor {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum RawArrival {
+    /// Released with the workload's burst (default).
     Burst,
+    /// A Poisson process.
     Poisson {
+        /// Mean arrivals per second.
         rate_per_s: f64,
         #[serde(default)]
+        /// When the process starts, in ms (default 0).
         start_ms: f64,
     },
+    /// One request every `every_ms`.
     Interval {
+        /// Gap between arrivals, in ms.
         every_ms: f64,
         #[serde(default)]
+        /// The first arrival, in ms (default 0).
         start_ms: f64,
     },
+    /// Listed arrival times in ms, one per request.
     AtMs(Vec<f64>),
 }
 
@@ -256,8 +302,10 @@ pub enum RawArrival {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPrefix {
+    /// Shared prefix length in tokens (rounded down to whole KV blocks).
     pub tokens: u64,
     #[serde(default = "one")]
+    /// How many distinct prefixes (default 1); request k uses prefix k % groups.
     pub groups: u64,
 }
 
@@ -269,8 +317,10 @@ fn one() -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPin {
+    /// The worker id (0-based).
     pub worker_id: u64,
     #[serde(default)]
+    /// The dp rank (default 0).
     pub dp_rank: u32,
 }
 
@@ -278,7 +328,9 @@ pub struct RawPin {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
+    /// Stop after this many events.
     pub max_events: Option<u64>,
+    /// Stop at this simulated time, in ms.
     pub max_time_ms: Option<f64>,
 }
 
@@ -287,9 +339,12 @@ pub struct RawLimits {
 #[serde(deny_unknown_fields)]
 pub struct RawDelays {
     #[serde(default)]
+    /// Router to worker, in ms.
     pub router_to_worker_ms: f64,
     #[serde(default)]
+    /// Worker to router (tokens), in ms.
     pub worker_to_router_ms: f64,
     #[serde(default)]
+    /// Worker KV events to the router's indexer, in ms.
     pub kv_event_lag_ms: f64,
 }

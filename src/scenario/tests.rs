@@ -410,3 +410,23 @@ mod mutated {
         }
     }
 }
+
+#[test]
+fn describe_lists_classes_workers_workload_and_expectations() {
+    let scenario = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
+    let text = scenario.describe();
+    println!("{text}");
+    for needle in [
+        "scenario premium-vs-regular-weighted",
+        "premium",
+        "workers: 1 x dp 1",
+        "max_num_seqs 4",
+        "prefix caching off",
+        "640 requests",
+        "Alternate",
+        "expectations: 7",
+        "\"minus\":\"premium-vs-regular-equal.yaml\"",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}

@@ -9,16 +9,22 @@ use serde_saphyr::granit_parser::{Event, Parser, Span, StructureStyle};
 /// A position in the text: 1-based line, 0-based column, byte offset.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Pos {
+    /// 1-based line.
     pub line: usize,
+    /// 0-based column.
     pub col: usize,
+    /// Byte offset in the text.
     pub byte: usize,
 }
 
 /// One node and where it is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
+    /// Where the node starts.
     pub start: Pos,
+    /// Where the node ends (exclusive).
     pub end: Pos,
+    /// What the node is.
     pub kind: NodeKind,
 }
 
@@ -28,10 +34,17 @@ pub enum NodeKind {
     /// A scalar (or alias) with its text after escape processing.
     Scalar(String),
     /// A sequence; `flow` for `[a, b]`.
-    Seq { items: Vec<Node>, flow: bool },
+    Seq {
+        /// The entries.
+        items: Vec<Node>,
+        /// Written as `[a, b]`.
+        flow: bool,
+    },
     /// A mapping in source order; `flow` for `{a: 1}`.
     Map {
+        /// (key, value) pairs.
         entries: Vec<(Node, Node)>,
+        /// Written as `{a: 1}`.
         flow: bool,
     },
 }
@@ -39,6 +52,7 @@ pub enum NodeKind {
 /// One step of a dotted path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
+    /// A mapping key or list entry name.
     Key(String),
     /// A list entry by index (field paths from the policy validator use these).
     Index(usize),

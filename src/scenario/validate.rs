@@ -770,14 +770,17 @@ fn describe_workload(workload: &Workload) -> String {
     );
     for g in &synth.groups {
         out.push_str(&format!(
-            "  {}: class {}, {} requests, input {:?}, output {:?}, arrival {:?}, prefix {:?}\n",
+            "  {}: class {}, {} requests, input tokens {}, output tokens {}, arrival {}, {}\n",
             g.name,
             g.class.as_deref().unwrap_or("-"),
             g.count,
             g.input_tokens,
             g.output_tokens,
             g.arrival,
-            g.prefix
+            match &g.prefix {
+                None => "distinct prompts".to_string(),
+                Some(p) => format!("shared {}-token prefixes in {} groups", p.tokens, p.groups),
+            }
         ));
     }
     out

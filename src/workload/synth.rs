@@ -30,6 +30,7 @@ pub const DEFAULT_MAX_TOKENS: u64 = 1 << 20;
 /// A whole synthetic workload: groups, how burst groups are released, and the block size.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynthWorkload {
+    /// The groups, in declaration order.
     pub groups: Vec<RequestGroup>,
     /// The release of every group whose arrival is [`Arrival::Burst`].
     pub burst: Burst,
@@ -79,9 +80,13 @@ pub struct RequestGroup {
     pub name: String,
     /// The class the requests ask for (`policy_class`), if any.
     pub class: Option<String>,
+    /// How many requests (1 to MAX_GROUP_REQUESTS).
     pub count: u64,
+    /// Prompt length.
     pub input_tokens: Lengths,
+    /// Output length.
     pub output_tokens: Lengths,
+    /// When the requests arrive.
     pub arrival: Arrival,
     /// Shared prompt prefixes; `None` = every prompt is distinct.
     pub prefix: Option<SharedPrefix>,
@@ -96,6 +101,7 @@ pub struct RequestGroup {
 /// A token length: a distribution, rounded to an integer and clamped to `[min, max]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lengths {
+    /// The distribution drawn from.
     pub dist: LengthDist,
     /// Lower clamp (at least 1).
     pub min: u64,
@@ -117,19 +123,27 @@ impl Lengths {
 /// The distribution of a length, in tokens.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LengthDist {
+    /// Always this many tokens.
     Fixed(u64),
     /// Uniform over the integers `[min, max]` of the enclosing [`Lengths`].
     Uniform,
+    /// Normal(mean, std_dev).
     Normal {
+        /// Mean length.
         mean: f64,
+        /// Standard deviation.
         std_dev: f64,
     },
     /// Log-normal with this mean and standard deviation of the length itself.
     LogNormal {
+        /// Mean length.
         mean: f64,
+        /// Standard deviation of the length.
         std_dev: f64,
     },
+    /// Exponential with this mean.
     Exponential {
+        /// Mean length.
         mean: f64,
     },
 }
@@ -141,9 +155,19 @@ pub enum Arrival {
     Burst,
     /// A Poisson process: exponential gaps at `rate_per_s`; the first request arrives one gap
     /// after `start`.
-    Poisson { rate_per_s: f64, start: SimTime },
+    Poisson {
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+        /// When the process starts.
+        start: SimTime,
+    },
     /// Request `k` arrives at `start + k * every`.
-    Interval { every: SimDuration, start: SimTime },
+    Interval {
+        /// Gap between arrivals.
+        every: SimDuration,
+        /// The first arrival.
+        start: SimTime,
+    },
     /// Request `k` arrives at `times[k]` (exactly `count` times).
     At(Vec<SimTime>),
 }
@@ -152,14 +176,18 @@ pub enum Arrival {
 /// whole blocks); request `k` of the group is in prefix group `k % groups`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedPrefix {
+    /// Prefix length in tokens.
     pub tokens: u64,
+    /// Number of distinct prefixes.
     pub groups: u64,
 }
 
 /// A generated request and the worker it is pinned to, if any.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynthRequest {
+    /// The request.
     pub spec: RequestSpec,
+    /// The rank it must run on, if pinned.
     pub pinned_worker: Option<WorkerWithDpRank>,
 }
 
@@ -167,8 +195,11 @@ pub struct SynthRequest {
 /// `field` is the group's (or the workload's) field name, e.g. `input_tokens.std_dev`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SynthError {
+    /// The group's name (empty: the whole workload).
     pub group: String,
+    /// The field, relative to the group.
     pub field: String,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -531,6 +562,42 @@ impl Lengths {
         };
         // f64 -> u64 casts saturate, so clamping in f64 first keeps huge draws in range.
         raw.round().clamp(self.min as f64, self.max as f64) as u64
+    }
+}
+
+impl fmt::Display for Lengths {
+    /// `512`, `uniform [1, 4096]`, `normal(mean 1300, sd 100) in [1100, 1600]`, ...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let clamp = format!("in [{}, {}]", self.min, self.max);
+        match self.dist {
+            LengthDist::Fixed(tokens) => write!(f, "{tokens}"),
+            LengthDist::Uniform => write!(f, "uniform [{}, {}]", self.min, self.max),
+            LengthDist::Normal { mean, std_dev } => {
+                write!(f, "normal(mean {mean}, sd {std_dev}) {clamp}")
+            }
+            LengthDist::LogNormal { mean, std_dev } => {
+                write!(f, "lognormal(mean {mean}, sd {std_dev}) {clamp}")
+            }
+            LengthDist::Exponential { mean } => write!(f, "exponential(mean {mean}) {clamp}"),
+        }
+    }
+}
+
+impl fmt::Display for Arrival {
+    /// `burst`, `poisson 40/s from 0.000000 ms`, `every 5.000000 ms from ...`, `3 listed times`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arrival::Burst => f.write_str("burst"),
+            Arrival::Poisson { rate_per_s, start } => {
+                write!(f, "poisson {rate_per_s}/s from {start}")
+            }
+            Arrival::Interval { every, start } => write!(
+                f,
+                "every {} ms from {start}",
+                crate::time::format_ms(every.as_ns())
+            ),
+            Arrival::At(times) => write!(f, "{} listed times", times.len()),
+        }
     }
 }
 
