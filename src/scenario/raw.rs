@@ -22,22 +22,22 @@ pub struct RawScenario {
     /// The served model's name: picks a `models:` profile of the policy (default none).
     #[serde(default)]
     pub model: Option<String>,
-    #[serde(default)]
     /// `router:` (policy keys, `policy`, `router_mode`, KvRouterConfig knobs).
-    pub router: RawRouter,
     #[serde(default)]
+    pub router: RawRouter,
     /// `workers:` (count, dp_size, engine).
+    #[serde(default)]
     pub workers: RawWorkers,
     /// `workload:` (groups or trace).
     pub workload: RawWorkload,
-    #[serde(default)]
     /// `expect:` (what the run must show).
+    #[serde(default)]
     pub expect: Vec<RawExpectation>,
-    #[serde(default)]
     /// `limits:` (max events, max simulated time).
-    pub limits: RawLimits,
     #[serde(default)]
+    pub limits: RawLimits,
     /// `delays:` (transport latencies).
+    #[serde(default)]
     pub delays: RawDelays,
 }
 
@@ -152,20 +152,20 @@ pub struct RawWorkload {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawBurst {
-    #[serde(default)]
     /// When the first burst request is released, in ms (default 0).
+    #[serde(default)]
     pub at_ms: f64,
     /// `sequential` (default), `round_robin` or `alternate`.
     #[serde(default)]
     pub order: Option<RawBurstOrder>,
-    #[serde(default)]
     /// Release stagger in creation order, in ns (default 0).
+    #[serde(default)]
     pub spacing_ns: u64,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
 /// Creation order of a burst across groups.
+#[serde(rename_all = "snake_case")]
 pub enum RawBurstOrder {
     /// All of the first group, then the next, ...
     Sequential,
@@ -193,11 +193,11 @@ pub struct RawGroup {
     pub arrival: Option<RawArrival>,
     /// Shared prompt prefixes (default: every prompt distinct).
     pub prefix: Option<RawPrefix>,
-    #[serde(default)]
     /// Soft priority of every request (default 0).
-    pub priority: f64,
     #[serde(default)]
+    pub priority: f64,
     /// Strict priority tier of every request (default 0).
+    #[serde(default)]
     pub strict_priority: u32,
     /// Pin every request to one worker rank (not yet passed to the simulator).
     pub pinned_worker: Option<RawPin>,
@@ -229,8 +229,8 @@ pub struct RawDist {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
 /// The name of a length distribution.
+#[serde(rename_all = "snake_case")]
 pub enum RawDistKind {
     /// Uniform over the integers `[min, max]`.
     Uniform,
@@ -282,16 +282,16 @@ pub enum RawArrival {
     Poisson {
         /// Mean arrivals per second.
         rate_per_s: f64,
-        #[serde(default)]
         /// When the process starts, in ms (default 0).
+        #[serde(default)]
         start_ms: f64,
     },
     /// One request every `every_ms`.
     Interval {
         /// Gap between arrivals, in ms.
         every_ms: f64,
-        #[serde(default)]
         /// The first arrival, in ms (default 0).
+        #[serde(default)]
         start_ms: f64,
     },
     /// Listed arrival times in ms, one per request.
@@ -304,8 +304,8 @@ pub enum RawArrival {
 pub struct RawPrefix {
     /// Shared prefix length in tokens (rounded down to whole KV blocks).
     pub tokens: u64,
-    #[serde(default = "one")]
     /// How many distinct prefixes (default 1); request k uses prefix k % groups.
+    #[serde(default = "one")]
     pub groups: u64,
 }
 
@@ -319,8 +319,8 @@ fn one() -> u64 {
 pub struct RawPin {
     /// The worker id (0-based).
     pub worker_id: u64,
-    #[serde(default)]
     /// The dp rank (default 0).
+    #[serde(default)]
     pub dp_rank: u32,
 }
 
@@ -338,13 +338,13 @@ pub struct RawLimits {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDelays {
-    #[serde(default)]
     /// Router to worker, in ms.
+    #[serde(default)]
     pub router_to_worker_ms: f64,
-    #[serde(default)]
     /// Worker to router (tokens), in ms.
-    pub worker_to_router_ms: f64,
     #[serde(default)]
+    pub worker_to_router_ms: f64,
     /// Worker KV events to the router's indexer, in ms.
+    #[serde(default)]
     pub kv_event_lag_ms: f64,
 }

@@ -1,6 +1,7 @@
 //! Scenario loading: bundled files, every kind of bad input, `--set`, and an end-to-end run.
 
 use super::*;
+use crate::scheduling::types::WorkerWithDpRank;
 use std::path::Path;
 
 const WEIGHTED: &str = include_str!("../../scenarios/premium-vs-regular-weighted.yaml");
@@ -429,4 +430,209 @@ fn describe_lists_classes_workers_workload_and_expectations() {
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+}
+
+#[test]
+fn equal_scenario_reproduces_dynamo_160_160_with_0_left() {
+    let scenario = Scenario::load(&bundled("premium-vs-regular-equal.yaml")).unwrap();
+    let requests = scenario.requests(0).unwrap();
+    let result = crate::sim::run(scenario.sim_config(0), requests.into_iter()).unwrap();
+    let order = completion_classes(&result);
+    let premium_first = order[..320].iter().filter(|c| *c == "premium").count();
+    assert_eq!(premium_first, 160);
+    let premium_done = order
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| *c == "premium")
+        .nth(319)
+        .unwrap()
+        .0;
+    let regular_done = order[..=premium_done]
+        .iter()
+        .filter(|c| *c == "regular")
+        .count();
+    assert_eq!(320 - regular_done, 0);
+}
+
+#[test]
+fn trace_workloads_read_the_trace_relative_to_the_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = fixture("../fidelity/premium-weighted/trace.jsonl");
+    std::fs::copy(&trace, dir.path().join("t.jsonl")).unwrap();
+    let path = dir.path().join("s.yaml");
+    std::fs::write(
+        &path,
+        "name: t\nworkload:\n  trace: t.jsonl\n  trace_block_size: 512\n",
+    )
+    .unwrap();
+    let scenario = Scenario::load(&path).unwrap();
+    let requests = scenario.requests(0).unwrap();
+    assert_eq!(requests.len(), 640);
+    assert_eq!(requests[0].policy_class.as_deref(), Some("premium"));
+    assert!(matches!(
+        scenario.workload(),
+        Workload::Trace {
+            block_size: 512,
+            ..
+        }
+    ));
+    std::fs::write(dir.path().join("t.jsonl"), "{\"timestamp\": 0}\n").unwrap();
+    let e = Scenario::load(&path).unwrap_err();
+    assert_eq!(
+        e.file,
+        dir.path().join("t.jsonl").display().to_string(),
+        "{e}"
+    );
+    assert_eq!(e.line, Some(1), "{e}");
+}
+
+#[test]
+fn policy_files_are_read_relative_to_the_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = include_str!("../../tests/fixtures/policy/premium-regular.yaml");
+    std::fs::write(dir.path().join("p.yaml"), policy).unwrap();
+    let path = dir.path().join("s.yaml");
+    let text = MINIMAL.replace("workers:", "router:\n  policy: p.yaml\nworkers:");
+    std::fs::write(&path, &text).unwrap();
+    let scenario = Scenario::load(&path).unwrap();
+    assert_eq!(scenario.class_names(), ["premium", "regular"]);
+    std::fs::write(
+        dir.path().join("p.yaml"),
+        policy.replace("quantum: 128", "quantum: 0"),
+    )
+    .unwrap();
+    let e = Scenario::load(&path).unwrap_err();
+    assert_eq!(
+        e.file,
+        dir.path().join("p.yaml").display().to_string(),
+        "{e}"
+    );
+    assert!(
+        e.line.is_some() && e.message.contains("quantum must be > 0"),
+        "{e}"
+    );
+    std::fs::remove_file(dir.path().join("p.yaml")).unwrap();
+    let e = Scenario::load(&path).unwrap_err();
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(3), "router.policy"),
+        "{e}"
+    );
+    let both = text.replace(
+        "  policy: p.yaml\n",
+        "  policy: p.yaml\n  default_policy_family: x\n",
+    );
+    let e = error_of(&both);
+    assert!(e.message.contains("not both"), "{e}");
+}
+
+#[test]
+fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
+    let text = format!(
+        "{}router:\n  router_mode: round_robin\n  router_temperature: 0.25\nlimits: {{max_events: 1000, max_time_ms: 2.5}}\ndelays: {{router_to_worker_ms: 1, worker_to_router_ms: 0.5, kv_event_lag_ms: 3}}\n",
+        MINIMAL.replace(
+            "engine: {max_num_seqs: 4}",
+            "dp_size: 2\n  engine: {max_num_seqs: 4, block_size: 16}"
+        )
+    );
+    let scenario = Scenario::from_text(Path::new("s.yaml"), &text, &[]).unwrap();
+    let config = scenario.sim_config(5);
+    assert_eq!(config.seed, 5);
+    assert_eq!(config.router_mode, RouterMode::RoundRobin);
+    assert_eq!(config.scheduler.router.router_temperature, 0.25);
+    assert_eq!(config.limits.max_events, 1000);
+    assert_eq!(config.limits.max_time.as_ns(), 2_500_000);
+    assert_eq!(config.delays.router_to_worker.as_ns(), 1_000_000);
+    assert_eq!(config.delays.worker_to_router.as_ns(), 500_000);
+    assert_eq!(config.delays.kv_event_lag.as_ns(), 3_000_000);
+    assert_eq!(
+        (config.engine.max_num_seqs, config.engine.block_size),
+        (4, 16)
+    );
+    assert_eq!(config.engine.dp_size, 2);
+    let e = error_of(&text.replace("kv_event_lag_ms: 3", "kv_event_lag_ms: -3"));
+    assert_eq!(e.field_path, "delays.kv_event_lag_ms", "{e}");
+    let e = error_of(&text.replace("router_temperature: 0.25", "router_temperature: -1"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(11), "router.router_temperature"),
+        "{e}"
+    );
+    let e = error_of(&text.replace("max_events: 1000", "max_events: 0"));
+    assert_eq!(e.field_path, "limits.max_events", "{e}");
+}
+
+#[test]
+fn pinned_workers_are_validated_and_exposed_but_not_yet_run() {
+    let text = MINIMAL.replace(
+        "output_tokens: 1}",
+        "output_tokens: 1, pinned_worker: {worker_id: 0}}",
+    );
+    let scenario = Scenario::from_text(Path::new("s.yaml"), &text, &[]).unwrap();
+    let synth = scenario.synth_requests(0).unwrap();
+    assert!(synth.iter().all(|r| r.pinned_worker
+        == Some(WorkerWithDpRank {
+            worker_id: 0,
+            dp_rank: 0
+        })));
+    let e = scenario.requests(0).unwrap_err();
+    assert_eq!(e.field_path, "workload.groups.a.pinned_worker");
+    let e = error_of(&text.replace("worker_id: 0", "worker_id: 1"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(7), "workload.groups.a.pinned_worker.worker_id"),
+        "{e}"
+    );
+}
+
+#[test]
+fn groups_arrive_as_written() {
+    let text = "\
+name: arrivals
+workload:
+  burst: {at_ms: 10, order: round_robin, spacing_ns: 2}
+  groups:
+    - {name: a, count: 2, input_tokens: 64, output_tokens: 1}
+    - {name: b, count: 2, input_tokens: 64, output_tokens: 1}
+    - {name: c, count: 3, input_tokens: 64, output_tokens: 1, arrival: {at_ms: [0, 10, 20]}}
+    - {name: d, count: 2, input_tokens: 64, output_tokens: 1, arrival: {interval: {every_ms: 4, start_ms: 1}}}
+";
+    let scenario = Scenario::from_text(Path::new("s.yaml"), text, &[]).unwrap();
+    let got: Vec<(u64, String)> = scenario
+        .requests(0)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            (
+                r.arrival.as_ns(),
+                r.policy_class.unwrap_or_else(|| "?".into()),
+            )
+        })
+        .collect();
+    let ms = 1_000_000;
+    assert!(
+        got.iter().all(|(_, c)| c == "?"),
+        "groups without class ask for none"
+    );
+    let times: Vec<u64> = got.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        times,
+        [
+            0,
+            ms,
+            5 * ms,
+            10 * ms,
+            10 * ms,
+            10 * ms + 2,
+            10 * ms + 4,
+            10 * ms + 6,
+            20 * ms
+        ]
+    );
+    let e = error_of(&text.replace("[0, 10, 20]", "[0, 10]"));
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(7), "workload.groups.c.arrival.at_ms"),
+        "{e}"
+    );
 }
