@@ -86,6 +86,7 @@ fn empty_file_is_an_error() {
 fn text_that_is_not_a_scenario_is_an_error() {
     let e = error_of("just some words\n");
     assert_eq!(where_(&e), ("s.yaml".into(), Some(1), "".into()));
+    assert!(e.message.contains("a scenario is a YAML mapping"), "{e}");
     assert!(e.to_string().starts_with("s.yaml:1: "), "{e}");
     let e = error_of("- a\n- b\n");
     assert_eq!(e.line, Some(1), "{e}");

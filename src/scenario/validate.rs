@@ -6,7 +6,7 @@ use super::raw::{
     RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawRouter, RawRouterMode,
     RawScenario, RawWorkload,
 };
-use super::tree::{Node, Step, split_path};
+use super::tree::{Node, NodeKind, Step, split_path};
 use super::{Scenario, ScenarioError, Workload};
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs};
@@ -98,7 +98,28 @@ impl Source<'_> {
             (Some(tree), Some((line, column))) => tree.path_at(line, column),
             _ => String::new(),
         };
-        self.located(position, field_path, shorten_expected(&message))
+        let mut message = shorten_expected(&message);
+        if let Some(value) = self.scalar_at(&field_path)
+            && message.starts_with("invalid")
+        {
+            message = format!("{message}, got `{value}`");
+        }
+        self.located(position, field_path, message)
+    }
+
+    /// The scalar text at `field_path`, if the path names a scalar.
+    fn scalar_at(&self, field_path: &str) -> Option<String> {
+        let steps: Vec<String> = split_path(field_path)?
+            .into_iter()
+            .map(|step| match step {
+                Step::Key(key) => key,
+                Step::Index(i) => i.to_string(),
+            })
+            .collect();
+        let (node, found) = self.tree.as_ref()?.walk(&steps);
+        (found == steps.len() && !steps.is_empty())
+            .then(|| node.scalar().map(str::to_string))
+            .flatten()
     }
 
     /// A policy validation error from the inline `router:` keys.
@@ -158,6 +179,16 @@ pub(super) fn load(
         edited,
         overrides,
     };
+    if let Some(root) = &source.tree
+        && !matches!(root.kind, NodeKind::Map { .. })
+    {
+        return Err(source.located(
+            Some((root.start.line, root.start.col + 1)),
+            String::new(),
+            "a scenario is a YAML mapping (`name:`, `workload:`, ...), not a single value or a list"
+                .to_string(),
+        ));
+    }
     let raw = parse(&source)?;
     build(&source, raw, path, source_hash(text, overrides))
 }
