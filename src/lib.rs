@@ -9,6 +9,7 @@ pub mod engine;
 pub mod mocker;
 pub mod report;
 pub mod rng;
+pub mod scenario;
 pub mod scheduling;
 pub mod sim;
 pub mod time;

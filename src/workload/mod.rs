@@ -1,5 +1,6 @@
 //! Request sources: mooncake traces and (later) synthetic workloads, as one request stream.
 
+pub mod synth;
 pub mod trace;
 
 use crate::scheduling::hashing;

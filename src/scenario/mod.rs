@@ -1,0 +1,301 @@
+//! Scenario files: one YAML file that says everything a run needs, validated into a config.
+//!
+//! ```yaml
+//! name: premium-vs-regular
+//! seed: 1
+//! router:                       # Dynamo's policy keys inline (or `policy: file.yaml`),
+//!   default_policy_family: regular   # `router_mode`, and KvRouterConfig knobs by name
+//!   uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+//!   policy_classes: [...]
+//!   router_temperature: 0.0
+//! workers:
+//!   count: 1
+//!   engine: {max_num_seqs: 4, enable_prefix_caching: false}   # Dynamo's engine keys
+//! workload:
+//!   burst: {at_ms: 0, order: alternate, spacing_ns: 1}
+//!   groups:
+//!     - {name: premium, class: premium, count: 320, input_tokens: 512, output_tokens: 1}
+//! expect:
+//!   - {prefix_count: {class: premium, n: 320}, at_least: 240}
+//! limits: {max_events: 10000000, max_time_ms: 3600000}
+//! delays: {router_to_worker_ms: 0, worker_to_router_ms: 0, kv_event_lag_ms: 0}
+//! ```
+//!
+//! Engine arguments go under `workers.engine:` (as in Dynamo's `{"engine": {...}}`), with
+//! `workers.dp_size` beside it. Field paths name list entries by their `name`:
+//! `router.policy_classes.regular.quantum`, `workload.groups.premium.count`. Use
+//! [`Scenario::load`] / [`Scenario::load_with_overrides`], then [`Scenario::sim_config`] and
+//! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
+
+pub mod error;
+pub mod overrides;
+pub mod raw;
+pub mod tree;
+mod validate;
+
+pub use error::ScenarioError;
+
+use crate::engine::Limits;
+use crate::mocker::EngineArgs;
+use crate::report::expect::RawExpectation;
+use crate::scheduling::policy::PolicyConfig;
+use crate::scheduling::scheduler::SchedulerConfig;
+use crate::scheduling::select::RouterConfig;
+use crate::sim::{RouterMode, SimConfig, TransportDelays};
+use crate::time::SimDuration;
+use crate::workload::RequestSpec;
+use crate::workload::synth::{SynthRequest, SynthWorkload};
+use crate::workload::trace::{self, TraceReader};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+/// The router's periodic recheck, as Dynamo's (60 s).
+pub const TICK_INTERVAL: SimDuration = SimDuration::from_ms(60_000);
+
+/// A validated scenario: everything a run needs except the seed it is run with.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    file: PathBuf,
+    name: String,
+    seed: u64,
+    model: Option<String>,
+    source_hash: String,
+    policy: Option<PolicyConfig>,
+    router: RouterConfig,
+    router_mode: RouterMode,
+    worker_count: u32,
+    engine: EngineArgs,
+    workload: Workload,
+    expectations: Vec<RawExpectation>,
+    companions: Vec<PathBuf>,
+    class_names: Vec<String>,
+    limits: Limits,
+    delays: TransportDelays,
+}
+
+/// Where a scenario's requests come from.
+#[derive(Clone, Debug)]
+pub enum Workload {
+    /// Generated from request groups.
+    Synthetic(SynthWorkload),
+    /// A mooncake trace (already scanned once at load: it is valid).
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// Tokens per hash id.
+        block_size: u64,
+    },
+}
+
+/// What a YAML file is, for `routersim validate FILE`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A scenario (its top level has a scenario key such as `workload` or `workers`).
+    Scenario,
+    /// A bare Dynamo router policy YAML.
+    Policy,
+}
+
+/// Top-level keys that only a scenario has (a policy has `default_policy_family`,
+/// `uncached_isl_buckets`, `policy_classes`, `models`).
+const SCENARIO_KEYS: [&str; 9] = [
+    "name", "seed", "model", "router", "workers", "workload", "expect", "limits", "delays",
+];
+
+/// Whether `text` is a scenario or a bare policy: a scenario iff its top-level mapping has
+/// one of the scenario's own keys. Anything else (including unparsable text) is left to the
+/// policy reader, whose errors then apply.
+pub fn file_kind(text: &str) -> FileKind {
+    let Some(root) = tree::Node::parse(text) else {
+        return FileKind::Policy;
+    };
+    match SCENARIO_KEYS.iter().any(|key| root.get(key).is_some()) {
+        true => FileKind::Scenario,
+        false => FileKind::Policy,
+    }
+}
+
+/// [`file_kind`] of the file at `path`.
+pub fn file_kind_of_path(path: &Path) -> Result<FileKind, ScenarioError> {
+    read_file(path).map(|text| file_kind(&text))
+}
+
+fn read_file(path: &Path) -> Result<String, ScenarioError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ScenarioError::in_file(
+            path.display().to_string(),
+            format!("cannot read the file: {e}"),
+        )
+    })
+}
+
+impl Scenario {
+    /// Reads, parses and validates the scenario at `path`.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        Self::load_with_overrides(path, &[])
+    }
+
+    /// Like [`load`](Self::load), with `--set PATH=VALUE` overrides applied (in order) to the
+    /// YAML text before parsing, so they go through the same validation. A path that does not
+    /// exist or a value of the wrong type is an error naming the path.
+    pub fn load_with_overrides(
+        path: &Path,
+        overrides: &[(String, String)],
+    ) -> Result<Scenario, ScenarioError> {
+        let text = read_file(path)?;
+        Self::from_text(path, &text, overrides)
+    }
+
+    /// Parses and validates scenario `text` as if read from `path` (relative paths inside it
+    /// are resolved against `path`'s directory).
+    pub fn from_text(
+        path: &Path,
+        text: &str,
+        overrides: &[(String, String)],
+    ) -> Result<Scenario, ScenarioError> {
+        validate::load(path, text, overrides)
+    }
+
+    /// The scenario's `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The scenario's `seed` (the CLI's `--seed` may replace it).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The file the scenario was read from.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// A stable hash of the file text and the overrides (16 hex digits), for `summary.json`.
+    pub fn source_hash(&self) -> &str {
+        &self.source_hash
+    }
+
+    /// The resolved class names of the active profile, in DRR ring order.
+    pub fn class_names(&self) -> &[String] {
+        &self.class_names
+    }
+
+    /// The validated `expect:` entries.
+    pub fn expectations(&self) -> &[RawExpectation] {
+        &self.expectations
+    }
+
+    /// Companion scenarios named by `minus:` (resolved against this file's directory, sorted,
+    /// without duplicates).
+    pub fn companions(&self) -> Vec<PathBuf> {
+        self.companions.clone()
+    }
+
+    /// The workload description.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// The engine arguments every worker runs with.
+    pub fn engine(&self) -> &EngineArgs {
+        &self.engine
+    }
+
+    /// The simulator configuration for a run with `seed`.
+    pub fn sim_config(&self, seed: u64) -> SimConfig {
+        SimConfig {
+            scheduler: SchedulerConfig::new(
+                self.router.clone(),
+                self.policy.as_ref(),
+                self.model.as_deref(),
+                self.engine.block_size,
+                seed,
+            ),
+            engine: self.engine.clone(),
+            worker_count: self.worker_count,
+            router_mode: self.router_mode,
+            delays: self.delays,
+            limits: self.limits,
+            tick_interval: TICK_INTERVAL,
+            check_every_event: false,
+            seed,
+        }
+    }
+
+    /// The run's requests, sorted by arrival (ties in row order). Synthetic workloads draw
+    /// from `seed`; traces ignore it. Errors if a group pins a worker (the simulator cannot
+    /// pass pins yet: use [`synth_requests`](Self::synth_requests)) or a trace cannot be read.
+    pub fn requests(&self, seed: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
+        match &self.workload {
+            Workload::Synthetic(synth) => {
+                if let Some(group) = synth.groups.iter().find(|g| g.pinned_worker.is_some()) {
+                    return Err(self.error(
+                        format!("workload.groups.{}.pinned_worker", group.name),
+                        "pinned workers are not supported by the simulator yet",
+                    ));
+                }
+                Ok(self
+                    .synth_requests(seed)?
+                    .into_iter()
+                    .map(|r| r.spec)
+                    .collect())
+            }
+            Workload::Trace { path, block_size } => read_trace(path, *block_size),
+        }
+    }
+
+    /// The synthetic requests with their pinned workers (empty for a trace workload).
+    pub fn synth_requests(&self, seed: u64) -> Result<Vec<SynthRequest>, ScenarioError> {
+        match &self.workload {
+            Workload::Synthetic(synth) => synth
+                .generate(seed)
+                .map_err(|e| self.error(validate::synth_error_path(&e), &e.message)),
+            Workload::Trace { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// A plain-text summary for `routersim validate`: the scenario, the resolved classes
+    /// (as [`crate::scheduling::policy::describe`] prints them), workers, workload and expectations.
+    pub fn describe(&self) -> String {
+        validate::describe(self)
+    }
+
+    fn error(&self, field_path: String, message: &str) -> ScenarioError {
+        ScenarioError {
+            file: self.file.display().to_string(),
+            line: None,
+            column: None,
+            field_path,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// All rows of a (previously scanned) trace, sorted by arrival.
+fn read_trace(path: &Path, block_size: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
+    let name = path.display().to_string();
+    let open = || {
+        File::open(path).map(BufReader::new).map_err(|e| {
+            ScenarioError::in_file(name.clone(), format!("cannot read the trace: {e}"))
+        })
+    };
+    let trace_error = |e: trace::TraceError| ScenarioError {
+        file: e.source_name.clone(),
+        line: Some(e.line),
+        column: None,
+        field_path: e.field.clone().unwrap_or_default(),
+        message: e.message,
+    };
+    let summary = trace::scan(open()?, &name, block_size).map_err(trace_error)?;
+    let mut requests: Vec<RequestSpec> = TraceReader::new(open()?, &name, block_size)
+        .with_origin_ms(summary.origin_ms)
+        .collect::<Result<_, _>>()
+        .map_err(trace_error)?;
+    requests.sort_by_key(|r| (r.arrival, r.row));
+    Ok(requests)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,350 @@
+//! The scenario YAML exactly as written, before validation. Unknown fields are errors at
+//! every depth (the `router` section checks its knobs against Dynamo's `KvRouterConfig`).
+
+use crate::mocker::config::EngineSection;
+use crate::report::expect::RawExpectation;
+use crate::scheduling::policy::raw::{RawBucket, RawPolicyClass, RawPolicyProfile};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_saphyr::Spanned;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A whole scenario file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScenario {
+    /// The scenario's name (the default output directory).
+    pub name: String,
+    /// The run seed (default 0); `--seed` replaces it.
+    #[serde(default)]
+    pub seed: u64,
+    /// The served model's name: picks a `models:` profile of the policy (default none).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `router:` (policy keys, `policy`, `router_mode`, KvRouterConfig knobs).
+    #[serde(default)]
+    pub router: RawRouter,
+    /// `workers:` (count, dp_size, engine).
+    #[serde(default)]
+    pub workers: RawWorkers,
+    /// `workload:` (groups or trace).
+    pub workload: RawWorkload,
+    /// `expect:` (what the run must show).
+    #[serde(default)]
+    pub expect: Vec<RawExpectation>,
+    /// `limits:` (max events, max simulated time).
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// `delays:` (transport latencies).
+    #[serde(default)]
+    pub delays: RawDelays,
+}
+
+/// `router:`: Dynamo's policy keys inline (or `policy: path`), `router_mode`, and
+/// `KvRouterConfig` knobs by their Dynamo names.
+#[derive(Clone, Debug, Default)]
+pub struct RawRouter {
+    /// Dynamo's `default_policy_family`.
+    pub default_policy_family: Option<Spanned<String>>,
+    /// Dynamo's `uncached_isl_buckets`.
+    pub uncached_isl_buckets: Option<Spanned<Vec<Spanned<RawBucket>>>>,
+    /// Dynamo's `policy_classes`.
+    pub policy_classes: Option<Spanned<Vec<Spanned<RawPolicyClass>>>>,
+    /// Dynamo's `models` (per-model profiles).
+    pub models: Option<Spanned<BTreeMap<String, Spanned<RawPolicyProfile>>>>,
+    /// A Dynamo policy YAML file, relative to the scenario file.
+    pub policy: Option<String>,
+    /// `kv_router` (default) or `round_robin`.
+    pub router_mode: Option<RawRouterMode>,
+    /// Every other key: checked against `KvRouterConfig` after parsing.
+    pub knobs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The router's worker choice, with dynosim's `--router-mode` names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawRouterMode {
+    /// Dynamo's KV router: policy classes and cost-based selection.
+    KvRouter,
+    /// Plain round robin, no queueing.
+    RoundRobin,
+}
+
+impl<'de> Deserialize<'de> for RawRouter {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(RouterVisitor)
+    }
+}
+
+struct RouterVisitor;
+
+impl<'de> Visitor<'de> for RouterVisitor {
+    type Value = RawRouter;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a mapping of policy keys and router knobs")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<RawRouter, E> {
+        Ok(RawRouter::default())
+    }
+
+    /// Each value is read straight from the YAML deserializer, so the policy's spans (and
+    /// serde-saphyr's error positions) survive; a flatten would lose them.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRouter, A::Error> {
+        let mut router = RawRouter::default();
+        while let Some(key) = map.next_key::<String>()? {
+            let duplicate = match key.as_str() {
+                "default_policy_family" => router
+                    .default_policy_family
+                    .replace(map.next_value()?)
+                    .is_some(),
+                "uncached_isl_buckets" => router
+                    .uncached_isl_buckets
+                    .replace(map.next_value()?)
+                    .is_some(),
+                "policy_classes" => router.policy_classes.replace(map.next_value()?).is_some(),
+                "models" => router.models.replace(map.next_value()?).is_some(),
+                "policy" => router.policy.replace(map.next_value()?).is_some(),
+                "router_mode" => router.router_mode.replace(map.next_value()?).is_some(),
+                _ => router
+                    .knobs
+                    .insert(key.clone(), map.next_value()?)
+                    .is_some(),
+            };
+            if duplicate {
+                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            }
+        }
+        Ok(router)
+    }
+}
+
+/// `workers:`: how many aggregated workers and their engine (Dynamo's `engine` keys).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkers {
+    /// Number of workers (default 1).
+    pub count: Option<u32>,
+    /// Data-parallel ranks per worker (default 1), as Dynamo's top-level `dp_size`.
+    pub dp_size: Option<u32>,
+    /// Engine arguments with Dynamo 1.6.1's names (`max_num_seqs`, `block_size`, ...).
+    #[serde(default)]
+    pub engine: EngineSection,
+}
+
+/// `workload:`: request groups, or a mooncake trace.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkload {
+    /// A mooncake JSONL trace, relative to the scenario file.
+    pub trace: Option<String>,
+    /// Tokens per hash id of the trace (default 512, Dynamo's).
+    pub trace_block_size: Option<u64>,
+    /// How groups with `arrival: burst` are released.
+    pub burst: Option<RawBurst>,
+    /// Synthetic request groups.
+    pub groups: Option<Vec<RawGroup>>,
+}
+
+/// `workload.burst:`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBurst {
+    /// When the first burst request is released, in ms (default 0).
+    #[serde(default)]
+    pub at_ms: f64,
+    /// `sequential` (default), `round_robin` or `alternate`.
+    #[serde(default)]
+    pub order: Option<RawBurstOrder>,
+    /// Release stagger in creation order, in ns (default 0).
+    #[serde(default)]
+    pub spacing_ns: u64,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+/// Creation order of a burst across groups.
+#[serde(rename_all = "snake_case")]
+pub enum RawBurstOrder {
+    /// All of the first group, then the next, ...
+    Sequential,
+    /// One request of every group per step, in group order.
+    RoundRobin,
+    /// Like `round_robin`, odd steps in reverse group order (Dynamo's test).
+    Alternate,
+}
+
+/// One request group.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroup {
+    /// Unique group name (addresses the group in `--set` paths).
+    pub name: String,
+    /// The `policy_class` the requests ask for.
+    pub class: Option<String>,
+    /// How many requests (positive).
+    pub count: u64,
+    /// Prompt length in tokens.
+    pub input_tokens: RawLength,
+    /// Output length in tokens.
+    pub output_tokens: RawLength,
+    /// `burst` (default), `{poisson: ...}`, `{interval: ...}` or `{at_ms: [...]}`.
+    pub arrival: Option<RawArrival>,
+    /// Shared prompt prefixes (default: every prompt distinct).
+    pub prefix: Option<RawPrefix>,
+    /// Soft priority of every request (default 0).
+    #[serde(default)]
+    pub priority: f64,
+    /// Strict priority tier of every request (default 0).
+    #[serde(default)]
+    pub strict_priority: u32,
+    /// Pin every request to one worker rank (not yet passed to the simulator).
+    pub pinned_worker: Option<RawPin>,
+}
+
+/// A length: a plain integer, or `{dist: ..., mean, std_dev, min, max}`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawLength {
+    /// A plain token count.
+    Fixed(u64),
+    /// A distribution.
+    Dist(RawDist),
+}
+
+/// The distribution form of a length.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDist {
+    /// `uniform`, `normal`, `lognormal` or `exponential`.
+    pub dist: RawDistKind,
+    /// Mean length (normal, lognormal, exponential).
+    pub mean: Option<f64>,
+    /// Standard deviation of the length (normal, lognormal).
+    pub std_dev: Option<f64>,
+    /// Lower bound (uniform) or clamp (others; default 1).
+    pub min: Option<u64>,
+    /// Upper bound (uniform) or clamp (others; default 2^20).
+    pub max: Option<u64>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+/// The name of a length distribution.
+#[serde(rename_all = "snake_case")]
+pub enum RawDistKind {
+    /// Uniform over the integers `[min, max]`.
+    Uniform,
+    /// Normal(mean, std_dev).
+    Normal,
+    /// Log-normal with the length's mean and std_dev.
+    Lognormal,
+    /// Exponential with the given mean.
+    Exponential,
+}
+
+impl<'de> Deserialize<'de> for RawLength {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LengthVisitor)
+    }
+}
+
+struct LengthVisitor;
+
+impl<'de> Visitor<'de> for LengthVisitor {
+    type Value = RawLength;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a token count or {dist: uniform|normal|lognormal|exponential, ...}")
+    }
+
+    fn visit_u64<E: de::Error>(self, tokens: u64) -> Result<RawLength, E> {
+        Ok(RawLength::Fixed(tokens))
+    }
+
+    fn visit_i64<E: de::Error>(self, tokens: i64) -> Result<RawLength, E> {
+        u64::try_from(tokens)
+            .map(RawLength::Fixed)
+            .map_err(|_| E::custom(format_args!("a length must be positive, got {tokens}")))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawLength, A::Error> {
+        RawDist::deserialize(de::value::MapAccessDeserializer::new(map)).map(RawLength::Dist)
+    }
+}
+
+/// A group's arrival process.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawArrival {
+    /// Released with the workload's burst (default).
+    Burst,
+    /// A Poisson process.
+    Poisson {
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+        /// When the process starts, in ms (default 0).
+        #[serde(default)]
+        start_ms: f64,
+    },
+    /// One request every `every_ms`.
+    Interval {
+        /// Gap between arrivals, in ms.
+        every_ms: f64,
+        /// The first arrival, in ms (default 0).
+        #[serde(default)]
+        start_ms: f64,
+    },
+    /// Listed arrival times in ms, one per request.
+    AtMs(Vec<f64>),
+}
+
+/// `prefix: {tokens, groups}`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrefix {
+    /// Shared prefix length in tokens (rounded down to whole KV blocks).
+    pub tokens: u64,
+    /// How many distinct prefixes (default 1); request k uses prefix k % groups.
+    #[serde(default = "one")]
+    pub groups: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `pinned_worker: {worker_id, dp_rank}`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPin {
+    /// The worker id (0-based).
+    pub worker_id: u64,
+    /// The dp rank (default 0).
+    #[serde(default)]
+    pub dp_rank: u32,
+}
+
+/// `limits:`: stop a run early.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Stop after this many events.
+    pub max_events: Option<u64>,
+    /// Stop at this simulated time, in ms.
+    pub max_time_ms: Option<f64>,
+}
+
+/// `delays:`: transport latencies in ms (default 0).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelays {
+    /// Router to worker, in ms.
+    #[serde(default)]
+    pub router_to_worker_ms: f64,
+    /// Worker to router (tokens), in ms.
+    #[serde(default)]
+    pub worker_to_router_ms: f64,
+    /// Worker KV events to the router's indexer, in ms.
+    #[serde(default)]
+    pub kv_event_lag_ms: f64,
+}

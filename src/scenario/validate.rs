@@ -1,0 +1,818 @@
+//! From scenario text to a validated [`Scenario`]: overrides, parsing, and every semantic
+//! check, each error located at its file, line and field path.
+
+use super::overrides::{self, Edited};
+use super::raw::{
+    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawRouter, RawRouterMode,
+    RawScenario, RawWorkload,
+};
+use super::tree::{Node, NodeKind, Step, split_path};
+use super::{Scenario, ScenarioError, Workload};
+use crate::engine::Limits;
+use crate::mocker::{ConfigError, EngineArgs};
+use crate::report::expect::RawExpectation;
+use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
+use crate::scheduling::select::RouterConfig;
+use crate::scheduling::types::WorkerWithDpRank;
+use crate::sim::{RouterMode, TransportDelays};
+use crate::time::{SimDuration, SimTime};
+use crate::workload::synth::{
+    Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, RequestGroup,
+    SharedPrefix, SynthError, SynthWorkload,
+};
+use crate::workload::trace;
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+/// The text being validated and how to turn positions and paths into located errors.
+struct Source<'a> {
+    file: String,
+    dir: PathBuf,
+    edited: Edited,
+    tree: Option<Node>,
+    overrides: &'a [(String, String)],
+}
+
+impl Source<'_> {
+    /// An error at the node `path` names (dotted, list entries by name or `[i]`).
+    fn at(&self, path: &str, message: impl Into<String>) -> ScenarioError {
+        let steps: Vec<String> = split_path(path)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|step| match step {
+                Step::Key(key) => key,
+                Step::Index(i) => i.to_string(),
+            })
+            .collect();
+        let position = self
+            .tree
+            .as_ref()
+            .map(|tree| tree.walk(&steps).0)
+            .map(|node| (node.start.line, node.start.col + 1));
+        let field_path = match (&self.tree, split_path(path)) {
+            (Some(tree), Some(steps)) => tree.name_path(&steps),
+            _ => path.to_string(),
+        };
+        self.located(position, field_path, message.into())
+    }
+
+    /// An error at edited-text `position`, mapped back to the original file and to any
+    /// override that wrote that line.
+    fn located(
+        &self,
+        position: Option<(usize, usize)>,
+        field_path: String,
+        message: String,
+    ) -> ScenarioError {
+        let origin = position.map(|(line, _)| self.edited.origin(line));
+        let mut error = ScenarioError {
+            file: self.file.clone(),
+            line: origin.and_then(|o| o.original_line),
+            column: position.map(|(_, column)| column),
+            field_path,
+            message,
+        };
+        if let Some(index) = origin.and_then(|o| o.override_index) {
+            let (path, value) = &self.overrides[index];
+            error.message = format!("--set {path}={value}: {}", error.message);
+            if error.line.is_none() || error.field_path.is_empty() {
+                error.field_path = path.clone();
+            }
+        }
+        error
+    }
+
+    /// A serde-saphyr error: its position, the field path found there, its message without
+    /// serde-saphyr's own position suffix.
+    fn parse_error(&self, error: &serde_saphyr::Error) -> ScenarioError {
+        let location = error.location().filter(|at| at.line() > 0);
+        let position = location.map(|at| (at.line() as usize, at.column().max(1) as usize));
+        let rendered = error.to_string();
+        let message = match rendered.rfind(" at line ") {
+            Some(tail) if location.is_some() => rendered[..tail].to_string(),
+            _ => rendered,
+        };
+        let field_path = match (&self.tree, position) {
+            (Some(tree), Some((line, column))) => tree.path_at(line, column),
+            _ => String::new(),
+        };
+        let mut message = shorten_expected(&message);
+        if let Some(value) = self.scalar_at(&field_path)
+            && message.starts_with("invalid")
+        {
+            message = format!("{message}, got `{value}`");
+        }
+        self.located(position, field_path, message)
+    }
+
+    /// The scalar text at `field_path`, if the path names a scalar.
+    fn scalar_at(&self, field_path: &str) -> Option<String> {
+        let steps: Vec<String> = split_path(field_path)?
+            .into_iter()
+            .map(|step| match step {
+                Step::Key(key) => key,
+                Step::Index(i) => i.to_string(),
+            })
+            .collect();
+        let (node, found) = self.tree.as_ref()?.walk(&steps);
+        (found == steps.len() && !steps.is_empty())
+            .then(|| node.scalar().map(str::to_string))
+            .flatten()
+    }
+
+    /// A policy validation error from the inline `router:` keys.
+    fn policy_error(&self, error: PolicyError) -> ScenarioError {
+        let steps = split_path(&format!("router.{}", error.field_path)).unwrap_or_default();
+        let field_path = match &self.tree {
+            Some(tree) if !error.field_path.is_empty() => tree.name_path(&steps),
+            _ => "router".to_string(),
+        };
+        match error.line {
+            Some(line) => self.located(
+                Some((line, error.column.unwrap_or(1))),
+                field_path,
+                error.message,
+            ),
+            None => {
+                let mut located = self.at(&format!("router.{}", error.field_path), error.message);
+                located.field_path = field_path;
+                located
+            }
+        }
+    }
+
+    fn resolve(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`, ..." lists every field; keep it short.
+fn shorten_expected(message: &str) -> String {
+    match message.find(", expected one of") {
+        Some(cut) if message.starts_with("unknown field") => message[..cut].to_string(),
+        _ => message.to_string(),
+    }
+}
+
+/// The dotted path a [`SynthError`] is about.
+pub(super) fn synth_error_path(error: &SynthError) -> String {
+    match error.group.is_empty() {
+        true => format!("workload.{}", error.field),
+        false => format!("workload.groups.{}.{}", error.group, error.field),
+    }
+}
+
+pub(super) fn load(
+    path: &Path,
+    text: &str,
+    overrides: &[(String, String)],
+) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    let edited = overrides::apply(&file, text, overrides)?;
+    let tree = Node::parse(&edited.text);
+    let source = Source {
+        file,
+        dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        tree,
+        edited,
+        overrides,
+    };
+    if let Some(root) = &source.tree
+        && !matches!(root.kind, NodeKind::Map { .. })
+    {
+        return Err(source.located(
+            Some((root.start.line, root.start.col + 1)),
+            String::new(),
+            "a scenario is a YAML mapping (`name:`, `workload:`, ...), not a single value or a list"
+                .to_string(),
+        ));
+    }
+    let raw = parse(&source)?;
+    build(&source, raw, path, source_hash(text, overrides))
+}
+
+fn parse(source: &Source) -> Result<RawScenario, ScenarioError> {
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    let parsed =
+        serde_saphyr::from_str_with_options::<Option<RawScenario>>(&source.edited.text, options);
+    match parsed {
+        Ok(Some(raw)) => Ok(raw),
+        Ok(None) => Err(ScenarioError::in_file(
+            source.file.clone(),
+            "the file is empty: a scenario needs at least `name` and `workload`",
+        )),
+        Err(error) => Err(source.parse_error(&error)),
+    }
+}
+
+/// XXH3 of the text and every override, as 16 hex digits.
+fn source_hash(text: &str, overrides: &[(String, String)]) -> String {
+    let mut bytes = text.as_bytes().to_vec();
+    for (path, value) in overrides {
+        bytes.extend_from_slice(format!("\n--set {path}={value}").as_bytes());
+    }
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes))
+}
+
+fn build(
+    source: &Source,
+    raw: RawScenario,
+    path: &Path,
+    source_hash: String,
+) -> Result<Scenario, ScenarioError> {
+    if raw.name.trim().is_empty() {
+        return Err(source.at("name", "must not be empty"));
+    }
+    let router = router_config(source, &raw.router)?;
+    let policy = policy_config(source, &raw.router)?;
+    let profile = active_profile(policy.as_ref(), raw.model.as_deref(), &router);
+    let engine = engine_args(source, &raw)?;
+    let worker_count = raw.workers.count.unwrap_or(1);
+    if worker_count == 0 {
+        return Err(source.at("workers.count", "must be positive"));
+    }
+    let workload = workload(source, &raw.workload, &profile, &engine, worker_count)?;
+    let class_names: Vec<String> = profile.classes().iter().map(|c| c.name.clone()).collect();
+    let companions = expectations(source, &raw.expect, &class_names)?;
+    let limits = limits(source, &raw)?;
+    let delays = delays(source, &raw)?;
+    Ok(Scenario {
+        file: path.to_path_buf(),
+        name: raw.name,
+        seed: raw.seed,
+        model: raw.model,
+        source_hash,
+        policy,
+        router_mode: match raw.router.router_mode {
+            None | Some(RawRouterMode::KvRouter) => RouterMode::KvRouter,
+            Some(RawRouterMode::RoundRobin) => RouterMode::RoundRobin,
+        },
+        router,
+        worker_count,
+        engine,
+        workload,
+        expectations: raw.expect,
+        companions,
+        class_names,
+        limits,
+        delays,
+    })
+}
+
+/// The KvRouterConfig knobs, each checked on its own so an error names its key.
+fn router_config(source: &Source, raw: &RawRouter) -> Result<RouterConfig, ScenarioError> {
+    for (key, value) in &raw.knobs {
+        let single =
+            serde_json::Value::Object([(key.clone(), value.clone())].into_iter().collect());
+        if let Err(e) = serde_json::from_value::<RouterConfig>(single) {
+            let message = shorten_expected(&e.to_string());
+            let message = match message.starts_with("unknown field") {
+                true => format!("{message} (not a policy key nor a KvRouterConfig knob)"),
+                false => message,
+            };
+            return Err(source.at(&format!("router.\"{key}\""), message));
+        }
+    }
+    let config: RouterConfig = serde_json::from_value(serde_json::Value::Object(raw.knobs.clone()))
+        .map_err(|e| source.at("router", e.to_string()))?;
+    config
+        .validate()
+        .map_err(|e| source.at(&format!("router.{}", e.field), e.message))?;
+    Ok(config)
+}
+
+fn policy_config(source: &Source, raw: &RawRouter) -> Result<Option<PolicyConfig>, ScenarioError> {
+    let inline = RawPolicyConfig {
+        default_policy_family: raw.default_policy_family.clone(),
+        uncached_isl_buckets: raw.uncached_isl_buckets.clone(),
+        policy_classes: raw.policy_classes.clone(),
+        models: raw.models.clone(),
+    };
+    let has_inline = inline != RawPolicyConfig::default();
+    match (&raw.policy, has_inline) {
+        (Some(_), true) => Err(source.at(
+            "router.policy",
+            "give the policy either inline or as `policy: file`, not both",
+        )),
+        (Some(file), false) => {
+            let path = source.resolve(file);
+            PolicyConfig::from_path(&path).map(Some).map_err(|e| {
+                let file_error = e.location == "file";
+                ScenarioError {
+                    file: path.display().to_string(),
+                    line: e.line,
+                    column: e.column,
+                    field_path: e.field_path.to_string(),
+                    message: e.message,
+                }
+                .relocate_read_error(file_error, source)
+            })
+        }
+        (None, true) => PolicyConfig::from_raw(&inline)
+            .map(Some)
+            .map_err(|e| source.policy_error(e)),
+        (None, false) => Ok(None),
+    }
+}
+
+impl ScenarioError {
+    /// A policy file that cannot be read is reported at the scenario's `router.policy`.
+    fn relocate_read_error(self, read_error: bool, source: &Source) -> ScenarioError {
+        match read_error {
+            true => source.at(
+                "router.policy",
+                format!(
+                    "{}: {}",
+                    self.file,
+                    self.message.trim_start_matches("file: ")
+                ),
+            ),
+            false => self,
+        }
+    }
+}
+
+fn active_profile(
+    policy: Option<&PolicyConfig>,
+    model: Option<&str>,
+    router: &RouterConfig,
+) -> PolicyProfile {
+    policy
+        .and_then(|p| p.profile_for(model))
+        .cloned()
+        .unwrap_or_else(|| {
+            PolicyProfile::synthetic(router.router_queue_policy, router.router_queue_threshold)
+        })
+}
+
+fn engine_args(source: &Source, raw: &RawScenario) -> Result<EngineArgs, ScenarioError> {
+    let engine_error = |e: ConfigError| match e {
+        ConfigError::Invalid { field, reason } => {
+            source.at(&format!("workers.engine.{field}"), reason)
+        }
+        ConfigError::Unsupported { field, value } => source.at(
+            &format!("workers.engine.{field}"),
+            format!("{value} is not supported by routersim's mocker"),
+        ),
+        ConfigError::Parse(message) => source.at("workers.engine", message),
+    };
+    let mut args = raw
+        .workers
+        .engine
+        .clone()
+        .into_args()
+        .map_err(engine_error)?;
+    if let Some(dp_size) = raw.workers.dp_size {
+        if dp_size == 0 {
+            return Err(source.at("workers.dp_size", "must be positive"));
+        }
+        args.dp_size = dp_size;
+    }
+    Ok(args)
+}
+
+fn workload(
+    source: &Source,
+    raw: &RawWorkload,
+    profile: &PolicyProfile,
+    engine: &EngineArgs,
+    worker_count: u32,
+) -> Result<Workload, ScenarioError> {
+    match (&raw.trace, &raw.groups) {
+        (Some(_), Some(_)) => Err(source.at(
+            "workload.trace",
+            "give either `trace` or `groups`, not both",
+        )),
+        (None, None) => Err(source.at(
+            "workload",
+            "the workload is empty: give `groups` or `trace`",
+        )),
+        (None, Some(groups)) if groups.is_empty() => Err(source.at(
+            "workload.groups",
+            "the workload is empty: `groups` has no entries",
+        )),
+        (Some(file), None) => trace_workload(source, raw, file),
+        (None, Some(groups)) => {
+            if raw.trace_block_size.is_some() {
+                return Err(source.at("workload.trace_block_size", "only applies to `trace`"));
+            }
+            let mut converted = Vec::with_capacity(groups.len());
+            for group in groups {
+                converted.push(group_of(source, group, profile, engine, worker_count)?);
+            }
+            let synth = SynthWorkload {
+                groups: converted,
+                burst: burst(source, raw)?,
+                tokens_per_hash: engine.block_size,
+            };
+            synth
+                .validate()
+                .map_err(|e| source.at(&synth_error_path(&e), e.message))?;
+            Ok(Workload::Synthetic(synth))
+        }
+    }
+}
+
+fn trace_workload(
+    source: &Source,
+    raw: &RawWorkload,
+    file: &str,
+) -> Result<Workload, ScenarioError> {
+    if raw.burst.is_some() {
+        return Err(source.at("workload.burst", "only applies to `groups`"));
+    }
+    let block_size = raw
+        .trace_block_size
+        .unwrap_or(trace::DEFAULT_TRACE_BLOCK_SIZE);
+    if block_size == 0 {
+        return Err(source.at("workload.trace_block_size", "must be positive"));
+    }
+    let path = source.resolve(file);
+    let name = path.display().to_string();
+    let reader = File::open(&path)
+        .map(BufReader::new)
+        .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
+    trace::scan(reader, &name, block_size).map_err(|e| ScenarioError {
+        file: e.source_name.clone(),
+        line: Some(e.line),
+        column: None,
+        field_path: e.field.clone().unwrap_or_default(),
+        message: e.message,
+    })?;
+    Ok(Workload::Trace { path, block_size })
+}
+
+fn burst(source: &Source, raw: &RawWorkload) -> Result<Burst, ScenarioError> {
+    let Some(b) = &raw.burst else {
+        return Ok(Burst::default());
+    };
+    Ok(Burst {
+        at: time_ms(source, "workload.burst.at_ms", b.at_ms)?,
+        order: match b.order {
+            None | Some(RawBurstOrder::Sequential) => BurstOrder::Sequential,
+            Some(RawBurstOrder::RoundRobin) => BurstOrder::RoundRobin,
+            Some(RawBurstOrder::Alternate) => BurstOrder::Alternate,
+        },
+        spacing_ns: b.spacing_ns,
+    })
+}
+
+/// A non-negative, finite time in ms as a `SimTime`.
+fn time_ms(source: &Source, path: &str, ms: f64) -> Result<SimTime, ScenarioError> {
+    duration_ms(source, path, ms).map(|d| SimTime::ZERO.saturating_add(d))
+}
+
+fn duration_ms(source: &Source, path: &str, ms: f64) -> Result<SimDuration, ScenarioError> {
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(source.at(path, format!("must be a finite number >= 0, got {ms}")));
+    }
+    Ok(SimDuration::from_ms_f64(ms))
+}
+
+fn group_of(
+    source: &Source,
+    raw: &RawGroup,
+    profile: &PolicyProfile,
+    engine: &EngineArgs,
+    worker_count: u32,
+) -> Result<RequestGroup, ScenarioError> {
+    let path = |field: &str| format!("workload.groups.\"{}\".{field}", raw.name);
+    if raw.name.trim().is_empty() {
+        return Err(source.at(&path("name"), "must not be empty"));
+    }
+    if let Some(class) = &raw.class
+        && !class_is_known(profile, class)
+    {
+        return Err(source.at(
+            &path("class"),
+            format!(
+                "unknown class `{class}`: the policy knows {}",
+                known_class_names(profile).join(", ")
+            ),
+        ));
+    }
+    let pinned_worker = match &raw.pinned_worker {
+        None => None,
+        Some(pin) if pin.worker_id >= u64::from(worker_count) => {
+            return Err(source.at(
+                &path("pinned_worker.worker_id"),
+                format!("there are only {worker_count} workers (ids from 0)"),
+            ));
+        }
+        Some(pin) if pin.dp_rank >= engine.dp_size => {
+            return Err(source.at(
+                &path("pinned_worker.dp_rank"),
+                format!("workers have only {} dp ranks (from 0)", engine.dp_size),
+            ));
+        }
+        Some(pin) => Some(WorkerWithDpRank {
+            worker_id: pin.worker_id,
+            dp_rank: pin.dp_rank,
+        }),
+    };
+    Ok(RequestGroup {
+        name: raw.name.clone(),
+        class: raw.class.clone(),
+        count: raw.count,
+        input_tokens: lengths(source, &path("input_tokens"), &raw.input_tokens)?,
+        output_tokens: lengths(source, &path("output_tokens"), &raw.output_tokens)?,
+        arrival: arrival(source, &path("arrival"), raw.arrival.as_ref())?,
+        prefix: raw.prefix.as_ref().map(|p| SharedPrefix {
+            tokens: p.tokens,
+            groups: p.groups,
+        }),
+        priority: raw.priority,
+        strict_priority: raw.strict_priority,
+        pinned_worker,
+    })
+}
+
+/// A group may name a policy family or an explicit class (what Dynamo resolves directly);
+/// anything else would silently fall back to the default family, so it is refused.
+fn class_is_known(profile: &PolicyProfile, class: &str) -> bool {
+    known_class_names(profile).iter().any(|name| name == class)
+}
+
+fn known_class_names(profile: &PolicyProfile) -> Vec<String> {
+    if profile.is_synthetic() {
+        return vec!["default".to_string()];
+    }
+    let explicit = profile
+        .classes()
+        .iter()
+        .filter(|c| c.policy_family.is_none())
+        .map(|c| c.name.clone());
+    profile.families().iter().cloned().chain(explicit).collect()
+}
+
+fn lengths(source: &Source, path: &str, raw: &RawLength) -> Result<Lengths, ScenarioError> {
+    let dist = match raw {
+        RawLength::Fixed(tokens) => return Ok(Lengths::fixed(*tokens)),
+        RawLength::Dist(dist) => dist,
+    };
+    let need = |value: Option<f64>, field: &str| {
+        value.ok_or_else(|| source.at(path, format!("`{field}` is required for this `dist`")))
+    };
+    let RawDist { mean, std_dev, .. } = dist.clone();
+    let kind = match dist.dist {
+        RawDistKind::Uniform => {
+            if dist.min.is_none() || dist.max.is_none() {
+                return Err(source.at(path, "`dist: uniform` needs `min` and `max`"));
+            }
+            LengthDist::Uniform
+        }
+        RawDistKind::Normal => LengthDist::Normal {
+            mean: need(mean, "mean")?,
+            std_dev: need(std_dev, "std_dev")?,
+        },
+        RawDistKind::Lognormal => LengthDist::LogNormal {
+            mean: need(mean, "mean")?,
+            std_dev: need(std_dev, "std_dev")?,
+        },
+        RawDistKind::Exponential => LengthDist::Exponential {
+            mean: need(mean, "mean")?,
+        },
+    };
+    Ok(Lengths {
+        dist: kind,
+        min: dist.min.unwrap_or(1),
+        max: dist.max.unwrap_or(DEFAULT_MAX_TOKENS),
+    })
+}
+
+fn arrival(
+    source: &Source,
+    path: &str,
+    raw: Option<&RawArrival>,
+) -> Result<Arrival, ScenarioError> {
+    Ok(match raw {
+        None | Some(RawArrival::Burst) => Arrival::Burst,
+        Some(RawArrival::Poisson {
+            rate_per_s,
+            start_ms,
+        }) => Arrival::Poisson {
+            rate_per_s: *rate_per_s,
+            start: time_ms(source, &format!("{path}.poisson.start_ms"), *start_ms)?,
+        },
+        Some(RawArrival::Interval { every_ms, start_ms }) => Arrival::Interval {
+            every: duration_ms(source, &format!("{path}.interval.every_ms"), *every_ms)?,
+            start: time_ms(source, &format!("{path}.interval.start_ms"), *start_ms)?,
+        },
+        Some(RawArrival::AtMs(times)) => Arrival::At(
+            times
+                .iter()
+                .enumerate()
+                .map(|(i, ms)| time_ms(source, &format!("{path}.at_ms[{i}]"), *ms))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+/// Checks every expectation; returns the companion files named by `minus:`.
+fn expectations(
+    source: &Source,
+    expect: &[RawExpectation],
+    class_names: &[String],
+) -> Result<Vec<PathBuf>, ScenarioError> {
+    let mut companions = BTreeSet::new();
+    for (index, e) in expect.iter().enumerate() {
+        let at =
+            |field: &str, message: String| source.at(&format!("expect[{index}]{field}"), message);
+        let figures = figure_classes(e);
+        if figures.len() != 1 {
+            return Err(at(
+                "",
+                format!("needs exactly one figure, found {}", figures.len()),
+            ));
+        }
+        let (figure, classes) = &figures[0];
+        for class in classes {
+            if !class_names.iter().any(|c| c == class) {
+                return Err(at(
+                    &format!(".{figure}"),
+                    format!(
+                        "unknown class `{class}`: the scenario's classes are {}",
+                        class_names.join(", ")
+                    ),
+                ));
+            }
+        }
+        check_bounds(e).map_err(|(field, message)| at(&format!(".{field}"), message))?;
+        if let Some(other) = &e.minus {
+            let path = source.resolve(other);
+            if !path.is_file() {
+                return Err(at(
+                    ".minus",
+                    format!("companion scenario {} does not exist", path.display()),
+                ));
+            }
+            companions.insert(path);
+        }
+    }
+    Ok(companions.into_iter().collect())
+}
+
+/// The figures an expectation sets, each with the classes it names.
+fn figure_classes(e: &RawExpectation) -> Vec<(&'static str, Vec<&str>)> {
+    let mut out = Vec::new();
+    if let Some(f) = &e.prefix_count {
+        out.push(("prefix_count", vec![f.class.as_str()]));
+    }
+    if let Some(f) = &e.remaining_when_done {
+        out.push((
+            "remaining_when_done",
+            vec![f.class.as_str(), f.done.as_str()],
+        ));
+    }
+    if let Some(f) = &e.count_at {
+        out.push(("count_at", vec![f.class.as_str(), f.when.as_str()]));
+    }
+    if let Some(f) = &e.growth {
+        out.push(("growth", vec![f.class.as_str(), f.when.as_str()]));
+    }
+    if let Some(f) = &e.latency {
+        out.push(("latency", vec![f.class.as_str()]));
+    }
+    if let Some(f) = &e.token_share {
+        out.push(("token_share", vec![f.class.as_str()]));
+    }
+    out
+}
+
+/// A bound is present, finite, and `within` has lo <= hi; `growth` has from <= to.
+fn check_bounds(e: &RawExpectation) -> Result<(), (&'static str, String)> {
+    if e.within.is_none() && e.at_least.is_none() && e.at_most.is_none() && e.tolerance.is_none() {
+        return Err((
+            "within",
+            "needs a bound: `within`, `at_least`, `at_most` or `tolerance`".into(),
+        ));
+    }
+    if let Some([lo, hi]) = e.within
+        && (!(lo.is_finite() && hi.is_finite()) || lo > hi)
+    {
+        return Err(("within", format!("needs finite lo <= hi, got [{lo}, {hi}]")));
+    }
+    for (field, value) in [("at_least", e.at_least), ("at_most", e.at_most)] {
+        if value.is_some_and(|v| !v.is_finite()) {
+            return Err((field, "must be finite".into()));
+        }
+    }
+    if let Some(tolerance) = e.tolerance
+        && !(tolerance.is_finite() && tolerance >= 0.0)
+    {
+        return Err(("tolerance", "must be finite and >= 0".into()));
+    }
+    if let Some(g) = &e.growth
+        && g.from > g.to
+    {
+        return Err((
+            "growth",
+            format!("needs from <= to, got {} > {}", g.from, g.to),
+        ));
+    }
+    Ok(())
+}
+
+fn limits(source: &Source, raw: &RawScenario) -> Result<Limits, ScenarioError> {
+    let mut limits = Limits::default();
+    if let Some(max_events) = raw.limits.max_events {
+        if max_events == 0 {
+            return Err(source.at("limits.max_events", "must be positive"));
+        }
+        limits.max_events = max_events;
+    }
+    if let Some(ms) = raw.limits.max_time_ms {
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(source.at("limits.max_time_ms", "must be positive"));
+        }
+        limits.max_time = SimTime::ZERO.saturating_add(SimDuration::from_ms_f64(ms));
+    }
+    Ok(limits)
+}
+
+fn delays(source: &Source, raw: &RawScenario) -> Result<TransportDelays, ScenarioError> {
+    let d = &raw.delays;
+    Ok(TransportDelays {
+        router_to_worker: duration_ms(source, "delays.router_to_worker_ms", d.router_to_worker_ms)?,
+        worker_to_router: duration_ms(source, "delays.worker_to_router_ms", d.worker_to_router_ms)?,
+        kv_event_lag: duration_ms(source, "delays.kv_event_lag_ms", d.kv_event_lag_ms)?,
+    })
+}
+
+/// The text `routersim validate` prints for a scenario.
+pub(super) fn describe(scenario: &Scenario) -> String {
+    let mut out = format!(
+        "scenario {} (seed {}, source {})\n",
+        scenario.name, scenario.seed, scenario.source_hash
+    );
+    match &scenario.policy {
+        Some(config) => out.push_str(&policy::describe(config)),
+        None => out.push_str("no policy: one synthetic class `default`\n"),
+    }
+    let e = &scenario.engine;
+    out.push_str(&format!(
+        "workers: {} x dp {}, {:?} router; engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}\n",
+        scenario.worker_count, e.dp_size, scenario.router_mode, e.block_size, e.num_gpu_blocks,
+        e.max_num_seqs, e.max_num_batched_tokens, on_off(e.enable_prefix_caching), on_off(e.enable_chunked_prefill)
+    ));
+    out.push_str(&describe_workload(&scenario.workload));
+    out.push_str(&format!("expectations: {}\n", scenario.expectations.len()));
+    for e in &scenario.expectations {
+        let json = serde_json::to_value(e).expect("expectations serialise");
+        let compact: serde_json::Map<_, _> = json
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.push_str(&format!("  {}\n", serde_json::Value::Object(compact)));
+    }
+    out
+}
+
+fn on_off(flag: bool) -> &'static str {
+    if flag { "on" } else { "off" }
+}
+
+fn describe_workload(workload: &Workload) -> String {
+    let synth = match workload {
+        Workload::Trace { path, block_size } => {
+            return format!(
+                "workload: trace {} ({} tokens per hash id)\n",
+                path.display(),
+                block_size
+            );
+        }
+        Workload::Synthetic(synth) => synth,
+    };
+    let total: u64 = synth.groups.iter().map(|g| g.count).sum();
+    let mut out = format!(
+        "workload: {} groups, {} requests; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
+        synth.groups.len(),
+        total,
+        synth.burst.at,
+        synth.burst.order,
+        synth.burst.spacing_ns,
+        synth.tokens_per_hash
+    );
+    for g in &synth.groups {
+        out.push_str(&format!(
+            "  {}: class {}, {} requests, input tokens {}, output tokens {}, arrival {}, {}\n",
+            g.name,
+            g.class.as_deref().unwrap_or("-"),
+            g.count,
+            g.input_tokens,
+            g.output_tokens,
+            g.arrival,
+            match &g.prefix {
+                None => "distinct prompts".to_string(),
+                Some(p) => format!("shared {}-token prefixes in {} groups", p.tokens, p.groups),
+            }
+        ));
+    }
+    out
+}

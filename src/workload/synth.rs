@@ -1,0 +1,810 @@
+//! Synthetic workloads: request groups with length distributions, arrival processes and
+//! shared prefixes, turned into a deterministic list of [`RequestSpec`]s.
+//!
+//! Everything random comes from the run seed through [`crate::rng::child`], one stream per
+//! group and purpose (`workload/<group>/input`, `.../output`, `.../arrival`), so adding a group
+//! or a draw never changes another group's requests.
+//!
+//! Prompts are [`PromptSpec::HashIds`] with `tokens_per_hash` = the engine block size, so one
+//! hash id is one KV block and a shared prefix is a whole number of blocks. Hash ids come from a
+//! counter (starting at [`FIRST_HASH_ID`]) walked group by group in declaration order: every
+//! block of every prompt is distinct except the first `prefix.tokens / tokens_per_hash` blocks
+//! of requests in the same prefix group. Tokens are hash ids truncated to `u32`, so a workload
+//! may use at most `u32::MAX - FIRST_HASH_ID` distinct blocks.
+
+use crate::rng;
+use crate::scheduling::types::WorkerWithDpRank;
+use crate::time::{NS_PER_SEC, SimDuration, SimTime};
+use crate::workload::{PromptSpec, RequestSpec};
+use rand::RngExt;
+use rand_distr::{Distribution, Exp, LogNormal, Normal};
+use std::fmt;
+
+/// The first hash id handed out (small ids are left free for hand-written traces).
+pub const FIRST_HASH_ID: u64 = 1_000;
+/// Largest number of requests one group may ask for (keeps memory bounded).
+pub const MAX_GROUP_REQUESTS: u64 = 10_000_000;
+/// Default upper clamp of a drawn length, in tokens (drawn lengths are also at least 1).
+pub const DEFAULT_MAX_TOKENS: u64 = 1 << 20;
+
+/// A whole synthetic workload: groups, how burst groups are released, and the block size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthWorkload {
+    /// The groups, in declaration order.
+    pub groups: Vec<RequestGroup>,
+    /// The release of every group whose arrival is [`Arrival::Burst`].
+    pub burst: Burst,
+    /// Tokens per hash id: the engine block size, so prefixes align to KV blocks.
+    pub tokens_per_hash: u64,
+}
+
+/// How the burst groups are released together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Burst {
+    /// When the first burst request is released.
+    pub at: SimTime,
+    /// The creation order of burst requests across groups.
+    pub order: BurstOrder,
+    /// Release stagger in creation order: request `m` of the burst arrives at
+    /// `at + m * spacing_ns` (Dynamo's dynosim tags simultaneous rows 1 ns apart).
+    pub spacing_ns: u64,
+}
+
+impl Default for Burst {
+    fn default() -> Self {
+        Burst {
+            at: SimTime::ZERO,
+            order: BurstOrder::Sequential,
+            spacing_ns: 0,
+        }
+    }
+}
+
+/// Creation order of a burst across its groups (groups in declaration order).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BurstOrder {
+    /// All of the first group, then all of the second, ...
+    Sequential,
+    /// Step `i` appends request `i` of every group still having one, in group order.
+    RoundRobin,
+    /// Like `RoundRobin`, but odd steps go through the groups in reverse order. With two
+    /// groups this is Dynamo's test: `(premium, regular)` for even `i`, `(regular, premium)`
+    /// for odd `i`.
+    Alternate,
+}
+
+/// One group of similar requests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestGroup {
+    /// Unique name: the label of the group's random streams.
+    pub name: String,
+    /// The class the requests ask for (`policy_class`), if any.
+    pub class: Option<String>,
+    /// How many requests (1 to MAX_GROUP_REQUESTS).
+    pub count: u64,
+    /// Prompt length.
+    pub input_tokens: Lengths,
+    /// Output length.
+    pub output_tokens: Lengths,
+    /// When the requests arrive.
+    pub arrival: Arrival,
+    /// Shared prompt prefixes; `None` = every prompt is distinct.
+    pub prefix: Option<SharedPrefix>,
+    /// Soft priority of every request of the group.
+    pub priority: f64,
+    /// Strict priority tier of every request of the group.
+    pub strict_priority: u32,
+    /// A worker rank every request of the group is pinned to.
+    pub pinned_worker: Option<WorkerWithDpRank>,
+}
+
+/// A token length: a distribution, rounded to an integer and clamped to `[min, max]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lengths {
+    /// The distribution drawn from.
+    pub dist: LengthDist,
+    /// Lower clamp (at least 1).
+    pub min: u64,
+    /// Upper clamp.
+    pub max: u64,
+}
+
+impl Lengths {
+    /// Always `tokens`.
+    pub fn fixed(tokens: u64) -> Self {
+        Lengths {
+            dist: LengthDist::Fixed(tokens),
+            min: tokens,
+            max: tokens,
+        }
+    }
+}
+
+/// The distribution of a length, in tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LengthDist {
+    /// Always this many tokens.
+    Fixed(u64),
+    /// Uniform over the integers `[min, max]` of the enclosing [`Lengths`].
+    Uniform,
+    /// Normal(mean, std_dev).
+    Normal {
+        /// Mean length.
+        mean: f64,
+        /// Standard deviation.
+        std_dev: f64,
+    },
+    /// Log-normal with this mean and standard deviation of the length itself.
+    LogNormal {
+        /// Mean length.
+        mean: f64,
+        /// Standard deviation of the length.
+        std_dev: f64,
+    },
+    /// Exponential with this mean.
+    Exponential {
+        /// Mean length.
+        mean: f64,
+    },
+}
+
+/// When a group's requests arrive.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arrival {
+    /// Released with the workload's [`Burst`].
+    Burst,
+    /// A Poisson process: exponential gaps at `rate_per_s`; the first request arrives one gap
+    /// after `start`.
+    Poisson {
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+        /// When the process starts.
+        start: SimTime,
+    },
+    /// Request `k` arrives at `start + k * every`.
+    Interval {
+        /// Gap between arrivals.
+        every: SimDuration,
+        /// The first arrival.
+        start: SimTime,
+    },
+    /// Request `k` arrives at `times[k]` (exactly `count` times).
+    At(Vec<SimTime>),
+}
+
+/// Requests in one prefix group share their first `tokens` prompt tokens (rounded down to
+/// whole blocks); request `k` of the group is in prefix group `k % groups`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPrefix {
+    /// Prefix length in tokens.
+    pub tokens: u64,
+    /// Number of distinct prefixes.
+    pub groups: u64,
+}
+
+/// A generated request and the worker it is pinned to, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthRequest {
+    /// The request.
+    pub spec: RequestSpec,
+    /// The rank it must run on, if pinned.
+    pub pinned_worker: Option<WorkerWithDpRank>,
+}
+
+/// A workload value that cannot be generated. `group` is empty for workload-wide problems;
+/// `field` is the group's (or the workload's) field name, e.g. `input_tokens.std_dev`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SynthError {
+    /// The group's name (empty: the whole workload).
+    pub group: String,
+    /// The field, relative to the group.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for SynthError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.group.is_empty() {
+            true => write!(f, "workload.{}: {}", self.field, self.message),
+            false => write!(
+                f,
+                "workload.groups.{}.{}: {}",
+                self.group, self.field, self.message
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SynthError {}
+
+fn group_error(group: &RequestGroup, field: &str, message: impl Into<String>) -> SynthError {
+    SynthError {
+        group: group.name.clone(),
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+impl SynthWorkload {
+    /// Checks every group: counts, length parameters, arrival parameters, unique names.
+    pub fn validate(&self) -> Result<(), SynthError> {
+        let workload_error = |field: &str, message: &str| SynthError {
+            group: String::new(),
+            field: field.to_string(),
+            message: message.to_string(),
+        };
+        if self.groups.is_empty() {
+            return Err(workload_error(
+                "groups",
+                "the workload has no request groups",
+            ));
+        }
+        if self.tokens_per_hash == 0 {
+            return Err(workload_error("tokens_per_hash", "must be positive"));
+        }
+        for (index, group) in self.groups.iter().enumerate() {
+            if self.groups[..index].iter().any(|g| g.name == group.name) {
+                return Err(group_error(
+                    group,
+                    "name",
+                    "a group of this name already exists",
+                ));
+            }
+            group.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The workload's requests sorted by arrival (ties in creation order), `row` numbered
+    /// from 0 in that order. Creation order: the burst in its [`BurstOrder`], then the timed
+    /// groups in declaration order. Errors only if the workload needs more hash ids than a
+    /// `u32` token can tell apart, or does not [`validate`](Self::validate).
+    pub fn generate(&self, seed: u64) -> Result<Vec<SynthRequest>, SynthError> {
+        self.validate()?;
+        let mut ids = HashIdCounter::new();
+        let per_group: Vec<Vec<SynthRequest>> = self
+            .groups
+            .iter()
+            .map(|group| group.generate(seed, self.tokens_per_hash, &mut ids))
+            .collect::<Result<_, _>>()?;
+        let mut keyed: Vec<(SimTime, u64, SynthRequest)> = Vec::new();
+        let mut creation = 0u64;
+        for (group_index, k) in self.burst_sequence() {
+            let mut request = per_group[group_index][k as usize].clone();
+            request.spec.arrival = burst_arrival(&self.burst, creation);
+            keyed.push((request.spec.arrival, creation, request));
+            creation += 1;
+        }
+        for (group, requests) in self.groups.iter().zip(&per_group) {
+            if group.arrival == Arrival::Burst {
+                continue;
+            }
+            for request in requests {
+                keyed.push((request.spec.arrival, creation, request.clone()));
+                creation += 1;
+            }
+        }
+        keyed.sort_by_key(|(arrival, creation, _)| (*arrival, *creation));
+        Ok(keyed
+            .into_iter()
+            .enumerate()
+            .map(|(row, (_, _, mut request))| {
+                request.spec.row = row as u64;
+                request
+            })
+            .collect())
+    }
+
+    /// (group index, index in group) of every burst request, in creation order.
+    pub fn burst_sequence(&self) -> Vec<(usize, u64)> {
+        let burst: Vec<(usize, u64)> = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.arrival == Arrival::Burst)
+            .map(|(index, g)| (index, g.count))
+            .collect();
+        let mut out = Vec::new();
+        if self.burst.order == BurstOrder::Sequential {
+            for &(group, count) in &burst {
+                out.extend((0..count).map(|k| (group, k)));
+            }
+            return out;
+        }
+        let steps = burst.iter().map(|&(_, count)| count).max().unwrap_or(0);
+        for step in 0..steps {
+            let reversed = self.burst.order == BurstOrder::Alternate && step % 2 == 1;
+            let mut in_step: Vec<(usize, u64)> = burst
+                .iter()
+                .filter(|&&(_, count)| step < count)
+                .map(|&(group, _)| (group, step))
+                .collect();
+            if reversed {
+                in_step.reverse();
+            }
+            out.extend(in_step);
+        }
+        out
+    }
+}
+
+fn burst_arrival(burst: &Burst, creation: u64) -> SimTime {
+    let offset_ns = creation.saturating_mul(burst.spacing_ns);
+    burst.at.saturating_add(SimDuration::from_ns(offset_ns))
+}
+
+/// Hands out distinct hash ids; refuses to go past what a `u32` token can tell apart.
+struct HashIdCounter {
+    next: u64,
+}
+
+impl HashIdCounter {
+    fn new() -> Self {
+        HashIdCounter {
+            next: FIRST_HASH_ID,
+        }
+    }
+
+    fn take(&mut self, n: u64, group: &RequestGroup) -> Result<Vec<u64>, SynthError> {
+        let end = self.next.saturating_add(n);
+        if end > u64::from(u32::MAX) {
+            return Err(group_error(
+                group,
+                "count",
+                "the workload needs more distinct KV blocks than 32-bit tokens can tell apart",
+            ));
+        }
+        let ids = (self.next..end).collect();
+        self.next = end;
+        Ok(ids)
+    }
+}
+
+impl RequestGroup {
+    fn validate(&self) -> Result<(), SynthError> {
+        if self.count == 0 {
+            return Err(group_error(self, "count", "must be positive"));
+        }
+        if self.count > MAX_GROUP_REQUESTS {
+            return Err(group_error(
+                self,
+                "count",
+                format!("must be at most {MAX_GROUP_REQUESTS}"),
+            ));
+        }
+        self.input_tokens.validate(self, "input_tokens")?;
+        self.output_tokens.validate(self, "output_tokens")?;
+        self.validate_arrival()?;
+        if let Some(prefix) = &self.prefix {
+            if prefix.tokens == 0 {
+                return Err(group_error(self, "prefix.tokens", "must be positive"));
+            }
+            if prefix.groups == 0 {
+                return Err(group_error(self, "prefix.groups", "must be positive"));
+            }
+        }
+        if !self.priority.is_finite() {
+            return Err(group_error(self, "priority", "must be a finite number"));
+        }
+        Ok(())
+    }
+
+    fn validate_arrival(&self) -> Result<(), SynthError> {
+        match &self.arrival {
+            Arrival::Burst => Ok(()),
+            Arrival::Poisson { rate_per_s, .. }
+                if !(rate_per_s.is_finite() && *rate_per_s > 0.0) =>
+            {
+                Err(group_error(
+                    self,
+                    "arrival.poisson.rate_per_s",
+                    "must be positive",
+                ))
+            }
+            Arrival::Poisson { .. } => Ok(()),
+            Arrival::Interval { every, .. } if every.as_ns() == 0 => Err(group_error(
+                self,
+                "arrival.interval.every_ms",
+                "must be positive",
+            )),
+            Arrival::Interval { .. } => Ok(()),
+            Arrival::At(times) if times.len() as u64 != self.count => Err(group_error(
+                self,
+                "arrival.at_ms",
+                format!(
+                    "lists {} times but the group has count {}",
+                    times.len(),
+                    self.count
+                ),
+            )),
+            Arrival::At(_) => Ok(()),
+        }
+    }
+
+    /// The group's requests in group order (row 0, arrival as drawn; burst arrivals are
+    /// set by the caller).
+    fn generate(
+        &self,
+        seed: u64,
+        tokens_per_hash: u64,
+        ids: &mut HashIdCounter,
+    ) -> Result<Vec<SynthRequest>, SynthError> {
+        let mut input_rng = rng::child(seed, "workload", &format!("{}/input", self.name));
+        let mut output_rng = rng::child(seed, "workload", &format!("{}/output", self.name));
+        let arrivals = self.arrivals(seed);
+        let prefix_blocks = self
+            .prefix
+            .as_ref()
+            .map_or(0, |p| p.tokens / tokens_per_hash);
+        let prefix_ids: Vec<Vec<u64>> = match &self.prefix {
+            Some(p) if prefix_blocks > 0 => (0..p.groups)
+                .map(|_| ids.take(prefix_blocks, self))
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        let mut out = Vec::with_capacity(self.count as usize);
+        for (k, arrival) in arrivals.into_iter().enumerate() {
+            let input_tokens = self.input_tokens.draw(&mut input_rng);
+            let output_tokens = self.output_tokens.draw(&mut output_rng);
+            let blocks = input_tokens.div_ceil(tokens_per_hash);
+            let mut hash_ids: Vec<u64> = match prefix_ids.len() {
+                0 => Vec::new(),
+                n => prefix_ids[k % n]
+                    .iter()
+                    .copied()
+                    .take(blocks as usize)
+                    .collect(),
+            };
+            let fresh = blocks - hash_ids.len() as u64;
+            hash_ids.extend(ids.take(fresh, self)?);
+            out.push(SynthRequest {
+                spec: RequestSpec {
+                    row: 0,
+                    arrival,
+                    policy_class: self.class.clone(),
+                    input_tokens,
+                    output_tokens,
+                    priority: self.priority,
+                    strict_priority: self.strict_priority,
+                    prompt: PromptSpec::HashIds {
+                        hash_ids,
+                        tokens_per_hash,
+                    },
+                },
+                pinned_worker: self.pinned_worker,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Arrival times of the group's requests in group order (`ZERO` for a burst group).
+    fn arrivals(&self, seed: u64) -> Vec<SimTime> {
+        let count = self.count;
+        match &self.arrival {
+            Arrival::Burst => vec![SimTime::ZERO; count as usize],
+            Arrival::Interval { every, start } => (0..count)
+                .map(|k| {
+                    start.saturating_add(SimDuration::from_ns(every.as_ns().saturating_mul(k)))
+                })
+                .collect(),
+            Arrival::At(times) => times.clone(),
+            Arrival::Poisson { rate_per_s, start } => {
+                let mut arrival_rng =
+                    rng::child(seed, "workload", &format!("{}/arrival", self.name));
+                let gaps = Exp::new(*rate_per_s).expect("rate validated positive");
+                let mut now = *start;
+                (0..count)
+                    .map(|_| {
+                        let gap_s: f64 = gaps.sample(&mut arrival_rng);
+                        let gap_ns = (gap_s * NS_PER_SEC as f64).round() as u64;
+                        now = now.saturating_add(SimDuration::from_ns(gap_ns));
+                        now
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+impl Lengths {
+    fn validate(&self, group: &RequestGroup, field: &str) -> Result<(), SynthError> {
+        let error = |sub: &str, message: &str| {
+            let path = match sub {
+                "" => field.to_string(),
+                sub => format!("{field}.{sub}"),
+            };
+            Err(group_error(group, &path, message))
+        };
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        match self.dist {
+            LengthDist::Fixed(0) => return error("", "must be positive"),
+            LengthDist::Normal { mean, .. } | LengthDist::LogNormal { mean, .. }
+                if !positive(mean) =>
+            {
+                return error("mean", "must be positive");
+            }
+            LengthDist::Exponential { mean } if !positive(mean) => {
+                return error("mean", "must be positive");
+            }
+            LengthDist::Normal { std_dev, .. } | LengthDist::LogNormal { std_dev, .. }
+                if !(std_dev.is_finite() && std_dev >= 0.0) =>
+            {
+                return error("std_dev", "must be finite and >= 0");
+            }
+            _ => {}
+        }
+        if self.min == 0 {
+            return error("min", "must be positive");
+        }
+        if self.min > self.max {
+            return error("max", "must be >= min");
+        }
+        Ok(())
+    }
+
+    /// One length: the distribution's draw rounded to the nearest integer, clamped.
+    fn draw(&self, rng: &mut rng::SimRng) -> u64 {
+        let raw: f64 = match self.dist {
+            LengthDist::Fixed(tokens) => return tokens,
+            LengthDist::Uniform => return rng.random_range(self.min..=self.max),
+            LengthDist::Normal { mean, std_dev } => Normal::new(mean, std_dev)
+                .expect("validated parameters")
+                .sample(rng),
+            LengthDist::LogNormal { mean, std_dev } => {
+                LogNormal::from_mean_cv(mean, std_dev / mean)
+                    .expect("validated parameters")
+                    .sample(rng)
+            }
+            LengthDist::Exponential { mean } => Exp::new(1.0 / mean)
+                .expect("validated parameters")
+                .sample(rng),
+        };
+        // f64 -> u64 casts saturate, so clamping in f64 first keeps huge draws in range.
+        raw.round().clamp(self.min as f64, self.max as f64) as u64
+    }
+}
+
+impl fmt::Display for Lengths {
+    /// `512`, `uniform [1, 4096]`, `normal(mean 1300, sd 100) in [1100, 1600]`, ...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let clamp = format!("in [{}, {}]", self.min, self.max);
+        match self.dist {
+            LengthDist::Fixed(tokens) => write!(f, "{tokens}"),
+            LengthDist::Uniform => write!(f, "uniform [{}, {}]", self.min, self.max),
+            LengthDist::Normal { mean, std_dev } => {
+                write!(f, "normal(mean {mean}, sd {std_dev}) {clamp}")
+            }
+            LengthDist::LogNormal { mean, std_dev } => {
+                write!(f, "lognormal(mean {mean}, sd {std_dev}) {clamp}")
+            }
+            LengthDist::Exponential { mean } => write!(f, "exponential(mean {mean}) {clamp}"),
+        }
+    }
+}
+
+impl fmt::Display for Arrival {
+    /// `burst`, `poisson 40/s from 0.000000 ms`, `every 5.000000 ms from ...`, `3 listed times`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arrival::Burst => f.write_str("burst"),
+            Arrival::Poisson { rate_per_s, start } => {
+                write!(f, "poisson {rate_per_s}/s from {start}")
+            }
+            Arrival::Interval { every, start } => write!(
+                f,
+                "every {} ms from {start}",
+                crate::time::format_ms(every.as_ns())
+            ),
+            Arrival::At(times) => write!(f, "{} listed times", times.len()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, count: u64) -> RequestGroup {
+        RequestGroup {
+            name: name.to_string(),
+            class: Some(name.to_string()),
+            count,
+            input_tokens: Lengths::fixed(512),
+            output_tokens: Lengths::fixed(1),
+            arrival: Arrival::Burst,
+            prefix: None,
+            priority: 0.0,
+            strict_priority: 0,
+            pinned_worker: None,
+        }
+    }
+
+    fn workload(groups: Vec<RequestGroup>, order: BurstOrder) -> SynthWorkload {
+        SynthWorkload {
+            groups,
+            burst: Burst {
+                at: SimTime::ZERO,
+                order,
+                spacing_ns: 1,
+            },
+            tokens_per_hash: 64,
+        }
+    }
+
+    fn classes(requests: &[SynthRequest]) -> Vec<String> {
+        requests
+            .iter()
+            .map(|r| r.spec.policy_class.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn alternate_reproduces_dynamos_creation_order() {
+        let w = workload(
+            vec![group("premium", 320), group("regular", 320)],
+            BurstOrder::Alternate,
+        );
+        let requests = w.generate(0).unwrap();
+        assert_eq!(requests.len(), 640);
+        let mut expected = Vec::new();
+        for i in 0..320 {
+            let pair = if i % 2 == 0 {
+                ["premium", "regular"]
+            } else {
+                ["regular", "premium"]
+            };
+            expected.extend(pair.map(String::from));
+        }
+        assert_eq!(classes(&requests), expected);
+        for (row, r) in requests.iter().enumerate() {
+            assert_eq!(r.spec.row, row as u64);
+            assert_eq!(r.spec.arrival, SimTime::from_ns(row as u64), "1 ns stagger");
+        }
+    }
+
+    #[test]
+    fn counts_and_orders_per_group() {
+        let w = workload(vec![group("a", 3), group("b", 1)], BurstOrder::RoundRobin);
+        assert_eq!(classes(&w.generate(0).unwrap()), ["a", "b", "a", "a"]);
+        let w = workload(vec![group("a", 2), group("b", 2)], BurstOrder::Sequential);
+        assert_eq!(classes(&w.generate(0).unwrap()), ["a", "a", "b", "b"]);
+    }
+
+    #[test]
+    fn prompts_are_distinct_and_prefixes_shared() {
+        let mut shared = group("s", 6);
+        shared.input_tokens = Lengths::fixed(300);
+        shared.prefix = Some(SharedPrefix {
+            tokens: 128,
+            groups: 2,
+        });
+        let w = workload(vec![group("u", 2), shared], BurstOrder::Sequential);
+        let requests = w.generate(0).unwrap();
+        let ids = |r: &SynthRequest| match &r.spec.prompt {
+            PromptSpec::HashIds {
+                hash_ids,
+                tokens_per_hash,
+            } => {
+                assert_eq!(*tokens_per_hash, 64);
+                hash_ids.clone()
+            }
+        };
+        assert_eq!(ids(&requests[0]).len(), 8);
+        assert_ne!(ids(&requests[0])[0], ids(&requests[1])[0]);
+        let s: Vec<Vec<u64>> = requests[2..].iter().map(ids).collect();
+        assert_eq!(s[0].len(), 5);
+        assert_eq!(s[0][..2], s[2][..2], "same prefix group");
+        assert_eq!(s[1][..2], s[3][..2]);
+        assert_ne!(s[0][..2], s[1][..2], "different prefix groups");
+        assert_ne!(s[0][2], s[2][2], "suffixes are distinct");
+        let mut all: Vec<u64> = s.iter().flat_map(|v| v[2..].to_vec()).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 6 * 3);
+    }
+
+    #[test]
+    fn poisson_mean_rate_is_close() {
+        let mut g = group("p", 20_000);
+        g.arrival = Arrival::Poisson {
+            rate_per_s: 50.0,
+            start: SimTime::ZERO,
+        };
+        let requests = workload(vec![g], BurstOrder::Sequential)
+            .generate(3)
+            .unwrap();
+        let last = requests.last().unwrap().spec.arrival.as_secs_f64();
+        let rate = 20_000.0 / last;
+        assert!((rate - 50.0).abs() < 1.5, "rate {rate}");
+        assert!(
+            requests
+                .windows(2)
+                .all(|w| w[0].spec.arrival <= w[1].spec.arrival)
+        );
+    }
+
+    #[test]
+    fn drawn_lengths_are_clamped() {
+        let mut g = group("n", 5_000);
+        g.input_tokens = Lengths {
+            dist: LengthDist::Normal {
+                mean: 100.0,
+                std_dev: 400.0,
+            },
+            min: 10,
+            max: 300,
+        };
+        g.output_tokens = Lengths {
+            dist: LengthDist::Exponential { mean: 50.0 },
+            min: 1,
+            max: 60,
+        };
+        let requests = workload(vec![g], BurstOrder::Sequential)
+            .generate(1)
+            .unwrap();
+        let inputs: Vec<u64> = requests.iter().map(|r| r.spec.input_tokens).collect();
+        assert!(inputs.iter().all(|&t| (10..=300).contains(&t)));
+        assert!(
+            inputs.contains(&10) && inputs.contains(&300),
+            "both clamps bite"
+        );
+        assert!(
+            requests
+                .iter()
+                .all(|r| (1..=60).contains(&r.spec.output_tokens))
+        );
+    }
+
+    #[test]
+    fn same_seed_same_requests_and_groups_draw_independently() {
+        let mut a = group("a", 50);
+        a.input_tokens = Lengths {
+            dist: LengthDist::Uniform,
+            min: 1,
+            max: 4096,
+        };
+        a.arrival = Arrival::Poisson {
+            rate_per_s: 10.0,
+            start: SimTime::ZERO,
+        };
+        let lengths = |w: &SynthWorkload, seed| -> Vec<(u64, SimTime)> {
+            w.generate(seed)
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.spec.policy_class.as_deref() == Some("a"))
+                .map(|r| (r.spec.input_tokens, r.spec.arrival))
+                .collect()
+        };
+        let alone = workload(vec![a.clone()], BurstOrder::Sequential);
+        let mut b = a.clone();
+        b.name = "b".into();
+        b.class = Some("b".into());
+        let with_b = workload(vec![b, a], BurstOrder::Sequential);
+        assert_eq!(alone.generate(9).unwrap(), alone.generate(9).unwrap());
+        assert_eq!(lengths(&alone, 9), lengths(&with_b, 9));
+        assert_ne!(lengths(&alone, 9), lengths(&alone, 10));
+    }
+
+    #[test]
+    fn invalid_groups_name_their_field() {
+        let mut g = group("g", 0);
+        let err = workload(vec![g.clone()], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!((err.group.as_str(), err.field.as_str()), ("g", "count"));
+        g.count = 2;
+        g.arrival = Arrival::At(vec![SimTime::ZERO]);
+        let err = workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "arrival.at_ms");
+        let err = workload(vec![], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "workload.groups: the workload has no request groups"
+        );
+    }
+}
