@@ -2,8 +2,11 @@
 
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
+use crate::report::evaluate::{ExpectationOutcome, evaluate, format_outcome};
+use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::metrics::RunMetrics;
 use crate::report::{self, output};
+use crate::scenario::{self, FileKind, Scenario};
 use crate::scheduling::policy::{self, PolicyConfig};
 use crate::scheduling::scheduler::SchedulerConfig;
 use crate::scheduling::select::RouterConfig;
@@ -12,6 +15,7 @@ use crate::time::{SimDuration, format_ms};
 use crate::workload::RequestSpec;
 use crate::workload::trace::{self, TraceReader};
 use clap::{Parser, Subcommand, ValueEnum};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -29,13 +33,53 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Check a Dynamo router policy YAML and print its resolved classes.
+    /// Run one scenario: print a per-class table and write the results directory.
+    Run(RunArgs),
+    /// Run scenarios and evaluate their `expect:` blocks; exit 1 if any expectation fails.
+    Check(CheckArgs),
+    /// Check a scenario or a Dynamo router policy YAML and print what it resolves to.
     Validate {
-        /// The policy file.
+        /// The scenario or policy file.
         file: PathBuf,
+        /// Override a scenario field by its dotted path, e.g.
+        /// router.policy_classes.regular.quantum=64 (repeatable).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
     },
     /// Replay a mooncake trace with the same inputs `tools/dynosim` takes.
     Replay(ReplayArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The scenario file.
+    scenario: PathBuf,
+    /// Output directory (default: results/<scenario name>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Seed (default: the scenario's `seed`).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Override a scenario field by its dotted path, e.g.
+    /// router.policy_classes.regular.quantum=64 (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+    /// Print nothing but errors.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// Scenario files.
+    #[arg(required = true)]
+    scenarios: Vec<PathBuf>,
+    /// Also write the outcomes as JUnit XML.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Override a field of every scenario by its dotted path (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -123,7 +167,9 @@ pub fn main() -> i32 {
         }
     };
     let result = match cli.command {
-        Command::Validate { file } => validate(&file),
+        Command::Run(args) => run(&args),
+        Command::Check(args) => check(&args),
+        Command::Validate { file, set } => validate(&file, &set),
         Command::Replay(args) => replay(&args),
     };
     match result {
@@ -135,10 +181,174 @@ pub fn main() -> i32 {
     }
 }
 
-fn validate(file: &Path) -> Result<(), CliError> {
+fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
+    if scenario::file_kind_of_path(file).map_err(input)? == FileKind::Scenario {
+        let scenario =
+            Scenario::load_with_overrides(file, &parse_overrides(set)?).map_err(input)?;
+        print!("{}", scenario.describe());
+        println!("{}: valid scenario", file.display());
+        return Ok(());
+    }
+    if !set.is_empty() {
+        return Err(CliError::Input(
+            "--set applies to scenario files only".into(),
+        ));
+    }
     let config = PolicyConfig::from_path(file).map_err(input)?;
     print!("{}", policy::describe(&config));
-    println!("{}: valid", file.display());
+    println!("{}: valid policy", file.display());
+    Ok(())
+}
+
+/// Splits `PATH=VALUE` arguments.
+fn parse_overrides(set: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    set.iter()
+        .map(|arg| match arg.split_once('=') {
+            Some((path, value)) if !path.trim().is_empty() => {
+                Ok((path.trim().to_string(), value.to_string()))
+            }
+            _ => Err(CliError::Input(format!("--set {arg}: expected PATH=VALUE"))),
+        })
+        .collect()
+}
+
+/// A scenario run and its metrics.
+struct ScenarioRun {
+    scenario: Scenario,
+    seed: u64,
+    result: sim::SimResult,
+    metrics: RunMetrics,
+}
+
+/// Loads, validates and runs one scenario.
+fn run_scenario(
+    path: &Path,
+    overrides: &[(String, String)],
+    seed: Option<u64>,
+) -> Result<ScenarioRun, CliError> {
+    let scenario = Scenario::load_with_overrides(path, overrides).map_err(input)?;
+    for (index, e) in scenario.expectations().iter().enumerate() {
+        report::expect::validate_expectation(e, scenario.class_names())
+            .map_err(|err| CliError::Input(format!("{}: expect.{index}.{err}", path.display())))?;
+    }
+    let seed = seed.unwrap_or(scenario.seed());
+    let requests = scenario.requests(seed).map_err(input)?;
+    let result = sim::run(scenario.sim_config(seed), requests.into_iter())
+        .map_err(|e| CliError::Bug(e.to_string()))?;
+    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
+    Ok(ScenarioRun {
+        scenario,
+        seed,
+        result,
+        metrics,
+    })
+}
+
+/// Runs the companions named by `minus:` and returns their metrics keyed as written.
+fn companion_metrics(run: &ScenarioRun) -> Result<BTreeMap<String, RunMetrics>, CliError> {
+    let dir = run.scenario.file().parent().unwrap_or(Path::new("."));
+    let mut out = BTreeMap::new();
+    for e in run.scenario.expectations() {
+        if let Some(name) = &e.minus
+            && !out.contains_key(name)
+        {
+            let companion = run_scenario(&dir.join(name), &[], None)?;
+            out.insert(name.clone(), companion.metrics);
+        }
+    }
+    Ok(out)
+}
+
+fn evaluate_expectations(run: &ScenarioRun) -> Result<Vec<ExpectationOutcome>, CliError> {
+    let companions = companion_metrics(run)?;
+    Ok(evaluate(
+        run.scenario.expectations(),
+        &run.metrics,
+        &companions,
+    ))
+}
+
+fn run(args: &RunArgs) -> Result<(), CliError> {
+    let started = std::time::Instant::now();
+    let run = run_scenario(&args.scenario, &parse_overrides(&args.set)?, args.seed)?;
+    let outcomes = evaluate_expectations(&run)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("results").join(run.scenario.name()));
+    let meta = serde_json::json!({
+        "command": "run",
+        "scenario": run.scenario.name(),
+        "scenario_hash": run.scenario.source_hash(),
+        "overrides": args.set,
+        "seed": run.seed,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let files = report::run_files(&run.result, &run.metrics, &meta)
+        .map_err(|e| CliError::Bug(e.to_string()))?;
+    output::write_dir(&out, &files)
+        .map_err(|e| CliError::Input(format!("{}: {e}", out.display())))?;
+    if args.quiet {
+        return Ok(());
+    }
+    println!("{} (seed {})", run.scenario.name(), run.seed);
+    print!("{}", report::table::class_table(&run.metrics));
+    if !outcomes.is_empty() {
+        let passed = outcomes.iter().filter(|o| o.passed).count();
+        println!(
+            "expectations: {passed} of {} pass (`routersim check` gates on them)",
+            outcomes.len()
+        );
+        for o in outcomes.iter().filter(|o| !o.passed) {
+            println!("  {}", format_outcome(o));
+        }
+    }
+    println!(
+        "{} requests, makespan {} ms, {} events in {:.2} s; wrote {}",
+        run.result.records.len(),
+        format_ms(run.result.end_time.as_ns()),
+        run.result.events,
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+fn check(args: &CheckArgs) -> Result<(), CliError> {
+    let overrides = parse_overrides(&args.set)?;
+    let mut suites = Vec::new();
+    for path in &args.scenarios {
+        let run = run_scenario(path, &overrides, None)?;
+        let outcomes = evaluate_expectations(&run)?;
+        println!(
+            "{} (seed {}): {} expectations",
+            path.display(),
+            run.seed,
+            outcomes.len()
+        );
+        for o in &outcomes {
+            println!("  {}", format_outcome(o));
+        }
+        suites.push(JunitSuite {
+            name: run.scenario.name().to_string(),
+            outcomes,
+        });
+    }
+    if let Some(junit) = &args.junit {
+        output::write_file(junit, &junit_xml(&suites))
+            .map_err(|e| CliError::Input(format!("{}: {e}", junit.display())))?;
+    }
+    let failed: usize = suites
+        .iter()
+        .map(|s| s.outcomes.iter().filter(|o| !o.passed).count())
+        .sum();
+    let total: usize = suites.iter().map(|s| s.outcomes.len()).sum();
+    if failed > 0 {
+        return Err(CliError::Expectation(format!(
+            "{failed} of {total} expectations failed"
+        )));
+    }
+    println!("all {total} expectations pass");
     Ok(())
 }
 

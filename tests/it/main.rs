@@ -2,4 +2,5 @@
 
 mod cli;
 mod fidelity;
+mod scenarios;
 mod tidy;

@@ -1,0 +1,205 @@
+//! Scenarios end to end: run, check, validate; expectations as a CI gate; determinism.
+
+use assert_cmd::Command;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn routersim() -> Command {
+    Command::cargo_bin("routersim").unwrap()
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name)
+}
+
+fn stdout_of(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    )
+}
+
+#[test]
+fn check_passes_the_bundled_premium_scenarios_and_shows_the_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("junit.xml");
+    let (code, stdout, stderr) = stdout_of(
+        routersim()
+            .arg("check")
+            .arg(scenario("premium-vs-regular-weighted.yaml"))
+            .arg(scenario("premium-vs-regular-equal.yaml"))
+            .arg("--junit")
+            .arg(&junit),
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for line in [
+        "PASS  W premium in first 320 = 255",
+        "PASS  W regular in first 320 = 65",
+        "PASS  W regular left when premium finishes = 239",
+        "PASS  E premium in first 320 = 160",
+        "PASS  E regular left when premium finishes = 0",
+        "all 9 expectations pass",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
+    }
+    let xml = fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<testsuite") && xml.contains("tests=\"7\""),
+        "{xml}"
+    );
+}
+
+#[test]
+fn check_fails_with_exit_1_when_a_quantum_change_breaks_an_expectation() {
+    let (code, stdout, stderr) = stdout_of(
+        routersim()
+            .arg("check")
+            .arg(scenario("premium-vs-regular-weighted.yaml"))
+            .args(["--set", "router.policy_classes.regular.quantum=512"]),
+    );
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("FAIL  W premium in first 320 = 160  (at least 240)"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("expectations failed"), "{stderr}");
+}
+
+#[test]
+fn malformed_expectations_are_bad_input_naming_the_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(scenario("premium-vs-regular-equal.yaml")).unwrap();
+    let cases = [
+        ("{prefix_count: {class: gold, n: 320}, at_least: 1}", "gold"),
+        (
+            "{prefix_count: {class: premium, n: 320}, within: [9, 1]}",
+            "within",
+        ),
+        (
+            "{latency: {class: premium, metric: ttft_ms_p42}, at_most: 1}",
+            "ttft_ms_p42",
+        ),
+    ];
+    for (i, (expectation, named)) in cases.iter().enumerate() {
+        let file = tmp.path().join(format!("bad-{i}.yaml"));
+        let (head, _) = text.split_once("expect:").unwrap();
+        fs::write(&file, format!("{head}expect:\n  - {expectation}\n")).unwrap();
+        let (code, _, stderr) = stdout_of(routersim().arg("check").arg(&file));
+        assert_eq!(code, 2, "{expectation}: {stderr}");
+        assert!(stderr.contains(&format!("bad-{i}.yaml")), "{stderr}");
+        assert!(
+            stderr.contains("expect.0") || stderr.contains("expect[0]"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(named), "{stderr}");
+    }
+}
+
+#[test]
+fn run_writes_every_file_and_is_byte_identical_on_a_rerun() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |dir: &str| {
+        let out = tmp.path().join(dir);
+        let (code, stdout, stderr) = stdout_of(
+            routersim()
+                .arg("run")
+                .arg(scenario("poisson-multi-worker.yaml"))
+                .arg("--out")
+                .arg(&out),
+        );
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let first = run("a");
+    let names: Vec<&str> = first.iter().map(|(n, _)| n.as_str()).collect();
+    for expected in [
+        "requests.csv",
+        "completions.csv",
+        "classes.csv",
+        "summary.json",
+        "completions_by_index.png",
+    ] {
+        assert!(names.contains(&expected), "{names:?}");
+    }
+    assert_eq!(first, run("b"), "a rerun must give the same bytes");
+}
+
+#[test]
+fn run_with_another_seed_changes_a_random_workload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let requests = |seed: &str| {
+        let out = tmp.path().join(seed);
+        routersim()
+            .arg("run")
+            .arg(scenario("poisson-multi-worker.yaml"))
+            .args(["--quiet", "--seed", seed, "--out"])
+            .arg(&out)
+            .assert()
+            .success();
+        fs::read(out.join("requests.csv")).unwrap()
+    };
+    assert_ne!(requests("1"), requests("2"));
+}
+
+#[test]
+fn bad_scenarios_exit_2_naming_file_line_and_field_without_output() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios");
+    for entry in fs::read_dir(&fixtures).unwrap() {
+        let path = entry.unwrap().path();
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let (code, _, stderr) = stdout_of(routersim().arg("run").arg(&path).arg("--out").arg(&out));
+        assert_eq!(code, 2, "{}: {stderr}", path.display());
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(stderr.contains(&name), "{stderr}");
+        assert!(!out.exists(), "no output for a bad scenario");
+    }
+    let (code, _, stderr) = stdout_of(routersim().arg("run").arg("no/such/file.yaml"));
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[test]
+fn bad_set_paths_and_values_name_the_path() {
+    let weighted = scenario("premium-vs-regular-weighted.yaml");
+    for (set, named) in [
+        ("router.policy_classes.gold.quantum=5", "gold"),
+        ("workers.count=many", "workers.count"),
+        ("router.policy_classes.regular.quantum", "PATH=VALUE"),
+    ] {
+        let (code, _, stderr) = stdout_of(
+            routersim()
+                .arg("validate")
+                .arg(&weighted)
+                .args(["--set", set]),
+        );
+        assert_eq!(code, 2, "{set}: {stderr}");
+        assert!(stderr.contains(named), "{set}: {stderr}");
+    }
+}
+
+#[test]
+fn validate_accepts_every_bundled_scenario() {
+    for entry in fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        let (code, stdout, stderr) = stdout_of(routersim().arg("validate").arg(&path));
+        assert_eq!(code, 0, "{}: {stderr}", path.display());
+        assert!(stdout.contains("valid scenario"), "{stdout}");
+    }
+}
