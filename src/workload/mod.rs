@@ -36,6 +36,16 @@ pub enum PromptSpec {
 }
 
 impl PromptSpec {
+    /// Whether positions `first..=last` all hold the same token because they come from one
+    /// hash id (a cheap sufficient test, not a content comparison).
+    fn is_uniform(&self, first: u64, last: u64) -> bool {
+        match self {
+            PromptSpec::HashIds {
+                tokens_per_hash, ..
+            } => first / tokens_per_hash == last / tokens_per_hash,
+        }
+    }
+
     /// The token at `position` of the prompt.
     fn token_at(&self, position: u64) -> Token {
         match self {
@@ -56,10 +66,24 @@ impl RequestSpec {
         let mut out = Vec::with_capacity(full_blocks as usize);
         let mut block: Vec<Token> = Vec::with_capacity(block_size as usize);
         let mut parent = None;
+        // Mooncake blocks are mostly one token repeated: hash each such content once.
+        let mut last_uniform: Option<(Token, u64)> = None;
         for b in 0..full_blocks {
-            block.clear();
-            block.extend((b * block_size..(b + 1) * block_size).map(|p| self.prompt.token_at(p)));
-            let h = hashing::chain(parent, hashing::block_hash(&block));
+            let (first, last) = (b * block_size, (b + 1) * block_size - 1);
+            let token = self.prompt.token_at(first);
+            let local = match last_uniform {
+                Some((t, h)) if t == token && self.prompt.is_uniform(first, last) => h,
+                _ => {
+                    block.clear();
+                    block.extend((first..=last).map(|p| self.prompt.token_at(p)));
+                    let h = hashing::block_hash(&block);
+                    if self.prompt.is_uniform(first, last) {
+                        last_uniform = Some((token, h));
+                    }
+                    h
+                }
+            };
+            let h = hashing::chain(parent, local);
             out.push(h);
             parent = Some(h);
         }
