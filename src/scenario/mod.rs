@@ -47,9 +47,9 @@
 //! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
 
 pub mod error;
-pub mod overrides;
+mod overrides;
 pub mod raw;
-pub mod tree;
+mod tree;
 mod validate;
 
 pub use error::ScenarioError;
