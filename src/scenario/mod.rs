@@ -212,6 +212,11 @@ impl Scenario {
         self.companions.clone()
     }
 
+    /// The companion file an expectation's `minus:` names, resolved as [`companions`](Self::companions) are.
+    pub fn companion_path(&self, minus: &str) -> PathBuf {
+        self.file.parent().unwrap_or(Path::new("")).join(minus)
+    }
+
     /// The workload description.
     pub fn workload(&self) -> &Workload {
         &self.workload
