@@ -21,6 +21,25 @@
 //! delays: {router_to_worker_ms: 0, worker_to_router_ms: 0, kv_event_lag_ms: 0}
 //! ```
 //!
+//! Workload syntax (`workload.groups[]`, each group: `name`, optional `class`, `count`,
+//! `input_tokens`, `output_tokens`, optional `arrival`, `prefix`, `priority`,
+//! `strict_priority`, `pinned_worker`):
+//! - lengths: a token count (`512`) or `{dist: uniform, min, max}`,
+//!   `{dist: normal, mean, std_dev}`, `{dist: lognormal, mean, std_dev}` (of the length
+//!   itself), `{dist: exponential, mean}`; draws are rounded and clamped to `[min, max]`,
+//!   default `[1, 2^20]`;
+//! - arrivals: `burst` (default: released with `workload.burst: {at_ms, order, spacing_ns}`,
+//!   `order` = `sequential` (default) | `round_robin` | `alternate`, request `m` of the burst at
+//!   `at_ms + m * spacing_ns`), `{poisson: {rate_per_s, start_ms}}`,
+//!   `{interval: {every_ms, start_ms}}`, `{at_ms: [t0, t1, ...]}` (one per request);
+//! - prompts: distinct unless `prefix: {tokens, groups}` (request `k` shares the first
+//!   `tokens` tokens, in whole KV blocks, with the group's other requests of prefix group
+//!   `k % groups`); a prompt is hash ids with `tokens_per_hash` = the engine block size;
+//! - `pinned_worker: {worker_id, dp_rank}` is validated, but the simulator cannot honour
+//!   pins yet ([`Scenario::requests`] refuses it; [`Scenario::synth_requests`] exposes it);
+//! - or, instead of groups, `trace: file.jsonl` (mooncake, relative to the scenario file)
+//!   with `trace_block_size` (default 512).
+//!
 //! Engine arguments go under `workers.engine:` (as in Dynamo's `{"engine": {...}}`), with
 //! `workers.dp_size` beside it. Field paths name list entries by their `name`:
 //! `router.policy_classes.regular.quantum`, `workload.groups.premium.count`. Use
@@ -28,9 +47,9 @@
 //! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
 
 pub mod error;
-pub mod overrides;
+mod overrides;
 pub mod raw;
-pub mod tree;
+mod tree;
 mod validate;
 
 pub use error::ScenarioError;
@@ -191,6 +210,11 @@ impl Scenario {
     /// without duplicates).
     pub fn companions(&self) -> Vec<PathBuf> {
         self.companions.clone()
+    }
+
+    /// The companion file an expectation's `minus:` names, resolved as [`companions`](Self::companions) are.
+    pub fn companion_path(&self, minus: &str) -> PathBuf {
+        self.file.parent().unwrap_or(Path::new("")).join(minus)
     }
 
     /// The workload description.

@@ -637,3 +637,28 @@ workload:
         "{e}"
     );
 }
+
+#[test]
+fn set_reaches_expectations_and_engine_keys_by_name() {
+    let path = bundled("premium-vs-regular-weighted.yaml");
+    let overrides = set(&[
+        ("expect.W regular in first 320.at_least", "50"),
+        ("workers.engine.enable_prefix_caching", "true"),
+        ("workload.burst.spacing_ns", "0"),
+    ]);
+    let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
+    assert_eq!(scenario.expectations()[1].at_least, Some(50.0));
+    assert!(scenario.engine().enable_prefix_caching);
+    let requests = scenario.requests(0).unwrap();
+    assert!(requests.iter().all(|r| r.arrival.as_ns() == 0));
+    let e = Scenario::load_with_overrides(
+        &path,
+        &set(&[("expect.W regular in first 320.at_least", "[1]")]),
+    )
+    .unwrap_err();
+    assert_eq!(e.line, Some(47), "{e}");
+    assert!(
+        e.message.contains("got `[1]`"),
+        "a value never becomes a list: {e}"
+    );
+}
