@@ -332,7 +332,10 @@ impl System {
                         block_hashes: hashes,
                         priority: spec.priority,
                         strict_priority: spec.strict_priority,
-                        constraints: RequestConstraints::default(),
+                        constraints: RequestConstraints {
+                            pinned: spec.pinned_worker,
+                            ..RequestConstraints::default()
+                        },
                     },
                 );
                 self.drain_router(now, queue);
@@ -762,6 +765,9 @@ policy_classes:
                         hash_ids,
                         tokens_per_hash: 16,
                     },
+                    // Every fifth request is pinned, sometimes to a rank that does not exist.
+                    pinned_worker: (row % 5 == 4)
+                        .then(|| WorkerWithDpRank::new(*arrival_ns % 4, (*input % 3) as u32)),
                 }
             })
             .collect();

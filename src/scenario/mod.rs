@@ -35,8 +35,8 @@
 //! - prompts: distinct unless `prefix: {tokens, groups}` (request `k` shares the first
 //!   `tokens` tokens, in whole KV blocks, with the group's other requests of prefix group
 //!   `k % groups`); a prompt is hash ids with `tokens_per_hash` = the engine block size;
-//! - `pinned_worker: {worker_id, dp_rank}` is validated, but the simulator cannot honour
-//!   pins yet ([`Scenario::requests`] refuses it; [`Scenario::synth_requests`] exposes it);
+//! - `pinned_worker: {worker_id, dp_rank}` sends every request of the group to that rank's
+//!   exact-worker lane;
 //! - or, instead of groups, `trace: file.jsonl` (mooncake, relative to the scenario file)
 //!   with `trace_block_size` (default 512).
 //!
@@ -249,23 +249,14 @@ impl Scenario {
     }
 
     /// The run's requests, sorted by arrival (ties in row order). Synthetic workloads draw
-    /// from `seed`; traces ignore it. Errors if a group pins a worker (the simulator cannot
-    /// pass pins yet: use [`synth_requests`](Self::synth_requests)) or a trace cannot be read.
+    /// from `seed`; traces ignore it. Errors if a trace cannot be read.
     pub fn requests(&self, seed: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
         match &self.workload {
-            Workload::Synthetic(synth) => {
-                if let Some(group) = synth.groups.iter().find(|g| g.pinned_worker.is_some()) {
-                    return Err(self.error(
-                        format!("workload.groups.{}.pinned_worker", group.name),
-                        "pinned workers are not supported by the simulator yet",
-                    ));
-                }
-                Ok(self
-                    .synth_requests(seed)?
-                    .into_iter()
-                    .map(|r| r.spec)
-                    .collect())
-            }
+            Workload::Synthetic(_) => Ok(self
+                .synth_requests(seed)?
+                .into_iter()
+                .map(|r| r.spec)
+                .collect()),
             Workload::Trace { path, block_size } => read_trace(path, *block_size),
         }
     }

@@ -564,7 +564,7 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
 }
 
 #[test]
-fn pinned_workers_are_validated_and_exposed_but_not_yet_run() {
+fn pinned_workers_are_validated_and_carried_by_the_requests() {
     let text = MINIMAL.replace(
         "output_tokens: 1}",
         "output_tokens: 1, pinned_worker: {worker_id: 0}}",
@@ -576,8 +576,12 @@ fn pinned_workers_are_validated_and_exposed_but_not_yet_run() {
             worker_id: 0,
             dp_rank: 0
         })));
-    let e = scenario.requests(0).unwrap_err();
-    assert_eq!(e.field_path, "workload.groups.a.pinned_worker");
+    let requests = scenario.requests(0).unwrap();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.pinned_worker == Some(WorkerWithDpRank::new(0, 0)))
+    );
     let e = error_of(&text.replace("worker_id: 0", "worker_id: 1"));
     assert_eq!(
         (e.line, e.field_path.as_str()),

@@ -4,7 +4,7 @@ pub mod synth;
 pub mod trace;
 
 use crate::scheduling::hashing;
-use crate::scheduling::types::{SeqHash, Token};
+use crate::scheduling::types::{SeqHash, Token, WorkerWithDpRank};
 use crate::time::SimTime;
 
 /// One request as a client releases it, ready for the router and the workers.
@@ -23,6 +23,8 @@ pub struct RequestSpec {
     pub strict_priority: u32,
     /// How the prompt's tokens are made (they are never stored whole).
     pub prompt: PromptSpec,
+    /// The worker rank the request must run on (an exact-worker lane), if any.
+    pub pinned_worker: Option<WorkerWithDpRank>,
 }
 
 /// The prompt's token content, described compactly.
@@ -108,6 +110,7 @@ mod tests {
                 hash_ids,
                 tokens_per_hash: 512,
             },
+            pinned_worker: None,
         }
     }
 

@@ -471,6 +471,7 @@ impl RequestGroup {
                         hash_ids,
                         tokens_per_hash,
                     },
+                    pinned_worker: self.pinned_worker,
                 },
                 pinned_worker: self.pinned_worker,
             });

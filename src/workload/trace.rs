@@ -151,6 +151,7 @@ impl<R: BufRead> TraceReader<R> {
                 hash_ids,
                 tokens_per_hash: self.tokens_per_hash,
             },
+            pinned_worker: None,
         };
         Ok((timestamp_ms, spec))
     }
