@@ -203,3 +203,37 @@ fn validate_accepts_every_bundled_scenario() {
         assert!(stdout.contains("valid scenario"), "{stdout}");
     }
 }
+
+#[test]
+fn committed_results_are_what_the_bundled_scenarios_produce() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in fs::read_dir(root.join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let out = tmp.path().join(&name);
+        routersim()
+            .arg("run")
+            .arg(&path)
+            .arg("--quiet")
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .success();
+        for file in [
+            "requests.csv",
+            "completions.csv",
+            "classes.csv",
+            "summary.json",
+        ] {
+            let committed = root.join("results").join(&name).join(file);
+            let fresh = fs::read(out.join(file)).unwrap();
+            assert!(
+                fs::read(&committed).is_ok_and(|c| c == fresh),
+                "{} is stale: rerun `routersim run {}`",
+                committed.display(),
+                path.display()
+            );
+        }
+    }
+}
