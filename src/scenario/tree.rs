@@ -49,14 +49,8 @@ pub enum NodeKind {
     },
 }
 
-/// One step of a dotted path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// A mapping key or list entry name.
-    Key(String),
-    /// A list entry by index (field paths from the policy validator use these).
-    Index(usize),
-}
+/// One step of a dotted path: the policy module's field-path segment.
+pub use crate::scheduling::policy::Segment as Step;
 
 impl Node {
     /// The first document of `text`, or `None` if it has no node (empty, or a syntax error
@@ -206,41 +200,7 @@ pub fn join_path(steps: &[String]) -> String {
 /// Splits a dotted path into steps; `"a.b"` quotes a step containing dots, `[n]` is an
 /// index step. `None` if malformed.
 pub fn split_path(path: &str) -> Option<Vec<Step>> {
-    let mut steps = Vec::new();
-    let mut chars = path.chars().peekable();
-    while let Some(&next) = chars.peek() {
-        match next {
-            '.' => {
-                chars.next();
-            }
-            '[' => {
-                chars.next();
-                let digits: String = chars.by_ref().take_while(|c| *c != ']').collect();
-                steps.push(Step::Index(digits.parse().ok()?));
-            }
-            '"' => {
-                chars.next();
-                let mut key = String::new();
-                loop {
-                    match chars.next()? {
-                        '"' => break,
-                        '\\' => key.push(chars.next()?),
-                        other => key.push(other),
-                    }
-                }
-                steps.push(Step::Key(key));
-            }
-            _ => {
-                let mut key = String::new();
-                while let Some(&c) = chars.peek().filter(|c| **c != '.' && **c != '[') {
-                    key.push(c);
-                    chars.next();
-                }
-                steps.push(Step::Key(key));
-            }
-        }
-    }
-    Some(steps)
+    crate::scheduling::policy::parse_field_path(path)
 }
 
 fn pos(text: &str, marker: &serde_saphyr::granit_parser::Marker) -> Pos {

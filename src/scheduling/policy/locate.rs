@@ -8,8 +8,10 @@ use serde_saphyr::granit_parser::{Event, Parser, Span};
 
 /// One step of a field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Segment {
+pub enum Segment {
+    /// A mapping key (or, in scenario paths, a list entry's `name`).
     Key(String),
+    /// A list entry by index.
     Index(usize),
 }
 
@@ -28,7 +30,7 @@ pub fn locate_field_path(text: &str, field_path: &str) -> Option<(usize, usize)>
 
 /// The path's segments: dot-separated keys (a key may be a double-quoted string with `\`
 /// escapes, so model names with dots survive) and `[n]` indexes.
-fn parse_field_path(field_path: &str) -> Option<Vec<Segment>> {
+pub fn parse_field_path(field_path: &str) -> Option<Vec<Segment>> {
     let mut segments = Vec::new();
     let mut chars = field_path.chars().peekable();
     while let Some(&next) = chars.peek() {

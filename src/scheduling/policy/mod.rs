@@ -15,7 +15,7 @@ mod validate;
 
 pub use describe::describe;
 pub use error::PolicyError;
-pub use locate::locate_field_path;
+pub use locate::{Segment, locate_field_path, parse_field_path};
 pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyProfile};
 pub use raw::RawPolicyConfig;
 pub use validate::validate;
