@@ -16,7 +16,6 @@
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
-use crate::rng::{self, SimRng};
 use crate::scheduling::scheduler::{
     Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
 };
@@ -184,8 +183,6 @@ struct System {
     starts_due: BTreeSet<usize>,
     tick_scheduled: bool,
     violation: Option<InvariantViolation>,
-    #[allow(dead_code)]
-    rng: SimRng,
 }
 
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
@@ -205,7 +202,6 @@ pub fn run(
         })
         .collect();
     let mut system = System {
-        rng: rng::stream(config.seed, "sim"),
         router,
         ranks,
         records: Vec::new(),

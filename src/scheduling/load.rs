@@ -70,9 +70,6 @@ struct Booking {
     prompt_hashes: Vec<SeqHash>,
     /// `Some` until the first output token (static prefill model); never `Some(0)`.
     prefill_tokens: Option<u64>,
-    /// Kept for stale-request expiry (EXTENSION: not modelled yet).
-    #[allow(dead_code)]
-    booked_at: SimTime,
 }
 
 /// Per-rank counters, kept incrementally so every getter is O(1).
@@ -173,10 +170,12 @@ impl LoadTracker {
     /// `Some(n)` with `n > 0`, adds `n` active prefill tokens until prefill completes.
     ///
     /// Pass `prefill_tokens = None` when prefill tracking is off, and an empty `prompt_hashes`
-    /// when block tracking is off. On error nothing changes.
+    /// when block tracking is off. On error nothing changes. The time is part of the contract
+    /// for Dynamo's time-based load models (AIC decay, stale-request expiry); the static model
+    /// modelled here does not read it.
     pub fn add_request(
         &mut self,
-        now: SimTime,
+        _now: SimTime,
         id: RequestId,
         rank: WorkerWithDpRank,
         prompt_hashes: &[SeqHash],
@@ -198,7 +197,6 @@ impl LoadTracker {
             rank,
             prompt_hashes: prompt_hashes.to_vec(),
             prefill_tokens,
-            booked_at: now,
         };
         self.bookings.insert(id, booking);
         Ok(())
