@@ -171,14 +171,10 @@ pub fn line_chart(
             })
             .collect();
         points.sort_by(|p, q| p.x.total_cmp(&q.x));
-        let mut ideal: Vec<(f64, f64)> = match metric.is_share() {
-            true => summaries
-                .iter()
-                .map(|s| (x_of(s), s.ideal_share[class]))
-                .collect(),
+        let ideal = match metric.is_share() {
+            true => ideal_curve(manifest, summaries, axis, class, &x_of),
             false => Vec::new(),
         };
-        ideal.sort_by(|p, q| p.0.total_cmp(&q.0));
         lines.push(ClassLine {
             class,
             label: name.clone(),
@@ -221,6 +217,56 @@ pub fn line_chart(
         y_range,
         lines,
     }
+}
+
+/// Samples of the dashed ideal line between measured points.
+const IDEAL_SAMPLES: usize = 200;
+
+/// Class `class`'s ideal DRR share against the axis. When the axis is a class's quantum
+/// (`router.policy_classes.<name>.quantum`), the fluid share q_i / sum q is drawn as the
+/// smooth curve it is (the other quanta recovered from a measured point's ideal shares);
+/// otherwise the ideal shares of the points are joined.
+fn ideal_curve(
+    manifest: &Manifest,
+    summaries: &[PointSummary],
+    axis: usize,
+    class: usize,
+    x_of: &dyn Fn(&PointSummary) -> f64,
+) -> Vec<(f64, f64)> {
+    let mut at_points: Vec<(f64, f64)> = summaries
+        .iter()
+        .map(|s| (x_of(s), s.ideal_share[class]))
+        .collect();
+    at_points.sort_by(|p, q| p.0.total_cmp(&q.0));
+    let path = &manifest.grid.axes[axis].path;
+    let varied_class = path
+        .strip_prefix("router.policy_classes.")
+        .and_then(|rest| rest.strip_suffix(".quantum"))
+        .and_then(|name| manifest.class_names.iter().position(|c| c == name));
+    let (Some(k), Some(first)) = (varied_class, summaries.first()) else {
+        return at_points;
+    };
+    let (x0, share_k) = (x_of(first), first.ideal_share[k]);
+    let xs: Vec<f64> = at_points.iter().map(|p| p.0).collect();
+    let (Some((lo, hi)), true) = (min_max(&xs), share_k > 0.0) else {
+        return at_points;
+    };
+    // At the first point, quantum k is x0 and its share x0 / total, so the others sum to
+    // total - x0 and class i's quantum is share_i * total.
+    let total = x0 / share_k;
+    let others = total - x0;
+    let own = if class == k {
+        0.0
+    } else {
+        first.ideal_share[class] * total
+    };
+    (0..=IDEAL_SAMPLES)
+        .map(|i| {
+            let x = lo + (hi - lo) * i as f64 / IDEAL_SAMPLES as f64;
+            let numerator = if class == k { x } else { own };
+            (x, numerator / (others + x))
+        })
+        .collect()
 }
 
 fn min_max(values: &[f64]) -> Option<(f64, f64)> {
