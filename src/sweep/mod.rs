@@ -194,3 +194,6 @@ fn write_out(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), S
     crate::report::output::write_dir(dir, files)
         .map_err(|e| SweepError::Input(format!("{}: cannot write: {e}", dir.display())))
 }
+
+#[cfg(test)]
+mod tests;

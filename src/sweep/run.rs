@@ -11,7 +11,7 @@ use crate::sim;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The headline metrics of one class in one run.
 #[derive(Clone, Debug, PartialEq)]
@@ -211,10 +211,7 @@ impl SweepPlan {
         Ok(SweepPlan { manifest, points })
     }
 
-    fn load_points(
-        path: &PathBuf,
-        manifest: &Manifest,
-    ) -> Result<Vec<(usize, Scenario)>, SweepError> {
+    fn load_points(path: &Path, manifest: &Manifest) -> Result<Vec<(usize, Scenario)>, SweepError> {
         let grid = &manifest.grid;
         let mut points = Vec::new();
         for point in 0..grid.point_count() {

@@ -174,3 +174,88 @@ fn check_complete(manifest: &Manifest, rows: &[Row]) -> Result<(), SweepError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::table::tests::{manifest, rows};
+
+    fn write_shards(dir: &Path, count: usize) -> Vec<PathBuf> {
+        let (m, all) = (manifest(), rows());
+        (1..=count)
+            .map(|index| {
+                let spec = ShardSpec { index, count };
+                let shard = Manifest {
+                    shard: Some(spec),
+                    ..m.clone()
+                };
+                let mine: Vec<Row> = all
+                    .iter()
+                    .filter(|r| spec.contains(r.point))
+                    .cloned()
+                    .collect();
+                let out = dir.join(format!("shard{index}"));
+                crate::report::output::write_dir(&out, &shard_files(&shard, &mine).unwrap())
+                    .unwrap();
+                out
+            })
+            .collect()
+    }
+
+    #[test]
+    fn manifest_json_round_trips_and_omits_a_missing_shard() {
+        let m = manifest();
+        let json = m.to_json();
+        assert!(!String::from_utf8(json.clone()).unwrap().contains("shard"));
+        assert_eq!(Manifest::from_json(&json, "m").unwrap(), m);
+        let bad = Manifest::from_json(b"{}", "m.json").unwrap_err();
+        assert!(bad.to_string().starts_with("m.json: not a sweep manifest"));
+    }
+
+    #[test]
+    fn shards_in_any_order_read_back_as_the_whole_sweep() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dirs = write_shards(tmp.path(), 2);
+        dirs.reverse();
+        let (m, rows_back) = read_shards(&dirs).unwrap();
+        assert_eq!(m, manifest());
+        assert_eq!(rows_back, rows());
+    }
+
+    #[test]
+    fn missing_duplicate_or_foreign_shards_are_input_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = write_shards(tmp.path(), 2);
+        let missing = read_shards(&dirs[..1]).unwrap_err();
+        assert!(
+            missing.to_string().contains("shard 2/2 is missing"),
+            "{missing}"
+        );
+        let twice = read_shards(&[dirs[0].clone(), dirs[0].clone()]).unwrap_err();
+        assert!(twice.to_string().contains("given twice"), "{twice}");
+        let other = tmp.path().join("other");
+        let foreign = Manifest {
+            replications: 3,
+            ..manifest()
+        };
+        let spec = ShardSpec { index: 2, count: 2 };
+        let foreign = Manifest {
+            shard: Some(spec),
+            ..foreign
+        };
+        crate::report::output::write_dir(&other, &shard_files(&foreign, &[]).unwrap()).unwrap();
+        let mixed = read_shards(&[dirs[0].clone(), other]).unwrap_err();
+        assert!(
+            mixed.to_string().contains("a shard of a different sweep"),
+            "{mixed}"
+        );
+        let unsharded = tmp.path().join("whole");
+        crate::report::output::write_dir(&unsharded, &[("sweep.json", manifest().to_json())])
+            .unwrap();
+        let whole = read_shards(&[unsharded]).unwrap_err();
+        assert!(whole.to_string().contains("not a shard"), "{whole}");
+        for e in [missing, twice, mixed, whole] {
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
+}

@@ -250,3 +250,104 @@ fn summary_cells(summary: &Option<Summary>) -> Vec<String> {
             .collect(),
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::sweep::grid::Grid;
+
+    pub(crate) fn manifest() -> Manifest {
+        Manifest {
+            format: Manifest::FORMAT.into(),
+            scenario: "s".into(),
+            source_hash: "0123456789abcdef".into(),
+            grid: Grid::parse(&["router.policy_classes.b.quantum=1,2".into()]).unwrap(),
+            replications: 2,
+            arrival_jitter_ns: 0,
+            prefix_n: None,
+            class_names: vec!["a".into(), "b".into()],
+            shard: None,
+        }
+    }
+
+    fn class(share: Option<f64>, completed: u64) -> ClassRow {
+        ClassRow {
+            completed,
+            ideal_share: 1.0 / 3.0,
+            share_first_n: share,
+            backlogged_token_share: share.map(|s| s * 0.1 + 1e-17),
+            ttft_ms_p50: Some(0.1 + 0.2),
+            ttft_ms_p99: None,
+            e2e_ms_p50: Some(1234.567891),
+            e2e_ms_p99: Some(f64::MIN_POSITIVE),
+        }
+    }
+
+    pub(crate) fn rows() -> Vec<Row> {
+        let mut rows = Vec::new();
+        for point in 0..2 {
+            for replication in 0..2u32 {
+                let share = 0.25 + 0.125 * replication as f64;
+                rows.push(Row {
+                    point,
+                    replication,
+                    seed: u64::MAX - replication as u64,
+                    values: vec![(point + 1).to_string()],
+                    prefix_n: 320,
+                    classes: vec![class(Some(share), 10), class(None, 3)],
+                });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn sweep_csv_reads_back_exactly() {
+        let (m, rows) = (manifest(), rows());
+        let bytes = rows_csv(&m, &rows).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.starts_with("point,router.policy_classes.b.quantum,replication,seed,prefix_n,a.ideal_share,a.completed,a.share_first_n,"));
+        assert_eq!(parse_rows_csv(&m, &bytes, "x.csv").unwrap(), rows);
+    }
+
+    #[test]
+    fn a_csv_of_another_sweep_is_rejected_naming_the_file() {
+        let bytes = rows_csv(&manifest(), &rows()).unwrap();
+        let mut other = manifest();
+        other.class_names[1] = "c".into();
+        let err = parse_rows_csv(&other, &bytes, "x.csv").unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().starts_with("x.csv:1:"), "{err}");
+        let garbled = String::from_utf8(bytes).unwrap().replacen("320", "lots", 1);
+        let err = parse_rows_csv(&manifest(), garbled.as_bytes(), "x.csv").unwrap_err();
+        assert!(err.to_string().contains("x.csv:2: not an integer"), "{err}");
+    }
+
+    #[test]
+    fn summary_is_per_point_over_seeds_and_skips_missing_values() {
+        let summaries = summarize(&manifest(), &rows());
+        assert_eq!(summaries.len(), 2);
+        let s = &summaries[1];
+        assert_eq!(
+            (s.point, s.runs, s.values.clone()),
+            (1, 2, vec!["2".to_string()])
+        );
+        let share = s.get(0, ClassMetric::ShareFirstN).unwrap();
+        assert_eq!(
+            (share.n, share.mean, share.min, share.max),
+            (2, 0.3125, 0.25, 0.375)
+        );
+        assert!(share.ci95_low < 0.25 && share.ci95_high > 0.375);
+        assert_eq!(s.get(1, ClassMetric::ShareFirstN), None);
+        assert_eq!(s.get(0, ClassMetric::Completed).unwrap().mean, 10.0);
+        let csv = String::from_utf8(summary_csv(&manifest(), &summaries).unwrap()).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("a.share_first_n.mean,a.share_first_n.min,a.share_first_n.max,a.share_first_n.ci95_low,a.share_first_n.ci95_high"));
+        assert!(
+            lines[2].starts_with("1,2,2,0.333333,10.000000,"),
+            "{}",
+            lines[2]
+        );
+    }
+}

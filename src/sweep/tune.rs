@@ -466,3 +466,72 @@ pub fn solve_fluid(quanta: &mut [f64], active: &[bool], varied: &[usize], aims: 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["premium".into(), "regular".into()]
+    }
+
+    #[test]
+    fn targets_parse_against_the_classes() {
+        let t = parse_target("regular=0.25", &names()).unwrap();
+        assert_eq!((t.class_index, t.share), (1, 0.25));
+        for bad in ["regular", "gold=0.5", "premium=x", "premium=1", "premium=0"] {
+            let e = parse_target(bad, &names()).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn only_class_quanta_can_be_varied() {
+        assert_eq!(
+            quantum_class("router.policy_classes.regular.quantum", &names()).unwrap(),
+            1
+        );
+        let e = quantum_class("workers.count", &names()).unwrap_err();
+        assert!(e.to_string().contains("workers.count"));
+        assert!(quantum_class("router.policy_classes.gold.quantum", &names()).is_err());
+    }
+
+    #[test]
+    fn fluid_shares_count_only_active_classes() {
+        let s = fluid_shares(&[512.0, 128.0, 999.0], &[true, true, false]);
+        assert_eq!(s, vec![0.8, 0.2, 0.0]);
+    }
+
+    #[test]
+    fn the_fluid_solve_reaches_the_ratio() {
+        // Only regular varies: 512 / (512 + q) = 0.8 gives q = 128.
+        let mut q = vec![512.0, 512.0];
+        solve_fluid(&mut q, &[true, true], &[1], &[(0, 0.8)]);
+        assert!((q[1] - 128.0).abs() < 0.01, "{q:?}");
+        // Both vary: any 4:1 ratio.
+        let mut q = vec![100.0, 100.0];
+        solve_fluid(&mut q, &[true, true], &[0, 1], &[(0, 0.8)]);
+        assert!((q[0] / q[1] - 4.0).abs() < 0.001, "{q:?}");
+    }
+
+    #[test]
+    fn the_smallest_quanta_within_tolerance_win() {
+        let trial = |quanta: Vec<u64>, error: f64| Trial {
+            quanta,
+            achieved: vec![0.8],
+            error,
+        };
+        let trials = vec![
+            trial(vec![1024, 256], 0.01),
+            trial(vec![512, 128], 0.015),
+            trial(vec![64, 16], 0.5),
+        ];
+        assert_eq!(choose(&trials, 0.02).quanta, vec![512, 128]);
+        assert_eq!(
+            choose(&trials, 0.001).quanta,
+            vec![1024, 256],
+            "else the closest"
+        );
+    }
+}
