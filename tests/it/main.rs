@@ -2,4 +2,5 @@
 
 mod cli;
 mod fidelity;
+mod sweep;
 mod tidy;
