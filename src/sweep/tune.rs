@@ -205,7 +205,6 @@ pub fn quantum_class(path: &str, class_names: &[String]) -> Result<usize, SweepE
 /// What the search works with.
 struct Problem<'a> {
     args: &'a TuneArgs,
-    base: Scenario,
     paths: Vec<String>,
     varied: Vec<usize>,
     targets: Vec<TuneTarget>,
@@ -314,7 +313,6 @@ impl<'a> Problem<'a> {
             .unwrap_or(1) as f64;
         Ok(Problem {
             args,
-            base,
             paths,
             varied,
             targets,
@@ -401,7 +399,6 @@ impl<'a> Problem<'a> {
             })
             .filter(|&(i, q)| q != solution[i])
             .collect();
-        let _ = &self.base;
         moves
             .par_iter()
             .map(|&(i, q)| {
