@@ -40,9 +40,13 @@ pub const LINE_METRICS: [ClassMetric; 4] = [
 /// One point of a class's line: the mean over seeds and its confidence interval.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct BandPoint {
+    /// The axis value (or its index on a non-numeric axis).
     pub x: f64,
+    /// Mean over seeds.
     pub mean: f64,
+    /// Lower end of the 95% confidence interval.
     pub low: f64,
+    /// Upper end of the 95% confidence interval.
     pub high: f64,
 }
 
@@ -64,13 +68,19 @@ pub struct ClassLine {
 pub struct LineChart {
     /// The file stem.
     pub name: String,
+    /// The caption.
     pub title: String,
+    /// The x axis description.
     pub x_label: String,
+    /// The y axis description.
     pub y_label: String,
     /// Tick labels of a non-numeric axis (x is then the value's index).
     pub x_labels: Option<Vec<String>>,
+    /// Shown x range.
     pub x_range: (f64, f64),
+    /// Shown y range.
     pub y_range: (f64, f64),
+    /// One per class.
     pub lines: Vec<ClassLine>,
 }
 
@@ -79,10 +89,15 @@ pub struct LineChart {
 pub struct Heatmap {
     /// The file stem.
     pub name: String,
+    /// The caption.
     pub title: String,
+    /// The x axis path.
     pub x_label: String,
+    /// The y axis path.
     pub y_label: String,
+    /// The x axis values (columns).
     pub x_values: Vec<String>,
+    /// The y axis values (rows).
     pub y_values: Vec<String>,
     /// `cells[x * y_values.len() + y]`, in [0, 1]; `None` when unmeasured.
     pub cells: Vec<Option<f64>>,
@@ -91,7 +106,9 @@ pub struct Heatmap {
 /// A sweep plot, ready to render.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SweepChart {
+    /// A metric against one axis.
     Lines(LineChart),
+    /// A share over two axes.
     Heatmap(Heatmap),
 }
 

@@ -38,12 +38,19 @@ pub struct ClassRow {
 /// A per-class metric of [`ClassRow`] that the summary and plots aggregate over seeds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ClassMetric {
+    /// [`ClassRow::completed`].
     Completed,
+    /// [`ClassRow::share_first_n`].
     ShareFirstN,
+    /// [`ClassRow::backlogged_token_share`].
     BackloggedTokenShare,
+    /// [`ClassRow::ttft_ms_p50`].
     TtftMsP50,
+    /// [`ClassRow::ttft_ms_p99`].
     TtftMsP99,
+    /// [`ClassRow::e2e_ms_p50`].
     E2eMsP50,
+    /// [`ClassRow::e2e_ms_p99`].
     E2eMsP99,
 }
 

@@ -27,12 +27,16 @@ pub fn t975(df: usize) -> f64 {
 pub struct Summary {
     /// How many replications had a value.
     pub n: usize,
+    /// The arithmetic mean.
     pub mean: f64,
+    /// The smallest value.
     pub min: f64,
+    /// The largest value.
     pub max: f64,
     /// The 95% confidence interval of the mean (Student t with n-1 degrees of freedom);
     /// the mean itself for a single value (no spread is known).
     pub ci95_low: f64,
+    /// The interval's upper end.
     pub ci95_high: f64,
 }
 
