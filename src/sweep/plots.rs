@@ -223,9 +223,14 @@ pub fn line_chart(
     LineChart {
         name: format!("{}_vs_{}", metric.name(), short(&a.path)),
         title: format!(
-            "{} vs {} (mean, 95% CI; dashed: ideal)",
+            "{} vs {} (mean, 95% CI{})",
             metric.name(),
-            short(&a.path)
+            short(&a.path),
+            if metric.is_share() {
+                "; dashed: ideal"
+            } else {
+                ""
+            }
         ),
         x_label: a.path.clone(),
         y_label,
@@ -479,7 +484,11 @@ where
         });
     }
     ctx.configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        // Shares cross mid-height; latencies grow upward, leaving the lower right free.
+        .position(match c.y_range.1 <= 1.0 {
+            true => SeriesLabelPosition::UpperRight,
+            false => SeriesLabelPosition::LowerRight,
+        })
         .label_font(("sans-serif", 15))
         .background_style(WHITE.mix(0.9))
         .border_style(RGBColor(160, 160, 160))
