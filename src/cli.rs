@@ -11,6 +11,7 @@ use crate::scheduling::policy::{self, PolicyConfig};
 use crate::scheduling::scheduler::SchedulerConfig;
 use crate::scheduling::select::RouterConfig;
 use crate::sim::{self, RouterMode, SimConfig, TransportDelays};
+use crate::sweep;
 use crate::time::{SimDuration, format_ms};
 use crate::workload::RequestSpec;
 use crate::workload::trace::{self, TraceReader};
@@ -48,6 +49,12 @@ enum Command {
     },
     /// Replay a mooncake trace with the same inputs `tools/dynosim` takes.
     Replay(ReplayArgs),
+    /// Run a scenario over a grid of --set values and seeds, in parallel.
+    Sweep(sweep::SweepArgs),
+    /// Combine the shard directories of a sharded sweep into the files of the whole sweep.
+    Merge(sweep::MergeArgs),
+    /// Find quanta that give target shares.
+    Tune(sweep::TuneArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -153,6 +160,16 @@ impl std::fmt::Display for CliError {
     }
 }
 
+impl From<sweep::SweepError> for CliError {
+    fn from(e: sweep::SweepError) -> Self {
+        match e.exit_code() {
+            1 => CliError::Expectation(e.to_string()),
+            2 => CliError::Input(e.to_string()),
+            _ => CliError::Bug(e.to_string()),
+        }
+    }
+}
+
 fn input<E: std::fmt::Display>(e: E) -> CliError {
     CliError::Input(e.to_string())
 }
@@ -171,6 +188,9 @@ pub fn main() -> i32 {
         Command::Check(args) => check(&args),
         Command::Validate { file, set } => validate(&file, &set),
         Command::Replay(args) => replay(&args),
+        Command::Sweep(args) => sweep::run_sweep(&args).map_err(CliError::from),
+        Command::Merge(args) => sweep::run_merge(&args).map_err(CliError::from),
+        Command::Tune(args) => sweep::run_tune(&args).map_err(CliError::from),
     };
     match result {
         Ok(()) => 0,

@@ -12,5 +12,6 @@ pub mod rng;
 pub mod scenario;
 pub mod scheduling;
 pub mod sim;
+pub mod sweep;
 pub mod time;
 pub mod workload;

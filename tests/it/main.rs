@@ -3,4 +3,5 @@
 mod cli;
 mod fidelity;
 mod scenarios;
+mod sweep;
 mod tidy;

@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Layer of each top-level module; a module may use only modules of lower layers.
-const LAYERS: [(&str, u8); 11] = [
+const LAYERS: [(&str, u8); 12] = [
     ("time", 0),
     ("rng", 0),
     ("scheduling", 1),
@@ -14,8 +14,9 @@ const LAYERS: [(&str, u8); 11] = [
     ("sim", 3),
     ("scenario", 4),
     ("report", 4),
-    ("cli", 5),
-    ("main", 5),
+    ("sweep", 5),
+    ("cli", 6),
+    ("main", 6),
 ];
 
 /// Uses across one layer that are allowed: the expectation syntax (`report::expect`) is the

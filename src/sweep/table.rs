@@ -1,0 +1,353 @@
+//! The sweep's files: `sweep.csv` (one row per run, written and read back losslessly),
+//! `sweep-summary.csv` (per point, statistics over seeds), and the set of files a whole sweep
+//! writes.
+
+use super::SweepError;
+use super::plots;
+use super::run::{ClassMetric, ClassRow, Row};
+use super::shard::Manifest;
+use super::stats::Summary;
+
+/// A point's statistics over its replications.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointSummary {
+    /// The point's index in the grid.
+    pub point: usize,
+    /// Its value on each axis.
+    pub values: Vec<String>,
+    /// How many runs (seeds) it has.
+    pub runs: usize,
+    /// Per class, the ideal DRR share (mean over runs; equal in all of them).
+    pub ideal_share: Vec<f64>,
+    /// Per class, per [`ClassMetric::ALL`] entry, the summary (`None` if no run had a value).
+    pub metrics: Vec<Vec<Option<Summary>>>,
+}
+
+impl PointSummary {
+    /// The summary of `metric` for class `class`.
+    pub fn get(&self, class: usize, metric: ClassMetric) -> Option<Summary> {
+        let m = ClassMetric::ALL.iter().position(|&x| x == metric)?;
+        *self.metrics.get(class)?.get(m)?
+    }
+}
+
+/// Every file of a whole (or merged) sweep: `sweep.json`, `sweep.csv`, `sweep-summary.csv`
+/// and the plots (PNG and SVG). `rows` must be sorted by (point, replication).
+pub fn sweep_files(
+    manifest: &Manifest,
+    rows: &[Row],
+) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
+    debug_assert!(
+        rows.windows(2)
+            .all(|w| (w[0].point, w[0].replication) < (w[1].point, w[1].replication))
+    );
+    let whole = Manifest {
+        shard: None,
+        ..manifest.clone()
+    };
+    let summaries = summarize(&whole, rows);
+    let mut files = vec![
+        ("sweep.json".to_string(), whole.to_json()),
+        ("sweep.csv".to_string(), rows_csv(&whole, rows)?),
+        (
+            "sweep-summary.csv".to_string(),
+            summary_csv(&whole, &summaries)?,
+        ),
+    ];
+    files.extend(plots::render_all(&whole, &summaries)?);
+    Ok(files)
+}
+
+/// The `sweep.csv` header: `point`, the axis paths, `replication`, `seed`, `prefix_n`, then
+/// per class `<class>.ideal_share` and `<class>.<metric>` for every [`ClassMetric`].
+pub fn rows_header(manifest: &Manifest) -> Vec<String> {
+    let mut header = vec!["point".to_string()];
+    header.extend(manifest.grid.axes.iter().map(|a| a.path.clone()));
+    header.extend(["replication", "seed", "prefix_n"].map(String::from));
+    for class in &manifest.class_names {
+        header.push(format!("{class}.ideal_share"));
+        header.extend(
+            ClassMetric::ALL
+                .iter()
+                .map(|m| format!("{class}.{}", m.name())),
+        );
+    }
+    header
+}
+
+/// `sweep.csv` bytes. Floats use Rust's shortest round-trip form, so [`parse_rows_csv`] gives
+/// back exactly the same rows.
+pub fn rows_csv(manifest: &Manifest, rows: &[Row]) -> Result<Vec<u8>, SweepError> {
+    let mut out = csv::Writer::from_writer(Vec::new());
+    out.write_record(rows_header(manifest)).map_err(csv_error)?;
+    for row in rows {
+        let mut record = vec![row.point.to_string()];
+        record.extend(row.values.iter().cloned());
+        record.extend([
+            row.replication.to_string(),
+            row.seed.to_string(),
+            row.prefix_n.to_string(),
+        ]);
+        for class in &row.classes {
+            record.push(class.ideal_share.to_string());
+            record.extend(ClassMetric::ALL.iter().map(|m| cell(m.of(class))));
+        }
+        out.write_record(&record).map_err(csv_error)?;
+    }
+    out.into_inner()
+        .map_err(|e| SweepError::Internal(format!("sweep.csv: {e}")))
+}
+
+fn cell(value: Option<f64>) -> String {
+    value.map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn csv_error(e: csv::Error) -> SweepError {
+    SweepError::Internal(format!("csv: {e}"))
+}
+
+/// Reads `sweep.csv` bytes written by [`rows_csv`] for `manifest` (`source` names the file in
+/// errors).
+pub fn parse_rows_csv(
+    manifest: &Manifest,
+    bytes: &[u8],
+    source: &str,
+) -> Result<Vec<Row>, SweepError> {
+    let bad = |line: usize, what: String| SweepError::Input(format!("{source}:{line}: {what}"));
+    let mut reader = csv::Reader::from_reader(bytes);
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| bad(1, e.to_string()))?
+        .iter()
+        .map(String::from)
+        .collect();
+    if header != rows_header(manifest) {
+        return Err(bad(1, "the header does not match sweep.json".into()));
+    }
+    let axes = manifest.grid.axes.len();
+    let mut rows = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let line = i + 2;
+        let record = record.map_err(|e| bad(line, e.to_string()))?;
+        let fields: Vec<&str> = record.iter().collect();
+        let row = parse_row(&fields, axes).map_err(|what| bad(line, what))?;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+fn parse_row(fields: &[&str], axes: usize) -> Result<Row, String> {
+    let int = |text: &str| {
+        text.parse::<u64>()
+            .map_err(|_| format!("not an integer: {text:?}"))
+    };
+    let float = |text: &str| {
+        text.parse::<f64>()
+            .map_err(|_| format!("not a number: {text:?}"))
+    };
+    let optional = |text: &str| match text {
+        "" => Ok(None),
+        t => float(t).map(Some),
+    };
+    let fixed = 1 + axes + 3;
+    let per_class = 1 + ClassMetric::ALL.len();
+    let classes = fields[fixed..]
+        .chunks(per_class)
+        .map(|c| {
+            Ok(ClassRow {
+                ideal_share: float(c[0])?,
+                completed: int(c[1])?,
+                share_first_n: optional(c[2])?,
+                backlogged_token_share: optional(c[3])?,
+                ttft_ms_p50: optional(c[4])?,
+                ttft_ms_p99: optional(c[5])?,
+                e2e_ms_p50: optional(c[6])?,
+                e2e_ms_p99: optional(c[7])?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Row {
+        point: int(fields[0])? as usize,
+        values: fields[1..=axes].iter().map(|v| v.to_string()).collect(),
+        replication: u32::try_from(int(fields[axes + 1])?).map_err(|e| e.to_string())?,
+        seed: int(fields[axes + 2])?,
+        prefix_n: int(fields[axes + 3])?,
+        classes,
+    })
+}
+
+/// Per point, the statistics over its runs. `rows` sorted by (point, replication).
+pub fn summarize(manifest: &Manifest, rows: &[Row]) -> Vec<PointSummary> {
+    rows.chunk_by(|a, b| a.point == b.point)
+        .map(|runs| summarize_point(manifest.class_names.len(), runs))
+        .collect()
+}
+
+fn summarize_point(class_count: usize, runs: &[Row]) -> PointSummary {
+    let ideal_share = (0..class_count)
+        .map(|c| runs.iter().map(|r| r.classes[c].ideal_share).sum::<f64>() / runs.len() as f64)
+        .collect();
+    let metrics = (0..class_count)
+        .map(|c| {
+            ClassMetric::ALL
+                .iter()
+                .map(|m| {
+                    let values: Vec<f64> =
+                        runs.iter().filter_map(|r| m.of(&r.classes[c])).collect();
+                    Summary::of(&values)
+                })
+                .collect()
+        })
+        .collect();
+    PointSummary {
+        point: runs[0].point,
+        values: runs[0].values.clone(),
+        runs: runs.len(),
+        ideal_share,
+        metrics,
+    }
+}
+
+/// `sweep-summary.csv` bytes: `point`, the axis paths, `runs`, then per class
+/// `<class>.ideal_share` and, per metric, `.mean .min .max .ci95_low .ci95_high` (6 decimals;
+/// empty when no run had a value).
+pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Result<Vec<u8>, SweepError> {
+    let mut out = csv::Writer::from_writer(Vec::new());
+    let mut header = vec!["point".to_string()];
+    header.extend(manifest.grid.axes.iter().map(|a| a.path.clone()));
+    header.push("runs".into());
+    for class in &manifest.class_names {
+        header.push(format!("{class}.ideal_share"));
+        for m in ClassMetric::ALL {
+            for stat in ["mean", "min", "max", "ci95_low", "ci95_high"] {
+                header.push(format!("{class}.{}.{stat}", m.name()));
+            }
+        }
+    }
+    out.write_record(&header).map_err(csv_error)?;
+    for s in summaries {
+        let mut record = vec![s.point.to_string()];
+        record.extend(s.values.iter().cloned());
+        record.push(s.runs.to_string());
+        for (c, ideal) in s.ideal_share.iter().enumerate() {
+            record.push(format!("{ideal:.6}"));
+            for summary in &s.metrics[c] {
+                record.extend(summary_cells(summary));
+            }
+        }
+        out.write_record(&record).map_err(csv_error)?;
+    }
+    out.into_inner()
+        .map_err(|e| SweepError::Internal(format!("sweep-summary.csv: {e}")))
+}
+
+fn summary_cells(summary: &Option<Summary>) -> Vec<String> {
+    match summary {
+        None => vec![String::new(); 5],
+        Some(s) => [s.mean, s.min, s.max, s.ci95_low, s.ci95_high]
+            .iter()
+            .map(|v| format!("{v:.6}"))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::sweep::grid::Grid;
+
+    pub(crate) fn manifest() -> Manifest {
+        Manifest {
+            format: Manifest::FORMAT.into(),
+            scenario: "s".into(),
+            source_hash: "0123456789abcdef".into(),
+            grid: Grid::parse(&["router.policy_classes.b.quantum=1,2".into()]).unwrap(),
+            replications: 2,
+            arrival_jitter_ns: 0,
+            prefix_n: None,
+            class_names: vec!["a".into(), "b".into()],
+            shard: None,
+        }
+    }
+
+    fn class(share: Option<f64>, completed: u64) -> ClassRow {
+        ClassRow {
+            completed,
+            ideal_share: 1.0 / 3.0,
+            share_first_n: share,
+            backlogged_token_share: share.map(|s| s * 0.1 + 1e-17),
+            ttft_ms_p50: Some(0.1 + 0.2),
+            ttft_ms_p99: None,
+            e2e_ms_p50: Some(1234.567891),
+            e2e_ms_p99: Some(f64::MIN_POSITIVE),
+        }
+    }
+
+    pub(crate) fn rows() -> Vec<Row> {
+        let mut rows = Vec::new();
+        for point in 0..2 {
+            for replication in 0..2u32 {
+                let share = 0.25 + 0.125 * replication as f64;
+                rows.push(Row {
+                    point,
+                    replication,
+                    seed: u64::MAX - replication as u64,
+                    values: vec![(point + 1).to_string()],
+                    prefix_n: 320,
+                    classes: vec![class(Some(share), 10), class(None, 3)],
+                });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn sweep_csv_reads_back_exactly() {
+        let (m, rows) = (manifest(), rows());
+        let bytes = rows_csv(&m, &rows).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.starts_with("point,router.policy_classes.b.quantum,replication,seed,prefix_n,a.ideal_share,a.completed,a.share_first_n,"));
+        assert_eq!(parse_rows_csv(&m, &bytes, "x.csv").unwrap(), rows);
+    }
+
+    #[test]
+    fn a_csv_of_another_sweep_is_rejected_naming_the_file() {
+        let bytes = rows_csv(&manifest(), &rows()).unwrap();
+        let mut other = manifest();
+        other.class_names[1] = "c".into();
+        let err = parse_rows_csv(&other, &bytes, "x.csv").unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().starts_with("x.csv:1:"), "{err}");
+        let garbled = String::from_utf8(bytes).unwrap().replacen("320", "lots", 1);
+        let err = parse_rows_csv(&manifest(), garbled.as_bytes(), "x.csv").unwrap_err();
+        assert!(err.to_string().contains("x.csv:2: not an integer"), "{err}");
+    }
+
+    #[test]
+    fn summary_is_per_point_over_seeds_and_skips_missing_values() {
+        let summaries = summarize(&manifest(), &rows());
+        assert_eq!(summaries.len(), 2);
+        let s = &summaries[1];
+        assert_eq!(
+            (s.point, s.runs, s.values.clone()),
+            (1, 2, vec!["2".to_string()])
+        );
+        let share = s.get(0, ClassMetric::ShareFirstN).unwrap();
+        assert_eq!(
+            (share.n, share.mean, share.min, share.max),
+            (2, 0.3125, 0.25, 0.375)
+        );
+        assert!(share.ci95_low < 0.25 && share.ci95_high > 0.375);
+        assert_eq!(s.get(1, ClassMetric::ShareFirstN), None);
+        assert_eq!(s.get(0, ClassMetric::Completed).unwrap().mean, 10.0);
+        let csv = String::from_utf8(summary_csv(&manifest(), &summaries).unwrap()).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("a.share_first_n.mean,a.share_first_n.min,a.share_first_n.max,a.share_first_n.ci95_low,a.share_first_n.ci95_high"));
+        assert!(
+            lines[2].starts_with("1,2,2,0.333333,10.000000,"),
+            "{}",
+            lines[2]
+        );
+    }
+}
