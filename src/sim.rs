@@ -16,6 +16,7 @@
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
+use crate::rng::{self, SimRng};
 use crate::scheduling::scheduler::{
     Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
 };
@@ -23,6 +24,7 @@ use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::RequestSpec;
+use rand::RngExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -42,6 +44,10 @@ pub struct TransportDelays {
     pub router_to_worker: SimDuration,
     pub worker_to_router: SimDuration,
     pub kv_event_lag: SimDuration,
+    /// Each dispatch and each token message gets an extra delay drawn uniformly from
+    /// `0..=jitter` (stream `sim/transport` of the seed), as a real network would add; a
+    /// request's messages still arrive in order. Zero draws nothing.
+    pub jitter: SimDuration,
 }
 
 /// Everything one simulation run needs besides its requests.
@@ -183,6 +189,11 @@ struct System {
     starts_due: BTreeSet<usize>,
     tick_scheduled: bool,
     violation: Option<InvariantViolation>,
+    /// Draws the transport jitter.
+    transport_rng: SimRng,
+    /// When each request's latest worker-to-router message lands, so jitter never reorders
+    /// one request's tokens.
+    last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
 }
 
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
@@ -210,6 +221,8 @@ pub fn run(
         starts_due: BTreeSet::new(),
         tick_scheduled: false,
         violation: None,
+        transport_rng: rng::stream(config.seed, "sim/transport"),
+        last_delivery: Default::default(),
         config,
     };
     let mut engine = Engine::new(system.config.limits);
@@ -393,7 +406,11 @@ impl System {
         id: RequestId,
         queue: &mut EventQueue<Event>,
     ) {
-        let delay = self.config.delays.router_to_worker;
+        let delay = self
+            .config
+            .delays
+            .router_to_worker
+            .saturating_add(self.jitter());
         if delay == SimDuration::ZERO {
             self.deliver(now, rank, id, queue);
         } else {
@@ -425,6 +442,15 @@ impl System {
             self.starts_due.insert(rank);
         }
         let _ = queue;
+    }
+
+    /// One message's extra transport delay (zero, drawing nothing, when jitter is off).
+    fn jitter(&mut self) -> SimDuration {
+        let max_ns = self.config.delays.jitter.as_ns();
+        if max_ns == 0 {
+            return SimDuration::ZERO;
+        }
+        SimDuration::from_ns(self.transport_rng.random_range(0..=max_ns))
     }
 
     fn fail(&mut self, now: SimTime, message: String) {
@@ -486,13 +512,28 @@ impl System {
         let finished_empty = output.finished_empty.iter().map(|&id| (id, false, true));
         let tokens = output.tokens.iter().map(|t| (t.id, t.first, t.completed));
         for (id, first, completed) in tokens.chain(finished_empty) {
-            let delay = self.config.delays.worker_to_router;
-            if delay == SimDuration::ZERO {
+            let delay = self
+                .config
+                .delays
+                .worker_to_router
+                .saturating_add(self.jitter());
+            let earliest = self
+                .last_delivery
+                .get(&id)
+                .copied()
+                .unwrap_or(SimTime::ZERO);
+            let at = now.saturating_add(delay).max(earliest);
+            if at == now {
                 self.receive_tokens(now, id, first, completed);
                 self.drain_router(now, queue);
             } else {
+                if completed {
+                    self.last_delivery.remove(&id);
+                } else {
+                    self.last_delivery.insert(id, at);
+                }
                 queue.schedule(
-                    now.saturating_add(delay),
+                    at,
                     Event::Tokens {
                         request: id,
                         first,
@@ -726,6 +767,7 @@ policy_classes:
                 router_to_worker: SimDuration::from_ns(case.delays_ns.0),
                 worker_to_router: SimDuration::from_ns(case.delays_ns.1),
                 kv_event_lag: SimDuration::from_ns(case.delays_ns.2),
+                jitter: SimDuration::from_ns(case.delays_ns.0 / 2),
             },
             limits: Limits {
                 max_events: 2_000_000,

@@ -69,6 +69,10 @@ impl SimDuration {
         self.0 as f64 / NS_PER_MS as f64
     }
 
+    pub fn saturating_add(self, other: SimDuration) -> SimDuration {
+        SimDuration(self.0.saturating_add(other.0))
+    }
+
     /// Converts a model's duration in milliseconds to nanoseconds, rounding to nearest.
     /// Negative or non-finite inputs become zero: models clamp durations at zero.
     pub fn from_ms_f64(ms: f64) -> SimDuration {

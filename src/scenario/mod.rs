@@ -18,7 +18,8 @@
 //! expect:
 //!   - {prefix_count: {class: premium, n: 320}, at_least: 240}
 //! limits: {max_events: 10000000, max_time_ms: 3600000}
-//! delays: {router_to_worker_ms: 0, worker_to_router_ms: 0, kv_event_lag_ms: 0}
+//! delays: {router_to_worker_ms: 0, worker_to_router_ms: 0, kv_event_lag_ms: 0,
+//!          jitter_ms: 0, arrival_jitter_ns: 0}   # jitters: seeded variation, default off
 //! ```
 //!
 //! Workload syntax (`workload.groups[]`, each group: `name`, optional `class`, `count`,
@@ -91,6 +92,8 @@ pub struct Scenario {
     class_names: Vec<String>,
     limits: Limits,
     delays: TransportDelays,
+    /// Seeded arrival jitter (`delays.arrival_jitter_ns`).
+    arrival_jitter_ns: u64,
 }
 
 /// Where a scenario's requests come from.
@@ -250,15 +253,21 @@ impl Scenario {
 
     /// The run's requests, sorted by arrival (ties in row order). Synthetic workloads draw
     /// from `seed`; traces ignore it. Errors if a trace cannot be read.
+    /// With `delays.arrival_jitter_ns` each arrival is delayed by a seeded draw.
     pub fn requests(&self, seed: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
-        match &self.workload {
-            Workload::Synthetic(_) => Ok(self
+        let requests = match &self.workload {
+            Workload::Synthetic(_) => self
                 .synth_requests(seed)?
                 .into_iter()
                 .map(|r| r.spec)
-                .collect()),
-            Workload::Trace { path, block_size } => read_trace(path, *block_size),
-        }
+                .collect(),
+            Workload::Trace { path, block_size } => read_trace(path, *block_size)?,
+        };
+        Ok(crate::workload::jitter_arrivals(
+            requests,
+            seed,
+            self.arrival_jitter_ns,
+        ))
     }
 
     /// The synthetic requests with their pinned workers (empty for a trace workload).

@@ -347,4 +347,12 @@ pub struct RawDelays {
     /// Worker KV events to the router's indexer, in ms.
     #[serde(default)]
     pub kv_event_lag_ms: f64,
+    /// Seeded variation: each dispatch and token message is late by up to this many ms more
+    /// (so a pass's completions reach clients in a seed-dependent order).
+    #[serde(default)]
+    pub jitter_ms: f64,
+    /// Seeded variation: each request arrives up to this many ns late (so requests released
+    /// together arrive in a seed-dependent order).
+    #[serde(default)]
+    pub arrival_jitter_ns: u64,
 }

@@ -660,7 +660,7 @@ fn set_reaches_expectations_and_engine_keys_by_name() {
         &set(&[("expect.W regular in first 320.at_least", "[1]")]),
     )
     .unwrap_err();
-    assert_eq!(e.line, Some(47), "{e}");
+    assert_eq!(e.line, Some(51), "{e}");
     assert!(
         e.message.contains("got `[1]`"),
         "a value never becomes a list: {e}"

@@ -259,6 +259,7 @@ fn build(
         class_names,
         limits,
         delays,
+        arrival_jitter_ns: raw.delays.arrival_jitter_ns,
     })
 }
 
@@ -739,6 +740,7 @@ fn delays(source: &Source, raw: &RawScenario) -> Result<TransportDelays, Scenari
         router_to_worker: duration_ms(source, "delays.router_to_worker_ms", d.router_to_worker_ms)?,
         worker_to_router: duration_ms(source, "delays.worker_to_router_ms", d.worker_to_router_ms)?,
         kv_event_lag: duration_ms(source, "delays.kv_event_lag_ms", d.kv_event_lag_ms)?,
+        jitter: duration_ms(source, "delays.jitter_ms", d.jitter_ms)?,
     })
 }
 

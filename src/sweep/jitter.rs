@@ -2,9 +2,7 @@
 //! arrival jitter that reorders requests released together, as clients racing each other do.
 
 use crate::rng;
-use crate::time::SimDuration;
-use crate::workload::RequestSpec;
-use rand::{Rng, RngExt};
+use rand::Rng;
 
 /// The seeds of `replications` replications: the first is `base` itself (so a one-seed sweep
 /// reproduces a plain run), the others are drawn from the stream `sweep/replication` of
@@ -16,34 +14,13 @@ pub fn replication_seeds(base: u64, replications: u32) -> Vec<u64> {
         .collect()
 }
 
-/// Delays each request by a uniform draw from `0..=jitter_ns` ns (stream
-/// `sweep/arrival-jitter` of `seed`, one draw per request in the given order), then sorts by
-/// (arrival, row). Requests a burst releases a few ns apart thereby arrive in a seed-dependent
-/// order; with `jitter_ns` 0 the requests are returned unchanged.
-pub fn jitter_arrivals(
-    mut requests: Vec<RequestSpec>,
-    seed: u64,
-    jitter_ns: u64,
-) -> Vec<RequestSpec> {
-    if jitter_ns == 0 {
-        return requests;
-    }
-    let mut stream = rng::stream(seed, "sweep/arrival-jitter");
-    for request in &mut requests {
-        let delay_ns = stream.random_range(0..=jitter_ns);
-        request.arrival = request
-            .arrival
-            .saturating_add(SimDuration::from_ns(delay_ns));
-    }
-    requests.sort_by_key(|r| (r.arrival, r.row));
-    requests
-}
+pub use crate::workload::jitter_arrivals;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::time::SimTime;
-    use crate::workload::PromptSpec;
+    use crate::workload::{PromptSpec, RequestSpec};
 
     fn burst(count: u64) -> Vec<RequestSpec> {
         (0..count)

@@ -3,9 +3,11 @@
 pub mod synth;
 pub mod trace;
 
+use crate::rng;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{SeqHash, Token, WorkerWithDpRank};
-use crate::time::SimTime;
+use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
 
 /// One request as a client releases it, ready for the router and the workers.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,6 +93,29 @@ impl RequestSpec {
         }
         out
     }
+}
+
+/// Delays each request by a uniform draw from `0..=jitter_ns` ns (stream
+/// `sweep/arrival-jitter` of `seed`, one draw per request in the given order), then sorts by
+/// (arrival, row). Requests a burst releases a few ns apart thereby arrive in a seed-dependent
+/// order; with `jitter_ns` 0 the requests are returned unchanged.
+pub fn jitter_arrivals(
+    mut requests: Vec<RequestSpec>,
+    seed: u64,
+    jitter_ns: u64,
+) -> Vec<RequestSpec> {
+    if jitter_ns == 0 {
+        return requests;
+    }
+    let mut stream = rng::stream(seed, "sweep/arrival-jitter");
+    for request in &mut requests {
+        let delay_ns = stream.random_range(0..=jitter_ns);
+        request.arrival = request
+            .arrival
+            .saturating_add(SimDuration::from_ns(delay_ns));
+    }
+    requests.sort_by_key(|r| (r.arrival, r.row));
+    requests
 }
 
 #[cfg(test)]

@@ -237,3 +237,49 @@ fn committed_results_are_what_the_bundled_scenarios_produce() {
         }
     }
 }
+
+/// Premium's count among the first 320 completions, read from classes.csv.
+fn premium_first_320(set: &str, seed: u64) -> u64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    routersim()
+        .arg("run")
+        .arg(scenario("premium-vs-regular-weighted.yaml"))
+        .args([
+            "--quiet",
+            "--set",
+            set,
+            "--seed",
+            &seed.to_string(),
+            "--out",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let requests = fs::read_to_string(out.join("completions.csv")).unwrap();
+    let mut reader = csv::Reader::from_reader(requests.as_bytes());
+    let header = reader.headers().unwrap().clone();
+    let premium = header
+        .iter()
+        .position(|h| h == "premium")
+        .expect("a premium column");
+    let row = reader.records().nth(319).unwrap().unwrap();
+    row[premium].parse().unwrap()
+}
+
+#[test]
+fn seeded_arrival_jitter_spreads_the_shares_like_live_runs() {
+    let counts: Vec<u64> = (1..=6)
+        .map(|seed| premium_first_320("delays.arrival_jitter_ns=1000", seed))
+        .collect();
+    assert!(counts.iter().all(|c| (250..=260).contains(c)), "{counts:?}");
+    assert!(
+        counts.iter().any(|c| *c != counts[0]),
+        "the seed must matter: {counts:?}"
+    );
+    assert_eq!(
+        premium_first_320("delays.arrival_jitter_ns=1000", 3),
+        counts[2],
+        "and be reproducible"
+    );
+}
