@@ -17,7 +17,7 @@ pub const PLOT_SIZE_PX: (u32, u32) = (960, 600);
 pub const MAX_POINTS_PER_SERIES: usize = 2000;
 
 /// Class colours (a colour-blind-friendly palette), by class index modulo its length.
-const PALETTE: [RGBColor; 8] = [
+pub const PALETTE: [RGBColor; 8] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -418,14 +418,15 @@ pub fn render(chart: &Chart, format: PlotFormat) -> Result<Vec<u8>, PlotError> {
 }
 
 /// Registers DejaVu Sans as plotters' `sans-serif` (idempotent): no system font is used.
-fn register_embedded_font() -> Result<(), PlotError> {
+pub fn register_embedded_font() -> Result<(), PlotError> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
         .map_err(|_| PlotError("the embedded DejaVu Sans font did not load".into()))?;
     plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold())
         .map_err(|_| PlotError("the embedded DejaVu Sans Bold font did not load".into()))
 }
 
-fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError> {
+/// Encodes an RGB buffer as PNG bytes (deterministic: fixed compression and filtering).
+pub fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError> {
     let mut bytes = Vec::new();
     {
         let mut encoder = png::Encoder::new(&mut bytes, width, height);
@@ -439,12 +440,13 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError>
     Ok(bytes)
 }
 
-fn class_colour(class: usize) -> RGBColor {
+/// A class's colour, the same in every plot.
+pub fn class_colour(class: usize) -> RGBColor {
     PALETTE[class % PALETTE.len()]
 }
 
 /// The class colour darkened, for its ideal line.
-fn ideal_colour(class: usize) -> RGBColor {
+pub fn ideal_colour(class: usize) -> RGBColor {
     let RGBColor(r, g, b) = class_colour(class);
     let darken = |v: u8| (u16::from(v) * 3 / 5) as u8;
     RGBColor(darken(r), darken(g), darken(b))

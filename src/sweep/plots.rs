@@ -10,24 +10,12 @@ use super::SweepError;
 use super::run::ClassMetric;
 use super::shard::Manifest;
 use super::table::PointSummary;
+use crate::report::plots::{class_colour, encode_png, ideal_colour, register_embedded_font};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::FontStyle;
 
 /// Image size in pixels (as the run plots).
 pub const PLOT_SIZE_PX: (u32, u32) = (960, 600);
-
-/// Class colours: the run plots' colour-blind-friendly palette, so a class keeps its colour.
-const PALETTE: [RGBColor; 8] = [
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(230, 159, 0),
-    RGBColor(86, 180, 233),
-    RGBColor(120, 120, 120),
-    RGBColor(240, 228, 66),
-];
 
 /// The metrics plotted against one varied axis.
 pub const LINE_METRICS: [ClassMetric; 4] = [
@@ -326,7 +314,7 @@ pub fn heatmap(
 
 /// Draws `chart` as PNG (`png`) or SVG bytes.
 pub fn render(chart: &SweepChart, png: bool) -> Result<Vec<u8>, SweepError> {
-    register_embedded_font()?;
+    register_embedded_font().map_err(plot_error)?;
     let (width, height) = PLOT_SIZE_PX;
     if !png {
         let mut svg = String::new();
@@ -343,43 +331,12 @@ pub fn render(chart: &SweepChart, png: bool) -> Result<Vec<u8>, SweepError> {
         draw(&root, chart)?;
         root.present().map_err(plot_error)?;
     }
-    encode_png(&rgb, width, height)
+    encode_png(&rgb, width, height).map_err(plot_error)
 }
 
 /// A drawing that could not be made: always a bug, never bad input.
 fn plot_error(e: impl std::fmt::Display) -> SweepError {
     SweepError::Internal(format!("plot: {e}"))
-}
-
-fn register_embedded_font() -> Result<(), SweepError> {
-    plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| plot_error("the embedded DejaVu Sans font did not load"))?;
-    plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold())
-        .map_err(|_| plot_error("the embedded DejaVu Sans Bold font did not load"))
-}
-
-fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, SweepError> {
-    let mut bytes = Vec::new();
-    {
-        let mut encoder = png::Encoder::new(&mut bytes, width, height);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        encoder.set_compression(png::Compression::Best);
-        let mut writer = encoder.write_header().map_err(plot_error)?;
-        writer.write_image_data(rgb).map_err(plot_error)?;
-    }
-    Ok(bytes)
-}
-
-fn class_colour(class: usize) -> RGBColor {
-    PALETTE[class % PALETTE.len()]
-}
-
-/// The class colour darkened, for its ideal line.
-fn ideal_colour(class: usize) -> RGBColor {
-    let RGBColor(r, g, b) = class_colour(class);
-    let darken = |v: u8| (u16::from(v) * 3 / 5) as u8;
-    RGBColor(darken(r), darken(g), darken(b))
 }
 
 fn draw<DB: DrawingBackend>(
@@ -500,7 +457,7 @@ where
 fn heat_colour(value: f64) -> RGBColor {
     let v = value.clamp(0.0, 1.0);
     let mix = |hi: u8| (255.0 - (255.0 - f64::from(hi)) * v).round() as u8;
-    let RGBColor(r, g, b) = PALETTE[0];
+    let RGBColor(r, g, b) = class_colour(0);
     RGBColor(mix(r), mix(g), mix(b))
 }
 
