@@ -321,6 +321,21 @@ mod tests {
     }
 
     #[test]
+    fn raw_documents_round_trip_through_serialization() {
+        let raw = parse_raw(MODELS).unwrap();
+        let written = serde_saphyr::to_string(&raw).unwrap();
+        let reread = PolicyConfig::from_yaml_str(&written, None).unwrap();
+        assert_eq!(reread, PolicyConfig::from_raw(&raw).unwrap());
+        assert!(
+            !written.contains("queue_policy"),
+            "absent options stay absent:\n{written}"
+        );
+        let from_json: RawPolicyConfig =
+            serde_json::from_str(&serde_json::to_string(&raw).unwrap()).unwrap();
+        assert_eq!(PolicyConfig::from_raw(&from_json).unwrap(), reread);
+    }
+
+    #[test]
     fn null_document_counts_as_empty() {
         for text in ["~\n", "null\n", "---\n"] {
             let error = PolicyConfig::from_yaml_str(text, None).unwrap_err();
