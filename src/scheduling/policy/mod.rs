@@ -3,8 +3,38 @@
 //! Read a document with [`PolicyConfig::from_yaml_str`] or [`PolicyConfig::from_path`]; pick a
 //! profile per model with [`PolicyConfig::profile_for`] (falling back to
 //! [`PolicyProfile::synthetic`] when it returns `None`); resolve a request's class with
-//! [`PolicyProfile::resolve_class_index`]. A document embedded in a larger YAML file can be
-//! deserialized as [`RawPolicyConfig`] and checked with [`validate`].
+//! [`PolicyProfile::resolve_class_index`]; ask a class whether a rank is busy with
+//! [`PolicyClass::rank_is_busy`].
+//!
+//! ```
+//! use routersim::scheduling::policy::{PolicyConfig, PolicyProfile};
+//! use routersim::scheduling::types::QueuePolicy;
+//!
+//! let text = "\
+//! default_policy_family: regular
+//! uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+//! policy_classes:
+//!   - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1536}
+//!   - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128, prefill_busy_threshold: 1536}
+//! ";
+//! let config = PolicyConfig::from_yaml_str(text, Some("policy.yaml")).unwrap();
+//! let synthetic = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
+//! let profile = config.profile_for(Some("my-model")).unwrap_or(&synthetic);
+//! let class = &profile.classes()[profile.resolve_class_index(Some("gold"), 512)];
+//! assert_eq!(class.name, "regular"); // unknown family -> default family
+//! assert!(class.rank_is_busy(1537, None) && !class.rank_is_busy(1536, None));
+//!
+//! let error = PolicyConfig::from_yaml_str(&text.replace("quantum: 128", "quantum: 0"), Some("policy.yaml"))
+//!     .unwrap_err();
+//! assert_eq!(error.to_string(), "policy.yaml:5: root: class \"regular\": quantum must be > 0");
+//! ```
+//!
+//! Embedding: a scenario file can hold the same keys (e.g. under `router:`) by deserializing
+//! a [`RawPolicyConfig`] field with serde-saphyr and calling [`validate`]. Errors then carry
+//! the line in the *scenario* file (spans are absolute) and a `field_path` relative to the
+//! policy keys; add the outer key with [`PolicyError::with_path_prefix`] and the file name with
+//! [`PolicyError::with_source_name`]. If the keys go through `#[serde(flatten)]` the spans are
+//! lost: [`PolicyError::located_in`] finds the line again from the field path.
 
 mod describe;
 mod error;
@@ -318,6 +348,21 @@ mod tests {
             locate_field_path(&text, &error.field_path).map(|at| at.0),
             error.line
         );
+    }
+
+    #[test]
+    fn raw_documents_round_trip_through_serialization() {
+        let raw = parse_raw(MODELS).unwrap();
+        let written = serde_saphyr::to_string(&raw).unwrap();
+        let reread = PolicyConfig::from_yaml_str(&written, None).unwrap();
+        assert_eq!(reread, PolicyConfig::from_raw(&raw).unwrap());
+        assert!(
+            !written.contains("queue_policy"),
+            "absent options stay absent:\n{written}"
+        );
+        let from_json: RawPolicyConfig =
+            serde_json::from_str(&serde_json::to_string(&raw).unwrap()).unwrap();
+        assert_eq!(PolicyConfig::from_raw(&from_json).unwrap(), reread);
     }
 
     #[test]
