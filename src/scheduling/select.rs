@@ -1234,6 +1234,16 @@ mod tests {
     }
 
     #[test]
+    fn config_reads_from_yaml_with_integer_numbers() {
+        let yaml = "router_queue_threshold: 2\nprefill_load_scale: 1\nrouter_queue_policy: wspt\n";
+        let cfg: RouterConfig = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(cfg.router_queue_threshold, Some(2.0));
+        assert_eq!(cfg.prefill_load_scale, 1.0);
+        assert_eq!(cfg.router_queue_policy, QueuePolicy::Wspt);
+        assert!(serde_saphyr::from_str::<RouterConfig>("prefill_load_scal: 1\n").is_err());
+    }
+
+    #[test]
     fn legacy_overlap_score_weight_maps_like_dynamo() {
         let cfg = RouterConfig {
             overlap_score_weight: Some(2.0),
