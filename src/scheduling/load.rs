@@ -70,8 +70,7 @@ struct Booking {
     prompt_hashes: Vec<SeqHash>,
     /// `Some` until the first output token (static prefill model); never `Some(0)`.
     prefill_tokens: Option<u64>,
-    /// Kept for stale-request expiry (EXTENSION: not modelled yet).
-    #[allow(dead_code)]
+    /// When it was booked; stale-request expiry (EXTENSION: not modelled) would read it.
     booked_at: SimTime,
 }
 
@@ -256,6 +255,11 @@ impl LoadTracker {
         self.bookings.get(&id).map(|booking| booking.rank)
     }
 
+    /// When request `id` was booked, if it is active.
+    pub fn booked_at(&self, id: RequestId) -> Option<SimTime> {
+        self.bookings.get(&id).map(|booking| booking.booked_at)
+    }
+
     /// Whether `rank` is registered.
     pub fn has_rank(&self, rank: WorkerWithDpRank) -> bool {
         self.ranks.contains_key(&rank)
@@ -374,6 +378,7 @@ mod tests {
         assert_eq!(tracker.active_blocks(a), 3);
         assert_eq!(tracker.active_requests(a), 1);
         assert_eq!(tracker.rank_of(RequestId(1)), Some(a));
+        assert_eq!(tracker.booked_at(RequestId(1)), Some(T0));
         tracker.check_invariants().unwrap();
     }
 
