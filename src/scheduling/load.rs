@@ -70,6 +70,8 @@ struct Booking {
     prompt_hashes: Vec<SeqHash>,
     /// `Some` until the first output token (static prefill model); never `Some(0)`.
     prefill_tokens: Option<u64>,
+    /// When it was booked; stale-request expiry (EXTENSION: not modelled) would read it.
+    booked_at: SimTime,
 }
 
 /// Per-rank counters, kept incrementally so every getter is O(1).
@@ -170,12 +172,11 @@ impl LoadTracker {
     /// `Some(n)` with `n > 0`, adds `n` active prefill tokens until prefill completes.
     ///
     /// Pass `prefill_tokens = None` when prefill tracking is off, and an empty `prompt_hashes`
-    /// when block tracking is off. On error nothing changes. The time is part of the contract
-    /// for Dynamo's time-based load models (AIC decay, stale-request expiry); the static model
-    /// modelled here does not read it.
+    /// when block tracking is off. On error nothing changes. `now` is kept as the booking
+    /// time ([`booked_at`](Self::booked_at)), the input of stale-request expiry.
     pub fn add_request(
         &mut self,
-        _now: SimTime,
+        now: SimTime,
         id: RequestId,
         rank: WorkerWithDpRank,
         prompt_hashes: &[SeqHash],
@@ -197,6 +198,7 @@ impl LoadTracker {
             rank,
             prompt_hashes: prompt_hashes.to_vec(),
             prefill_tokens,
+            booked_at: now,
         };
         self.bookings.insert(id, booking);
         Ok(())
@@ -252,6 +254,11 @@ impl LoadTracker {
     /// The rank request `id` is booked on, if it is active.
     pub fn rank_of(&self, id: RequestId) -> Option<WorkerWithDpRank> {
         self.bookings.get(&id).map(|booking| booking.rank)
+    }
+
+    /// When request `id` was booked, if it is active.
+    pub fn booked_at(&self, id: RequestId) -> Option<SimTime> {
+        self.bookings.get(&id).map(|booking| booking.booked_at)
     }
 
     /// Whether `rank` is registered.
@@ -372,6 +379,7 @@ mod tests {
         assert_eq!(tracker.active_blocks(a), 3);
         assert_eq!(tracker.active_requests(a), 1);
         assert_eq!(tracker.rank_of(RequestId(1)), Some(a));
+        assert_eq!(tracker.booked_at(RequestId(1)), Some(T0));
         tracker.check_invariants().unwrap();
     }
 

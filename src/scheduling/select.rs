@@ -973,3 +973,709 @@ fn rank_admits(
         config.dp_ranks().contains(&rank.dp_rank) && constraints.admits(rank.worker_id, config)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng;
+    use proptest::prelude::*;
+
+    fn rank(worker_id: u64, dp_rank: u32) -> WorkerWithDpRank {
+        WorkerWithDpRank::new(worker_id, dp_rank)
+    }
+
+    fn worker(dp_start: u32, dp_size: u32, taints: &[&str]) -> WorkerConfig {
+        WorkerConfig {
+            dp_start,
+            dp_size,
+            taints: taints.iter().map(|t| t.to_string()).collect(),
+            ..WorkerConfig::default()
+        }
+    }
+
+    /// Workers 1 (ranks 0,1; "gpu"), 2 (rank 0; "gpu","fast"), 3 (ranks 2,3; no taints).
+    fn three_workers() -> WorkerSet {
+        let mut set = WorkerSet::new();
+        set.insert(3, worker(2, 2, &[]));
+        set.insert(1, worker(0, 2, &["gpu"]));
+        set.insert(2, worker(0, 1, &["gpu", "fast"]));
+        set
+    }
+
+    fn overload(workers: &[WorkerId]) -> BTreeSet<WorkerId> {
+        workers.iter().copied().collect()
+    }
+
+    fn pinned(pin: WorkerWithDpRank) -> RequestConstraints {
+        RequestConstraints {
+            pinned: Some(pin),
+            ..RequestConstraints::default()
+        }
+    }
+
+    // --- worker set and eligibility -----------------------------------------------------------
+
+    #[test]
+    fn worker_set_iterates_ranks_in_order() {
+        let set = three_workers();
+        let ranks: Vec<_> = set.ranks().collect();
+        assert_eq!(
+            ranks,
+            vec![rank(1, 0), rank(1, 1), rank(2, 0), rank(3, 2), rank(3, 3)]
+        );
+        assert_eq!(set.worker_count(), 3);
+        assert_eq!(set.rank_count(), 5);
+        assert!(set.contains_rank(rank(3, 3)) && !set.contains_rank(rank(3, 1)));
+        assert_eq!(
+            set.get(1).unwrap().max_batched_tokens(),
+            DEFAULT_MAX_BATCHED_TOKENS
+        );
+    }
+
+    #[test]
+    fn unconstrained_request_may_use_every_rank() {
+        let set = three_workers();
+        let ranks = eligible_ranks(&set, &RequestConstraints::default(), None).unwrap();
+        assert_eq!(ranks, set.ranks().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn allow_list_taints_and_fencing_filter_workers() {
+        let mut set = three_workers();
+        let constraints = RequestConstraints {
+            allowed_workers: Some(overload(&[1, 2])),
+            required_taints: vec!["gpu".into()],
+            ..RequestConstraints::default()
+        };
+        assert_eq!(
+            eligible_ranks(&set, &constraints, None).unwrap(),
+            vec![rank(1, 0), rank(1, 1), rank(2, 0)]
+        );
+        set.insert(
+            1,
+            WorkerConfig {
+                fenced: true,
+                ..worker(0, 2, &["gpu"])
+            },
+        );
+        assert_eq!(
+            eligible_ranks(&set, &constraints, None).unwrap(),
+            vec![rank(2, 0)]
+        );
+        let fast_only = RequestConstraints {
+            required_taints: vec!["fast".into(), "gpu".into()],
+            ..RequestConstraints::default()
+        };
+        assert_eq!(
+            eligible_ranks(&set, &fast_only, None).unwrap(),
+            vec![rank(2, 0)]
+        );
+    }
+
+    #[test]
+    fn overloaded_workers_are_skipped() {
+        let set = three_workers();
+        let all = RequestConstraints::default();
+        let ranks = eligible_ranks(&set, &all, Some(&overload(&[1, 3]))).unwrap();
+        assert_eq!(ranks, vec![rank(2, 0)]);
+    }
+
+    #[test]
+    fn all_eligible_overloaded_is_its_own_error() {
+        let set = three_workers();
+        let gpu = RequestConstraints {
+            required_taints: vec!["gpu".into()],
+            ..RequestConstraints::default()
+        };
+        assert_eq!(
+            eligible_ranks(&set, &gpu, Some(&overload(&[1, 2]))),
+            Err(SelectError::AllEligibleWorkersOverloaded)
+        );
+        // Worker 3 is overloaded but not eligible anyway: that is plain NoEndpoints.
+        let missing_taint = RequestConstraints {
+            required_taints: vec!["tpu".into()],
+            ..RequestConstraints::default()
+        };
+        assert_eq!(
+            eligible_ranks(&set, &missing_taint, Some(&overload(&[3]))),
+            Err(SelectError::NoEndpoints)
+        );
+        assert_eq!(
+            eligible_ranks(&WorkerSet::new(), &RequestConstraints::default(), None),
+            Err(SelectError::NoEndpoints)
+        );
+    }
+
+    #[test]
+    fn the_busy_check_ignores_overload() {
+        let set = three_workers();
+        let all = RequestConstraints::default();
+        assert_eq!(eligible_ranks(&set, &all, None).unwrap().len(), 5);
+        assert_eq!(
+            eligible_ranks(&set, &all, Some(&overload(&[1, 2, 3]))),
+            Err(SelectError::AllEligibleWorkersOverloaded)
+        );
+    }
+
+    #[test]
+    fn valid_pin_yields_exactly_the_pin() {
+        let set = three_workers();
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(3, 3)), Some(&overload(&[1]))),
+            Ok(vec![rank(3, 3)])
+        );
+    }
+
+    #[test]
+    fn pin_is_validated_allow_list_first() {
+        let set = three_workers();
+        // Not allowed, also overloaded and out of range: the allow-list wins.
+        let constraints = RequestConstraints {
+            allowed_workers: Some(overload(&[2])),
+            ..pinned(rank(1, 9))
+        };
+        assert_eq!(
+            eligible_ranks(&set, &constraints, Some(&overload(&[1]))),
+            Err(SelectError::PinnedWorkerNotAllowed(rank(1, 9)))
+        );
+    }
+
+    #[test]
+    fn pin_failures_before_overload_are_no_endpoints() {
+        let mut set = three_workers();
+        let busy = overload(&[1, 2, 3, 4]);
+        // Unknown worker, rank out of range, missing taint: NoEndpoints even when overloaded.
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(4, 0)), Some(&busy)),
+            Err(SelectError::NoEndpoints)
+        );
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(3, 0)), Some(&busy)),
+            Err(SelectError::NoEndpoints)
+        );
+        let needs_fast = RequestConstraints {
+            required_taints: vec!["fast".into()],
+            ..pinned(rank(1, 0))
+        };
+        assert_eq!(
+            eligible_ranks(&set, &needs_fast, Some(&busy)),
+            Err(SelectError::NoEndpoints)
+        );
+        set.insert(
+            2,
+            WorkerConfig {
+                fenced: true,
+                ..worker(0, 1, &[])
+            },
+        );
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(2, 0)), Some(&busy)),
+            Err(SelectError::NoEndpoints)
+        );
+    }
+
+    #[test]
+    fn overloaded_valid_pin_is_pinned_worker_overloaded() {
+        let set = three_workers();
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(1, 1)), Some(&overload(&[1]))),
+            Err(SelectError::PinnedWorkerOverloaded(rank(1, 1)))
+        );
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(1, 1)), None),
+            Ok(vec![rank(1, 1)])
+        );
+    }
+
+    #[test]
+    fn errors_have_readable_messages() {
+        let text = SelectError::PinnedWorkerNotAllowed(rank(4, 1)).to_string();
+        assert!(text.contains("worker 4 rank 1"), "{text}");
+        assert!(!SelectError::NoEndpoints.to_string().is_empty());
+    }
+
+    // --- router config ------------------------------------------------------------------------
+
+    #[test]
+    fn config_defaults_match_dynamo() {
+        let cfg: RouterConfig = serde_json::from_str("{}").unwrap();
+        assert_eq!(cfg, RouterConfig::default());
+        assert_eq!(cfg.overlap_score_credit, 1.0);
+        assert_eq!(cfg.prefill_load_scale, 1.0);
+        assert_eq!(cfg.host_cache_hit_weight, 0.75);
+        assert_eq!(cfg.disk_cache_hit_weight, 0.25);
+        assert_eq!(cfg.router_temperature, 0.0);
+        assert!(cfg.use_kv_events && cfg.router_track_active_blocks);
+        assert!(cfg.router_assume_kv_reuse && cfg.router_track_prefill_tokens);
+        assert!(!cfg.router_track_output_blocks);
+        assert_eq!(cfg.router_queue_threshold, None);
+        assert_eq!(cfg.router_queue_policy, QueuePolicy::Fcfs);
+        assert_eq!(cfg.effective_shared_cache_multiplier(), 0.0);
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn config_reads_dynamo_names_and_rejects_misspellings() {
+        let cfg: RouterConfig = serde_json::from_str(
+            r#"{"router_temperature": 0.5, "router_queue_policy": "wspt",
+                "router_queue_threshold": 2, "router_seed": 9, "router_event_threads": 4}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.router_temperature, 0.5);
+        assert_eq!(cfg.router_queue_policy, QueuePolicy::Wspt);
+        assert_eq!(cfg.router_queue_threshold, Some(2.0));
+        assert_eq!(cfg.router_seed, 9);
+        assert_eq!(cfg.ignored_fields_set(), vec!["router_event_threads"]);
+        let typo = serde_json::from_str::<RouterConfig>(r#"{"router_temprature": 0.5}"#);
+        assert!(typo.unwrap_err().to_string().contains("router_temprature"));
+        assert!(
+            serde_json::from_str::<RouterConfig>(r#"{"router_queue_policy": "lcfs"}"#).is_err()
+        );
+    }
+
+    #[test]
+    fn config_reads_from_yaml_with_integer_numbers() {
+        let yaml = "router_queue_threshold: 2\nprefill_load_scale: 1\nrouter_queue_policy: wspt\n";
+        let cfg: RouterConfig = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(cfg.router_queue_threshold, Some(2.0));
+        assert_eq!(cfg.prefill_load_scale, 1.0);
+        assert_eq!(cfg.router_queue_policy, QueuePolicy::Wspt);
+        assert!(serde_saphyr::from_str::<RouterConfig>("prefill_load_scal: 1\n").is_err());
+    }
+
+    #[test]
+    fn legacy_overlap_score_weight_maps_like_dynamo() {
+        let cfg = RouterConfig {
+            overlap_score_weight: Some(2.0),
+            prefill_load_scale: 3.0,
+            ..RouterConfig::default()
+        };
+        assert_eq!(cfg.effective_prefill_load_scale(), 2.0);
+        assert_eq!(cfg.effective_overlap_score_credit(), 1.0);
+        let zero = RouterConfig {
+            overlap_score_weight: Some(0.0),
+            overlap_score_credit: 0.5,
+            ..RouterConfig::default()
+        };
+        assert_eq!(zero.effective_prefill_load_scale(), 0.0);
+        assert_eq!(zero.effective_overlap_score_credit(), 0.0);
+    }
+
+    #[test]
+    fn validation_names_the_bad_field() {
+        let cases: Vec<(RouterConfig, &str)> = vec![
+            (
+                RouterConfig {
+                    overlap_score_credit: -1.0,
+                    ..Default::default()
+                },
+                "overlap_score_credit",
+            ),
+            (
+                RouterConfig {
+                    prefill_load_scale: f64::NAN,
+                    ..Default::default()
+                },
+                "prefill_load_scale",
+            ),
+            (
+                RouterConfig {
+                    router_temperature: f64::INFINITY,
+                    ..Default::default()
+                },
+                "router_temperature",
+            ),
+            (
+                RouterConfig {
+                    host_cache_hit_weight: 1.5,
+                    ..Default::default()
+                },
+                "host_cache_hit_weight",
+            ),
+            (
+                RouterConfig {
+                    shared_cache_multiplier: Some(-0.1),
+                    ..Default::default()
+                },
+                "shared_cache_multiplier",
+            ),
+            (
+                RouterConfig {
+                    router_queue_threshold: Some(-1.0),
+                    ..Default::default()
+                },
+                "router_queue_threshold",
+            ),
+            (
+                RouterConfig {
+                    router_prefill_load_model: "aic".into(),
+                    ..Default::default()
+                },
+                "router_prefill_load_model",
+            ),
+            (
+                RouterConfig {
+                    router_track_output_blocks: true,
+                    ..Default::default()
+                },
+                "router_track_output_blocks",
+            ),
+            (
+                RouterConfig {
+                    router_event_threads: Some(0),
+                    ..Default::default()
+                },
+                "router_event_threads",
+            ),
+            (
+                RouterConfig {
+                    shared_cache_type: Some("hicahe".into()),
+                    ..Default::default()
+                },
+                "shared_cache_type",
+            ),
+        ];
+        for (cfg, field) in cases {
+            let err = cfg.validate().unwrap_err();
+            assert_eq!(err.field, field);
+            assert!(err.to_string().contains(field));
+        }
+        let unbounded = RouterConfig {
+            router_queue_threshold: Some(f64::INFINITY),
+            overlap_score_credit: 2.0,
+            ..Default::default()
+        };
+        assert!(unbounded.validate().is_ok(), "1.6.1 accepts both");
+    }
+
+    // --- cost ---------------------------------------------------------------------------------
+
+    fn load(
+        r: WorkerWithDpRank,
+        prefill: u64,
+        decode: u64,
+        additional: u64,
+        requests: u64,
+    ) -> RankLoad {
+        RankLoad {
+            rank: r,
+            active_prefill_tokens: prefill,
+            active_decode_blocks: decode,
+            additional_active_blocks: additional,
+            active_requests: requests,
+        }
+    }
+
+    fn inputs<'a>(
+        workers: &'a WorkerSet,
+        candidates: &'a [WorkerWithDpRank],
+        loads: &'a [RankLoad],
+        overlaps: &'a [(WorkerWithDpRank, u32)],
+        isl_tokens: u64,
+    ) -> SelectionInputs<'a> {
+        SelectionInputs {
+            candidates,
+            loads,
+            overlaps,
+            isl_tokens,
+            block_size: 64,
+            workers,
+            preferred_taints: &[],
+        }
+    }
+
+    #[test]
+    fn cost_follows_the_default_formula() {
+        let set = three_workers();
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let candidates = [a, b];
+        let loads = [load(a, 100, 10, 2, 3), load(b, 0, 0, 4, 0)];
+        let overlaps = [(a, 2)];
+        let cfg = RouterConfig::default();
+        let costs = candidate_costs(&cfg, &inputs(&set, &candidates, &loads, &overlaps, 256));
+        // a: prefill (100 + 256)/64 - 2 = 3.5625; decode 10 + 2 = 12.
+        // b: prefill 256/64 = 4; decode 0 + 4.
+        assert_eq!(costs, vec![(a, 15.5625), (b, 8.0)]);
+
+        let weighted = RouterConfig {
+            prefill_load_scale: 2.0,
+            decode_active_request_weight: 0.5,
+            overlap_score_credit: 0.5,
+            ..RouterConfig::default()
+        };
+        let costs = candidate_costs(
+            &weighted,
+            &inputs(&set, &candidates, &loads, &overlaps, 256),
+        );
+        // a: 2 * (5.5625 - 1) + 12 + 0.5 * 3.
+        assert_eq!(costs[0].1, 2.0 * 4.5625 + 12.0 + 1.5);
+    }
+
+    #[test]
+    fn prefill_tracking_off_leaves_only_decode_terms() {
+        let set = three_workers();
+        let a = rank(1, 0);
+        let loads = [load(a, 500, 7, 3, 1)];
+        let cfg = RouterConfig {
+            router_track_prefill_tokens: false,
+            ..RouterConfig::default()
+        };
+        let costs = candidate_costs(&cfg, &inputs(&set, &[a], &loads, &[(a, 1)], 256));
+        assert_eq!(costs[0].1, 10.0);
+    }
+
+    #[test]
+    fn missing_load_row_is_an_idle_rank() {
+        let set = three_workers();
+        let a = rank(1, 0);
+        let costs = candidate_costs(&RouterConfig::default(), &inputs(&set, &[a], &[], &[], 200));
+        // prefill 200/64 = 3.125; decode: 3 full query blocks.
+        assert_eq!(costs[0].1, 3.125 + 3.0);
+    }
+
+    #[test]
+    fn credit_decay_shrinks_credit_on_busier_ranks() {
+        let set = three_workers();
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let loads = [load(a, 0, 0, 0, 0), load(b, 256, 0, 0, 0)];
+        let overlaps = [(a, 4), (b, 4)];
+        let cfg = RouterConfig {
+            overlap_score_credit_decay: 1.0,
+            ..RouterConfig::default()
+        };
+        let costs = candidate_costs(&cfg, &inputs(&set, &[a, b], &loads, &overlaps, 256));
+        // a: (256/64) - 4 = 0. b: excess 4 blocks over 4 request blocks: decay 1/2, credit 2.
+        assert_eq!(costs, vec![(a, 0.0), (b, 8.0 - 2.0)]);
+    }
+
+    #[test]
+    fn overlap_credit_never_makes_prefill_negative() {
+        let set = three_workers();
+        let a = rank(1, 0);
+        let cfg = RouterConfig {
+            overlap_score_credit: 10.0,
+            ..RouterConfig::default()
+        };
+        let costs = candidate_costs(
+            &cfg,
+            &inputs(&set, &[a], &[load(a, 0, 1, 0, 0)], &[(a, 4)], 256),
+        );
+        assert_eq!(costs[0].1, 1.0);
+    }
+
+    #[test]
+    fn preferred_taints_scale_cost_by_exp_minus_tanh() {
+        let set = three_workers();
+        let (a, c) = (rank(2, 0), rank(3, 2));
+        let loads = [load(a, 0, 10, 0, 0), load(c, 0, 10, 0, 0)];
+        let preferred = vec![("fast".to_string(), 1.0), ("gpu".to_string(), 0.5)];
+        let candidates = [a, c];
+        let mut input = inputs(&set, &candidates, &loads, &[], 0);
+        input.preferred_taints = &preferred;
+        let costs = candidate_costs(&RouterConfig::default(), &input);
+        assert!((costs[0].1 - 10.0 * (-(1.5f64).tanh()).exp()).abs() < 1e-12);
+        assert_eq!(costs[1].1, 10.0, "no matching taint: multiplier 1");
+    }
+
+    // --- picking ------------------------------------------------------------------------------
+
+    #[test]
+    fn temperature_zero_picks_the_cheapest_and_reports_cache() {
+        let set = three_workers();
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let loads = [load(a, 0, 0, 1, 0), load(b, 0, 0, 4, 0)];
+        let overlaps = [(a, 3)];
+        let mut rng = rng::stream(1, "test");
+        let pick = select_worker(
+            &RouterConfig::default(),
+            &inputs(&set, &[a, b], &loads, &overlaps, 250),
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(pick.rank, a);
+        assert_eq!(pick.overlap_blocks, 3);
+        assert_eq!(pick.cached_tokens, 192);
+        assert_eq!(pick.required_blocks, 4);
+    }
+
+    #[test]
+    fn cached_tokens_are_clamped_to_the_isl() {
+        let set = three_workers();
+        let a = rank(1, 0);
+        let mut rng = rng::stream(1, "test");
+        let pick = select_worker(
+            &RouterConfig::default(),
+            &inputs(&set, &[a], &[], &[(a, 4)], 200),
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(pick.cached_tokens, 200);
+    }
+
+    #[test]
+    fn no_candidates_is_no_endpoints() {
+        let set = three_workers();
+        let mut rng = rng::stream(1, "test");
+        for temperature in [0.0, 1.0] {
+            let cfg = RouterConfig {
+                router_temperature: temperature,
+                ..RouterConfig::default()
+            };
+            assert_eq!(
+                select_worker(&cfg, &inputs(&set, &[], &[], &[], 64), &mut rng),
+                Err(SelectError::NoEndpoints)
+            );
+        }
+    }
+
+    #[test]
+    fn pinned_selection_returns_the_pin_without_drawing() {
+        let set = three_workers();
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let loads = [load(a, 0, 50, 4, 0), load(b, 0, 0, 4, 0)];
+        let pick = pinned_selection(
+            &RouterConfig::default(),
+            &inputs(&set, &[a, b], &loads, &[(a, 1)], 256),
+            a,
+        );
+        assert_eq!(pick.rank, a);
+        assert_eq!(pick.cached_tokens, 64);
+        assert_eq!(pick.cost, 4.0 - 1.0 + 54.0);
+    }
+
+    fn pick_with_seed(
+        seed: u64,
+        candidates: &[WorkerWithDpRank],
+        loads: &[RankLoad],
+        temperature: f64,
+    ) -> WorkerWithDpRank {
+        let set = three_workers();
+        let cfg = RouterConfig {
+            router_temperature: temperature,
+            ..RouterConfig::default()
+        };
+        let mut rng = rng::stream(seed, "select");
+        select_worker(&cfg, &inputs(&set, candidates, loads, &[], 128), &mut rng)
+            .unwrap()
+            .rank
+    }
+
+    #[test]
+    fn ties_spread_over_tied_ranks_and_repeat_per_seed() {
+        let ranks = [rank(1, 0), rank(1, 1), rank(2, 0), rank(3, 2)];
+        // The last rank is more expensive and must never win.
+        let loads = [
+            load(ranks[0], 0, 0, 2, 0),
+            load(ranks[1], 0, 0, 2, 0),
+            load(ranks[2], 0, 0, 2, 0),
+            load(ranks[3], 0, 9, 2, 0),
+        ];
+        let mut wins: BTreeMap<WorkerWithDpRank, u32> = BTreeMap::new();
+        for seed in 0..600 {
+            let first = pick_with_seed(seed, &ranks, &loads, 0.0);
+            assert_eq!(
+                first,
+                pick_with_seed(seed, &ranks, &loads, 0.0),
+                "same seed, same pick"
+            );
+            *wins.entry(first).or_default() += 1;
+        }
+        assert!(!wins.contains_key(&ranks[3]));
+        for tied in &ranks[..3] {
+            let count = wins.get(tied).copied().unwrap_or(0);
+            assert!((150..=250).contains(&count), "{tied} won {count} of 600");
+        }
+    }
+
+    #[test]
+    fn softmax_with_equal_costs_is_uniform_and_stays_in_candidates() {
+        let ranks = [rank(1, 0), rank(2, 0), rank(3, 3)];
+        let loads: Vec<RankLoad> = ranks.iter().map(|&r| load(r, 0, 5, 0, 0)).collect();
+        let mut wins: BTreeMap<WorkerWithDpRank, u32> = BTreeMap::new();
+        for seed in 0..900 {
+            let pick = pick_with_seed(seed, &ranks, &loads, 1.0);
+            assert!(ranks.contains(&pick));
+            *wins.entry(pick).or_default() += 1;
+        }
+        for r in &ranks {
+            let count = wins.get(r).copied().unwrap_or(0);
+            assert!((240..=360).contains(&count), "{r} won {count} of 900");
+        }
+    }
+
+    #[test]
+    fn softmax_favours_cheaper_ranks_in_proportion() {
+        let (a, b) = (rank(1, 0), rank(2, 0));
+        let loads = [load(a, 0, 0, 0, 0), load(b, 0, 10, 0, 0)];
+        // Normalised costs 0 and 1 at T = 1: p(a) = 1 / (1 + e^-1) ≈ 0.731.
+        let a_wins = (0..2000)
+            .filter(|&seed| pick_with_seed(seed, &[a, b], &loads, 1.0) == a)
+            .count();
+        assert!((1380..=1540).contains(&a_wins), "a won {a_wins} of 2000");
+    }
+
+    proptest! {
+        #[test]
+        fn temperature_zero_always_returns_a_min_cost_candidate(
+            rows in prop::collection::vec((0..2000u64, 0..50u64, 0..8u64, 0..5u64, 0..8u32), 1..8),
+            isl_tokens in 1..600u64,
+            seed in any::<u64>(),
+        ) {
+            let set = WorkerSet::new();
+            let candidates: Vec<WorkerWithDpRank> = (0..rows.len() as u64).map(|w| rank(w, 0)).collect();
+            let loads: Vec<RankLoad> = rows.iter().zip(&candidates)
+                .map(|(&(p, d, x, r, _), &c)| load(c, p, d, x, r)).collect();
+            let overlaps: Vec<(WorkerWithDpRank, u32)> = rows.iter().zip(&candidates)
+                .filter(|(row, _)| row.4 > 0).map(|(row, &c)| (c, row.4)).collect();
+            let input = inputs(&set, &candidates, &loads, &overlaps, isl_tokens);
+            let cfg = RouterConfig::default();
+            let mut rng = rng::stream(seed, "prop");
+            let pick = select_worker(&cfg, &input, &mut rng).unwrap();
+            let min_cost = candidate_costs(&cfg, &input).iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+            prop_assert!(candidates.contains(&pick.rank));
+            prop_assert_eq!(pick.cost, min_cost);
+        }
+    }
+
+    // --- cache estimate for the queue ---------------------------------------------------------
+
+    #[test]
+    fn best_cached_tokens_respects_pin_allow_list_and_taints_but_not_overload() {
+        let set = three_workers();
+        let overlaps = [
+            (rank(1, 1), 2),
+            (rank(2, 0), 3),
+            (rank(3, 2), 5),
+            (rank(9, 0), 8),
+        ];
+        let any = RequestConstraints::default();
+        assert_eq!(
+            best_cached_tokens(&set, &any, &overlaps, 64),
+            5 * 64,
+            "unknown worker 9 ignored"
+        );
+        let gpu = RequestConstraints {
+            required_taints: vec!["gpu".into()],
+            ..Default::default()
+        };
+        assert_eq!(best_cached_tokens(&set, &gpu, &overlaps, 64), 3 * 64);
+        let only_one = RequestConstraints {
+            allowed_workers: Some(overload(&[1])),
+            ..Default::default()
+        };
+        assert_eq!(best_cached_tokens(&set, &only_one, &overlaps, 64), 2 * 64);
+        assert_eq!(
+            best_cached_tokens(&set, &pinned(rank(1, 1)), &overlaps, 64),
+            2 * 64
+        );
+        assert_eq!(
+            best_cached_tokens(&set, &pinned(rank(1, 0)), &overlaps, 64),
+            0
+        );
+        let nothing = RequestConstraints {
+            required_taints: vec!["tpu".into()],
+            ..Default::default()
+        };
+        assert_eq!(best_cached_tokens(&set, &nothing, &overlaps, 64), 0);
+    }
+}
