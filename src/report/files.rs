@@ -227,12 +227,7 @@ pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::test_support::run_fixture;
-
-    fn weighted() -> RunMetrics {
-        let (result, quanta) = run_fixture("premium-weighted");
-        RunMetrics::compute(&result, &quanta)
-    }
+    use crate::report::test_support::weighted_metrics as weighted;
 
     #[test]
     fn completions_csv_counts_every_class_cumulatively() {

@@ -528,12 +528,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::test_support::run_fixture;
-
-    fn weighted() -> RunMetrics {
-        let (result, quanta) = run_fixture("premium-weighted");
-        RunMetrics::compute(&result, &quanta)
-    }
+    use crate::report::test_support::weighted_metrics as weighted;
 
     #[test]
     fn every_plot_renders_to_png_and_svg() {

@@ -57,6 +57,12 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
     }
 }
 
+/// The metrics of the premium burst's weighted arm (fixture `premium-weighted`).
+pub fn weighted_metrics() -> crate::report::metrics::RunMetrics {
+    let (result, quanta) = run_fixture("premium-weighted");
+    crate::report::metrics::RunMetrics::compute(&result, &quanta)
+}
+
 /// Runs fidelity fixture `name` (its Dynamo trace, policy and engine, one worker) and returns
 /// the run with the class quanta.
 pub fn run_fixture(name: &str) -> (SimResult, Vec<u64>) {
