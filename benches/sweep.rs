@@ -18,6 +18,7 @@ fn args() -> SweepArgs {
         seeds: 5,
         jobs: None,
         out: "unused".into(),
+        force: false,
         quiet: true,
         shard: None,
         arrival_jitter_ns: 1_000,

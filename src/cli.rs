@@ -2,10 +2,11 @@
 
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
+use crate::report;
 use crate::report::evaluate::{ExpectationOutcome, evaluate, format_outcome};
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::metrics::RunMetrics;
-use crate::report::{self, output};
+use crate::report::output::{self, OutputKind};
 use crate::scenario::{self, FileKind, Scenario};
 use crate::scheduling::policy::{self, PolicyConfig};
 use crate::scheduling::scheduler::SchedulerConfig;
@@ -47,7 +48,8 @@ enum Command {
         #[arg(long = "set", value_name = "PATH=VALUE")]
         set: Vec<String>,
     },
-    /// Replay a mooncake trace with the same inputs `tools/dynosim` takes.
+    /// Replay a mooncake trace as Dynamo's offline replay (`run_mocker_trace_replay`) does,
+    /// with the same inputs: trace, policy YAML, engine and router config.
     Replay(ReplayArgs),
     /// Run a scenario over a grid of --set values and seeds, in parallel.
     Sweep(sweep::SweepArgs),
@@ -61,9 +63,15 @@ enum Command {
 struct RunArgs {
     /// The scenario file.
     scenario: PathBuf,
-    /// Output directory (default: results/<scenario name>/).
+    /// Output directory (default: results/<scenario name>/). It must be new, empty, or a
+    /// previous `run` output: a rerun replaces the files routersim wrote there and keeps
+    /// every other file; any other directory is refused before the run starts.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also replace a previous output of another routersim command in the output directory
+    /// (only the files routersim wrote there).
+    #[arg(long)]
+    force: bool,
     /// Seed (default: the scenario's `seed`).
     #[arg(long)]
     seed: Option<u64>,
@@ -81,7 +89,8 @@ struct CheckArgs {
     /// Scenario files.
     #[arg(required = true)]
     scenarios: Vec<PathBuf>,
-    /// Also write the outcomes as JUnit XML.
+    /// Also write the outcomes as JUnit XML. An existing file is replaced only if routersim
+    /// wrote it.
     #[arg(long)]
     junit: Option<PathBuf>,
     /// Override a field of every scenario by its dotted path (repeatable).
@@ -115,9 +124,15 @@ struct ReplayArgs {
     /// Seed for the router's tie-breaks.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Output directory (requests.csv, summary.json).
+    /// Output directory (requests.csv, summary.json, ...). It must be new, empty, or a previous
+    /// `replay` output: a rerun replaces the files routersim wrote there and keeps every other
+    /// file; any other directory is refused before the replay starts.
     #[arg(long)]
     out: PathBuf,
+    /// Also replace a previous output of another routersim command in --out (only the files
+    /// routersim wrote there).
+    #[arg(long)]
+    force: bool,
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
@@ -247,6 +262,12 @@ fn run_scenario(
     seed: Option<u64>,
 ) -> Result<ScenarioRun, CliError> {
     let scenario = Scenario::load_with_overrides(path, overrides).map_err(input)?;
+    run_loaded(scenario, seed)
+}
+
+/// Runs a loaded scenario.
+fn run_loaded(scenario: Scenario, seed: Option<u64>) -> Result<ScenarioRun, CliError> {
+    let path = scenario.file().to_path_buf();
     for (index, e) in scenario.expectations().iter().enumerate() {
         report::expect::validate_expectation(e, scenario.class_names())
             .map_err(|err| CliError::Input(format!("{}: expect.{index}.{err}", path.display())))?;
@@ -290,12 +311,16 @@ fn evaluate_expectations(run: &ScenarioRun) -> Result<Vec<ExpectationOutcome>, C
 
 fn run(args: &RunArgs) -> Result<(), CliError> {
     let started = std::time::Instant::now();
-    let run = run_scenario(&args.scenario, &parse_overrides(&args.set)?, args.seed)?;
-    let outcomes = evaluate_expectations(&run)?;
+    let overrides = parse_overrides(&args.set)?;
+    let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| Path::new("results").join(run.scenario.name()));
+        .unwrap_or_else(|| Path::new("results").join(scenario.name()));
+    let target =
+        output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
+    let run = run_loaded(scenario, args.seed)?;
+    let outcomes = evaluate_expectations(&run)?;
     let meta = serde_json::json!({
         "command": "run",
         "scenario": run.scenario.name(),
@@ -306,8 +331,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     });
     let files = report::run_files(&run.result, &run.metrics, &meta)
         .map_err(|e| CliError::Bug(e.to_string()))?;
-    output::write_dir(&out, &files)
-        .map_err(|e| CliError::Input(format!("{}: {e}", out.display())))?;
+    target.write(&files).map_err(input)?;
     if args.quiet {
         return Ok(());
     }
@@ -355,8 +379,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         });
     }
     if let Some(junit) = &args.junit {
-        output::write_file(junit, &junit_xml(&suites))
-            .map_err(|e| CliError::Input(format!("{}: {e}", junit.display())))?;
+        output::write_file(junit, &junit_xml(&suites), output::JUNIT_SIGNATURE).map_err(input)?;
     }
     let failed: usize = suites
         .iter()
@@ -434,6 +457,18 @@ pub fn run_replay(setup: &ReplaySetup) -> Result<sim::SimResult, CliError> {
     sim::run(config, requests).map_err(|e| CliError::Bug(e.to_string()))
 }
 
+/// The files a replay reads (`--engine` and `--router` may be inline JSON instead).
+fn replay_inputs(args: &ReplayArgs) -> Vec<PathBuf> {
+    let mut inputs = vec![args.trace.clone()];
+    inputs.extend(args.policy.clone());
+    for value in [&args.engine, &args.router].into_iter().flatten() {
+        if !value.trim_start().starts_with('{') {
+            inputs.push(PathBuf::from(value));
+        }
+    }
+    inputs
+}
+
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     if args.workers == 0 {
         return Err(CliError::Input("--workers must be at least 1".into()));
@@ -468,6 +503,13 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         .map(PolicyConfig::from_path)
         .transpose()
         .map_err(input)?;
+    let target = output::claim(
+        &args.out,
+        OutputKind::Replay,
+        &replay_inputs(args),
+        args.force,
+    )
+    .map_err(input)?;
     let setup = ReplaySetup {
         trace: args.trace.clone(),
         trace_block_size: args.trace_block_size,
@@ -493,8 +535,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
     let files =
         report::run_files(&result, &metrics, &meta).map_err(|e| CliError::Bug(e.to_string()))?;
-    output::write_dir(&args.out, &files)
-        .map_err(|e| CliError::Input(format!("{}: {e}", args.out.display())))?;
+    target.write(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));
         println!(

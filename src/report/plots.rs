@@ -553,7 +553,12 @@ mod tests {
         }
         // To look at them: ROUTERSIM_PLOT_DIR=/tmp/plots cargo test --lib report::plots
         if let Some(dir) = std::env::var_os("ROUTERSIM_PLOT_DIR") {
-            crate::report::output::write_dir(std::path::Path::new(&dir), &files).unwrap();
+            crate::report::output::write_dir(
+                std::path::Path::new(&dir),
+                crate::report::output::OutputKind::Run,
+                &files,
+            )
+            .unwrap();
         }
     }
 

@@ -82,6 +82,8 @@ pub struct Scenario {
     model: Option<String>,
     source_hash: String,
     policy: Option<PolicyConfig>,
+    /// The policy file named by `router.policy`, if the policy is not inline.
+    policy_file: Option<PathBuf>,
     router: RouterConfig,
     router_mode: RouterMode,
     worker_count: u32,
@@ -213,6 +215,18 @@ impl Scenario {
     /// without duplicates).
     pub fn companions(&self) -> Vec<PathBuf> {
         self.companions.clone()
+    }
+
+    /// Every file this scenario reads: itself, its policy file, its trace and its companions.
+    /// An output directory may not contain any of them.
+    pub fn input_files(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.file.clone()];
+        files.extend(self.policy_file.clone());
+        if let Workload::Trace { path, .. } = &self.workload {
+            files.push(path.clone());
+        }
+        files.extend(self.companions.iter().cloned());
+        files
     }
 
     /// The companion file an expectation's `minus:` names, resolved as [`companions`](Self::companions) are.

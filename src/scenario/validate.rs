@@ -246,6 +246,7 @@ fn build(
         model: raw.model,
         source_hash,
         policy,
+        policy_file: raw.router.policy.as_deref().map(|f| source.resolve(f)),
         router_mode: match raw.router.router_mode {
             None | Some(RawRouterMode::KvRouter) => RouterMode::KvRouter,
             Some(RawRouterMode::RoundRobin) => RouterMode::RoundRobin,

@@ -21,9 +21,10 @@ pub mod stats;
 pub mod table;
 pub mod tune;
 
+use crate::report::output::{self, OutputKind, OutputTarget};
 use crate::scenario::ScenarioError;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use grid::{Axis, Grid, ShardSpec};
 pub use run::{ClassRow, Row, SweepPlan};
@@ -86,9 +87,15 @@ pub struct SweepArgs {
     /// Worker threads (default: all cores). The output does not depend on it.
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// The output directory (replaced whole).
+    /// The output directory. It must be new, empty, or a previous sweep output: a rerun
+    /// replaces the files routersim wrote there and keeps every other file; any other
+    /// directory is refused before the sweep starts.
     #[arg(long, default_value = "sweep-out")]
     pub out: PathBuf,
+    /// Also replace a previous output of another routersim command in --out (only the files
+    /// routersim wrote there).
+    #[arg(long)]
+    pub force: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -112,9 +119,15 @@ pub struct MergeArgs {
     /// The shard directories written by `sweep --shard K/N` (all N of them, any order).
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
-    /// The output directory (replaced whole).
+    /// The output directory. It must be new, empty, or a previous sweep output: a rerun
+    /// replaces the files routersim wrote there and keeps every other file; any other
+    /// directory is refused before anything is read.
     #[arg(long, default_value = "sweep-out")]
     pub out: PathBuf,
+    /// Also replace a previous output of another routersim command in --out (only the files
+    /// routersim wrote there).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `routersim tune SCENARIO --target CLASS=SHARE [--vary PATH ...] [--tolerance T]`.
@@ -146,12 +159,13 @@ pub struct TuneArgs {
 /// Runs a sweep (or one shard of it) and writes its directory.
 pub fn run_sweep(args: &SweepArgs) -> Result<(), SweepError> {
     let plan = SweepPlan::from_args(args)?;
+    let out = claim_out(&args.out, &plan.input_files(), args.force)?;
     let rows = plan.run(args.jobs, !args.quiet)?;
     let files = match &plan.manifest.shard {
         Some(_) => shard::shard_files(&plan.manifest, &rows)?,
         None => table::sweep_files(&plan.manifest, &rows)?,
     };
-    write_out(&args.out, &files)?;
+    write_out(&out, &files)?;
     if !args.quiet {
         if let Some((_, summary)) = files.iter().find(|(name, _)| name == "sweep-summary.csv") {
             print!("{}", share_table(summary));
@@ -233,8 +247,9 @@ fn short(value: &str) -> String {
 
 /// Merges shard directories into the files an unsharded sweep writes.
 pub fn run_merge(args: &MergeArgs) -> Result<(), SweepError> {
+    let out = claim_out(&args.out, &args.dirs, args.force)?;
     let files = merge(&args.dirs)?;
-    write_out(&args.out, &files)
+    write_out(&out, &files)
 }
 
 /// Runs `tune` and prints the solution, the achieved shares and their sensitivity.
@@ -267,9 +282,13 @@ pub fn sweep(args: &SweepArgs) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
     }
 }
 
-fn write_out(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), SweepError> {
-    crate::report::output::write_dir(dir, files)
-        .map_err(|e| SweepError::Input(format!("{}: cannot write: {e}", dir.display())))
+/// Checks `--out` before any work: see [`crate::report::output`].
+fn claim_out(dir: &Path, inputs: &[PathBuf], force: bool) -> Result<OutputTarget, SweepError> {
+    output::claim(dir, OutputKind::Sweep, inputs, force).map_err(|e| SweepError::Input(e.0))
+}
+
+fn write_out(out: &OutputTarget, files: &[(String, Vec<u8>)]) -> Result<(), SweepError> {
+    out.write(files).map_err(|e| SweepError::Input(e.0))
 }
 
 #[cfg(test)]

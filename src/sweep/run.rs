@@ -193,6 +193,16 @@ pub struct SweepPlan {
 }
 
 impl SweepPlan {
+    /// Every file the plan's scenarios read (scenario, policy, trace, companions), once each.
+    pub fn input_files(&self) -> Vec<std::path::PathBuf> {
+        let all: std::collections::BTreeSet<_> = self
+            .points
+            .iter()
+            .flat_map(|(_, scenario)| scenario.input_files())
+            .collect();
+        all.into_iter().collect()
+    }
+
     /// Parses the axes and shard, and loads and validates the scenario of every point run
     /// (plus point 0, which names the classes).
     pub fn from_args(args: &SweepArgs) -> Result<SweepPlan, SweepError> {

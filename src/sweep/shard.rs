@@ -195,8 +195,12 @@ mod tests {
                     .cloned()
                     .collect();
                 let out = dir.join(format!("shard{index}"));
-                crate::report::output::write_dir(&out, &shard_files(&shard, &mine).unwrap())
-                    .unwrap();
+                crate::report::output::write_dir(
+                    &out,
+                    crate::report::output::OutputKind::Sweep,
+                    &shard_files(&shard, &mine).unwrap(),
+                )
+                .unwrap();
                 out
             })
             .collect()
@@ -243,15 +247,24 @@ mod tests {
             shard: Some(spec),
             ..foreign
         };
-        crate::report::output::write_dir(&other, &shard_files(&foreign, &[]).unwrap()).unwrap();
+        crate::report::output::write_dir(
+            &other,
+            crate::report::output::OutputKind::Sweep,
+            &shard_files(&foreign, &[]).unwrap(),
+        )
+        .unwrap();
         let mixed = read_shards(&[dirs[0].clone(), other]).unwrap_err();
         assert!(
             mixed.to_string().contains("a shard of a different sweep"),
             "{mixed}"
         );
         let unsharded = tmp.path().join("whole");
-        crate::report::output::write_dir(&unsharded, &[("sweep.json", manifest().to_json())])
-            .unwrap();
+        crate::report::output::write_dir(
+            &unsharded,
+            crate::report::output::OutputKind::Sweep,
+            &[("sweep.json", manifest().to_json())],
+        )
+        .unwrap();
         let whole = read_shards(&[unsharded]).unwrap_err();
         assert!(whole.to_string().contains("not a shard"), "{whole}");
         for e in [missing, twice, mixed, whole] {

@@ -16,6 +16,7 @@ fn args(sets: &[&str], seeds: u32) -> SweepArgs {
         seeds,
         jobs: Some(1),
         out: PathBuf::from("unused"),
+        force: false,
         quiet: true,
         shard: None,
         arrival_jitter_ns: 0,

@@ -225,6 +225,7 @@ fn committed_results_are_what_the_bundled_scenarios_produce() {
             "completions.csv",
             "classes.csv",
             "summary.json",
+            routersim::report::output::MARKER,
         ] {
             let committed = root.join("results").join(&name).join(file);
             let fresh = fs::read(out.join(file)).unwrap();

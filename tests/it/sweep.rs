@@ -18,6 +18,7 @@ fn args(out: &Path, jobs: usize, shard: Option<&str>) -> SweepArgs {
         seeds: 3,
         jobs: Some(jobs),
         out: out.to_path_buf(),
+        force: false,
         quiet: true,
         shard: shard.map(String::from),
         arrival_jitter_ns: 500,
@@ -77,12 +78,14 @@ fn sharded_and_merged_equals_unsharded_byte_for_byte() {
     sweep::run_merge(&MergeArgs {
         dirs: shards.iter().rev().cloned().collect(),
         out: merged.clone(),
+        force: false,
     })
     .unwrap();
     assert_eq!(read_dir(&merged), read_dir(&whole));
     let err = sweep::run_merge(&MergeArgs {
         dirs: shards[..3].to_vec(),
         out: merged,
+        force: false,
     })
     .unwrap_err();
     assert_eq!(err.exit_code(), 2);

@@ -1,0 +1,437 @@
+//! Output safety end to end (issue 9): no command deletes or overwrites a file it did not
+//! write, refusals happen before any work and leave nothing behind, reruns keep user files.
+
+use assert_cmd::Command;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn routersim() -> Command {
+    Command::cargo_bin("routersim").unwrap()
+}
+
+const TINY_SCENARIO: &str = "name: tiny
+workers: {count: 1}
+workload:
+  groups:
+    - {name: a, count: 3, input_tokens: 64, output_tokens: 2}
+";
+
+const TRACE: &str =
+    "{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1]}\n";
+
+/// A temp tree with `exp/s.yaml` (the tiny scenario), `exp/t.jsonl` (a trace) and
+/// `exp/notes.txt`.
+fn experiment() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("exp");
+    fs::create_dir(&exp).unwrap();
+    fs::write(exp.join("s.yaml"), TINY_SCENARIO).unwrap();
+    fs::write(exp.join("t.jsonl"), TRACE).unwrap();
+    fs::write(exp.join("notes.txt"), "mine").unwrap();
+    (tmp, exp)
+}
+
+/// Every path under `root` with its bytes (directories as `None`).
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(path.clone());
+                out.insert(path, None);
+            } else {
+                out.insert(path.clone(), Some(fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Runs `cmd` in `cwd`; returns (exit code, stderr).
+fn run_in(cwd: &Path, args: &[&str]) -> (i32, String) {
+    let out = routersim().current_dir(cwd).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+/// Asserts that `args` run in `cwd` exit 2 naming `names`, and change nothing under `root`.
+fn assert_refused(root: &Path, cwd: &Path, args: &[&str], names: &[&str]) {
+    let before = snapshot(root);
+    let (code, stderr) = run_in(cwd, args);
+    assert_eq!(code, 2, "{args:?}: {stderr}");
+    assert!(stderr.contains("refusing"), "{args:?}: {stderr}");
+    for name in names {
+        assert!(
+            stderr.contains(name),
+            "{args:?}: {stderr} should name {name}"
+        );
+    }
+    assert_eq!(snapshot(root), before, "{args:?} changed the tree");
+}
+
+#[test]
+fn run_out_the_scenarios_own_directory_is_refused() {
+    let (tmp, exp) = experiment();
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &["run", "exp/s.yaml", "--out", "exp"],
+        &["exp"],
+    );
+    assert_refused(
+        tmp.path(),
+        &exp,
+        &["run", "s.yaml", "--out", "../exp", "--force"],
+        &["exp"],
+    );
+}
+
+#[test]
+fn run_out_dot_and_dotdot_and_root_are_refused() {
+    let (tmp, exp) = experiment();
+    for out in [".", "..", "/", "./", "../.."] {
+        assert_refused(tmp.path(), &exp, &["run", "s.yaml", "--out", out], &[]);
+    }
+}
+
+#[test]
+fn run_out_a_users_directory_is_refused() {
+    let (tmp, _) = experiment();
+    let user = tmp.path().join("photos");
+    fs::create_dir(&user).unwrap();
+    fs::write(user.join("cat.jpg"), "meow").unwrap();
+    for command in [
+        vec!["run", "exp/s.yaml", "--out", "photos"],
+        vec!["run", "exp/s.yaml", "--out", "photos", "--force"],
+        vec!["replay", "--trace", "exp/t.jsonl", "--out", "photos"],
+        vec![
+            "sweep",
+            "exp/s.yaml",
+            "--set",
+            "seed=1,2",
+            "--out",
+            "photos",
+        ],
+    ] {
+        assert_refused(tmp.path(), tmp.path(), &command, &["photos", "cat.jpg"]);
+    }
+}
+
+#[test]
+fn run_out_an_existing_file_is_refused_and_leaves_no_stage() {
+    let (tmp, _) = experiment();
+    fs::write(tmp.path().join("out"), "a file").unwrap();
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &["replay", "--trace", "exp/t.jsonl", "--out", "out"],
+        &["out", "not a directory"],
+    );
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &["run", "exp/s.yaml", "--out", "out"],
+        &["out"],
+    );
+}
+
+#[test]
+fn replay_out_the_traces_directory_is_refused() {
+    let (tmp, _) = experiment();
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &["replay", "--trace", "exp/t.jsonl", "--out", "exp"],
+        &["exp", "t.jsonl"],
+    );
+}
+
+#[test]
+fn rerun_into_its_own_output_replaces_its_files_and_keeps_the_users() {
+    let (tmp, _) = experiment();
+    let (code, stderr) = run_in(
+        tmp.path(),
+        &["run", "exp/s.yaml", "--quiet", "--out", "out"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let out = tmp.path().join("out");
+    let first = fs::read(out.join("requests.csv")).unwrap();
+    fs::write(out.join("analysis.ipynb"), "mine").unwrap();
+    let (code, stderr) = run_in(
+        tmp.path(),
+        &["run", "exp/s.yaml", "--quiet", "--out", "out"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(fs::read(out.join("requests.csv")).unwrap(), first);
+    assert_eq!(
+        fs::read_to_string(out.join("analysis.ipynb")).unwrap(),
+        "mine"
+    );
+    // Another command's output needs --force, which still keeps the user's file.
+    let replay = [
+        "replay",
+        "--trace",
+        "exp/t.jsonl",
+        "--quiet",
+        "--out",
+        "out",
+    ];
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &replay,
+        &["routersim run", "--force"],
+    );
+    let (code, stderr) = run_in(tmp.path(), &[&replay[..], &["--force"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        fs::read_to_string(out.join("analysis.ipynb")).unwrap(),
+        "mine"
+    );
+}
+
+#[test]
+fn run_without_out_writes_only_under_results() {
+    let (tmp, _) = experiment();
+    let (code, stderr) = run_in(tmp.path(), &["run", "exp/s.yaml", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(tmp.path().join("results/tiny/requests.csv").exists());
+    assert_eq!(
+        fs::read_to_string(tmp.path().join("exp/notes.txt")).unwrap(),
+        "mine"
+    );
+}
+
+#[test]
+fn merge_out_a_shard_directory_is_refused() {
+    let (tmp, _) = experiment();
+    for k in 1..=2 {
+        let (code, stderr) = run_in(
+            tmp.path(),
+            &[
+                "sweep",
+                "exp/s.yaml",
+                "--set",
+                "seed=1,2",
+                "--quiet",
+                "--shard",
+                &format!("{k}/2"),
+                "--out",
+                &format!("s{k}"),
+            ],
+        );
+        assert_eq!(code, 0, "{stderr}");
+    }
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &["merge", "s1", "s2", "--out", "s1"],
+        &["s1", "input"],
+    );
+    let (code, stderr) = run_in(tmp.path(), &["merge", "s1", "s2", "--out", "whole"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn junit_over_a_users_file_is_refused() {
+    let (tmp, _) = experiment();
+    assert_refused(
+        tmp.path(),
+        tmp.path(),
+        &["check", "exp/s.yaml", "--junit", "exp/notes.txt"],
+        &["notes.txt", "did not write"],
+    );
+    let (code, stderr) = run_in(tmp.path(), &["check", "exp/s.yaml", "--junit", "j.xml"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stderr) = run_in(tmp.path(), &["check", "exp/s.yaml", "--junit", "j.xml"]);
+    assert_eq!(code, 0, "a rerun replaces its own report: {stderr}");
+}
+
+#[test]
+fn help_of_every_writing_command_says_what_happens_to_an_existing_directory() {
+    for command in ["run", "replay", "sweep", "merge"] {
+        let out = routersim().args([command, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("refused") && help.contains("keeps every other file"),
+            "{command} --help: {help}"
+        );
+    }
+}
+
+/// The stage directories in `dir`.
+fn stages_in(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("routersim-stage"))
+        .collect()
+}
+
+#[test]
+fn sigint_during_replay_write_phase_leaves_no_stage() {
+    let (tmp, _) = experiment();
+    let bin = assert_cmd::cargo::cargo_bin("routersim");
+    let mut child = std::process::Command::new(&bin)
+        .current_dir(tmp.path())
+        .env(routersim::report::output::STAGE_PAUSE_ENV, "20000")
+        .args([
+            "replay",
+            "--trace",
+            "exp/t.jsonl",
+            "--quiet",
+            "--out",
+            "out",
+        ])
+        .spawn()
+        .unwrap();
+    // Bounded wait for the write phase: the stage appears once the files are staged.
+    let staged = (0..400).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        !stages_in(tmp.path()).is_empty()
+    });
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert!(staged, "the replay never reached its write phase");
+    assert_eq!(status.code(), Some(130), "interrupted, not finished");
+    assert!(
+        stages_in(tmp.path()).is_empty(),
+        "{:?}",
+        stages_in(tmp.path())
+    );
+    assert!(!tmp.path().join("out").exists(), "nothing half-written");
+}
+
+#[test]
+fn a_killed_runs_stage_is_cleaned_by_the_next_run_and_nothing_else() {
+    let (tmp, _) = experiment();
+    fs::create_dir(tmp.path().join(".out.routersim-stage-notapid")).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("routersim");
+    let mut child = std::process::Command::new(&bin)
+        .current_dir(tmp.path())
+        .env(routersim::report::output::STAGE_PAUSE_ENV, "20000")
+        .args(["run", "exp/s.yaml", "--quiet", "--out", "out"])
+        .spawn()
+        .unwrap();
+    let staged = (0..400).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        stages_in(tmp.path()).len() == 2
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(staged, "the run never reached its write phase");
+    assert_eq!(stages_in(tmp.path()).len(), 2, "SIGKILL leaves the stage");
+    let (code, stderr) = run_in(
+        tmp.path(),
+        &["run", "exp/s.yaml", "--quiet", "--out", "out"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stages_in(tmp.path()),
+        vec![".out.routersim-stage-notapid".to_string()],
+        "only the dead process's stage is removed"
+    );
+}
+
+/// One command of the random file-safety test, run against a chosen target.
+#[derive(Clone, Debug)]
+enum Step {
+    Run { force: bool },
+    Replay,
+    Sweep,
+    Merge,
+}
+
+fn step() -> impl Strategy<Value = (Step, usize)> {
+    let steps = prop_oneof![
+        any::<bool>().prop_map(|force| Step::Run { force }),
+        Just(Step::Replay),
+        Just(Step::Sweep),
+        Just(Step::Merge),
+    ];
+    (steps, 0..TARGETS.len())
+}
+
+/// `--out` targets relative to the tree root: user directories, files, inputs, new paths.
+const TARGETS: [&str; 10] = [
+    "exp",
+    "exp/notes.txt",
+    "docs",
+    "docs/deep",
+    "new",
+    "new/a/b",
+    ".",
+    "..",
+    "shard",
+    "docs/..",
+];
+
+fn args_for(step: &Step, out: &str) -> Vec<String> {
+    let args: Vec<&str> = match step {
+        Step::Run { force: false } => vec!["run", "exp/s.yaml", "--quiet"],
+        Step::Run { force: true } => vec!["run", "exp/s.yaml", "--quiet", "--force"],
+        Step::Replay => vec!["replay", "--trace", "exp/t.jsonl", "--quiet"],
+        Step::Sweep => vec!["sweep", "exp/s.yaml", "--set", "seed=1", "--quiet"],
+        Step::Merge => vec!["merge", "shard"],
+    };
+    let mut args: Vec<String> = args.into_iter().map(String::from).collect();
+    args.extend(["--out".to_string(), out.to_string()]);
+    args
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Random --out targets in a tree of user files never lose or change a user file,
+    /// whatever sequence of run/replay/sweep/merge is thrown at them.
+    #[test]
+    fn random_out_targets_never_lose_a_user_file(
+        user_files in proptest::collection::btree_map(
+            prop_oneof![Just("docs/a.md"), Just("docs/deep/requests.csv"), Just("top.txt"),
+                        Just("docs/deep/sweep.csv"), Just("new-not/x")],
+            "[a-z]{1,6}", 0..4),
+        steps in proptest::collection::vec(step(), 1..5),
+    ) {
+        let (tmp, _) = experiment();
+        let root = tmp.path().join("root");
+        fs::create_dir(&root).unwrap();
+        let work = root.join("work");
+        fs::create_dir(&work).unwrap();
+        for name in ["s.yaml", "t.jsonl", "notes.txt"] {
+            let dest = work.join("exp").join(name);
+            fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            fs::copy(tmp.path().join("exp").join(name), dest).unwrap();
+        }
+        for (path, text) in &user_files {
+            let path = work.join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, text).unwrap();
+        }
+        run_in(&work, &["sweep", "exp/s.yaml", "--set", "seed=1", "--quiet",
+                        "--shard", "1/1", "--out", "shard"]);
+        let user: BTreeMap<PathBuf, Option<Vec<u8>>> = snapshot(&root)
+            .into_iter()
+            .filter(|(p, bytes)| bytes.is_some() && !p.starts_with(work.join("shard")))
+            .collect();
+        for (step, target) in &steps {
+            let args = args_for(step, TARGETS[*target]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_in(&work, &args);
+        }
+        let after = snapshot(&root);
+        for (path, bytes) in &user {
+            prop_assert_eq!(after.get(path), Some(bytes), "{} was lost", path.display());
+        }
+        let stages: Vec<&PathBuf> = after.keys()
+            .filter(|p| p.to_string_lossy().contains("routersim-stage")).collect();
+        prop_assert!(stages.is_empty(), "{:?}", stages);
+    }
+}
