@@ -9,7 +9,7 @@
 use rand_distr::{Distribution, Exp};
 use routersim::cli::{ReplaySetup, run_replay};
 use routersim::mocker::EngineArgs;
-use routersim::scheduling::select::RouterConfig;
+use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -671,7 +671,7 @@ impl Model for System {
 mod tests {
     use super::*;
     use crate::scheduling::policy::PolicyConfig;
-    use crate::scheduling::select::RouterConfig;
+    use crate::scheduling::router_config::RouterConfig;
     use crate::workload::PromptSpec;
     use proptest::prelude::*;
 

@@ -3,8 +3,8 @@
 use crate::engine::{Limits, StopReason};
 use crate::mocker::EngineArgs;
 use crate::scheduling::policy::PolicyConfig;
+use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::{Path, SchedulerConfig};
-use crate::scheduling::select::RouterConfig;
 use crate::sim::{self, RequestRecord, RouterMode, SimConfig, SimResult, Status, TransportDelays};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::trace::{self, TraceReader};

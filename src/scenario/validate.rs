@@ -12,7 +12,7 @@ use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs};
 use crate::report::expect::RawExpectation;
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
-use crate::scheduling::select::RouterConfig;
+use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::sim::{RouterMode, TransportDelays};
 use crate::time::{SimDuration, SimTime};

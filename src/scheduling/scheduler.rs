@@ -17,9 +17,10 @@ use super::indexer::OverlapIndexer;
 use super::load::{LoadError, LoadTracker};
 use super::policy::{PolicyConfig, PolicyProfile};
 use super::request::QueueSnapshot;
+use super::router_config::RouterConfig;
 use super::select::{
-    RequestConstraints, RouterConfig, SelectError, Selection, SelectionInputs, WorkerSet,
-    best_cached_tokens, eligible_ranks, pinned_selection, select_worker,
+    RequestConstraints, SelectError, Selection, SelectionInputs, WorkerSet, best_cached_tokens,
+    eligible_ranks, pinned_selection, select_worker,
 };
 use super::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::rng::{self, SimRng};
