@@ -984,6 +984,75 @@ mod tests {
     }
 
     #[test]
+    fn every_length_distribution_that_validates_can_draw() {
+        let dists = [
+            LengthDist::LogNormal {
+                mean: 1.0,
+                std_dev: MAX_TOKENS as f64,
+            },
+            LengthDist::Normal {
+                mean: MAX_TOKENS as f64,
+                std_dev: MAX_TOKENS as f64,
+            },
+            LengthDist::Exponential { mean: 1.0 },
+        ];
+        for dist in dists {
+            let mut g = group("d", 100);
+            g.input_tokens = Lengths {
+                dist,
+                min: 1,
+                max: MAX_TOKENS,
+            };
+            let w = workload(vec![g], BurstOrder::Sequential);
+            w.validate().unwrap();
+            assert!(
+                w.generate(1)
+                    .unwrap()
+                    .iter()
+                    .all(|r| r.spec.input_tokens >= 1)
+            );
+        }
+    }
+
+    #[test]
+    fn a_lognormal_with_a_huge_std_dev_is_refused_at_validation() {
+        let mut g = group("l", 4);
+        g.input_tokens = Lengths {
+            dist: LengthDist::LogNormal {
+                mean: 512.0,
+                std_dev: 1e200,
+            },
+            min: 1,
+            max: 4096,
+        };
+        let err = workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "input_tokens.std_dev");
+    }
+
+    #[test]
+    fn arrivals_past_the_time_bound_are_refused() {
+        let mut g = group("p", 4);
+        g.arrival = Arrival::Poisson {
+            rate_per_s: 1e-300,
+            start: SimTime::ZERO,
+        };
+        let err = workload(vec![g.clone()], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "arrival.poisson.rate_per_s");
+        g.arrival = Arrival::Interval {
+            every: SimDuration::from_ns(MAX_INPUT_NS / 2),
+            start: SimTime::from_ns(2),
+        };
+        let err = workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "arrival.interval.every_ms");
+    }
+
+    #[test]
     fn invalid_groups_name_their_field() {
         let mut g = group("g", 0);
         let err = workload(vec![g.clone()], BurstOrder::Sequential)
