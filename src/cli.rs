@@ -1,5 +1,6 @@
 //! The command line: clap commands, and the mapping of errors to exit codes (0, 1, 2).
 
+use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS};
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
 use crate::report;
@@ -400,7 +401,7 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
     if value.trim_start().starts_with('{') {
         return Ok((format!("{flag} (inline JSON)"), value.to_string()));
     }
-    let text = std::fs::read_to_string(value)
+    let text = crate::bounds::read_to_string_capped(Path::new(value), MAX_INPUT_FILE_BYTES)
         .map_err(|e| CliError::Input(format!("{flag} {value}: {e}")))?;
     Ok((value.to_string(), text))
 }
@@ -473,10 +474,17 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     if args.workers == 0 {
         return Err(CliError::Input("--workers must be at least 1".into()));
     }
-    if args.trace_block_size == 0 {
-        return Err(CliError::Input(
-            "--trace-block-size must be at least 1".into(),
-        ));
+    if u64::from(args.workers) > MAX_RANKS {
+        return Err(CliError::Input(format!(
+            "--workers {}: must be at most {MAX_RANKS} (worker ranks are bounded)",
+            args.workers
+        )));
+    }
+    if !(1..=MAX_BLOCK_TOKENS).contains(&args.trace_block_size) {
+        return Err(CliError::Input(format!(
+            "--trace-block-size {}: must be from 1 to {MAX_BLOCK_TOKENS}",
+            args.trace_block_size
+        )));
     }
     let engine = match &args.engine {
         None => EngineArgs::default(),
@@ -485,6 +493,12 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             EngineArgs::from_json_str(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?
         }
     };
+    if u64::from(args.workers) * u64::from(engine.dp_size) > MAX_RANKS {
+        return Err(CliError::Input(format!(
+            "--workers {} x dp_size {}: more than {MAX_RANKS} worker ranks",
+            args.workers, engine.dp_size
+        )));
+    }
     let router = match &args.router {
         None => RouterConfig::default(),
         Some(v) => {

@@ -1,9 +1,10 @@
 //! routersim: a deterministic discrete-event simulator of Dynamo's KV-router scheduling.
 //!
 //! Layers (a module uses only the layers below it):
-//! L0 `time`, `rng`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`; L3 `sim`;
+//! L0 `time`, `rng`, `bounds`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`; L3 `sim`;
 //! L4 scenario | report; L5 `cli`.
 
+pub mod bounds;
 pub mod cli;
 pub mod engine;
 pub mod mocker;

@@ -12,6 +12,10 @@ pub struct SimDuration(u64);
 
 pub const NS_PER_MS: u64 = 1_000_000;
 pub const NS_PER_SEC: u64 = 1_000_000_000;
+/// The latest instant an input may put anything at: 2^62 ns, about 146 years, so that
+/// transport delays and model durations added to it still fit a `u64` (docs/scenarios.md,
+/// "Limits and bounds").
+pub const MAX_INPUT_NS: u64 = 1 << 62;
 
 impl SimTime {
     pub const ZERO: SimTime = SimTime(0);
@@ -73,6 +77,23 @@ impl SimDuration {
         SimDuration(self.0.saturating_add(other.0))
     }
 
+    /// An input's duration in milliseconds, rounded to the nearest ns: an error unless it is
+    /// finite, non-negative and at most [`MAX_INPUT_NS`] (so that sums of a few
+    /// such values cannot overflow). For validation; the message suits `field: message`.
+    pub fn try_from_ms_f64(ms: f64) -> Result<SimDuration, String> {
+        if !(ms.is_finite() && ms >= 0.0) {
+            return Err(format!("must be a finite number >= 0, got {ms:?}"));
+        }
+        let ns = (ms * NS_PER_MS as f64).round();
+        match ns <= MAX_INPUT_NS as f64 {
+            true => Ok(SimDuration(ns as u64)),
+            false => Err(format!(
+                "{ms:?} ms is beyond the latest time routersim simulates ({} ms, about 146 years)",
+                MAX_INPUT_NS / NS_PER_MS
+            )),
+        }
+    }
+
     /// Converts a model's duration in milliseconds to nanoseconds, rounding to nearest.
     /// Negative or non-finite inputs become zero: models clamp durations at zero.
     pub fn from_ms_f64(ms: f64) -> SimDuration {
@@ -116,6 +137,20 @@ mod tests {
         assert_eq!(SimDuration::from_ms_f64(24.3857004).as_ns(), 24_385_700);
         assert_eq!(SimDuration::from_ms_f64(-3.0), SimDuration::ZERO);
         assert_eq!(SimDuration::from_ms_f64(f64::NAN), SimDuration::ZERO);
+    }
+
+    #[test]
+    fn input_durations_are_checked() {
+        assert_eq!(
+            SimDuration::try_from_ms_f64(1.5).unwrap().as_ns(),
+            1_500_000
+        );
+        assert!(SimDuration::try_from_ms_f64(-1.0).is_err());
+        assert!(SimDuration::try_from_ms_f64(f64::INFINITY).is_err());
+        let error = SimDuration::try_from_ms_f64(1e18).unwrap_err();
+        assert!(error.contains("beyond the latest time"), "{error}");
+        let last_ms = (MAX_INPUT_NS / NS_PER_MS) as f64;
+        assert!(SimDuration::try_from_ms_f64(last_ms).is_ok());
     }
 
     #[test]

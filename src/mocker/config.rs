@@ -8,6 +8,7 @@
 //! derived pool sizes) are rejected with [`ConfigError::Unsupported`] rather than silently
 //! ignored. The result is a validated [`EngineArgs`].
 
+use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -156,17 +157,59 @@ impl EngineArgs {
         if self.max_num_batched_tokens == 0 {
             return invalid("max_num_batched_tokens", "must be positive");
         }
-        if !(self.speedup_ratio.is_finite() && self.speedup_ratio >= 0.0) {
-            return invalid("speedup_ratio", "must be finite and non-negative");
-        }
-        if !(self.decode_speedup_ratio.is_finite() && self.decode_speedup_ratio >= 0.0) {
-            return invalid("decode_speedup_ratio", "must be finite and non-negative");
-        }
+        self.validate_bounds()?;
+        self.validate_speedup_ratios()?;
         if self.dp_size == 0 {
             return invalid("dp_size", "must be positive");
         }
         if self.max_model_len == Some(0) {
             return invalid("max_model_len", "must be positive");
+        }
+        Ok(())
+    }
+}
+
+impl EngineArgs {
+    /// The bounds of docs/scenarios.md ("Limits and bounds") on sizes.
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
+        let over = |field: &'static str, value: u64, max: u64| match value > max {
+            true => Err(ConfigError::Invalid {
+                field,
+                reason: format!("{value} is more than the {max} routersim accepts"),
+            }),
+            false => Ok(()),
+        };
+        over("block_size", self.block_size, MAX_BLOCK_TOKENS)?;
+        over(
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            MAX_TOKENS,
+        )?;
+        over("dp_size", u64::from(self.dp_size), MAX_RANKS)
+    }
+
+    /// Each ratio, and their product (the decode divisor), is 0 (unscaled, as in Dynamo) or
+    /// finite and at least [`MIN_SPEEDUP_RATIO`], so no modelled pass can overflow time.
+    fn validate_speedup_ratios(&self) -> Result<(), ConfigError> {
+        let product = self.speedup_ratio * self.decode_speedup_ratio;
+        let checks = [
+            ("speedup_ratio", "", self.speedup_ratio),
+            ("decode_speedup_ratio", "", self.decode_speedup_ratio),
+            (
+                "decode_speedup_ratio",
+                "speedup_ratio x decode_speedup_ratio = ",
+                product,
+            ),
+        ];
+        for (field, what, ratio) in checks {
+            if !(ratio == 0.0 || (ratio.is_finite() && ratio >= MIN_SPEEDUP_RATIO)) {
+                return Err(ConfigError::Invalid {
+                    field,
+                    reason: format!(
+                        "{what}{ratio:?}: must be 0 (unscaled) or a finite number >= {MIN_SPEEDUP_RATIO}"
+                    ),
+                });
+            }
         }
         Ok(())
     }

@@ -55,6 +55,7 @@ mod validate;
 
 pub use error::ScenarioError;
 
+use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
 use crate::report::expect::RawExpectation;
@@ -146,7 +147,7 @@ pub fn file_kind_of_path(path: &Path) -> Result<FileKind, ScenarioError> {
 }
 
 fn read_file(path: &Path) -> Result<String, ScenarioError> {
-    std::fs::read_to_string(path).map_err(|e| {
+    bounds::read_to_string_capped(path, bounds::MAX_INPUT_FILE_BYTES).map_err(|e| {
         ScenarioError::in_file(
             path.display().to_string(),
             format!("cannot read the file: {e}"),

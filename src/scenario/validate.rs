@@ -8,6 +8,7 @@ use super::raw::{
 };
 use super::tree::{Node, NodeKind, Step, split_path};
 use super::{Scenario, ScenarioError, Workload};
+use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS};
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs};
 use crate::report::expect::RawExpectation;
@@ -15,7 +16,7 @@ use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, 
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::sim::{RouterMode, TransportDelays};
-use crate::time::{SimDuration, SimTime};
+use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, RequestGroup,
     SharedPrefix, SynthError, SynthWorkload,
@@ -223,17 +224,13 @@ fn build(
     path: &Path,
     source_hash: String,
 ) -> Result<Scenario, ScenarioError> {
-    if raw.name.trim().is_empty() {
-        return Err(source.at("name", "must not be empty"));
-    }
+    check_name(&raw.name).map_err(|message| source.at("name", message))?;
     let router = router_config(source, &raw.router)?;
     let policy = policy_config(source, &raw.router)?;
     let profile = active_profile(policy.as_ref(), raw.model.as_deref(), &router);
     let engine = engine_args(source, &raw)?;
     let worker_count = raw.workers.count.unwrap_or(1);
-    if worker_count == 0 {
-        return Err(source.at("workers.count", "must be positive"));
-    }
+    check_ranks(source, worker_count, engine.dp_size)?;
     let workload = workload(source, &raw.workload, &profile, &engine, worker_count)?;
     let class_names: Vec<String> = profile.classes().iter().map(|c| c.name.clone()).collect();
     let companions = expectations(source, &raw.expect, &class_names)?;
@@ -262,6 +259,61 @@ fn build(
         delays,
         arrival_jitter_ns: raw.delays.arrival_jitter_ns,
     })
+}
+
+/// Longest scenario name in bytes (it names the default output directory).
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// A scenario `name` is a file name: the default output directory is `results/<name>/`, so a
+/// name must be one path component that cannot climb out of `results/`.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "must be at most {MAX_NAME_BYTES} bytes, got {}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." || name.contains("..") {
+        return Err(format!(
+            "`{name}` is not a file name: it may not contain `..` or be `.`"
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, '/' | '\\') || c.is_control())
+    {
+        return Err(format!(
+            "`{}` is not a file name: it names the output directory results/<name>/, so it may not contain {:?}",
+            name.escape_debug(),
+            c
+        ));
+    }
+    Ok(())
+}
+
+/// `workers.count`, `workers.dp_size` and their product are at most [`MAX_RANKS`].
+fn check_ranks(source: &Source, count: u32, dp_size: u32) -> Result<(), ScenarioError> {
+    if count == 0 {
+        return Err(source.at("workers.count", "must be positive"));
+    }
+    if u64::from(count) > MAX_RANKS {
+        return Err(source.at(
+            "workers.count",
+            format!("{count} is more than the {MAX_RANKS} worker ranks a run may have"),
+        ));
+    }
+    if u64::from(count) * u64::from(dp_size) > MAX_RANKS {
+        return Err(source.at(
+            "workers.dp_size",
+            format!(
+                "{count} workers x dp_size {dp_size} is more than the {MAX_RANKS} worker ranks a run may have"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The KvRouterConfig knobs, each checked on its own so an error names its key.
@@ -371,6 +423,12 @@ fn engine_args(source: &Source, raw: &RawScenario) -> Result<EngineArgs, Scenari
         if dp_size == 0 {
             return Err(source.at("workers.dp_size", "must be positive"));
         }
+        if u64::from(dp_size) > MAX_RANKS {
+            return Err(source.at(
+                "workers.dp_size",
+                format!("{dp_size} is more than the {MAX_RANKS} worker ranks a run may have"),
+            ));
+        }
         args.dp_size = dp_size;
     }
     Ok(args)
@@ -429,8 +487,11 @@ fn trace_workload(
     let block_size = raw
         .trace_block_size
         .unwrap_or(trace::DEFAULT_TRACE_BLOCK_SIZE);
-    if block_size == 0 {
-        return Err(source.at("workload.trace_block_size", "must be positive"));
+    if !(1..=MAX_BLOCK_TOKENS).contains(&block_size) {
+        return Err(source.at(
+            "workload.trace_block_size",
+            format!("must be from 1 to {MAX_BLOCK_TOKENS}, got {block_size}"),
+        ));
     }
     let path = source.resolve(file);
     let name = path.display().to_string();
@@ -462,16 +523,14 @@ fn burst(source: &Source, raw: &RawWorkload) -> Result<Burst, ScenarioError> {
     })
 }
 
-/// A non-negative, finite time in ms as a `SimTime`.
+/// A non-negative, finite time in ms within the time bound, as a `SimTime`.
 fn time_ms(source: &Source, path: &str, ms: f64) -> Result<SimTime, ScenarioError> {
-    duration_ms(source, path, ms).map(|d| SimTime::ZERO.saturating_add(d))
+    duration_ms(source, path, ms).map(|d| SimTime::from_ns(d.as_ns()))
 }
 
+/// A non-negative, finite duration in ms within the time bound.
 fn duration_ms(source: &Source, path: &str, ms: f64) -> Result<SimDuration, ScenarioError> {
-    if !(ms.is_finite() && ms >= 0.0) {
-        return Err(source.at(path, format!("must be a finite number >= 0, got {ms}")));
-    }
-    Ok(SimDuration::from_ms_f64(ms))
+    SimDuration::try_from_ms_f64(ms).map_err(|message| source.at(path, message))
 }
 
 fn group_of(
@@ -730,13 +789,19 @@ fn limits(source: &Source, raw: &RawScenario) -> Result<Limits, ScenarioError> {
         if !(ms.is_finite() && ms > 0.0) {
             return Err(source.at("limits.max_time_ms", "must be positive"));
         }
-        limits.max_time = SimTime::ZERO.saturating_add(SimDuration::from_ms_f64(ms));
+        limits.max_time = time_ms(source, "limits.max_time_ms", ms)?;
     }
     Ok(limits)
 }
 
 fn delays(source: &Source, raw: &RawScenario) -> Result<TransportDelays, ScenarioError> {
     let d = &raw.delays;
+    if d.arrival_jitter_ns > MAX_INPUT_NS {
+        return Err(source.at(
+            "delays.arrival_jitter_ns",
+            format!("must be at most {MAX_INPUT_NS} ns (about 146 years)"),
+        ));
+    }
     Ok(TransportDelays {
         router_to_worker: duration_ms(source, "delays.router_to_worker_ms", d.router_to_worker_ms)?,
         worker_to_router: duration_ms(source, "delays.worker_to_router_ms", d.worker_to_router_ms)?,

@@ -2,10 +2,23 @@
 //! `--shard K/N` slice of those points.
 
 use super::SweepError;
+use crate::bounds::MAX_SWEEP_RUNS;
 use serde::{Deserialize, Serialize};
 
-/// The most points one sweep may have (keeps memory and run time bounded).
-pub const MAX_POINTS: usize = 1_000_000;
+/// The most points one sweep may have (keeps memory and run time bounded): as many as runs.
+pub const MAX_POINTS: usize = MAX_SWEEP_RUNS as usize;
+
+/// Refuses a sweep of more than [`MAX_SWEEP_RUNS`] runs (`points` × `seeds`), before
+/// anything is allocated per run.
+pub fn check_run_count(points: usize, seeds: u32) -> Result<(), SweepError> {
+    let runs = (points as u64).saturating_mul(u64::from(seeds));
+    match runs <= MAX_SWEEP_RUNS {
+        true => Ok(()),
+        false => Err(SweepError::Input(format!(
+            "--seeds {seeds}: {points} points x {seeds} seeds = {runs} runs, more than the {MAX_SWEEP_RUNS} a sweep may have"
+        ))),
+    }
+}
 
 /// One swept field and its values, in the order given.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,7 +177,7 @@ impl ShardSpec {
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let index: usize = k.trim().parse().map_err(|_| bad())?;
         let count: usize = n.trim().parse().map_err(|_| bad())?;
-        if index == 0 || index > count {
+        if index == 0 || index > count || count > MAX_POINTS {
             return Err(bad());
         }
         Ok(ShardSpec { index, count })

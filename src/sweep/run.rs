@@ -5,9 +5,11 @@ use super::grid::{Grid, ShardSpec};
 use super::jitter::{jitter_arrivals, replication_seeds};
 use super::shard::Manifest;
 use super::{SweepArgs, SweepError};
+use crate::bounds::capped_jobs;
 use crate::report::metrics::{LatencyKind, LatencyMetric, RunMetrics, Stat};
 use crate::scenario::Scenario;
 use crate::sim;
+use crate::time::MAX_INPUT_NS;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use std::io::IsTerminal;
@@ -211,6 +213,13 @@ impl SweepPlan {
         if args.seeds == 0 {
             return Err(SweepError::Input("--seeds must be at least 1".into()));
         }
+        super::grid::check_run_count(grid.point_count(), args.seeds)?;
+        if args.arrival_jitter_ns > MAX_INPUT_NS {
+            return Err(SweepError::Input(format!(
+                "--arrival-jitter-ns {}: must be at most {MAX_INPUT_NS} ns (about 146 years)",
+                args.arrival_jitter_ns
+            )));
+        }
         let base = Scenario::load(&args.scenario)?;
         let first = load_point(&args.scenario, &grid.overrides(0))?;
         let manifest = Manifest {
@@ -253,7 +262,8 @@ impl SweepPlan {
     /// progress bar on stderr when `progress` is set and stderr is a terminal. Rows come back
     /// sorted by (point, replication) whatever the thread count.
     pub fn run(&self, jobs: Option<usize>, progress: bool) -> Result<Vec<Row>, SweepError> {
-        let pool = thread_pool(jobs)?;
+        let runs = self.points.len() * self.manifest.replications as usize;
+        let pool = thread_pool(jobs, runs)?;
         let tasks: Vec<(&(usize, Scenario), u32, u64)> = self
             .points
             .iter()
@@ -288,13 +298,15 @@ impl SweepPlan {
     }
 }
 
-/// A rayon pool of `jobs` threads (default: all cores).
-pub fn thread_pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, SweepError> {
+/// A rayon pool of `jobs` threads (default: all cores) for `runs` runs, capped by
+/// [`capped_jobs`]: no more threads than runs, nor than a few per core.
+pub fn thread_pool(jobs: Option<usize>, runs: usize) -> Result<rayon::ThreadPool, SweepError> {
     if jobs == Some(0) {
         return Err(SweepError::Input("--jobs must be at least 1".into()));
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs.unwrap_or(0))
+        .num_threads(capped_jobs(jobs, runs, cores))
         .build()
         .map_err(|e| SweepError::Internal(format!("cannot start the thread pool: {e}")))
 }

@@ -58,6 +58,8 @@ impl Manifest {
                 Self::FORMAT
             )));
         }
+        super::grid::check_run_count(manifest.grid.point_count(), manifest.replications)
+            .map_err(|e| SweepError::Input(format!("{source}: {e}")))?;
         Ok(manifest)
     }
 }

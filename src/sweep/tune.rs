@@ -218,7 +218,8 @@ struct Problem<'a> {
 /// Finds quanta for the targets of `args` (see the module docs).
 pub fn tune(args: &TuneArgs) -> Result<TuneOutcome, SweepError> {
     let problem = Problem::new(args)?;
-    let pool = thread_pool(args.jobs)?;
+    let neighbours = problem.varied.len() * NEIGHBOUR_FACTORS.len();
+    let pool = thread_pool(args.jobs, neighbours)?;
     let mut aims: Vec<f64> = problem.targets.iter().map(|t| t.share).collect();
     let fluid_start = problem.fluid_solve(&aims);
     let mut trials: Vec<Trial> = Vec::new();

@@ -50,6 +50,13 @@ impl PromptSpec {
         }
     }
 
+    /// How many hash ids (blocks) describe the prompt.
+    pub fn block_count(&self) -> u64 {
+        match self {
+            PromptSpec::HashIds { hash_ids, .. } => hash_ids.len() as u64,
+        }
+    }
+
     /// The token at `position` of the prompt.
     fn token_at(&self, position: u64) -> Token {
         match self {

@@ -12,9 +12,10 @@
 //! of requests in the same prefix group. Tokens are hash ids truncated to `u32`, so a workload
 //! may use at most `u32::MAX - FIRST_HASH_ID` distinct blocks.
 
+use crate::bounds::{MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS};
 use crate::rng;
 use crate::scheduling::types::WorkerWithDpRank;
-use crate::time::{NS_PER_SEC, SimDuration, SimTime};
+use crate::time::{MAX_INPUT_NS, NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
 use crate::workload::{PromptSpec, RequestSpec};
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, LogNormal, Normal};
@@ -22,8 +23,12 @@ use std::fmt;
 
 /// The first hash id handed out (small ids are left free for hand-written traces).
 pub const FIRST_HASH_ID: u64 = 1_000;
-/// Largest number of requests one group may ask for (keeps memory bounded).
-pub const MAX_GROUP_REQUESTS: u64 = 10_000_000;
+/// Largest number of requests one group (and the whole workload) may ask for: keeps memory
+/// bounded.
+pub const MAX_GROUP_REQUESTS: u64 = MAX_REQUESTS;
+/// Poisson arrivals must fit this many times their expected span (plus a margin, see
+/// [`poisson_horizon_ns`]) inside the time bound, so that generating them cannot overflow.
+const POISSON_SPAN_SAFETY: f64 = 2.0;
 /// Default upper clamp of a drawn length, in tokens (drawn lengths are also at least 1).
 pub const DEFAULT_MAX_TOKENS: u64 = 1 << 20;
 
@@ -253,7 +258,39 @@ impl SynthWorkload {
             }
             group.validate()?;
         }
-        Ok(())
+        self.validate_totals()
+    }
+
+    /// The whole workload's request count and the burst's last release fit their bounds.
+    fn validate_totals(&self) -> Result<(), SynthError> {
+        let total: u64 = self.groups.iter().map(|g| g.count).sum();
+        if total > MAX_REQUESTS {
+            return Err(SynthError {
+                group: String::new(),
+                field: "groups".to_string(),
+                message: format!("{total} requests in all: a run may have at most {MAX_REQUESTS}"),
+            });
+        }
+        let burst_count: u64 = self
+            .groups
+            .iter()
+            .filter(|g| g.arrival == Arrival::Burst)
+            .map(|g| g.count)
+            .sum();
+        let last_offset = burst_count
+            .saturating_sub(1)
+            .checked_mul(self.burst.spacing_ns);
+        match last_offset.and_then(|ns| self.burst.at.as_ns().checked_add(ns)) {
+            Some(last) if last <= MAX_INPUT_NS => Ok(()),
+            _ => Err(SynthError {
+                group: String::new(),
+                field: "burst.spacing_ns".to_string(),
+                message: format!(
+                    "the last of {burst_count} burst requests would arrive after {}",
+                    latest_time()
+                ),
+            }),
+        }
     }
 
     /// The workload's requests sorted by arrival (ties in creation order), `row` numbered
@@ -329,20 +366,60 @@ impl SynthWorkload {
     }
 }
 
+/// Release time of burst request `creation` (validated to fit the time bound).
 fn burst_arrival(burst: &Burst, creation: u64) -> SimTime {
-    let offset_ns = creation.saturating_mul(burst.spacing_ns);
-    burst.at.saturating_add(SimDuration::from_ns(offset_ns))
+    let offset_ns = creation
+        .checked_mul(burst.spacing_ns)
+        .expect("burst span validated");
+    burst
+        .at
+        .checked_add(SimDuration::from_ns(offset_ns))
+        .expect("burst span validated")
 }
 
-/// Hands out distinct hash ids; refuses to go past what a `u32` token can tell apart.
+/// `the latest time routersim simulates (4611686018427 ms)`, for messages.
+fn latest_time() -> String {
+    format!(
+        "the latest time routersim simulates ({} ms, about 146 years)",
+        MAX_INPUT_NS / NS_PER_MS
+    )
+}
+
+/// An upper estimate of the span of `count` Poisson arrivals at `rate_per_s`, in ns: the
+/// expected span plus six standard deviations, times a safety factor.
+fn poisson_horizon_ns(count: u64, rate_per_s: f64) -> f64 {
+    let n = count as f64;
+    (n + 6.0 * n.sqrt() + 6.0) / rate_per_s * NS_PER_SEC as f64 * POISSON_SPAN_SAFETY
+}
+
+/// Hands out distinct hash ids; refuses to go past what a `u32` token can tell apart, or
+/// past [`MAX_PROMPT_BLOCKS`] blocks over all prompts (shared prefix blocks counted in every
+/// prompt that holds them, since each prompt stores its own list).
 struct HashIdCounter {
     next: u64,
+    prompt_blocks: u64,
 }
 
 impl HashIdCounter {
     fn new() -> Self {
         HashIdCounter {
             next: FIRST_HASH_ID,
+            prompt_blocks: 0,
+        }
+    }
+
+    /// Counts a prompt of `blocks` blocks against [`MAX_PROMPT_BLOCKS`].
+    fn count_prompt(&mut self, blocks: u64, group: &RequestGroup) -> Result<(), SynthError> {
+        self.prompt_blocks = self.prompt_blocks.saturating_add(blocks);
+        match self.prompt_blocks <= MAX_PROMPT_BLOCKS {
+            true => Ok(()),
+            false => Err(group_error(
+                group,
+                "input_tokens",
+                format!(
+                    "the workload's prompts need more than {MAX_PROMPT_BLOCKS} KV blocks in all, the most a run may hold: fewer requests or shorter prompts"
+                ),
+            )),
         }
     }
 
@@ -402,13 +479,41 @@ impl RequestGroup {
                     "must be positive",
                 ))
             }
-            Arrival::Poisson { .. } => Ok(()),
+            Arrival::Poisson { rate_per_s, start } => {
+                let horizon_ns = poisson_horizon_ns(self.count, *rate_per_s);
+                match start.as_ns() as f64 + horizon_ns <= MAX_INPUT_NS as f64 {
+                    true => Ok(()),
+                    false => Err(group_error(
+                        self,
+                        "arrival.poisson.rate_per_s",
+                        format!(
+                            "{} arrivals at {rate_per_s:?}/s from {start} would run past {}",
+                            self.count,
+                            latest_time()
+                        ),
+                    )),
+                }
+            }
             Arrival::Interval { every, .. } if every.as_ns() == 0 => Err(group_error(
                 self,
                 "arrival.interval.every_ms",
                 "must be positive",
             )),
-            Arrival::Interval { .. } => Ok(()),
+            Arrival::Interval { every, start } => {
+                let span = every.as_ns().checked_mul(self.count - 1);
+                match span.and_then(|ns| start.as_ns().checked_add(ns)) {
+                    Some(last) if last <= MAX_INPUT_NS => Ok(()),
+                    _ => Err(group_error(
+                        self,
+                        "arrival.interval.every_ms",
+                        format!(
+                            "the last of {} arrivals would be after {}",
+                            self.count,
+                            latest_time()
+                        ),
+                    )),
+                }
+            }
             Arrival::At(times) if times.len() as u64 != self.count => Err(group_error(
                 self,
                 "arrival.at_ms",
@@ -418,7 +523,14 @@ impl RequestGroup {
                     self.count
                 ),
             )),
-            Arrival::At(_) => Ok(()),
+            Arrival::At(times) => match times.iter().position(|t| t.as_ns() > MAX_INPUT_NS) {
+                None => Ok(()),
+                Some(i) => Err(group_error(
+                    self,
+                    &format!("arrival.at_ms[{i}]"),
+                    format!("is after {}", latest_time()),
+                )),
+            },
         }
     }
 
@@ -432,7 +544,9 @@ impl RequestGroup {
     ) -> Result<Vec<SynthRequest>, SynthError> {
         let mut input_rng = rng::child(seed, "workload", &format!("{}/input", self.name));
         let mut output_rng = rng::child(seed, "workload", &format!("{}/output", self.name));
-        let arrivals = self.arrivals(seed);
+        let arrivals = self.arrivals(seed)?;
+        let input = self.input_tokens.sampler().expect("validated parameters");
+        let output = self.output_tokens.sampler().expect("validated parameters");
         let prefix_blocks = self
             .prefix
             .as_ref()
@@ -445,9 +559,10 @@ impl RequestGroup {
         };
         let mut out = Vec::with_capacity(self.count as usize);
         for (k, arrival) in arrivals.into_iter().enumerate() {
-            let input_tokens = self.input_tokens.draw(&mut input_rng);
-            let output_tokens = self.output_tokens.draw(&mut output_rng);
+            let input_tokens = self.input_tokens.draw(&input, &mut input_rng);
+            let output_tokens = self.output_tokens.draw(&output, &mut output_rng);
             let blocks = input_tokens.div_ceil(tokens_per_hash);
+            ids.count_prompt(blocks, self)?;
             let mut hash_ids: Vec<u64> = match prefix_ids.len() {
                 0 => Vec::new(),
                 n => prefix_ids[k % n]
@@ -480,89 +595,170 @@ impl RequestGroup {
     }
 
     /// Arrival times of the group's requests in group order (`ZERO` for a burst group).
-    fn arrivals(&self, seed: u64) -> Vec<SimTime> {
+    /// Errors if a Poisson draw lands beyond the time bound (validation makes that all but
+    /// impossible; time never saturates silently).
+    fn arrivals(&self, seed: u64) -> Result<Vec<SimTime>, SynthError> {
         let count = self.count;
-        match &self.arrival {
+        Ok(match &self.arrival {
             Arrival::Burst => vec![SimTime::ZERO; count as usize],
             Arrival::Interval { every, start } => (0..count)
                 .map(|k| {
-                    start.saturating_add(SimDuration::from_ns(every.as_ns().saturating_mul(k)))
+                    let offset = every.as_ns().checked_mul(k).expect("span validated");
+                    start
+                        .checked_add(SimDuration::from_ns(offset))
+                        .expect("span validated")
                 })
                 .collect(),
             Arrival::At(times) => times.clone(),
             Arrival::Poisson { rate_per_s, start } => {
-                let mut arrival_rng =
-                    rng::child(seed, "workload", &format!("{}/arrival", self.name));
-                let gaps = Exp::new(*rate_per_s).expect("rate validated positive");
-                let mut now = *start;
-                (0..count)
-                    .map(|_| {
-                        let gap_s: f64 = gaps.sample(&mut arrival_rng);
-                        let gap_ns = (gap_s * NS_PER_SEC as f64).round() as u64;
-                        now = now.saturating_add(SimDuration::from_ns(gap_ns));
-                        now
-                    })
-                    .collect()
+                self.poisson_arrivals(seed, *rate_per_s, *start)?
             }
-        }
+        })
     }
+
+    fn poisson_arrivals(
+        &self,
+        seed: u64,
+        rate_per_s: f64,
+        start: SimTime,
+    ) -> Result<Vec<SimTime>, SynthError> {
+        let mut arrival_rng = rng::child(seed, "workload", &format!("{}/arrival", self.name));
+        let gaps = Exp::new(rate_per_s).expect("rate validated positive");
+        let mut now = start;
+        let mut out = Vec::with_capacity(self.count as usize);
+        for _ in 0..self.count {
+            let gap_s: f64 = gaps.sample(&mut arrival_rng);
+            let gap_ns = (gap_s * NS_PER_SEC as f64).round();
+            now = Some(gap_ns)
+                .filter(|ns| *ns <= MAX_INPUT_NS as f64)
+                .and_then(|ns| now.checked_add(SimDuration::from_ns(ns as u64)))
+                .filter(|t| t.as_ns() <= MAX_INPUT_NS)
+                .ok_or_else(|| {
+                    group_error(
+                        self,
+                        "arrival.poisson.rate_per_s",
+                        format!("arrivals would run past {}", latest_time()),
+                    )
+                })?;
+            out.push(now);
+        }
+        Ok(out)
+    }
+}
+
+/// A length distribution ready to draw from (built once per group, after validation).
+#[derive(Clone, Debug)]
+enum Sampler {
+    Fixed(u64),
+    Uniform,
+    Normal(Normal<f64>),
+    LogNormal(LogNormal<f64>),
+    Exponential(Exp<f64>),
 }
 
 impl Lengths {
     fn validate(&self, group: &RequestGroup, field: &str) -> Result<(), SynthError> {
-        let error = |sub: &str, message: &str| {
+        self.check().map_err(|(sub, message)| {
             let path = match sub {
                 "" => field.to_string(),
                 sub => format!("{field}.{sub}"),
             };
-            Err(group_error(group, &path, message))
-        };
-        let positive = |x: f64| x.is_finite() && x > 0.0;
+            group_error(group, &path, message)
+        })
+    }
+
+    /// Every parameter in range, and the sampler they make can be built: (sub-field, what is
+    /// wrong) otherwise. Lengths draw as integers in `[min, max]`, `1 <= min <= max <=`
+    /// [`MAX_TOKENS`]; a mean is at least 1 and at most `MAX_TOKENS` and a `std_dev` at most
+    /// `MAX_TOKENS`, which keeps every derived parameter (e.g. lognormal's sigma) finite.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        let bound = MAX_TOKENS as f64;
         match self.dist {
-            LengthDist::Fixed(0) => return error("", "must be positive"),
-            LengthDist::Normal { mean, .. } | LengthDist::LogNormal { mean, .. }
-                if !positive(mean) =>
-            {
-                return error("mean", "must be positive");
+            LengthDist::Fixed(0) => return Err(("", "must be positive".into())),
+            LengthDist::Fixed(tokens) if tokens > MAX_TOKENS => {
+                return Err(("", format!("{tokens} is more than {MAX_TOKENS} tokens")));
             }
-            LengthDist::Exponential { mean } if !positive(mean) => {
-                return error("mean", "must be positive");
+            LengthDist::Normal { mean, .. }
+            | LengthDist::LogNormal { mean, .. }
+            | LengthDist::Exponential { mean }
+                if !(mean.is_finite() && (1.0..=bound).contains(&mean)) =>
+            {
+                return Err((
+                    "mean",
+                    format!("must be a number from 1 to {MAX_TOKENS} tokens, got {mean:?}"),
+                ));
             }
             LengthDist::Normal { std_dev, .. } | LengthDist::LogNormal { std_dev, .. }
-                if !(std_dev.is_finite() && std_dev >= 0.0) =>
+                if !(std_dev.is_finite() && (0.0..=bound).contains(&std_dev)) =>
             {
-                return error("std_dev", "must be finite and >= 0");
+                return Err((
+                    "std_dev",
+                    format!("must be a number from 0 to {MAX_TOKENS} tokens, got {std_dev:?}"),
+                ));
             }
             _ => {}
         }
         if self.min == 0 {
-            return error("min", "must be positive");
+            return Err(("min", "must be positive".into()));
+        }
+        if self.max > MAX_TOKENS {
+            return Err((
+                "max",
+                format!("{} is more than {MAX_TOKENS} tokens", self.max),
+            ));
         }
         if self.min > self.max {
-            return error("max", "must be >= min");
+            return Err(("max", "must be >= min".into()));
         }
-        Ok(())
+        self.sampler().map(|_| ())
+    }
+
+    /// The distribution to draw from, with its derived parameters checked finite.
+    fn sampler(&self) -> Result<Sampler, (&'static str, String)> {
+        let bad =
+            |e: rand_distr::NormalError| ("std_dev", format!("gives no usable distribution: {e}"));
+        Ok(match self.dist {
+            LengthDist::Fixed(tokens) => Sampler::Fixed(tokens),
+            LengthDist::Uniform => Sampler::Uniform,
+            LengthDist::Normal { mean, std_dev } => {
+                Sampler::Normal(Normal::new(mean, std_dev).map_err(bad)?)
+            }
+            LengthDist::LogNormal { mean, std_dev } => {
+                // The parameters rand_distr derives: sigma^2 = ln(1 + cv^2), mu = ln(mean^2 /
+                // (1 + cv^2)) / 2. They must be finite for the draws to be.
+                let cv = std_dev / mean;
+                let a = 1.0 + cv * cv;
+                let (mu, sigma) = (0.5 * (mean * mean / a).ln(), a.ln().sqrt());
+                if !(mu.is_finite() && sigma.is_finite()) {
+                    return Err((
+                        "std_dev",
+                        "gives a lognormal with no finite parameters".into(),
+                    ));
+                }
+                Sampler::LogNormal(LogNormal::from_mean_cv(mean, cv).map_err(bad)?)
+            }
+            LengthDist::Exponential { mean } => Sampler::Exponential(
+                Exp::new(1.0 / mean)
+                    .map_err(|e| ("mean", format!("gives no usable distribution: {e}")))?,
+            ),
+        })
     }
 
     /// One length: the distribution's draw rounded to the nearest integer, clamped.
-    fn draw(&self, rng: &mut rng::SimRng) -> u64 {
-        let raw: f64 = match self.dist {
-            LengthDist::Fixed(tokens) => return tokens,
-            LengthDist::Uniform => return rng.random_range(self.min..=self.max),
-            LengthDist::Normal { mean, std_dev } => Normal::new(mean, std_dev)
-                .expect("validated parameters")
-                .sample(rng),
-            LengthDist::LogNormal { mean, std_dev } => {
-                LogNormal::from_mean_cv(mean, std_dev / mean)
-                    .expect("validated parameters")
-                    .sample(rng)
-            }
-            LengthDist::Exponential { mean } => Exp::new(1.0 / mean)
-                .expect("validated parameters")
-                .sample(rng),
+    fn draw(&self, sampler: &Sampler, rng: &mut rng::SimRng) -> u64 {
+        let raw: f64 = match sampler {
+            Sampler::Fixed(tokens) => return *tokens,
+            Sampler::Uniform => return rng.random_range(self.min..=self.max),
+            Sampler::Normal(d) => d.sample(rng),
+            Sampler::LogNormal(d) => d.sample(rng),
+            Sampler::Exponential(d) => d.sample(rng),
         };
-        // f64 -> u64 casts saturate, so clamping in f64 first keeps huge draws in range.
-        raw.round().clamp(self.min as f64, self.max as f64) as u64
+        // f64 -> u64 casts saturate, so clamping in f64 first keeps huge draws in range; NaN
+        // (impossible with validated parameters) would cast to 0, so it takes the minimum.
+        match raw.is_nan() {
+            true => self.min,
+            false => raw.round().clamp(self.min as f64, self.max as f64) as u64,
+        }
     }
 }
 
@@ -785,6 +981,75 @@ mod tests {
         assert_eq!(alone.generate(9).unwrap(), alone.generate(9).unwrap());
         assert_eq!(lengths(&alone, 9), lengths(&with_b, 9));
         assert_ne!(lengths(&alone, 9), lengths(&alone, 10));
+    }
+
+    #[test]
+    fn every_length_distribution_that_validates_can_draw() {
+        let dists = [
+            LengthDist::LogNormal {
+                mean: 1.0,
+                std_dev: MAX_TOKENS as f64,
+            },
+            LengthDist::Normal {
+                mean: MAX_TOKENS as f64,
+                std_dev: MAX_TOKENS as f64,
+            },
+            LengthDist::Exponential { mean: 1.0 },
+        ];
+        for dist in dists {
+            let mut g = group("d", 100);
+            g.input_tokens = Lengths {
+                dist,
+                min: 1,
+                max: MAX_TOKENS,
+            };
+            let w = workload(vec![g], BurstOrder::Sequential);
+            w.validate().unwrap();
+            assert!(
+                w.generate(1)
+                    .unwrap()
+                    .iter()
+                    .all(|r| r.spec.input_tokens >= 1)
+            );
+        }
+    }
+
+    #[test]
+    fn a_lognormal_with_a_huge_std_dev_is_refused_at_validation() {
+        let mut g = group("l", 4);
+        g.input_tokens = Lengths {
+            dist: LengthDist::LogNormal {
+                mean: 512.0,
+                std_dev: 1e200,
+            },
+            min: 1,
+            max: 4096,
+        };
+        let err = workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "input_tokens.std_dev");
+    }
+
+    #[test]
+    fn arrivals_past_the_time_bound_are_refused() {
+        let mut g = group("p", 4);
+        g.arrival = Arrival::Poisson {
+            rate_per_s: 1e-300,
+            start: SimTime::ZERO,
+        };
+        let err = workload(vec![g.clone()], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "arrival.poisson.rate_per_s");
+        g.arrival = Arrival::Interval {
+            every: SimDuration::from_ns(MAX_INPUT_NS / 2),
+            start: SimTime::from_ns(2),
+        };
+        let err = workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "arrival.interval.every_ms");
     }
 
     #[test]

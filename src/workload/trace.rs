@@ -1,7 +1,10 @@
 //! Mooncake JSONL traces: one request per line, validated field by field with line numbers.
 
 use super::{PromptSpec, RequestSpec};
-use crate::time::{NS_PER_MS, SimTime};
+use crate::bounds::{
+    MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, read_line_capped,
+};
+use crate::time::{MAX_INPUT_NS, NS_PER_MS, SimTime};
 use serde_json::{Map, Value};
 use std::fmt;
 use std::io::BufRead;
@@ -66,14 +69,30 @@ pub fn scan<R: BufRead>(
     let mut reader = TraceReader::new(input, source_name, tokens_per_hash);
     let (mut rows, mut origin_ms, mut last_ms, mut sorted) =
         (0, f64::INFINITY, f64::NEG_INFINITY, true);
+    let (mut latest_ms, mut latest_line, mut blocks) = (f64::NEG_INFINITY, 0, 0u64);
     while let Some(row) = reader.next_timestamped() {
-        let (timestamp_ms, _) = row?;
+        let (timestamp_ms, spec) = row?;
         rows += 1;
+        blocks += spec.prompt.block_count();
+        reader.check_totals(rows, blocks)?;
         origin_ms = origin_ms.min(timestamp_ms);
         sorted &= timestamp_ms >= last_ms;
         last_ms = timestamp_ms;
+        if timestamp_ms > latest_ms {
+            (latest_ms, latest_line) = (timestamp_ms, reader.line_no);
+        }
     }
     let origin_ms = if rows == 0 { 0.0 } else { origin_ms };
+    if rows > 0 && (latest_ms - origin_ms) * NS_PER_MS as f64 > MAX_INPUT_NS as f64 {
+        reader.line_no = latest_line;
+        return Err(reader.error(
+            Some("timestamp"),
+            format!(
+                "{latest_ms} ms is more than {} ms (about 146 years) after the earliest row's {origin_ms} ms",
+                MAX_INPUT_NS / NS_PER_MS
+            ),
+        ));
+    }
     Ok(TraceSummary {
         rows,
         origin_ms,
@@ -110,6 +129,34 @@ impl<R: BufRead> TraceReader<R> {
         }
     }
 
+    /// Refuses a trace with more rows or prompt blocks than a run may hold.
+    fn check_totals(&self, rows: u64, blocks: u64) -> Result<(), TraceError> {
+        if rows > MAX_REQUESTS {
+            return Err(self.error(
+                None,
+                format!("the trace has more than {MAX_REQUESTS} rows, the most a run may have"),
+            ));
+        }
+        if blocks > MAX_PROMPT_BLOCKS {
+            return Err(self.error(
+                Some("hash_ids"),
+                format!("the trace has more than {MAX_PROMPT_BLOCKS} hash ids in all, the most a run may hold"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A token count no larger than [`MAX_TOKENS`].
+    fn check_tokens(&self, field: &str, tokens: u64) -> Result<u64, TraceError> {
+        match tokens <= MAX_TOKENS {
+            true => Ok(tokens),
+            false => Err(self.error(
+                Some(field),
+                format!("{tokens} tokens is more than the {MAX_TOKENS} a request may have"),
+            )),
+        }
+    }
+
     fn parse_line(&self, text: &str) -> Result<(f64, RequestSpec), TraceError> {
         let value: Value = serde_json::from_str(text)
             .map_err(|e| self.error(None, format!("not valid JSON: {e}")))?;
@@ -126,6 +173,7 @@ impl<R: BufRead> TraceReader<R> {
             Some(n) => n,
             None => capacity,
         };
+        let input_tokens = self.check_tokens("input_length", input_tokens)?;
         if input_tokens == 0 {
             return Err(self.error(Some("input_length"), "must be positive"));
         }
@@ -138,6 +186,7 @@ impl<R: BufRead> TraceReader<R> {
         let Some(output) = self.either_u64(&obj, "output_length", "output_tokens")? else {
             return Err(self.error(Some("output_length"), "missing"));
         };
+        let output = self.check_tokens("output_length", output)?;
         let arrival_ns = ((timestamp_ms - self.origin_ms).max(0.0) * NS_PER_MS as f64).round();
         let spec = RequestSpec {
             row: self.next_row,
@@ -247,7 +296,7 @@ impl<R: BufRead> TraceReader<R> {
         loop {
             self.buf.clear();
             self.line_no += 1;
-            match self.input.read_line(&mut self.buf) {
+            match read_line_capped(&mut self.input, &mut self.buf, MAX_TRACE_LINE_BYTES) {
                 Ok(0) => return None,
                 Ok(_) => {}
                 Err(e) => return Some(Err(self.error(None, format!("cannot read: {e}")))),

@@ -2,6 +2,7 @@
 
 mod cli;
 mod fidelity;
+mod safety_bounds;
 mod safety_output;
 mod scenarios;
 mod sweep;

@@ -4,9 +4,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Layer of each top-level module; a module may use only modules of lower layers.
-const LAYERS: [(&str, u8); 12] = [
+const LAYERS: [(&str, u8); 13] = [
     ("time", 0),
     ("rng", 0),
+    ("bounds", 0),
     ("scheduling", 1),
     ("engine", 1),
     ("mocker", 2),

@@ -50,6 +50,7 @@ pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyPr
 pub use raw::RawPolicyConfig;
 pub use validate::validate;
 
+use crate::bounds;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -77,15 +78,17 @@ impl PolicyConfig {
     /// Reads, parses and validates the policy file at `path`.
     pub fn from_path(path: &Path) -> Result<Self, PolicyError> {
         let source_name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|io_error| {
-            PolicyError::new(
-                "file",
-                String::new(),
-                None,
-                format!("cannot read the policy file: {io_error}"),
-            )
-            .with_source_name(source_name.clone())
-        })?;
+        let text = bounds::read_to_string_capped(path, bounds::MAX_INPUT_FILE_BYTES).map_err(
+            |io_error| {
+                PolicyError::new(
+                    "file",
+                    String::new(),
+                    None,
+                    format!("cannot read the policy file: {io_error}"),
+                )
+                .with_source_name(source_name.clone())
+            },
+        )?;
         Self::from_yaml_str(&text, Some(&source_name))
     }
 
