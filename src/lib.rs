@@ -8,6 +8,7 @@ pub mod bounds;
 pub mod cli;
 pub mod engine;
 pub mod mocker;
+pub mod pipeline;
 pub mod report;
 pub mod rng;
 pub mod scenario;

@@ -235,6 +235,11 @@ impl Scenario {
         self.file.parent().unwrap_or(Path::new("")).join(minus)
     }
 
+    /// The seeded arrival jitter (`delays.arrival_jitter_ns`), 0 when off.
+    pub fn arrival_jitter_ns(&self) -> u64 {
+        self.arrival_jitter_ns
+    }
+
     /// The workload description.
     pub fn workload(&self) -> &Workload {
         &self.workload
@@ -309,6 +314,17 @@ impl Scenario {
             field_path,
             message: message.to_string(),
         }
+    }
+}
+
+/// A synthetic workload's draw error, as a scenario error naming the file and the field.
+pub fn synth_error(file: &Path, error: &crate::workload::synth::SynthError) -> ScenarioError {
+    ScenarioError {
+        file: file.display().to_string(),
+        line: None,
+        column: None,
+        field_path: validate::synth_error_path(error),
+        message: error.message.clone(),
     }
 }
 

@@ -190,6 +190,13 @@ impl PolicyProfile {
         &self.classes
     }
 
+    /// Sets class `class`'s DRR quantum (what tuning varies). A zero quantum would never
+    /// earn credit, so it is a caller's bug.
+    pub fn set_quantum(&mut self, class: usize, quantum_tokens: u64) {
+        assert!(quantum_tokens > 0, "a DRR quantum must be positive");
+        self.classes[class].quantum_tokens = quantum_tokens;
+    }
+
     /// The family used for requests that name no known family; `None` for the synthetic profile.
     pub fn default_policy_family(&self) -> Option<&str> {
         self.default_policy_family.as_deref()

@@ -1,0 +1,365 @@
+//! The one run pipeline: every command resolves its inputs once into a [`RunSpec`], then
+//! [`execute`]s it. This is the only place outside tests that calls the simulator.
+//!
+//! ```text
+//! scenario file ─┐                        ┌─> RunOutput { result, metrics } ─> report, verdicts
+//!                ├─> RunSpec (SimConfig,  │
+//! replay args  ──┘    requests, classes) ─┴─ execute
+//! ```
+//!
+//! A spec is plain data: a sweep or `tune` changes a seed or a quantum in it
+//! ([`RunSpec::with_seed`], [`RunSpec::set_quantum`]) and executes it again, without reading
+//! or validating any file twice.
+
+use crate::mocker::EngineArgs;
+use crate::report::evaluate::{ExpectationOutcome, evaluate};
+use crate::report::metrics::RunMetrics;
+use crate::rng;
+use crate::scenario::{self, Scenario, ScenarioError};
+use crate::scheduling::policy::PolicyConfig;
+use crate::scheduling::router_config::RouterConfig;
+use crate::scheduling::scheduler::SchedulerConfig;
+use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays};
+use crate::workload::synth::SynthWorkload;
+use crate::workload::trace::{self, TraceReader};
+use crate::workload::{RequestSpec, jitter_arrivals};
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where a run's requests come from.
+#[derive(Clone, Debug)]
+pub enum RequestSource {
+    /// A synthetic workload, drawn from the run's seed; `file` is the scenario it came from,
+    /// named in errors.
+    Synthetic {
+        workload: Arc<SynthWorkload>,
+        file: PathBuf,
+    },
+    /// A mooncake trace, validated when the spec was made and streamed when it runs.
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// Tokens per hash id.
+        block_size: u64,
+    },
+}
+
+/// Everything one run needs, resolved and validated: what `execute` runs.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// The scenario's name (or the trace's file name for a replay).
+    pub name: String,
+    /// The simulator configuration; its seed is the run's only seed.
+    pub config: SimConfig,
+    /// The requests.
+    pub source: RequestSource,
+    /// Each arrival is delayed by a seeded draw from `0..=arrival_jitter_ns` (0: none).
+    pub arrival_jitter_ns: u64,
+    /// Report shares of the first N completions (default: the metrics' own choice).
+    pub prefix_n: Option<u64>,
+}
+
+/// A finished run and its measurements.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// Every request's record.
+    pub result: SimResult,
+    /// What the reports show.
+    pub metrics: RunMetrics,
+}
+
+/// Why a run could not produce an output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The input is at fault (a trace that cannot be read): exit 2.
+    Input(String),
+    /// The simulator caught itself in a bug: exit 3.
+    Bug(InvariantViolation),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Input(message) => f.write_str(message),
+            RunError::Bug(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ScenarioError> for RunError {
+    fn from(e: ScenarioError) -> Self {
+        RunError::Input(e.to_string())
+    }
+}
+
+/// The inputs of a trace replay, as Dynamo's offline replay takes them.
+#[derive(Clone, Debug)]
+pub struct ReplaySetup {
+    /// The mooncake trace.
+    pub trace: PathBuf,
+    /// Tokens per hash id.
+    pub trace_block_size: u64,
+    /// The router policy (Dynamo's policy YAML), if any.
+    pub policy: Option<PolicyConfig>,
+    /// KvRouterConfig knobs.
+    pub router: RouterConfig,
+    /// The engine every worker runs.
+    pub engine: EngineArgs,
+    /// Aggregated workers.
+    pub workers: u32,
+    /// KV router or round robin.
+    pub router_mode: RouterMode,
+    /// The seed of the router's tie-breaks.
+    pub seed: u64,
+}
+
+impl RunSpec {
+    /// The spec of a scenario run with `seed`.
+    pub fn from_scenario(scenario: &Scenario, seed: u64) -> RunSpec {
+        let source = match scenario.workload() {
+            scenario::Workload::Synthetic(synth) => RequestSource::Synthetic {
+                workload: Arc::new(synth.clone()),
+                file: scenario.file().to_path_buf(),
+            },
+            scenario::Workload::Trace { path, block_size } => RequestSource::Trace {
+                path: path.clone(),
+                block_size: *block_size,
+            },
+        };
+        RunSpec {
+            name: scenario.name().to_string(),
+            config: scenario.sim_config(seed),
+            source,
+            arrival_jitter_ns: scenario.arrival_jitter_ns(),
+            prefix_n: None,
+        }
+    }
+
+    /// The spec of a trace replay. The trace is validated whole when it runs (an error names
+    /// its line and field).
+    pub fn from_replay(setup: &ReplaySetup) -> RunSpec {
+        let config = SimConfig {
+            scheduler: SchedulerConfig::new(
+                setup.router.clone(),
+                setup.policy.as_ref(),
+                None,
+                setup.engine.block_size,
+                setup.seed,
+            ),
+            worker_count: setup.workers,
+            router_mode: setup.router_mode,
+            delays: TransportDelays::default(),
+            limits: Default::default(),
+            tick_interval: scenario::TICK_INTERVAL,
+            check_every_event: false,
+            seed: setup.seed,
+            engine: setup.engine.clone(),
+        };
+        RunSpec {
+            name: setup.trace.display().to_string(),
+            config,
+            source: RequestSource::Trace {
+                path: setup.trace.clone(),
+                block_size: setup.trace_block_size,
+            },
+            arrival_jitter_ns: 0,
+            prefix_n: None,
+        }
+    }
+
+    /// The run's seed.
+    pub fn seed(&self) -> u64 {
+        self.config.seed
+    }
+
+    /// The same run with another seed (workload draws, tie-breaks, jitter).
+    pub fn with_seed(&self, seed: u64) -> RunSpec {
+        let mut spec = self.clone();
+        spec.config.seed = seed;
+        spec.config.scheduler.seed = seed;
+        spec
+    }
+
+    /// The resolved class names, in DRR ring order.
+    pub fn class_names(&self) -> Vec<String> {
+        self.config
+            .scheduler
+            .profile
+            .classes()
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Sets class `class`'s DRR quantum (what `tune` varies).
+    pub fn set_quantum(&mut self, class: usize, quantum_tokens: u64) {
+        self.config
+            .scheduler
+            .profile
+            .set_quantum(class, quantum_tokens);
+    }
+
+    /// The requests in arrival order (ties in row order), streamed from a trace when no
+    /// jitter needs them all at once.
+    fn requests(&self) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
+        let seed = self.seed();
+        let jitter = self.arrival_jitter_ns;
+        match &self.source {
+            RequestSource::Synthetic { workload, file } => {
+                let requests: Vec<RequestSpec> = workload
+                    .generate(seed)
+                    .map_err(|e| scenario::synth_error(file, &e))?
+                    .into_iter()
+                    .map(|r| r.spec)
+                    .collect();
+                Ok(Box::new(jitter_arrivals(requests, seed, jitter).into_iter()))
+            }
+            RequestSource::Trace { path, block_size } => {
+                let stream = stream_trace(path, *block_size)?;
+                if jitter == 0 {
+                    return Ok(stream);
+                }
+                Ok(Box::new(
+                    jitter_arrivals(stream.collect(), seed, jitter).into_iter(),
+                ))
+            }
+        }
+    }
+}
+
+/// Runs `spec` and measures it. The only non-test caller of the simulator.
+pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
+    let requests = spec.requests()?;
+    let result = sim::run(spec.config.clone(), requests).map_err(RunError::Bug)?;
+    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
+    let metrics = match spec.prefix_n {
+        Some(n) => metrics.with_prefix_n(n),
+        None => metrics,
+    };
+    Ok(RunOutput { result, metrics })
+}
+
+/// The seeds of `replications` replications of a run whose seed is `base`: the first is
+/// `base` itself (so one replication reproduces a plain run), the others are drawn from the
+/// stream `sweep/replication` of `base`. `sweep`, `check` and `tune` all use these.
+pub fn replication_seeds(base: u64, replications: u32) -> Vec<u64> {
+    let mut stream = rng::stream(base, "sweep/replication");
+    (0..replications)
+        .map(|r| if r == 0 { base } else { stream.next_u64() })
+        .collect()
+}
+
+/// A scenario resolved for judging: its own spec and its `minus:` companions, each loaded
+/// once.
+#[derive(Clone, Debug)]
+pub struct Judgement {
+    /// The scenario (its expectations, name, file).
+    pub scenario: Scenario,
+    /// Each companion, keyed as its `minus:` names it.
+    pub companions: BTreeMap<String, Scenario>,
+}
+
+/// One replication of a judged scenario: its spec, its output and the verdicts.
+#[derive(Clone, Debug)]
+pub struct JudgedRun {
+    /// What ran (its seed is the replication's).
+    pub spec: RunSpec,
+    /// The result and metrics.
+    pub output: RunOutput,
+    /// Every expectation's verdict, in the scenario's order.
+    pub outcomes: Vec<ExpectationOutcome>,
+}
+
+impl Judgement {
+    /// Loads the companions `scenario`'s expectations name.
+    pub fn new(scenario: Scenario) -> Result<Judgement, RunError> {
+        let mut companions = BTreeMap::new();
+        for e in scenario.expectations() {
+            if let Some(name) = &e.minus
+                && !companions.contains_key(name)
+            {
+                let companion = Scenario::load(&scenario.companion_path(name))?;
+                companions.insert(name.clone(), companion);
+            }
+        }
+        Ok(Judgement {
+            scenario,
+            companions,
+        })
+    }
+
+    /// Runs replication `replication` of `replications` (seed `seed_override` instead of the
+    /// scenario's for a single run), its companions with their own replication seeds, and
+    /// evaluates the expectations.
+    pub fn run(
+        &self,
+        replication: u32,
+        replications: u32,
+        seed_override: Option<u64>,
+    ) -> Result<JudgedRun, RunError> {
+        let seed_of = |scenario: &Scenario| match seed_override {
+            Some(seed) => seed,
+            None => replication_seeds(scenario.seed(), replications)[replication as usize],
+        };
+        let spec = RunSpec::from_scenario(&self.scenario, seed_of(&self.scenario));
+        let output = execute(&spec)?;
+        let mut companion_metrics = BTreeMap::new();
+        for (name, companion) in &self.companions {
+            let companion_spec = RunSpec::from_scenario(companion, seed_of(companion));
+            companion_metrics.insert(name.clone(), execute(&companion_spec)?.metrics);
+        }
+        let outcomes = evaluate(
+            self.scenario.expectations(),
+            &output.metrics,
+            &companion_metrics,
+        );
+        Ok(JudgedRun {
+            spec,
+            output,
+            outcomes,
+        })
+    }
+}
+
+fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
+    File::open(path)
+        .map(BufReader::new)
+        .map_err(|e| RunError::Input(format!("{}: cannot read the trace: {e}", path.display())))
+}
+
+/// Validates a whole trace; returns its summary (origin, whether it is sorted).
+fn scan_trace(path: &std::path::Path, block_size: u64) -> Result<trace::TraceSummary, RunError> {
+    let name = path.display().to_string();
+    trace::scan(open_trace(path)?, &name, block_size).map_err(|e| RunError::Input(e.to_string()))
+}
+
+/// The trace's requests in arrival order: streamed when the file is in time order, else
+/// read whole and sorted.
+fn stream_trace(
+    path: &std::path::Path,
+    block_size: u64,
+) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
+    let summary = scan_trace(path, block_size)?;
+    let name = path.display().to_string();
+    let reader =
+        TraceReader::new(open_trace(path)?, &name, block_size).with_origin_ms(summary.origin_ms);
+    // Every row was validated by the scan just made; a row failing now means the file changed
+    // under us, and the run ends its arrivals there (conservation still holds).
+    let rows = reader.map_while(Result::ok);
+    if summary.sorted {
+        return Ok(Box::new(rows));
+    }
+    let mut all: Vec<RequestSpec> = rows.collect();
+    all.sort_by_key(|r| (r.arrival, r.row));
+    Ok(Box::new(all.into_iter()))
+}
+
+#[cfg(test)]
+mod tests;
