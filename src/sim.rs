@@ -642,7 +642,9 @@ impl System {
     }
 }
 
-/// A rank's liveness rule, checked after every pass it starts. A pass that changed nothing
+/// A rank's liveness rule, checked after every pass it starts. A pass may compute tokens in
+/// 0 ns (1.6.1 charges no time for recomputing a preempted request's generated tokens) and
+/// still be progress. A pass that changed nothing
 /// while the rank holds work would leave it stuck for good. A pass that computed nothing but
 /// rejected or preempted is progress: the next pass, at the same instant, sees the changed
 /// queues. Such passes admit nobody, so the running batch never grows during a streak of
@@ -652,6 +654,7 @@ impl System {
 fn check_pass_progress(slot: &mut RankSlot, now: SimTime, end: SimTime) -> Result<(), String> {
     let out = &slot.output;
     let computed = end > now
+        || out.scheduled_tokens > 0
         || !out.tokens.is_empty()
         || !out.admitted.is_empty()
         || !out.finished_empty.is_empty();
@@ -663,8 +666,13 @@ fn check_pass_progress(slot: &mut RankSlot, now: SimTime, end: SimTime) -> Resul
         return Ok(());
     }
     if out.preempted.is_empty() {
+        let running: Vec<_> = slot
+            .worker
+            .running_ids()
+            .filter_map(|id| slot.worker.request(id))
+            .collect();
         return Err(format!(
-            "{} holds {} waiting and {} running requests but its pass at {now} did nothing",
+            "{} holds {} waiting and {} running requests but its pass at {now} did nothing; running: {running:?}",
             slot.id,
             slot.worker.waiting_len(),
             slot.worker.running_len()
@@ -949,6 +957,91 @@ policy_classes:
             return Err(format!("row {} rejected as {why}: {r:?}", r.row));
         }
         Ok(())
+    }
+
+    /// One worker, 16-token blocks, no delays, requests `(input, output)` all at t = 0.
+    fn small_run(
+        engine: impl FnOnce(&mut EngineArgs),
+        limits: Limits,
+        lengths: &[(u64, u64)],
+    ) -> Result<SimResult, InvariantViolation> {
+        let mut case = Case {
+            workers: 1,
+            dp_size: 1,
+            num_gpu_blocks: 64,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 256,
+            prefix_caching: false,
+            chunked: true,
+            fifo: false,
+            delays_ns: (0, 0, 0),
+            with_policy: false,
+            requests: Vec::new(),
+        };
+        let mut config = config(&case, 7);
+        engine(&mut config.engine);
+        config.limits = limits;
+        case.requests = lengths
+            .iter()
+            .map(|&(input, output)| (0, input, output, 1, vec![0, 1, 2, 3]))
+            .collect();
+        let specs: Vec<RequestSpec> = requests(&case)
+            .into_iter()
+            .map(|r| RequestSpec {
+                pinned_worker: None,
+                ..r
+            })
+            .collect();
+        run(config, specs.into_iter())
+    }
+
+    #[test]
+    fn passes_that_take_no_time_stop_with_no_progress_instead_of_spinning() {
+        // A speedup this large rounds every pass to 0 ns: virtual time never advances.
+        let limits = Limits {
+            max_events_per_instant: 500,
+            ..Limits::default()
+        };
+        let result = small_run(|e| e.speedup_ratio = 1e30, limits, &[(64, 900)]).unwrap();
+        let expected = StopReason::NoProgress {
+            at: SimTime::ZERO,
+            events: 500,
+        };
+        assert_eq!(result.stop_reason, expected);
+        assert_eq!(result.count("pending"), 1);
+        // The same run with time advancing drains.
+        let result = small_run(|_| {}, limits, &[(64, 900)]).unwrap();
+        assert_eq!(result.stop_reason, StopReason::Drained);
+    }
+
+    #[test]
+    fn an_overcommitted_pool_finishes_by_preempting() {
+        // 64 blocks of 16 = 1024 tokens; each request peaks at 64 + 699 = 763 tokens alone.
+        for fifo in [false, true] {
+            let lengths = [(64, 700); 4];
+            let mode = if fifo {
+                PreemptionMode::Fifo
+            } else {
+                PreemptionMode::Lifo
+            };
+            let result = small_run(|e| e.preemption_mode = mode, Limits::default(), &lengths)
+                .unwrap_or_else(|v| panic!("{v}"));
+            assert_eq!(result.stop_reason, StopReason::Drained);
+            assert_eq!(result.count("completed"), 4, "fifo {fifo}");
+            assert!(result.preemptions > 0, "fifo {fifo}: no preemption");
+        }
+    }
+
+    #[test]
+    fn a_sequence_outgrowing_the_pool_is_rejected_and_the_rest_run() {
+        let lengths = [(64, 700), (64, 2000), (64, 5)];
+        let result = small_run(|_| {}, Limits::default(), &lengths).unwrap();
+        let status: Vec<&Status> = result.records.iter().map(|r| &r.status).collect();
+        let outgrew = Status::Rejected("sequence_exceeds_kv_pool".into());
+        assert_eq!(
+            status,
+            vec![&Status::Completed, &outgrew, &Status::Completed]
+        );
     }
 
     #[test]

@@ -194,6 +194,10 @@ pub struct PassOutput {
     pub kv_events: Vec<KvEvent>,
     /// Uncached prompt tokens the pass's prefill computed (the polynomial's `T`).
     pub prefill_tokens: u64,
+    /// Tokens the pass computed for all its requests (prompt, recomputed output, decode),
+    /// net of preempted work. Can be positive in a 0 ns pass: 1.6.1 charges no time for
+    /// recomputing generated tokens.
+    pub scheduled_tokens: u64,
     /// Context tokens the pass's decode step was charged for (0 if no decode time).
     pub decode_kv_tokens: u64,
 }
@@ -208,6 +212,7 @@ impl PassOutput {
         self.preempted.clear();
         self.kv_events.clear();
         self.prefill_tokens = 0;
+        self.scheduled_tokens = 0;
         self.decode_kv_tokens = 0;
     }
 }
@@ -490,6 +495,7 @@ impl MockWorker {
         if idle && out.rejected.is_empty() && !pass.preempted_any {
             self.break_stall(out);
         }
+        out.scheduled_tokens = self.scheduled.iter().map(|s| s.tokens).sum();
         let t = pass.batch;
         out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
         let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
