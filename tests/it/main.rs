@@ -2,6 +2,7 @@
 
 mod cli;
 mod fidelity;
+mod safety_hang;
 mod scenarios;
 mod sweep;
 mod tidy;
