@@ -1,7 +1,7 @@
 //! The command line: clap commands, and the mapping of errors to exit codes (0, 1, 2).
 
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS};
-use crate::engine::Limits;
+use crate::engine::{Limits, StopReason};
 use crate::mocker::EngineArgs;
 use crate::report;
 use crate::report::evaluate::{ExpectationOutcome, evaluate, format_outcome};
@@ -334,7 +334,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;
     if args.quiet {
-        return Ok(());
+        return no_progress_error(&run.result);
     }
     println!("{} (seed {})", run.scenario.name(), run.seed);
     print!("{}", report::table::class_table(&run.metrics));
@@ -356,7 +356,51 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         started.elapsed().as_secs_f64(),
         out.display()
     );
-    Ok(())
+    print_stop_line(&run.result);
+    no_progress_error(&run.result)
+}
+
+/// `stopped early: <reason>; N of M requests unfinished` when a limit cut the run short.
+fn stop_line(result: &sim::SimResult) -> Option<String> {
+    if !result.stop_reason.is_limit() {
+        return None;
+    }
+    Some(format!(
+        "stopped early: {}; {} of {} requests unfinished",
+        result.stop_reason,
+        result.count("pending"),
+        result.records.len()
+    ))
+}
+
+fn print_stop_line(result: &sim::SimResult) {
+    if let Some(line) = stop_line(result) {
+        println!("{line}");
+    }
+}
+
+/// A run that stood still in virtual time is the input's doing (exit 2): the results written
+/// so far are kept, and the message says what to look at.
+fn no_progress_error(result: &sim::SimResult) -> Result<(), CliError> {
+    match result.stop_reason {
+        StopReason::NoProgress { .. } => Err(CliError::Input(format!(
+            "{}; passes that take 0 ns (a huge speedup_ratio) or a burst larger than \
+             the per-instant event cap cause this",
+            stop_line(result).unwrap_or_default()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A failed outcome line for a run a limit cut short, so that `check` fails with its reason.
+fn limit_outcome(result: &sim::SimResult) -> Option<ExpectationOutcome> {
+    stop_line(result).map(|line| ExpectationOutcome {
+        label: "unfinished requests".to_string(),
+        measured: Some(result.count("pending") as f64),
+        bound: "at most 0: the run must reach its end".to_string(),
+        passed: false,
+        reason: Some(line),
+    })
 }
 
 fn check(args: &CheckArgs) -> Result<(), CliError> {
@@ -364,7 +408,10 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let run = run_scenario(path, &overrides, None)?;
-        let outcomes = evaluate_expectations(&run)?;
+        no_progress_error(&run.result)
+            .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+        let mut outcomes = evaluate_expectations(&run)?;
+        outcomes.extend(limit_outcome(&run.result));
         println!(
             "{} (seed {}): {} expectations",
             path.display(),
@@ -559,6 +606,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             result.events,
             args.out.display()
         );
+        print_stop_line(&result);
     }
-    Ok(())
+    no_progress_error(&result)
 }

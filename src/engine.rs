@@ -2,6 +2,10 @@
 //!
 //! The engine knows nothing of what the events mean. Equal times run in the order they were
 //! scheduled (FIFO on an insertion counter), so a run is a pure function of its inputs.
+//!
+//! Every run is bounded ([`Limits`]): by an event budget, by a virtual-time horizon, and by a
+//! cap on events at one virtual instant, so that a model that stops advancing time stops with
+//! [`StopReason::NoProgress`] instead of spinning.
 
 use crate::time::SimTime;
 use std::cmp::Ordering;
@@ -16,30 +20,62 @@ pub enum StopReason {
     TimeLimit,
     /// The event budget is spent.
     EventLimit,
+    /// Virtual time stood still at `at` for `events` events in a row
+    /// ([`Limits::max_events_per_instant`]).
+    NoProgress {
+        /// The instant the run was stuck at.
+        at: SimTime,
+        /// Events processed at that instant.
+        events: u64,
+    },
+}
+
+impl StopReason {
+    /// True when a limit cut the run short (anything but [`StopReason::Drained`]).
+    pub fn is_limit(&self) -> bool {
+        *self != StopReason::Drained
+    }
 }
 
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StopReason::Drained => "all events processed",
-            StopReason::TimeLimit => "simulated-time limit reached",
-            StopReason::EventLimit => "event limit reached",
-        })
+        match self {
+            StopReason::Drained => f.write_str("all events processed"),
+            StopReason::TimeLimit => f.write_str("simulated-time limit reached"),
+            StopReason::EventLimit => f.write_str("event limit reached"),
+            StopReason::NoProgress { at, events } => write!(
+                f,
+                "no progress: virtual time stood still at {at} for {events} events"
+            ),
+        }
     }
 }
 
-/// Bounds on one run, so that no model bug can loop forever.
+/// 30 days of virtual time, in ns: the default horizon.
+pub const DEFAULT_MAX_TIME_NS: u64 = 30 * 24 * 3600 * 1_000_000_000;
+/// The default event budget: a few minutes of wall time at the simulator's usual speed.
+pub const DEFAULT_MAX_EVENTS: u64 = 1_000_000_000;
+/// The default cap on consecutive events at one virtual instant.
+pub const DEFAULT_MAX_EVENTS_PER_INSTANT: u64 = 10_000_000;
+
+/// Bounds on one run, so that no model bug can loop forever. The defaults are finite.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// Events processed before the run stops with [`StopReason::EventLimit`].
     pub max_events: u64,
+    /// No event after this instant runs ([`StopReason::TimeLimit`]).
     pub max_time: SimTime,
+    /// Consecutive events at one instant before the run stops with
+    /// [`StopReason::NoProgress`].
+    pub max_events_per_instant: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_events: u64::MAX,
-            max_time: SimTime::MAX,
+            max_events: DEFAULT_MAX_EVENTS,
+            max_time: SimTime::from_ns(DEFAULT_MAX_TIME_NS),
+            max_events_per_instant: DEFAULT_MAX_EVENTS_PER_INSTANT,
         }
     }
 }
@@ -139,6 +175,8 @@ pub struct Engine<E> {
     queue: EventQueue<E>,
     limits: Limits,
     events_processed: u64,
+    /// Events processed in a row at the current instant.
+    events_this_instant: u64,
 }
 
 impl<E> Engine<E> {
@@ -147,6 +185,7 @@ impl<E> Engine<E> {
             queue: EventQueue::new(),
             limits,
             events_processed: 0,
+            events_this_instant: 0,
         }
     }
 
@@ -179,8 +218,18 @@ impl<E> Engine<E> {
         if self.events_processed >= self.limits.max_events {
             return Err(StopReason::EventLimit);
         }
+        if next > self.queue.now() {
+            self.events_this_instant = 0;
+        }
+        if self.events_this_instant >= self.limits.max_events_per_instant {
+            return Err(StopReason::NoProgress {
+                at: next,
+                events: self.events_this_instant,
+            });
+        }
         let (now, event) = self.queue.pop().expect("peeked event exists");
         self.events_processed += 1;
+        self.events_this_instant += 1;
         model.handle(now, event, &mut self.queue);
         Ok(())
     }
@@ -243,7 +292,7 @@ mod tests {
     fn limits_stop_the_run_with_a_reason() {
         let mut engine = Engine::new(Limits {
             max_events: 2,
-            max_time: SimTime::MAX,
+            ..Limits::default()
         });
         engine.queue().schedule(SimTime::ZERO, 50);
         let mut m = Recorder(vec![]);
@@ -251,8 +300,8 @@ mod tests {
         assert_eq!(engine.events_processed(), 2);
 
         let mut engine = Engine::new(Limits {
-            max_events: u64::MAX,
             max_time: SimTime::from_ns(25),
+            ..Limits::default()
         });
         engine.queue().schedule(SimTime::ZERO, 50);
         let mut m = Recorder(vec![]);
@@ -262,6 +311,57 @@ mod tests {
             engine.run_until(&mut m, SimTime::from_ns(10)),
             StopReason::TimeLimit
         );
+    }
+
+    /// Event `n` schedules `n + 1` at the same instant, forever.
+    struct Spinner;
+
+    impl Model for Spinner {
+        type Event = u64;
+        fn handle(&mut self, now: SimTime, event: u64, queue: &mut EventQueue<u64>) {
+            queue.schedule(now, event + 1);
+        }
+    }
+
+    #[test]
+    fn a_model_stuck_at_one_instant_stops_with_no_progress() {
+        let mut engine = Engine::new(Limits {
+            max_events_per_instant: 1000,
+            ..Limits::default()
+        });
+        engine.queue().schedule(SimTime::from_ns(7), 0);
+        let reason = engine.run(&mut Spinner);
+        let expected = StopReason::NoProgress {
+            at: SimTime::from_ns(7),
+            events: 1000,
+        };
+        assert_eq!(reason, expected);
+        assert_eq!(engine.events_processed(), 1000);
+        assert!(reason.to_string().contains("1000 events"));
+    }
+
+    #[test]
+    fn events_spread_over_time_never_count_as_no_progress() {
+        // 50 instants of 3 events each, with a per-instant cap of 3: never stuck.
+        let mut engine = Engine::new(Limits {
+            max_events_per_instant: 3,
+            ..Limits::default()
+        });
+        for t in 0..50 {
+            for e in 0..3 {
+                engine.queue().schedule(SimTime::from_ns(t * 10), 200 + e);
+            }
+        }
+        let mut m = Recorder(vec![]);
+        assert_eq!(engine.run(&mut m), StopReason::Drained);
+        assert_eq!(m.0.len(), 150);
+    }
+
+    #[test]
+    fn default_limits_are_finite() {
+        let limits = Limits::default();
+        assert!(limits.max_events < u64::MAX && limits.max_time < SimTime::MAX);
+        assert_eq!(limits.max_time.as_ns(), 2_592_000_000_000_000);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Layers (a module uses only the layers below it):
 //! L0 `time`, `rng`, `bounds`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`; L3 `sim`;
-//! L4 scenario | report; L5 `cli`.
+//! L4 `scenario` | `report`; L5 `pipeline` (the one run pipeline); L6 `sweep`; L7 `cli`.
 
 pub mod bounds;
 pub mod cli;

@@ -219,7 +219,9 @@ impl RunSpec {
                     .into_iter()
                     .map(|r| r.spec)
                     .collect();
-                Ok(Box::new(jitter_arrivals(requests, seed, jitter).into_iter()))
+                Ok(Box::new(
+                    jitter_arrivals(requests, seed, jitter).into_iter(),
+                ))
             }
             RequestSource::Trace { path, block_size } => {
                 let stream = stream_trace(path, *block_size)?;

@@ -117,6 +117,8 @@ pub struct SimResult {
     pub stop_reason: StopReason,
     pub events: u64,
     pub end_time: SimTime,
+    /// Preemptions over all worker ranks (a request preempted twice counts twice).
+    pub preemptions: u64,
     pub class_names: Vec<String>,
     /// Each class's DRR quantum, in class order (for ideal shares).
     pub class_quanta_tokens: Vec<u64>,
@@ -175,6 +177,9 @@ struct RankSlot {
     /// A pass is running (its PassEnd is scheduled).
     in_pass: bool,
     output: PassOutput,
+    /// Passes in a row at `empty_at` that computed nothing and only preempted.
+    empty_passes: u64,
+    empty_at: SimTime,
 }
 
 struct System {
@@ -210,6 +215,8 @@ pub fn run(
             worker: MockWorker::new(config.engine.clone(), id),
             in_pass: false,
             output: PassOutput::default(),
+            empty_passes: 0,
+            empty_at: SimTime::ZERO,
         })
         .collect();
     let mut system = System {
@@ -259,6 +266,11 @@ pub fn run(
         stop_reason,
         events: engine.events_processed(),
         end_time,
+        preemptions: system
+            .ranks
+            .iter()
+            .map(|r| r.worker.preemptions_total())
+            .sum(),
     })
 }
 
@@ -469,16 +481,11 @@ impl System {
             return;
         }
         let end = slot.worker.execute_pass(now, &mut slot.output);
-        let progressed = end > now
-            || !slot.output.tokens.is_empty()
-            || !slot.output.admitted.is_empty()
-            || !slot.output.rejected.is_empty()
-            || !slot.output.finished_empty.is_empty();
-        if !progressed {
-            // Nothing can run until something changes (Dynamo aborts the replay here); the
-            // worker waits for the next request instead of spinning.
+        if let Err(message) = check_pass_progress(slot, now, end) {
+            self.fail(now, message);
             return;
         }
+        let slot = &mut self.ranks[rank];
         slot.in_pass = true;
         for admitted in &slot.output.admitted {
             let record = &mut self.records[admitted.id.0 as usize];
@@ -501,11 +508,13 @@ impl System {
                 queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
             }
         }
-        for &id in &output.rejected {
+        for rejection in &output.rejected {
+            let id = rejection.id;
             let record = &mut self.records[id.0 as usize];
             record.completion = Some(now);
-            record.status = Status::Rejected("worker_rejected".to_string());
+            record.status = Status::Rejected(rejection.reason.label().to_string());
             self.in_flight.remove(&id);
+            self.last_delivery.remove(&id);
             self.router.handle_finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
         }
@@ -633,6 +642,52 @@ impl System {
     }
 }
 
+/// A rank's liveness rule, checked after every pass it starts. A pass may compute tokens in
+/// 0 ns (1.6.1 charges no time for recomputing a preempted request's generated tokens) and
+/// still be progress. A pass that changed nothing
+/// while the rank holds work would leave it stuck for good. A pass that computed nothing but
+/// rejected or preempted is progress: the next pass, at the same instant, sees the changed
+/// queues. Such passes admit nobody, so the running batch never grows during a streak of
+/// them, and each preempting one shrinks it: a correct rank has at most `max_num_seqs`
+/// preempt-only passes in a row at one instant (and rejections end when requests run out).
+/// Err is a bug in the worker model.
+fn check_pass_progress(slot: &mut RankSlot, now: SimTime, end: SimTime) -> Result<(), String> {
+    let out = &slot.output;
+    let computed = end > now
+        || out.scheduled_tokens > 0
+        || !out.tokens.is_empty()
+        || !out.admitted.is_empty()
+        || !out.finished_empty.is_empty();
+    if computed || slot.empty_at != now {
+        slot.empty_at = now;
+        slot.empty_passes = 0;
+    }
+    if computed || !out.rejected.is_empty() {
+        return Ok(());
+    }
+    if out.preempted.is_empty() {
+        let running: Vec<_> = slot
+            .worker
+            .running_ids()
+            .filter_map(|id| slot.worker.request(id))
+            .collect();
+        return Err(format!(
+            "{} holds {} waiting and {} running requests but its pass at {now} did nothing; running: {running:?}",
+            slot.id,
+            slot.worker.waiting_len(),
+            slot.worker.running_len()
+        ));
+    }
+    slot.empty_passes += 1;
+    if slot.empty_passes > slot.worker.args().max_num_seqs {
+        return Err(format!(
+            "{} ran {} passes in a row at {now} that only preempted",
+            slot.id, slot.empty_passes
+        ));
+    }
+    Ok(())
+}
+
 fn rejection_label(error: &SchedulerError) -> String {
     error.kind().to_string()
 }
@@ -670,6 +725,7 @@ impl Model for System {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mocker::PreemptionMode;
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::workload::PromptSpec;
@@ -695,24 +751,38 @@ policy_classes:
         max_num_batched_tokens: u64,
         prefix_caching: bool,
         chunked: bool,
+        fifo: bool,
         delays_ns: (u64, u64, u64),
         with_policy: bool,
         requests: Vec<(u64, u64, u64, u8, Vec<u64>)>,
     }
 
     fn case() -> impl Strategy<Value = Case> {
+        case_with(8..200, 0..40, 64..2048)
+    }
+
+    /// Pools of 2 to 24 blocks of 16 tokens and outputs up to 400 tokens: most requests
+    /// outgrow what is left of the pool while others run, many outgrow the whole pool.
+    fn storm_case() -> impl Strategy<Value = Case> {
+        case_with(2..24, 0..400, 16..512)
+    }
+
+    fn case_with(
+        blocks: std::ops::Range<u64>,
+        outputs: std::ops::Range<u64>,
+        budgets: std::ops::Range<u64>,
+    ) -> impl Strategy<Value = Case> {
         let request = (
             0u64..50_000_000,
             1u64..1500,
-            0u64..40,
+            outputs,
             0u8..3,
             prop::collection::vec(0u64..6, 1..4),
         );
         (
-            (1u32..4, 1u32..3, 8u64..200, 1u64..6, 64u64..2048),
+            (1u32..4, 1u32..3, blocks, 1u64..6, budgets),
             (
-                any::<bool>(),
-                any::<bool>(),
+                (any::<bool>(), any::<bool>(), any::<bool>()),
                 (0u64..3, 0u64..3, 0u64..3),
                 any::<bool>(),
             ),
@@ -721,7 +791,7 @@ policy_classes:
             .prop_map(
                 |(
                     (workers, dp_size, blocks, seqs, budget),
-                    (caching, chunked, d, policy),
+                    ((caching, chunked, fifo), d, policy),
                     requests,
                 )| Case {
                     workers,
@@ -731,6 +801,7 @@ policy_classes:
                     max_num_batched_tokens: budget,
                     prefix_caching: caching,
                     chunked,
+                    fifo,
                     delays_ns: (d.0 * 1_000_000, d.1 * 1_000_000, d.2 * 1_000_000),
                     with_policy: policy,
                     requests,
@@ -746,6 +817,11 @@ policy_classes:
             max_num_batched_tokens: case.max_num_batched_tokens,
             enable_prefix_caching: case.prefix_caching,
             enable_chunked_prefill: case.chunked,
+            preemption_mode: if case.fifo {
+                PreemptionMode::Fifo
+            } else {
+                PreemptionMode::Lifo
+            },
             dp_size: case.dp_size,
             ..EngineArgs::default()
         };
@@ -771,7 +847,7 @@ policy_classes:
             },
             limits: Limits {
                 max_events: 2_000_000,
-                max_time: SimTime::MAX,
+                ..Limits::default()
             },
             tick_interval: SimDuration::from_ms(60_000),
             check_every_event: true,
@@ -837,6 +913,135 @@ policy_classes:
             let again = run_once().unwrap();
             prop_assert_eq!(again.records, result.records);
         }
+
+        /// Preemption storms: pools far too small for the load. The run must make progress
+        /// to its end: it drains (virtual time cannot stand still, or the per-instant cap
+        /// would stop it), every request ends, a worker rejects exactly the requests that can
+        /// never fit, and every other request it was given completes.
+        #[test]
+        fn preemption_storms_make_progress(case in storm_case(), seed in 0u64..1000) {
+            let result = run(config(&case, seed), requests(&case).into_iter())
+                .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            prop_assert_eq!(result.stop_reason, StopReason::Drained, "seed {}", seed);
+            prop_assert_eq!(result.count("pending"), 0, "seed {}", seed);
+            for r in &result.records {
+                check_storm_record(&case, r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
+            }
+        }
+    }
+
+    /// What a storm run may do to one request: a worker rejection must name a true reason,
+    /// and a request servable alone that reached a worker must complete.
+    fn check_storm_record(case: &Case, r: &RequestRecord) -> Result<(), String> {
+        let pool_tokens = case.num_gpu_blocks * 16;
+        let peak = if r.output_tokens == 0 {
+            r.input_tokens
+        } else {
+            r.input_tokens + r.output_tokens - 1
+        };
+        let too_long = !case.chunked && r.input_tokens > case.max_num_batched_tokens;
+        let why = match &r.status {
+            Status::Rejected(why) => why.as_str(),
+            Status::Completed => return Ok(()),
+            other => return Err(format!("row {} ended {other:?}", r.row)),
+        };
+        let holds = match why {
+            "prompt_exceeds_kv_pool" => r.input_tokens > pool_tokens,
+            "sequence_exceeds_kv_pool" => peak > pool_tokens && r.input_tokens <= pool_tokens,
+            "prompt_exceeds_token_budget" => too_long,
+            "worker_stalled" => false,
+            // A router rejection: it never reached a worker.
+            _ => r.admit.is_none(),
+        };
+        if !holds {
+            return Err(format!("row {} rejected as {why}: {r:?}", r.row));
+        }
+        Ok(())
+    }
+
+    /// One worker, 16-token blocks, no delays, requests `(input, output)` all at t = 0.
+    fn small_run(
+        engine: impl FnOnce(&mut EngineArgs),
+        limits: Limits,
+        lengths: &[(u64, u64)],
+    ) -> Result<SimResult, InvariantViolation> {
+        let mut case = Case {
+            workers: 1,
+            dp_size: 1,
+            num_gpu_blocks: 64,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 256,
+            prefix_caching: false,
+            chunked: true,
+            fifo: false,
+            delays_ns: (0, 0, 0),
+            with_policy: false,
+            requests: Vec::new(),
+        };
+        let mut config = config(&case, 7);
+        engine(&mut config.engine);
+        config.limits = limits;
+        case.requests = lengths
+            .iter()
+            .map(|&(input, output)| (0, input, output, 1, vec![0, 1, 2, 3]))
+            .collect();
+        let specs: Vec<RequestSpec> = requests(&case)
+            .into_iter()
+            .map(|r| RequestSpec {
+                pinned_worker: None,
+                ..r
+            })
+            .collect();
+        run(config, specs.into_iter())
+    }
+
+    #[test]
+    fn passes_that_take_no_time_stop_with_no_progress_instead_of_spinning() {
+        // A speedup this large rounds every pass to 0 ns: virtual time never advances.
+        let limits = Limits {
+            max_events_per_instant: 500,
+            ..Limits::default()
+        };
+        let result = small_run(|e| e.speedup_ratio = 1e30, limits, &[(64, 900)]).unwrap();
+        let expected = StopReason::NoProgress {
+            at: SimTime::ZERO,
+            events: 500,
+        };
+        assert_eq!(result.stop_reason, expected);
+        assert_eq!(result.count("pending"), 1);
+        // The same run with time advancing drains.
+        let result = small_run(|_| {}, limits, &[(64, 900)]).unwrap();
+        assert_eq!(result.stop_reason, StopReason::Drained);
+    }
+
+    #[test]
+    fn an_overcommitted_pool_finishes_by_preempting() {
+        // 64 blocks of 16 = 1024 tokens; each request peaks at 64 + 699 = 763 tokens alone.
+        for fifo in [false, true] {
+            let lengths = [(64, 700); 4];
+            let mode = if fifo {
+                PreemptionMode::Fifo
+            } else {
+                PreemptionMode::Lifo
+            };
+            let result = small_run(|e| e.preemption_mode = mode, Limits::default(), &lengths)
+                .unwrap_or_else(|v| panic!("{v}"));
+            assert_eq!(result.stop_reason, StopReason::Drained);
+            assert_eq!(result.count("completed"), 4, "fifo {fifo}");
+            assert!(result.preemptions > 0, "fifo {fifo}: no preemption");
+        }
+    }
+
+    #[test]
+    fn a_sequence_outgrowing_the_pool_is_rejected_and_the_rest_run() {
+        let lengths = [(64, 700), (64, 2000), (64, 5)];
+        let result = small_run(|_| {}, Limits::default(), &lengths).unwrap();
+        let status: Vec<&Status> = result.records.iter().map(|r| &r.status).collect();
+        let outgrew = Status::Rejected("sequence_exceeds_kv_pool".into());
+        assert_eq!(
+            status,
+            vec![&Status::Completed, &outgrew, &Status::Completed]
+        );
     }
 
     #[test]

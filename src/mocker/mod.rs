@@ -24,6 +24,6 @@ mod test_support;
 pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};
 pub use kv_pool::{BlockId, KvPool, PrefixMatch};
 pub use worker::{
-    AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RequestPhase, RequestView,
-    TokenOut,
+    AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RejectReason, Rejection,
+    RequestPhase, RequestView, TokenOut,
 };

@@ -158,7 +158,8 @@ fn run(args: EngineArgs, specs: Vec<Spec>) {
             t.firsts += u64::from(tok.first);
             t.done = tok.completed;
         }
-        for id in out.finished_empty.iter().chain(&out.rejected) {
+        let rejected = out.rejected.iter().map(|r| &r.id);
+        for id in out.finished_empty.iter().chain(rejected) {
             let t = tally.entry(id.0).or_default();
             assert!(!t.done, "request {id} finished twice");
             t.done = true;

@@ -86,7 +86,10 @@ pub(crate) fn drive_checked(
                     .map(|a| (a.id.0, a.reused_tokens))
                     .collect::<Vec<_>>(),
                 out.preempted.iter().map(|r| r.0).collect::<Vec<_>>(),
-                out.rejected,
+                out.rejected
+                    .iter()
+                    .map(|r| (r.id.0, r.reason.label()))
+                    .collect::<Vec<_>>(),
                 out.tokens
                     .iter()
                     .filter(|t| t.completed)
@@ -131,7 +134,7 @@ fn record(seen: &mut BTreeMap<u64, Seen>, out: &PassOutput, now: u64, end: u64) 
     for id in &out.finished_empty {
         seen.entry(id.0).or_default().done_ns = Some(end);
     }
-    for id in &out.rejected {
-        seen.entry(id.0).or_default().rejected_ns = Some(end);
+    for r in &out.rejected {
+        seen.entry(r.id.0).or_default().rejected_ns = Some(end);
     }
 }

@@ -48,8 +48,11 @@
 //!   prefill's pass end without a token.
 //!
 //! Where 1.6.1 aborts the whole replay ("effect-free zero-duration pass"), this rank instead
-//! rejects the request that could never run: a preempted request that outgrew the pool, or an
-//! unchunked prompt larger than `max_num_batched_tokens`.
+//! rejects, when it reaches the head of the waiting queue, the request that could never run
+//! ([`RejectReason`]): one whose prompt plus output would outgrow the whole pool even running
+//! alone (1.6.1 serves it until it does, preempting others on the way, then aborts), or an
+//! unchunked prompt larger than `max_num_batched_tokens`. Runs 1.6.1 completes never meet
+//! either case, so their timings are unchanged.
 
 use super::config::{ConfigError, EngineArgs, PreemptionMode};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch};
@@ -109,6 +112,46 @@ impl fmt::Display for AddRequestError {
 
 impl std::error::Error for AddRequestError {}
 
+/// Why a rank refused a request for good. Each is certain when it is decided: the request
+/// could never be served on this rank, whatever else happens.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The prompt is at least `max_model_len` tokens (1.6.1 rejects it too).
+    PromptOverMaxModelLen,
+    /// The prompt needs more blocks than the pool holds (1.6.1's terminal Reject).
+    PromptOverPool,
+    /// Prompt plus output would need more blocks than the pool holds, even running alone
+    /// (1.6.1 serves it until it outgrows the pool, then aborts its replay).
+    SequenceOverPool,
+    /// Chunked prefill is off and the uncached prompt exceeds `max_num_batched_tokens`
+    /// (1.6.1 aborts its replay).
+    PromptOverTokenBudget,
+    /// The stall safety net fired: a bug in the admission rules, never expected.
+    Stalled,
+}
+
+impl RejectReason {
+    /// The stable name written to `requests.csv`'s `reason` column.
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectReason::PromptOverMaxModelLen => "prompt_exceeds_max_model_len",
+            RejectReason::PromptOverPool => "prompt_exceeds_kv_pool",
+            RejectReason::SequenceOverPool => "sequence_exceeds_kv_pool",
+            RejectReason::PromptOverTokenBudget => "prompt_exceeds_token_budget",
+            RejectReason::Stalled => "worker_stalled",
+        }
+    }
+}
+
+/// A request refused for good, delivered at the end of the pass that decided it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The refused request.
+    pub id: RequestId,
+    /// Why.
+    pub reason: RejectReason,
+}
+
 /// One output token, delivered at the end of the pass that produced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TokenOut {
@@ -141,8 +184,8 @@ pub struct PassOutput {
     pub tokens: Vec<TokenOut>,
     /// Requests that finished without producing any token (`max_output_tokens` 0).
     pub finished_empty: Vec<RequestId>,
-    /// Requests refused for good (prompt over `max_model_len` or larger than the pool).
-    pub rejected: Vec<RequestId>,
+    /// Requests refused for good, with why.
+    pub rejected: Vec<Rejection>,
     /// Admissions at this pass's start, in admission order.
     pub admitted: Vec<Admitted>,
     /// Requests preempted during this pass (back in the waiting queue).
@@ -151,6 +194,10 @@ pub struct PassOutput {
     pub kv_events: Vec<KvEvent>,
     /// Uncached prompt tokens the pass's prefill computed (the polynomial's `T`).
     pub prefill_tokens: u64,
+    /// Tokens the pass computed for all its requests (prompt, recomputed output, decode),
+    /// net of preempted work. Can be positive in a 0 ns pass: 1.6.1 charges no time for
+    /// recomputing generated tokens.
+    pub scheduled_tokens: u64,
     /// Context tokens the pass's decode step was charged for (0 if no decode time).
     pub decode_kv_tokens: u64,
 }
@@ -165,6 +212,7 @@ impl PassOutput {
         self.preempted.clear();
         self.kv_events.clear();
         self.prefill_tokens = 0;
+        self.scheduled_tokens = 0;
         self.decode_kv_tokens = 0;
     }
 }
@@ -253,7 +301,7 @@ enum Outcome {
 enum Decision {
     Admit { cached_tokens: u64 },
     Wait,
-    Reject,
+    Reject(RejectReason),
 }
 
 /// Mutable state of one pass being formed.
@@ -447,6 +495,7 @@ impl MockWorker {
         if idle && out.rejected.is_empty() && !pass.preempted_any {
             self.break_stall(out);
         }
+        out.scheduled_tokens = self.scheduled.iter().map(|s| s.tokens).sum();
         let t = pass.batch;
         out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
         let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
@@ -464,7 +513,8 @@ impl MockWorker {
     fn break_stall(&mut self, out: &mut PassOutput) {
         if let Some(id) = self.waiting.pop_front() {
             self.requests.remove(&id);
-            out.rejected.push(id);
+            let reason = RejectReason::Stalled;
+            out.rejected.push(Rejection { id, reason });
             self.stalls_broken += 1;
         }
     }
@@ -495,10 +545,10 @@ impl MockWorker {
             let cached_tokens = match self.decide_admission(id) {
                 Decision::Admit { cached_tokens } => cached_tokens,
                 Decision::Wait => break,
-                Decision::Reject => {
+                Decision::Reject(reason) => {
                     self.waiting.pop_front();
                     self.requests.remove(&id);
-                    out.rejected.push(id);
+                    out.rejected.push(Rejection { id, reason });
                     continue;
                 }
             };
@@ -519,26 +569,16 @@ impl MockWorker {
     fn decide_admission(&mut self, id: RequestId) -> Decision {
         let bs = self.args.block_size;
         let capacity = self.args.num_gpu_blocks;
-        let r = &self.requests[&id];
-        if self
-            .args
-            .max_model_len
-            .is_some_and(|m| r.prompt_tokens >= m)
-        {
-            return Decision::Reject;
+        if let Some(reason) = self.never_fits(&self.requests[&id]) {
+            return Decision::Reject(reason);
         }
-        let known_blocks = r.seq_len().div_ceil(bs);
-        // Dynamo rejects only fresh requests here; a preempted request that outgrew the pool
-        // would stall its replay forever (1.6.1 aborts the run), so it is rejected too.
-        if known_blocks > capacity {
-            return Decision::Reject;
-        }
+        let known_blocks = self.requests[&id].seq_len().div_ceil(bs);
         let hit = self.prefix_hit(id);
         let prompt_left = r_prompt_left(&self.requests[&id], hit.blocks * bs);
         // Without chunking, a prompt larger than a whole pass's budget can never be scheduled
         // (1.6.1 aborts the replay there); refusing it keeps the rank live.
         if !self.args.enable_chunked_prefill && prompt_left > self.args.max_num_batched_tokens {
-            return Decision::Reject;
+            return Decision::Reject(RejectReason::PromptOverTokenBudget);
         }
         let needed = known_blocks - hit.active_blocks;
         let available = capacity - self.pool.active_blocks();
@@ -548,6 +588,41 @@ impl MockWorker {
         Decision::Admit {
             cached_tokens: hit.blocks * bs,
         }
+    }
+
+    /// Why a request can never be served on this rank, whatever else runs, if it cannot:
+    /// its prompt reaches `max_model_len` or needs more blocks than the pool (1.6.1's two
+    /// rejections), or its whole sequence would (1.6.1 serves it until it has outgrown the
+    /// pool and then aborts its replay; refusing it up front spares the requests it would
+    /// preempt on the way).
+    fn never_fits(&self, r: &Req) -> Option<RejectReason> {
+        let bs = self.args.block_size;
+        let capacity = self.args.num_gpu_blocks;
+        if self
+            .args
+            .max_model_len
+            .is_some_and(|m| r.prompt_tokens >= m)
+        {
+            return Some(RejectReason::PromptOverMaxModelLen);
+        }
+        if r.prompt_tokens.div_ceil(bs) > capacity {
+            return Some(RejectReason::PromptOverPool);
+        }
+        if self.peak_tokens(r).div_ceil(bs) > capacity {
+            return Some(RejectReason::SequenceOverPool);
+        }
+        None
+    }
+
+    /// The most tokens a request ever holds KV for: its prompt, then every generated token
+    /// but the last (the last is emitted, never computed), up to `max_model_len - 1`.
+    fn peak_tokens(&self, r: &Req) -> u64 {
+        if r.max_output_tokens == 0 {
+            return r.prompt_tokens;
+        }
+        let end = r.prompt_tokens.saturating_add(r.max_output_tokens);
+        let end = self.args.max_model_len.map_or(end, |m| end.min(m));
+        (end - 1).max(r.prompt_tokens)
     }
 
     /// The reusable cached prefix of a request's known tokens. At least the last token is
@@ -670,6 +745,10 @@ impl MockWorker {
             .get_mut(&id)
             .expect("allocate for a live request");
         let want = target_tokens.div_ceil(bs) as usize;
+        debug_assert!(
+            want as u64 <= self.args.num_gpu_blocks,
+            "request {id} outgrew the pool: admission should have rejected it"
+        );
         let reuse_end = want.min(cached_blocks as usize);
         let have = r.blocks.len();
         ensure_hashes(r, reuse_end);
@@ -1374,17 +1453,81 @@ mod tests {
         assert_eq!((w.waiting_len(), w.running_len()), (1, 0));
     }
 
+    /// Runs `arrivals` on `args` and returns each request's rejection reason (None if it was
+    /// not rejected), checking invariants after every pass.
+    fn reasons(args: EngineArgs, arrivals: Vec<MockRequest>) -> Vec<Option<&'static str>> {
+        let n = arrivals.len();
+        let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        for r in arrivals {
+            w.add_request(SimTime::ZERO, r).unwrap();
+        }
+        let mut got = vec![None; n];
+        for (_, out) in run_all(&mut w, 0) {
+            for r in &out.rejected {
+                got[r.id.0 as usize] = Some(r.reason.label());
+            }
+        }
+        got
+    }
+
     #[test]
-    fn a_request_outgrowing_the_pool_is_rejected_instead_of_stalling() {
-        // 1.6.1 aborts this replay ("effect-free zero-duration pass"); we reject the request.
+    fn a_sequence_outgrowing_the_pool_is_rejected_before_it_preempts_anyone() {
+        // 1.6.1 serves request 0 until its 21st block, preempting request 1 on the way, then
+        // aborts the replay; we reject request 0 at admission and request 1 runs untouched.
         let args = args_with(|a| a.num_gpu_blocks = 20);
-        let seen = drive(args, vec![(0, row(0, 600, 1000, &[1, 2], 64))]);
-        let s = &seen[&0];
-        assert!(s.rejected_ns.is_some() && s.done_ns.is_none());
+        let arrivals = vec![
+            (0, row(0, 600, 1000, &[1, 2], 64)),
+            (0, row(1, 600, 50, &[3, 4], 64)),
+        ];
+        let seen = drive(args, arrivals);
+        // Both are decided in the first pass; the rejection is delivered at its end.
+        assert_eq!(seen[&1].admit_ns, Some(0));
+        assert_eq!(seen[&0].rejected_ns, seen[&1].first_ns);
+        assert_eq!(seen[&0].tokens, 0);
+        assert_eq!((seen[&1].tokens, seen[&1].rejected_ns), (50, None));
+    }
+
+    #[test]
+    fn the_peak_sequence_decides_what_fits_exactly() {
+        // 20 blocks of 64 = 1280 tokens; the last output token is never computed.
+        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let fits = row(0, 600, 681, &[1, 2], 64); // peak 600 + 680 = 1280
+        let over = row(1, 600, 682, &[3, 4], 64); // peak 1281
+        let capped = args_with(|a| {
+            a.num_gpu_blocks = 20;
+            a.max_model_len = Some(1281);
+        });
         assert_eq!(
-            s.tokens,
-            20 * 64 - 600 + 1,
-            "tokens until the 21st block was needed"
+            reasons(args.clone(), vec![fits, over.clone()]),
+            vec![None, Some("sequence_exceeds_kv_pool")]
+        );
+        let under_cap = MockRequest {
+            id: RequestId(0),
+            ..over
+        };
+        assert_eq!(reasons(capped, vec![under_cap]), vec![None]);
+    }
+
+    #[test]
+    fn each_unservable_request_gets_its_reason() {
+        let args = args_with(|a| {
+            a.num_gpu_blocks = 16;
+            a.max_model_len = Some(2000);
+        });
+        let arrivals = vec![
+            row(0, 1024, 1, &[1, 2], 64),
+            row(1, 1025, 1, &[3, 4, 5], 64),
+            row(2, 1000, 100, &[6, 7], 64),
+            row(3, 2000, 1, &[8, 9, 10, 11], 64),
+        ];
+        assert_eq!(
+            reasons(args, arrivals),
+            vec![
+                None,
+                Some("prompt_exceeds_kv_pool"),
+                Some("sequence_exceeds_kv_pool"),
+                Some("prompt_exceeds_max_model_len"),
+            ]
         );
     }
 
@@ -1403,5 +1546,14 @@ mod tests {
         );
         assert_eq!(seen[&0].rejected_ns, Some(0));
         assert_eq!(seen[&1].tokens, 3);
+        let one = vec![row(0, 600, 3, &[1, 2], 64)];
+        let no_chunks = args_with(|a| {
+            a.enable_chunked_prefill = false;
+            a.max_num_batched_tokens = 256;
+        });
+        assert_eq!(
+            reasons(no_chunks, one),
+            vec![Some("prompt_exceeds_token_budget")]
+        );
     }
 }

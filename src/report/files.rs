@@ -213,6 +213,7 @@ pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
         "makespan_ms": json_f64(metrics.makespan.as_ms_f64()),
         "events": metrics.events,
         "stop_reason": metrics.stop_reason,
+        "preemptions": metrics.preemptions,
         "throughput_rps": json_f64(metrics.throughput_rps()),
         "output_tokens_per_s": json_f64(metrics.output_tokens_per_s()),
         "prefix_n": metrics.prefix_n,

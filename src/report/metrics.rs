@@ -296,6 +296,8 @@ pub struct RunMetrics {
     pub pending: u64,
     pub makespan: SimTime,
     pub events: u64,
+    /// Preemptions over all worker ranks.
+    pub preemptions: u64,
     pub stop_reason: String,
     /// Per class, the positions (1-based) of its completions in completion order, ascending.
     positions: Vec<Vec<u64>>,
@@ -348,6 +350,7 @@ impl RunMetrics {
             pending: count_status(result, "pending"),
             makespan: result.end_time,
             events: result.events,
+            preemptions: result.preemptions,
             stop_reason: result.stop_reason.to_string(),
             prefix_n,
             classes,

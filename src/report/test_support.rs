@@ -52,6 +52,7 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
         stop_reason: StopReason::Drained,
         events: 42,
         end_time,
+        preemptions: 0,
         class_names: names.iter().map(|n| n.to_string()).collect(),
         class_quanta_tokens: vec![1; names.len()],
     }

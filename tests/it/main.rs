@@ -3,6 +3,7 @@
 mod cli;
 mod fidelity;
 mod safety_bounds;
+mod safety_hang;
 mod safety_output;
 mod scenarios;
 mod sweep;

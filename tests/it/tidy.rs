@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Layer of each top-level module; a module may use only modules of lower layers.
-const LAYERS: [(&str, u8); 13] = [
+const LAYERS: [(&str, u8); 14] = [
     ("time", 0),
     ("rng", 0),
     ("bounds", 0),
@@ -15,9 +15,10 @@ const LAYERS: [(&str, u8); 13] = [
     ("sim", 3),
     ("scenario", 4),
     ("report", 4),
-    ("sweep", 5),
-    ("cli", 6),
-    ("main", 6),
+    ("pipeline", 5),
+    ("sweep", 6),
+    ("cli", 7),
+    ("main", 7),
 ];
 
 /// Uses across one layer that are allowed: the expectation syntax (`report::expect`) is the
