@@ -7,7 +7,7 @@
 //! (compare its `sim_wall_ms`). Run: `cargo bench --bench replay [-- a|b]`.
 
 use rand_distr::{Distribution, Exp};
-use routersim::cli::{ReplaySetup, run_replay};
+use routersim::pipeline::{self, ReplaySetup, RunSpec};
 use routersim::mocker::EngineArgs;
 use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
@@ -84,7 +84,9 @@ fn main() {
             seed: 0,
         };
         let started = Instant::now();
-        let result = run_replay(&setup).expect("the bench trace replays");
+        let result = pipeline::execute(&RunSpec::from_replay(&setup))
+            .expect("the bench trace replays")
+            .result;
         let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
         println!(
             "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; wall {:.0} ms, {:.0} simulated requests/s ({})",

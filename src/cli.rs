@@ -1,26 +1,21 @@
 //! The command line: clap commands, and the mapping of errors to exit codes (0, 1, 2).
 
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS};
-use crate::engine::{Limits, StopReason};
+use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
+use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
 use crate::report;
-use crate::report::evaluate::{ExpectationOutcome, evaluate, format_outcome};
+use crate::report::evaluate::{ExpectationOutcome, format_outcome};
 use crate::report::junit::{JunitSuite, junit_xml};
-use crate::report::metrics::RunMetrics;
 use crate::report::output::{self, OutputKind};
 use crate::scenario::{self, FileKind, Scenario};
 use crate::scheduling::policy::{self, PolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::SchedulerConfig;
-use crate::sim::{self, RouterMode, SimConfig, TransportDelays};
+use crate::sim::{self, RouterMode};
 use crate::sweep;
-use crate::time::{SimDuration, format_ms};
-use crate::workload::RequestSpec;
-use crate::workload::trace::{self, TraceReader};
+use crate::time::format_ms;
+use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
@@ -248,66 +243,13 @@ fn parse_overrides(set: &[String]) -> Result<Vec<(String, String)>, CliError> {
         .collect()
 }
 
-/// A scenario run and its metrics.
-struct ScenarioRun {
-    scenario: Scenario,
-    seed: u64,
-    result: sim::SimResult,
-    metrics: RunMetrics,
-}
-
-/// Loads, validates and runs one scenario.
-fn run_scenario(
-    path: &Path,
-    overrides: &[(String, String)],
-    seed: Option<u64>,
-) -> Result<ScenarioRun, CliError> {
-    let scenario = Scenario::load_with_overrides(path, overrides).map_err(input)?;
-    run_loaded(scenario, seed)
-}
-
-/// Runs a loaded scenario.
-fn run_loaded(scenario: Scenario, seed: Option<u64>) -> Result<ScenarioRun, CliError> {
-    let path = scenario.file().to_path_buf();
-    for (index, e) in scenario.expectations().iter().enumerate() {
-        report::expect::validate_expectation(e, scenario.class_names())
-            .map_err(|err| CliError::Input(format!("{}: expect.{index}.{err}", path.display())))?;
-    }
-    let seed = seed.unwrap_or(scenario.seed());
-    let requests = scenario.requests(seed).map_err(input)?;
-    let result = sim::run(scenario.sim_config(seed), requests.into_iter())
-        .map_err(|e| CliError::Bug(e.to_string()))?;
-    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
-    Ok(ScenarioRun {
-        scenario,
-        seed,
-        result,
-        metrics,
-    })
-}
-
-/// Runs the companions named by `minus:` and returns their metrics keyed as written.
-fn companion_metrics(run: &ScenarioRun) -> Result<BTreeMap<String, RunMetrics>, CliError> {
-    let dir = run.scenario.file().parent().unwrap_or(Path::new("."));
-    let mut out = BTreeMap::new();
-    for e in run.scenario.expectations() {
-        if let Some(name) = &e.minus
-            && !out.contains_key(name)
-        {
-            let companion = run_scenario(&dir.join(name), &[], None)?;
-            out.insert(name.clone(), companion.metrics);
+impl From<RunError> for CliError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Input(message) => CliError::Input(message),
+            RunError::Bug(violation) => CliError::Bug(violation.to_string()),
         }
     }
-    Ok(out)
-}
-
-fn evaluate_expectations(run: &ScenarioRun) -> Result<Vec<ExpectationOutcome>, CliError> {
-    let companions = companion_metrics(run)?;
-    Ok(evaluate(
-        run.scenario.expectations(),
-        &run.metrics,
-        &companions,
-    ))
 }
 
 fn run(args: &RunArgs) -> Result<(), CliError> {
@@ -320,14 +262,18 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| Path::new("results").join(scenario.name()));
     let target =
         output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
-    let run = run_loaded(scenario, args.seed)?;
-    let outcomes = evaluate_expectations(&run)?;
+    let judgement = Judgement::new(scenario)?;
+    let JudgedRun {
+        spec,
+        output: run,
+        outcomes,
+    } = judgement.run(0, 1, args.seed)?;
     let meta = serde_json::json!({
         "command": "run",
-        "scenario": run.scenario.name(),
-        "scenario_hash": run.scenario.source_hash(),
+        "scenario": spec.name,
+        "scenario_hash": judgement.scenario.source_hash(),
         "overrides": args.set,
-        "seed": run.seed,
+        "seed": spec.seed(),
         "version": env!("CARGO_PKG_VERSION"),
     });
     let files = report::run_files(&run.result, &run.metrics, &meta)
@@ -336,7 +282,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     if args.quiet {
         return no_progress_error(&run.result);
     }
-    println!("{} (seed {})", run.scenario.name(), run.seed);
+    println!("{} (seed {})", spec.name, spec.seed());
     print!("{}", report::table::class_table(&run.metrics));
     if !outcomes.is_empty() {
         let passed = outcomes.iter().filter(|o| o.passed).count();
@@ -407,22 +353,27 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     let overrides = parse_overrides(&args.set)?;
     let mut suites = Vec::new();
     for path in &args.scenarios {
-        let run = run_scenario(path, &overrides, None)?;
+        let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
+        let judgement = Judgement::new(scenario)?;
+        let JudgedRun {
+            spec,
+            output: run,
+            mut outcomes,
+        } = judgement.run(0, 1, None)?;
         no_progress_error(&run.result)
             .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
-        let mut outcomes = evaluate_expectations(&run)?;
         outcomes.extend(limit_outcome(&run.result));
         println!(
             "{} (seed {}): {} expectations",
             path.display(),
-            run.seed,
+            spec.seed(),
             outcomes.len()
         );
         for o in &outcomes {
             println!("  {}", format_outcome(o));
         }
         suites.push(JunitSuite {
-            name: run.scenario.name().to_string(),
+            name: spec.name.clone(),
             outcomes,
         });
     }
@@ -451,58 +402,6 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
     let text = crate::bounds::read_to_string_capped(Path::new(value), MAX_INPUT_FILE_BYTES)
         .map_err(|e| CliError::Input(format!("{flag} {value}: {e}")))?;
     Ok((value.to_string(), text))
-}
-
-/// Everything a trace replay needs, validated.
-#[derive(Clone, Debug)]
-pub struct ReplaySetup {
-    pub trace: PathBuf,
-    pub trace_block_size: u64,
-    pub policy: Option<PolicyConfig>,
-    pub router: RouterConfig,
-    pub engine: EngineArgs,
-    pub workers: u32,
-    pub router_mode: RouterMode,
-    pub seed: u64,
-}
-
-/// Validates the whole trace, then replays it (streaming when it is in time order).
-pub fn run_replay(setup: &ReplaySetup) -> Result<sim::SimResult, CliError> {
-    let trace_name = setup.trace.display().to_string();
-    let open = || -> Result<BufReader<File>, CliError> {
-        File::open(&setup.trace)
-            .map(BufReader::new)
-            .map_err(|e| CliError::Input(format!("{trace_name}: {e}")))
-    };
-    let summary = trace::scan(open()?, &trace_name, setup.trace_block_size).map_err(input)?;
-    let reader = TraceReader::new(open()?, &trace_name, setup.trace_block_size)
-        .with_origin_ms(summary.origin_ms);
-    let requests: Box<dyn Iterator<Item = RequestSpec>> = if summary.sorted {
-        Box::new(reader.map(|r| r.expect("validated by the scan")))
-    } else {
-        let mut all: Vec<RequestSpec> = reader.map(|r| r.expect("validated by the scan")).collect();
-        all.sort_by_key(|r| (r.arrival, r.row));
-        Box::new(all.into_iter())
-    };
-    let block_size = setup.engine.block_size;
-    let config = SimConfig {
-        scheduler: SchedulerConfig::new(
-            setup.router.clone(),
-            setup.policy.as_ref(),
-            None,
-            block_size,
-            setup.seed,
-        ),
-        worker_count: setup.workers,
-        router_mode: setup.router_mode,
-        delays: TransportDelays::default(),
-        limits: Limits::default(),
-        tick_interval: SimDuration::from_ms(60_000),
-        check_every_event: false,
-        seed: setup.seed,
-        engine: setup.engine.clone(),
-    };
-    sim::run(config, requests).map_err(|e| CliError::Bug(e.to_string()))
 }
 
 /// The files a replay reads (`--engine` and `--router` may be inline JSON instead).
@@ -584,7 +483,10 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         },
         seed: args.seed,
     };
-    let result = run_replay(&setup)?;
+    let RunOutput {
+        result,
+        metrics,
+    } = pipeline::execute(&RunSpec::from_replay(&setup))?;
     let trace_name = args.trace.display().to_string();
     let meta = serde_json::json!({
         "command": "replay",
@@ -593,7 +495,6 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         "seed": args.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
     let files =
         report::run_files(&result, &metrics, &meta).map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;
