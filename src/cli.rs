@@ -329,8 +329,13 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         "seed": run.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files = report::run_files(&run.result, &run.metrics, &meta)
-        .map_err(|e| CliError::Bug(e.to_string()))?;
+    let files = report::run_files(
+        &run.result,
+        &run.metrics,
+        &meta,
+        run.scenario.expectations(),
+    )
+    .map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;
     if args.quiet {
         return Ok(());
@@ -533,8 +538,8 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         "version": env!("CARGO_PKG_VERSION"),
     });
     let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
-    let files =
-        report::run_files(&result, &metrics, &meta).map_err(|e| CliError::Bug(e.to_string()))?;
+    let files = report::run_files(&result, &metrics, &meta, &[])
+        .map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));
