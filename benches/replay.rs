@@ -7,8 +7,8 @@
 //! (compare its `sim_wall_ms`). Run: `cargo bench --bench replay [-- a|b]`.
 
 use rand_distr::{Distribution, Exp};
-use routersim::pipeline::{self, ReplaySetup, RunSpec};
 use routersim::mocker::EngineArgs;
+use routersim::pipeline::{self, ReplaySetup, RunSpec};
 use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
 use std::io::Write;

@@ -276,8 +276,13 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         "seed": spec.seed(),
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files = report::run_files(&run.result, &run.metrics, &meta)
-        .map_err(|e| CliError::Bug(e.to_string()))?;
+    let files = report::run_files(
+        &run.result,
+        &run.metrics,
+        &meta,
+        judgement.scenario.expectations(),
+    )
+    .map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
@@ -483,10 +488,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         },
         seed: args.seed,
     };
-    let RunOutput {
-        result,
-        metrics,
-    } = pipeline::execute(&RunSpec::from_replay(&setup))?;
+    let RunOutput { result, metrics } = pipeline::execute(&RunSpec::from_replay(&setup))?;
     let trace_name = args.trace.display().to_string();
     let meta = serde_json::json!({
         "command": "replay",
@@ -495,8 +497,8 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         "seed": args.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files =
-        report::run_files(&result, &metrics, &meta).map_err(|e| CliError::Bug(e.to_string()))?;
+    let files = report::run_files(&result, &metrics, &meta, &[])
+        .map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));

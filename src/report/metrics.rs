@@ -249,6 +249,19 @@ pub struct BacklogWindow {
     pub service_tokens: Vec<u64>,
     /// Each class's ideal DRR entitlement of that service, in tokens.
     pub ideal_tokens: Vec<f64>,
+    /// The dispatches counted in the window, in time order (their sums are the two above).
+    pub credits: Vec<Credit>,
+}
+
+/// One dispatch counted in a backlogged window, with its ideal split among the classes
+/// backlogged at that moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Credit {
+    pub time: SimTime,
+    pub class: usize,
+    pub tokens: u64,
+    /// Per class, its ideal DRR part of `tokens`.
+    pub ideal_tokens: Vec<f64>,
 }
 
 impl BacklogWindow {
@@ -312,17 +325,19 @@ impl RunMetrics {
     /// `result.class_names`); a missing entry counts as quantum 1.
     pub fn compute(result: &SimResult, quanta_tokens: &[u64]) -> RunMetrics {
         let class_count = result.class_names.len();
+        let records = with_resolved_classes(&result.records, &result.class_names);
+        let records = records.as_ref();
         let mut classes = class_shells(result, quanta_tokens);
-        count_requests(&result.records, &mut classes);
+        count_requests(records, &mut classes);
         set_ideal_shares(&mut classes);
-        set_latencies(&result.records, &mut classes);
-        let completions = completion_order(&result.records, class_count);
-        let dispatches = dispatch_order(&result.records, class_count);
+        set_latencies(records, &mut classes);
+        let completions = completion_order(records, class_count);
+        let dispatches = dispatch_order(records, class_count);
         for d in &dispatches {
             classes[d.class].service_tokens += d.uncached_tokens;
         }
         let quanta: Vec<u64> = classes.iter().map(|c| c.quantum_tokens).collect();
-        let windows = backlog_windows(&result.records, &dispatches, &quanta, result.end_time);
+        let windows = backlog_windows(records, &dispatches, &quanta, result.end_time);
         for w in &windows {
             for (c, class) in classes.iter_mut().enumerate() {
                 class.backlogged_service_tokens += w.service_tokens[c];
@@ -335,7 +350,7 @@ impl RunMetrics {
                 positions[class].push(c.index);
             }
         }
-        let (arrivals, ended_unserved) = arrivals_and_unserved_ends(&result.records, class_count);
+        let (arrivals, ended_unserved) = arrivals_and_unserved_ends(records, class_count);
         let prefix_n = classes
             .iter()
             .filter(|c| c.requests > 0)
@@ -496,6 +511,16 @@ impl RunMetrics {
         (sum_sq > 0.0).then(|| sum * sum / (xs.len() as f64 * sum_sq))
     }
 
+    /// Whether two or more classes were ever backlogged together while service was dispatched
+    /// (some backlogged window carried service). Only then do the ideal DRR split and the
+    /// first-N shares compare scheduling with its configured weights: a class that is never
+    /// backlogged gets what it asks for, whatever its quantum.
+    pub fn classes_backlogged_together(&self) -> bool {
+        self.windows
+            .iter()
+            .any(|w| w.service_tokens.iter().any(|&t| t > 0))
+    }
+
     /// A latency statistic of `class` in milliseconds.
     pub fn latency_ms(&self, class: usize, metric: LatencyMetric) -> Option<f64> {
         let ns = self
@@ -541,6 +566,33 @@ fn class_shells(result: &SimResult, quanta_tokens: &[u64]) -> Vec<ClassMetrics> 
             ..ClassMetrics::default()
         })
         .collect()
+}
+
+/// The class a request counts in: the one the router resolved, else the class it named, else
+/// the only class there is. Without the router (round-robin mode) nothing is resolved, yet a
+/// request of a run with one class (the synthetic `default`) or naming its class plainly
+/// belongs to it.
+pub fn resolved_class(record: &RequestRecord, class_names: &[String]) -> Option<usize> {
+    record.class_index.or_else(|| match &record.policy_class {
+        Some(name) => class_names.iter().position(|c| c == name),
+        None => (class_names.len() == 1).then_some(0),
+    })
+}
+
+/// `records` with every request's class resolved (see [`resolved_class`]); borrowed when the
+/// router resolved them all, as it does in KV-router mode.
+fn with_resolved_classes<'a>(
+    records: &'a [RequestRecord],
+    class_names: &[String],
+) -> std::borrow::Cow<'a, [RequestRecord]> {
+    if records.iter().all(|r| r.class_index.is_some()) {
+        return std::borrow::Cow::Borrowed(records);
+    }
+    let resolve = |r: &RequestRecord| RequestRecord {
+        class_index: resolved_class(r, class_names),
+        ..r.clone()
+    };
+    std::borrow::Cow::Owned(records.iter().map(resolve).collect())
 }
 
 fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
@@ -750,7 +802,7 @@ pub fn backlog_windows(
                 if let Some(w) = open.as_mut()
                     && backlog[e.class] > 0
                 {
-                    credit(w, &backlog, quanta_tokens, e.class, e.tokens);
+                    credit(w, &backlog, quanta_tokens, &e);
                 }
             }
             SweepKind::BacklogEnd => {
@@ -766,6 +818,7 @@ pub fn backlog_windows(
                 end: e.time,
                 service_tokens: vec![0; class_count],
                 ideal_tokens: vec![0.0; class_count],
+                credits: Vec::new(),
             });
         } else if backlogged < 2
             && let Some(mut w) = open.take()
@@ -778,17 +831,25 @@ pub fn backlog_windows(
     windows
 }
 
-/// Credits `tokens` dispatched for `class` to window `w`, splitting the ideal among the
-/// classes backlogged now in proportion to their quanta.
-fn credit(w: &mut BacklogWindow, backlog: &[u64], quanta: &[u64], class: usize, tokens: u64) {
-    w.service_tokens[class] += tokens;
+/// Credits dispatch `d` to window `w`, splitting the ideal among the classes backlogged now
+/// in proportion to their quanta.
+fn credit(w: &mut BacklogWindow, backlog: &[u64], quanta: &[u64], d: &SweepEvent) {
+    w.service_tokens[d.class] += d.tokens;
     let active_quanta: u64 = (0..backlog.len())
         .filter(|&c| backlog[c] > 0)
         .map(|c| quanta[c])
         .sum();
+    let mut ideal_tokens = vec![0.0; backlog.len()];
     for c in (0..backlog.len()).filter(|&c| backlog[c] > 0) {
-        w.ideal_tokens[c] += tokens as f64 * quanta[c] as f64 / active_quanta as f64;
+        ideal_tokens[c] = d.tokens as f64 * quanta[c] as f64 / active_quanta as f64;
+        w.ideal_tokens[c] += ideal_tokens[c];
     }
+    w.credits.push(Credit {
+        time: d.time,
+        class: d.class,
+        tokens: d.tokens,
+        ideal_tokens,
+    });
 }
 
 #[cfg(test)]
@@ -981,6 +1042,29 @@ mod tests {
             assert!((got - want).abs() < 1e-9, "{got} vs {want}");
         }
         assert!(m.jain_index().unwrap() < 1.0);
+    }
+
+    #[test]
+    fn issue_10_requests_without_class_count_in_default() {
+        // Round-robin mode never asks the router, so no record carries a resolved class.
+        let unresolved = |row| RequestRecord {
+            class_index: None,
+            ..done(row, 0, Path::Immediate, [0, 0, 10 + row])
+        };
+        let result = result_of(&["default"], (0..10).map(unresolved).collect());
+        let m = RunMetrics::compute(&result, &[1]);
+        let default = &m.classes[0];
+        assert_eq!((m.requests, m.completed), (10, 10));
+        assert_eq!((default.requests, default.completed), (10, 10));
+        assert_eq!(default.latencies.e2e.count, 10);
+        assert_eq!(m.prefix_counts(10), [10]);
+        // With several classes, a request that names one counts in it; one that names none
+        // cannot be placed without the router's profile.
+        let mut named = unresolved(0);
+        named.policy_class = Some("b".into());
+        let result = result_of(&["a", "b"], vec![named, unresolved(1)]);
+        let m = RunMetrics::compute(&result, &[1, 1]);
+        assert_eq!((m.classes[0].requests, m.classes[1].requests), (0, 1));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! [`run_files`] (every result file) and [`table::class_table`] (the terminal); for
 //! `check`, [`evaluate::evaluate`], [`evaluate::format_outcome`] and [`junit::junit_xml`].
 
+pub mod chart;
 pub mod evaluate;
 pub mod expect;
 pub mod files;
@@ -41,14 +42,16 @@ pub fn data_files(
 }
 
 /// Every file of a run: [`data_files`] then every plot as PNG and SVG
-/// ([`plots::render_all`]). Hand the result to [`output::write_dir`].
+/// ([`plots::render_all`], which draws the latency bounds among `expectations`; pass none
+/// for a run without a scenario). Hand the result to [`output::write_dir`].
 pub fn run_files(
     result: &SimResult,
     metrics: &metrics::RunMetrics,
     meta: &serde_json::Value,
-) -> Result<Vec<(String, Vec<u8>)>, plots::PlotError> {
+    expectations: &[expect::RawExpectation],
+) -> Result<Vec<(String, Vec<u8>)>, chart::PlotError> {
     let mut all = data_files(result, metrics, meta);
-    all.extend(plots::render_all(metrics)?);
+    all.extend(plots::render_all(metrics, expectations)?);
     Ok(all)
 }
 
@@ -86,8 +89,7 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(REQUEST_COLUMNS).expect("writing to memory");
     for r in rows {
-        let class = r
-            .class_index
+        let class = metrics::resolved_class(r, &result.class_names)
             .map(|i| result.class_names[i].as_str())
             .unwrap_or("");
         let reason = match &r.status {

@@ -1,125 +1,41 @@
-//! Plots of a run, as PNG and SVG bytes rendered in memory with an embedded font (DejaVu Sans).
+//! Plots of a run, built as [`Chart`]s (see [`super::chart`], which also renders them).
 //!
-//! Each plot is first built as a [`Chart`] (pure data: title, axes, series), then rendered by
-//! [`render`]. Class colours come from one palette indexed by class, so a class has the same
-//! colour in every plot; ideal lines are dashed in their class's colour.
+//! Completions against completion index and time, each class's share of the token service
+//! while classes are backlogged together, and TTFT and end-to-end CDFs on log axes with the
+//! scenario's latency expectations as labelled lines. Ideal DRR lines are drawn only for runs
+//! in which classes were backlogged together ([`RunMetrics::classes_backlogged_together`]):
+//! elsewhere a class gets what it asks for and the fluid split says nothing.
 
-use super::metrics::RunMetrics;
-use plotters::coord::Shift;
-use plotters::prelude::*;
-use plotters::style::FontStyle;
-
-/// Image size in pixels of every plot.
-pub const PLOT_SIZE_PX: (u32, u32) = (960, 600);
-
-/// The most points a series is drawn with (longer series are thinned evenly, keeping the
-/// first and last point), so plots of huge runs stay small.
-pub const MAX_POINTS_PER_SERIES: usize = 2000;
-
-/// Class colours (a colour-blind-friendly palette), by class index modulo its length.
-pub const PALETTE: [RGBColor; 8] = [
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(230, 159, 0),
-    RGBColor(86, 180, 233),
-    RGBColor(120, 120, 120),
-    RGBColor(240, 228, 66),
-];
-
-/// The output image format.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum PlotFormat {
-    Png,
-    Svg,
-}
-
-impl PlotFormat {
-    /// The file extension, without the dot.
-    pub fn extension(self) -> &'static str {
-        match self {
-            PlotFormat::Png => "png",
-            PlotFormat::Svg => "svg",
-        }
-    }
-}
-
-/// A plot could not be drawn (a bug in the chart or the backend, never bad user input).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlotError(pub String);
-
-impl std::fmt::Display for PlotError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "plot: {}", self.0)
-    }
-}
-
-impl std::error::Error for PlotError {}
-
-fn plot_error(e: impl std::fmt::Display) -> PlotError {
-    PlotError(e.to_string())
-}
-
-/// One line of a chart.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Series {
-    /// The legend text.
-    pub label: String,
-    /// The class index, which picks the colour.
-    pub class: usize,
-    /// Dashed (ideal lines) or solid (measurements).
-    pub dashed: bool,
-    pub points: Vec<(f64, f64)>,
-}
-
-/// Where the legend goes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum LegendCorner {
-    UpperLeft,
-    UpperRight,
-    LowerRight,
-}
-
-/// A line chart, ready to render.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Chart {
-    /// The file stem, e.g. `completions_by_index`.
-    pub name: String,
-    pub title: String,
-    pub x_label: String,
-    pub y_label: String,
-    pub x_range: (f64, f64),
-    pub y_range: (f64, f64),
-    pub series: Vec<Series>,
-    pub legend: LegendCorner,
-    /// Decimals of the tick labels on each axis (0 for counts and ms, 1 for shares).
-    pub x_decimals: usize,
-    pub y_decimals: usize,
-}
+use super::chart::{
+    Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
+};
+use super::expect::RawExpectation;
+use super::metrics::{LatencyKind, LatencyMetric, RunMetrics};
 
 /// Every plot of a run, in both formats: (file name, bytes), e.g.
-/// `("completions_by_index.png", ...)`.
-pub fn render_all(metrics: &RunMetrics) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+/// `("completions_by_index.png", ...)`. `expectations` are the scenario's (none for a
+/// replay); its latency bounds are drawn on the matching CDF.
+pub fn render_all(
+    metrics: &RunMetrics,
+    expectations: &[RawExpectation],
+) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let mut files = Vec::new();
-    for chart in all_charts(metrics) {
-        for format in [PlotFormat::Png, PlotFormat::Svg] {
-            let name = format!("{}.{}", chart.name, format.extension());
-            files.push((name, render(&chart, format)?));
-        }
+    for chart in all_charts(metrics, expectations) {
+        files.extend(render_files(&chart.name, &chart)?);
     }
     Ok(files)
 }
 
 /// The charts of a run: cumulative completions against completion index and against time
-/// (with ideal DRR lines), token-service share over time, TTFT and end-to-end CDFs.
-pub fn all_charts(metrics: &RunMetrics) -> Vec<Chart> {
+/// (with ideal DRR lines where they apply), token-service share while backlogged, TTFT and
+/// end-to-end CDFs.
+pub fn all_charts(metrics: &RunMetrics, expectations: &[RawExpectation]) -> Vec<Chart> {
     vec![
         completions_by_index(metrics),
         completions_by_time(metrics),
         token_share_over_time(metrics),
-        latency_cdf(metrics, CdfKind::Ttft),
-        latency_cdf(metrics, CdfKind::E2e),
+        latency_cdf(metrics, CdfKind::Ttft, expectations),
+        latency_cdf(metrics, CdfKind::E2e, expectations),
     ]
 }
 
@@ -172,20 +88,6 @@ pub fn ideal_completion_curve(metrics: &RunMetrics) -> Vec<Vec<f64>> {
     curve
 }
 
-/// Keeps at most [`MAX_POINTS_PER_SERIES`] points, evenly spaced, always the last.
-fn thin(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
-    if points.len() <= MAX_POINTS_PER_SERIES {
-        return points;
-    }
-    let step = points.len().div_ceil(MAX_POINTS_PER_SERIES);
-    let last = *points.last().expect("non-empty");
-    let mut kept: Vec<(f64, f64)> = points.into_iter().step_by(step).collect();
-    if kept.last() != Some(&last) {
-        kept.push(last);
-    }
-    kept
-}
-
 /// Cumulative completions of each class, as (completion position, count) from (0, 0).
 fn cumulative_by_index(metrics: &RunMetrics, class: usize) -> Vec<(f64, f64)> {
     let mut count = 0.0;
@@ -209,137 +111,154 @@ fn max_completed(metrics: &RunMetrics) -> f64 {
         .unwrap_or(0) as f64
 }
 
-/// Cumulative completions per class against completion index, with each class's ideal DRR
-/// line (see [`ideal_completion_curve`]).
-pub fn completions_by_index(metrics: &RunMetrics) -> Chart {
-    let ideal = ideal_completion_curve(metrics);
-    let mut series = Vec::new();
-    for c in active_classes(metrics) {
-        let name = &metrics.classes[c].name;
-        series.push(Series {
-            label: name.clone(),
-            class: c,
-            dashed: false,
-            points: thin(cumulative_by_index(metrics, c)),
-        });
-        let ideal_points = ideal[c]
-            .iter()
-            .enumerate()
-            .map(|(k, &v)| (k as f64, v))
-            .collect();
-        series.push(Series {
-            label: format!("{name} ideal DRR, if backlogged"),
-            class: c,
-            dashed: true,
-            points: thin(ideal_points),
-        });
-    }
-    Chart {
-        name: "completions_by_index".into(),
-        title: "Cumulative completions per class vs completion order".into(),
-        x_label: "completion index (all classes)".into(),
-        y_label: "completions of the class".into(),
-        x_range: (0.0, (metrics.completions.len() as f64).max(1.0)),
-        y_range: (0.0, max_completed(metrics).max(1.0) * 1.05),
-        series,
-        legend: LegendCorner::UpperLeft,
-        x_decimals: 0,
-        y_decimals: 0,
-    }
+/// The ideal DRR completion curve, if it applies to this run.
+fn applicable_ideal(metrics: &RunMetrics) -> Option<Vec<Vec<f64>>> {
+    metrics
+        .classes_backlogged_together()
+        .then(|| ideal_completion_curve(metrics))
 }
 
-/// Cumulative completions per class against simulated time, with the ideal DRR line placed at
-/// the time of each completion.
+fn ideal_label(name: &str) -> String {
+    format!("{name} ideal DRR, if backlogged")
+}
+
+/// Cumulative completions per class against completion index, with each class's ideal DRR
+/// line (see [`ideal_completion_curve`]) where it applies.
+pub fn completions_by_index(metrics: &RunMetrics) -> Chart {
+    let x = Axis::linear(
+        "completion index (all classes)",
+        (0.0, (metrics.completions.len() as f64).max(1.0)),
+    );
+    let y = Axis::linear(
+        "completions of the class",
+        (0.0, max_completed(metrics).max(1.0) * 1.05),
+    );
+    let title = "Cumulative completions per class vs completion order";
+    let mut chart = Chart::new("completions_by_index", title, x, y, LegendCorner::UpperLeft);
+    let ideal = applicable_ideal(metrics);
+    for c in active_classes(metrics) {
+        let name = &metrics.classes[c].name;
+        let measured = cumulative_by_index(metrics, c);
+        chart
+            .series
+            .push(Series::measured(name.clone(), c, measured));
+        if let Some(ideal) = &ideal {
+            let points = ideal[c].iter().enumerate().map(|(k, &v)| (k as f64, v));
+            chart
+                .series
+                .push(Series::ideal(ideal_label(name), c, points.collect()));
+        }
+    }
+    chart
+}
+
+/// Cumulative completions per class against simulated time, with the ideal DRR line (where it
+/// applies) placed at the time of each completion.
 pub fn completions_by_time(metrics: &RunMetrics) -> Chart {
-    let ideal = ideal_completion_curve(metrics);
     let times: Vec<f64> = std::iter::once(0.0)
         .chain(metrics.completions.iter().map(|c| c.time.as_ms_f64()))
         .collect();
-    let mut series = Vec::new();
+    let end_ms = times.last().copied().unwrap_or(0.0).max(1e-3);
+    let x = Axis::linear("simulated time (ms)", (0.0, end_ms));
+    let y = Axis::linear(
+        "completions of the class",
+        (0.0, max_completed(metrics).max(1.0) * 1.05),
+    );
+    let title = "Cumulative completions per class vs simulated time";
+    let mut chart = Chart::new("completions_by_time", title, x, y, LegendCorner::UpperLeft);
+    let ideal = applicable_ideal(metrics);
     for c in active_classes(metrics) {
         let name = &metrics.classes[c].name;
         let measured = cumulative_by_index(metrics, c)
             .into_iter()
-            .map(|(k, v)| (times[k as usize], v))
-            .collect();
-        series.push(Series {
-            label: name.clone(),
-            class: c,
-            dashed: false,
-            points: thin(measured),
-        });
-        let ideal_points = ideal[c].iter().zip(&times).map(|(&v, &t)| (t, v)).collect();
-        series.push(Series {
-            label: format!("{name} ideal DRR, if backlogged"),
-            class: c,
-            dashed: true,
-            points: thin(ideal_points),
-        });
+            .map(|(k, v)| (times[k as usize], v));
+        chart
+            .series
+            .push(Series::measured(name.clone(), c, measured.collect()));
+        if let Some(ideal) = &ideal {
+            let points = ideal[c].iter().zip(&times).map(|(&v, &t)| (t, v));
+            chart
+                .series
+                .push(Series::ideal(ideal_label(name), c, points.collect()));
+        }
     }
-    Chart {
-        name: "completions_by_time".into(),
-        title: "Cumulative completions per class vs simulated time".into(),
-        x_label: "simulated time (ms)".into(),
-        y_label: "completions of the class".into(),
-        x_range: (0.0, times.last().copied().unwrap_or(0.0).max(1e-3)),
-        y_range: (0.0, max_completed(metrics).max(1.0) * 1.05),
-        series,
-        legend: LegendCorner::UpperLeft,
-        x_decimals: 0,
-        y_decimals: 0,
-    }
+    chart
 }
 
-/// Each class's share of the uncached-token service dispatched so far, against simulated
-/// time, with its ideal DRR share dashed.
-pub fn token_share_over_time(metrics: &RunMetrics) -> Chart {
+/// Points of a line.
+type Line = Vec<(f64, f64)>;
+
+/// Per class, its cumulative share of the service dispatched in backlogged windows and its
+/// cumulative ideal share there, at each counted dispatch; a NaN point separates windows.
+fn backlogged_share_curves(metrics: &RunMetrics) -> Vec<(Line, Line)> {
     let classes = metrics.classes.len();
-    let mut cumulative = vec![0u64; classes];
-    let mut points: Vec<Vec<(f64, f64)>> = vec![Vec::new(); classes];
-    for d in &metrics.dispatches {
-        cumulative[d.class] += d.uncached_tokens;
-        let total: u64 = cumulative.iter().sum();
-        if total == 0 {
+    let mut service = vec![0u64; classes];
+    let mut ideal = vec![0.0; classes];
+    let mut curves = vec![(Vec::new(), Vec::new()); classes];
+    for (i, w) in metrics.windows.iter().enumerate() {
+        if i > 0 {
+            let gap = (w.start.as_ms_f64(), f64::NAN);
+            for (measured, ideal) in &mut curves {
+                measured.push(gap);
+                ideal.push(gap);
+            }
+        }
+        for credit in &w.credits {
+            service[credit.class] += credit.tokens;
+            ideal
+                .iter_mut()
+                .zip(&credit.ideal_tokens)
+                .for_each(|(a, b)| *a += b);
+            let total: u64 = service.iter().sum();
+            if total == 0 {
+                continue;
+            }
+            let t = credit.time.as_ms_f64();
+            for (c, (m, d)) in curves.iter_mut().enumerate() {
+                m.push((t, service[c] as f64 / total as f64));
+                d.push((t, ideal[c] / total as f64));
+            }
+        }
+    }
+    curves
+}
+
+/// Each class's share of the uncached-token service dispatched while two or more classes were
+/// backlogged (cumulative over those windows, which are shaded), against its ideal DRR share
+/// there (dashed; it follows which classes were backlogged). Its last value is the
+/// `backlogged_share` of `classes.csv`. Outside the windows no class competes, so no share
+/// is drawn there.
+pub fn token_share_over_time(metrics: &RunMetrics) -> Chart {
+    let end_ms = metrics.makespan.as_ms_f64().max(1e-3);
+    let x = Axis::linear("simulated time (ms)", (0.0, end_ms));
+    let y = Axis::linear("cumulative share of backlogged service", (0.0, 1.0));
+    let title = match metrics.classes_backlogged_together() {
+        true => "Share of uncached-token service while classes are backlogged together",
+        false => "Token-service share: classes were never backlogged together",
+    };
+    let mut chart = Chart::new("token_share", title, x, y, LegendCorner::UpperRight);
+    chart.shading = Some(Shading {
+        label: "two or more classes backlogged".into(),
+        windows: metrics
+            .windows
+            .iter()
+            .map(|w| (w.start.as_ms_f64(), w.end.as_ms_f64()))
+            .collect(),
+    });
+    let mut curves = backlogged_share_curves(metrics);
+    for c in active_classes(metrics) {
+        let name = &metrics.classes[c].name;
+        let (measured, ideal) = std::mem::take(&mut curves[c]);
+        if measured.is_empty() {
             continue;
         }
-        let t = d.time.as_ms_f64();
-        for (c, p) in points.iter_mut().enumerate() {
-            p.push((t, cumulative[c] as f64 / total as f64));
-        }
+        chart
+            .series
+            .push(Series::measured(name.clone(), c, measured));
+        let label = format!("{name} ideal DRR share");
+        chart.series.push(Series::ideal(label, c, ideal));
     }
-    let end_ms = metrics
-        .dispatches
-        .last()
-        .map_or(0.0, |d| d.time.as_ms_f64())
-        .max(1e-3);
-    let mut series = Vec::new();
-    for c in active_classes(metrics) {
-        let class = &metrics.classes[c];
-        series.push(Series {
-            label: class.name.clone(),
-            class: c,
-            dashed: false,
-            points: thin(std::mem::take(&mut points[c])),
-        });
-        series.push(Series {
-            label: format!("{} ideal DRR share", class.name),
-            class: c,
-            dashed: true,
-            points: vec![(0.0, class.ideal_share), (end_ms, class.ideal_share)],
-        });
-    }
-    Chart {
-        name: "token_share".into(),
-        title: "Share of uncached-token service dispatched so far".into(),
-        x_label: "simulated time (ms)".into(),
-        y_label: "share of service".into(),
-        x_range: (0.0, end_ms),
-        y_range: (0.0, 1.0),
-        series,
-        legend: LegendCorner::UpperRight,
-        x_decimals: 0,
-        y_decimals: 1,
-    }
+    chart
 }
 
 /// Which latency a CDF shows.
@@ -349,14 +268,82 @@ pub enum CdfKind {
     E2e,
 }
 
-/// The empirical CDF of a latency per class.
-pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind) -> Chart {
+impl CdfKind {
+    /// The latency it shows.
+    pub fn latency(self) -> LatencyKind {
+        match self {
+            CdfKind::Ttft => LatencyKind::Ttft,
+            CdfKind::E2e => LatencyKind::E2e,
+        }
+    }
+}
+
+/// A number as short as it can be written: `2500`, `0.25`.
+fn number_label(value: f64) -> String {
+    match value.fract() == 0.0 && value.abs() < 1e15 {
+        true => format!("{value:.0}"),
+        false => value.to_string(),
+    }
+}
+
+/// The scenario's latency bounds on metrics that `wanted` accepts, as labelled lines running
+/// in `direction` (vertical on a CDF's latency x axis, horizontal on a sweep's latency y axis),
+/// e.g. "gold ttft p99 ≤ 2500 ms". A `within` bound gives two lines; a difference with a
+/// companion scenario (`minus:`) is no latency of this run and gives none.
+pub fn latency_references(
+    expectations: &[RawExpectation],
+    class_names: &[String],
+    wanted: impl Fn(LatencyMetric) -> bool,
+    direction: Direction,
+) -> Vec<ReferenceLine> {
+    let mut lines = Vec::new();
+    for e in expectations.iter().filter(|e| e.minus.is_none()) {
+        let Some(figure) = &e.latency else { continue };
+        let Some(metric) = LatencyMetric::parse(&figure.metric).filter(|&m| wanted(m)) else {
+            continue;
+        };
+        let bounds = [
+            e.at_least.map(|v| ('≥', v)),
+            e.at_most.map(|v| ('≤', v)),
+            e.within.map(|[lo, _]| ('≥', lo)),
+            e.within.map(|[_, hi]| ('≤', hi)),
+        ];
+        for (sign, at) in bounds.into_iter().flatten() {
+            let label = format!(
+                "{} {} {} {sign} {} ms",
+                figure.class,
+                metric.kind.name(),
+                metric.stat.name(),
+                number_label(at)
+            );
+            let class = class_names.iter().position(|c| *c == figure.class);
+            lines.push(ReferenceLine {
+                direction,
+                at,
+                label,
+                class,
+            });
+        }
+    }
+    lines
+}
+
+/// The empirical CDF of a latency per class, on a log latency axis (so a long tail leaves
+/// room for the fast classes), with the scenario's bounds on that latency as vertical lines.
+pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind, expectations: &[RawExpectation]) -> Chart {
     let (name, title) = match kind {
         CdfKind::Ttft => ("ttft_cdf", "Time to first token: CDF per class"),
         CdfKind::E2e => ("e2e_cdf", "End-to-end latency: CDF per class"),
     };
+    let names: Vec<String> = metrics.classes.iter().map(|c| c.name.clone()).collect();
+    let references = latency_references(
+        expectations,
+        &names,
+        |m| m.kind == kind.latency(),
+        Direction::Vertical,
+    );
     let mut series = Vec::new();
-    let mut max_ms: f64 = 0.0;
+    let mut shown_ms: Vec<f64> = references.iter().map(|r| r.at).collect();
     for c in active_classes(metrics) {
         let class = &metrics.classes[c];
         let samples = match kind {
@@ -369,171 +356,29 @@ pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind) -> Chart {
             .enumerate()
             .map(|(i, &ns)| (ns as f64 / 1e6, (i + 1) as f64 / n))
             .collect();
-        max_ms = max_ms.max(points.last().map_or(0.0, |p| p.0));
-        series.push(Series {
-            label: class.name.clone(),
-            class: c,
-            dashed: false,
-            points: thin(points),
-        });
+        shown_ms.extend(points.first().map(|p| p.0));
+        shown_ms.extend(points.last().map(|p| p.0));
+        series.push(Series::measured(class.name.clone(), c, points));
     }
-    Chart {
-        name: name.into(),
-        title: title.into(),
-        x_label: "latency (ms)".into(),
-        y_label: "fraction of completed requests".into(),
-        x_range: (0.0, (max_ms * 1.02).max(1e-3)),
-        y_range: (0.0, 1.0),
-        series,
-        legend: LegendCorner::LowerRight,
-        x_decimals: 0,
-        y_decimals: 1,
-    }
-}
-
-/// Renders `chart` to image bytes.
-pub fn render(chart: &Chart, format: PlotFormat) -> Result<Vec<u8>, PlotError> {
-    register_embedded_font()?;
-    let (width, height) = PLOT_SIZE_PX;
-    match format {
-        PlotFormat::Svg => {
-            let mut svg = String::new();
-            {
-                let root = SVGBackend::with_string(&mut svg, PLOT_SIZE_PX).into_drawing_area();
-                draw(&root, chart)?;
-                root.present().map_err(plot_error)?;
-            }
-            Ok(svg.into_bytes())
-        }
-        PlotFormat::Png => {
-            let mut rgb = vec![0u8; width as usize * height as usize * 3];
-            {
-                let root = BitMapBackend::with_buffer(&mut rgb, PLOT_SIZE_PX).into_drawing_area();
-                draw(&root, chart)?;
-                root.present().map_err(plot_error)?;
-            }
-            encode_png(&rgb, width, height)
-        }
-    }
-}
-
-/// Registers DejaVu Sans as plotters' `sans-serif` (idempotent): no system font is used.
-pub fn register_embedded_font() -> Result<(), PlotError> {
-    plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| PlotError("the embedded DejaVu Sans font did not load".into()))?;
-    plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold())
-        .map_err(|_| PlotError("the embedded DejaVu Sans Bold font did not load".into()))
-}
-
-/// Encodes an RGB buffer as PNG bytes (deterministic: fixed compression and filtering).
-pub fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError> {
-    let mut bytes = Vec::new();
-    {
-        let mut encoder = png::Encoder::new(&mut bytes, width, height);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        encoder.set_compression(png::Compression::Best);
-        encoder.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
-        let mut writer = encoder.write_header().map_err(plot_error)?;
-        writer.write_image_data(rgb).map_err(plot_error)?;
-    }
-    Ok(bytes)
-}
-
-/// A class's colour, the same in every plot.
-pub fn class_colour(class: usize) -> RGBColor {
-    PALETTE[class % PALETTE.len()]
-}
-
-/// The class colour darkened, for its ideal line.
-pub fn ideal_colour(class: usize) -> RGBColor {
-    let RGBColor(r, g, b) = class_colour(class);
-    let darken = |v: u8| (u16::from(v) * 3 / 5) as u8;
-    RGBColor(darken(r), darken(g), darken(b))
-}
-
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), PlotError>
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE).map_err(plot_error)?;
-    let (x0, x1) = chart.x_range;
-    let (y0, y1) = chart.y_range;
-    let mut ctx = ChartBuilder::on(root)
-        .caption(
-            &chart.title,
-            ("sans-serif", 24).into_font().style(FontStyle::Bold),
-        )
-        .margin(16)
-        .x_label_area_size(52)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(plot_error)?;
-    let x_format = |v: &f64| format!("{v:.*}", chart.x_decimals);
-    let y_format = |v: &f64| format!("{v:.*}", chart.y_decimals);
-    ctx.configure_mesh()
-        .x_label_formatter(&x_format)
-        .y_label_formatter(&y_format)
-        .x_desc(chart.x_label.as_str())
-        .y_desc(chart.y_label.as_str())
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(plot_error)?;
-    // Measurements first, ideal lines on top so they stay visible where the two agree.
-    let solid = chart.series.iter().filter(|s| !s.dashed);
-    for s in solid.chain(chart.series.iter().filter(|s| s.dashed)) {
-        let style = if s.dashed {
-            ideal_colour(s.class).stroke_width(2)
-        } else {
-            class_colour(s.class).stroke_width(3)
-        };
-        let drawn = if s.dashed {
-            ctx.draw_series(DashedLineSeries::new(
-                s.points.iter().copied(),
-                10,
-                6,
-                style,
-            ))
-            .map_err(plot_error)?
-        } else {
-            ctx.draw_series(LineSeries::new(s.points.iter().copied(), style))
-                .map_err(plot_error)?
-        };
-        let dashed = s.dashed;
-        drawn.label(s.label.as_str()).legend(move |(x, y)| {
-            // A dashed line shows as two dashes, a solid one as one stroke.
-            let second_start = if dashed { 14 } else { 8 };
-            EmptyElement::at((x, y))
-                + PathElement::new(vec![(0, 0), (8, 0)], style)
-                + PathElement::new(vec![(second_start, 0), (22, 0)], style)
-        });
-    }
-    let position = match chart.legend {
-        LegendCorner::UpperLeft => SeriesLabelPosition::UpperLeft,
-        LegendCorner::UpperRight => SeriesLabelPosition::UpperRight,
-        LegendCorner::LowerRight => SeriesLabelPosition::LowerRight,
-    };
-    ctx.configure_series_labels()
-        .position(position)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()
-        .map_err(plot_error)?;
-    Ok(())
+    let x = Axis::log_over("latency (ms, log scale)", shown_ms);
+    let y = Axis::linear("fraction of completed requests", (0.0, 1.0));
+    let mut chart = Chart::new(name, title, x, y, LegendCorner::LowerRight);
+    chart.series = series;
+    chart.references = references;
+    chart
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::test_support::weighted_metrics as weighted;
+    use crate::report::chart::{PlotFormat, Scale, render};
+    use crate::report::test_support::{done, result_of, weighted_metrics as weighted};
+    use crate::scheduling::scheduler::Path;
 
     #[test]
     fn every_plot_renders_to_png_and_svg() {
         let m = weighted();
-        let files = render_all(&m).unwrap();
+        let files = render_all(&m, &[]).unwrap();
         let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names.len(), 10);
         assert!(names.contains(&"completions_by_index.png"));
@@ -567,14 +412,12 @@ mod tests {
         let (a, b) = (weighted(), weighted());
         let chart = completions_by_index(&a);
         assert_eq!(chart, completions_by_index(&b));
-        assert_eq!(
-            render(&chart, PlotFormat::Png).unwrap(),
-            render(&completions_by_index(&b), PlotFormat::Png).unwrap()
-        );
-        assert_eq!(
-            render(&chart, PlotFormat::Svg).unwrap(),
-            render(&completions_by_index(&b), PlotFormat::Svg).unwrap()
-        );
+        for format in PlotFormat::ALL {
+            assert_eq!(
+                render(&chart, format).unwrap(),
+                render(&completions_by_index(&b), format).unwrap()
+            );
+        }
     }
 
     #[test]
@@ -589,12 +432,96 @@ mod tests {
         assert!((ideal[1][640] - 320.0).abs() < 1e-6);
     }
 
+    /// Two classes served on arrival, never queued: never backlogged together.
+    fn unsaturated() -> RunMetrics {
+        let records = (0..6)
+            .map(|row| done(row, row as usize % 2, Path::Immediate, [row, row, row + 3]))
+            .collect();
+        RunMetrics::compute(&result_of(&["gold", "standard"], records), &[4, 1])
+    }
+
+    fn dashed_labels(chart: &Chart) -> Vec<&str> {
+        let dashed = chart.series.iter().filter(|s| s.dashed);
+        dashed.map(|s| s.label.as_str()).collect()
+    }
+
     #[test]
-    fn thinning_keeps_the_ends() {
-        let points: Vec<(f64, f64)> = (0..10_001).map(|i| (i as f64, 0.0)).collect();
-        let thinned = thin(points);
-        assert!(thinned.len() <= MAX_POINTS_PER_SERIES + 1);
-        assert_eq!(thinned[0], (0.0, 0.0));
-        assert_eq!(*thinned.last().unwrap(), (10_000.0, 0.0));
+    fn ideal_lines_only_where_classes_were_backlogged_together() {
+        let burst = weighted();
+        assert!(burst.classes_backlogged_together());
+        for chart in [completions_by_index(&burst), completions_by_time(&burst)] {
+            assert_eq!(
+                dashed_labels(&chart),
+                [
+                    "premium ideal DRR, if backlogged",
+                    "regular ideal DRR, if backlogged"
+                ]
+            );
+        }
+        let open = unsaturated();
+        assert!(!open.classes_backlogged_together());
+        for chart in all_charts(&open, &[]) {
+            assert!(dashed_labels(&chart).is_empty(), "{}", chart.name);
+            assert_eq!(chart.series.len() % 2, 0, "{}", chart.name);
+        }
+        let svg = render(&completions_by_index(&open), PlotFormat::Svg).unwrap();
+        assert!(!String::from_utf8(svg).unwrap().contains("ideal"));
+    }
+
+    #[test]
+    fn token_share_is_drawn_only_inside_backlogged_windows() {
+        let m = weighted();
+        let chart = token_share_over_time(&m);
+        let windows = &chart.shading.as_ref().unwrap().windows;
+        assert_eq!(windows.len(), m.windows.len());
+        let inside = |x: f64| windows.iter().any(|&(a, b)| a <= x && x <= b);
+        for s in &chart.series {
+            let drawn = s.points.iter().filter(|p| p.1.is_finite());
+            assert!(drawn.clone().all(|p| inside(p.0)), "{}", s.label);
+        }
+        // Its end is the backlogged share that classes.csv reports, not the drift to 0.5 of
+        // a share over the whole run.
+        let premium = chart.series.iter().find(|s| s.label == "premium").unwrap();
+        let (share, ideal) = m.backlogged_shares(0).unwrap();
+        assert!((premium.points.last().unwrap().1 - share).abs() < 1e-12);
+        let premium_ideal = &chart.series[1];
+        assert!((premium_ideal.points.last().unwrap().1 - ideal).abs() < 1e-12);
+        assert!(token_share_over_time(&unsaturated()).series.is_empty());
+    }
+
+    fn latency_bound(class: &str, metric: &str, at_most: f64) -> RawExpectation {
+        RawExpectation {
+            latency: Some(crate::report::expect::LatencyFigure {
+                class: class.into(),
+                metric: metric.into(),
+            }),
+            at_most: Some(at_most),
+            ..RawExpectation::default()
+        }
+    }
+
+    #[test]
+    fn latency_cdfs_are_log_scaled_with_their_bounds_as_labelled_lines() {
+        let m = weighted();
+        let mut companion = latency_bound("premium", "ttft_ms_p99", 1.0);
+        companion.minus = Some("other.yaml".into());
+        let expectations = [
+            latency_bound("premium", "ttft_ms_p99", 2500.0),
+            latency_bound("regular", "e2e_ms_p50", 9000.5),
+            latency_bound("regular", "queue_wait_ms_p99", 100.0),
+            companion,
+        ];
+        let ttft = latency_cdf(&m, CdfKind::Ttft, &expectations);
+        assert_eq!(ttft.x.scale, Scale::Log);
+        let labels: Vec<&str> = ttft.references.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["premium ttft p99 ≤ 2500 ms"]);
+        assert_eq!(ttft.references[0].class, Some(0));
+        let e2e = latency_cdf(&m, CdfKind::E2e, &expectations);
+        assert_eq!(e2e.references[0].label, "regular e2e p50 ≤ 9000.5 ms");
+        assert!(e2e.x.range.1 >= 9000.5, "the bound is on the chart");
+        let svg = String::from_utf8(render(&ttft, PlotFormat::Svg).unwrap()).unwrap();
+        assert!(svg.contains(">\npremium ttft p99 ≤ 2500 ms\n<"));
+        let has = |text| crate::report::chart::tests::svg_has_text(&svg, text);
+        assert!(has("1000") && has("10000"), "decade ticks");
     }
 }

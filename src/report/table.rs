@@ -8,40 +8,43 @@ fn ms(stats: &LatencyStats, stat: Stat) -> String {
         .map_or_else(|| "-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6))
 }
 
-/// One line per class: counts, the share of the first `prefix_n` completions against the
-/// ideal DRR share, TTFT p50/p99 and E2E p50/p99 in ms; then a totals line.
+/// One line per class: counts, TTFT p50/p99 and E2E p50/p99 in ms; then a totals line. When
+/// classes were backlogged together ([`RunMetrics::classes_backlogged_together`]) it also shows
+/// each class's count and share of the first `prefix_n` completions against its ideal DRR
+/// share; otherwise each class got what it asked for and those columns would mean nothing.
 pub fn class_table(metrics: &RunMetrics) -> String {
+    let shares = metrics.classes_backlogged_together();
     let n = metrics.prefix_n;
-    let first_n = format!("first {n}");
     let mut out = format!(
-        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>10} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}\n",
-        "class",
-        "quantum",
-        "requests",
-        "completed",
-        "rejected",
-        first_n,
-        "share",
-        "ideal",
-        "ttft p50",
-        "ttft p99",
-        "e2e p50",
-        "e2e p99",
+        "{:<16} {:>8} {:>9} {:>9} {:>8}",
+        "class", "quantum", "requests", "completed", "rejected"
+    );
+    if shares {
+        out += &format!(
+            " {:>10} {:>6} {:>6}",
+            format!("first {n}"),
+            "share",
+            "ideal"
+        );
+    }
+    out += &format!(
+        " {:>9} {:>9} {:>9} {:>9}\n",
+        "ttft p50", "ttft p99", "e2e p50", "e2e p99"
     );
     for (i, c) in metrics.classes.iter().enumerate() {
-        let share = metrics
-            .prefix_share(i, n)
-            .map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
         out += &format!(
-            "{:<16} {:>8} {:>9} {:>9} {:>8} {:>10} {:>6} {:>6.3} {:>9} {:>9} {:>9} {:>9}\n",
-            c.name,
-            c.quantum_tokens,
-            c.requests,
-            c.completed,
-            c.rejected,
-            metrics.completed_through(i, n),
-            share,
-            c.ideal_share,
+            "{:<16} {:>8} {:>9} {:>9} {:>8}",
+            c.name, c.quantum_tokens, c.requests, c.completed, c.rejected
+        );
+        if shares {
+            let share = metrics
+                .prefix_share(i, n)
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
+            let first_n = metrics.completed_through(i, n);
+            out += &format!(" {first_n:>10} {share:>6} {:>6.3}", c.ideal_share);
+        }
+        out += &format!(
+            " {:>9} {:>9} {:>9} {:>9}\n",
             ms(&c.latencies.ttft, Stat::P50),
             ms(&c.latencies.ttft, Stat::P99),
             ms(&c.latencies.e2e, Stat::P50),
@@ -70,5 +73,26 @@ mod tests {
         let (result, quanta) = run_fixture("premium-weighted");
         let table = class_table(&RunMetrics::compute(&result, &quanta));
         insta::assert_snapshot!(table);
+    }
+
+    #[test]
+    fn first_n_columns_only_where_classes_were_backlogged_together() {
+        use crate::report::test_support::{done, result_of};
+        use crate::scheduling::scheduler::Path;
+        let served_on_arrival = (0..4)
+            .map(|row| done(row, row as usize % 2, Path::Immediate, [row, row, row + 1]))
+            .collect();
+        let result = result_of(&["gold", "standard"], served_on_arrival);
+        let table = class_table(&RunMetrics::compute(&result, &[4, 1]));
+        let header = table.lines().next().unwrap();
+        assert!(
+            !header.contains("first") && !header.contains("ideal"),
+            "{header}"
+        );
+        assert!(header.ends_with("ttft p50  ttft p99   e2e p50   e2e p99"));
+        assert!(table.lines().nth(1).unwrap().starts_with("gold"));
+        let (result, quanta) = run_fixture("premium-equal");
+        let table = class_table(&RunMetrics::compute(&result, &quanta));
+        assert!(table.contains("first 320  share  ideal"), "{table}");
     }
 }

@@ -1,21 +1,24 @@
-//! Sweep plots, PNG and SVG rendered in memory with the embedded DejaVu font, in the style
-//! of `report::plots`: with one varied axis, each metric against it (one line per class with
-//! its 95% confidence band over seeds, and the ideal DRR share dashed for shares); with two,
-//! a heatmap of each class's mean first-N share. More varied axes get no plots (fix all but
-//! one or two with single-valued `--set`).
+//! Sweep plots: with one varied axis, each metric against it (one line per class with its 95%
+//! confidence band over seeds; shares with the ideal DRR share dashed where classes were
+//! backlogged together, latencies on a log axis with the scenario's bounds on that metric as
+//! labelled lines); with two, a heatmap of each class's mean first-N share. More varied axes
+//! get no plots (fix all but one or two with single-valued `--set`).
 //!
-//! Each plot is built as a [`SweepChart`] (pure data), then drawn by [`render`].
+//! Line charts are [`crate::report::chart::Chart`]s, the model and renderer the run plots use;
+//! only the heatmap draws itself here.
 
 use super::SweepError;
 use super::run::ClassMetric;
 use super::shard::Manifest;
 use super::table::PointSummary;
-use crate::report::plots::{class_colour, encode_png, ideal_colour, register_embedded_font};
+use crate::report::chart::{
+    self, Axis, Chart, Direction, Drawable, LegendCorner, PlotError, PlotFormat, Series,
+    caption_font, class_colour, plot_error,
+};
+use crate::report::expect::RawExpectation;
+use crate::report::plots::latency_references;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-
-/// Image size in pixels (as the run plots).
-pub const PLOT_SIZE_PX: (u32, u32) = (960, 600);
 
 /// The metrics plotted against one varied axis.
 pub const LINE_METRICS: [ClassMetric; 4] = [
@@ -24,53 +27,6 @@ pub const LINE_METRICS: [ClassMetric; 4] = [
     ClassMetric::TtftMsP99,
     ClassMetric::E2eMsP99,
 ];
-
-/// One point of a class's line: the mean over seeds and its confidence interval.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct BandPoint {
-    /// The axis value (or its index on a non-numeric axis).
-    pub x: f64,
-    /// Mean over seeds.
-    pub mean: f64,
-    /// Lower end of the 95% confidence interval.
-    pub low: f64,
-    /// Upper end of the 95% confidence interval.
-    pub high: f64,
-}
-
-/// One class in a line chart.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ClassLine {
-    /// Class index (picks the colour).
-    pub class: usize,
-    /// The legend text.
-    pub label: String,
-    /// Means with bands, by x.
-    pub points: Vec<BandPoint>,
-    /// The ideal DRR share at each x (empty for non-share metrics).
-    pub ideal: Vec<(f64, f64)>,
-}
-
-/// A metric against one varied axis.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LineChart {
-    /// The file stem.
-    pub name: String,
-    /// The caption.
-    pub title: String,
-    /// The x axis description.
-    pub x_label: String,
-    /// The y axis description.
-    pub y_label: String,
-    /// Tick labels of a non-numeric axis (x is then the value's index).
-    pub x_labels: Option<Vec<String>>,
-    /// Shown x range.
-    pub x_range: (f64, f64),
-    /// Shown y range.
-    pub y_range: (f64, f64),
-    /// One per class.
-    pub lines: Vec<ClassLine>,
-}
 
 /// A class's mean share over two varied axes.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,7 +51,7 @@ pub struct Heatmap {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SweepChart {
     /// A metric against one axis.
-    Lines(LineChart),
+    Lines(Chart),
     /// A share over two axes.
     Heatmap(Heatmap),
 }
@@ -110,26 +66,52 @@ impl SweepChart {
     }
 }
 
-/// Every plot of a sweep as (file name, bytes), PNG and SVG of each.
+impl Drawable for SweepChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>
+    where
+        DB::ErrorType: 'static,
+    {
+        match self {
+            SweepChart::Lines(c) => c.draw(root),
+            SweepChart::Heatmap(h) => h.draw(root),
+        }
+    }
+}
+
+/// Every plot of a sweep as (file name, bytes), PNG and SVG of each. `expectations` are the
+/// scenario's; its latency bounds are drawn on the matching latency charts.
 pub fn render_all(
     manifest: &Manifest,
     summaries: &[PointSummary],
+    expectations: &[RawExpectation],
 ) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
     let mut files = Vec::new();
-    for chart in all_charts(manifest, summaries) {
-        for (ext, png) in [("png", true), ("svg", false)] {
-            files.push((format!("{}.{ext}", chart.name()), render(&chart, png)?));
-        }
+    for chart in all_charts(manifest, summaries, expectations) {
+        files.extend(chart::render_files(chart.name(), &chart).map_err(internal)?);
     }
     Ok(files)
 }
 
+/// Draws `chart` as image bytes.
+pub fn render(chart: &SweepChart, format: PlotFormat) -> Result<Vec<u8>, SweepError> {
+    chart::render(chart, format).map_err(internal)
+}
+
+/// A drawing that could not be made: always a bug, never bad input.
+fn internal(e: PlotError) -> SweepError {
+    SweepError::Internal(e.to_string())
+}
+
 /// The charts of a sweep (see the module docs).
-pub fn all_charts(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<SweepChart> {
+pub fn all_charts(
+    manifest: &Manifest,
+    summaries: &[PointSummary],
+    expectations: &[RawExpectation],
+) -> Vec<SweepChart> {
     match manifest.grid.varied_axes().as_slice() {
         [axis] => LINE_METRICS
             .iter()
-            .map(|&m| SweepChart::Lines(line_chart(manifest, summaries, *axis, m)))
+            .map(|&m| SweepChart::Lines(line_chart(manifest, summaries, *axis, m, expectations)))
             .collect(),
         [x, y] => (0..manifest.class_names.len())
             .map(|c| SweepChart::Heatmap(heatmap(manifest, summaries, (*x, *y), c)))
@@ -144,89 +126,131 @@ fn short(path: &str) -> String {
     parts[parts.len().saturating_sub(2)..].join(".")
 }
 
+/// Whether classes were backlogged together in any run of the sweep (a backlogged token share
+/// was measured): only then is the ideal DRR share a reference for the measured shares.
+pub fn backlogged_together(summaries: &[PointSummary], class_count: usize) -> bool {
+    summaries
+        .iter()
+        .any(|s| (0..class_count).any(|c| s.get(c, ClassMetric::BackloggedTokenShare).is_some()))
+}
+
+/// One class's means with their confidence band, by x.
+fn class_series(
+    summaries: &[PointSummary],
+    class: usize,
+    name: &str,
+    metric: ClassMetric,
+    x_of: &dyn Fn(&PointSummary) -> f64,
+) -> Series {
+    let mut points: Vec<(f64, f64, f64, f64)> = summaries
+        .iter()
+        .filter_map(|s| {
+            let st = s.get(class, metric)?;
+            Some((x_of(s), st.mean, st.ci95_low, st.ci95_high))
+        })
+        .collect();
+    points.sort_by(|p, q| p.0.total_cmp(&q.0));
+    Series {
+        band: Some(points.iter().map(|&(x, _, lo, hi)| (x, lo, hi)).collect()),
+        markers: true,
+        ..Series::measured(
+            format!("{name} (mean, 95% CI)"),
+            class,
+            points.iter().map(|&(x, mean, ..)| (x, mean)).collect(),
+        )
+    }
+}
+
+/// The x axis: the varied values, numeric with a margin, or named categories.
+fn x_axis(manifest: &Manifest, axis: usize, series: &[Series]) -> Axis {
+    let a = &manifest.grid.axes[axis];
+    if !a.is_numeric() {
+        return Axis::categories(&a.path, &a.values);
+    }
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    let (x_min, x_max) = min_max(&xs).unwrap_or((0.0, 1.0));
+    let pad = ((x_max - x_min) * 0.04).max(0.5);
+    Axis::linear(&a.path, (x_min - pad, x_max + pad))
+}
+
+/// The y axis: shares on [0, 1], latencies on a log axis over the bands and `references`.
+fn y_axis(metric: ClassMetric, series: &[Series], references: &[f64]) -> Axis {
+    match metric {
+        ClassMetric::ShareFirstN => Axis::linear("share of the first N completions", (0.0, 1.0)),
+        ClassMetric::BackloggedTokenShare => {
+            Axis::linear("share of backlogged token service", (0.0, 1.0))
+        }
+        m => {
+            let bands = series.iter().flat_map(|s| s.band.iter().flatten());
+            let values = bands.flat_map(|&(_, lo, hi)| [lo, hi]);
+            let means = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+            let label = format!("{} (log scale)", m.name().replace('_', " "));
+            Axis::log_over(
+                &label,
+                values.chain(means).chain(references.iter().copied()),
+            )
+        }
+    }
+}
+
 /// `metric` against axis `axis` (the only varied one, so points map one-to-one to its values).
 pub fn line_chart(
     manifest: &Manifest,
     summaries: &[PointSummary],
     axis: usize,
     metric: ClassMetric,
-) -> LineChart {
+    expectations: &[RawExpectation],
+) -> Chart {
     let grid = &manifest.grid;
     let a = &grid.axes[axis];
-    let numeric = a.is_numeric();
     let x_of = |s: &PointSummary| {
         let digit = grid.digits(s.point)[axis];
-        match numeric {
+        match a.is_numeric() {
             true => a.values[digit].parse::<f64>().unwrap_or(digit as f64),
             false => digit as f64,
         }
     };
-    let mut lines = Vec::new();
-    for (class, name) in manifest.class_names.iter().enumerate() {
-        let mut points: Vec<BandPoint> = summaries
-            .iter()
-            .filter_map(|s| {
-                let st = s.get(class, metric)?;
-                Some(BandPoint {
-                    x: x_of(s),
-                    mean: st.mean,
-                    low: st.ci95_low,
-                    high: st.ci95_high,
-                })
-            })
-            .collect();
-        points.sort_by(|p, q| p.x.total_cmp(&q.x));
-        let ideal = match metric.is_share() {
-            true => ideal_curve(manifest, summaries, axis, class, &x_of),
-            false => Vec::new(),
-        };
-        lines.push(ClassLine {
-            class,
-            label: name.clone(),
-            points,
-            ideal,
-        });
-    }
-    let xs: Vec<f64> = lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.x))
-        .collect();
-    let (x_min, x_max) = min_max(&xs).unwrap_or((0.0, 1.0));
-    let pad = ((x_max - x_min) * 0.04).max(0.5);
-    let y_range = match metric.is_share() {
-        true => (0.0, 1.0),
-        false => {
-            let top = lines
-                .iter()
-                .flat_map(|l| l.points.iter().map(|p| p.high))
-                .fold(0.0, f64::max);
-            (0.0, (top * 1.1).max(1e-3))
+    let names = &manifest.class_names;
+    let ideal = metric.is_share() && backlogged_together(summaries, names.len());
+    let mut series = Vec::new();
+    for (class, name) in names.iter().enumerate() {
+        series.push(class_series(summaries, class, name, metric, &x_of));
+        if ideal {
+            let points = ideal_curve(manifest, summaries, axis, class, &x_of);
+            series.push(Series::ideal(
+                format!("{name} ideal DRR share"),
+                class,
+                points,
+            ));
         }
-    };
-    let y_label = match metric {
-        ClassMetric::ShareFirstN => "share of the first N completions".to_string(),
-        ClassMetric::BackloggedTokenShare => "share of backlogged token service".to_string(),
-        m => m.name().replace('_', " "),
-    };
-    LineChart {
-        name: format!("{}_vs_{}", metric.name(), short(&a.path)),
-        title: format!(
-            "{} vs {} (mean, 95% CI{})",
-            metric.name(),
-            short(&a.path),
-            if metric.is_share() {
-                "; dashed: ideal"
-            } else {
-                ""
-            }
-        ),
-        x_label: a.path.clone(),
-        y_label,
-        x_labels: (!numeric).then(|| a.values.clone()),
-        x_range: (x_min - pad, x_max + pad),
-        y_range,
-        lines,
     }
+    let references = latency_references(
+        expectations,
+        names,
+        |m| format!("{}_ms_{}", m.kind.name(), m.stat.name()) == metric.name(),
+        Direction::Horizontal,
+    );
+    let at: Vec<f64> = references.iter().map(|r| r.at).collect();
+    let title = format!(
+        "{} vs {} (mean, 95% CI{})",
+        metric.name(),
+        short(&a.path),
+        if ideal { "; dashed: ideal" } else { "" }
+    );
+    // Shares cross mid-height; latencies grow upward, leaving the lower right free.
+    let legend = match metric.is_share() {
+        true => LegendCorner::UpperRight,
+        false => LegendCorner::LowerRight,
+    };
+    let name = format!("{}_vs_{}", metric.name(), short(&a.path));
+    let x = x_axis(manifest, axis, &series);
+    let mut chart = Chart::new(&name, &title, x, y_axis(metric, &series, &at), legend);
+    chart.series = series;
+    chart.references = references;
+    chart
 }
 
 /// Samples of the dashed ideal line between measured points.
@@ -312,44 +336,13 @@ pub fn heatmap(
     }
 }
 
-/// Draws `chart` as PNG (`png`) or SVG bytes.
-pub fn render(chart: &SweepChart, png: bool) -> Result<Vec<u8>, SweepError> {
-    register_embedded_font().map_err(plot_error)?;
-    let (width, height) = PLOT_SIZE_PX;
-    if !png {
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, PLOT_SIZE_PX).into_drawing_area();
-            draw(&root, chart)?;
-            root.present().map_err(plot_error)?;
-        }
-        return Ok(svg.into_bytes());
-    }
-    let mut rgb = vec![0u8; width as usize * height as usize * 3];
+impl Drawable for Heatmap {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>
+    where
+        DB::ErrorType: 'static,
     {
-        let root = BitMapBackend::with_buffer(&mut rgb, PLOT_SIZE_PX).into_drawing_area();
-        draw(&root, chart)?;
-        root.present().map_err(plot_error)?;
-    }
-    encode_png(&rgb, width, height).map_err(plot_error)
-}
-
-/// A drawing that could not be made: always a bug, never bad input.
-fn plot_error(e: impl std::fmt::Display) -> SweepError {
-    SweepError::Internal(format!("plot: {e}"))
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    chart: &SweepChart,
-) -> Result<(), SweepError>
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE).map_err(plot_error)?;
-    match chart {
-        SweepChart::Lines(c) => draw_lines(root, c),
-        SweepChart::Heatmap(h) => draw_heatmap(root, h),
+        root.fill(&WHITE).map_err(plot_error)?;
+        draw_heatmap(root, self)
     }
 }
 
@@ -360,97 +353,6 @@ fn category_label(labels: &[String], v: f64) -> String {
         return String::new();
     }
     labels.get(index as usize).cloned().unwrap_or_default()
-}
-
-fn draw_lines<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    c: &LineChart,
-) -> Result<(), SweepError>
-where
-    DB::ErrorType: 'static,
-{
-    let mut ctx = ChartBuilder::on(root)
-        .caption(
-            &c.title,
-            ("sans-serif", 22).into_font().style(FontStyle::Bold),
-        )
-        .margin(16)
-        .x_label_area_size(52)
-        .y_label_area_size(72)
-        .build_cartesian_2d(c.x_range.0..c.x_range.1, c.y_range.0..c.y_range.1)
-        .map_err(plot_error)?;
-    let x_format = |v: &f64| match &c.x_labels {
-        Some(labels) => category_label(labels, *v),
-        None => format!("{v:.0}"),
-    };
-    let y_decimals = if c.y_range.1 <= 1.0 { 1 } else { 0 };
-    let y_format = |v: &f64| format!("{v:.*}", y_decimals);
-    ctx.configure_mesh()
-        .x_label_formatter(&x_format)
-        .y_label_formatter(&y_format)
-        .x_desc(c.x_label.as_str())
-        .y_desc(c.y_label.as_str())
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(plot_error)?;
-    for line in &c.lines {
-        let band: Vec<(f64, f64)> = line
-            .points
-            .iter()
-            .map(|p| (p.x, p.high))
-            .chain(line.points.iter().rev().map(|p| (p.x, p.low)))
-            .collect();
-        ctx.draw_series(std::iter::once(Polygon::new(
-            band,
-            class_colour(line.class).mix(0.2).filled(),
-        )))
-        .map_err(plot_error)?;
-    }
-    for line in &c.lines {
-        let style = class_colour(line.class).stroke_width(3);
-        ctx.draw_series(LineSeries::new(
-            line.points.iter().map(|p| (p.x, p.mean)),
-            style,
-        ))
-        .map_err(plot_error)?
-        .label(format!("{} (mean, 95% CI)", line.label))
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], style));
-        ctx.draw_series(
-            line.points
-                .iter()
-                .map(|p| Circle::new((p.x, p.mean), 4, class_colour(line.class).filled())),
-        )
-        .map_err(plot_error)?;
-    }
-    for line in c.lines.iter().filter(|l| !l.ideal.is_empty()) {
-        let style = ideal_colour(line.class).stroke_width(2);
-        ctx.draw_series(DashedLineSeries::new(
-            line.ideal.iter().copied(),
-            10,
-            6,
-            style,
-        ))
-        .map_err(plot_error)?
-        .label(format!("{} ideal DRR share", line.label))
-        .legend(move |(x, y)| {
-            EmptyElement::at((x, y))
-                + PathElement::new(vec![(0, 0), (8, 0)], style)
-                + PathElement::new(vec![(14, 0), (22, 0)], style)
-        });
-    }
-    ctx.configure_series_labels()
-        // Shares cross mid-height; latencies grow upward, leaving the lower right free.
-        .position(match c.y_range.1 <= 1.0 {
-            true => SeriesLabelPosition::UpperRight,
-            false => SeriesLabelPosition::LowerRight,
-        })
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()
-        .map_err(plot_error)
 }
 
 /// White (0) to the first palette blue (1).
@@ -464,16 +366,13 @@ fn heat_colour(value: f64) -> RGBColor {
 fn draw_heatmap<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     h: &Heatmap,
-) -> Result<(), SweepError>
+) -> Result<(), PlotError>
 where
     DB::ErrorType: 'static,
 {
     let (nx, ny) = (h.x_values.len(), h.y_values.len());
     let mut ctx = ChartBuilder::on(root)
-        .caption(
-            &h.title,
-            ("sans-serif", 22).into_font().style(FontStyle::Bold),
-        )
+        .caption(&h.title, caption_font())
         .margin(16)
         .x_label_area_size(52)
         .y_label_area_size(90)

@@ -7,6 +7,7 @@ use super::plots;
 use super::run::{ClassMetric, ClassRow, Row};
 use super::shard::Manifest;
 use super::stats::Summary;
+use crate::report::expect::RawExpectation;
 
 /// A point's statistics over its replications.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,10 +33,21 @@ impl PointSummary {
 }
 
 /// Every file of a whole (or merged) sweep: `sweep.json`, `sweep.csv`, `sweep-summary.csv`
-/// and the plots (PNG and SVG). `rows` must be sorted by (point, replication).
+/// and the plots (PNG and SVG). `rows` must be sorted by (point, replication). The plots draw
+/// no latency bounds: [`sweep_files_with_expectations`] draws the scenario's.
 pub fn sweep_files(
     manifest: &Manifest,
     rows: &[Row],
+) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
+    sweep_files_with_expectations(manifest, rows, &[])
+}
+
+/// [`sweep_files`], with the latency bounds among `expectations` (the swept scenario's) drawn
+/// on the matching latency charts.
+pub fn sweep_files_with_expectations(
+    manifest: &Manifest,
+    rows: &[Row],
+    expectations: &[RawExpectation],
 ) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
     debug_assert!(
         rows.windows(2)
@@ -54,7 +66,7 @@ pub fn sweep_files(
             summary_csv(&whole, &summaries)?,
         ),
     ];
-    files.extend(plots::render_all(&whole, &summaries)?);
+    files.extend(plots::render_all(&whole, &summaries, expectations)?);
     Ok(files)
 }
 

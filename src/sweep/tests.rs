@@ -3,6 +3,7 @@
 use super::plots::{self, SweepChart};
 use super::run::ClassMetric;
 use super::*;
+use crate::report::chart::PlotFormat;
 use std::path::Path;
 
 fn premium_scenario() -> PathBuf {
@@ -111,28 +112,76 @@ fn a_bad_path_or_value_is_an_input_error_naming_the_path() {
 fn the_share_chart_has_bands_and_the_smooth_ideal_curve() {
     let (manifest, rows) = rows_of(&args(&["router.policy_classes.regular.quantum=128,512"], 1));
     let summaries = table::summarize(&manifest, &rows);
-    let chart = plots::line_chart(&manifest, &summaries, 0, ClassMetric::ShareFirstN);
+    let chart = plots::line_chart(&manifest, &summaries, 0, ClassMetric::ShareFirstN, &[]);
     assert_eq!(chart.name, "share_first_n_vs_regular.quantum");
-    let premium = &chart.lines[0];
+    let [premium, premium_ideal, regular, regular_ideal] = &chart.series[..] else {
+        panic!("a measured and an ideal line per class: {:?}", chart.series)
+    };
     assert_eq!(
-        premium.points.iter().map(|p| p.x).collect::<Vec<_>>(),
+        premium.points.iter().map(|p| p.0).collect::<Vec<_>>(),
         vec![128.0, 512.0]
     );
+    let band = premium.band.as_ref().unwrap();
     assert!(
-        premium
-            .points
-            .iter()
-            .all(|p| p.low <= p.mean && p.mean <= p.high)
+        band.iter()
+            .zip(&premium.points)
+            .all(|(&(_, low, high), &(_, mean))| low <= mean && mean <= high)
     );
     // The ideal premium share at regular quantum x is 512 / (512 + x), not a straight line.
-    let (x, ideal) = premium.ideal[premium.ideal.len() / 2];
+    assert!(premium_ideal.dashed && !regular.dashed);
+    let (x, ideal) = premium_ideal.points[premium_ideal.points.len() / 2];
     assert_eq!(x, 320.0);
     assert!((ideal - 512.0 / 832.0).abs() < 1e-9, "{ideal}");
-    let regular_ideal = chart.lines[1].ideal[chart.lines[1].ideal.len() / 2].1;
-    assert!((regular_ideal - 320.0 / 832.0).abs() < 1e-9);
-    let latency = plots::line_chart(&manifest, &summaries, 0, ClassMetric::TtftMsP99);
-    assert!(latency.lines[0].ideal.is_empty());
-    assert!(latency.y_range.1 > 0.0);
+    let regular_share = regular_ideal.points[regular_ideal.points.len() / 2].1;
+    assert!((regular_share - 320.0 / 832.0).abs() < 1e-9);
+}
+
+#[test]
+fn latency_charts_are_log_scaled_with_the_scenarios_bounds() {
+    use crate::report::chart::{Direction, Scale};
+    use crate::report::expect::{LatencyFigure, RawExpectation};
+    let (manifest, rows) = rows_of(&args(&["router.policy_classes.regular.quantum=128,512"], 1));
+    let summaries = table::summarize(&manifest, &rows);
+    let bound = |metric: &str| RawExpectation {
+        latency: Some(LatencyFigure {
+            class: "regular".into(),
+            metric: metric.into(),
+        }),
+        at_most: Some(6000.0),
+        ..RawExpectation::default()
+    };
+    let expectations = [bound("ttft_ms_p99"), bound("ttft_ms_p50")];
+    let latency = plots::line_chart(
+        &manifest,
+        &summaries,
+        0,
+        ClassMetric::TtftMsP99,
+        &expectations,
+    );
+    assert!(latency.series.iter().all(|s| !s.dashed), "no ideal latency");
+    assert_eq!(latency.y.scale, Scale::Log);
+    assert!(latency.y.range.0 > 0.0 && latency.y.range.1 >= 6000.0);
+    let [line] = &latency.references[..] else {
+        panic!("only the p99 bound: {:?}", latency.references)
+    };
+    assert_eq!(
+        (line.direction, line.label.as_str(), line.class),
+        (Direction::Horizontal, "regular ttft p99 ≤ 6000 ms", Some(1))
+    );
+    let svg = plots::render(&SweepChart::Lines(latency), PlotFormat::Svg).unwrap();
+    assert!(
+        String::from_utf8(svg)
+            .unwrap()
+            .contains("regular ttft p99 ≤ 6000 ms")
+    );
+    let share = plots::line_chart(
+        &manifest,
+        &summaries,
+        0,
+        ClassMetric::ShareFirstN,
+        &expectations,
+    );
+    assert!(share.references.is_empty());
 }
 
 #[test]
@@ -145,7 +194,7 @@ fn plots_render_to_png_and_svg_and_two_axes_give_heatmaps() {
         1,
     ));
     let summaries = table::summarize(&manifest, &rows);
-    let charts = plots::all_charts(&manifest, &summaries);
+    let charts = plots::all_charts(&manifest, &summaries, &[]);
     let names: Vec<&str> = charts.iter().map(|c| c.name()).collect();
     assert_eq!(
         names,
@@ -160,9 +209,9 @@ fn plots_render_to_png_and_svg_and_two_axes_give_heatmaps() {
     // Cell (regular 512, premium 256): premium's fluid share 256/768.
     let cell = h.cells[h.y_values.len()].unwrap();
     assert!((cell - 1.0 / 3.0).abs() < 0.02, "{cell}");
-    let png = plots::render(&charts[0], true).unwrap();
+    let png = plots::render(&charts[0], PlotFormat::Png).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5_000);
-    let svg = String::from_utf8(plots::render(&charts[0], false).unwrap()).unwrap();
+    let svg = String::from_utf8(plots::render(&charts[0], PlotFormat::Svg).unwrap()).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains(&format!("{cell:.3}")));
 }
 
@@ -178,7 +227,7 @@ fn three_varied_axes_are_not_plotted() {
     ));
     assert_eq!(rows.len(), 8);
     let summaries = table::summarize(&manifest, &rows);
-    assert!(plots::all_charts(&manifest, &summaries).is_empty());
+    assert!(plots::all_charts(&manifest, &summaries, &[]).is_empty());
 }
 
 fn tune_args(targets: &[&str], vary: &[&str]) -> TuneArgs {
