@@ -18,7 +18,7 @@ use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::SchedulerConfig;
+use crate::scheduling::scheduler::select_profile;
 use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays};
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::{self, TraceReader};
@@ -146,13 +146,8 @@ impl RunSpec {
     /// its line and field).
     pub fn from_replay(setup: &ReplaySetup) -> RunSpec {
         let config = SimConfig {
-            scheduler: SchedulerConfig::new(
-                setup.router.clone(),
-                setup.policy.as_ref(),
-                None,
-                setup.engine.block_size,
-                setup.seed,
-            ),
+            router: setup.router.clone(),
+            profile: select_profile(&setup.router, setup.policy.as_ref(), None),
             worker_count: setup.workers,
             router_mode: setup.router_mode,
             delays: TransportDelays::default(),
@@ -183,14 +178,12 @@ impl RunSpec {
     pub fn with_seed(&self, seed: u64) -> RunSpec {
         let mut spec = self.clone();
         spec.config.seed = seed;
-        spec.config.scheduler.seed = seed;
         spec
     }
 
     /// The resolved class names, in DRR ring order.
     pub fn class_names(&self) -> Vec<String> {
         self.config
-            .scheduler
             .profile
             .classes()
             .iter()
@@ -200,10 +193,7 @@ impl RunSpec {
 
     /// Sets class `class`'s DRR quantum (what `tune` varies).
     pub fn set_quantum(&mut self, class: usize, quantum_tokens: u64) {
-        self.config
-            .scheduler
-            .profile
-            .set_quantum(class, quantum_tokens);
+        self.config.profile.set_quantum(class, quantum_tokens);
     }
 
     /// The requests in arrival order (ties in row order), streamed from a trace when no

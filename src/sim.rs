@@ -17,6 +17,8 @@
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
 use crate::rng::{self, SimRng};
+use crate::scheduling::policy::PolicyProfile;
+use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::{
     Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
 };
@@ -53,7 +55,11 @@ pub struct TransportDelays {
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    pub scheduler: SchedulerConfig,
+    /// The router's knobs.
+    pub router: RouterConfig,
+    /// The policy classes the router runs (as [`select_profile`] chooses them).
+    pub profile: PolicyProfile,
+    /// Every worker's engine; its block size is the router's too.
     pub engine: EngineArgs,
     pub worker_count: u32,
     pub router_mode: RouterMode,
@@ -63,7 +69,21 @@ pub struct SimConfig {
     pub tick_interval: SimDuration,
     /// Run every checker after every event (slow; for tests).
     pub check_every_event: bool,
+    /// The run's only seed: workload draws, the router's tie-breaks, transport jitter.
     pub seed: u64,
+}
+
+impl SimConfig {
+    /// The scheduler's configuration, derived so that seed and block size cannot disagree
+    /// with the workers'.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            router: self.router.clone(),
+            profile: self.profile.clone(),
+            block_size_tokens: self.engine.block_size,
+            seed: self.seed,
+        }
+    }
 }
 
 /// How a request ended.
@@ -207,7 +227,7 @@ pub fn run(
     requests: impl Iterator<Item = RequestSpec>,
 ) -> Result<SimResult, InvariantViolation> {
     let workers = worker_set(config.worker_count, &config.engine);
-    let router = Scheduler::new(config.scheduler.clone(), workers.clone(), SimTime::ZERO);
+    let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
     let ranks = workers
         .ranks()
         .map(|id| RankSlot {
@@ -321,9 +341,7 @@ impl System {
 
     fn arrive(&mut self, now: SimTime, spec: RequestSpec, queue: &mut EventQueue<Event>) {
         let id = RequestId(self.records.len() as u64);
-        let hashes: Arc<[u64]> = spec
-            .block_hashes(self.config.scheduler.block_size_tokens)
-            .into();
+        let hashes: Arc<[u64]> = spec.block_hashes(self.config.engine.block_size).into();
         self.records.push(RequestRecord {
             row: spec.row,
             policy_class: spec.policy_class.clone(),
@@ -829,12 +847,11 @@ policy_classes:
             .with_policy
             .then(|| PolicyConfig::from_yaml_str(POLICY, None).unwrap());
         SimConfig {
-            scheduler: SchedulerConfig::new(
-                RouterConfig::default(),
+            router: RouterConfig::default(),
+            profile: crate::scheduling::scheduler::select_profile(
+                &RouterConfig::default(),
                 policy.as_ref(),
                 None,
-                16,
-                seed,
             ),
             engine,
             worker_count: case.workers,

@@ -1,15 +1,15 @@
 //! Test helpers: hand-built records and runs of the fidelity fixtures, for the report tests.
+//! The fixtures run through the one run pipeline (a test-only use of the layer above).
 
-use crate::engine::{Limits, StopReason};
+use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
+use crate::pipeline::{self, ReplaySetup, RunOutput, RunSpec};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{Path, SchedulerConfig};
-use crate::sim::{self, RequestRecord, RouterMode, SimConfig, SimResult, Status, TransportDelays};
-use crate::time::{SimDuration, SimTime};
-use crate::workload::trace::{self, TraceReader};
-use std::fs::File;
-use std::io::BufReader;
+use crate::scheduling::scheduler::Path;
+use crate::sim::{RequestRecord, RouterMode, SimResult, Status};
+use crate::time::SimTime;
+use crate::workload::trace;
 use std::path::PathBuf;
 
 /// Milliseconds as a `SimTime`.
@@ -60,51 +60,32 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
 
 /// The metrics of the premium burst's weighted arm (fixture `premium-weighted`).
 pub fn weighted_metrics() -> crate::report::metrics::RunMetrics {
-    let (result, quanta) = run_fixture("premium-weighted");
-    crate::report::metrics::RunMetrics::compute(&result, &quanta)
+    replay_fixture("premium-weighted").metrics
 }
 
 /// Runs fidelity fixture `name` (its Dynamo trace, policy and engine, one worker) and returns
 /// the run with the class quanta.
 pub fn run_fixture(name: &str) -> (SimResult, Vec<u64>) {
+    let result = replay_fixture(name).result;
+    let quanta = result.class_quanta_tokens.clone();
+    (result, quanta)
+}
+
+/// Replays fidelity fixture `name` through the one run pipeline, as `routersim replay` does.
+fn replay_fixture(name: &str) -> RunOutput {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/fidelity")
         .join(name);
     let engine_text = std::fs::read_to_string(dir.join("engine.json")).unwrap();
-    let engine = EngineArgs::from_json_str(&engine_text).unwrap();
-    let policy = PolicyConfig::from_path(&dir.join("policy.yaml")).unwrap();
-    let trace_path = dir.join("dynamo.trace.jsonl");
-    let open = || BufReader::new(File::open(&trace_path).unwrap());
-    let block = trace::DEFAULT_TRACE_BLOCK_SIZE;
-    let summary = trace::scan(open(), name, block).unwrap();
-    let mut requests: Vec<_> = TraceReader::new(open(), name, block)
-        .with_origin_ms(summary.origin_ms)
-        .map(|r| r.unwrap())
-        .collect();
-    requests.sort_by_key(|r| (r.arrival, r.row));
-    let scheduler = SchedulerConfig::new(
-        RouterConfig::default(),
-        Some(&policy),
-        None,
-        engine.block_size,
-        0,
-    );
-    let quanta = scheduler
-        .profile
-        .classes()
-        .iter()
-        .map(|c| c.quantum_tokens)
-        .collect();
-    let config = SimConfig {
-        scheduler,
-        engine,
-        worker_count: 1,
+    let setup = ReplaySetup {
+        trace: dir.join("dynamo.trace.jsonl"),
+        trace_block_size: trace::DEFAULT_TRACE_BLOCK_SIZE,
+        policy: Some(PolicyConfig::from_path(&dir.join("policy.yaml")).unwrap()),
+        router: RouterConfig::default(),
+        engine: EngineArgs::from_json_str(&engine_text).unwrap(),
+        workers: 1,
         router_mode: RouterMode::KvRouter,
-        delays: TransportDelays::default(),
-        limits: Limits::default(),
-        tick_interval: SimDuration::from_ms(60_000),
-        check_every_event: false,
         seed: 0,
     };
-    (sim::run(config, requests.into_iter()).unwrap(), quanta)
+    pipeline::execute(&RunSpec::from_replay(&setup)).unwrap()
 }

@@ -61,7 +61,7 @@ use crate::mocker::EngineArgs;
 use crate::report::expect::RawExpectation;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::SchedulerConfig;
+use crate::scheduling::scheduler::select_profile;
 use crate::sim::{RouterMode, SimConfig, TransportDelays};
 use crate::time::SimDuration;
 use crate::workload::RequestSpec;
@@ -253,13 +253,8 @@ impl Scenario {
     /// The simulator configuration for a run with `seed`.
     pub fn sim_config(&self, seed: u64) -> SimConfig {
         SimConfig {
-            scheduler: SchedulerConfig::new(
-                self.router.clone(),
-                self.policy.as_ref(),
-                self.model.as_deref(),
-                self.engine.block_size,
-                seed,
-            ),
+            router: self.router.clone(),
+            profile: select_profile(&self.router, self.policy.as_ref(), self.model.as_deref()),
             engine: self.engine.clone(),
             worker_count: self.worker_count,
             router_mode: self.router_mode,

@@ -250,8 +250,8 @@ fn set_overrides_values_by_list_entry_name() {
     let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
     let config = scenario.sim_config(0);
     assert_eq!(config.worker_count, 2);
-    assert_eq!(config.scheduler.profile.classes()[1].quantum_tokens, 64);
-    assert_eq!(config.scheduler.router.router_temperature, 0.5);
+    assert_eq!(config.profile.classes()[1].quantum_tokens, 64);
+    assert_eq!(config.router.router_temperature, 0.5);
     let requests = scenario.requests(0).unwrap();
     assert_eq!(requests.len(), 420);
     let plain = Scenario::load(&path).unwrap();
@@ -540,7 +540,7 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
     let config = scenario.sim_config(5);
     assert_eq!(config.seed, 5);
     assert_eq!(config.router_mode, RouterMode::RoundRobin);
-    assert_eq!(config.scheduler.router.router_temperature, 0.25);
+    assert_eq!(config.router.router_temperature, 0.25);
     assert_eq!(config.limits.max_events, 1000);
     assert_eq!(config.limits.max_time.as_ns(), 2_500_000);
     assert_eq!(config.delays.router_to_worker.as_ns(), 1_000_000);

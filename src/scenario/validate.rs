@@ -394,12 +394,7 @@ fn active_profile(
     model: Option<&str>,
     router: &RouterConfig,
 ) -> PolicyProfile {
-    policy
-        .and_then(|p| p.profile_for(model))
-        .cloned()
-        .unwrap_or_else(|| {
-            PolicyProfile::synthetic(router.router_queue_policy, router.router_queue_threshold)
-        })
+    crate::scheduling::scheduler::select_profile(router, policy, model)
 }
 
 fn engine_args(source: &Source, raw: &RawScenario) -> Result<EngineArgs, ScenarioError> {

@@ -52,12 +52,7 @@ impl SchedulerConfig {
         block_size_tokens: u64,
         seed: u64,
     ) -> Self {
-        let profile = policy
-            .and_then(|p| p.profile_for(model))
-            .cloned()
-            .unwrap_or_else(|| {
-                PolicyProfile::synthetic(router.router_queue_policy, router.router_queue_threshold)
-            });
+        let profile = select_profile(&router, policy, model);
         SchedulerConfig {
             router,
             profile,
@@ -65,6 +60,22 @@ impl SchedulerConfig {
             seed,
         }
     }
+}
+
+/// The profile Dynamo's router runs with: the model's profile, else the root profile, else
+/// the synthetic `default` class built from the router's queue knobs. The one place that
+/// chooses it.
+pub fn select_profile(
+    router: &RouterConfig,
+    policy: Option<&PolicyConfig>,
+    model: Option<&str>,
+) -> PolicyProfile {
+    policy
+        .and_then(|p| p.profile_for(model))
+        .cloned()
+        .unwrap_or_else(|| {
+            PolicyProfile::synthetic(router.router_queue_policy, router.router_queue_threshold)
+        })
 }
 
 /// A request as the router receives it.
