@@ -4,7 +4,7 @@ use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS};
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
 use crate::report;
-use crate::report::evaluate::{ExpectationOutcome, evaluate, format_outcome};
+use crate::report::evaluate::{ExpectationOutcome, RunFacts, evaluate, format_outcome};
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::metrics::RunMetrics;
 use crate::report::output::{self, OutputKind};
@@ -268,11 +268,6 @@ fn run_scenario(
 
 /// Runs a loaded scenario.
 fn run_loaded(scenario: Scenario, seed: Option<u64>) -> Result<ScenarioRun, CliError> {
-    let path = scenario.file().to_path_buf();
-    for (index, e) in scenario.expectations().iter().enumerate() {
-        report::expect::validate_expectation(e, scenario.class_names())
-            .map_err(|err| CliError::Input(format!("{}: expect.{index}.{err}", path.display())))?;
-    }
     let seed = seed.unwrap_or(scenario.seed());
     let requests = scenario.requests(seed).map_err(input)?;
     let result = sim::run(scenario.sim_config(seed), requests.into_iter())
@@ -291,7 +286,7 @@ fn companion_metrics(run: &ScenarioRun) -> Result<BTreeMap<String, RunMetrics>, 
     let dir = run.scenario.file().parent().unwrap_or(Path::new("."));
     let mut out = BTreeMap::new();
     for e in run.scenario.expectations() {
-        if let Some(name) = &e.minus
+        if let Some(name) = e.companion().map(|c| &c.file)
             && !out.contains_key(name)
         {
             let companion = run_scenario(&dir.join(name), &[], None)?;
@@ -301,12 +296,21 @@ fn companion_metrics(run: &ScenarioRun) -> Result<BTreeMap<String, RunMetrics>, 
     Ok(out)
 }
 
-fn evaluate_expectations(run: &ScenarioRun) -> Result<Vec<ExpectationOutcome>, CliError> {
+/// `started` is when the run began: the verdicts report its wall time, companions included.
+fn evaluate_expectations(
+    run: &ScenarioRun,
+    started: std::time::Instant,
+) -> Result<Vec<ExpectationOutcome>, CliError> {
     let companions = companion_metrics(run)?;
+    let facts = RunFacts {
+        seed: run.seed,
+        wall_time_s: started.elapsed().as_secs_f64(),
+    };
     Ok(evaluate(
         run.scenario.expectations(),
         &run.metrics,
         &companions,
+        facts,
     ))
 }
 
@@ -321,7 +325,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     let target =
         output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
     let run = run_loaded(scenario, args.seed)?;
-    let outcomes = evaluate_expectations(&run)?;
+    let outcomes = evaluate_expectations(&run, started)?;
     let meta = serde_json::json!({
         "command": "run",
         "scenario": run.scenario.name(),
@@ -363,8 +367,9 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     let overrides = parse_overrides(&args.set)?;
     let mut suites = Vec::new();
     for path in &args.scenarios {
+        let started = std::time::Instant::now();
         let run = run_scenario(path, &overrides, None)?;
-        let outcomes = evaluate_expectations(&run)?;
+        let outcomes = evaluate_expectations(&run, started)?;
         println!(
             "{} (seed {}): {} expectations",
             path.display(),
