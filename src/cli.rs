@@ -1,11 +1,12 @@
 //! The command line: clap commands, and the mapping of errors to exit codes (0, 1, 2).
 
-use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS};
+use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_SWEEP_RUNS};
 use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
 use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
 use crate::report;
-use crate::report::evaluate::{ExpectationOutcome, format_outcome};
+use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
+use crate::report::expect::Bound;
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind};
 use crate::scenario::{self, FileKind, Scenario};
@@ -16,6 +17,7 @@ use crate::sweep;
 use crate::time::format_ms;
 use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
+use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
@@ -92,6 +94,18 @@ struct CheckArgs {
     /// Override a field of every scenario by its dotted path (repeatable).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
+    /// Replications per scenario, with the seeds `sweep --seeds N` uses (the first is the
+    /// scenario's own seed). An expectation fails if it fails on any seed; each line shows
+    /// the worst value and the seed that gave it.
+    #[arg(long, default_value_t = 1)]
+    seeds: u32,
+    /// Judge the Q-quantile of the seeds instead of the worst one: an expectation passes when
+    /// at least a fraction Q of the seeds pass it (Q in (0, 1]).
+    #[arg(long, value_name = "Q")]
+    quantile: Option<f64>,
+    /// Worker threads for the replications (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -177,6 +191,16 @@ impl From<sweep::SweepError> for CliError {
             1 => CliError::Expectation(e.to_string()),
             2 => CliError::Input(e.to_string()),
             _ => CliError::Bug(e.to_string()),
+        }
+    }
+}
+
+impl CliError {
+    /// The same error, an input error prefixed with the file it concerns.
+    fn in_file(self, path: &Path) -> CliError {
+        match self {
+            CliError::Input(m) => CliError::Input(format!("{}: {m}", path.display())),
+            other => other,
         }
     }
 }
@@ -344,41 +368,44 @@ fn no_progress_error(result: &sim::SimResult) -> Result<(), CliError> {
 }
 
 /// A failed outcome line for a run a limit cut short, so that `check` fails with its reason.
-fn limit_outcome(result: &sim::SimResult) -> Option<ExpectationOutcome> {
+fn limit_outcome(result: &sim::SimResult, seed: u64) -> Option<ExpectationOutcome> {
     stop_line(result).map(|line| ExpectationOutcome {
-        label: "unfinished requests".to_string(),
+        label: "unfinished requests (the run must reach its end)".to_string(),
         measured: Some(result.count("pending") as f64),
-        bound: "at most 0: the run must reach its end".to_string(),
+        bound: Bound::AtMost(0.0),
         passed: false,
         reason: Some(line),
+        seed,
+        wall_time_s: 0.0,
     })
 }
 
 fn check(args: &CheckArgs) -> Result<(), CliError> {
     let overrides = parse_overrides(&args.set)?;
+    check_replication_args(args)?;
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
         let judgement = Judgement::new(scenario)?;
-        let JudgedRun {
-            spec,
-            output: run,
-            mut outcomes,
-        } = judgement.run(0, 1, None)?;
-        no_progress_error(&run.result)
-            .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
-        outcomes.extend(limit_outcome(&run.result));
+        let per_seed = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
+        let outcomes = match args.quantile {
+            Some(q) => aggregate_quantile(&per_seed, q),
+            None => aggregate(&per_seed),
+        };
+        let seeds = match args.seeds {
+            1 => format!("seed {}", judgement.scenario.seed()),
+            n => format!("{n} seeds"),
+        };
         println!(
-            "{} (seed {}): {} expectations",
+            "{} ({seeds}): {} expectations",
             path.display(),
-            spec.seed(),
             outcomes.len()
         );
         for o in &outcomes {
             println!("  {}", format_outcome(o));
         }
         suites.push(JunitSuite {
-            name: spec.name.clone(),
+            name: judgement.scenario.name().to_string(),
             outcomes,
         });
     }
@@ -397,6 +424,57 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     }
     println!("all {total} expectations pass");
     Ok(())
+}
+
+fn check_replication_args(args: &CheckArgs) -> Result<(), CliError> {
+    if args.seeds == 0 || u64::from(args.seeds) > MAX_SWEEP_RUNS {
+        return Err(CliError::Input(format!(
+            "--seeds {}: must be from 1 to {MAX_SWEEP_RUNS}",
+            args.seeds
+        )));
+    }
+    match args.quantile {
+        Some(q) if !(q > 0.0 && q <= 1.0) => Err(CliError::Input(format!(
+            "--quantile {q}: must be in (0, 1]"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Runs every replication of a judged scenario in parallel; returns each seed's verdicts
+/// (with a failed line for a run a limit cut short), in replication order.
+fn judge_replications(
+    judgement: &Judgement,
+    args: &CheckArgs,
+) -> Result<Vec<Vec<ExpectationOutcome>>, CliError> {
+    let runs = args.seeds as usize;
+    let pool = sweep::run::thread_pool(args.jobs, runs).map_err(CliError::from)?;
+    pool.install(|| {
+        (0..args.seeds)
+            .into_par_iter()
+            .map(|replication| judge_one(judgement, replication, args.seeds))
+            .collect()
+    })
+}
+
+fn judge_one(
+    judgement: &Judgement,
+    replication: u32,
+    replications: u32,
+) -> Result<Vec<ExpectationOutcome>, CliError> {
+    let started = std::time::Instant::now();
+    let JudgedRun {
+        spec,
+        output,
+        mut outcomes,
+    } = judgement.run(replication, replications, None)?;
+    no_progress_error(&output.result)?;
+    outcomes.extend(limit_outcome(&output.result, spec.seed()));
+    let wall_time_s = started.elapsed().as_secs_f64();
+    for o in &mut outcomes {
+        o.wall_time_s = wall_time_s;
+    }
+    Ok(outcomes)
 }
 
 /// Reads `--engine` / `--router` values: inline JSON if it starts with `{`, else a file.

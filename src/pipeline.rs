@@ -12,7 +12,7 @@
 //! or validating any file twice.
 
 use crate::mocker::EngineArgs;
-use crate::report::evaluate::{ExpectationOutcome, evaluate};
+use crate::report::evaluate::{ExpectationOutcome, RunFacts, evaluate};
 use crate::report::metrics::RunMetrics;
 use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
@@ -274,7 +274,7 @@ impl Judgement {
     pub fn new(scenario: Scenario) -> Result<Judgement, RunError> {
         let mut companions = BTreeMap::new();
         for e in scenario.expectations() {
-            if let Some(name) = &e.minus
+            if let Some(name) = e.companion().map(|c| &c.file)
                 && !companions.contains_key(name)
             {
                 let companion = Scenario::load(&scenario.companion_path(name))?;
@@ -307,10 +307,16 @@ impl Judgement {
             let companion_spec = RunSpec::from_scenario(companion, seed_of(companion));
             companion_metrics.insert(name.clone(), execute(&companion_spec)?.metrics);
         }
+        // Wall time is the caller's to measure (nothing below the CLI reads a clock).
+        let facts = RunFacts {
+            seed: spec.seed(),
+            wall_time_s: 0.0,
+        };
         let outcomes = evaluate(
             self.scenario.expectations(),
             &output.metrics,
             &companion_metrics,
+            facts,
         );
         Ok(JudgedRun {
             spec,

@@ -1,14 +1,17 @@
-//! Evaluating a scenario's expectations against its run metrics, and the one-line verdicts.
+//! Evaluating a scenario's typed expectations against its run metrics, the one-line verdicts,
+//! and the worst verdict over several seeds.
 //!
-//! Evaluation assumes [`validate_expectation`](super::expect::validate_expectation) passed; a
-//! figure that cannot be measured on this run (a class with fewer than `k` completions, no
-//! backlogged service, a companion that was not run) is a failure that says why.
+//! An [`Expectation`] is valid by construction; a figure that cannot be measured on this run
+//! (a class with fewer than `k` completions, no backlogged service, a companion that was not
+//! run) is a failure that says why.
 
-use super::expect::RawExpectation;
-use super::metrics::{LatencyMetric, RunMetrics};
+use super::expect::{Bound, Expectation, Figure};
+use super::metrics::RunMetrics;
 use std::collections::BTreeMap;
 
-/// The verdict on one expectation.
+pub use super::expect::number;
+
+/// The verdict on one expectation, and where it came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExpectationOutcome {
     /// The expectation's `name`, or a description of its figure.
@@ -16,55 +19,129 @@ pub struct ExpectationOutcome {
     /// The measured value (after subtracting the companion's for `minus`); `None` when it
     /// could not be measured.
     pub measured: Option<f64>,
-    /// The bound as text, e.g. `within [240, 320]`.
-    pub bound: String,
+    pub bound: Bound,
     pub passed: bool,
     /// Why the figure could not be measured, if it could not.
     pub reason: Option<String>,
+    /// The seed of the run the value was measured on; after [`aggregate`], the seed that gave
+    /// the worst value.
+    pub seed: u64,
+    /// Wall-clock seconds of the run(s) behind the verdict (simulation and measurement,
+    /// companions included); [`aggregate`] sums them over seeds.
+    pub wall_time_s: f64,
+}
+
+/// The facts about a run that a verdict reports besides its value.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct RunFacts {
+    pub seed: u64,
+    /// Wall-clock seconds the run took (only reports read it: it never affects a verdict).
+    pub wall_time_s: f64,
 }
 
 /// Evaluates every expectation, in order. `companions` maps each `minus:` value (exactly as
 /// written in the scenario) to the metrics of that companion scenario's run.
 pub fn evaluate(
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
     metrics: &RunMetrics,
     companions: &BTreeMap<String, RunMetrics>,
+    run: RunFacts,
 ) -> Vec<ExpectationOutcome> {
     expectations
         .iter()
-        .map(|e| evaluate_one(e, metrics, companions))
+        .map(|e| evaluate_one(e, metrics, companions, run))
         .collect()
 }
 
 fn evaluate_one(
-    e: &RawExpectation,
+    e: &Expectation,
     metrics: &RunMetrics,
     companions: &BTreeMap<String, RunMetrics>,
+    run: RunFacts,
 ) -> ExpectationOutcome {
     let measured = measure_with_companion(e, metrics, companions);
-    let passed = measured.as_ref().is_ok_and(|&v| bound_holds(e, v));
     ExpectationOutcome {
-        label: label(e),
+        label: e.label(),
         measured: measured.as_ref().ok().copied(),
-        bound: bound_text(e),
-        passed,
+        bound: e.bound(),
+        passed: measured.as_ref().is_ok_and(|&v| e.bound().holds(v)),
         reason: measured.err(),
+        seed: run.seed,
+        wall_time_s: run.wall_time_s,
     }
 }
 
+/// The worst outcome of each expectation over seeds: `per_seed[s][i]` is expectation `i` on
+/// seed `s` (every seed evaluates the same expectations in the same order). A failure is worse
+/// than a pass, an unmeasurable figure worse than any value, and otherwise the smaller
+/// [`Bound::margin`] is worse; ties keep the earlier seed. Wall times are summed, because the
+/// verdict took every seed's run.
+pub fn aggregate(per_seed: &[Vec<ExpectationOutcome>]) -> Vec<ExpectationOutcome> {
+    let Some(first) = per_seed.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let runs = per_seed.iter().filter_map(|outcomes| outcomes.get(i));
+            let mut worst = runs.clone().reduce(worse_of).unwrap_or(&first[i]).clone();
+            worst.wall_time_s = runs.map(|o| o.wall_time_s).sum();
+            worst
+        })
+        .collect()
+}
+
+/// Each expectation's outcome at the `q`-quantile of its seeds, ordered from best to worst:
+/// it passes when at least a fraction `q` of the seeds pass (for `q` = 1, the worst seed, as
+/// [`aggregate`]). Wall times are summed.
+pub fn aggregate_quantile(per_seed: &[Vec<ExpectationOutcome>], q: f64) -> Vec<ExpectationOutcome> {
+    assert!(q > 0.0 && q <= 1.0, "quantile {q} outside (0, 1]");
+    let Some(first) = per_seed.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let mut runs: Vec<&ExpectationOutcome> = per_seed
+                .iter()
+                .filter_map(|outcomes| outcomes.get(i))
+                .collect();
+            runs.sort_by(|a, b| severity(a).partial_cmp(&severity(b)).expect("no NaN"));
+            let rank = ((q * runs.len() as f64).ceil() as usize).clamp(1, runs.len());
+            let mut chosen = runs[rank - 1].clone();
+            chosen.wall_time_s = runs.iter().map(|o| o.wall_time_s).sum();
+            chosen
+        })
+        .collect()
+}
+
+/// The worse of two outcomes of one expectation; `a` on a tie.
+fn worse_of<'a>(a: &'a ExpectationOutcome, b: &'a ExpectationOutcome) -> &'a ExpectationOutcome {
+    if severity(b) > severity(a) { b } else { a }
+}
+
+/// Larger is worse: failing before passing, then unmeasured (or NaN) before any value, then
+/// the smallest margin.
+fn severity(o: &ExpectationOutcome) -> (bool, f64) {
+    let margin = o
+        .measured
+        .map(|v| o.bound.margin(v))
+        .filter(|m| !m.is_nan());
+    (!o.passed, -margin.unwrap_or(f64::NEG_INFINITY))
+}
+
 fn measure_with_companion(
-    e: &RawExpectation,
+    e: &Expectation,
     metrics: &RunMetrics,
     companions: &BTreeMap<String, RunMetrics>,
 ) -> Result<f64, String> {
-    let own = measure(e, metrics)?;
-    let Some(other_name) = &e.minus else {
+    let own = measure(e.figure(), metrics)?;
+    let Some(other) = e.companion() else {
         return Ok(own);
     };
+    let name = &other.file;
     let other = companions
-        .get(other_name)
-        .ok_or_else(|| format!("companion {other_name} was not run"))?;
-    let theirs = measure(e, other).map_err(|why| format!("in companion {other_name}: {why}"))?;
+        .get(name)
+        .ok_or_else(|| format!("companion {name} was not run"))?;
+    let theirs = measure(e.figure(), other).map_err(|why| format!("in companion {name}: {why}"))?;
     Ok(own - theirs)
 }
 
@@ -82,158 +159,53 @@ fn too_few(metrics: &RunMetrics, class: usize, k: u64) -> String {
     )
 }
 
-/// The figure of `e` measured on one run.
-fn measure(e: &RawExpectation, m: &RunMetrics) -> Result<f64, String> {
-    if let Some(f) = &e.prefix_count {
-        return Ok(m.completed_through(class(m, &f.class)?, f.n) as f64);
-    }
-    if let Some(f) = &e.remaining_when_done {
-        let (c, done) = (class(m, &f.class)?, class(m, &f.done)?);
-        return m
-            .remaining_when_done(c, done, f.k)
-            .map(|v| v as f64)
-            .ok_or_else(|| too_few(m, done, f.k.unwrap_or(1)));
-    }
-    if let Some(f) = &e.count_at {
-        let (c, when) = (class(m, &f.class)?, class(m, &f.when)?);
-        return m
-            .count_at(c, when, f.k)
-            .map(|v| v as f64)
-            .ok_or_else(|| too_few(m, when, f.k));
-    }
-    if let Some(f) = &e.growth {
-        let (c, when) = (class(m, &f.class)?, class(m, &f.when)?);
-        return m
-            .growth(c, when, f.from, f.to)
-            .map(|v| v as f64)
-            .ok_or_else(|| too_few(m, when, f.to));
-    }
-    if let Some(f) = &e.latency {
-        let c = class(m, &f.class)?;
-        let metric = LatencyMetric::parse(&f.metric)
-            .ok_or_else(|| format!("unknown latency metric `{}`", f.metric))?;
-        return m
-            .latency_ms(c, metric)
-            .ok_or_else(|| format!("{} has no {} samples", f.class, metric.kind.name()));
-    }
-    if let Some(f) = &e.token_share {
-        let c = class(m, &f.class)?;
-        return m
-            .token_share_gap(c)
-            .ok_or_else(|| "no service while two or more classes were backlogged".to_string());
-    }
-    Err("no figure given".to_string())
-}
-
-fn bound_holds(e: &RawExpectation, v: f64) -> bool {
-    if let Some([lo, hi]) = e.within {
-        return lo <= v && v <= hi;
-    }
-    if let Some(lo) = e.at_least {
-        return v >= lo;
-    }
-    if let Some(hi) = e.at_most {
-        return v <= hi;
-    }
-    if let Some(tolerance) = e.tolerance {
-        return v.abs() <= tolerance;
-    }
-    false
-}
-
-/// The bound as text: `within [240, 320]`, `at least 60`, `at most 500`, `within ±0.05`.
-pub fn bound_text(e: &RawExpectation) -> String {
-    if let Some([lo, hi]) = e.within {
-        return format!("within [{}, {}]", number(lo), number(hi));
-    }
-    if let Some(lo) = e.at_least {
-        return format!("at least {}", number(lo));
-    }
-    if let Some(hi) = e.at_most {
-        return format!("at most {}", number(hi));
-    }
-    if let Some(tolerance) = e.tolerance {
-        return format!("within ±{}", number(tolerance));
-    }
-    "no bound".to_string()
-}
-
-/// A number as people write it: integers without a fraction, others to at most 4 decimals.
-pub fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        return format!("{v:.0}");
-    }
-    let fixed = format!("{v:.4}");
-    let trimmed = fixed.trim_end_matches('0').trim_end_matches('.');
-    if trimmed == "-0" {
-        "0".to_string()
-    } else {
-        trimmed.to_string()
+/// The figure measured on one run.
+fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
+    match figure {
+        Figure::PrefixCount { class: c, n } => Ok(m.completed_through(class(m, c)?, *n) as f64),
+        Figure::PrefixShare { class: c, n } => prefix_share(m, class(m, c)?, *n),
+        Figure::RemainingWhenDone { class: c, done, k } => {
+            let (c, done) = (class(m, c)?, class(m, done)?);
+            m.remaining_when_done(c, done, *k)
+                .map(|v| v as f64)
+                .ok_or_else(|| too_few(m, done, k.unwrap_or(1)))
+        }
+        Figure::CountAt { class: c, when, k } => {
+            let (c, when) = (class(m, c)?, class(m, when)?);
+            m.count_at(c, when, *k)
+                .map(|v| v as f64)
+                .ok_or_else(|| too_few(m, when, *k))
+        }
+        Figure::Growth {
+            class: c,
+            when,
+            from,
+            to,
+        } => {
+            let (c, when) = (class(m, c)?, class(m, when)?);
+            m.growth(c, when, *from, *to)
+                .map(|v| v as f64)
+                .ok_or_else(|| too_few(m, when, *to))
+        }
+        Figure::Latency { class: c, metric } => m
+            .latency_ms(class(m, c)?, *metric)
+            .ok_or_else(|| format!("{c} has no {} samples", metric.kind.name())),
+        Figure::TokenShare { class: c } => m
+            .token_share_gap(class(m, c)?)
+            .ok_or_else(|| "no service while two or more classes were backlogged".to_string()),
     }
 }
 
-fn ordinal(k: u64) -> String {
-    let suffix = match (k % 10, k % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{k}{suffix}")
-}
-
-/// The expectation's `name`, or a description of its figure (with ` minus OTHER`).
-pub fn label(e: &RawExpectation) -> String {
-    if let Some(name) = &e.name {
-        return name.clone();
+/// `class`'s share of the first `n` completions. Unlike `prefix_count`, which counts what
+/// there is, a share of fewer than `n` completions would claim more than the run showed.
+fn prefix_share(m: &RunMetrics, class: usize, n: u64) -> Result<f64, String> {
+    let completed = m.completions.len() as u64;
+    if completed < n {
+        return Err(format!(
+            "the run completed only {completed} requests, fewer than {n}"
+        ));
     }
-    let figure = figure_text(e);
-    match &e.minus {
-        Some(other) => format!("{figure} minus {other}"),
-        None => figure,
-    }
-}
-
-fn figure_text(e: &RawExpectation) -> String {
-    if let Some(f) = &e.prefix_count {
-        return format!("{} among first {}", f.class, f.n);
-    }
-    if let Some(f) = &e.remaining_when_done {
-        return match f.k {
-            None => format!("{} remaining when {} done", f.class, f.done),
-            Some(k) => format!(
-                "{} remaining at {}'s {} completion",
-                f.class,
-                f.done,
-                ordinal(k)
-            ),
-        };
-    }
-    if let Some(f) = &e.count_at {
-        return format!(
-            "{} completed at {}'s {} completion",
-            f.class,
-            f.when,
-            ordinal(f.k)
-        );
-    }
-    if let Some(f) = &e.growth {
-        return format!(
-            "{} completed between {}'s {} and {} completions",
-            f.class,
-            f.when,
-            ordinal(f.from),
-            ordinal(f.to)
-        );
-    }
-    if let Some(f) = &e.latency {
-        return format!("{} {}", f.class, f.metric);
-    }
-    if let Some(f) = &e.token_share {
-        return format!("{} token share minus ideal (backlogged)", f.class);
-    }
-    "expectation without a figure".to_string()
+    Ok(m.completed_through(class, n) as f64 / n as f64)
 }
 
 /// One line per outcome, e.g. `PASS  premium among first 320 = 255  (within [240, 320])`;
@@ -252,11 +224,21 @@ pub fn format_outcome(o: &ExpectationOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::expect::validate_expectation;
-    use crate::report::test_support::run_fixture;
+    use crate::report::expect::RawExpectation;
+    use crate::report::test_support::{done, result_of, run_fixture};
+    use crate::scheduling::scheduler::Path;
 
-    fn parse(yaml: &str) -> Vec<RawExpectation> {
-        serde_saphyr::from_str(yaml).unwrap()
+    const RUN: RunFacts = RunFacts {
+        seed: 7,
+        wall_time_s: 0.5,
+    };
+
+    fn parse(yaml: &str) -> Vec<Expectation> {
+        let raw: Vec<RawExpectation> = serde_saphyr::from_str(yaml).unwrap();
+        let classes = ["premium".to_string(), "regular".to_string()];
+        raw.iter()
+            .map(|e| Expectation::parse(e, &classes).unwrap_or_else(|err| panic!("{err}")))
+            .collect()
     }
 
     fn premium_runs() -> (RunMetrics, RunMetrics) {
@@ -284,19 +266,15 @@ mod tests {
     #[test]
     fn dynamo_assertions_pass_on_both_premium_arms() {
         let (weighted, equal) = premium_runs();
-        let classes = ["premium".to_string(), "regular".to_string()];
         let companions = BTreeMap::from([("premium-equal.yaml".to_string(), equal.clone())]);
         let mut lines = Vec::new();
         for (arm, yaml, companions) in [
             (&equal, EQUAL_ARM, BTreeMap::new()),
             (&weighted, WEIGHTED_ARM, companions),
         ] {
-            let expectations = parse(yaml);
-            for e in &expectations {
-                validate_expectation(e, &classes).unwrap();
-            }
-            for o in evaluate(&expectations, arm, &companions) {
+            for o in evaluate(&parse(yaml), arm, &companions, RUN) {
                 assert!(o.passed, "{}", format_outcome(&o));
+                assert_eq!((o.seed, o.wall_time_s), (7, 0.5));
                 lines.push(format_outcome(&o));
             }
         }
@@ -329,7 +307,7 @@ mod tests {
 - {prefix_count: {class: premium, n: 320}, minus: other.yaml, at_least: 0}
 ",
         );
-        let outcomes = evaluate(&expectations, &weighted, &BTreeMap::new());
+        let outcomes = evaluate(&expectations, &weighted, &BTreeMap::new(), RUN);
         let lines: Vec<String> = outcomes.iter().map(format_outcome).collect();
         assert!(outcomes.iter().all(|o| !o.passed));
         assert_eq!(
@@ -359,7 +337,7 @@ mod tests {
 - {token_share: {class: regular}, tolerance: 0.05}
 ",
         );
-        let outcomes = evaluate(&expectations, &weighted, &BTreeMap::new());
+        let outcomes = evaluate(&expectations, &weighted, &BTreeMap::new(), RUN);
         for o in &outcomes {
             assert!(o.passed, "{}", format_outcome(o));
         }
@@ -367,19 +345,108 @@ mod tests {
         let ttft_p99_ms = weighted.classes[p].latencies.ttft.p99_ns as f64 / 1e6;
         assert_eq!(outcomes[0].measured, Some(ttft_p99_ms));
         assert!(outcomes[1].measured.unwrap().abs() <= 0.05);
-        assert_eq!(outcomes[1].bound, "within ±0.05");
+        assert_eq!(outcomes[1].bound, Bound::Tolerance(0.05));
+    }
+
+    /// Completion order premium, regular, premium, premium, regular (rows 0..5, 1 ms apart).
+    fn hand_built_run() -> RunMetrics {
+        let classes = [0, 1, 0, 0, 1];
+        let records = classes
+            .iter()
+            .enumerate()
+            .map(|(row, &class)| done(row as u64, class, Path::Queued, [0, 0, row as u64 + 1]))
+            .collect();
+        RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])
     }
 
     #[test]
-    fn numbers_print_as_written() {
-        assert_eq!(number(240.0), "240");
-        assert_eq!(number(-3.0), "-3");
-        assert_eq!(number(0.05), "0.05");
-        assert_eq!(number(0.123456), "0.1235");
-        assert_eq!(number(-0.00001), "0");
-        assert_eq!(ordinal(1), "1st");
-        assert_eq!(ordinal(12), "12th");
-        assert_eq!(ordinal(22), "22nd");
-        assert_eq!(ordinal(103), "103rd");
+    fn prefix_share_is_the_fraction_of_the_first_n_completions() {
+        let run = hand_built_run();
+        let outcomes = evaluate(
+            &parse(
+                "
+- {prefix_share: {class: premium, n: 4}, at_least: 0.75}
+- {prefix_share: {class: regular, n: 4}, at_least: 0.5}
+- {prefix_share: {class: premium, n: 5}, within: [0.6, 0.6]}
+- {prefix_share: {class: premium, n: 2}, at_most: 0.5}
+- {prefix_share: {class: premium, n: 6}, at_least: 0}
+",
+            ),
+            &run,
+            &BTreeMap::new(),
+            RUN,
+        );
+        let values: Vec<_> = outcomes.iter().map(|o| o.measured).collect();
+        assert_eq!(values, [Some(0.75), Some(0.25), Some(0.6), Some(0.5), None]);
+        let passed: Vec<_> = outcomes.iter().map(|o| o.passed).collect();
+        assert_eq!(passed, [true, false, true, true, false]);
+        assert_eq!(
+            format_outcome(&outcomes[1]),
+            "FAIL  regular share of first 4 = 0.25  (at least 0.5)"
+        );
+        assert_eq!(
+            outcomes[4].reason.as_deref(),
+            Some("the run completed only 5 requests, fewer than 6")
+        );
+    }
+
+    #[test]
+    fn prefix_share_minus_a_companion_is_a_difference_of_fractions() {
+        let run = hand_built_run();
+        let companions = BTreeMap::from([("other.yaml".to_string(), run.clone())]);
+        let yaml = "[{prefix_share: {class: premium, n: 4}, minus: other.yaml, within: [0, 0]}]";
+        let outcomes = evaluate(&parse(yaml), &run, &companions, RUN);
+        assert_eq!(
+            (outcomes[0].measured, outcomes[0].passed),
+            (Some(0.0), true)
+        );
+    }
+
+    fn outcome(measured: Option<f64>, bound: Bound, seed: u64) -> ExpectationOutcome {
+        ExpectationOutcome {
+            label: "x".into(),
+            measured,
+            bound,
+            passed: measured.is_some_and(|v| bound.holds(v)),
+            reason: measured.is_none().then(|| "unmeasured".to_string()),
+            seed,
+            wall_time_s: 1.5,
+        }
+    }
+
+    #[test]
+    fn aggregate_keeps_each_expectations_worst_seed() {
+        let at_least = Bound::AtLeast(240.0);
+        let within = Bound::Within { lo: 0.0, hi: 10.0 };
+        let per_seed: Vec<Vec<ExpectationOutcome>> = [
+            (0, Some(255.0), Some(5.0)),
+            (1, Some(253.0), Some(9.0)),
+            (2, Some(254.0), Some(1.0)),
+        ]
+        .into_iter()
+        .map(|(seed, a, b)| vec![outcome(a, at_least, seed), outcome(b, within, seed)])
+        .collect();
+        let worst = aggregate(&per_seed);
+        assert_eq!(worst.len(), 2);
+        assert_eq!((worst[0].measured, worst[0].seed), (Some(253.0), 1));
+        assert_eq!((worst[1].measured, worst[1].seed), (Some(9.0), 1));
+        assert!(worst.iter().all(|o| o.passed));
+        assert_eq!(worst[0].wall_time_s, 4.5, "the verdict took three runs");
+    }
+
+    #[test]
+    fn aggregate_prefers_failures_then_unmeasured_then_the_earliest_tie() {
+        let bound = Bound::AtMost(10.0);
+        let per_seed = vec![
+            vec![outcome(Some(9.0), bound, 0), outcome(Some(3.0), bound, 0)],
+            vec![outcome(None, bound, 1), outcome(Some(3.0), bound, 1)],
+            vec![outcome(Some(12.0), bound, 2), outcome(Some(3.0), bound, 2)],
+        ];
+        let worst = aggregate(&per_seed);
+        assert_eq!((worst[0].seed, worst[0].passed), (1, false));
+        assert_eq!(worst[1].seed, 0, "a tie keeps the first seed");
+        let failing_value = vec![per_seed[0].clone(), per_seed[2].clone()];
+        assert_eq!(aggregate(&failing_value)[0].measured, Some(12.0));
+        assert!(aggregate(&[]).is_empty());
     }
 }

@@ -1,10 +1,13 @@
-//! Expectations a scenario states about its own results (`expect:`): syntax and bounds.
+//! Expectations a scenario states about its own results (`expect:`): the syntax as written
+//! ([`RawExpectation`]) and the typed form ([`Expectation`]) it is parsed into once, at
+//! scenario validation.
 //!
-//! Each expectation names exactly one *figure* (what is measured) and a *bound*:
+//! Each expectation names exactly one *figure* (what is measured) and one *bound*:
 //!
 //! ```yaml
 //! expect:
 //!   - {prefix_count: {class: premium, n: 320}, within: [240, 320]}
+//!   - {prefix_share: {class: premium, n: 200}, at_least: 0.75}
 //!   - {remaining_when_done: {class: regular, done: premium}, within: [220, 260]}
 //!   - {count_at: {class: regular, when: premium, k: 80}, at_least: 12}
 //!   - {growth: {class: regular, when: premium, from: 80, to: 240}, at_least: 32}
@@ -15,8 +18,15 @@
 //!
 //! `minus: OTHER.yaml` compares with the same figure measured on a companion scenario (a path
 //! relative to this scenario's file): the bound applies to `this − other`.
+//!
+//! [`Expectation::parse`] is the only way to build an [`Expectation`], so every value of that
+//! type holds these rules: classes exist, counts start at 1, `growth` has `from < to`, the
+//! latency metric is known, bounds are finite with `lo <= hi`, `tolerance` (>= 0) goes with
+//! `token_share` only, and a `prefix_share` bound lies in [0, 1] ([-1, 1] with `minus`).
 
+use super::metrics::LatencyMetric;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// One expectation as written in a scenario. Exactly one figure key must be set.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -26,6 +36,8 @@ pub struct RawExpectation {
     pub name: Option<String>,
     /// How many of the first `n` completions belong to `class`.
     pub prefix_count: Option<PrefixCount>,
+    /// The fraction (in [0, 1]) of the first `n` completions that belong to `class`.
+    pub prefix_share: Option<PrefixCount>,
     /// How many requests of `class` are unfinished when `done` completes its `k`-th request
     /// (its last one when `k` is absent).
     pub remaining_when_done: Option<RemainingWhenDone>,
@@ -48,6 +60,7 @@ pub struct RawExpectation {
     pub tolerance: Option<f64>,
 }
 
+/// `{class, n}`: the first `n` completions, for `prefix_count` and `prefix_share`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefixCount {
@@ -93,17 +106,85 @@ pub struct TokenShare {
     pub class: String,
 }
 
-/// A problem with one expectation, naming the field at fault (e.g. `prefix_count.class`).
+/// What an expectation measures on a run. Classes are names from the scenario's class table:
+/// a companion's run may order its classes differently, so evaluation looks them up by name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Figure {
+    /// Completions of `class` among the first `n` completions (all of them when fewer).
+    PrefixCount { class: String, n: u64 },
+    /// `class`'s fraction of the first `n` completions; unmeasurable when fewer than `n`
+    /// requests completed.
+    PrefixShare { class: String, n: u64 },
+    /// Requests of `class` unfinished when `done` completes its `k`-th (`None`: last) request.
+    RemainingWhenDone {
+        class: String,
+        done: String,
+        k: Option<u64>,
+    },
+    /// Completions of `class` when `when` completes its `k`-th request.
+    CountAt { class: String, when: String, k: u64 },
+    /// Completions of `class` between `when`'s `from`-th and `to`-th completions (`from < to`).
+    Growth {
+        class: String,
+        when: String,
+        from: u64,
+        to: u64,
+    },
+    /// A latency statistic of `class`, in ms.
+    Latency {
+        class: String,
+        metric: LatencyMetric,
+    },
+    /// `class`'s backlogged token share minus its ideal DRR share.
+    TokenShare { class: String },
+}
+
+/// The range a figure must fall in; every value is finite.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Bound {
+    AtLeast(f64),
+    AtMost(f64),
+    /// Inclusive, `lo <= hi`.
+    Within {
+        lo: f64,
+        hi: f64,
+    },
+    /// `|value| <= tolerance`, for `token_share` only.
+    Tolerance(f64),
+}
+
+/// The scenario named by `minus:`, exactly as written (relative to the scenario's directory):
+/// its run's same figure is subtracted from this run's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Companion {
+    pub file: String,
+}
+
+/// One validated expectation. Fields are private: [`Expectation::parse`] is the only
+/// constructor, so the rules in the module doc hold for every value.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(into = "RawExpectation")]
+pub struct Expectation {
+    name: Option<String>,
+    figure: Figure,
+    bound: Bound,
+    companion: Option<Companion>,
+}
+
+/// A problem with one expectation, naming the field at fault (e.g. `prefix_count.class`;
+/// empty for the entry as a whole). The scenario loader adds file and line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpectationError {
-    /// The field path inside the expectation, e.g. `within` or `latency.metric`.
     pub field: String,
     pub message: String,
 }
 
-impl std::fmt::Display for ExpectationError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
+impl fmt::Display for ExpectationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.field.is_empty() {
+            true => f.write_str(&self.message),
+            false => write!(f, "{}: {}", self.field, self.message),
+        }
     }
 }
 
@@ -116,10 +197,67 @@ fn invalid(field: &str, message: impl Into<String>) -> ExpectationError {
     }
 }
 
+/// The figure keys, in the order errors list them.
+const FIGURE_KEYS: &str =
+    "prefix_count, prefix_share, remaining_when_done, count_at, growth, latency or token_share";
+
+impl Expectation {
+    /// Parses one `expect:` entry and checks it against the scenario's class names: the one
+    /// place expectations are validated.
+    pub fn parse(
+        raw: &RawExpectation,
+        class_names: &[String],
+    ) -> Result<Expectation, ExpectationError> {
+        let keys = figures_set(raw);
+        if keys.len() != 1 {
+            let found = describe_keys(&keys);
+            let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
+            return Err(invalid("", message));
+        }
+        let bound = parse_bound(raw)?;
+        let figure = parse_figure(raw, class_names)?;
+        let companion = parse_companion(raw)?;
+        check_bound_fits(&figure, bound, companion.is_some())?;
+        Ok(Expectation {
+            name: raw.name.clone(),
+            figure,
+            bound,
+            companion,
+        })
+    }
+
+    /// The `name` written in the scenario, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    pub fn figure(&self) -> &Figure {
+        &self.figure
+    }
+
+    pub fn bound(&self) -> Bound {
+        self.bound
+    }
+
+    pub fn companion(&self) -> Option<&Companion> {
+        self.companion.as_ref()
+    }
+
+    /// The `name`, or a description of the figure (with ` minus OTHER`), for reports.
+    pub fn label(&self) -> String {
+        match (&self.name, &self.companion) {
+            (Some(name), _) => name.clone(),
+            (None, Some(other)) => format!("{} minus {}", self.figure, other.file),
+            (None, None) => self.figure.to_string(),
+        }
+    }
+}
+
 /// The figure keys that are set, by name.
 fn figures_set(e: &RawExpectation) -> Vec<&'static str> {
     [
         ("prefix_count", e.prefix_count.is_some()),
+        ("prefix_share", e.prefix_share.is_some()),
         ("remaining_when_done", e.remaining_when_done.is_some()),
         ("count_at", e.count_at.is_some()),
         ("growth", e.growth.is_some()),
@@ -144,272 +282,733 @@ fn bounds_set(e: &RawExpectation) -> Vec<&'static str> {
     .collect()
 }
 
-/// Checks one expectation against the run's class names: exactly one figure, exactly one
-/// bound (finite, `lo <= hi`, a non-negative `tolerance` only with `token_share`), classes
-/// that exist, counts that start at 1, `from < to`, and a known latency metric. This is the
-/// reference check: evaluation assumes it passed.
-pub fn validate_expectation(
-    e: &RawExpectation,
-    class_names: &[String],
-) -> Result<(), ExpectationError> {
-    let figures = figures_set(e);
-    if figures.len() != 1 {
-        return Err(invalid(
-            "expect",
-            format!(
-                "exactly one figure is needed (one of prefix_count, remaining_when_done, \
-                 count_at, growth, latency, token_share), found {}",
-                describe_keys(&figures)
-            ),
-        ));
-    }
-    validate_bound(e, figures[0])?;
-    validate_figure(e, class_names)
-}
-
 fn describe_keys(keys: &[&str]) -> String {
-    if keys.is_empty() {
-        "none".to_string()
-    } else {
-        keys.join(", ")
+    match keys.is_empty() {
+        true => "none".to_string(),
+        false => keys.join(", "),
     }
 }
 
-fn validate_bound(e: &RawExpectation, figure: &str) -> Result<(), ExpectationError> {
-    let bounds = bounds_set(e);
-    if bounds.len() != 1 {
+fn parse_bound(raw: &RawExpectation) -> Result<Bound, ExpectationError> {
+    let keys = bounds_set(raw);
+    if keys.len() != 1 {
         return Err(invalid(
-            "expect",
+            "",
             format!(
-                "exactly one bound is needed (within, at_least, at_most or tolerance), found {}",
-                describe_keys(&bounds)
+                "needs exactly one bound (within, at_least, at_most or tolerance), found {}",
+                describe_keys(&keys)
             ),
         ));
     }
-    let finite = |field: &str, v: f64| {
-        if v.is_finite() {
-            Ok(())
-        } else {
-            Err(invalid(field, format!("{v} is not a finite number")))
+    if let Some([lo, hi]) = raw.within {
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            let message = format!("needs finite lo <= hi, got [{lo}, {hi}]");
+            return Err(invalid("within", message));
         }
-    };
-    if let Some([lo, hi]) = e.within {
-        finite("within", lo)?;
-        finite("within", hi)?;
-        if lo > hi {
-            return Err(invalid("within", format!("[{lo}, {hi}] has lo > hi")));
-        }
+        return Ok(Bound::Within { lo, hi });
     }
-    if let Some(v) = e.at_least {
-        finite("at_least", v)?;
+    if let Some(v) = raw.at_least {
+        return finite("at_least", v).map(Bound::AtLeast);
     }
-    if let Some(v) = e.at_most {
-        finite("at_most", v)?;
+    if let Some(v) = raw.at_most {
+        return finite("at_most", v).map(Bound::AtMost);
     }
-    if let Some(v) = e.tolerance {
-        finite("tolerance", v)?;
-        if v < 0.0 {
-            return Err(invalid("tolerance", format!("{v} is negative")));
-        }
-        if figure != "token_share" {
-            return Err(invalid(
-                "tolerance",
-                format!("tolerance applies to token_share only, not {figure}"),
-            ));
-        }
+    let tolerance = raw.tolerance.unwrap_or_default();
+    if !(tolerance.is_finite() && tolerance >= 0.0) {
+        let message = format!("must be finite and >= 0, got {tolerance}");
+        return Err(invalid("tolerance", message));
     }
-    Ok(())
+    Ok(Bound::Tolerance(tolerance))
 }
 
-fn validate_class(field: &str, name: &str, class_names: &[String]) -> Result<(), ExpectationError> {
+fn finite(field: &str, v: f64) -> Result<f64, ExpectationError> {
+    match v.is_finite() {
+        true => Ok(v),
+        false => Err(invalid(field, format!("must be finite, got {v}"))),
+    }
+}
+
+/// The one figure of `raw` (there is exactly one), its classes and counts checked.
+fn parse_figure(raw: &RawExpectation, class_names: &[String]) -> Result<Figure, ExpectationError> {
+    let class = |field: &str, name: &str| known_class(field, name, class_names);
+    if let Some(f) = &raw.prefix_count {
+        let class = class("prefix_count.class", &f.class)?;
+        let n = at_least_one("prefix_count.n", f.n)?;
+        return Ok(Figure::PrefixCount { class, n });
+    }
+    if let Some(f) = &raw.prefix_share {
+        let class = class("prefix_share.class", &f.class)?;
+        let n = at_least_one("prefix_share.n", f.n)?;
+        return Ok(Figure::PrefixShare { class, n });
+    }
+    if let Some(f) = &raw.remaining_when_done {
+        return Ok(Figure::RemainingWhenDone {
+            class: class("remaining_when_done.class", &f.class)?,
+            done: class("remaining_when_done.done", &f.done)?,
+            k: f.k
+                .map(|k| at_least_one("remaining_when_done.k", k))
+                .transpose()?,
+        });
+    }
+    if let Some(f) = &raw.count_at {
+        return Ok(Figure::CountAt {
+            class: class("count_at.class", &f.class)?,
+            when: class("count_at.when", &f.when)?,
+            k: at_least_one("count_at.k", f.k)?,
+        });
+    }
+    if let Some(f) = &raw.growth {
+        return parse_growth(f, class_names);
+    }
+    if let Some(f) = &raw.latency {
+        let class = class("latency.class", &f.class)?;
+        let metric = parse_metric(&f.metric)?;
+        return Ok(Figure::Latency { class, metric });
+    }
+    match &raw.token_share {
+        Some(f) => Ok(Figure::TokenShare {
+            class: class("token_share.class", &f.class)?,
+        }),
+        None => Err(invalid("", format!("needs a figure ({FIGURE_KEYS})"))),
+    }
+}
+
+/// `growth` counts completions strictly between two points of `when`'s completions, so it
+/// needs `1 <= from < to`: with `from == to` it is 0 whatever the scheduler does.
+fn parse_growth(f: &Growth, class_names: &[String]) -> Result<Figure, ExpectationError> {
+    let class = known_class("growth.class", &f.class, class_names)?;
+    let when = known_class("growth.when", &f.when, class_names)?;
+    let from = at_least_one("growth.from", f.from)?;
+    if f.to <= from {
+        let message = format!("must be greater than from ({from}), got {}", f.to);
+        return Err(invalid("growth.to", message));
+    }
+    Ok(Figure::Growth {
+        class,
+        when,
+        from,
+        to: f.to,
+    })
+}
+
+fn known_class(
+    field: &str,
+    name: &str,
+    class_names: &[String],
+) -> Result<String, ExpectationError> {
     if class_names.iter().any(|c| c == name) {
-        return Ok(());
+        return Ok(name.to_string());
     }
     Err(invalid(
         field,
         format!(
-            "unknown class `{name}` (classes: {})",
+            "unknown class `{name}`: the scenario's classes are {}",
             class_names.join(", ")
         ),
     ))
 }
 
-fn validate_positive(field: &str, v: u64) -> Result<(), ExpectationError> {
-    if v == 0 {
-        return Err(invalid(field, "must be at least 1"));
+fn at_least_one(field: &str, v: u64) -> Result<u64, ExpectationError> {
+    match v {
+        0 => Err(invalid(field, "must be at least 1")),
+        _ => Ok(v),
     }
-    Ok(())
 }
 
-fn validate_figure(e: &RawExpectation, class_names: &[String]) -> Result<(), ExpectationError> {
-    if let Some(f) = &e.prefix_count {
-        validate_class("prefix_count.class", &f.class, class_names)?;
-        validate_positive("prefix_count.n", f.n)?;
-    }
-    if let Some(f) = &e.remaining_when_done {
-        validate_class("remaining_when_done.class", &f.class, class_names)?;
-        validate_class("remaining_when_done.done", &f.done, class_names)?;
-        if let Some(k) = f.k {
-            validate_positive("remaining_when_done.k", k)?;
+fn parse_metric(name: &str) -> Result<LatencyMetric, ExpectationError> {
+    LatencyMetric::parse(name).ok_or_else(|| {
+        let known = LatencyMetric::all_names().join(", ");
+        invalid(
+            "latency.metric",
+            format!("unknown metric `{name}` (known: {known})"),
+        )
+    })
+}
+
+fn parse_companion(raw: &RawExpectation) -> Result<Option<Companion>, ExpectationError> {
+    match &raw.minus {
+        Some(file) if file.trim().is_empty() => {
+            Err(invalid("minus", "names no companion scenario"))
         }
+        Some(file) => Ok(Some(Companion { file: file.clone() })),
+        None => Ok(None),
     }
-    if let Some(f) = &e.count_at {
-        validate_class("count_at.class", &f.class, class_names)?;
-        validate_class("count_at.when", &f.when, class_names)?;
-        validate_positive("count_at.k", f.k)?;
+}
+
+/// The bound suits the figure: `tolerance` only for `token_share`, and a share's bound is a
+/// fraction (a difference of two fractions with `minus`), so "75" for 75% is refused.
+fn check_bound_fits(
+    figure: &Figure,
+    bound: Bound,
+    has_companion: bool,
+) -> Result<(), ExpectationError> {
+    let is_token_share = matches!(figure, Figure::TokenShare { .. });
+    if matches!(bound, Bound::Tolerance(_)) && !is_token_share {
+        let message = format!("applies to token_share only, not {}", figure.key());
+        return Err(invalid("tolerance", message));
     }
-    if let Some(f) = &e.growth {
-        validate_class("growth.class", &f.class, class_names)?;
-        validate_class("growth.when", &f.when, class_names)?;
-        validate_positive("growth.from", f.from)?;
-        if f.to <= f.from {
-            return Err(invalid(
-                "growth.to",
-                format!("must be greater than from ({} <= {})", f.to, f.from),
-            ));
-        }
+    if !matches!(figure, Figure::PrefixShare { .. }) {
+        return Ok(());
     }
-    if let Some(f) = &e.latency {
-        validate_class("latency.class", &f.class, class_names)?;
-        if crate::report::metrics::LatencyMetric::parse(&f.metric).is_none() {
-            return Err(invalid(
-                "latency.metric",
-                format!(
-                    "unknown metric `{}` (known: {})",
-                    f.metric,
-                    crate::report::metrics::LatencyMetric::all_names().join(", ")
-                ),
-            ));
-        }
-    }
-    if let Some(f) = &e.token_share {
-        validate_class("token_share.class", &f.class, class_names)?;
-    }
-    if let Some(m) = &e.minus
-        && m.trim().is_empty()
+    let (lowest, range) = match has_companion {
+        false => (0.0, "a share is a fraction in [0, 1]"),
+        true => (-1.0, "a difference of two shares lies in [-1, 1]"),
+    };
+    match bound
+        .values()
+        .into_iter()
+        .find(|v| !(lowest..=1.0).contains(v))
     {
-        return Err(invalid("minus", "names no companion scenario"));
+        Some(v) => Err(invalid(bound.key(), format!("{range}, got {}", number(v)))),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+impl Figure {
+    /// The key this figure is written under, e.g. `prefix_count`.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Figure::PrefixCount { .. } => "prefix_count",
+            Figure::PrefixShare { .. } => "prefix_share",
+            Figure::RemainingWhenDone { .. } => "remaining_when_done",
+            Figure::CountAt { .. } => "count_at",
+            Figure::Growth { .. } => "growth",
+            Figure::Latency { .. } => "latency",
+            Figure::TokenShare { .. } => "token_share",
+        }
+    }
+}
+
+/// How reports describe a figure, e.g. `premium among first 320`.
+impl fmt::Display for Figure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Figure::PrefixCount { class, n } => write!(f, "{class} among first {n}"),
+            Figure::PrefixShare { class, n } => write!(f, "{class} share of first {n}"),
+            Figure::RemainingWhenDone { class, done, k } => match k {
+                None => write!(f, "{class} remaining when {done} done"),
+                Some(k) => write!(
+                    f,
+                    "{class} remaining at {done}'s {} completion",
+                    ordinal(*k)
+                ),
+            },
+            Figure::CountAt { class, when, k } => {
+                write!(
+                    f,
+                    "{class} completed at {when}'s {} completion",
+                    ordinal(*k)
+                )
+            }
+            Figure::Growth {
+                class,
+                when,
+                from,
+                to,
+            } => write!(
+                f,
+                "{class} completed between {when}'s {} and {} completions",
+                ordinal(*from),
+                ordinal(*to)
+            ),
+            Figure::Latency { class, metric } => write!(f, "{class} {}", metric.name()),
+            Figure::TokenShare { class } => {
+                write!(f, "{class} token share minus ideal (backlogged)")
+            }
+        }
+    }
+}
+
+impl Bound {
+    /// Whether `value` is inside the bound (NaN never is).
+    pub fn holds(self, value: f64) -> bool {
+        match self {
+            Bound::AtLeast(lo) => value >= lo,
+            Bound::AtMost(hi) => value <= hi,
+            Bound::Within { lo, hi } => lo <= value && value <= hi,
+            Bound::Tolerance(tolerance) => value.abs() <= tolerance,
+        }
+    }
+
+    /// How far inside the bound `value` is: >= 0 exactly when it holds, negative outside
+    /// (NaN for NaN). Ranks values from worst to best, e.g. across seeds.
+    pub fn margin(self, value: f64) -> f64 {
+        match self {
+            Bound::AtLeast(lo) => value - lo,
+            Bound::AtMost(hi) => hi - value,
+            Bound::Within { lo, hi } => (value - lo).min(hi - value),
+            Bound::Tolerance(tolerance) => tolerance - value.abs(),
+        }
+    }
+
+    /// The key this bound is written under, e.g. `at_least`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Bound::AtLeast(_) => "at_least",
+            Bound::AtMost(_) => "at_most",
+            Bound::Within { .. } => "within",
+            Bound::Tolerance(_) => "tolerance",
+        }
+    }
+
+    fn values(self) -> Vec<f64> {
+        match self {
+            Bound::AtLeast(v) | Bound::AtMost(v) | Bound::Tolerance(v) => vec![v],
+            Bound::Within { lo, hi } => vec![lo, hi],
+        }
+    }
+}
+
+/// The bound as reports print it: `within [240, 320]`, `at least 60`, `at most 500`,
+/// `within ±0.05`.
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Bound::Within { lo, hi } => write!(f, "within [{}, {}]", number(lo), number(hi)),
+            Bound::AtLeast(lo) => write!(f, "at least {}", number(lo)),
+            Bound::AtMost(hi) => write!(f, "at most {}", number(hi)),
+            Bound::Tolerance(tolerance) => write!(f, "within ±{}", number(tolerance)),
+        }
+    }
+}
+
+/// Back to the syntax: what `validate` prints, and a check that parsing lost nothing.
+impl From<Expectation> for RawExpectation {
+    fn from(e: Expectation) -> RawExpectation {
+        let mut raw = RawExpectation {
+            name: e.name,
+            minus: e.companion.map(|c| c.file),
+            ..RawExpectation::default()
+        };
+        set_raw_figure(&mut raw, e.figure);
+        match e.bound {
+            Bound::AtLeast(v) => raw.at_least = Some(v),
+            Bound::AtMost(v) => raw.at_most = Some(v),
+            Bound::Within { lo, hi } => raw.within = Some([lo, hi]),
+            Bound::Tolerance(v) => raw.tolerance = Some(v),
+        }
+        raw
+    }
+}
+
+fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
+    match figure {
+        Figure::PrefixCount { class, n } => raw.prefix_count = Some(PrefixCount { class, n }),
+        Figure::PrefixShare { class, n } => raw.prefix_share = Some(PrefixCount { class, n }),
+        Figure::RemainingWhenDone { class, done, k } => {
+            raw.remaining_when_done = Some(RemainingWhenDone { class, done, k })
+        }
+        Figure::CountAt { class, when, k } => raw.count_at = Some(CountAt { class, when, k }),
+        Figure::Growth {
+            class,
+            when,
+            from,
+            to,
+        } => {
+            raw.growth = Some(Growth {
+                class,
+                when,
+                from,
+                to,
+            })
+        }
+        Figure::Latency { class, metric } => {
+            let metric = metric.name();
+            raw.latency = Some(LatencyFigure { class, metric })
+        }
+        Figure::TokenShare { class } => raw.token_share = Some(TokenShare { class }),
+    }
+}
+
+/// A number as people write it: integers without a fraction, others to at most 4 decimals.
+pub fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        return format!("{v:.0}");
+    }
+    let fixed = format!("{v:.4}");
+    let trimmed = fixed.trim_end_matches('0').trim_end_matches('.');
+    match trimmed {
+        "-0" => "0".to_string(),
+        _ => trimmed.to_string(),
+    }
+}
+
+fn ordinal(k: u64) -> String {
+    let suffix = match (k % 10, k % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{k}{suffix}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::metrics::{LatencyKind, Stat};
 
     fn classes() -> Vec<String> {
         vec!["premium".into(), "regular".into()]
     }
 
-    fn check(yaml: &str) -> Result<(), ExpectationError> {
-        let e: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
-        validate_expectation(&e, &classes())
+    fn parse(yaml: &str) -> Result<Expectation, ExpectationError> {
+        let raw: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
+        Expectation::parse(&raw, &classes())
+    }
+
+    fn figure_of(yaml: &str) -> Figure {
+        parse(yaml).unwrap_or_else(|e| panic!("{yaml}: {e}")).figure
     }
 
     fn field_of(yaml: &str) -> String {
-        check(yaml).unwrap_err().field
+        parse(yaml).unwrap_err().field
     }
 
+    const DOCUMENTED: [&str; 10] = [
+        "{prefix_count: {class: premium, n: 320}, within: [240, 320]}",
+        "{prefix_share: {class: premium, n: 200}, at_least: 0.75}",
+        "{name: half, prefix_share: {class: premium, n: 200}, minus: eq.yaml, at_least: -0.5}",
+        "{remaining_when_done: {class: regular, done: premium}, within: [220, 260]}",
+        "{remaining_when_done: {class: regular, done: premium, k: 5}, at_most: 3}",
+        "{count_at: {class: regular, when: premium, k: 80}, at_least: 12}",
+        "{growth: {class: regular, when: premium, from: 80, to: 240}, at_least: 32}",
+        "{prefix_count: {class: premium, n: 320}, minus: eq.yaml, at_least: 60}",
+        "{latency: {class: premium, metric: ttft_ms_p99}, at_most: 500}",
+        "{token_share: {class: premium}, tolerance: 0.05}",
+    ];
+
     #[test]
-    fn accepts_every_documented_form() {
-        for yaml in [
-            "{prefix_count: {class: premium, n: 320}, within: [240, 320]}",
-            "{remaining_when_done: {class: regular, done: premium}, within: [220, 260]}",
-            "{remaining_when_done: {class: regular, done: premium, k: 5}, at_most: 3}",
-            "{count_at: {class: regular, when: premium, k: 80}, at_least: 12}",
-            "{growth: {class: regular, when: premium, from: 80, to: 240}, at_least: 32}",
-            "{prefix_count: {class: premium, n: 320}, minus: eq.yaml, at_least: 60}",
-            "{latency: {class: premium, metric: ttft_ms_p99}, at_most: 500}",
-            "{token_share: {class: premium}, tolerance: 0.05}",
-        ] {
-            assert_eq!(check(yaml), Ok(()), "{yaml}");
+    fn every_documented_form_parses_and_prints_back_as_written() {
+        for yaml in DOCUMENTED {
+            let raw: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
+            let typed = Expectation::parse(&raw, &classes()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(RawExpectation::from(typed), raw, "{yaml}");
         }
     }
 
     #[test]
+    fn each_figure_parses_to_its_typed_value() {
+        let (premium, regular) = ("premium".to_string(), "regular".to_string());
+        assert_eq!(
+            figure_of(DOCUMENTED[0]),
+            Figure::PrefixCount {
+                class: premium.clone(),
+                n: 320
+            }
+        );
+        assert_eq!(
+            figure_of(DOCUMENTED[1]),
+            Figure::PrefixShare {
+                class: premium.clone(),
+                n: 200
+            }
+        );
+        assert_eq!(
+            figure_of(DOCUMENTED[4]),
+            Figure::RemainingWhenDone {
+                class: regular.clone(),
+                done: premium.clone(),
+                k: Some(5)
+            }
+        );
+        assert_eq!(
+            figure_of(DOCUMENTED[5]),
+            Figure::CountAt {
+                class: regular.clone(),
+                when: premium.clone(),
+                k: 80
+            }
+        );
+        assert_eq!(
+            figure_of(DOCUMENTED[6]),
+            Figure::Growth {
+                class: regular,
+                when: premium.clone(),
+                from: 80,
+                to: 240
+            }
+        );
+        let metric = LatencyMetric {
+            kind: LatencyKind::Ttft,
+            stat: Stat::P99,
+        };
+        assert_eq!(
+            figure_of(DOCUMENTED[8]),
+            Figure::Latency {
+                class: premium.clone(),
+                metric
+            }
+        );
+        assert_eq!(
+            figure_of(DOCUMENTED[9]),
+            Figure::TokenShare { class: premium }
+        );
+    }
+
+    #[test]
+    fn bounds_names_and_companions_are_typed() {
+        let e = parse(DOCUMENTED[2]).unwrap();
+        assert_eq!(e.bound(), Bound::AtLeast(-0.5));
+        assert_eq!(e.name(), Some("half"));
+        assert_eq!(e.companion().map(|c| c.file.as_str()), Some("eq.yaml"));
+        assert_eq!(
+            parse(DOCUMENTED[0]).unwrap().bound(),
+            Bound::Within {
+                lo: 240.0,
+                hi: 320.0
+            }
+        );
+        assert_eq!(parse(DOCUMENTED[8]).unwrap().bound(), Bound::AtMost(500.0));
+        assert_eq!(
+            parse(DOCUMENTED[9]).unwrap().bound(),
+            Bound::Tolerance(0.05)
+        );
+    }
+
+    #[test]
     fn exactly_one_figure() {
-        assert_eq!(field_of("{at_most: 5}"), "expect");
+        let err = parse("{at_most: 5}").unwrap_err();
+        assert_eq!(err.field, "");
+        assert!(err.message.ends_with("found none"), "{err}");
         let both =
             "{prefix_count: {class: premium, n: 3}, token_share: {class: premium}, at_most: 5}";
-        let err = check(both).unwrap_err();
+        let err = parse(both).unwrap_err();
         assert!(
-            err.message.contains("found prefix_count, token_share"),
+            err.message.ends_with("found prefix_count, token_share"),
             "{err}"
         );
     }
 
     #[test]
     fn exactly_one_sound_bound() {
-        let err = check("{prefix_count: {class: premium, n: 3}}").unwrap_err();
+        let err = parse("{prefix_count: {class: premium, n: 3}}").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "expect: exactly one bound is needed (within, at_least, at_most or tolerance), found none"
+            "needs exactly one bound (within, at_least, at_most or tolerance), found none"
+        );
+        let two = "{prefix_count: {class: premium, n: 3}, at_least: 1, at_most: 2}";
+        assert!(
+            parse(two)
+                .unwrap_err()
+                .message
+                .ends_with("found at_least, at_most")
+        );
+        let err = parse("{prefix_count: {class: premium, n: 3}, within: [5, 1]}").unwrap_err();
+        assert_eq!(err.to_string(), "within: needs finite lo <= hi, got [5, 1]");
+        assert_eq!(
+            field_of("{prefix_count: {class: premium, n: 3}, at_least: .nan}"),
+            "at_least"
         );
         assert_eq!(
-            field_of("{prefix_count: {class: premium, n: 3}, at_least: 1, at_most: 2}"),
-            "expect"
+            field_of("{prefix_count: {class: premium, n: 3}, at_most: .inf}"),
+            "at_most"
         );
-        let err = check("{prefix_count: {class: premium, n: 3}, within: [5, 1]}").unwrap_err();
-        assert_eq!(err.to_string(), "within: [5, 1] has lo > hi");
         assert_eq!(
             field_of("{token_share: {class: premium}, tolerance: -0.1}"),
             "tolerance"
         );
+    }
+
+    #[test]
+    fn tolerance_goes_with_token_share_only() {
+        let err = parse("{prefix_count: {class: premium, n: 3}, tolerance: 0.1}").unwrap_err();
         assert_eq!(
-            field_of("{prefix_count: {class: premium, n: 3}, tolerance: 0.1}"),
-            "tolerance"
+            err.to_string(),
+            "tolerance: applies to token_share only, not prefix_count"
         );
+    }
+
+    #[test]
+    fn share_bounds_are_fractions() {
+        let err = parse("{prefix_share: {class: premium, n: 200}, at_least: 150}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "at_least: a share is a fraction in [0, 1], got 150"
+        );
+        assert_eq!(
+            field_of("{prefix_share: {class: premium, n: 200}, within: [0.5, 1.5]}"),
+            "within"
+        );
+        assert_eq!(
+            field_of("{prefix_share: {class: premium, n: 200}, at_most: -0.1}"),
+            "at_most"
+        );
+        let err = parse("{prefix_share: {class: premium, n: 2}, minus: e.yaml, at_least: -2}")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "at_least: a difference of two shares lies in [-1, 1], got -2"
+        );
+        assert!(parse("{prefix_share: {class: premium, n: 2}, within: [0, 1]}").is_ok());
     }
 
     #[test]
     fn classes_must_exist() {
-        let err = check("{count_at: {class: regular, when: gold, k: 1}, at_least: 1}").unwrap_err();
+        let err = parse("{count_at: {class: regular, when: gold, k: 1}, at_least: 1}").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "count_at.when: unknown class `gold` (classes: premium, regular)"
+            "count_at.when: unknown class `gold`: the scenario's classes are premium, regular"
         );
-        assert_eq!(
-            field_of("{prefix_count: {class: x, n: 3}, at_least: 1}"),
-            "prefix_count.class"
-        );
-        assert_eq!(
-            field_of("{token_share: {class: x}, tolerance: 0.1}"),
-            "token_share.class"
-        );
-        assert_eq!(
-            field_of("{latency: {class: x, metric: ttft_ms_p50}, at_most: 1}"),
-            "latency.class"
-        );
-        assert_eq!(
-            field_of("{remaining_when_done: {class: regular, done: x}, at_most: 1}"),
-            "remaining_when_done.done"
-        );
+        for (yaml, field) in [
+            (
+                "{prefix_count: {class: x, n: 3}, at_least: 1}",
+                "prefix_count.class",
+            ),
+            (
+                "{prefix_share: {class: x, n: 3}, at_least: 1}",
+                "prefix_share.class",
+            ),
+            (
+                "{token_share: {class: x}, tolerance: 0.1}",
+                "token_share.class",
+            ),
+            (
+                "{latency: {class: x, metric: ttft_ms_p50}, at_most: 1}",
+                "latency.class",
+            ),
+            (
+                "{remaining_when_done: {class: x, done: premium}, at_most: 1}",
+                "remaining_when_done.class",
+            ),
+            (
+                "{remaining_when_done: {class: regular, done: x}, at_most: 1}",
+                "remaining_when_done.done",
+            ),
+            (
+                "{count_at: {class: x, when: premium, k: 1}, at_least: 1}",
+                "count_at.class",
+            ),
+            (
+                "{growth: {class: x, when: premium, from: 1, to: 2}, at_least: 1}",
+                "growth.class",
+            ),
+            (
+                "{growth: {class: regular, when: x, from: 1, to: 2}, at_least: 1}",
+                "growth.when",
+            ),
+        ] {
+            assert_eq!(field_of(yaml), field, "{yaml}");
+        }
     }
 
     #[test]
-    fn counts_start_at_one_and_growth_moves_forward() {
-        assert_eq!(
-            field_of("{prefix_count: {class: premium, n: 0}, at_least: 1}"),
-            "prefix_count.n"
-        );
-        assert_eq!(
-            field_of("{count_at: {class: regular, when: premium, k: 0}, at_least: 1}"),
-            "count_at.k"
-        );
-        assert_eq!(
-            field_of("{growth: {class: regular, when: premium, from: 80, to: 80}, at_least: 1}"),
-            "growth.to"
-        );
+    fn counts_start_at_one() {
+        for (yaml, field) in [
+            (
+                "{prefix_count: {class: premium, n: 0}, at_least: 1}",
+                "prefix_count.n",
+            ),
+            (
+                "{prefix_share: {class: premium, n: 0}, at_least: 1}",
+                "prefix_share.n",
+            ),
+            (
+                "{count_at: {class: regular, when: premium, k: 0}, at_least: 1}",
+                "count_at.k",
+            ),
+            (
+                "{remaining_when_done: {class: regular, done: premium, k: 0}, at_most: 1}",
+                "remaining_when_done.k",
+            ),
+            (
+                "{growth: {class: regular, when: premium, from: 0, to: 2}, at_least: 1}",
+                "growth.from",
+            ),
+        ] {
+            let err = parse(yaml).unwrap_err();
+            assert_eq!(
+                (err.field.as_str(), err.message.as_str()),
+                (field, "must be at least 1")
+            );
+        }
     }
 
     #[test]
-    fn unknown_latency_metrics_are_rejected() {
-        let err = check("{latency: {class: premium, metric: ttft_p99}, at_most: 1}").unwrap_err();
+    fn growth_needs_from_before_to() {
+        let growth = |from: u64, to: u64| {
+            parse(&format!(
+                "{{growth: {{class: regular, when: premium, from: {from}, to: {to}}}, at_least: 0}}"
+            ))
+        };
+        assert!(growth(1, 2).is_ok());
+        let err = growth(80, 80).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "growth.to: must be greater than from (80), got 80"
+        );
+        assert_eq!(growth(240, 80).unwrap_err().field, "growth.to");
+    }
+
+    #[test]
+    fn unknown_latency_metrics_and_empty_companions_are_rejected() {
+        let err = parse("{latency: {class: premium, metric: ttft_p99}, at_most: 1}").unwrap_err();
         assert_eq!(err.field, "latency.metric");
         assert!(
             err.message
                 .starts_with("unknown metric `ttft_p99` (known: ttft_ms_mean, "),
             "{err}"
         );
+        let err = parse("{prefix_count: {class: premium, n: 3}, minus: ' ', at_least: 1}");
+        assert_eq!(err.unwrap_err().field, "minus");
+    }
+
+    #[test]
+    fn labels_and_bounds_print_as_reports_show_them() {
+        let label = |yaml: &str| parse(yaml).unwrap().label();
+        assert_eq!(label(DOCUMENTED[1]), "premium share of first 200");
+        assert_eq!(label(DOCUMENTED[2]), "half");
+        assert_eq!(
+            label(DOCUMENTED[4]),
+            "regular remaining at premium's 5th completion"
+        );
+        assert_eq!(
+            label(DOCUMENTED[7]),
+            "premium among first 320 minus eq.yaml"
+        );
+        assert_eq!(label(DOCUMENTED[8]), "premium ttft_ms_p99");
+        assert_eq!(
+            Bound::Within {
+                lo: 240.0,
+                hi: 320.0
+            }
+            .to_string(),
+            "within [240, 320]"
+        );
+        assert_eq!(Bound::AtLeast(0.75).to_string(), "at least 0.75");
+        assert_eq!(Bound::AtMost(500.0).to_string(), "at most 500");
+        assert_eq!(Bound::Tolerance(0.05).to_string(), "within ±0.05");
+    }
+
+    #[test]
+    fn margins_are_non_negative_exactly_when_the_bound_holds() {
+        let bounds = [
+            Bound::AtLeast(2.0),
+            Bound::AtMost(2.0),
+            Bound::Within { lo: 1.0, hi: 3.0 },
+            Bound::Tolerance(1.0),
+        ];
+        for bound in bounds {
+            for v in [-4.0, -1.0, 0.0, 0.5, 1.0, 2.0, 2.5, 3.0, 9.0, f64::NAN] {
+                assert_eq!(bound.holds(v), bound.margin(v) >= 0.0, "{bound} {v}");
+            }
+        }
+        assert_eq!(Bound::AtLeast(240.0).margin(255.0), 15.0);
+        assert_eq!(Bound::Within { lo: 1.0, hi: 3.0 }.margin(2.5), 0.5);
+        assert_eq!(Bound::Tolerance(0.05).margin(-0.07), 0.05 - 0.07);
+    }
+
+    #[test]
+    fn numbers_print_as_written() {
+        assert_eq!(number(240.0), "240");
+        assert_eq!(number(-3.0), "-3");
+        assert_eq!(number(0.05), "0.05");
+        assert_eq!(number(0.123456), "0.1235");
+        assert_eq!(number(-0.00001), "0");
+        assert_eq!(ordinal(1), "1st");
+        assert_eq!(ordinal(12), "12th");
+        assert_eq!(ordinal(22), "22nd");
+        assert_eq!(ordinal(103), "103rd");
     }
 }

@@ -1,9 +1,26 @@
 //! JUnit XML for `check --junit FILE`: one testsuite per scenario, one testcase per
-//! expectation, so CI systems display each expectation's verdict.
+//! expectation, so CI systems display each expectation's verdict, measured value and bound.
 //!
-//! A pure exporter: no timestamps or durations (they would make the bytes differ per run).
+//! A pure exporter: the bytes depend only on the outcomes given. Each outcome carries the wall
+//! time of the run(s) behind it, which becomes the testcase's `time` (what JUnit consumers
+//! expect), so two `check` runs differ in `time` attributes and nowhere else.
+//!
+//! ```xml
+//! <testcase name="W premium in first 320" classname="premium-vs-regular-weighted" time="0.412">
+//!   <properties>
+//!     <property name="value" value="255"/>
+//!     <property name="bound" value="at least 240"/>
+//!     <property name="seed" value="0"/>
+//!   </properties>
+//!   <system-out>PASS  W premium in first 320 = 255  (at least 240) on seed 0</system-out>
+//! </testcase>
+//! ```
+//!
+//! A failure adds `<failure message="FAIL  ... on seed N" type="expectation">` before
+//! `system-out`. Every testcase of a scenario shares its run, so each carries the run's whole
+//! time, and the testsuite's `time` is that run's time (not the sum of its testcases).
 
-use super::evaluate::{ExpectationOutcome, format_outcome};
+use super::evaluate::{ExpectationOutcome, format_outcome, number};
 
 /// The expectations of one scenario and their verdicts.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,9 +34,11 @@ pub struct JunitSuite {
 pub fn junit_xml(suites: &[JunitSuite]) -> Vec<u8> {
     let tests: usize = suites.iter().map(|s| s.outcomes.len()).sum();
     let failures: usize = suites.iter().map(failure_count).sum();
+    let time_s: f64 = suites.iter().map(suite_time_s).sum();
     let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     xml += &format!(
-        "<testsuites name=\"routersim check\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\">\n"
+        "<testsuites name=\"routersim check\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" time=\"{}\">\n",
+        seconds(time_s)
     );
     for suite in suites {
         write_suite(&mut xml, suite);
@@ -32,27 +51,69 @@ fn failure_count(suite: &JunitSuite) -> usize {
     suite.outcomes.iter().filter(|o| !o.passed).count()
 }
 
+/// The suite's run time: its testcases share one run (or one set of seeds), so the longest.
+fn suite_time_s(suite: &JunitSuite) -> f64 {
+    suite
+        .outcomes
+        .iter()
+        .map(|o| o.wall_time_s)
+        .fold(0.0, f64::max)
+}
+
+/// Seconds as JUnit writes them, to the millisecond.
+fn seconds(s: f64) -> String {
+    format!("{s:.3}")
+}
+
 fn write_suite(xml: &mut String, suite: &JunitSuite) {
     let name = escape(&suite.name);
     *xml += &format!(
-        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\">\n",
+        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" time=\"{}\">\n",
         suite.outcomes.len(),
-        failure_count(suite)
+        failure_count(suite),
+        seconds(suite_time_s(suite))
     );
     for outcome in &suite.outcomes {
-        let case = escape(&outcome.label);
-        if outcome.passed {
-            *xml += &format!("    <testcase name=\"{case}\" classname=\"{name}\"/>\n");
-            continue;
-        }
-        let message = escape(&format_outcome(outcome));
-        *xml += &format!("    <testcase name=\"{case}\" classname=\"{name}\">\n");
-        *xml += &format!(
-            "      <failure message=\"{message}\" type=\"expectation\">{message}</failure>\n"
-        );
-        *xml += "    </testcase>\n";
+        write_case(xml, &name, outcome);
     }
     *xml += "  </testsuite>\n";
+}
+
+fn write_case(xml: &mut String, suite_name: &str, outcome: &ExpectationOutcome) {
+    let case = escape(&outcome.label);
+    let time = seconds(outcome.wall_time_s);
+    *xml += &format!("    <testcase name=\"{case}\" classname=\"{suite_name}\" time=\"{time}\">\n");
+    write_properties(xml, outcome);
+    let verdict = escape(&format!(
+        "{} on seed {}",
+        format_outcome(outcome),
+        outcome.seed
+    ));
+    if !outcome.passed {
+        *xml += &format!(
+            "      <failure message=\"{verdict}\" type=\"expectation\">{verdict}</failure>\n"
+        );
+    }
+    *xml += &format!("      <system-out>{verdict}</system-out>\n");
+    *xml += "    </testcase>\n";
+}
+
+/// The measured value (`n/a` when unmeasurable), the bound and the seed, for CI dashboards.
+fn write_properties(xml: &mut String, outcome: &ExpectationOutcome) {
+    let value = outcome.measured.map_or_else(|| "n/a".to_string(), number);
+    let properties = [
+        ("value", value),
+        ("bound", outcome.bound.to_string()),
+        ("seed", outcome.seed.to_string()),
+    ];
+    *xml += "      <properties>\n";
+    for (name, value) in properties {
+        *xml += &format!(
+            "        <property name=\"{name}\" value=\"{}\"/>\n",
+            escape(&value)
+        );
+    }
+    *xml += "      </properties>\n";
 }
 
 /// Escapes text for XML attributes and content; characters XML 1.0 cannot carry at all
@@ -77,59 +138,135 @@ pub fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::expect::Bound;
 
-    fn outcome(label: &str, passed: bool) -> ExpectationOutcome {
+    fn outcome(label: &str, passed: bool, seed: u64) -> ExpectationOutcome {
         ExpectationOutcome {
             label: label.to_string(),
             measured: Some(255.0),
-            bound: "at least 300".to_string(),
+            bound: Bound::AtLeast(300.0),
             passed,
             reason: None,
+            seed,
+            wall_time_s: 1.25,
         }
     }
 
     fn suites() -> Vec<JunitSuite> {
+        let mut unmeasured = outcome("regular keeps up", false, 0);
+        unmeasured.measured = None;
+        unmeasured.reason = Some("too few".into());
+        unmeasured.wall_time_s = 0.0004;
         vec![
             JunitSuite {
                 name: "premium <weighted> & \"friends\"".into(),
                 outcomes: vec![
-                    outcome("premium among first 320", true),
-                    outcome("it's <bad> & \"worse\"\u{1}", false),
+                    outcome("premium among first 320", true, 0),
+                    outcome("it's <bad> & \"worse\"\u{1}", false, 17),
                 ],
             },
             JunitSuite {
                 name: "empty".into(),
                 outcomes: vec![],
             },
+            JunitSuite {
+                name: "unmeasured".into(),
+                outcomes: vec![unmeasured],
+            },
         ]
+    }
+
+    fn parsed(text: &str) -> roxmltree::Document<'_> {
+        roxmltree::Document::parse(text).expect("well-formed XML")
+    }
+
+    fn elements<'a, 'i>(node: roxmltree::Node<'a, 'i>) -> Vec<roxmltree::Node<'a, 'i>> {
+        node.children().filter(|n| n.is_element()).collect()
+    }
+
+    /// `(name, value)` of each `<property>` of a testcase.
+    fn properties(case: roxmltree::Node) -> Vec<(String, String)> {
+        let block = elements(case)
+            .into_iter()
+            .find(|n| n.has_tag_name("properties"))
+            .expect("a properties block");
+        elements(block)
+            .into_iter()
+            .map(|p| {
+                let get = |a| p.attribute(a).unwrap_or_default().to_string();
+                (get("name"), get("value"))
+            })
+            .collect()
     }
 
     #[test]
     fn junit_is_well_formed_and_round_trips_escaped_text() {
-        let bytes = junit_xml(&suites());
-        let text = String::from_utf8(bytes).unwrap();
-        let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+        let text = String::from_utf8(junit_xml(&suites())).unwrap();
+        let doc = parsed(&text);
         let root = doc.root_element();
         assert_eq!(root.tag_name().name(), "testsuites");
-        assert_eq!(root.attribute("tests"), Some("2"));
-        assert_eq!(root.attribute("failures"), Some("1"));
-        let suites: Vec<_> = root.children().filter(|n| n.is_element()).collect();
-        assert_eq!(suites.len(), 2);
+        assert_eq!(root.attribute("tests"), Some("3"));
+        assert_eq!(root.attribute("failures"), Some("2"));
+        let suites = elements(root);
+        assert_eq!(suites.len(), 3);
         assert_eq!(
             suites[0].attribute("name"),
             Some("premium <weighted> & \"friends\"")
         );
-        let cases: Vec<_> = suites[0].children().filter(|n| n.is_element()).collect();
+        let cases = elements(suites[0]);
         assert_eq!(cases.len(), 2);
         assert!(
-            cases[0].children().all(|n| !n.is_element()),
+            elements(cases[0])
+                .iter()
+                .all(|n| !n.has_tag_name("failure")),
             "a pass has no failure"
         );
-        let failure = cases[1].first_element_child().unwrap();
-        assert_eq!(failure.tag_name().name(), "failure");
-        let message = "FAIL  it's <bad> & \"worse\"\u{FFFD} = 255  (at least 300)";
+        let failure = elements(cases[1])
+            .into_iter()
+            .find(|n| n.has_tag_name("failure"))
+            .unwrap();
+        let message = "FAIL  it's <bad> & \"worse\"\u{FFFD} = 255  (at least 300) on seed 17";
         assert_eq!(failure.attribute("message"), Some(message));
         assert_eq!(failure.text(), Some(message));
+    }
+
+    #[test]
+    fn every_case_carries_value_bound_seed_and_time() {
+        let text = String::from_utf8(junit_xml(&suites())).unwrap();
+        let doc = parsed(&text);
+        let suites = elements(doc.root_element());
+        let pass = elements(suites[0])[0];
+        assert_eq!(pass.attribute("time"), Some("1.250"));
+        let expected = [("value", "255"), ("bound", "at least 300"), ("seed", "0")];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(properties(pass), expected);
+        let out = elements(pass)
+            .into_iter()
+            .find(|n| n.has_tag_name("system-out"))
+            .unwrap();
+        assert_eq!(
+            out.text(),
+            Some("PASS  premium among first 320 = 255  (at least 300) on seed 0")
+        );
+        let unmeasured = elements(suites[2])[0];
+        assert_eq!(properties(unmeasured)[0], ("value".into(), "n/a".into()));
+        assert_eq!(unmeasured.attribute("time"), Some("0.000"));
+    }
+
+    #[test]
+    fn suites_take_their_runs_time_and_the_document_their_sum() {
+        let text = String::from_utf8(junit_xml(&suites())).unwrap();
+        let doc = parsed(&text);
+        let root = doc.root_element();
+        let times: Vec<_> = elements(root)
+            .iter()
+            .map(|s| s.attribute("time").unwrap())
+            .collect();
+        assert_eq!(times, ["1.250", "0.000", "0.000"]);
+        assert_eq!(root.attribute("time"), Some("1.250"));
     }
 
     #[test]

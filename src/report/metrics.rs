@@ -128,6 +128,11 @@ impl LatencyMetric {
         Some(LatencyMetric { kind, stat })
     }
 
+    /// The metric's name, `<kind>_ms_<stat>`: what [`LatencyMetric::parse`] reads back.
+    pub fn name(self) -> String {
+        format!("{}_ms_{}", self.kind.name(), self.stat.name())
+    }
+
     /// Every known metric name, for error messages.
     pub fn all_names() -> Vec<String> {
         LatencyKind::ALL

@@ -48,7 +48,7 @@ pub fn run_files(
     result: &SimResult,
     metrics: &metrics::RunMetrics,
     meta: &serde_json::Value,
-    expectations: &[expect::RawExpectation],
+    expectations: &[expect::Expectation],
 ) -> Result<Vec<(String, Vec<u8>)>, chart::PlotError> {
     let mut all = data_files(result, metrics, meta);
     all.extend(plots::render_all(metrics, expectations)?);

@@ -9,7 +9,7 @@
 use super::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
-use super::expect::RawExpectation;
+use super::expect::{Bound, Expectation, Figure};
 use super::metrics::{LatencyKind, LatencyMetric, RunMetrics};
 
 /// Every plot of a run, in both formats: (file name, bytes), e.g.
@@ -17,7 +17,7 @@ use super::metrics::{LatencyKind, LatencyMetric, RunMetrics};
 /// replay); its latency bounds are drawn on the matching CDF.
 pub fn render_all(
     metrics: &RunMetrics,
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
 ) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let mut files = Vec::new();
     for chart in all_charts(metrics, expectations) {
@@ -29,7 +29,7 @@ pub fn render_all(
 /// The charts of a run: cumulative completions against completion index and against time
 /// (with ideal DRR lines where they apply), token-service share while backlogged, TTFT and
 /// end-to-end CDFs.
-pub fn all_charts(metrics: &RunMetrics, expectations: &[RawExpectation]) -> Vec<Chart> {
+pub fn all_charts(metrics: &RunMetrics, expectations: &[Expectation]) -> Vec<Chart> {
     vec![
         completions_by_index(metrics),
         completions_by_time(metrics),
@@ -291,32 +291,39 @@ fn number_label(value: f64) -> String {
 /// e.g. "gold ttft p99 ≤ 2500 ms". A `within` bound gives two lines; a difference with a
 /// companion scenario (`minus:`) is no latency of this run and gives none.
 pub fn latency_references(
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
     class_names: &[String],
     wanted: impl Fn(LatencyMetric) -> bool,
     direction: Direction,
 ) -> Vec<ReferenceLine> {
     let mut lines = Vec::new();
-    for e in expectations.iter().filter(|e| e.minus.is_none()) {
-        let Some(figure) = &e.latency else { continue };
-        let Some(metric) = LatencyMetric::parse(&figure.metric).filter(|&m| wanted(m)) else {
+    for e in expectations.iter().filter(|e| e.companion().is_none()) {
+        let Figure::Latency {
+            class: class_name,
+            metric,
+        } = e.figure()
+        else {
             continue;
         };
-        let bounds = [
-            e.at_least.map(|v| ('≥', v)),
-            e.at_most.map(|v| ('≤', v)),
-            e.within.map(|[lo, _]| ('≥', lo)),
-            e.within.map(|[_, hi]| ('≤', hi)),
-        ];
-        for (sign, at) in bounds.into_iter().flatten() {
+        let metric = *metric;
+        if !wanted(metric) {
+            continue;
+        }
+        let bounds = match e.bound() {
+            Bound::AtLeast(v) => vec![('≥', v)],
+            Bound::AtMost(v) => vec![('≤', v)],
+            Bound::Within { lo, hi } => vec![('≥', lo), ('≤', hi)],
+            Bound::Tolerance(_) => vec![],
+        };
+        for (sign, at) in bounds {
             let label = format!(
                 "{} {} {} {sign} {} ms",
-                figure.class,
+                class_name,
                 metric.kind.name(),
                 metric.stat.name(),
                 number_label(at)
             );
-            let class = class_names.iter().position(|c| *c == figure.class);
+            let class = class_names.iter().position(|c| c == class_name);
             lines.push(ReferenceLine {
                 direction,
                 at,
@@ -330,7 +337,7 @@ pub fn latency_references(
 
 /// The empirical CDF of a latency per class, on a log latency axis (so a long tail leaves
 /// room for the fast classes), with the scenario's bounds on that latency as vertical lines.
-pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind, expectations: &[RawExpectation]) -> Chart {
+pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind, expectations: &[Expectation]) -> Chart {
     let (name, title) = match kind {
         CdfKind::Ttft => ("ttft_cdf", "Time to first token: CDF per class"),
         CdfKind::E2e => ("e2e_cdf", "End-to-end latency: CDF per class"),
@@ -372,6 +379,7 @@ pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind, expectations: &[RawExpec
 mod tests {
     use super::*;
     use crate::report::chart::{PlotFormat, Scale, render};
+    use crate::report::expect::RawExpectation;
     use crate::report::test_support::{done, result_of, weighted_metrics as weighted};
     use crate::scheduling::scheduler::Path;
 
@@ -489,7 +497,7 @@ mod tests {
         assert!(token_share_over_time(&unsaturated()).series.is_empty());
     }
 
-    fn latency_bound(class: &str, metric: &str, at_most: f64) -> RawExpectation {
+    fn raw_latency_bound(class: &str, metric: &str, at_most: f64) -> RawExpectation {
         RawExpectation {
             latency: Some(crate::report::expect::LatencyFigure {
                 class: class.into(),
@@ -500,11 +508,21 @@ mod tests {
         }
     }
 
+    fn typed(raw: &RawExpectation) -> Expectation {
+        let classes = ["premium".to_string(), "regular".to_string()];
+        Expectation::parse(raw, &classes).unwrap()
+    }
+
+    fn latency_bound(class: &str, metric: &str, at_most: f64) -> Expectation {
+        typed(&raw_latency_bound(class, metric, at_most))
+    }
+
     #[test]
     fn latency_cdfs_are_log_scaled_with_their_bounds_as_labelled_lines() {
         let m = weighted();
-        let mut companion = latency_bound("premium", "ttft_ms_p99", 1.0);
+        let mut companion = raw_latency_bound("premium", "ttft_ms_p99", 1.0);
         companion.minus = Some("other.yaml".into());
+        let companion = typed(&companion);
         let expectations = [
             latency_bound("premium", "ttft_ms_p99", 2500.0),
             latency_bound("regular", "e2e_ms_p50", 9000.5),

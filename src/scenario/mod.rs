@@ -58,7 +58,7 @@ pub use error::ScenarioError;
 use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
-use crate::report::expect::RawExpectation;
+use crate::report::expect::Expectation;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
@@ -90,7 +90,7 @@ pub struct Scenario {
     worker_count: u32,
     engine: EngineArgs,
     workload: Workload,
-    expectations: Vec<RawExpectation>,
+    expectations: Vec<Expectation>,
     companions: Vec<PathBuf>,
     class_names: Vec<String>,
     limits: Limits,
@@ -207,8 +207,8 @@ impl Scenario {
         &self.class_names
     }
 
-    /// The validated `expect:` entries.
-    pub fn expectations(&self) -> &[RawExpectation] {
+    /// The `expect:` entries, parsed and validated.
+    pub fn expectations(&self) -> &[Expectation] {
         &self.expectations
     }
 

@@ -194,18 +194,98 @@ fn unknown_class_in_an_expectation_is_an_error() {
         format!("{MINIMAL}expect:\n  - {{prefix_count: {{class: gold, n: 1}}, at_least: 1}}\n");
     let e = error_of(&text);
     assert_eq!(e.line, Some(9), "{e}");
-    assert_eq!(e.field_path, "expect.0.prefix_count");
+    assert_eq!(e.field_path, "expect.0.prefix_count.class");
     assert!(e.message.contains("unknown class `gold`"), "{e}");
     let text = format!(
         "{MINIMAL}expect:\n  - {{prefix_count: {{class: default, n: 1}}, within: [3, 1]}}\n"
     );
     assert!(error_of(&text).message.contains("lo <= hi"));
     let text = format!("{MINIMAL}expect:\n  - {{prefix_count: {{class: default, n: 1}}}}\n");
-    assert!(error_of(&text).message.contains("needs a bound"));
+    assert!(error_of(&text).message.contains("needs exactly one bound"));
     let text = format!(
         "{MINIMAL}expect:\n  - {{prefix_count: {{class: default, n: 1}}, latency: {{class: default, metric: x}}, at_least: 1}}\n"
     );
     assert!(error_of(&text).message.contains("exactly one figure"));
+}
+
+/// Expectation errors are found once, at load, at the offending field's own line: each case
+/// is one block-style entry (`name` on line 9, then `figure` on 10, then `bound` on 11).
+#[test]
+fn expectation_errors_name_file_line_and_field() {
+    let cases = [
+        (
+            "prefix_share: {class: default, n: 4}",
+            "at_least: 75",
+            (11, "expect.e.at_least"),
+            "a share is a fraction in [0, 1], got 75",
+        ),
+        (
+            "prefix_share: {class: gold, n: 4}",
+            "at_least: 0.5",
+            (10, "expect.e.prefix_share.class"),
+            "unknown class `gold`: the scenario's classes are default",
+        ),
+        (
+            "growth: {class: default, when: default, from: 2, to: 2}",
+            "at_least: 0",
+            (10, "expect.e.growth.to"),
+            "must be greater than from (2), got 2",
+        ),
+        (
+            "count_at: {class: default, when: default, k: 0}",
+            "at_least: 0",
+            (10, "expect.e.count_at.k"),
+            "must be at least 1",
+        ),
+        (
+            "latency: {class: default, metric: ttft_p99}",
+            "at_most: 1",
+            (10, "expect.e.latency.metric"),
+            "unknown metric `ttft_p99`",
+        ),
+        (
+            "prefix_count: {class: default, n: 4}",
+            "tolerance: 0.1",
+            (11, "expect.e.tolerance"),
+            "applies to token_share only, not prefix_count",
+        ),
+        (
+            "prefix_count: {class: default, n: 4}",
+            "minus: missing.yaml",
+            (9, "expect.e"),
+            "needs exactly one bound",
+        ),
+        (
+            "prefix_count: {class: default, n: 4}",
+            "within: [.inf, 1]",
+            (11, "expect.e.within"),
+            "needs finite lo <= hi, got [inf, 1]",
+        ),
+    ];
+    for (figure, bound, (line, field), message) in cases {
+        let text = format!("{MINIMAL}expect:\n  - name: e\n    {figure}\n    {bound}\n");
+        let e = error_of(&text);
+        assert_eq!(
+            (e.file.as_str(), e.line, e.field_path.as_str()),
+            ("s.yaml", Some(line), field),
+            "{e}"
+        );
+        assert!(e.message.starts_with(message), "{e}");
+    }
+}
+
+#[test]
+fn a_missing_companion_is_an_error_at_minus() {
+    let text = format!(
+        "{MINIMAL}expect:\n  - name: e\n    prefix_count: {{class: default, n: 4}}\n    minus: missing.yaml\n    at_least: 0\n"
+    );
+    let e = error_of(&text);
+    assert_eq!(
+        (e.line, e.field_path.as_str()),
+        (Some(11), "expect.e.minus"),
+        "{e}"
+    );
+    assert!(e.message.contains("does not exist"), "{e}");
 }
 
 #[test]
@@ -651,7 +731,10 @@ fn set_reaches_expectations_and_engine_keys_by_name() {
         ("workload.burst.spacing_ns", "0"),
     ]);
     let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
-    assert_eq!(scenario.expectations()[1].at_least, Some(50.0));
+    assert_eq!(
+        scenario.expectations()[1].bound(),
+        crate::report::expect::Bound::AtLeast(50.0)
+    );
     assert!(scenario.engine().enable_prefix_caching);
     let requests = scenario.requests(0).unwrap();
     assert!(requests.iter().all(|r| r.arrival.as_ns() == 0));

@@ -11,7 +11,7 @@ use super::{Scenario, ScenarioError, Workload};
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS};
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs};
-use crate::report::expect::RawExpectation;
+use crate::report::expect::{Expectation, RawExpectation};
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
@@ -233,7 +233,7 @@ fn build(
     check_ranks(source, worker_count, engine.dp_size)?;
     let workload = workload(source, &raw.workload, &profile, &engine, worker_count)?;
     let class_names: Vec<String> = profile.classes().iter().map(|c| c.name.clone()).collect();
-    let companions = expectations(source, &raw.expect, &class_names)?;
+    let (expectations, companions) = expectations(source, &raw.expect, &class_names)?;
     let limits = limits(source, &raw)?;
     let delays = delays(source, &raw)?;
     Ok(Scenario {
@@ -252,7 +252,7 @@ fn build(
         worker_count,
         engine,
         workload,
-        expectations: raw.expect,
+        expectations,
         companions,
         class_names,
         limits,
@@ -667,109 +667,37 @@ fn arrival(
     })
 }
 
-/// Checks every expectation; returns the companion files named by `minus:`.
+/// Parses and checks every expectation, once: the typed values, and the companion files
+/// named by `minus:`. Errors name the field inside the entry (e.g. `prefix_count.class`).
 fn expectations(
     source: &Source,
     expect: &[RawExpectation],
     class_names: &[String],
-) -> Result<Vec<PathBuf>, ScenarioError> {
+) -> Result<(Vec<Expectation>, Vec<PathBuf>), ScenarioError> {
+    let mut typed = Vec::with_capacity(expect.len());
     let mut companions = BTreeSet::new();
-    for (index, e) in expect.iter().enumerate() {
-        let at =
-            |field: &str, message: String| source.at(&format!("expect[{index}]{field}"), message);
-        let figures = figure_classes(e);
-        if figures.len() != 1 {
-            return Err(at(
-                "",
-                format!("needs exactly one figure, found {}", figures.len()),
-            ));
-        }
-        let (figure, classes) = &figures[0];
-        for class in classes {
-            if !class_names.iter().any(|c| c == class) {
-                return Err(at(
-                    &format!(".{figure}"),
-                    format!(
-                        "unknown class `{class}`: the scenario's classes are {}",
-                        class_names.join(", ")
-                    ),
-                ));
-            }
-        }
-        check_bounds(e).map_err(|(field, message)| at(&format!(".{field}"), message))?;
-        if let Some(other) = &e.minus {
-            let path = source.resolve(other);
+    for (index, raw) in expect.iter().enumerate() {
+        let at = |field: &str, message: String| {
+            let path = match field.is_empty() {
+                true => format!("expect[{index}]"),
+                false => format!("expect[{index}].{field}"),
+            };
+            source.at(&path, message)
+        };
+        let e = Expectation::parse(raw, class_names).map_err(|err| at(&err.field, err.message))?;
+        if let Some(other) = e.companion() {
+            let path = source.resolve(&other.file);
             if !path.is_file() {
                 return Err(at(
-                    ".minus",
+                    "minus",
                     format!("companion scenario {} does not exist", path.display()),
                 ));
             }
             companions.insert(path);
         }
+        typed.push(e);
     }
-    Ok(companions.into_iter().collect())
-}
-
-/// The figures an expectation sets, each with the classes it names.
-fn figure_classes(e: &RawExpectation) -> Vec<(&'static str, Vec<&str>)> {
-    let mut out = Vec::new();
-    if let Some(f) = &e.prefix_count {
-        out.push(("prefix_count", vec![f.class.as_str()]));
-    }
-    if let Some(f) = &e.remaining_when_done {
-        out.push((
-            "remaining_when_done",
-            vec![f.class.as_str(), f.done.as_str()],
-        ));
-    }
-    if let Some(f) = &e.count_at {
-        out.push(("count_at", vec![f.class.as_str(), f.when.as_str()]));
-    }
-    if let Some(f) = &e.growth {
-        out.push(("growth", vec![f.class.as_str(), f.when.as_str()]));
-    }
-    if let Some(f) = &e.latency {
-        out.push(("latency", vec![f.class.as_str()]));
-    }
-    if let Some(f) = &e.token_share {
-        out.push(("token_share", vec![f.class.as_str()]));
-    }
-    out
-}
-
-/// A bound is present, finite, and `within` has lo <= hi; `growth` has from <= to.
-fn check_bounds(e: &RawExpectation) -> Result<(), (&'static str, String)> {
-    if e.within.is_none() && e.at_least.is_none() && e.at_most.is_none() && e.tolerance.is_none() {
-        return Err((
-            "within",
-            "needs a bound: `within`, `at_least`, `at_most` or `tolerance`".into(),
-        ));
-    }
-    if let Some([lo, hi]) = e.within
-        && (!(lo.is_finite() && hi.is_finite()) || lo > hi)
-    {
-        return Err(("within", format!("needs finite lo <= hi, got [{lo}, {hi}]")));
-    }
-    for (field, value) in [("at_least", e.at_least), ("at_most", e.at_most)] {
-        if value.is_some_and(|v| !v.is_finite()) {
-            return Err((field, "must be finite".into()));
-        }
-    }
-    if let Some(tolerance) = e.tolerance
-        && !(tolerance.is_finite() && tolerance >= 0.0)
-    {
-        return Err(("tolerance", "must be finite and >= 0".into()));
-    }
-    if let Some(g) = &e.growth
-        && g.from > g.to
-    {
-        return Err((
-            "growth",
-            format!("needs from <= to, got {} > {}", g.from, g.to),
-        ));
-    }
-    Ok(())
+    Ok((typed, companions.into_iter().collect()))
 }
 
 fn limits(source: &Source, raw: &RawScenario) -> Result<Limits, ScenarioError> {

@@ -15,7 +15,7 @@ use crate::report::chart::{
     self, Axis, Chart, Direction, Drawable, LegendCorner, PlotError, PlotFormat, Series,
     caption_font, class_colour, plot_error,
 };
-use crate::report::expect::RawExpectation;
+use crate::report::expect::Expectation;
 use crate::report::plots::latency_references;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -83,7 +83,7 @@ impl Drawable for SweepChart {
 pub fn render_all(
     manifest: &Manifest,
     summaries: &[PointSummary],
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
 ) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
     let mut files = Vec::new();
     for chart in all_charts(manifest, summaries, expectations) {
@@ -106,7 +106,7 @@ fn internal(e: PlotError) -> SweepError {
 pub fn all_charts(
     manifest: &Manifest,
     summaries: &[PointSummary],
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
 ) -> Vec<SweepChart> {
     match manifest.grid.varied_axes().as_slice() {
         [axis] => LINE_METRICS
@@ -202,7 +202,7 @@ pub fn line_chart(
     summaries: &[PointSummary],
     axis: usize,
     metric: ClassMetric,
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
 ) -> Chart {
     let grid = &manifest.grid;
     let a = &grid.axes[axis];

@@ -7,7 +7,7 @@ use super::plots;
 use super::run::{ClassMetric, ClassRow, Row};
 use super::shard::Manifest;
 use super::stats::Summary;
-use crate::report::expect::RawExpectation;
+use crate::report::expect::Expectation;
 
 /// A point's statistics over its replications.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,7 +47,7 @@ pub fn sweep_files(
 pub fn sweep_files_with_expectations(
     manifest: &Manifest,
     rows: &[Row],
-    expectations: &[RawExpectation],
+    expectations: &[Expectation],
 ) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
     debug_assert!(
         rows.windows(2)

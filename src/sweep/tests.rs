@@ -150,7 +150,9 @@ fn latency_charts_are_log_scaled_with_the_scenarios_bounds() {
         at_most: Some(6000.0),
         ..RawExpectation::default()
     };
-    let expectations = [bound("ttft_ms_p99"), bound("ttft_ms_p50")];
+    let classes = ["premium".to_string(), "regular".to_string()];
+    let expectations = [bound("ttft_ms_p99"), bound("ttft_ms_p50")]
+        .map(|raw| crate::report::expect::Expectation::parse(&raw, &classes).unwrap());
     let latency = plots::line_chart(
         &manifest,
         &summaries,

@@ -85,6 +85,18 @@ fn malformed_expectations_are_bad_input_naming_the_place() {
             "{latency: {class: premium, metric: ttft_ms_p42}, at_most: 1}",
             "ttft_ms_p42",
         ),
+        (
+            "{growth: {class: regular, when: premium, from: 80, to: 80}, at_least: 1}",
+            "growth.to: must be greater than from (80), got 80",
+        ),
+        (
+            "{prefix_share: {class: premium, n: 320}, at_least: 75}",
+            "at_least: a share is a fraction in [0, 1], got 75",
+        ),
+        (
+            "{token_share: {class: premium}, at_least: 0.1, at_most: 0.2}",
+            "needs exactly one bound",
+        ),
     ];
     for (i, (expectation, named)) in cases.iter().enumerate() {
         let file = tmp.path().join(format!("bad-{i}.yaml"));
@@ -92,7 +104,11 @@ fn malformed_expectations_are_bad_input_naming_the_place() {
         fs::write(&file, format!("{head}expect:\n  - {expectation}\n")).unwrap();
         let (code, _, stderr) = stdout_of(routersim().arg("check").arg(&file));
         assert_eq!(code, 2, "{expectation}: {stderr}");
-        assert!(stderr.contains(&format!("bad-{i}.yaml")), "{stderr}");
+        let line = head.lines().count() + 2;
+        assert!(
+            stderr.contains(&format!("bad-{i}.yaml:{line}: expect.0")),
+            "file and line of the entry: {stderr}"
+        );
         assert!(
             stderr.contains("expect.0") || stderr.contains("expect[0]"),
             "{stderr}"
@@ -282,5 +298,118 @@ fn seeded_arrival_jitter_spreads_the_shares_like_live_runs() {
         premium_first_320("delays.arrival_jitter_ns=1000", 3),
         counts[2],
         "and be reproducible"
+    );
+}
+
+/// The bundled equal arm with `expect:` replaced by `expectations`, written into `dir`.
+fn equal_arm_expecting(dir: &Path, expectations: &str) -> PathBuf {
+    let text = fs::read_to_string(scenario("premium-vs-regular-equal.yaml")).unwrap();
+    let (head, _) = text.split_once("expect:").unwrap();
+    let file = dir.join("share.yaml");
+    fs::write(&file, format!("{head}expect:\n{expectations}")).unwrap();
+    file
+}
+
+#[test]
+fn check_gates_on_a_prefix_share_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pass = "  - {prefix_share: {class: premium, n: 320}, within: [0.45, 0.55]}\n";
+    let file = equal_arm_expecting(tmp.path(), pass);
+    let (code, stdout, stderr) = stdout_of(routersim().arg("check").arg(&file));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("PASS  premium share of first 320 = 0.5  (within [0.45, 0.55])"),
+        "{stdout}"
+    );
+    let fail = "  - {name: premium gets three quarters, prefix_share: {class: premium, n: 320}, at_least: 0.75}\n";
+    let file = equal_arm_expecting(tmp.path(), fail);
+    let (code, stdout, stderr) = stdout_of(routersim().arg("check").arg(&file));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("FAIL  premium gets three quarters = 0.5  (at least 0.75)"),
+        "{stdout}"
+    );
+}
+
+/// The JUnit file with every `time="..."` attribute replaced by `time="T"`: wall times are
+/// the only bytes that differ between runs.
+fn junit_masked(path: &Path) -> String {
+    let xml = fs::read_to_string(path).unwrap();
+    let mut out = String::new();
+    let mut rest = xml.as_str();
+    while let Some(at) = rest.find(" time=\"") {
+        let value_start = at + " time=\"".len();
+        let value_len = rest[value_start..].find('"').unwrap();
+        out += &rest[..at];
+        out += " time=\"T\"";
+        rest = &rest[value_start + value_len + 1..];
+    }
+    out + rest
+}
+
+#[test]
+fn junit_carries_time_value_bound_and_seed_and_failures_name_the_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = equal_arm_expecting(
+        tmp.path(),
+        "  - {prefix_share: {class: premium, n: 320}, at_least: 0.75}\n  - {prefix_count: {class: premium, n: 320}, at_least: 100}\n",
+    );
+    let junit = tmp.path().join("junit.xml");
+    let check = || {
+        stdout_of(
+            routersim()
+                .arg("check")
+                .arg(&file)
+                .arg("--junit")
+                .arg(&junit)
+                .args(["--set", "seed=3"]),
+        )
+    };
+    let (code, stdout, stderr) = check();
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let xml = fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let cases: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 2);
+    for case in &cases {
+        let time = case.attribute("time").unwrap();
+        let (whole, millis) = time.split_once('.').expect("seconds with a fraction");
+        assert!(
+            whole.parse::<u64>().unwrap() < 600,
+            "wall time in seconds: {time}"
+        );
+        assert_eq!(millis.len(), 3, "to the millisecond: {time}");
+    }
+    let property = |case: roxmltree::Node, name: &str| {
+        case.descendants()
+            .find(|p| p.has_tag_name("property") && p.attribute("name") == Some(name))
+            .and_then(|p| p.attribute("value"))
+            .map(str::to_string)
+    };
+    assert_eq!(property(cases[0], "value").as_deref(), Some("0.5"));
+    assert_eq!(
+        property(cases[0], "bound").as_deref(),
+        Some("at least 0.75")
+    );
+    assert_eq!(property(cases[0], "seed").as_deref(), Some("3"));
+    assert_eq!(property(cases[1], "value").as_deref(), Some("160"));
+    let failure = cases[0]
+        .children()
+        .find(|n| n.has_tag_name("failure"))
+        .expect("a failure element");
+    assert_eq!(
+        failure.attribute("message"),
+        Some("FAIL  premium share of first 320 = 0.5  (at least 0.75) on seed 3")
+    );
+    assert!(cases[1].children().all(|n| !n.has_tag_name("failure")));
+    let first = junit_masked(&junit);
+    check();
+    assert_eq!(
+        junit_masked(&junit),
+        first,
+        "only the times differ between runs"
     );
 }
