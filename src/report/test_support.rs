@@ -71,7 +71,8 @@ pub fn run_fixture(name: &str) -> (SimResult, Vec<u64>) {
         .join(name);
     let engine_text = std::fs::read_to_string(dir.join("engine.json")).unwrap();
     let engine = EngineArgs::from_json_str(&engine_text).unwrap();
-    let policy = PolicyConfig::from_path(&dir.join("policy.yaml")).unwrap();
+    let policy_text = std::fs::read_to_string(dir.join("policy.yaml")).unwrap();
+    let policy = PolicyConfig::from_yaml_str(&policy_text, None).unwrap();
     let trace_path = dir.join("dynamo.trace.jsonl");
     let open = || BufReader::new(File::open(&trace_path).unwrap());
     let block = trace::DEFAULT_TRACE_BLOCK_SIZE;
