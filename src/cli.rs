@@ -10,7 +10,7 @@ use crate::report::expect::Bound;
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind};
 use crate::scenario::{self, FileKind, Scenario};
-use crate::scheduling::policy::{self, PolicyConfig};
+use crate::scheduling::policy;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::{self, RouterMode};
 use crate::sweep;
@@ -249,7 +249,7 @@ fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
             "--set applies to scenario files only".into(),
         ));
     }
-    let config = PolicyConfig::from_path(file).map_err(input)?;
+    let config = scenario::load_policy_file(file).map_err(input)?;
     print!("{}", policy::describe(&config));
     println!("{}: valid policy", file.display());
     Ok(())
@@ -532,8 +532,8 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         None => RouterConfig::default(),
         Some(v) => {
             let (name, text) = json_arg("--router", v)?;
-            let config: RouterConfig =
-                serde_json::from_str(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?;
+            let config = RouterConfig::from_json_str(&text)
+                .map_err(|e| CliError::Input(format!("{name}: {e}")))?;
             config
                 .validate()
                 .map_err(|e| CliError::Input(format!("{name}: {e}")))?;
@@ -543,7 +543,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let policy = args
         .policy
         .as_deref()
-        .map(PolicyConfig::from_path)
+        .map(scenario::load_policy_file)
         .transpose()
         .map_err(input)?;
     let target = output::claim(

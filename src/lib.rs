@@ -1,8 +1,9 @@
 //! routersim: a deterministic discrete-event simulator of Dynamo's KV-router scheduling.
 //!
-//! Layers (a module uses only the layers below it):
-//! L0 `time`, `rng`, `bounds`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`; L3 `sim`;
-//! L4 `scenario` | `report`; L5 `pipeline` (the one run pipeline); L6 `sweep`; L7 `cli`.
+//! Layers (a module uses only the layers below it; tests/it/tidy.rs checks this):
+//! L0 `time`, `rng`, `bounds`, `yaml`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`;
+//! L3 `sim`; L4 `scenario` | `report`; L5 `pipeline` (the one run pipeline); L6 `sweep`;
+//! L7 `cli`. L0 and L1 take text, not paths: only `bounds`' capped reader opens files there.
 
 pub mod bounds;
 pub mod cli;
@@ -17,3 +18,4 @@ pub mod sim;
 pub mod sweep;
 pub mod time;
 pub mod workload;
+pub mod yaml;

@@ -120,8 +120,9 @@ impl EngineArgs {
     /// `{"engine": {"backend": "vllm", "worker_type": "aggregated", "max_num_seqs": 4}}`,
     /// applies defaults and validates.
     pub fn from_json_str(text: &str) -> Result<EngineArgs, ConfigError> {
+        // The error names the field path (`engine.max_num_seqs`), line and column.
         let launch: EngineLaunchConfig =
-            serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+            crate::yaml::from_json_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         launch.into_args()
     }
 
@@ -561,11 +562,28 @@ mod tests {
         );
     }
 
+    /// The message of a parse error, which must name the field path.
+    fn parse_error(text: &str) -> String {
+        match EngineArgs::from_json_str(text) {
+            Err(ConfigError::Parse(message)) => message,
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn wrong_types_are_parse_errors() {
-        let err = EngineArgs::from_json_str(r#"{"engine": {"max_num_seqs": "four"}}"#);
-        assert!(matches!(err, Err(ConfigError::Parse(_))));
-        let err = EngineArgs::from_json_str(r#"{"engine": {"preemption_mode": "random"}}"#);
-        assert!(matches!(err, Err(ConfigError::Parse(_))));
+    fn wrong_types_are_parse_errors_naming_the_field() {
+        assert_eq!(
+            parse_error(r#"{"engine": {"max_num_seqs": "four"}}"#),
+            "engine.max_num_seqs: expected a whole number >= 0, got string \"four\" (line 1, column 34)"
+        );
+        assert_eq!(
+            parse_error(r#"{"engine": {"preemption_mode": "random"}}"#),
+            "engine.preemption_mode: unknown value `random`, expected `lifo` or `fifo` (line 1, column 39)"
+        );
+        assert_eq!(
+            parse_error(r#"{"dp_size": -1}"#),
+            "dp_size: expected a whole number >= 0, got integer `-1` (line 1, column 14)"
+        );
+        assert!(parse_error(r#"{"engine": {"block_size": 1,}}"#).contains("(line 1"));
     }
 }

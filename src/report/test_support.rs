@@ -77,10 +77,11 @@ fn replay_fixture(name: &str) -> RunOutput {
         .join("tests/fixtures/fidelity")
         .join(name);
     let engine_text = std::fs::read_to_string(dir.join("engine.json")).unwrap();
+    let policy_text = std::fs::read_to_string(dir.join("policy.yaml")).unwrap();
     let setup = ReplaySetup {
         trace: dir.join("dynamo.trace.jsonl"),
         trace_block_size: trace::DEFAULT_TRACE_BLOCK_SIZE,
-        policy: Some(PolicyConfig::from_path(&dir.join("policy.yaml")).unwrap()),
+        policy: Some(PolicyConfig::from_yaml_str(&policy_text, None).unwrap()),
         router: RouterConfig::default(),
         engine: EngineArgs::from_json_str(&engine_text).unwrap(),
         workers: 1,

@@ -34,6 +34,19 @@ impl ScenarioError {
     }
 }
 
+impl ScenarioError {
+    /// A problem the YAML layer found in `file`.
+    pub fn from_yaml(file: impl Into<String>, error: crate::yaml::Error) -> Self {
+        ScenarioError {
+            file: file.into(),
+            line: error.line,
+            column: error.column,
+            field_path: error.field_path,
+            message: error.message,
+        }
+    }
+}
+
 impl fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.file)?;

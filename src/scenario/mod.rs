@@ -50,7 +50,6 @@
 pub mod error;
 mod overrides;
 pub mod raw;
-mod tree;
 mod validate;
 
 pub use error::ScenarioError;
@@ -59,7 +58,7 @@ use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::EngineArgs;
 use crate::report::expect::Expectation;
-use crate::scheduling::policy::PolicyConfig;
+use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{RouterMode, SimConfig, TransportDelays};
@@ -132,7 +131,7 @@ const SCENARIO_KEYS: [&str; 9] = [
 /// one of the scenario's own keys. Anything else (including unparsable text) is left to the
 /// policy reader, whose errors then apply.
 pub fn file_kind(text: &str) -> FileKind {
-    let Some(root) = tree::Node::parse(text) else {
+    let Some(root) = crate::yaml::Node::parse(text) else {
         return FileKind::Policy;
     };
     match SCENARIO_KEYS.iter().any(|key| root.get(key).is_some()) {
@@ -144,6 +143,22 @@ pub fn file_kind(text: &str) -> FileKind {
 /// [`file_kind`] of the file at `path`.
 pub fn file_kind_of_path(path: &Path) -> Result<FileKind, ScenarioError> {
     read_file(path).map(|text| file_kind(&text))
+}
+
+/// Reads, parses and validates the bare policy file at `path` (for `validate FILE` and
+/// `replay --policy`); its errors name the file. (File IO lives here, not in `scheduling`.)
+pub fn load_policy_file(path: &Path) -> Result<PolicyConfig, PolicyError> {
+    let name = path.display().to_string();
+    let text = bounds::read_to_string_capped(path, bounds::MAX_INPUT_FILE_BYTES).map_err(|e| {
+        PolicyError::new(
+            "file",
+            String::new(),
+            None,
+            format!("cannot read the policy file: {e}"),
+        )
+        .with_source_name(name.clone())
+    })?;
+    PolicyConfig::from_yaml_str(&text, Some(&name))
 }
 
 fn read_file(path: &Path) -> Result<String, ScenarioError> {
@@ -162,8 +177,9 @@ impl Scenario {
     }
 
     /// Like [`load`](Self::load), with `--set PATH=VALUE` overrides applied (in order) to the
-    /// YAML text before parsing, so they go through the same validation. A path that does not
-    /// exist or a value of the wrong type is an error naming the path.
+    /// YAML text before parsing, so they go through the same validation. Any field of the
+    /// format can be set: present, left at its default, or in the policy file `router.policy`
+    /// names. A path that is not a field or a value of the wrong type is an error naming the path.
     pub fn load_with_overrides(
         path: &Path,
         overrides: &[(String, String)],

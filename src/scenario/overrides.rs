@@ -1,307 +1,152 @@
-//! `--set PATH=VALUE`: edits of the scenario text, made before typed parsing so that an
-//! overridden value goes through exactly the same parsing and validation as a written one.
+//! `--set PATH=VALUE` on a scenario. Each override edits the YAML text before typed parsing
+//! (through [`Document::set`]), so an overridden value goes through exactly the same parsing
+//! and validation as a written one, and fields left at their default can be set too.
 //!
-//! A value replaces the scalar at PATH in place (same line, so every other line keeps its
-//! number). A PATH whose last key is absent from an existing mapping adds the key: in a flow
-//! mapping on the same line, in a block mapping as a new line after the mapping's last line
-//! (later lines are mapped back to their original numbers). Lists are addressed by their
-//! entries' `name` (or index). Values are YAML scalars; anything that is not a plain number,
-//! boolean, null or simple word is written as a quoted string, so a value can never change
-//! the document's structure. Replacing a whole mapping or list is not supported.
+//! A policy kept in its own file (`router: {policy: p.yaml}`) is part of the scenario: an
+//! override of its keys (`router.policy_classes.regular.quantum`) edits that file's text, so
+//! that its errors still name the policy file and its lines.
 
 use super::ScenarioError;
-use super::tree::{Node, NodeKind, Step, split_path};
+use crate::yaml::{self, Document};
 
-/// The scenario text after overrides, and where each override landed.
-#[derive(Clone, Debug, Default)]
-pub struct Edited {
-    /// The edited scenario text.
-    pub text: String,
-    /// (line in the edited text, override index) of every replaced value.
-    replaced: Vec<(usize, usize)>,
-    /// (line in the edited text, override index) of every added line.
-    inserted: Vec<(usize, usize)>,
-}
+/// Keys of Dynamo's policy document, which `router:` holds inline or in `router.policy`'s file.
+pub const POLICY_KEYS: [&str; 4] = [
+    "default_policy_family",
+    "uncached_isl_buckets",
+    "policy_classes",
+    "models",
+];
 
-/// Where a line of the edited text came from.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct LineOrigin {
-    /// The line in the original file (`None` for a line an override added).
-    pub original_line: Option<usize>,
-    /// The override that wrote this line, if any.
-    pub override_index: Option<usize>,
-}
+/// Keys whose values are lists in the scenario format: a path through a missing one cannot be
+/// created by `--set`.
+pub const LIST_KEYS: [&str; 5] = [
+    "expect",
+    "groups",
+    "policy_classes",
+    "uncached_isl_buckets",
+    "at_ms",
+];
 
-impl Edited {
-    /// The text unchanged.
-    pub fn unchanged(text: &str) -> Self {
-        Edited {
-            text: text.to_string(),
-            ..Edited::default()
-        }
-    }
-
-    /// The original line and the override behind edited line `line`.
-    pub fn origin(&self, line: usize) -> LineOrigin {
-        if let Some(&(_, index)) = self.inserted.iter().find(|(at, _)| *at == line) {
-            return LineOrigin {
-                original_line: None,
-                override_index: Some(index),
-            };
-        }
-        let shift = self.inserted.iter().filter(|(at, _)| *at < line).count();
-        LineOrigin {
-            original_line: Some(line - shift),
-            override_index: self
-                .replaced
-                .iter()
-                .rev()
-                .find(|(at, _)| *at == line)
-                .map(|&(_, index)| index),
-        }
-    }
-
-    fn shift_lines_from(&mut self, line: usize) {
-        for (at, _) in self.replaced.iter_mut().chain(self.inserted.iter_mut()) {
-            if *at >= line {
-                *at += 1;
-            }
-        }
-    }
-}
-
-/// Applies every `(path, value)` in order to `text` (from `file`, for errors).
+/// Applies the overrides to the scenario `doc` (from `file`, for errors). Returns those that
+/// edit the policy file `router.policy` names, with the `router.` removed from their paths
+/// (empty when the policy is inline or absent: then every override edited `doc`).
 pub fn apply(
     file: &str,
-    text: &str,
+    doc: &mut Document,
     overrides: &[(String, String)],
-) -> Result<Edited, ScenarioError> {
-    let mut edited = Edited::unchanged(text);
-    for (index, (path, value)) in overrides.iter().enumerate() {
-        apply_one(file, &mut edited, index, path, value)?;
+) -> Result<Vec<(String, String)>, ScenarioError> {
+    let (policy, scenario): (Vec<_>, Vec<_>) = overrides
+        .iter()
+        .partition(|(path, _)| policy_key_path(path).is_some());
+    for (path, value) in scenario {
+        set(doc, path, value).map_err(|e| ScenarioError::from_yaml(file, e))?;
     }
-    Ok(edited)
+    if external_policy(doc).is_some() {
+        let relative = policy.iter().map(|(path, value)| {
+            let inner = policy_key_path(path).expect("partitioned on it");
+            (inner.to_string(), value.clone())
+        });
+        return Ok(relative.collect());
+    }
+    for (path, value) in policy {
+        set(doc, path, value).map_err(|e| ScenarioError::from_yaml(file, e))?;
+    }
+    Ok(Vec::new())
 }
 
-fn apply_one(
+/// Applies overrides (paths relative to the policy document) to the policy file's `doc`
+/// (made with [`Document::shown_under`]`("router.")`); errors name the policy file and the
+/// override's full path.
+pub fn apply_to_policy(
     file: &str,
-    edited: &mut Edited,
-    index: usize,
-    path: &str,
-    value: &str,
+    doc: &mut Document,
+    overrides: &[(String, String)],
 ) -> Result<(), ScenarioError> {
-    let fail = |line: Option<usize>, message: String| ScenarioError {
-        file: file.to_string(),
-        line,
-        column: None,
-        field_path: path.to_string(),
-        message: format!("--set {path}={value}: {message}"),
-    };
-    let steps: Vec<String> = split_path(path)
-        .filter(|steps| !steps.is_empty())
-        .ok_or_else(|| fail(None, "not a field path".into()))?
-        .into_iter()
-        .map(|step| match step {
-            Step::Key(key) => key,
-            Step::Index(i) => i.to_string(),
-        })
-        .collect();
-    if steps.iter().any(String::is_empty) {
-        return Err(fail(None, "not a field path (empty step)".into()));
+    for (path, value) in overrides {
+        set(doc, path, value).map_err(|mut e| {
+            e.field_path = format!("router.{}", e.field_path);
+            ScenarioError::from_yaml(file, e)
+        })?;
     }
-    let rendered = render_scalar(value).map_err(|m| fail(None, m))?;
-    let Some(tree) = Node::parse(&edited.text) else {
-        return Err(fail(None, "the scenario has no fields to set".into()));
-    };
-    let (node, found) = tree.walk(&steps);
-    let at = edited.origin(node.start.line).original_line;
-    let line = |_: &Node| at;
-    if found == steps.len() {
-        return replace(edited, index, node, &rendered).map_err(|m| fail(at, m));
-    }
-    let missing = &steps[found];
-    match &node.kind {
-        NodeKind::Map { .. } if found + 1 == steps.len() => {
-            insert(edited, index, node, missing, &rendered);
-            Ok(())
-        }
-        NodeKind::Seq { .. } => Err(fail(
-            line(node),
-            format!(
-                "`{}` has no entry named `{missing}`",
-                steps[..found].join(".")
-            ),
-        )),
-        _ if found == 0 => Err(fail(None, format!("the scenario has no field `{missing}`"))),
-        _ => Err(fail(
-            line(node),
-            format!("`{}` has no field `{missing}`", steps[..found].join(".")),
-        )),
-    }
-}
-
-/// Replaces the scalar `node` with `rendered`.
-fn replace(edited: &mut Edited, index: usize, node: &Node, rendered: &str) -> Result<(), String> {
-    match &node.kind {
-        NodeKind::Map { .. } => return Err("is a mapping; --set sets single values".into()),
-        NodeKind::Seq { .. } => return Err("is a list; --set sets single values".into()),
-        NodeKind::Scalar(_) if node.start.line != node.end.line => {
-            return Err("is a multi-line value; --set sets one-line values".into());
-        }
-        NodeKind::Scalar(_) => {}
-    }
-    let (start, end) = (node.start.byte, node.end.byte);
-    // An empty value (`key:`) has an empty span: keep a space after the colon.
-    let padded = match start == end && edited.text[..start].ends_with(':') {
-        true => format!(" {rendered}"),
-        false => rendered.to_string(),
-    };
-    edited.text.replace_range(start..end, &padded);
-    edited.replaced.push((node.start.line, index));
     Ok(())
 }
 
-/// Adds `key: rendered` to the mapping `map`.
-fn insert(edited: &mut Edited, index: usize, map: &Node, key: &str, rendered: &str) {
-    let NodeKind::Map { entries, flow } = &map.kind else {
-        unreachable!("insert is only called on mappings");
-    };
-    let key = render_scalar(key).unwrap_or_else(|_| format!("{key:?}"));
-    if *flow {
-        // Just before the closing brace.
-        let close = map.end.byte.saturating_sub(1);
-        let separator = if entries.is_empty() { "" } else { ", " };
-        edited
-            .text
-            .insert_str(close, &format!("{separator}{key}: {rendered}"));
-        edited.replaced.push((map.end.line, index));
-        return;
-    }
-    let indent = entries.first().map_or(0, |(k, _)| k.start.col);
-    let line_end = edited.text[map.end.byte..]
-        .find('\n')
-        .map_or(edited.text.len(), |offset| map.end.byte + offset);
-    let new_line = format!("\n{}{key}: {rendered}", " ".repeat(indent));
-    edited.text.insert_str(line_end, &new_line);
-    let added = map.end.line + 1;
-    edited.shift_lines_from(added);
-    edited.inserted.push((added, index));
+fn set(doc: &mut Document, path: &str, value: &str) -> Result<(), yaml::Error> {
+    doc.set(path, value, &LIST_KEYS)
 }
 
-/// A value as YAML scalar text: plain if it is a simple word or number, else double-quoted.
-fn render_scalar(value: &str) -> Result<String, String> {
-    if value.contains(['\n', '\r']) {
-        return Err("a value must be one line".into());
-    }
-    let plain = !value.is_empty()
-        && !value.starts_with(['-', '.'])
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_.+-/~".contains(c));
-    let number_like = value.parse::<f64>().is_ok();
-    if plain || number_like {
-        Ok(value.to_string())
-    } else {
-        Ok(serde_json::to_string(value).expect("strings serialise"))
-    }
+/// The policy file `router.policy` names, if the policy is kept in its own file.
+pub fn external_policy(doc: &Document) -> Option<&str> {
+    doc.get("router.policy")
+        .filter(|node| !node.is_null())
+        .and_then(|node| node.scalar())
+}
+
+/// `path` without its `router.` when it names a policy key (`router.policy_classes...`).
+fn policy_key_path(path: &str) -> Option<&str> {
+    let inner = path.strip_prefix("router.")?;
+    let key = inner.split(['.', '[']).next()?;
+    POLICY_KEYS.contains(&key).then_some(inner)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const TEXT: &str = "\
-name: demo
-router:
-  policy_classes:
-    - name: premium
-      quantum: 512
-    - {name: regular, quantum: 128}
-workers:
-  count: 1
-  engine: {max_num_seqs: 4}
-workload:
-  groups: []
-";
+    const EXTERNAL: &str = "name: x\nrouter: {policy: p.yaml}\nworkload: {groups: []}\n";
 
-    fn set(pairs: &[(&str, &str)]) -> Result<Edited, ScenarioError> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
             .map(|(p, v)| (p.to_string(), v.to_string()))
-            .collect();
-        apply("s.yaml", TEXT, &pairs)
+            .collect()
     }
 
     #[test]
-    fn replaces_values_in_place_by_entry_name() {
-        let edited = set(&[
-            ("router.policy_classes.regular.quantum", "64"),
-            ("router.policy_classes.premium.quantum", "1024"),
-            ("workers.engine.max_num_seqs", "8"),
-        ])
-        .unwrap();
-        assert!(edited.text.contains("{name: regular, quantum: 64}"));
-        assert!(edited.text.contains("      quantum: 1024\n"));
-        assert!(edited.text.contains("engine: {max_num_seqs: 8}"));
-        assert_eq!(edited.text.lines().count(), TEXT.lines().count());
-        assert_eq!(edited.origin(6).override_index, Some(0));
-        assert_eq!(edited.origin(5).override_index, Some(1));
-        assert_eq!(edited.origin(1).override_index, None);
-    }
-
-    #[test]
-    fn adds_missing_keys_and_maps_lines_back() {
-        let edited = set(&[
-            ("workers.dp_size", "2"),
-            ("workers.engine.block_size", "16"),
+    fn policy_keys_of_an_external_policy_go_to_its_file() {
+        let mut doc = Document::parse(EXTERNAL);
+        let overrides = pairs(&[
+            ("router.policy_classes.regular.quantum", "512"),
             ("router.router_temperature", "0.5"),
-        ])
-        .unwrap();
-        let lines: Vec<&str> = edited.text.lines().collect();
-        assert_eq!(lines[10], "  dp_size: 2");
-        assert!(lines[9].contains("{max_num_seqs: 4, block_size: 16}"));
-        assert_eq!(lines[6], "  router_temperature: 0.5");
-        let origin = edited.origin(7);
+            ("router.models.\"a.b\".default_policy_family", "x"),
+        ]);
+        let policy = apply("s.yaml", &mut doc, &overrides).unwrap();
         assert_eq!(
-            origin,
-            LineOrigin {
-                original_line: None,
-                override_index: Some(2)
-            }
+            policy,
+            pairs(&[
+                ("policy_classes.regular.quantum", "512"),
+                ("models.\"a.b\".default_policy_family", "x"),
+            ])
         );
-        // The original `workers:` line 7 is now line 8; `workload:` (10) is now 12.
-        assert_eq!(edited.origin(8).original_line, Some(7));
-        assert_eq!(edited.origin(12).original_line, Some(10));
-        assert_eq!(edited.origin(11).override_index, Some(0));
+        assert!(doc.text().contains("router_temperature: 0.5"));
+        assert!(!doc.text().contains("quantum"));
     }
 
     #[test]
-    fn bad_paths_are_errors_naming_the_path() {
-        let error = set(&[("workers.engin.max_num_seqs", "8")]).unwrap_err();
-        assert_eq!(error.field_path, "workers.engin.max_num_seqs");
-        assert_eq!(error.line, Some(8));
+    fn policy_keys_of_an_inline_policy_edit_the_scenario() {
+        let mut doc = Document::parse("name: x\nrouter: {}\n");
+        let overrides = pairs(&[("router.default_policy_family", "regular")]);
+        assert!(apply("s.yaml", &mut doc, &overrides).unwrap().is_empty());
+        assert!(doc.text().contains("{default_policy_family: regular}"));
+        assert_eq!(policy_key_path("router.policy"), None);
+        assert_eq!(
+            policy_key_path("router.policy_classes[0]"),
+            Some("policy_classes[0]")
+        );
+    }
+
+    #[test]
+    fn policy_file_errors_name_the_file_and_the_full_path() {
+        let text = "policy_classes:\n  - {name: regular, quantum: 1}\n";
+        let mut doc = Document::parse(text).shown_under("router.");
+        let overrides = pairs(&[("policy_classes.gold.quantum", "2")]);
+        let error = apply_to_policy("p.yaml", &mut doc, &overrides).unwrap_err();
+        assert_eq!(error.file, "p.yaml");
+        assert_eq!(error.field_path, "router.policy_classes.gold.quantum");
         assert!(
-            error.message.contains("`workers` has no field `engin`"),
+            error
+                .message
+                .starts_with("--set router.policy_classes.gold.quantum=2: `policy_classes` has no entry named `gold`"),
             "{error}"
         );
-        let error = set(&[("router.policy_classes.gold.quantum", "8")]).unwrap_err();
-        assert!(error.message.contains("no entry named `gold`"), "{error}");
-        let error = set(&[("router.policy_classes", "8")]).unwrap_err();
-        assert!(error.message.contains("is a list"), "{error}");
-        let error = set(&[("", "8")]).unwrap_err();
-        assert!(error.message.contains("not a field path"), "{error}");
-        // An unknown top-level key is added; typed parsing then refuses it by name.
-        assert!(set(&[("bogus", "8")]).unwrap().text.ends_with("bogus: 8\n"));
-    }
-
-    #[test]
-    fn values_cannot_change_the_structure() {
-        let edited = set(&[("name", "x, y: {z}\"")]).unwrap();
-        assert!(edited.text.starts_with("name: \"x, y: {z}\\\"\"\n"));
-        assert!(set(&[("name", "a\nb: 1")]).is_err());
-        assert_eq!(render_scalar("-1").unwrap(), "-1");
-        assert_eq!(render_scalar("true").unwrap(), "true");
-        assert_eq!(render_scalar("~").unwrap(), "~");
-        assert_eq!(render_scalar("- 1").unwrap(), "\"- 1\"");
     }
 }

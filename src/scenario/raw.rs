@@ -114,7 +114,7 @@ impl<'de> Visitor<'de> for RouterVisitor {
                     .is_some(),
             };
             if duplicate {
-                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+                return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
             }
         }
         Ok(router)

@@ -401,6 +401,165 @@ fn policy_validation_errors_name_the_class_by_name() {
     );
 }
 
+/// The weighted scenario with its policy in `dir/p.yaml` (`router: {policy: p.yaml}`).
+fn with_external_policy(dir: &Path) -> PathBuf {
+    let start = WEIGHTED.find("\nrouter:\n").unwrap() + 1;
+    let end = WEIGHTED.find("\nworkers:\n").unwrap() + 1;
+    let policy: String = WEIGHTED[start..end]
+        .lines()
+        .skip(1)
+        .map(|line| format!("{}\n", line.strip_prefix("  ").unwrap_or(line)))
+        .collect();
+    std::fs::write(dir.join("p.yaml"), policy).unwrap();
+    let scenario = format!(
+        "{}router: {{policy: p.yaml}}\n{}",
+        &WEIGHTED[..start],
+        &WEIGHTED[end..]
+    );
+    std::fs::write(dir.join("s.yaml"), scenario).unwrap();
+    // The companion of the weighted scenario's difference checks.
+    let equal = bundled("premium-vs-regular-equal.yaml");
+    std::fs::copy(equal, dir.join("premium-vs-regular-equal.yaml")).unwrap();
+    dir.join("s.yaml")
+}
+
+#[test]
+fn set_reaches_the_keys_of_a_policy_in_its_own_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = with_external_policy(tmp.path());
+    let quantum = |overrides: &[(&str, &str)]| {
+        let scenario = Scenario::load_with_overrides(&path, &set(overrides)).unwrap();
+        scenario.sim_config(0).profile.classes()[1].quantum_tokens
+    };
+    assert_eq!(quantum(&[]), 128);
+    assert_eq!(
+        quantum(&[("router.policy_classes.regular.quantum", "512")]),
+        512
+    );
+    assert_eq!(quantum(&[("router.policy_classes[1].quantum", "256")]), 256);
+}
+
+#[test]
+fn errors_of_a_set_in_a_policy_file_name_that_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = with_external_policy(tmp.path());
+    let policy = tmp.path().join("p.yaml").display().to_string();
+    let error =
+        |pair: (&str, &str)| Scenario::load_with_overrides(&path, &set(&[pair])).unwrap_err();
+    let e = error(("router.policy_classes.regular.quantum", "0"));
+    assert_eq!(e.file, policy);
+    assert_eq!(e.line, Some(16), "{e}");
+    assert_eq!(e.field_path, "router.policy_classes.regular.quantum", "{e}");
+    assert!(
+        e.message
+            .starts_with("--set router.policy_classes.regular.quantum=0: "),
+        "{e}"
+    );
+    let e = error(("router.policy_classes.regular.queue_policy", "lifo"));
+    assert_eq!(
+        (e.file.as_str(), e.line),
+        (policy.as_str(), Some(15)),
+        "{e}"
+    );
+    assert_eq!(e.field_path, "router.policy_classes.regular.queue_policy");
+    assert!(e.message.contains("unknown value `lifo`"), "{e}");
+    let e = error(("router.policy_classes.gold.quantum", "1"));
+    assert_eq!(e.field_path, "router.policy_classes.gold.quantum");
+    assert!(e.message.contains("cannot add list entries"), "{e}");
+}
+
+#[test]
+fn errors_inside_a_policy_file_name_that_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = with_external_policy(tmp.path());
+    let policy = tmp.path().join("p.yaml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(
+        &policy,
+        text.replacen("queue_policy: fcfs", "queue_policy: lifo", 2),
+    )
+    .unwrap();
+    let e = Scenario::load(&path).unwrap_err();
+    assert_eq!(e.file, policy.display().to_string());
+    assert_eq!(e.line, Some(8), "{e}");
+    assert_eq!(e.field_path, "router.policy_classes.premium.queue_policy");
+    assert!(
+        e.message
+            .contains("unknown value `lifo`, expected one of fcfs, wspt, lcfs"),
+        "{e}"
+    );
+}
+
+#[test]
+fn set_reaches_fields_left_at_their_default() {
+    let no_delays: String = WEIGHTED
+        .lines()
+        .filter(|line| !line.starts_with("delays:"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let no_workers = no_delays.replace("workers:\n  count: 1\n", "workers:\n");
+    // Beside the bundled files, where the companion scenario is.
+    let path = bundled("s.yaml");
+    let load =
+        |text: &str, pairs: &[(&str, &str)]| Scenario::from_text(&path, text, &set(pairs)).unwrap();
+    let jittered = load(&no_delays, &[("delays.arrival_jitter_ns", "1000")]);
+    let plain = load(&no_delays, &[]);
+    let arrivals =
+        |s: &Scenario| -> Vec<_> { s.requests(1).unwrap().iter().map(|r| r.arrival).collect() };
+    assert_ne!(arrivals(&jittered), arrivals(&plain));
+    assert_eq!(jittered.arrival_jitter_ns, 1000);
+    let counted = load(
+        &no_workers,
+        &[("workers.count", "4"), ("limits.max_events", "9")],
+    );
+    assert_eq!(counted.sim_config(0).worker_count, 4);
+    assert_eq!(counted.sim_config(0).limits.max_events, 9);
+    let e = Scenario::from_text(&path, &no_delays, &set(&[("delays.bogus_ms", "1")])).unwrap_err();
+    assert_eq!(e.field_path, "delays.bogus_ms", "{e}");
+    assert_eq!(
+        e.message,
+        "--set delays.bogus_ms=1: unknown field `bogus_ms`"
+    );
+    let e =
+        Scenario::from_text(&path, &no_delays, &set(&[("expect.x.at_least", "1")])).unwrap_err();
+    assert!(e.message.contains("cannot add list entries"), "{e}");
+}
+
+#[test]
+fn unknown_values_and_duplicate_keys_name_the_field() {
+    let e = error_of(&WEIGHTED.replace("order: alternate", "order: zigzag"));
+    assert_eq!(e.field_path, "workload.burst.order", "{e}");
+    assert!(
+        e.message
+            .starts_with("unknown value `zigzag`, expected one of sequential"),
+        "{e}"
+    );
+    let e = error_of(&WEIGHTED.replace(
+        "max_num_seqs: 4",
+        "max_num_seqs: 4\n    preemption_mode: newest",
+    ));
+    assert_eq!(e.field_path, "workers.engine.preemption_mode", "{e}");
+    assert_eq!(
+        e.message,
+        "unknown value `newest`, expected one of lifo, fifo"
+    );
+    let e = error_of(&WEIGHTED.replacen("queue_policy: fcfs", "queue_policy: lifo", 1));
+    assert_eq!(
+        e.field_path, "router.policy_classes.premium.queue_policy",
+        "{e}"
+    );
+    let e = error_of(&WEIGHTED.replace("seed: 0\n", "seed: 0\nseed: 1\n"));
+    assert_eq!(
+        (e.field_path.as_str(), e.message.as_str()),
+        ("seed", "duplicate key `seed`")
+    );
+    let e = error_of(&WEIGHTED.replace(
+        "router:\n",
+        "router:\n  router_temperature: 1\n  router_temperature: 2\n",
+    ));
+    assert_eq!(e.message, "duplicate key `router_temperature`", "{e}");
+}
+
 #[test]
 fn file_kind_tells_scenarios_from_policies() {
     assert_eq!(file_kind(MINIMAL), FileKind::Scenario);
@@ -487,7 +646,11 @@ mod mutated {
         fn random_overrides_never_panic(path in "[a-z_.\\[\\]0-9]{0,30}", value in "\\PC{0,8}") {
             let overrides = vec![(path.clone(), value)];
             if let Err(e) = Scenario::from_text(Path::new("s.yaml"), WEIGHTED, &overrides) {
-                prop_assert!(!e.to_string().is_empty());
+                let shown = e.to_string();
+                prop_assert!(
+                    e.field_path == path || shown.contains(&format!("--set {path}=")),
+                    "{shown}"
+                );
             }
         }
     }

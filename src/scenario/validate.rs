@@ -1,14 +1,13 @@
 //! From scenario text to a validated [`Scenario`]: overrides, parsing, and every semantic
 //! check, each error located at its file, line and field path.
 
-use super::overrides::{self, Edited};
+use super::overrides;
 use super::raw::{
     RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawRouter, RawRouterMode,
     RawScenario, RawWorkload,
 };
-use super::tree::{Node, NodeKind, Step, split_path};
 use super::{Scenario, ScenarioError, Workload};
-use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS};
+use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_RANKS};
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs};
 use crate::report::expect::{Expectation, RawExpectation};
@@ -22,138 +21,41 @@ use crate::workload::synth::{
     SharedPrefix, SynthError, SynthWorkload,
 };
 use crate::workload::trace;
+use crate::yaml::{self, Document, NodeKind};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-/// The text being validated and how to turn positions and paths into located errors.
-struct Source<'a> {
+/// The scenario being validated, and how to turn positions and paths into located errors.
+struct Source {
     file: String,
     dir: PathBuf,
-    edited: Edited,
-    tree: Option<Node>,
-    overrides: &'a [(String, String)],
+    doc: Document,
+    /// Overrides of the policy file `router.policy` names (paths relative to that file).
+    policy_overrides: Vec<(String, String)>,
 }
 
-impl Source<'_> {
+impl Source {
     /// An error at the node `path` names (dotted, list entries by name or `[i]`).
     fn at(&self, path: &str, message: impl Into<String>) -> ScenarioError {
-        let steps: Vec<String> = split_path(path)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|step| match step {
-                Step::Key(key) => key,
-                Step::Index(i) => i.to_string(),
-            })
-            .collect();
-        let position = self
-            .tree
-            .as_ref()
-            .map(|tree| tree.walk(&steps).0)
-            .map(|node| (node.start.line, node.start.col + 1));
-        let field_path = match (&self.tree, split_path(path)) {
-            (Some(tree), Some(steps)) => tree.name_path(&steps),
-            _ => path.to_string(),
-        };
-        self.located(position, field_path, message.into())
-    }
-
-    /// An error at edited-text `position`, mapped back to the original file and to any
-    /// override that wrote that line.
-    fn located(
-        &self,
-        position: Option<(usize, usize)>,
-        field_path: String,
-        message: String,
-    ) -> ScenarioError {
-        let origin = position.map(|(line, _)| self.edited.origin(line));
-        let mut error = ScenarioError {
-            file: self.file.clone(),
-            line: origin.and_then(|o| o.original_line),
-            column: position.map(|(_, column)| column),
-            field_path,
-            message,
-        };
-        if let Some(index) = origin.and_then(|o| o.override_index) {
-            let (path, value) = &self.overrides[index];
-            error.message = format!("--set {path}={value}: {}", error.message);
-            if error.line.is_none() || error.field_path.is_empty() {
-                error.field_path = path.clone();
-            }
-        }
-        error
-    }
-
-    /// A serde-saphyr error: its position, the field path found there, its message without
-    /// serde-saphyr's own position suffix.
-    fn parse_error(&self, error: &serde_saphyr::Error) -> ScenarioError {
-        let location = error.location().filter(|at| at.line() > 0);
-        let position = location.map(|at| (at.line() as usize, at.column().max(1) as usize));
-        let rendered = error.to_string();
-        let message = match rendered.rfind(" at line ") {
-            Some(tail) if location.is_some() => rendered[..tail].to_string(),
-            _ => rendered,
-        };
-        let field_path = match (&self.tree, position) {
-            (Some(tree), Some((line, column))) => tree.path_at(line, column),
-            _ => String::new(),
-        };
-        let mut message = shorten_expected(&message);
-        if let Some(value) = self.scalar_at(&field_path)
-            && message.starts_with("invalid")
-        {
-            message = format!("{message}, got `{value}`");
-        }
-        self.located(position, field_path, message)
-    }
-
-    /// The scalar text at `field_path`, if the path names a scalar.
-    fn scalar_at(&self, field_path: &str) -> Option<String> {
-        let steps: Vec<String> = split_path(field_path)?
-            .into_iter()
-            .map(|step| match step {
-                Step::Key(key) => key,
-                Step::Index(i) => i.to_string(),
-            })
-            .collect();
-        let (node, found) = self.tree.as_ref()?.walk(&steps);
-        (found == steps.len() && !steps.is_empty())
-            .then(|| node.scalar().map(str::to_string))
-            .flatten()
+        ScenarioError::from_yaml(self.file.clone(), self.doc.error_at(path, message))
     }
 
     /// A policy validation error from the inline `router:` keys.
     fn policy_error(&self, error: PolicyError) -> ScenarioError {
-        let steps = split_path(&format!("router.{}", error.field_path)).unwrap_or_default();
-        let field_path = match &self.tree {
-            Some(tree) if !error.field_path.is_empty() => tree.name_path(&steps),
-            _ => "router".to_string(),
-        };
-        match error.line {
-            Some(line) => self.located(
-                Some((line, error.column.unwrap_or(1))),
-                field_path,
-                error.message,
-            ),
-            None => {
-                let mut located = self.at(&format!("router.{}", error.field_path), error.message);
-                located.field_path = field_path;
-                located
-            }
+        let error = error.with_path_prefix("router").placed_in(&self.doc);
+        ScenarioError {
+            file: self.file.clone(),
+            line: error.line,
+            column: error.column,
+            field_path: self.doc.name_path(&error.field_path),
+            message: error.message,
         }
     }
 
     fn resolve(&self, relative: &str) -> PathBuf {
         self.dir.join(relative)
-    }
-}
-
-/// serde's "unknown field `x`, expected one of `a`, `b`, ..." lists every field; keep it short.
-fn shorten_expected(message: &str) -> String {
-    match message.find(", expected one of") {
-        Some(cut) if message.starts_with("unknown field") => message[..cut].to_string(),
-        _ => message.to_string(),
     }
 }
 
@@ -171,23 +73,24 @@ pub(super) fn load(
     overrides: &[(String, String)],
 ) -> Result<Scenario, ScenarioError> {
     let file = path.display().to_string();
-    let edited = overrides::apply(&file, text, overrides)?;
-    let tree = Node::parse(&edited.text);
+    let mut doc = Document::parse(text);
+    let policy_overrides = overrides::apply(&file, &mut doc, overrides)?;
     let source = Source {
         file,
         dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
-        tree,
-        edited,
-        overrides,
+        doc,
+        policy_overrides,
     };
-    if let Some(root) = &source.tree
+    if let Some(root) = source.doc.root()
         && !matches!(root.kind, NodeKind::Map { .. })
     {
-        return Err(source.located(
-            Some((root.start.line, root.start.col + 1)),
-            String::new(),
-            "a scenario is a YAML mapping (`name:`, `workload:`, ...), not a single value or a list"
-                .to_string(),
+        return Err(ScenarioError::from_yaml(
+            source.file.clone(),
+            source.doc.error_at_position(
+                Some((root.start.line, root.start.col + 1)),
+                Some(String::new()),
+                "a scenario is a YAML mapping (`name:`, `workload:`, ...), not a single value or a list",
+            ),
         ));
     }
     let raw = parse(&source)?;
@@ -195,17 +98,13 @@ pub(super) fn load(
 }
 
 fn parse(source: &Source) -> Result<RawScenario, ScenarioError> {
-    let mut options = serde_saphyr::Options::default();
-    options.with_snippet = false;
-    let parsed =
-        serde_saphyr::from_str_with_options::<Option<RawScenario>>(&source.edited.text, options);
-    match parsed {
+    match source.doc.deserialize::<RawScenario>() {
         Ok(Some(raw)) => Ok(raw),
         Ok(None) => Err(ScenarioError::in_file(
             source.file.clone(),
             "the file is empty: a scenario needs at least `name` and `workload`",
         )),
-        Err(error) => Err(source.parse_error(&error)),
+        Err(error) => Err(ScenarioError::from_yaml(source.file.clone(), error)),
     }
 }
 
@@ -321,16 +220,15 @@ fn router_config(source: &Source, raw: &RawRouter) -> Result<RouterConfig, Scena
     for (key, value) in &raw.knobs {
         let single =
             serde_json::Value::Object([(key.clone(), value.clone())].into_iter().collect());
-        if let Err(e) = serde_json::from_value::<RouterConfig>(single) {
-            let message = shorten_expected(&e.to_string());
-            let message = match message.starts_with("unknown field") {
-                true => format!("{message} (not a policy key nor a KvRouterConfig knob)"),
-                false => message,
+        if let Err(e) = yaml::from_json_value::<RouterConfig>(single) {
+            let message = match e.message.starts_with("unknown field") {
+                true => format!("{} (not a policy key nor a KvRouterConfig knob)", e.message),
+                false => e.message,
             };
             return Err(source.at(&format!("router.\"{key}\""), message));
         }
     }
-    let config: RouterConfig = serde_json::from_value(serde_json::Value::Object(raw.knobs.clone()))
+    let config: RouterConfig = yaml::from_json_value(serde_json::Value::Object(raw.knobs.clone()))
         .map_err(|e| source.at("router", e.to_string()))?;
     config
         .validate()
@@ -351,20 +249,7 @@ fn policy_config(source: &Source, raw: &RawRouter) -> Result<Option<PolicyConfig
             "router.policy",
             "give the policy either inline or as `policy: file`, not both",
         )),
-        (Some(file), false) => {
-            let path = source.resolve(file);
-            PolicyConfig::from_path(&path).map(Some).map_err(|e| {
-                let file_error = e.location == "file";
-                ScenarioError {
-                    file: path.display().to_string(),
-                    line: e.line,
-                    column: e.column,
-                    field_path: e.field_path.to_string(),
-                    message: e.message,
-                }
-                .relocate_read_error(file_error, source)
-            })
-        }
+        (Some(file), false) => policy_file(source, &source.resolve(file)).map(Some),
         (None, true) => PolicyConfig::from_raw(&inline)
             .map(Some)
             .map_err(|e| source.policy_error(e)),
@@ -372,21 +257,31 @@ fn policy_config(source: &Source, raw: &RawRouter) -> Result<Option<PolicyConfig
     }
 }
 
-impl ScenarioError {
-    /// A policy file that cannot be read is reported at the scenario's `router.policy`.
-    fn relocate_read_error(self, read_error: bool, source: &Source) -> ScenarioError {
-        match read_error {
-            true => source.at(
-                "router.policy",
-                format!(
-                    "{}: {}",
-                    self.file,
-                    self.message.trim_start_matches("file: ")
-                ),
-            ),
-            false => self,
+/// The policy file `router.policy` names, with the overrides of its keys; its errors name
+/// that file and its lines, and a file that cannot be read is reported at `router.policy`.
+fn policy_file(source: &Source, path: &Path) -> Result<PolicyConfig, ScenarioError> {
+    let name = path.display().to_string();
+    let text = bounds::read_to_string_capped(path, bounds::MAX_INPUT_FILE_BYTES).map_err(|e| {
+        source.at(
+            "router.policy",
+            format!("{name}: cannot read the policy file: {e}"),
+        )
+    })?;
+    let mut doc = Document::parse(&text).shown_under("router.");
+    overrides::apply_to_policy(&name, &mut doc, &source.policy_overrides)?;
+    PolicyConfig::from_document(&doc, None).map_err(|e| {
+        let field_path = match doc.name_path(&e.field_path) {
+            path if path.is_empty() => "router".to_string(),
+            path => format!("router.{path}"),
+        };
+        ScenarioError {
+            file: name,
+            line: e.line,
+            column: e.column,
+            field_path,
+            message: e.message,
         }
-    }
+    })
 }
 
 fn active_profile(

@@ -218,6 +218,12 @@ fn check_one_of(
 }
 
 impl RouterConfig {
+    /// Parses `KvRouterConfig` keyword arguments given as JSON; errors name the field path,
+    /// line and column. Call [`validate`](Self::validate) after.
+    pub fn from_json_str(text: &str) -> Result<RouterConfig, crate::yaml::Error> {
+        crate::yaml::from_json_str(text)
+    }
+
     /// Checks every value as 1.6.1 does and rejects what this model cannot honour.
     pub fn validate(&self) -> Result<(), RouterConfigError> {
         self.validate_cost_weights()?;

@@ -217,3 +217,49 @@ fn usage_errors_exit_2() {
     let out = routersim().arg("frobnicate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn replay_names_the_field_of_a_wrongly_typed_engine_or_router_value() {
+    assert_bad_input(
+        GOOD_ROW,
+        &["--engine", r#"{"engine": {"max_num_seqs": "four"}}"#],
+        &[
+            "--engine (inline JSON): engine config: engine.max_num_seqs: expected a whole number >= 0, got string \"four\" (line 1, column 34)",
+        ],
+    );
+    assert_bad_input(
+        GOOD_ROW,
+        &["--engine", r#"{"engine": {"preemption_mode": "newest"}}"#],
+        &["engine.preemption_mode: unknown value `newest`, expected `lifo` or `fifo`"],
+    );
+    assert_bad_input(
+        GOOD_ROW,
+        &[
+            "--engine",
+            r#"{"engine": {"max_num_seqs": 4, "max_num_seqs": 5}}"#,
+        ],
+        &["engine: duplicate key `max_num_seqs`"],
+    );
+    assert_bad_input(
+        GOOD_ROW,
+        &["--router", r#"{"router_temperature": "hot"}"#],
+        &["--router (inline JSON): router_temperature: expected a number, got string \"hot\""],
+    );
+}
+
+#[test]
+fn replay_names_the_class_and_field_of_an_unknown_policy_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = tmp.path().join("p.yaml");
+    let text = fs::read_to_string(fixture("policy/premium-regular.yaml")).unwrap();
+    fs::write(
+        &policy,
+        text.replacen("queue_policy: fcfs", "queue_policy: lifo", 1),
+    )
+    .unwrap();
+    assert_bad_input(
+        GOOD_ROW,
+        &["--policy", policy.to_str().unwrap()],
+        &["p.yaml:10: root: class \"premium\": queue_policy: unknown value `lifo`"],
+    );
+}

@@ -255,33 +255,10 @@ fn committed_results_are_what_the_bundled_scenarios_produce() {
     }
 }
 
-/// Premium's count among the first 320 completions, read from classes.csv.
+/// Premium's count among the first 320 completions of the weighted scenario.
 fn premium_first_320(set: &str, seed: u64) -> u64 {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    routersim()
-        .arg("run")
-        .arg(scenario("premium-vs-regular-weighted.yaml"))
-        .args([
-            "--quiet",
-            "--set",
-            set,
-            "--seed",
-            &seed.to_string(),
-            "--out",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let requests = fs::read_to_string(out.join("completions.csv")).unwrap();
-    let mut reader = csv::Reader::from_reader(requests.as_bytes());
-    let header = reader.headers().unwrap().clone();
-    let premium = header
-        .iter()
-        .position(|h| h == "premium")
-        .expect("a premium column");
-    let row = reader.records().nth(319).unwrap().unwrap();
-    row[premium].parse().unwrap()
+    let weighted = scenario("premium-vs-regular-weighted.yaml");
+    premium_first_320_of(&weighted, &["--set", set, "--seed", &seed.to_string()])
 }
 
 #[test]
@@ -411,5 +388,211 @@ fn junit_carries_time_value_bound_and_seed_and_failures_name_the_seed() {
         junit_masked(&junit),
         first,
         "only the times differ between runs"
+    );
+}
+
+/// The weighted scenario with its policy kept in its own file, `dir/p.yaml`, as CI keeps
+/// the production policy: `router: {policy: p.yaml}`. Returns the scenario's path.
+fn weighted_with_policy_file(dir: &Path) -> PathBuf {
+    let text = fs::read_to_string(scenario("premium-vs-regular-weighted.yaml")).unwrap();
+    let start = text.find("\nrouter:\n").unwrap() + 1;
+    let end = text.find("\nworkers:\n").unwrap() + 1;
+    let policy: String = text[start..end]
+        .lines()
+        .skip(1)
+        .map(|line| format!("{}\n", &line[2..]))
+        .collect();
+    fs::write(dir.join("p.yaml"), policy).unwrap();
+    let body = format!(
+        "{}router: {{policy: p.yaml}}\n{}",
+        &text[..start],
+        &text[end..]
+    );
+    fs::write(dir.join("s.yaml"), body).unwrap();
+    fs::copy(
+        scenario("premium-vs-regular-equal.yaml"),
+        dir.join("premium-vs-regular-equal.yaml"),
+    )
+    .unwrap();
+    dir.join("s.yaml")
+}
+
+/// Premium's count among the first 320 completions of `path` run with `args` (`--set`s).
+fn premium_first_320_of(path: &Path, args: &[&str]) -> u64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let mut cmd = routersim();
+    cmd.arg("run").arg(path).arg("--quiet").args(args);
+    let (code, _, stderr) = stdout_of(cmd.arg("--out").arg(&out));
+    assert_eq!(code, 0, "{stderr}");
+    let completions = fs::read_to_string(out.join("completions.csv")).unwrap();
+    let mut reader = csv::Reader::from_reader(completions.as_bytes());
+    let premium = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "premium")
+        .expect("a premium column");
+    let row = reader.records().nth(319).unwrap().unwrap();
+    row[premium].parse().unwrap()
+}
+
+#[test]
+fn set_reaches_a_policy_kept_in_its_own_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = weighted_with_policy_file(tmp.path());
+    let equal_quanta = "router.policy_classes.regular.quantum=512";
+    // As the bundled equal scenario (quanta 512:512): 160 of the first 320.
+    assert_eq!(
+        premium_first_320_of(&scenario("premium-vs-regular-equal.yaml"), &[]),
+        160
+    );
+    assert_eq!(premium_first_320_of(&path, &["--set", equal_quanta]), 160);
+    assert!(
+        premium_first_320_of(&path, &[]) > 240,
+        "the file's own 512:128"
+    );
+    let (code, stdout, stderr) = stdout_of(
+        routersim()
+            .arg("validate")
+            .arg(&path)
+            .args(["--set", equal_quanta]),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let regular = stdout
+        .lines()
+        .find(|l| l.contains("regular") && l.contains("512"));
+    assert!(
+        regular.is_some(),
+        "the regular class has quantum 512:\n{stdout}"
+    );
+}
+
+#[test]
+fn set_errors_in_a_policy_file_name_the_file_line_and_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = weighted_with_policy_file(tmp.path());
+    for (set, expected) in [
+        (
+            "router.policy_classes.regular.quantum=0",
+            "p.yaml:16: router.policy_classes.regular.quantum: --set router.policy_classes.regular.quantum=0: ",
+        ),
+        (
+            "router.policy_classes.regular.queue_policy=lifo",
+            "p.yaml:15: router.policy_classes.regular.queue_policy: ",
+        ),
+        (
+            "router.policy_classes.gold.quantum=1",
+            "cannot add list entries",
+        ),
+    ] {
+        let (code, _, stderr) =
+            stdout_of(routersim().arg("validate").arg(&path).args(["--set", set]));
+        assert_eq!(code, 2, "{set}: {stderr}");
+        assert!(stderr.contains(expected), "{set}: {stderr}");
+    }
+}
+
+#[test]
+fn set_reaches_a_field_the_file_leaves_at_its_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(scenario("premium-vs-regular-weighted.yaml")).unwrap();
+    let no_delays: String = text
+        .lines()
+        .filter(|line| !line.starts_with("delays:"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let path = tmp.path().join("no-delays.yaml");
+    fs::write(&path, no_delays).unwrap();
+    fs::copy(
+        scenario("premium-vs-regular-equal.yaml"),
+        tmp.path().join("premium-vs-regular-equal.yaml"),
+    )
+    .unwrap();
+    let jitter = "delays.arrival_jitter_ns=1000";
+    // The same counts as the bundled file (which has a `delays:` block) under the same set;
+    // the jitter shows (some seed differs from the unjittered run).
+    let jittered: Vec<u64> = ["1", "2", "3"]
+        .iter()
+        .map(|seed| premium_first_320_of(&path, &["--set", jitter, "--seed", seed]))
+        .collect();
+    let bundled: Vec<u64> = (1..=3)
+        .map(|seed| premium_first_320(jitter, seed))
+        .collect();
+    assert_eq!(jittered, bundled);
+    let plain = premium_first_320_of(&path, &[]);
+    assert!(
+        jittered.iter().any(|c| *c != plain),
+        "{jittered:?} vs {plain}"
+    );
+    let (code, stdout, stderr) = stdout_of(routersim().arg("validate").arg(&path).args([
+        "--set",
+        jitter,
+        "--set",
+        "workers.dp_size=2",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("workers: 1 x dp 2"), "{stdout}");
+}
+
+#[test]
+fn unknown_values_and_duplicate_keys_name_the_file_line_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(scenario("premium-vs-regular-equal.yaml")).unwrap();
+    let cases = [
+        (
+            text.replace("order: alternate", "order: zigzag"),
+            "s.yaml:40: workload.burst.order: unknown value `zigzag`, expected one of sequential, round_robin, alternate",
+        ),
+        (
+            text.replace(
+                "    max_num_seqs: 4\n",
+                "    max_num_seqs: 4\n    preemption_mode: newest\n",
+            ),
+            "s.yaml:36: workers.engine.preemption_mode: unknown value `newest`, expected one of lifo, fifo",
+        ),
+        (
+            text.replace("max_num_seqs: 4", "max_num_seqs: four"),
+            "s.yaml:35: workers.engine.max_num_seqs: expected a whole number >= 0, got `four`",
+        ),
+        (
+            text.replacen("queue_policy: fcfs", "queue_policy: lifo", 1),
+            "s.yaml:20: router.policy_classes.premium.queue_policy: unknown value `lifo`",
+        ),
+        (
+            text.replace("seed: 0\n", "seed: 0\nseed: 1\n"),
+            "s.yaml:12: seed: duplicate key `seed`",
+        ),
+    ];
+    for (body, expected) in cases {
+        let path = tmp.path().join("s.yaml");
+        fs::write(&path, body).unwrap();
+        let (code, _, stderr) = stdout_of(routersim().arg("validate").arg(&path));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(expected), "{expected}\n{stderr}");
+        assert!(!stderr.contains("DuplicateKeyPolicy"), "{stderr}");
+    }
+}
+
+#[test]
+fn unknown_values_in_a_policy_file_name_the_file_line_and_class() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = weighted_with_policy_file(tmp.path());
+    let policy = tmp.path().join("p.yaml");
+    let text = fs::read_to_string(&policy).unwrap();
+    fs::write(
+        &policy,
+        text.replacen("queue_policy: fcfs", "queue_policy: lifo", 1),
+    )
+    .unwrap();
+    let expected = "p.yaml:8: root: class \"premium\": queue_policy: unknown value `lifo`, expected one of fcfs, wspt, lcfs";
+    let (code, _, stderr) = stdout_of(routersim().arg("validate").arg(&policy));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains(expected), "{stderr}");
+    let (code, _, stderr) = stdout_of(routersim().arg("validate").arg(&path));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("p.yaml:8: router.policy_classes.premium.queue_policy: "),
+        "{stderr}"
     );
 }

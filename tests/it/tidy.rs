@@ -4,10 +4,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Layer of each top-level module; a module may use only modules of lower layers.
-const LAYERS: [(&str, u8); 14] = [
+const LAYERS: [(&str, u8); 15] = [
     ("time", 0),
     ("rng", 0),
     ("bounds", 0),
+    ("yaml", 0),
     ("scheduling", 1),
     ("engine", 1),
     ("mocker", 2),
@@ -38,6 +39,21 @@ const BANNED: [&str; 7] = [
     "thread_rng",
     "StdRng",
     "rand::rng()",
+];
+
+/// Layers at or below this one take text, not paths: reading files is the job of the layers
+/// above (through `bounds`' capped reader, which is the one exception).
+const NO_FILE_IO_UP_TO_LAYER: u8 = 1;
+
+/// Calls that touch the file system.
+const FILE_IO: [&str; 7] = [
+    "std::fs",
+    "fs::read",
+    "fs::write",
+    "File::open",
+    "File::create",
+    "OpenOptions",
+    "read_to_string_capped",
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -109,6 +125,35 @@ fn modules_use_only_lower_layers() {
     assert!(
         violations.is_empty(),
         "layer violations:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn low_layers_do_no_file_io() {
+    let (src, files) = source_files();
+    let mut violations = Vec::new();
+    for file in files {
+        let module = top_module(&src, &file);
+        let low = layer(&module).is_some_and(|l| l <= NO_FILE_IO_UP_TO_LAYER);
+        if !low || module == "bounds" {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for call in FILE_IO.iter().filter(|call| line.contains(*call)) {
+                violations.push(format!(
+                    "{}:{}: {module} uses {call}",
+                    file.display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "file IO below layer {}:\n{}",
+        NO_FILE_IO_UP_TO_LAYER + 1,
         violations.join("\n")
     );
 }

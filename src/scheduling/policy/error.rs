@@ -1,5 +1,6 @@
 //! The one error type of the policy module: what is wrong, where in the document and in which file.
 
+use crate::yaml::{self, Document, Step, join_path, parse_path};
 use serde_saphyr::Location;
 use std::fmt;
 
@@ -18,8 +19,9 @@ pub struct PolicyError {
     pub column: Option<usize>,
     /// The profile the error is in: `root`, `model "name"`, or `file` for read errors.
     pub location: String,
-    /// Field path inside the policy document, e.g. `policy_classes[3].quantum` or
-    /// `models.m1.uncached_isl_buckets[0]`; empty when the error is about the whole document.
+    /// Field path inside the policy document: by index for a validation error
+    /// (`policy_classes[3].quantum`), by entry name for a parse error
+    /// (`policy_classes.regular.quantum`); empty when the error is about the whole document.
     /// A caller that embeds the policy keys in a larger document can prefix it.
     /// (A boxed str keeps the error under clippy's large-`Err` size limit.)
     pub field_path: Box<str>,
@@ -67,19 +69,57 @@ impl PolicyError {
 }
 
 impl PolicyError {
-    /// The same error with `line`/`column` found from `field_path` in `text` when they are
-    /// unknown, e.g. because the raw schema went through `#[serde(flatten)]`. `text` is the
-    /// document the field path is relative to (after any [`with_path_prefix`](Self::with_path_prefix)).
+    /// The same error placed in `doc`, the document it is about: lines of a document with
+    /// `--set` edits are mapped back to the original (and the message names the edit), and a
+    /// missing line (e.g. lost through `#[serde(flatten)]`) is found from the field path.
     #[must_use]
-    pub fn located_in(mut self, text: &str) -> Self {
-        if self.line.is_none()
-            && !self.field_path.is_empty()
-            && let Some((line, column)) = super::locate_field_path(text, &self.field_path)
-        {
-            self.line = Some(line);
-            self.column = Some(column);
+    pub fn placed_in(self, doc: &Document) -> Self {
+        let placed = match (self.line, self.field_path.is_empty()) {
+            (Some(line), _) => doc.error_at_position(
+                Some((line, self.column.unwrap_or(1))),
+                Some(self.field_path.to_string()),
+                self.message,
+            ),
+            (None, false) => doc.error_at(&self.field_path, self.message),
+            (None, true) => return self,
+        };
+        PolicyError {
+            line: placed.line,
+            column: placed.column,
+            message: placed.message,
+            ..self
         }
-        self
+    }
+
+    /// A document that does not parse into the schema: the profile and class come from the
+    /// field path, e.g. `root: class "regular": queue_policy: unknown value `lifo`, ...`.
+    pub(crate) fn from_yaml(error: yaml::Error) -> Self {
+        let steps: Vec<String> = parse_path(&error.field_path)
+            .unwrap_or_default()
+            .iter()
+            .map(Step::label)
+            .collect();
+        let (location, rest) = match steps.as_slice() {
+            [models, model, rest @ ..] if models == "models" => {
+                (format!("model \"{model}\""), rest)
+            }
+            rest => ("root".to_string(), rest),
+        };
+        let what = match rest {
+            [] => "invalid YAML".to_string(),
+            [classes, class, field @ ..] if classes == "policy_classes" && !field.is_empty() => {
+                format!("class \"{class}\": {}", join_path(field))
+            }
+            path => join_path(path),
+        };
+        PolicyError {
+            source_name: None,
+            line: error.line,
+            column: error.column,
+            message: format!("{location}: {what}: {}", error.message),
+            location,
+            field_path: error.field_path.into_boxed_str(),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Dynamo's router policy YAML: raw schema, validation with locations, and class resolution.
 //!
-//! Read a document with [`PolicyConfig::from_yaml_str`] or [`PolicyConfig::from_path`]; pick a
+//! Read a document with [`PolicyConfig::from_yaml_str`] (files are read by the layers above,
+//! e.g. `scenario::load_policy_file`); pick a
 //! profile per model with [`PolicyConfig::profile_for`] (falling back to
 //! [`PolicyProfile::synthetic`] when it returns `None`); resolve a request's class with
 //! [`PolicyProfile::resolve_class_index`]; ask a class whether a rank is busy with
@@ -34,25 +35,22 @@
 //! the line in the *scenario* file (spans are absolute) and a `field_path` relative to the
 //! policy keys; add the outer key with [`PolicyError::with_path_prefix`] and the file name with
 //! [`PolicyError::with_source_name`]. If the keys go through `#[serde(flatten)]` the spans are
-//! lost: [`PolicyError::located_in`] finds the line again from the field path.
+//! lost: [`PolicyError::placed_in`] finds the line again from the field path.
 
 mod describe;
 mod error;
-mod locate;
 mod profile;
 pub mod raw;
 mod validate;
 
 pub use describe::describe;
 pub use error::PolicyError;
-pub use locate::{Segment, locate_field_path, parse_field_path};
 pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyProfile};
 pub use raw::RawPolicyConfig;
 pub use validate::validate;
 
-use crate::bounds;
+use crate::yaml::Document;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// A validated policy document: an optional root profile and per-model profiles.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,29 +65,18 @@ impl PolicyConfig {
     /// Parses and validates a policy document. `source_name` (usually the file path) is put
     /// into errors so they read `policy.yaml:12: root: class "x": quantum must be > 0`.
     pub fn from_yaml_str(text: &str, source_name: Option<&str>) -> Result<Self, PolicyError> {
+        Self::from_document(&Document::parse(text), source_name)
+    }
+
+    /// Like [`from_yaml_str`](Self::from_yaml_str) for a document that may carry `--set`
+    /// edits: errors are placed at the original lines, or name the edit that caused them.
+    pub fn from_document(doc: &Document, source_name: Option<&str>) -> Result<Self, PolicyError> {
         let with_source = |error: PolicyError| match source_name {
             Some(name) => error.with_source_name(name),
             None => error,
         };
-        let raw = parse_raw(text).map_err(with_source)?;
-        validate(&raw).map_err(|error| with_source(error.located_in(text)))
-    }
-
-    /// Reads, parses and validates the policy file at `path`.
-    pub fn from_path(path: &Path) -> Result<Self, PolicyError> {
-        let source_name = path.display().to_string();
-        let text = bounds::read_to_string_capped(path, bounds::MAX_INPUT_FILE_BYTES).map_err(
-            |io_error| {
-                PolicyError::new(
-                    "file",
-                    String::new(),
-                    None,
-                    format!("cannot read the policy file: {io_error}"),
-                )
-                .with_source_name(source_name.clone())
-            },
-        )?;
-        Self::from_yaml_str(&text, Some(&source_name))
+        let raw = raw_of(doc).map_err(with_source)?;
+        validate(&raw).map_err(|error| with_source(error.placed_in(doc)))
     }
 
     /// Builds a config from an already deserialized document (e.g. the policy keys embedded
@@ -109,77 +96,13 @@ impl PolicyConfig {
 
 /// Parses text into the raw schema; an empty or null document is an empty config.
 pub fn parse_raw(text: &str) -> Result<RawPolicyConfig, PolicyError> {
-    let mut options = serde_saphyr::Options::default();
-    options.with_snippet = false;
-    match serde_saphyr::from_str_with_options::<Option<RawPolicyConfig>>(text, options) {
+    raw_of(&Document::parse(text))
+}
+
+fn raw_of(doc: &Document) -> Result<RawPolicyConfig, PolicyError> {
+    match doc.deserialize::<RawPolicyConfig>() {
         Ok(raw) => Ok(raw.unwrap_or_default()),
-        Err(parse_error) => Err(describe_parse_error(text, &parse_error)),
-    }
-}
-
-/// A serde-saphyr error as a [`PolicyError`]: the profile found from the error's line, the
-/// message without serde-saphyr's own " at line X, column Y" tail (the Display adds the line).
-fn describe_parse_error(text: &str, parse_error: &serde_saphyr::Error) -> PolicyError {
-    let location = parse_error.location();
-    let rendered = parse_error.to_string();
-    let detail = match rendered.rfind(" at line ") {
-        Some(tail_start) if location.is_some() => &rendered[..tail_start],
-        _ => rendered.as_str(),
-    };
-    let line = location.map_or(0, |at| usize::try_from(at.line()).unwrap_or(0));
-    let profile = profile_at_line(text, line);
-    let message = match offending_source_line(text, line) {
-        // A missing field is reported at the end of its mapping: that line would mislead.
-        Some(source_line) if !detail.starts_with("missing field") => {
-            format!("invalid YAML: {detail} in `{source_line}`")
-        }
-        _ => format!("invalid YAML: {detail}"),
-    };
-    PolicyError::new(&profile, String::new(), location.as_ref(), message)
-}
-
-/// The trimmed text of 1-based `line`, shortened to keep messages one line long.
-fn offending_source_line(text: &str, line: usize) -> Option<String> {
-    const MAX_CHARS: usize = 60;
-    let source_line = text.lines().nth(line.checked_sub(1)?)?.trim();
-    if source_line.is_empty() {
-        return None;
-    }
-    if source_line.chars().count() <= MAX_CHARS {
-        return Some(source_line.to_string());
-    }
-    let shortened: String = source_line.chars().take(MAX_CHARS).collect();
-    Some(format!("{shortened}..."))
-}
-
-/// Which profile a (block-style) document is describing at 1-based `line`: `model "name"` if
-/// the line lies under `models:` and a model key, else `root`. A heuristic for parse errors,
-/// which serde-saphyr reports by position only.
-fn profile_at_line(text: &str, line: usize) -> String {
-    let mut in_models = false;
-    let mut model_indent: Option<usize> = None;
-    let mut model: Option<String> = None;
-    for source_line in text.lines().take(line) {
-        let trimmed = source_line.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let indent = source_line.len() - trimmed.len();
-        let key = trimmed
-            .split_once(':')
-            .map(|(key, _)| key.trim().trim_matches(['"', '\'']));
-        if indent == 0 {
-            in_models = key == Some("models");
-            model_indent = None;
-            model = None;
-        } else if in_models && model_indent.is_none_or(|model_indent| indent <= model_indent) {
-            model_indent = Some(indent);
-            model = key.map(str::to_string);
-        }
-    }
-    match model {
-        Some(name) => format!("model \"{name}\""),
-        None => "root".to_string(),
+        Err(error) => Err(PolicyError::from_yaml(error)),
     }
 }
 
@@ -246,39 +169,6 @@ mod tests {
         assert!(config.profile_for(None).is_none());
     }
 
-    #[test]
-    fn from_path_names_the_file_in_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("policy.yaml");
-        std::fs::write(&path, SAMPLE.replace("quantum: 2048", "quantum: 0")).unwrap();
-        let error = PolicyConfig::from_path(&path).unwrap_err();
-        let expected = format!(
-            "{}:13: root: class \"cached\": quantum must be > 0",
-            path.display()
-        );
-        assert_eq!(error.to_string(), expected);
-        std::fs::write(&path, SAMPLE).unwrap();
-        assert!(PolicyConfig::from_path(&path).unwrap().root.is_some());
-    }
-
-    #[test]
-    fn unreadable_file_is_a_read_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("missing.yaml");
-        let error = PolicyConfig::from_path(&path).unwrap_err();
-        assert_eq!(error.location, "file");
-        assert_eq!(
-            error.source_name.as_deref(),
-            Some(path.display().to_string().as_str())
-        );
-        assert!(
-            error
-                .message
-                .starts_with("file: cannot read the policy file"),
-            "{error}"
-        );
-    }
-
     /// How a scenario file embeds the policy keys: lines stay absolute in the outer file.
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -327,7 +217,7 @@ mod tests {
         let router: FlatRouter = serde_saphyr::from_str(&text).unwrap();
         let error = PolicyConfig::from_raw(&router.policy).unwrap_err();
         assert_eq!(error.line, None, "flatten drops spans");
-        let error = error.located_in(&text);
+        let error = error.placed_in(&Document::parse(&text));
         assert_eq!(error.line, Some(20));
         assert_eq!(error.column, Some(14));
     }
@@ -347,10 +237,7 @@ mod tests {
             &*error.field_path,
             "models.\"meta/llama-3.1\".policy_classes[1].quantum"
         );
-        assert_eq!(
-            locate_field_path(&text, &error.field_path).map(|at| at.0),
-            error.line
-        );
+        assert_eq!(error.line, Some(2 + 18));
     }
 
     #[test]
@@ -388,41 +275,59 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .starts_with("p.yaml:1: root: invalid YAML:"),
+                .starts_with("p.yaml:1: root: policy_classes: invalid YAML:"),
             "{error}"
         );
     }
 
     #[test]
-    fn type_errors_quote_the_offending_line() {
+    fn type_errors_name_the_class_and_field() {
         let text = SAMPLE.replace("quantum: 512", "quantum: -512");
         let error = PolicyConfig::from_yaml_str(&text, Some("p.yaml")).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "p.yaml:19: root: invalid YAML: invalid u64 in `quantum: -512`"
+            "p.yaml:19: root: class \"uncached\": quantum: expected a whole number >= 0, got `-512`"
         );
+        assert_eq!(&*error.field_path, "policy_classes.uncached.quantum");
         assert_eq!(error.column, Some(14));
     }
 
     #[test]
-    fn long_offending_lines_are_shortened() {
-        let long_line = format!("x: {}", "y".repeat(100));
-        let shortened = offending_source_line(&long_line, 1).unwrap();
-        assert_eq!(shortened.chars().count(), 63);
-        assert!(shortened.ends_with("..."));
-        assert_eq!(offending_source_line("a\n\n", 2), None);
-        assert_eq!(offending_source_line("a", 0), None);
+    fn unknown_values_name_the_path_in_model_profiles() {
+        let indented: String = PREMIUM_REGULAR
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let text = format!("models:\n  m1:\n{indented}").replacen(
+            "queue_policy: fcfs",
+            "queue_policy: lifo",
+            1,
+        );
+        let error = PolicyConfig::from_yaml_str(&text, Some("p.yaml")).unwrap_err();
+        assert_eq!(
+            &*error.field_path,
+            "models.m1.policy_classes.premium.queue_policy"
+        );
+        assert_eq!(error.location, "model \"m1\"");
+        assert!(
+            error.to_string().starts_with(
+                "p.yaml:12: model \"m1\": class \"premium\": queue_policy: unknown value `lifo`, expected one of fcfs, wspt, lcfs"
+            ),
+            "{error}"
+        );
     }
 
     #[test]
-    fn profile_at_line_follows_models_blocks() {
-        let text = "a: 1\nmodels:\n  m1:\n    x: 1\n  m2:\n    y: 1\n\nz: 2\n";
-        assert_eq!(profile_at_line(text, 1), "root");
-        assert_eq!(profile_at_line(text, 2), "root");
-        assert_eq!(profile_at_line(text, 4), "model \"m1\"");
-        assert_eq!(profile_at_line(text, 6), "model \"m2\"");
-        assert_eq!(profile_at_line(text, 8), "root");
-        assert_eq!(profile_at_line(text, 0), "root");
+    fn duplicate_keys_give_no_library_advice() {
+        let text = format!("{SAMPLE}default_policy_family: x\n");
+        let error = PolicyConfig::from_yaml_str(&text, Some("p.yaml")).unwrap_err();
+        assert!(
+            error
+                .message
+                .ends_with("duplicate key `default_policy_family`"),
+            "{error}"
+        );
+        assert!(!error.message.contains("Options"), "{error}");
     }
 
     #[test]
@@ -455,11 +360,6 @@ mod tests {
         #[test]
         fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
             let _ = PolicyConfig::from_yaml_str(&text, Some("fuzz.yaml"));
-        }
-
-        #[test]
-        fn locating_any_path_in_any_text_never_panics(text in "\\PC{0,120}", path in "\\PC{0,30}") {
-            let _ = locate_field_path(&text, &path);
         }
 
         #[test]
