@@ -2,37 +2,33 @@
 //! arrival jitter on) at 1 thread and at all threads, reported as runs per second and the
 //! speed-up. Run: `cargo bench --bench sweep`.
 
-use routersim::sweep::{SweepArgs, SweepPlan};
+use routersim::sweep::{Grid, SweepOptions, SweepPlan};
 use std::path::Path;
 use std::time::Instant;
 
-fn args() -> SweepArgs {
+fn options(jobs: Option<usize>) -> SweepOptions {
     let quanta: Vec<String> = (1..=40).map(|i| (i * 16).to_string()).collect();
-    SweepArgs {
+    let axis = format!("router.policy_classes.regular.quantum={}", quanta.join(","));
+    SweepOptions {
         scenario: Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("scenarios/premium-vs-regular-weighted.yaml"),
-        sets: vec![format!(
-            "router.policy_classes.regular.quantum={}",
-            quanta.join(",")
-        )],
+        grid: Grid::parse(&[axis]).expect("the bench axis parses"),
         seeds: 5,
-        jobs: None,
-        out: "unused".into(),
-        force: false,
-        quiet: true,
+        jobs,
         shard: None,
         arrival_jitter_ns: 1_000,
         prefix_n: None,
     }
 }
 
-/// Runs the plan on `jobs` threads and returns runs per second (best of `repeats`).
-fn runs_per_s(plan: &SweepPlan, jobs: Option<usize>, repeats: usize) -> (usize, f64) {
+/// Runs a plan on `jobs` threads and returns runs per second (best of `repeats`).
+fn runs_per_s(jobs: Option<usize>, repeats: usize) -> (usize, f64) {
+    let plan = SweepPlan::new(&options(jobs)).expect("the bench sweep is valid");
     let mut best = 0.0f64;
     let mut runs = 0;
     for _ in 0..repeats {
         let start = Instant::now();
-        let rows = plan.run(jobs, false).expect("the sweep runs");
+        let rows = plan.run(false).expect("the sweep runs").rows;
         let rate = rows.len() as f64 / start.elapsed().as_secs_f64();
         runs = rows.len();
         best = best.max(rate);
@@ -41,10 +37,9 @@ fn runs_per_s(plan: &SweepPlan, jobs: Option<usize>, repeats: usize) -> (usize, 
 }
 
 fn main() {
-    let plan = SweepPlan::from_args(&args()).expect("the bench sweep is valid");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (runs, one) = runs_per_s(&plan, Some(1), 2);
-    let (_, all) = runs_per_s(&plan, None, 2);
+    let (runs, one) = runs_per_s(Some(1), 2);
+    let (_, all) = runs_per_s(None, 2);
     println!("sweep: {runs} runs (40 points x 5 seeds) of premium-vs-regular-weighted");
     println!("  1 thread:   {one:8.1} runs/s");
     println!(

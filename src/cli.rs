@@ -5,6 +5,7 @@ use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
 use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
 use crate::report;
+use crate::report::chart::PlotError;
 use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
 use crate::report::expect::Bound;
 use crate::report::junit::{JunitSuite, junit_xml};
@@ -13,7 +14,7 @@ use crate::scenario::{self, FileKind, Scenario};
 use crate::scheduling::policy;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::{self, RouterMode};
-use crate::sweep;
+use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, tune};
 use crate::time::format_ms;
 use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -50,11 +51,11 @@ enum Command {
     /// with the same inputs: trace, policy YAML, engine and router config.
     Replay(ReplayArgs),
     /// Run a scenario over a grid of --set values and seeds, in parallel.
-    Sweep(sweep::SweepArgs),
+    Sweep(SweepArgs),
     /// Combine the shard directories of a sharded sweep into the files of the whole sweep.
-    Merge(sweep::MergeArgs),
+    Merge(MergeArgs),
     /// Find quanta that give target shares.
-    Tune(sweep::TuneArgs),
+    Tune(TuneArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -185,16 +186,6 @@ impl std::fmt::Display for CliError {
     }
 }
 
-impl From<sweep::SweepError> for CliError {
-    fn from(e: sweep::SweepError) -> Self {
-        match e.exit_code() {
-            1 => CliError::Expectation(e.to_string()),
-            2 => CliError::Input(e.to_string()),
-            _ => CliError::Bug(e.to_string()),
-        }
-    }
-}
-
 impl CliError {
     /// The same error, an input error prefixed with the file it concerns.
     fn in_file(self, path: &Path) -> CliError {
@@ -223,9 +214,9 @@ pub fn main() -> i32 {
         Command::Check(args) => check(&args),
         Command::Validate { file, set } => validate(&file, &set),
         Command::Replay(args) => replay(&args),
-        Command::Sweep(args) => sweep::run_sweep(&args).map_err(CliError::from),
-        Command::Merge(args) => sweep::run_merge(&args).map_err(CliError::from),
-        Command::Tune(args) => sweep::run_tune(&args).map_err(CliError::from),
+        Command::Sweep(args) => run_sweep(&args),
+        Command::Merge(args) => run_merge(&args),
+        Command::Tune(args) => run_tune(&args),
     };
     match result {
         Ok(()) => 0,
@@ -590,4 +581,195 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         print_stop_line(&result);
     }
     no_progress_error(&result)
+}
+
+/// `routersim sweep SCENARIO --set PATH=V1,V2,... [--seeds N] [--jobs J] [--out DIR]`.
+#[derive(clap::Args, Clone, Debug)]
+struct SweepArgs {
+    /// The scenario YAML file.
+    scenario: PathBuf,
+    /// An axis `PATH=V1,V2,...` (repeatable): every combination of the values is a point.
+    /// Values are split on commas outside brackets; one value is a plain override.
+    #[arg(long = "set", value_name = "PATH=V1,V2,...")]
+    sets: Vec<String>,
+    /// Replications per point; replication 0 runs the scenario seed, the others seeds drawn
+    /// from it (stream `sweep/replication`).
+    #[arg(long, default_value_t = 1)]
+    seeds: u32,
+    /// Worker threads (default: all cores). The output does not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// The output directory. It must be new, empty, or a previous sweep output: a rerun
+    /// replaces the files routersim wrote there and keeps every other file; any other
+    /// directory is refused before the sweep starts.
+    #[arg(long, default_value = "sweep-out")]
+    out: PathBuf,
+    /// Also replace a previous output of another routersim command in --out (only the files
+    /// routersim wrote there).
+    #[arg(long)]
+    force: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Run only shard K of N (1-based, strided: points K-1, K-1+N, ...); merge the shard
+    /// directories with `routersim merge`.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<String>,
+    /// Seeded arrival jitter: each request arrives up to this many ns later than written,
+    /// drawn per seed, which reorders requests released together (0 = off).
+    #[arg(long, default_value_t = 0)]
+    arrival_jitter_ns: u64,
+    /// Report shares of the first N completions (default: the smallest completed count among
+    /// the classes that had requests, per run).
+    #[arg(long)]
+    prefix_n: Option<u64>,
+}
+
+/// `routersim merge DIR... --out DIR`: combines shard directories into a whole sweep.
+#[derive(clap::Args, Clone, Debug)]
+struct MergeArgs {
+    /// The shard directories written by `sweep --shard K/N` (all N of them, any order).
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
+    /// The output directory. It must be new, empty, or a previous sweep output: a rerun
+    /// replaces the files routersim wrote there and keeps every other file; any other
+    /// directory is refused before anything is read.
+    #[arg(long, default_value = "sweep-out")]
+    out: PathBuf,
+    /// Also replace a previous output of another routersim command in --out (only the files
+    /// routersim wrote there).
+    #[arg(long)]
+    force: bool,
+}
+
+/// `routersim tune SCENARIO --target CLASS=SHARE [--vary PATH ...] [--tolerance T]`.
+#[derive(clap::Args, Clone, Debug)]
+struct TuneArgs {
+    /// The scenario YAML file.
+    scenario: PathBuf,
+    /// A target `CLASS=SHARE` (repeatable), SHARE in (0, 1).
+    #[arg(long = "target", value_name = "CLASS=SHARE", required = true)]
+    targets: Vec<String>,
+    /// A quantum path to vary (repeatable; default: every class's
+    /// `router.policy_classes.<name>.quantum`).
+    #[arg(long = "vary", value_name = "PATH")]
+    vary: Vec<String>,
+    /// Largest accepted |achieved - target| share.
+    #[arg(long, default_value_t = 0.02)]
+    tolerance: f64,
+    /// Which share to hit: of the first N completions, or of backlogged token service.
+    #[arg(long, value_enum, default_value_t = ShareArg::FirstN)]
+    share: ShareArg,
+    /// N for `--share first-n` (default: as in a sweep).
+    #[arg(long)]
+    prefix_n: Option<u64>,
+    /// Worker threads for the confirming runs (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Seeds per trial: each trial runs the replication seeds `sweep --seeds N` runs, aims
+    /// their mean share at the target and reports the spread (min-max) over them.
+    #[arg(long, default_value_t = 1)]
+    seeds: u32,
+    /// Override a scenario field by its dotted path before tuning, e.g.
+    /// delays.arrival_jitter_ns=1000 (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+}
+
+/// `tune --share`: which share to hit.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ShareArg {
+    /// The class's share of the first N completions.
+    FirstN,
+    /// The class's share of the token service dispatched while classes were backlogged.
+    Tokens,
+}
+
+/// A chart that could not be drawn: always a bug, never bad input.
+fn plot_bug(e: PlotError) -> CliError {
+    CliError::Bug(e.to_string())
+}
+
+/// Runs a sweep (or one shard of it): every point is loaded and the output directory claimed
+/// before the first run; the files are written after the last.
+fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
+    let options = SweepOptions {
+        scenario: args.scenario.clone(),
+        grid: Grid::parse(&args.sets)?,
+        seeds: args.seeds,
+        jobs: args.jobs,
+        shard: args.shard.as_deref().map(ShardSpec::parse).transpose()?,
+        arrival_jitter_ns: args.arrival_jitter_ns,
+        prefix_n: args.prefix_n,
+    };
+    let plan = SweepPlan::new(&options)?;
+    let target = output::claim(&args.out, OutputKind::Sweep, &plan.input_files, args.force)
+        .map_err(input)?;
+    let run = plan.run(!args.quiet)?;
+    target
+        .write(&plan.files(&run.rows).map_err(plot_bug)?)
+        .map_err(input)?;
+    if !args.quiet {
+        if plan.manifest.shard.is_none() {
+            let summaries = plan.summaries(&run.rows);
+            print!("{}", sweep::summary_table(&plan.manifest, &summaries));
+        }
+        println!("{} runs; wrote {}", run.rows.len(), args.out.display());
+    }
+    if let Some(warning) = run.stop_warning() {
+        eprintln!("{warning}");
+    }
+    Ok(())
+}
+
+/// Merges shard directories into the files an unsharded sweep writes (without latency
+/// bounds on the charts: a merge has no scenario).
+fn run_merge(args: &MergeArgs) -> Result<(), CliError> {
+    let target =
+        output::claim(&args.out, OutputKind::Sweep, &args.dirs, args.force).map_err(input)?;
+    let (manifest, rows) = sweep::shard::read_shards(&args.dirs)?;
+    let files = sweep::table::sweep_files(&manifest, &rows).map_err(plot_bug)?;
+    target.write(&files).map_err(input)
+}
+
+/// Runs `tune` and prints the solution, the achieved shares and their sensitivity; a missed
+/// target is printed too, then exits 1.
+fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
+    let overrides = parse_overrides(&args.set)?;
+    let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
+    let names = scenario.class_names().to_vec();
+    let targets = args
+        .targets
+        .iter()
+        .map(|t| tune::parse_target(t, &names))
+        .collect::<Result<Vec<_>, _>>()?;
+    let vary = match args.vary.is_empty() {
+        true => (0..names.len()).collect(),
+        false => args
+            .vary
+            .iter()
+            .map(|p| tune::quantum_class(p, &names))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let outcome = tune::tune(&TuneOptions {
+        scenario,
+        targets,
+        vary,
+        tolerance: args.tolerance,
+        share: match args.share {
+            ShareArg::FirstN => tune::ShareKind::FirstN,
+            ShareArg::Tokens => tune::ShareKind::Tokens,
+        },
+        prefix_n: args.prefix_n,
+        seeds: args.seeds,
+        jobs: args.jobs,
+    })?;
+    print!("{}", outcome.describe());
+    match outcome.met {
+        true => Ok(()),
+        false => Err(CliError::Expectation(format!(
+            "no quanta found within tolerance {} (best error {:.4})",
+            args.tolerance, outcome.error
+        ))),
+    }
 }

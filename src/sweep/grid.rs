@@ -1,8 +1,8 @@
 //! The swept grid: `--set PATH=V1,V2,...` axes, their Cartesian product of points, and the
 //! `--shard K/N` slice of those points.
 
-use super::SweepError;
 use crate::bounds::MAX_SWEEP_RUNS;
+use crate::pipeline::RunError;
 use serde::{Deserialize, Serialize};
 
 /// The most points one sweep may have (keeps memory and run time bounded): as many as runs.
@@ -10,11 +10,11 @@ pub const MAX_POINTS: usize = MAX_SWEEP_RUNS as usize;
 
 /// Refuses a sweep of more than [`MAX_SWEEP_RUNS`] runs (`points` × `seeds`), before
 /// anything is allocated per run.
-pub fn check_run_count(points: usize, seeds: u32) -> Result<(), SweepError> {
+pub fn check_run_count(points: usize, seeds: u32) -> Result<(), RunError> {
     let runs = (points as u64).saturating_mul(u64::from(seeds));
     match runs <= MAX_SWEEP_RUNS {
         true => Ok(()),
-        false => Err(SweepError::Input(format!(
+        false => Err(RunError::Input(format!(
             "--seeds {seeds}: {points} points x {seeds} seeds = {runs} runs, more than the {MAX_SWEEP_RUNS} a sweep may have"
         ))),
     }
@@ -32,17 +32,17 @@ pub struct Axis {
 impl Axis {
     /// Parses `PATH=V1,V2,...`. Values are split on commas outside `[...]` and `{...}`, so a
     /// list value such as `[1,2]` stays whole.
-    pub fn parse(set: &str) -> Result<Axis, SweepError> {
+    pub fn parse(set: &str) -> Result<Axis, RunError> {
         let (path, values) = set
             .split_once('=')
-            .ok_or_else(|| SweepError::Input(format!("--set {set}: expected PATH=V1,V2,...")))?;
+            .ok_or_else(|| RunError::Input(format!("--set {set}: expected PATH=V1,V2,...")))?;
         let path = path.trim();
         if path.is_empty() {
-            return Err(SweepError::Input(format!("--set {set}: the path is empty")));
+            return Err(RunError::Input(format!("--set {set}: the path is empty")));
         }
         let values = split_values(values);
         if values.iter().any(|v| v.is_empty()) {
-            return Err(SweepError::Input(format!(
+            return Err(RunError::Input(format!(
                 "{path}: an empty value in --set {set}"
             )));
         }
@@ -90,14 +90,14 @@ pub struct Grid {
 
 impl Grid {
     /// Parses every `--set`; a path given twice is an error.
-    pub fn parse(sets: &[String]) -> Result<Grid, SweepError> {
+    pub fn parse(sets: &[String]) -> Result<Grid, RunError> {
         let axes = sets
             .iter()
             .map(|s| Axis::parse(s))
             .collect::<Result<Vec<_>, _>>()?;
         for (i, axis) in axes.iter().enumerate() {
             if axes[..i].iter().any(|a| a.path == axis.path) {
-                return Err(SweepError::Input(format!(
+                return Err(RunError::Input(format!(
                     "{}: given twice with --set",
                     axis.path
                 )));
@@ -110,7 +110,7 @@ impl Grid {
                 .checked_mul(axis.values.len())
                 .filter(|&c| c <= MAX_POINTS)
                 .ok_or_else(|| {
-                    SweepError::Input(format!("more than {MAX_POINTS} points in the sweep"))
+                    RunError::Input(format!("more than {MAX_POINTS} points in the sweep"))
                 })?;
         }
         Ok(grid)
@@ -172,8 +172,8 @@ pub struct ShardSpec {
 
 impl ShardSpec {
     /// Parses `K/N` with `1 <= K <= N`.
-    pub fn parse(text: &str) -> Result<ShardSpec, SweepError> {
-        let bad = || SweepError::Input(format!("--shard {text}: expected K/N with 1 <= K <= N"));
+    pub fn parse(text: &str) -> Result<ShardSpec, RunError> {
+        let bad = || RunError::Input(format!("--shard {text}: expected K/N with 1 <= K <= N"));
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let index: usize = k.trim().parse().map_err(|_| bad())?;
         let count: usize = n.trim().parse().map_err(|_| bad())?;
@@ -207,7 +207,7 @@ mod tests {
         assert!(Axis::parse("novalue").is_err());
         let err = Axis::parse("x.y=1,,2").unwrap_err();
         assert!(err.to_string().contains("x.y"), "{err}");
-        assert_eq!(err.exit_code(), 2);
+        assert!(matches!(err, RunError::Input(_)), "{err}");
         let twice = Grid::parse(&["a=1".into(), "a=2".into()]).unwrap_err();
         assert!(twice.to_string().contains("given twice"));
     }

@@ -7,7 +7,6 @@
 //! Line charts are [`crate::report::chart::Chart`]s, the model and renderer the run plots use;
 //! only the heatmap draws itself here.
 
-use super::SweepError;
 use super::run::ClassMetric;
 use super::shard::Manifest;
 use super::table::PointSummary;
@@ -84,22 +83,17 @@ pub fn render_all(
     manifest: &Manifest,
     summaries: &[PointSummary],
     expectations: &[Expectation],
-) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
+) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let mut files = Vec::new();
     for chart in all_charts(manifest, summaries, expectations) {
-        files.extend(chart::render_files(chart.name(), &chart).map_err(internal)?);
+        files.extend(chart::render_files(chart.name(), &chart)?);
     }
     Ok(files)
 }
 
 /// Draws `chart` as image bytes.
-pub fn render(chart: &SweepChart, format: PlotFormat) -> Result<Vec<u8>, SweepError> {
-    chart::render(chart, format).map_err(internal)
-}
-
-/// A drawing that could not be made: always a bug, never bad input.
-fn internal(e: PlotError) -> SweepError {
-    SweepError::Internal(e.to_string())
+pub fn render(chart: &SweepChart, format: PlotFormat) -> Result<Vec<u8>, PlotError> {
+    chart::render(chart, format)
 }
 
 /// The charts of a sweep (see the module docs).

@@ -1,19 +1,21 @@
-//! Running a sweep: the plan (points, seeds, loaded scenarios), the parallel runs on a rayon
-//! pool with a progress bar, and the per-run row of headline metrics.
+//! Running a sweep: the plan (points, their run specs and seeds), the parallel runs on a
+//! rayon pool with a progress bar, and the per-run row of headline metrics.
 
 use super::grid::{Grid, ShardSpec};
-use super::jitter::{jitter_arrivals, replication_seeds};
-use super::shard::Manifest;
-use super::{SweepArgs, SweepError};
+use super::shard::{self, Manifest};
+use super::table::{self, PointSummary};
 use crate::bounds::capped_jobs;
+use crate::pipeline::{self, RunError, RunSpec};
+use crate::report::chart::PlotError;
+use crate::report::expect::Expectation;
 use crate::report::metrics::{LatencyKind, LatencyMetric, RunMetrics, Stat};
 use crate::scenario::Scenario;
-use crate::sim;
 use crate::time::MAX_INPUT_NS;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::PathBuf;
 
 /// The headline metrics of one class in one run.
 #[derive(Clone, Debug, PartialEq)]
@@ -158,157 +160,253 @@ fn class_row(metrics: &RunMetrics, class: usize) -> ClassRow {
     }
 }
 
-/// Runs `scenario` once with `seed` (arrivals jittered by up to `jitter_ns`) and measures it,
-/// reporting first-N shares for `prefix_n` when given.
-pub fn run_once(
-    scenario: &Scenario,
-    seed: u64,
-    jitter_ns: u64,
-    prefix_n: Option<u64>,
-) -> Result<RunMetrics, SweepError> {
-    let requests = jitter_arrivals(scenario.requests(seed)?, seed, jitter_ns);
-    let result = sim::run(scenario.sim_config(seed), requests.into_iter()).map_err(|v| {
-        SweepError::Internal(format!(
-            "{}: the simulator found a bug: {v:?}",
-            scenario.name()
+/// What a sweep runs: the typed form of `routersim sweep`'s arguments.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// The scenario file; each point loads it with its axis values as overrides.
+    pub scenario: PathBuf,
+    /// The axes.
+    pub grid: Grid,
+    /// Replications per point (at least 1).
+    pub seeds: u32,
+    /// Worker threads (default: all cores). The output does not depend on it.
+    pub jobs: Option<usize>,
+    /// Run only this shard's points.
+    pub shard: Option<ShardSpec>,
+    /// When non-zero, replaces every point's `delays.arrival_jitter_ns`.
+    pub arrival_jitter_ns: u64,
+    /// Report shares of the first N completions (default: each run's own choice).
+    pub prefix_n: Option<u64>,
+}
+
+/// One point of a plan: its run spec, resolved once, and its replication seeds.
+#[derive(Clone, Debug)]
+pub struct PlanPoint {
+    /// The point's index in the grid.
+    pub index: usize,
+    /// The point's run (replication 0's seed); each replication changes only the seed.
+    pub spec: RunSpec,
+    /// The seeds of its replications ([`pipeline::replication_seeds`] of the point's seed).
+    pub seeds: Vec<u64>,
+}
+
+/// A run that a limit stopped before its end (its row is still written).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoppedRun {
+    /// The point's index.
+    pub point: usize,
+    /// The seed of the run.
+    pub seed: u64,
+    /// Why it stopped, in words.
+    pub reason: String,
+}
+
+/// The runs of a plan: rows sorted by (point, replication), and the runs a limit stopped.
+#[derive(Clone, Debug)]
+pub struct SweepRun {
+    /// One row per run.
+    pub rows: Vec<Row>,
+    /// The runs that did not reach their end, in row order.
+    pub stopped: Vec<StoppedRun>,
+}
+
+impl SweepRun {
+    /// `N of M runs stopped early: <reasons>` when a limit cut some runs short.
+    pub fn stop_warning(&self) -> Option<String> {
+        let first = self.stopped.first()?;
+        let reasons: BTreeSet<&str> = self.stopped.iter().map(|s| s.reason.as_str()).collect();
+        Some(format!(
+            "{} of {} runs stopped early: {} (first: point {}, seed {}); their rows count the requests finished by then",
+            self.stopped.len(),
+            self.rows.len(),
+            reasons.into_iter().collect::<Vec<_>>().join("; "),
+            first.point,
+            first.seed
         ))
-    })?;
-    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
-    Ok(match prefix_n {
-        Some(n) => metrics.with_prefix_n(n),
-        None => metrics,
-    })
+    }
 }
 
-/// Loads the scenario at `path` with `overrides`; an error names the bad path or value.
-pub fn load_point(path: &Path, overrides: &[(String, String)]) -> Result<Scenario, SweepError> {
-    Ok(Scenario::load_with_overrides(path, overrides)?)
-}
-
-/// A sweep ready to run: what it sweeps and the scenario of each point it runs.
+/// A sweep ready to run: what it sweeps and the resolved run of each point it runs.
 #[derive(Clone, Debug)]
 pub struct SweepPlan {
     /// What the sweep is (written as `sweep.json`).
     pub manifest: Manifest,
-    /// The points this plan runs (all, or its shard's), ascending, with their scenarios.
-    pub points: Vec<(usize, Scenario)>,
+    /// The points this plan runs (all, or its shard's), ascending.
+    pub points: Vec<PlanPoint>,
+    /// Point 0's expectations: their latency bounds are drawn on the latency charts.
+    pub expectations: Vec<Expectation>,
+    /// Every file the points' scenarios read, sorted, once each.
+    pub input_files: Vec<PathBuf>,
+    /// Worker threads (default: all cores).
+    pub jobs: Option<usize>,
 }
 
 impl SweepPlan {
-    /// Every file the plan's scenarios read (scenario, policy, trace, companions), once each.
-    pub fn input_files(&self) -> Vec<std::path::PathBuf> {
-        let all: std::collections::BTreeSet<_> = self
-            .points
-            .iter()
-            .flat_map(|(_, scenario)| scenario.input_files())
-            .collect();
-        all.into_iter().collect()
-    }
-
-    /// Parses the axes and shard, and loads and validates the scenario of every point run
-    /// (plus point 0, which names the classes).
-    pub fn from_args(args: &SweepArgs) -> Result<SweepPlan, SweepError> {
-        let grid = Grid::parse(&args.sets)?;
-        let shard = args.shard.as_deref().map(ShardSpec::parse).transpose()?;
-        if args.seeds == 0 {
-            return Err(SweepError::Input("--seeds must be at least 1".into()));
-        }
-        super::grid::check_run_count(grid.point_count(), args.seeds)?;
-        if args.arrival_jitter_ns > MAX_INPUT_NS {
-            return Err(SweepError::Input(format!(
-                "--arrival-jitter-ns {}: must be at most {MAX_INPUT_NS} ns (about 146 years)",
-                args.arrival_jitter_ns
-            )));
-        }
-        let base = Scenario::load(&args.scenario)?;
-        let first = load_point(&args.scenario, &grid.overrides(0))?;
+    /// Checks the options, and loads and validates the scenario of every point run (plus
+    /// point 0, which names the classes). Nothing runs yet.
+    pub fn new(options: &SweepOptions) -> Result<SweepPlan, RunError> {
+        check_options(options)?;
+        let base = Scenario::load(&options.scenario)?;
+        let grid = &options.grid;
+        let first = Scenario::load_with_overrides(&options.scenario, &grid.overrides(0))?;
         let manifest = Manifest {
             format: Manifest::FORMAT.into(),
             scenario: base.name().to_string(),
             source_hash: base.source_hash().to_string(),
-            grid,
-            replications: args.seeds,
-            arrival_jitter_ns: args.arrival_jitter_ns,
-            prefix_n: args.prefix_n,
+            grid: grid.clone(),
+            replications: options.seeds,
+            arrival_jitter_ns: options.arrival_jitter_ns,
+            prefix_n: options.prefix_n,
             class_names: first.class_names().to_vec(),
-            shard,
+            shard: options.shard,
         };
-        let points = Self::load_points(&args.scenario, &manifest)?;
-        Ok(SweepPlan { manifest, points })
-    }
-
-    fn load_points(path: &Path, manifest: &Manifest) -> Result<Vec<(usize, Scenario)>, SweepError> {
-        let grid = &manifest.grid;
+        let mut input_files = BTreeSet::new();
         let mut points = Vec::new();
-        for point in 0..grid.point_count() {
-            if manifest.shard.is_some_and(|s| !s.contains(point)) {
-                continue;
-            }
-            let scenario = load_point(path, &grid.overrides(point))?;
-            if scenario.class_names() != manifest.class_names {
-                return Err(SweepError::Input(format!(
-                    "point {point} ({}) has classes {:?}, point 0 has {:?}: a sweep cannot change the classes",
-                    grid.values(point).join(", "),
-                    scenario.class_names(),
-                    manifest.class_names
-                )));
-            }
-            points.push((point, scenario));
+        for index in
+            (0..grid.point_count()).filter(|&p| options.shard.is_none_or(|s| s.contains(p)))
+        {
+            let scenario = point_scenario(options, &manifest, index)?;
+            input_files.extend(scenario.input_files());
+            points.push(plan_point(options, index, &scenario));
         }
-        Ok(points)
+        Ok(SweepPlan {
+            manifest,
+            points,
+            expectations: first.expectations().to_vec(),
+            input_files: input_files.into_iter().collect(),
+            jobs: options.jobs,
+        })
     }
 
-    /// Runs every (point, replication) on `jobs` threads (default: all cores), with a
-    /// progress bar on stderr when `progress` is set and stderr is a terminal. Rows come back
-    /// sorted by (point, replication) whatever the thread count.
-    pub fn run(&self, jobs: Option<usize>, progress: bool) -> Result<Vec<Row>, SweepError> {
-        let runs = self.points.len() * self.manifest.replications as usize;
-        let pool = thread_pool(jobs, runs)?;
-        let tasks: Vec<(&(usize, Scenario), u32, u64)> = self
+    /// Runs every (point, replication) on the plan's threads, with a progress bar on stderr
+    /// when `progress` is set and stderr is a terminal. Rows come back sorted by (point,
+    /// replication) whatever the thread count.
+    pub fn run(&self, progress: bool) -> Result<SweepRun, RunError> {
+        let tasks: Vec<(&PlanPoint, u32, u64)> = self
             .points
             .iter()
-            .flat_map(|p| {
-                let seeds = replication_seeds(p.1.seed(), self.manifest.replications);
-                seeds
-                    .into_iter()
-                    .enumerate()
-                    .map(move |(r, seed)| (p, r as u32, seed))
-            })
+            .flat_map(|p| (0u32..).zip(&p.seeds).map(move |(r, &seed)| (p, r, seed)))
             .collect();
+        let pool = thread_pool(self.jobs, tasks.len())?;
         let bar = progress_bar(tasks.len() as u64, progress);
-        let m = &self.manifest;
-        let rows = pool.install(|| {
+        let runs = pool.install(|| {
             tasks
                 .par_iter()
-                .map(|((point, scenario), replication, seed)| {
-                    let metrics = run_once(scenario, *seed, m.arrival_jitter_ns, m.prefix_n)?;
+                .map(|&(point, replication, seed)| {
+                    let run = self.run_one(point, replication, seed);
                     bar.inc(1);
-                    Ok(Row::measure(
-                        &metrics,
-                        *point,
-                        *replication,
-                        *seed,
-                        m.grid.values(*point),
-                    ))
+                    run
                 })
-                .collect::<Result<Vec<Row>, SweepError>>()
+                .collect::<Result<Vec<_>, RunError>>()
         });
         bar.finish_and_clear();
-        rows
+        let (rows, stops): (Vec<Row>, Vec<Option<StoppedRun>>) = runs?.into_iter().unzip();
+        Ok(SweepRun {
+            rows,
+            stopped: stops.into_iter().flatten().collect(),
+        })
+    }
+
+    /// One replication of `point`: its row, and why it stopped if a limit stopped it.
+    fn run_one(
+        &self,
+        point: &PlanPoint,
+        replication: u32,
+        seed: u64,
+    ) -> Result<(Row, Option<StoppedRun>), RunError> {
+        let output = pipeline::execute(&point.spec.with_seed(seed))?;
+        let values = self.manifest.grid.values(point.index);
+        let row = Row::measure(&output.metrics, point.index, replication, seed, values);
+        let stop = output.result.stop_reason;
+        let stopped = stop.is_limit().then(|| StoppedRun {
+            point: point.index,
+            seed,
+            reason: stop.to_string(),
+        });
+        Ok((row, stopped))
+    }
+
+    /// The files of the plan's rows: a shard's (`sweep.json`, `sweep.csv`), or a whole
+    /// sweep's with point 0's latency bounds on the latency charts.
+    pub fn files(&self, rows: &[Row]) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+        match self.manifest.shard {
+            Some(_) => Ok(shard::shard_files(&self.manifest, rows)),
+            None => table::sweep_files_with_expectations(&self.manifest, rows, &self.expectations),
+        }
+    }
+
+    /// Per point, the statistics over seeds: what the terminal summary shows.
+    pub fn summaries(&self, rows: &[Row]) -> Vec<PointSummary> {
+        table::summarize(&self.manifest, rows)
+    }
+}
+
+/// Refuses bad options before any file is read.
+fn check_options(options: &SweepOptions) -> Result<(), RunError> {
+    if options.seeds == 0 {
+        return Err(RunError::Input("--seeds must be at least 1".into()));
+    }
+    super::grid::check_run_count(options.grid.point_count(), options.seeds)?;
+    if options.arrival_jitter_ns > MAX_INPUT_NS {
+        return Err(RunError::Input(format!(
+            "--arrival-jitter-ns {}: must be at most {MAX_INPUT_NS} ns (about 146 years)",
+            options.arrival_jitter_ns
+        )));
+    }
+    Ok(())
+}
+
+/// Loads point `index`'s scenario; its classes must be point 0's.
+fn point_scenario(
+    options: &SweepOptions,
+    manifest: &Manifest,
+    index: usize,
+) -> Result<Scenario, RunError> {
+    let grid = &manifest.grid;
+    let scenario = Scenario::load_with_overrides(&options.scenario, &grid.overrides(index))?;
+    if scenario.class_names() != manifest.class_names {
+        return Err(RunError::Input(format!(
+            "point {index} ({}) has classes {:?}, point 0 has {:?}: a sweep cannot change the classes",
+            grid.values(index).join(", "),
+            scenario.class_names(),
+            manifest.class_names
+        )));
+    }
+    Ok(scenario)
+}
+
+/// The run of a point: its scenario's spec with the sweep's first-N and, when set, the
+/// sweep's arrival jitter in place of the scenario's (one jitter, one RNG stream).
+fn plan_point(options: &SweepOptions, index: usize, scenario: &Scenario) -> PlanPoint {
+    let mut spec = RunSpec::from_scenario(scenario, scenario.seed());
+    spec.prefix_n = options.prefix_n;
+    if options.arrival_jitter_ns != 0 {
+        spec.arrival_jitter_ns = options.arrival_jitter_ns;
+    }
+    PlanPoint {
+        index,
+        seeds: pipeline::replication_seeds(spec.seed(), options.seeds),
+        spec,
     }
 }
 
 /// A rayon pool of `jobs` threads (default: all cores) for `runs` runs, capped by
 /// [`capped_jobs`]: no more threads than runs, nor than a few per core.
-pub fn thread_pool(jobs: Option<usize>, runs: usize) -> Result<rayon::ThreadPool, SweepError> {
+pub fn thread_pool(jobs: Option<usize>, runs: usize) -> Result<rayon::ThreadPool, RunError> {
     if jobs == Some(0) {
-        return Err(SweepError::Input("--jobs must be at least 1".into()));
+        return Err(RunError::Input("--jobs must be at least 1".into()));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = capped_jobs(jobs, runs, cores);
     rayon::ThreadPoolBuilder::new()
-        .num_threads(capped_jobs(jobs, runs, cores))
+        .num_threads(threads)
         .build()
-        .map_err(|e| SweepError::Internal(format!("cannot start the thread pool: {e}")))
+        .map_err(|e| {
+            // The system refused the threads: a smaller --jobs is the user's way out.
+            RunError::Input(format!(
+                "cannot start {threads} worker threads ({e}); try a smaller --jobs"
+            ))
+        })
 }
 
 /// A progress bar with ETA on stderr, hidden unless wanted and stderr is a terminal.

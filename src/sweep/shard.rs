@@ -4,10 +4,10 @@
 //! points' rows). [`read_shards`] checks that the shards belong to one sweep and cover every
 //! run exactly once, so the merged files equal an unsharded sweep's byte for byte.
 
-use super::SweepError;
 use super::grid::{Grid, ShardSpec};
 use super::run::Row;
 use super::table;
+use crate::pipeline::RunError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -48,45 +48,40 @@ impl Manifest {
     }
 
     /// Parses `sweep.json` bytes (`source` names the file in errors).
-    pub fn from_json(bytes: &[u8], source: &str) -> Result<Manifest, SweepError> {
+    pub fn from_json(bytes: &[u8], source: &str) -> Result<Manifest, RunError> {
         let manifest: Manifest = serde_json::from_slice(bytes)
-            .map_err(|e| SweepError::Input(format!("{source}: not a sweep manifest: {e}")))?;
+            .map_err(|e| RunError::Input(format!("{source}: not a sweep manifest: {e}")))?;
         if manifest.format != Self::FORMAT {
-            return Err(SweepError::Input(format!(
+            return Err(RunError::Input(format!(
                 "{source}: format {:?}, expected {:?}",
                 manifest.format,
                 Self::FORMAT
             )));
         }
         super::grid::check_run_count(manifest.grid.point_count(), manifest.replications)
-            .map_err(|e| SweepError::Input(format!("{source}: {e}")))?;
+            .map_err(|e| RunError::Input(format!("{source}: {e}")))?;
         Ok(manifest)
     }
 }
 
 /// The files of one shard: `sweep.json` (with its shard) and its rows in `sweep.csv`.
-pub fn shard_files(
-    manifest: &Manifest,
-    rows: &[Row],
-) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
-    Ok(vec![
+pub fn shard_files(manifest: &Manifest, rows: &[Row]) -> Vec<(String, Vec<u8>)> {
+    vec![
         ("sweep.json".to_string(), manifest.to_json()),
-        ("sweep.csv".to_string(), table::rows_csv(manifest, rows)?),
-    ])
+        ("sweep.csv".to_string(), table::rows_csv(manifest, rows)),
+    ]
 }
 
 /// Reads shard directories into the whole sweep's manifest (without shard) and its rows
 /// sorted by (point, replication). Errors (exit 2) if they are not all N shards of one sweep
 /// or do not hold every run exactly once.
-pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), SweepError> {
+pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), RunError> {
     let mut shards = Vec::new();
     for dir in dirs {
         shards.push(read_shard(dir)?);
     }
     let Some((first, _)) = shards.first() else {
-        return Err(SweepError::Input(
-            "merge: no shard directories given".into(),
-        ));
+        return Err(RunError::Input("merge: no shard directories given".into()));
     };
     let whole = Manifest {
         shard: None,
@@ -102,14 +97,14 @@ pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), SweepError>
         }) != whole
             || spec.count != count
         {
-            return Err(SweepError::Input(format!(
+            return Err(RunError::Input(format!(
                 "{}: a shard of a different sweep than {}",
                 dir.display(),
                 dirs[0].display()
             )));
         }
         if std::mem::replace(&mut seen[spec.index - 1], true) {
-            return Err(SweepError::Input(format!(
+            return Err(RunError::Input(format!(
                 "{}: shard {}/{count} given twice",
                 dir.display(),
                 spec.index
@@ -117,7 +112,7 @@ pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), SweepError>
         }
     }
     if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(SweepError::Input(format!(
+        return Err(RunError::Input(format!(
             "merge: shard {}/{count} is missing",
             missing + 1
         )));
@@ -128,24 +123,24 @@ pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), SweepError>
     Ok((whole, rows))
 }
 
-fn read_shard(dir: &Path) -> Result<(Manifest, Vec<Row>), SweepError> {
+fn read_shard(dir: &Path) -> Result<(Manifest, Vec<Row>), RunError> {
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read(&path)
-            .map_err(|e| SweepError::Input(format!("{}: cannot read: {e}", path.display())))
+            .map_err(|e| RunError::Input(format!("{}: cannot read: {e}", path.display())))
             .map(|bytes| (bytes, path.display().to_string()))
     };
     let (json, json_name) = read("sweep.json")?;
     let manifest = Manifest::from_json(&json, &json_name)?;
     let Some(spec) = manifest.shard else {
-        return Err(SweepError::Input(format!(
+        return Err(RunError::Input(format!(
             "{json_name}: not a shard (no \"shard\")"
         )));
     };
     let (csv, csv_name) = read("sweep.csv")?;
     let rows = table::parse_rows_csv(&manifest, &csv, &csv_name)?;
     if let Some(stray) = rows.iter().find(|r| !spec.contains(r.point)) {
-        return Err(SweepError::Input(format!(
+        return Err(RunError::Input(format!(
             "{csv_name}: point {} does not belong to shard {}/{}",
             stray.point, spec.index, spec.count
         )));
@@ -154,11 +149,11 @@ fn read_shard(dir: &Path) -> Result<(Manifest, Vec<Row>), SweepError> {
 }
 
 /// Every (point, replication) exactly once, with the point's values.
-fn check_complete(manifest: &Manifest, rows: &[Row]) -> Result<(), SweepError> {
+fn check_complete(manifest: &Manifest, rows: &[Row]) -> Result<(), RunError> {
     let reps = manifest.replications as usize;
     let expected = manifest.grid.point_count() * reps;
     if rows.len() != expected {
-        return Err(SweepError::Input(format!(
+        return Err(RunError::Input(format!(
             "merge: {} runs, the sweep has {expected}",
             rows.len()
         )));
@@ -168,7 +163,7 @@ fn check_complete(manifest: &Manifest, rows: &[Row]) -> Result<(), SweepError> {
         if (row.point, row.replication) != (point, replication)
             || row.values != manifest.grid.values(point)
         {
-            return Err(SweepError::Input(format!(
+            return Err(RunError::Input(format!(
                 "merge: run {i} is point {} replication {}, expected point {point} replication {replication}",
                 row.point, row.replication
             )));
@@ -200,7 +195,7 @@ mod tests {
                 crate::report::output::write_dir(
                     &out,
                     crate::report::output::OutputKind::Sweep,
-                    &shard_files(&shard, &mine).unwrap(),
+                    &shard_files(&shard, &mine),
                 )
                 .unwrap();
                 out
@@ -252,7 +247,7 @@ mod tests {
         crate::report::output::write_dir(
             &other,
             crate::report::output::OutputKind::Sweep,
-            &shard_files(&foreign, &[]).unwrap(),
+            &shard_files(&foreign, &[]),
         )
         .unwrap();
         let mixed = read_shards(&[dirs[0].clone(), other]).unwrap_err();
@@ -270,7 +265,7 @@ mod tests {
         let whole = read_shards(&[unsharded]).unwrap_err();
         assert!(whole.to_string().contains("not a shard"), "{whole}");
         for e in [missing, twice, mixed, whole] {
-            assert_eq!(e.exit_code(), 2);
+            assert!(matches!(e, RunError::Input(_)), "{e}");
         }
     }
 }

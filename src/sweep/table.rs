@@ -2,11 +2,12 @@
 //! `sweep-summary.csv` (per point, statistics over seeds), and the set of files a whole sweep
 //! writes.
 
-use super::SweepError;
 use super::plots;
 use super::run::{ClassMetric, ClassRow, Row};
 use super::shard::Manifest;
 use super::stats::Summary;
+use crate::pipeline::RunError;
+use crate::report::chart::PlotError;
 use crate::report::expect::Expectation;
 
 /// A point's statistics over its replications.
@@ -35,10 +36,7 @@ impl PointSummary {
 /// Every file of a whole (or merged) sweep: `sweep.json`, `sweep.csv`, `sweep-summary.csv`
 /// and the plots (PNG and SVG). `rows` must be sorted by (point, replication). The plots draw
 /// no latency bounds: [`sweep_files_with_expectations`] draws the scenario's.
-pub fn sweep_files(
-    manifest: &Manifest,
-    rows: &[Row],
-) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
+pub fn sweep_files(manifest: &Manifest, rows: &[Row]) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     sweep_files_with_expectations(manifest, rows, &[])
 }
 
@@ -48,7 +46,7 @@ pub fn sweep_files_with_expectations(
     manifest: &Manifest,
     rows: &[Row],
     expectations: &[Expectation],
-) -> Result<Vec<(String, Vec<u8>)>, SweepError> {
+) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     debug_assert!(
         rows.windows(2)
             .all(|w| (w[0].point, w[0].replication) < (w[1].point, w[1].replication))
@@ -60,10 +58,10 @@ pub fn sweep_files_with_expectations(
     let summaries = summarize(&whole, rows);
     let mut files = vec![
         ("sweep.json".to_string(), whole.to_json()),
-        ("sweep.csv".to_string(), rows_csv(&whole, rows)?),
+        ("sweep.csv".to_string(), rows_csv(&whole, rows)),
         (
             "sweep-summary.csv".to_string(),
-            summary_csv(&whole, &summaries)?,
+            summary_csv(&whole, &summaries),
         ),
     ];
     files.extend(plots::render_all(&whole, &summaries, expectations)?);
@@ -89,9 +87,9 @@ pub fn rows_header(manifest: &Manifest) -> Vec<String> {
 
 /// `sweep.csv` bytes. Floats use Rust's shortest round-trip form, so [`parse_rows_csv`] gives
 /// back exactly the same rows.
-pub fn rows_csv(manifest: &Manifest, rows: &[Row]) -> Result<Vec<u8>, SweepError> {
+pub fn rows_csv(manifest: &Manifest, rows: &[Row]) -> Vec<u8> {
     let mut out = csv::Writer::from_writer(Vec::new());
-    out.write_record(rows_header(manifest)).map_err(csv_error)?;
+    write_record(&mut out, &rows_header(manifest));
     for row in rows {
         let mut record = vec![row.point.to_string()];
         record.extend(row.values.iter().cloned());
@@ -104,18 +102,24 @@ pub fn rows_csv(manifest: &Manifest, rows: &[Row]) -> Result<Vec<u8>, SweepError
             record.push(class.ideal_share.to_string());
             record.extend(ClassMetric::ALL.iter().map(|m| cell(m.of(class))));
         }
-        out.write_record(&record).map_err(csv_error)?;
+        write_record(&mut out, &record);
     }
-    out.into_inner()
-        .map_err(|e| SweepError::Internal(format!("sweep.csv: {e}")))
+    finish(out)
 }
 
 fn cell(value: Option<f64>) -> String {
     value.map(|v| v.to_string()).unwrap_or_default()
 }
 
-fn csv_error(e: csv::Error) -> SweepError {
-    SweepError::Internal(format!("csv: {e}"))
+/// Every record has the header's width, so the writer's only failure left is I/O, and a
+/// `Vec` has none.
+fn write_record(out: &mut csv::Writer<Vec<u8>>, record: &[String]) {
+    out.write_record(record)
+        .expect("writing CSV to memory cannot fail");
+}
+
+fn finish(out: csv::Writer<Vec<u8>>) -> Vec<u8> {
+    out.into_inner().expect("writing CSV to memory cannot fail")
 }
 
 /// Reads `sweep.csv` bytes written by [`rows_csv`] for `manifest` (`source` names the file in
@@ -124,8 +128,8 @@ pub fn parse_rows_csv(
     manifest: &Manifest,
     bytes: &[u8],
     source: &str,
-) -> Result<Vec<Row>, SweepError> {
-    let bad = |line: usize, what: String| SweepError::Input(format!("{source}:{line}: {what}"));
+) -> Result<Vec<Row>, RunError> {
+    let bad = |line: usize, what: String| RunError::Input(format!("{source}:{line}: {what}"));
     let mut reader = csv::Reader::from_reader(bytes);
     let header: Vec<String> = reader
         .headers()
@@ -223,7 +227,7 @@ fn summarize_point(class_count: usize, runs: &[Row]) -> PointSummary {
 /// `sweep-summary.csv` bytes: `point`, the axis paths, `runs`, then per class
 /// `<class>.ideal_share` and, per metric, `.mean .min .max .ci95_low .ci95_high` (6 decimals;
 /// empty when no run had a value).
-pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Result<Vec<u8>, SweepError> {
+pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
     let mut out = csv::Writer::from_writer(Vec::new());
     let mut header = vec!["point".to_string()];
     header.extend(manifest.grid.axes.iter().map(|a| a.path.clone()));
@@ -236,7 +240,7 @@ pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Result<Ve
             }
         }
     }
-    out.write_record(&header).map_err(csv_error)?;
+    write_record(&mut out, &header);
     for s in summaries {
         let mut record = vec![s.point.to_string()];
         record.extend(s.values.iter().cloned());
@@ -247,10 +251,9 @@ pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Result<Ve
                 record.extend(summary_cells(summary));
             }
         }
-        out.write_record(&record).map_err(csv_error)?;
+        write_record(&mut out, &record);
     }
-    out.into_inner()
-        .map_err(|e| SweepError::Internal(format!("sweep-summary.csv: {e}")))
+    finish(out)
 }
 
 fn summary_cells(summary: &Option<Summary>) -> Vec<String> {
@@ -316,7 +319,7 @@ pub(crate) mod tests {
     #[test]
     fn sweep_csv_reads_back_exactly() {
         let (m, rows) = (manifest(), rows());
-        let bytes = rows_csv(&m, &rows).unwrap();
+        let bytes = rows_csv(&m, &rows);
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.starts_with("point,router.policy_classes.b.quantum,replication,seed,prefix_n,a.ideal_share,a.completed,a.share_first_n,"));
         assert_eq!(parse_rows_csv(&m, &bytes, "x.csv").unwrap(), rows);
@@ -324,11 +327,11 @@ pub(crate) mod tests {
 
     #[test]
     fn a_csv_of_another_sweep_is_rejected_naming_the_file() {
-        let bytes = rows_csv(&manifest(), &rows()).unwrap();
+        let bytes = rows_csv(&manifest(), &rows());
         let mut other = manifest();
         other.class_names[1] = "c".into();
         let err = parse_rows_csv(&other, &bytes, "x.csv").unwrap_err();
-        assert_eq!(err.exit_code(), 2);
+        assert!(matches!(err, RunError::Input(_)), "{err}");
         assert!(err.to_string().starts_with("x.csv:1:"), "{err}");
         let garbled = String::from_utf8(bytes).unwrap().replacen("320", "lots", 1);
         let err = parse_rows_csv(&manifest(), garbled.as_bytes(), "x.csv").unwrap_err();
@@ -352,7 +355,7 @@ pub(crate) mod tests {
         assert!(share.ci95_low < 0.25 && share.ci95_high > 0.375);
         assert_eq!(s.get(1, ClassMetric::ShareFirstN), None);
         assert_eq!(s.get(0, ClassMetric::Completed).unwrap().mean, 10.0);
-        let csv = String::from_utf8(summary_csv(&manifest(), &summaries).unwrap()).unwrap();
+        let csv = String::from_utf8(summary_csv(&manifest(), &summaries)).unwrap();
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].contains("a.share_first_n.mean,a.share_first_n.min,a.share_first_n.max,a.share_first_n.ci95_low,a.share_first_n.ci95_high"));

@@ -1,34 +1,38 @@
 //! Tests of the sweep as a whole on the premium scenario: runs, rows, charts and tune.
 
 use super::plots::{self, SweepChart};
-use super::run::ClassMetric;
 use super::*;
+use crate::pipeline::RunError;
 use crate::report::chart::PlotFormat;
-use std::path::Path;
+use crate::scenario::Scenario;
+use std::path::{Path, PathBuf};
 
 fn premium_scenario() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/premium-vs-regular-weighted.yaml")
 }
 
-fn args(sets: &[&str], seeds: u32) -> SweepArgs {
-    SweepArgs {
+fn args(sets: &[&str], seeds: u32) -> SweepOptions {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    SweepOptions {
         scenario: premium_scenario(),
-        sets: sets.iter().map(|s| s.to_string()).collect(),
+        grid: Grid::parse(&sets).unwrap(),
         seeds,
         jobs: Some(1),
-        out: PathBuf::from("unused"),
-        force: false,
-        quiet: true,
         shard: None,
         arrival_jitter_ns: 0,
         prefix_n: None,
     }
 }
 
-fn rows_of(args: &SweepArgs) -> (Manifest, Vec<Row>) {
-    let plan = SweepPlan::from_args(args).unwrap();
-    let rows = plan.run(args.jobs, false).unwrap();
-    (plan.manifest, rows)
+fn rows_of(options: &SweepOptions) -> (Manifest, Vec<Row>) {
+    let plan = SweepPlan::new(options).unwrap();
+    let run = plan.run(false).unwrap();
+    assert!(run.stopped.is_empty(), "{:?}", run.stop_warning());
+    (plan.manifest, run.rows)
+}
+
+fn share(row: &Row) -> f64 {
+    row.classes[0].share_first_n.unwrap()
 }
 
 #[test]
@@ -61,7 +65,6 @@ fn weighted_quanta_give_premium_its_fluid_share_of_the_first_320() {
 fn replications_without_jitter_repeat_and_with_jitter_spread() {
     let mut a = args(&[], 4);
     let (_, plain) = rows_of(&a);
-    let share = |r: &Row| r.classes[0].share_first_n.unwrap();
     assert!(
         plain.iter().all(|r| share(r) == share(&plain[0])),
         "deterministic scenario"
@@ -89,23 +92,22 @@ fn the_prefix_n_option_sets_the_share_window() {
 
 #[test]
 fn a_bad_path_or_value_is_an_input_error_naming_the_path() {
-    let err =
-        SweepPlan::from_args(&args(&["router.policy_classes.gold.quantum=1,2"], 1)).unwrap_err();
-    assert_eq!(err.exit_code(), 2);
+    let err = SweepPlan::new(&args(&["router.policy_classes.gold.quantum=1,2"], 1)).unwrap_err();
+    assert!(matches!(err, RunError::Input(_)), "{err}");
     assert!(
         err.to_string().contains("router.policy_classes.gold"),
         "{err}"
     );
-    let err = SweepPlan::from_args(&args(&["router.policy_classes.regular.quantum=64,abc"], 1))
-        .unwrap_err();
-    assert_eq!(err.exit_code(), 2);
+    let err =
+        SweepPlan::new(&args(&["router.policy_classes.regular.quantum=64,abc"], 1)).unwrap_err();
+    assert!(matches!(err, RunError::Input(_)), "{err}");
     assert!(
         err.to_string()
             .contains("router.policy_classes.regular.quantum"),
         "{err}"
     );
-    let err = SweepPlan::from_args(&args(&[], 0)).unwrap_err();
-    assert_eq!(err.exit_code(), 2);
+    let err = SweepPlan::new(&args(&[], 0)).unwrap_err();
+    assert!(matches!(err, RunError::Input(_)), "{err}");
 }
 
 #[test]
@@ -232,56 +234,168 @@ fn three_varied_axes_are_not_plotted() {
     assert!(plots::all_charts(&manifest, &summaries, &[]).is_empty());
 }
 
-fn tune_args(targets: &[&str], vary: &[&str]) -> TuneArgs {
-    TuneArgs {
-        scenario: premium_scenario(),
-        targets: targets.iter().map(|s| s.to_string()).collect(),
-        vary: vary.iter().map(|s| s.to_string()).collect(),
+/// The sweep's `--arrival-jitter-ns`, when set, replaces the scenario's: one draw per request
+/// from one stream, never two stacked.
+#[test]
+fn the_sweeps_arrival_jitter_replaces_the_scenarios() {
+    let with = |scenario_jitter: &str, sweep_jitter: u64| {
+        let mut options = args(&[scenario_jitter], 4);
+        options.arrival_jitter_ns = sweep_jitter;
+        let plan = SweepPlan::new(&options).unwrap();
+        let jitter = plan.points[0].spec.arrival_jitter_ns;
+        let shares: Vec<f64> = plan.run(false).unwrap().rows.iter().map(share).collect();
+        (jitter, shares)
+    };
+    let sweep_only = with("delays.arrival_jitter_ns=0", 1_000);
+    let scenario_only = with("delays.arrival_jitter_ns=1000", 0);
+    let both = with("delays.arrival_jitter_ns=1000", 1_000);
+    let sweep_wins = with("delays.arrival_jitter_ns=7", 1_000);
+    assert_eq!(sweep_only.0, 1_000);
+    assert_eq!(
+        sweep_wins.0, 1_000,
+        "the sweep's value replaces the scenario's"
+    );
+    assert_eq!(
+        scenario_only, sweep_only,
+        "the scenario's jitter when the sweep sets none"
+    );
+    assert_eq!(both, sweep_only, "not stacked");
+    assert!(
+        sweep_only.1.iter().any(|&s| s != sweep_only.1[0]),
+        "jitter spreads"
+    );
+}
+
+#[test]
+fn a_run_stopped_by_a_limit_is_counted_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(premium_scenario()).unwrap();
+    // Without its expectations, which name a companion file in the scenarios directory.
+    let (text, _) = text.split_once("expect:").unwrap();
+    let text = format!("{text}limits: {{max_events: 10000000, max_time_ms: 3600000}}\n");
+    let path = tmp.path().join("limited.yaml");
+    std::fs::write(&path, text).unwrap();
+    let mut options = args(&["limits.max_events=100,10000000"], 2);
+    options.scenario = path;
+    let run = SweepPlan::new(&options).unwrap().run(false).unwrap();
+    assert_eq!(run.rows.len(), 4);
+    assert_eq!(
+        run.stopped.iter().map(|s| s.point).collect::<Vec<_>>(),
+        vec![0, 0],
+        "the 100-event point stops, the other runs to its end"
+    );
+    let warning = run.stop_warning().unwrap();
+    assert!(
+        warning.starts_with("2 of 4 runs stopped early: event limit reached"),
+        "{warning}"
+    );
+}
+
+#[test]
+fn the_terminal_summary_shows_each_points_share_and_interval() {
+    let mut options = args(&["router.policy_classes.regular.quantum=128,512"], 3);
+    options.arrival_jitter_ns = 1_000;
+    let (manifest, rows) = rows_of(&options);
+    let summaries = table::summarize(&manifest, &rows);
+    let text = summary_table(&manifest, &summaries);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("regular.quantum") && lines[0].contains("premium share [95% CI]"));
+    let premium = summaries[0].get(0, ClassMetric::ShareFirstN).unwrap();
+    let cell = format!(
+        "{:.3} [{:.3}, {:.3}]",
+        premium.mean, premium.ci95_low, premium.ci95_high
+    );
+    assert!(
+        lines[1].trim_start().starts_with("128") && lines[1].contains(&cell),
+        "{text}"
+    );
+    assert!(
+        premium.ci95_low < premium.ci95_high,
+        "three jittered seeds spread"
+    );
+}
+
+/// `tune`'s options for the premium scenario with `overrides`, parsed as the CLI parses them.
+fn tune_options(
+    targets: &[&str],
+    vary: &[&str],
+    seeds: u32,
+    overrides: &[(&str, &str)],
+) -> Result<TuneOptions, RunError> {
+    let overrides: Vec<(String, String)> = overrides
+        .iter()
+        .map(|(p, v)| (p.to_string(), v.to_string()))
+        .collect();
+    let scenario = Scenario::load_with_overrides(&premium_scenario(), &overrides)?;
+    let names = scenario.class_names().to_vec();
+    let vary = match vary.is_empty() {
+        true => (0..names.len()).collect(),
+        false => vary
+            .iter()
+            .map(|p| tune::quantum_class(p, &names))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(TuneOptions {
+        targets: targets
+            .iter()
+            .map(|t| tune::parse_target(t, &names))
+            .collect::<Result<_, _>>()?,
+        scenario,
+        vary,
         tolerance: 0.02,
-        share: tune::ShareKind::FirstN,
+        share: ShareKind::FirstN,
         prefix_n: None,
+        seeds,
         jobs: Some(1),
-    }
+    })
+}
+
+fn tune_premium(targets: &[&str], vary: &[&str]) -> Result<TuneOutcome, RunError> {
+    tune::tune(&tune_options(targets, vary, 1, &[])?)
 }
 
 #[test]
 fn tune_finds_512_to_128_for_a_premium_share_of_0_8() {
-    let outcome = tune::tune(&tune_args(&["premium=0.8"], &[])).unwrap();
+    let outcome = tune_premium(&["premium=0.8"], &[]).unwrap();
     assert!(outcome.met, "{}", outcome.describe());
     assert_eq!(outcome.quanta, vec![512, 128]);
-    assert!((outcome.achieved[0] - 0.8).abs() <= 0.02);
+    assert!((outcome.achieved[0].mean - 0.8).abs() <= 0.02);
     let text = outcome.describe();
     assert!(
         text.contains("router.policy_classes.regular.quantum=128"),
         "{text}"
     );
     assert!(text.contains("sensitivity"));
+    assert!(
+        text.contains("  regular quantum 128 -> 64: premium 0.8844"),
+        "{text}"
+    );
     // Sensitivity: a larger regular quantum lowers premium's share.
     let regular: Vec<&tune::Neighbour> = outcome
         .neighbours
         .iter()
-        .filter(|n| n.path.contains("regular"))
+        .filter(|n| n.class == "regular")
         .collect();
     assert_eq!(
         regular.iter().map(|n| n.quantum).collect::<Vec<_>>(),
         vec![64, 96, 160, 256]
     );
+    let premium_share = |n: &tune::Neighbour| n.achieved[0].unwrap().mean;
     assert!(
         regular
             .windows(2)
-            .all(|w| w[0].achieved[0] > w[1].achieved[0])
+            .all(|w| premium_share(w[0]) > premium_share(w[1]))
     );
 }
 
 #[test]
 fn tune_with_one_varied_quantum_keeps_the_others() {
-    let outcome = tune::tune(&tune_args(
-        &["regular=0.5"],
-        &["router.policy_classes.regular.quantum"],
-    ))
-    .unwrap();
+    let outcome =
+        tune_premium(&["regular=0.5"], &["router.policy_classes.regular.quantum"]).unwrap();
     assert!(outcome.met, "{}", outcome.describe());
     assert_eq!(outcome.quanta, vec![512]);
+    assert_eq!(outcome.varied, vec!["regular"]);
 }
 
 #[test]
@@ -291,14 +405,41 @@ fn tune_reports_bad_targets_and_paths_as_input_errors() {
         (vec!["gold=0.5"], vec![]),
         (vec!["premium=0.5"], vec!["workers.count"]),
     ] {
-        let err = tune::tune(&tune_args(&targets, &vary)).unwrap_err();
-        assert_eq!(err.exit_code(), 2, "{err}");
+        let err = tune_premium(&targets, &vary).unwrap_err();
+        assert!(matches!(err, RunError::Input(_)), "{err}");
     }
+    let mut no_seeds = tune_options(&["premium=0.8"], &[], 1, &[]).unwrap();
+    no_seeds.seeds = 0;
+    assert!(matches!(tune::tune(&no_seeds), Err(RunError::Input(_))));
 }
 
+/// `tune --seeds N` runs the seeds `sweep --seeds N` runs: a trial at the scenario's quanta
+/// measures exactly the sweep's shares at that point.
 #[test]
-fn exit_codes_follow_the_cli_convention() {
-    assert_eq!(SweepError::Input(String::new()).exit_code(), 2);
-    assert_eq!(SweepError::TargetMissed(String::new()).exit_code(), 1);
-    assert_eq!(SweepError::Internal(String::new()).exit_code(), 3);
+fn tune_and_sweep_run_the_same_replication_seeds() {
+    let jitter = [("delays.arrival_jitter_ns", "1000")];
+    let outcome = tune::tune(&tune_options(&["premium=0.8"], &[], 3, &jitter).unwrap()).unwrap();
+    let mut options = args(&["router.policy_classes.regular.quantum=128"], 3);
+    options.arrival_jitter_ns = 1_000;
+    let plan = SweepPlan::new(&options).unwrap();
+    assert_eq!(outcome.seeds, plan.points[0].seeds);
+    assert_eq!(outcome.seeds.len(), 3);
+    assert_eq!(outcome.seeds[0], 0, "replication 0 is the scenario's seed");
+    let first = &outcome.trials[0];
+    assert_eq!(
+        first.quanta,
+        vec![512, 128],
+        "the fluid start is the scenario's quanta"
+    );
+    let shares: Vec<f64> = plan.run(false).unwrap().rows.iter().map(share).collect();
+    let achieved = first.achieved[0];
+    assert!(shares.iter().any(|&s| s != shares[0]), "the seeds differ");
+    assert_eq!(achieved.mean, shares.iter().sum::<f64>() / 3.0);
+    assert_eq!(achieved.min, shares.iter().copied().fold(1.0, f64::min));
+    assert_eq!(achieved.max, shares.iter().copied().fold(0.0, f64::max));
+    let text = outcome.describe();
+    assert!(
+        text.contains("mean over 3 seeds") && text.contains("(seeds: min"),
+        "{text}"
+    );
 }

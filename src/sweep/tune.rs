@@ -3,12 +3,17 @@
 //! starting point; the simulator confirms it, and a bounded search corrects the model's aim
 //! by the simulator's error until the shares are within tolerance.
 //!
+//! Each trial runs the scenario's replication seeds (those `sweep --seeds N` runs, in
+//! parallel) with the quanta set in the typed run spec, and aims the mean share over the
+//! seeds at the target; the spread (min and max over seeds) is reported with it.
+//!
 //! Preferring small quanta: when every active class's quantum is varied the shares depend only
 //! on their ratio, and the solution is scaled so that the largest quantum equals the smallest
 //! request cost (a smaller one shortens no burst, which is at least one request).
 
-use super::run::{load_point, run_once, thread_pool};
-use super::{SweepError, TuneArgs};
+use super::run::thread_pool;
+use crate::bounds::MAX_SWEEP_RUNS;
+use crate::pipeline::{self, RunError, RunSpec};
 use crate::report::metrics::RunMetrics;
 use crate::scenario::Scenario;
 use rayon::prelude::*;
@@ -20,7 +25,7 @@ pub const MAX_CONFIRM_ROUNDS: usize = 8;
 pub const NEIGHBOUR_FACTORS: [f64; 4] = [0.5, 0.75, 1.25, 2.0];
 
 /// Which share `tune` aims at.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ShareKind {
     /// The class's share of the first N completions.
     FirstN,
@@ -29,11 +34,23 @@ pub enum ShareKind {
 }
 
 impl ShareKind {
-    /// Class `class`'s share of this kind in `metrics`.
+    /// Class `class`'s share of this kind in `metrics`; `None` unless classes were backlogged
+    /// together (otherwise every class got what it asked for, whatever its quantum).
     pub fn of(self, metrics: &RunMetrics, class: usize) -> Option<f64> {
+        if !metrics.classes_backlogged_together() {
+            return None;
+        }
         match self {
             ShareKind::FirstN => metrics.prefix_share(class, metrics.prefix_n),
             ShareKind::Tokens => metrics.backlogged_shares(class).map(|(share, _)| share),
+        }
+    }
+
+    /// The share in words, e.g. `share of the first 320 completions` (`prefix_n` = N).
+    pub fn words(self, prefix_n: u64) -> String {
+        match self {
+            ShareKind::FirstN => format!("share of the first {prefix_n} completions"),
+            ShareKind::Tokens => "share of the token service while backlogged".to_string(),
         }
     }
 }
@@ -49,34 +66,87 @@ pub struct TuneTarget {
     pub share: f64,
 }
 
+/// What `tune` solves: the typed form of `routersim tune`'s arguments.
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    /// The scenario, with any overrides already applied.
+    pub scenario: Scenario,
+    /// The shares to hit.
+    pub targets: Vec<TuneTarget>,
+    /// The classes whose quanta vary (the others keep the scenario's).
+    pub vary: Vec<usize>,
+    /// Largest accepted |mean achieved - target| share.
+    pub tolerance: f64,
+    /// Which share to hit.
+    pub share: ShareKind,
+    /// N for [`ShareKind::FirstN`] (default: each run's own choice).
+    pub prefix_n: Option<u64>,
+    /// Replication seeds per trial (at least 1).
+    pub seeds: u32,
+    /// Worker threads (default: all cores).
+    pub jobs: Option<usize>,
+}
+
+/// A share measured over seeds: its mean and range.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Spread {
+    /// The mean over seeds (what is aimed at the target).
+    pub mean: f64,
+    /// The smallest value.
+    pub min: f64,
+    /// The largest value.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (in seed order, so the mean rounds the same way every time).
+    fn of(values: &[f64]) -> Spread {
+        Spread {
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    /// `0.7969`, or `0.7969 (0.7906-0.8031)` when the seeds differ.
+    fn text(&self) -> String {
+        match self.min == self.max {
+            true => format!("{:.4}", self.mean),
+            false => format!("{:.4} ({:.4}-{:.4})", self.mean, self.min, self.max),
+        }
+    }
+}
+
 /// The shares measured with one set of quanta.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Trial {
-    /// The varied quanta, one per varied path.
+    /// The varied quanta, one per varied class.
     pub quanta: Vec<u64>,
-    /// The achieved share of each target (NaN when not measurable).
-    pub achieved: Vec<f64>,
-    /// The largest |achieved - target|.
+    /// The achieved share of each target over the seeds.
+    pub achieved: Vec<Spread>,
+    /// The largest |mean achieved - target|.
     pub error: f64,
 }
 
 /// The result of `tune`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TuneOutcome {
-    /// The varied paths.
-    pub paths: Vec<String>,
+    /// The varied classes' names.
+    pub varied: Vec<String>,
     /// The targets.
     pub targets: Vec<TuneTarget>,
     /// Which share was aimed at.
     pub share_kind: ShareKind,
+    /// The seeds every trial ran.
+    pub seeds: Vec<u64>,
     /// The fluid model's starting quanta.
     pub fluid_start: Vec<u64>,
-    /// Every confirming run, in order.
+    /// Every confirming trial, in order.
     pub trials: Vec<Trial>,
     /// The chosen trial's quanta (the smallest within tolerance, else the closest).
     pub quanta: Vec<u64>,
     /// The chosen trial's achieved shares.
-    pub achieved: Vec<f64>,
+    pub achieved: Vec<Spread>,
     /// The chosen trial's error.
     pub error: f64,
     /// The tolerance asked for.
@@ -90,12 +160,14 @@ pub struct TuneOutcome {
 /// The shares with one varied quantum moved away from the solution.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Neighbour {
-    /// Which varied path moved.
-    pub path: String,
-    /// Its value.
+    /// Which varied class's quantum moved.
+    pub class: String,
+    /// Its value at the solution.
+    pub from: u64,
+    /// Its value here.
     pub quantum: u64,
-    /// The achieved share of each target.
-    pub achieved: Vec<f64>,
+    /// The achieved share of each target (`None` where some seed could not measure it).
+    pub achieved: Vec<Option<Spread>>,
 }
 
 impl TuneOutcome {
@@ -103,29 +175,37 @@ impl TuneOutcome {
     pub fn describe(&self) -> String {
         let mut out = String::new();
         let verdict = if self.met { "within" } else { "NOT within" };
+        let seeds = match self.seeds.len() {
+            1 => String::new(),
+            n => format!(", mean over {n} seeds with their min-max"),
+        };
         let _ = writeln!(
             out,
-            "tune ({:?} share), {verdict} tolerance {}:",
+            "tune ({:?} share{seeds}), {verdict} tolerance {}:",
             self.share_kind, self.tolerance
         );
-        for (path, q) in self.paths.iter().zip(&self.quanta) {
-            let _ = writeln!(out, "  {path}={q}");
+        for (class, q) in self.varied.iter().zip(&self.quanta) {
+            let _ = writeln!(out, "  router.policy_classes.{class}.quantum={q}");
         }
         for (t, a) in self.targets.iter().zip(&self.achieved) {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "  {}: target {:.4}, achieved {:.4}",
-                t.class, t.share, a
+                t.class, t.share, a.mean
             );
+            if self.seeds.len() > 1 {
+                let _ = write!(out, " (seeds: min {:.4}, max {:.4})", a.min, a.max);
+            }
+            out.push('\n');
         }
         let _ = writeln!(out, "fluid start: {}", join(&self.fluid_start));
         for (i, trial) in self.trials.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  run {}: quanta {} -> shares {} (error {:.4})",
+                "  run {}: quanta {} -> {} (error {:.4})",
                 i + 1,
                 join(&trial.quanta),
-                shares(&trial.achieved),
+                self.shares(trial.achieved.iter().map(Some)),
                 trial.error
             );
         }
@@ -136,13 +216,27 @@ impl TuneOutcome {
         for n in &self.neighbours {
             let _ = writeln!(
                 out,
-                "  {}={} -> shares {}",
-                n.path,
+                "  {} quantum {} -> {}: {}",
+                n.class,
+                n.from,
                 n.quantum,
-                shares(&n.achieved)
+                self.shares(n.achieved.iter().map(Option::as_ref))
             );
         }
         out
+    }
+
+    /// `premium 0.7969, regular 0.2031`: each target's class and share.
+    fn shares<'a>(&self, achieved: impl Iterator<Item = Option<&'a Spread>>) -> String {
+        self.targets
+            .iter()
+            .zip(achieved)
+            .map(|(t, a)| match a {
+                Some(a) => format!("{} {}", t.class, a.text()),
+                None => format!("{} not measurable", t.class),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -154,17 +248,9 @@ fn join(values: &[u64]) -> String {
         .join(":")
 }
 
-fn shares(values: &[f64]) -> String {
-    values
-        .iter()
-        .map(|v| format!("{v:.4}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Parses `CLASS=SHARE` against the scenario's classes.
-pub fn parse_target(text: &str, class_names: &[String]) -> Result<TuneTarget, SweepError> {
-    let bad = |why: &str| SweepError::Input(format!("--target {text}: {why}"));
+pub fn parse_target(text: &str, class_names: &[String]) -> Result<TuneTarget, RunError> {
+    let bad = |why: &str| RunError::Input(format!("--target {text}: {why}"));
     let (class, share) = text
         .split_once('=')
         .ok_or_else(|| bad("expected CLASS=SHARE"))?;
@@ -190,12 +276,12 @@ pub fn parse_target(text: &str, class_names: &[String]) -> Result<TuneTarget, Sw
 }
 
 /// The class whose quantum `path` is (`router.policy_classes.<class>.quantum`).
-pub fn quantum_class(path: &str, class_names: &[String]) -> Result<usize, SweepError> {
+pub fn quantum_class(path: &str, class_names: &[String]) -> Result<usize, RunError> {
     path.strip_prefix("router.policy_classes.")
         .and_then(|rest| rest.strip_suffix(".quantum"))
         .and_then(|class| class_names.iter().position(|c| c == class))
         .ok_or_else(|| {
-            SweepError::Input(format!(
+            RunError::Input(format!(
                 "--vary {path}: tune varies class quanta only (router.policy_classes.<class>.quantum with a class of {})",
                 class_names.join(", ")
             ))
@@ -204,10 +290,10 @@ pub fn quantum_class(path: &str, class_names: &[String]) -> Result<usize, SweepE
 
 /// What the search works with.
 struct Problem<'a> {
-    args: &'a TuneArgs,
-    paths: Vec<String>,
-    varied: Vec<usize>,
-    targets: Vec<TuneTarget>,
+    options: &'a TuneOptions,
+    /// The scenario's run; trials change its quanta and seed only.
+    spec: RunSpec,
+    seeds: Vec<u64>,
     /// The scenario's quanta, by class (only active classes count in the fluid model).
     quanta: Vec<f64>,
     active: Vec<bool>,
@@ -215,48 +301,20 @@ struct Problem<'a> {
     unit: f64,
 }
 
-/// Finds quanta for the targets of `args` (see the module docs).
-pub fn tune(args: &TuneArgs) -> Result<TuneOutcome, SweepError> {
-    let problem = Problem::new(args)?;
-    let neighbours = problem.varied.len() * NEIGHBOUR_FACTORS.len();
-    let pool = thread_pool(args.jobs, neighbours)?;
-    let mut aims: Vec<f64> = problem.targets.iter().map(|t| t.share).collect();
-    let fluid_start = problem.fluid_solve(&aims);
-    let mut trials: Vec<Trial> = Vec::new();
-    let mut next = fluid_start.clone();
-    for _ in 0..MAX_CONFIRM_ROUNDS {
-        if trials.iter().any(|t| t.quanta == next) {
-            break;
-        }
-        let trial = problem.trial(&next)?;
-        let met = trial.error <= args.tolerance;
-        for ((aim, target), achieved) in aims.iter_mut().zip(&problem.targets).zip(&trial.achieved)
-        {
-            if achieved.is_finite() {
-                *aim = (*aim + target.share - achieved).clamp(1e-3, 1.0 - 1e-3);
-            }
-        }
-        trials.push(trial);
-        if met {
-            break;
-        }
-        next = problem.fluid_solve(&aims);
-    }
-    let best = choose(&trials, args.tolerance).clone();
-    let neighbours = pool.install(|| problem.neighbours(&best.quanta))?;
-    Ok(TuneOutcome {
-        paths: problem.paths.clone(),
-        targets: problem.targets.clone(),
-        share_kind: args.share,
-        fluid_start,
-        quanta: best.quanta.clone(),
-        achieved: best.achieved.clone(),
-        error: best.error,
-        tolerance: args.tolerance,
-        met: best.error <= args.tolerance,
-        trials,
-        neighbours,
-    })
+/// One seed's shares of the targets, and the first-N it measured them over.
+struct SeedShares {
+    seed: u64,
+    metrics_prefix_n: u64,
+    shares: Vec<Option<f64>>,
+}
+
+/// Finds quanta for the targets of `options` (see the module docs). A share that no run
+/// can measure (classes never backlogged together) is an input error.
+pub fn tune(options: &TuneOptions) -> Result<TuneOutcome, RunError> {
+    let problem = Problem::new(options)?;
+    let moves = options.vary.len() * NEIGHBOUR_FACTORS.len();
+    let pool = thread_pool(options.jobs, moves.max(1) * problem.seeds.len())?;
+    pool.install(|| problem.solve())
 }
 
 /// The smallest quanta (by sum) within tolerance, else the trial with the least error.
@@ -271,117 +329,149 @@ fn choose(trials: &[Trial], tolerance: f64) -> &Trial {
 }
 
 impl<'a> Problem<'a> {
-    fn new(args: &'a TuneArgs) -> Result<Problem<'a>, SweepError> {
-        if !(args.tolerance > 0.0 && args.tolerance < 1.0) {
-            return Err(SweepError::Input("--tolerance must be in (0, 1)".into()));
-        }
-        let base = Scenario::load(&args.scenario)?;
-        let names = base.class_names().to_vec();
-        let targets = args
-            .targets
-            .iter()
-            .map(|t| parse_target(t, &names))
-            .collect::<Result<Vec<_>, _>>()?;
-        if targets.iter().map(|t| t.share).sum::<f64>() > 1.0 + 1e-9 {
-            return Err(SweepError::Input(
-                "the target shares add up to more than 1".into(),
-            ));
-        }
-        let paths: Vec<String> = match args.vary.is_empty() {
-            true => names
-                .iter()
-                .map(|n| format!("router.policy_classes.{n}.quantum"))
-                .collect(),
-            false => args.vary.clone(),
-        };
-        let varied = paths
-            .iter()
-            .map(|p| quantum_class(p, &names))
-            .collect::<Result<Vec<_>, _>>()?;
-        let seed = base.seed();
-        let metrics = run_once(&base, seed, 0, args.prefix_n)?;
-        let quanta = metrics
-            .classes
-            .iter()
-            .map(|c| c.quantum_tokens as f64)
-            .collect();
-        let active = metrics.classes.iter().map(|c| c.requests > 0).collect();
+    fn new(options: &'a TuneOptions) -> Result<Problem<'a>, RunError> {
+        check_options(options)?;
+        let scenario = &options.scenario;
+        let mut spec = RunSpec::from_scenario(scenario, scenario.seed());
+        spec.prefix_n = options.prefix_n;
+        let base = pipeline::execute(&spec)?;
+        let metrics = &base.metrics;
         let unit = base
-            .requests(seed)?
+            .result
+            .records
             .iter()
             .map(|r| r.input_tokens.max(1))
-            .min()
-            .unwrap_or(1) as f64;
+            .min();
         Ok(Problem {
-            args,
-            paths,
-            varied,
-            targets,
-            quanta,
-            active,
-            unit,
+            options,
+            seeds: pipeline::replication_seeds(scenario.seed(), options.seeds),
+            quanta: metrics
+                .classes
+                .iter()
+                .map(|c| c.quantum_tokens as f64)
+                .collect(),
+            active: metrics.classes.iter().map(|c| c.requests > 0).collect(),
+            unit: unit.unwrap_or(1) as f64,
+            spec,
         })
     }
 
-    /// The fluid model's quanta for the varied paths that give `aims` (per target).
+    /// The confirming trials, the chosen one and its neighbours.
+    fn solve(&self) -> Result<TuneOutcome, RunError> {
+        let tolerance = self.options.tolerance;
+        let targets = &self.options.targets;
+        let mut aims: Vec<f64> = targets.iter().map(|t| t.share).collect();
+        let fluid_start = self.fluid_solve(&aims);
+        let mut trials: Vec<Trial> = Vec::new();
+        let mut next = fluid_start.clone();
+        for _ in 0..MAX_CONFIRM_ROUNDS {
+            if trials.iter().any(|t| t.quanta == next) {
+                break;
+            }
+            let trial = self.trial(&next)?;
+            for ((aim, target), achieved) in aims.iter_mut().zip(targets).zip(&trial.achieved) {
+                *aim = (*aim + target.share - achieved.mean).clamp(1e-3, 1.0 - 1e-3);
+            }
+            let met = trial.error <= tolerance;
+            trials.push(trial);
+            if met {
+                break;
+            }
+            next = self.fluid_solve(&aims);
+        }
+        let best = choose(&trials, tolerance).clone();
+        let neighbours = self.neighbours(&best.quanta)?;
+        let names = self.spec.class_names();
+        Ok(TuneOutcome {
+            varied: self
+                .options
+                .vary
+                .iter()
+                .map(|&c| names[c].clone())
+                .collect(),
+            targets: targets.clone(),
+            share_kind: self.options.share,
+            seeds: self.seeds.clone(),
+            fluid_start,
+            quanta: best.quanta.clone(),
+            achieved: best.achieved.clone(),
+            error: best.error,
+            tolerance,
+            met: best.error <= tolerance,
+            trials,
+            neighbours,
+        })
+    }
+
+    /// The fluid model's quanta for the varied classes that give `aims` (per target).
     fn fluid_solve(&self, aims: &[f64]) -> Vec<u64> {
+        let varied = &self.options.vary;
         let aim_pairs: Vec<(usize, f64)> = self
+            .options
             .targets
             .iter()
             .map(|t| t.class_index)
             .zip(aims.iter().copied())
             .collect();
         let mut quanta = self.quanta.clone();
-        solve_fluid(&mut quanta, &self.active, &self.varied, &aim_pairs);
-        let scale_free = (0..quanta.len()).all(|c| !self.active[c] || self.varied.contains(&c));
+        solve_fluid(&mut quanta, &self.active, varied, &aim_pairs);
+        let scale_free = (0..quanta.len()).all(|c| !self.active[c] || varied.contains(&c));
         if scale_free {
-            let largest = self.varied.iter().map(|&c| quanta[c]).fold(0.0, f64::max);
+            let largest = varied.iter().map(|&c| quanta[c]).fold(0.0, f64::max);
             let factor = self.unit / largest;
-            for &c in &self.varied {
+            for &c in varied {
                 quanta[c] *= factor;
             }
         }
-        self.varied
+        varied
             .iter()
             .map(|&c| quanta[c].round().max(1.0) as u64)
             .collect()
     }
 
-    /// Runs the scenario with the varied quanta `values` and measures the targets.
-    fn measure(&self, values: &[u64]) -> Result<Vec<f64>, SweepError> {
-        let overrides: Vec<(String, String)> = self
-            .paths
-            .iter()
-            .cloned()
-            .zip(values.iter().map(|v| v.to_string()))
-            .collect();
-        let scenario = load_point(&self.args.scenario, &overrides)?;
-        let metrics = run_once(&scenario, scenario.seed(), 0, self.args.prefix_n)?;
-        Ok(self
-            .targets
-            .iter()
-            .map(|t| {
-                self.args
-                    .share
-                    .of(&metrics, t.class_index)
-                    .unwrap_or(f64::NAN)
+    /// Runs every seed with the varied quanta `values` and measures the targets, in seed
+    /// order whatever the threads.
+    fn measure(&self, values: &[u64]) -> Result<Vec<SeedShares>, RunError> {
+        let mut spec = self.spec.clone();
+        for (&class, &quantum) in self.options.vary.iter().zip(values) {
+            spec.set_quantum(class, quantum);
+        }
+        self.seeds
+            .par_iter()
+            .map(|&seed| {
+                let metrics = pipeline::execute(&spec.with_seed(seed))?.metrics;
+                let shares = self.options.targets.iter();
+                Ok(SeedShares {
+                    seed,
+                    metrics_prefix_n: metrics.prefix_n,
+                    shares: shares
+                        .map(|t| self.options.share.of(&metrics, t.class_index))
+                        .collect(),
+                })
             })
-            .collect())
+            .collect()
     }
 
-    fn trial(&self, quanta: &[u64]) -> Result<Trial, SweepError> {
-        let achieved = self.measure(quanta)?;
+    /// Target `target`'s spread over `seeds`, `None` if some seed could not measure it.
+    fn spread(seeds: &[SeedShares], target: usize) -> Option<Spread> {
+        let values: Option<Vec<f64>> = seeds.iter().map(|s| s.shares[target]).collect();
+        values.map(|v| Spread::of(&v))
+    }
+
+    fn trial(&self, quanta: &[u64]) -> Result<Trial, RunError> {
+        let seeds = self.measure(quanta)?;
+        let mut achieved = Vec::new();
+        for (i, target) in self.options.targets.iter().enumerate() {
+            let spread = Self::spread(&seeds, i)
+                .ok_or_else(|| self.unmeasurable(target, quanta, &seeds, i))?;
+            achieved.push(spread);
+        }
         let error = self
+            .options
             .targets
             .iter()
             .zip(&achieved)
-            .map(|(t, a)| {
-                if a.is_finite() {
-                    (a - t.share).abs()
-                } else {
-                    f64::INFINITY
-                }
-            })
+            .map(|(t, a)| (a.mean - t.share).abs())
             .fold(0.0, f64::max);
         Ok(Trial {
             quanta: quanta.to_vec(),
@@ -390,8 +480,33 @@ impl<'a> Problem<'a> {
         })
     }
 
+    /// The input error of a target share that a trial's run could not measure.
+    fn unmeasurable(
+        &self,
+        target: &TuneTarget,
+        quanta: &[u64],
+        seeds: &[SeedShares],
+        index: usize,
+    ) -> RunError {
+        let failed = seeds
+            .iter()
+            .find(|s| s.shares[index].is_none())
+            .expect("a seed without the share");
+        let share = self.options.share.words(failed.metrics_prefix_n);
+        RunError::Input(format!(
+            "{}'s {share} cannot be measured (quanta {}, seed {}): the classes are never \
+             backlogged together in this scenario, so every class gets what it asks for \
+             whatever its quantum; tune needs a workload whose classes wait for the workers \
+             at the same time",
+            target.class,
+            join(quanta),
+            failed.seed
+        ))
+    }
+
     /// The shares with each varied quantum moved by [`NEIGHBOUR_FACTORS`], in parallel.
-    fn neighbours(&self, solution: &[u64]) -> Result<Vec<Neighbour>, SweepError> {
+    fn neighbours(&self, solution: &[u64]) -> Result<Vec<Neighbour>, RunError> {
+        let names = self.spec.class_names();
         let moves: Vec<(usize, u64)> = (0..solution.len())
             .flat_map(|i| {
                 NEIGHBOUR_FACTORS
@@ -405,14 +520,50 @@ impl<'a> Problem<'a> {
             .map(|&(i, q)| {
                 let mut values = solution.to_vec();
                 values[i] = q;
+                let seeds = self.measure(&values)?;
                 Ok(Neighbour {
-                    path: self.paths[i].clone(),
+                    class: names[self.options.vary[i]].clone(),
+                    from: solution[i],
                     quantum: q,
-                    achieved: self.measure(&values)?,
+                    achieved: (0..self.options.targets.len())
+                        .map(|t| Self::spread(&seeds, t))
+                        .collect(),
                 })
             })
             .collect()
     }
+}
+
+/// Refuses options `tune` cannot work with, before any run.
+fn check_options(options: &TuneOptions) -> Result<(), RunError> {
+    if !(options.tolerance > 0.0 && options.tolerance < 1.0) {
+        return Err(RunError::Input("--tolerance must be in (0, 1)".into()));
+    }
+    if options.seeds == 0 {
+        return Err(RunError::Input("--seeds must be at least 1".into()));
+    }
+    // The most runs a tune makes: the confirming trials and the neighbours, each per seed,
+    // held to a sweep's bound.
+    let trials = MAX_CONFIRM_ROUNDS + options.vary.len() * NEIGHBOUR_FACTORS.len();
+    let runs = (trials as u64).saturating_mul(u64::from(options.seeds));
+    if runs > MAX_SWEEP_RUNS {
+        return Err(RunError::Input(format!(
+            "--seeds {}: up to {trials} trials x {} seeds = {runs} runs, more than the {MAX_SWEEP_RUNS} a tune may make",
+            options.seeds, options.seeds
+        )));
+    }
+    if options.targets.iter().map(|t| t.share).sum::<f64>() > 1.0 + 1e-9 {
+        return Err(RunError::Input(
+            "the target shares add up to more than 1".into(),
+        ));
+    }
+    let classes = options.scenario.class_names().len();
+    if options.vary.is_empty() || options.vary.iter().any(|&c| c >= classes) {
+        return Err(RunError::Input(format!(
+            "tune varies the quanta of 1 to {classes} of the scenario's classes"
+        )));
+    }
+    Ok(())
 }
 
 /// The fluid shares: each active class's quantum over the active classes' sum.
@@ -479,7 +630,7 @@ mod tests {
         assert_eq!((t.class_index, t.share), (1, 0.25));
         for bad in ["regular", "gold=0.5", "premium=x", "premium=1", "premium=0"] {
             let e = parse_target(bad, &names()).unwrap_err();
-            assert_eq!(e.exit_code(), 2);
+            assert!(matches!(e, RunError::Input(_)), "{e}");
             assert!(e.to_string().contains(bad), "{e}");
         }
     }
@@ -517,7 +668,7 @@ mod tests {
     fn the_smallest_quanta_within_tolerance_win() {
         let trial = |quanta: Vec<u64>, error: f64| Trial {
             quanta,
-            achieved: vec![0.8],
+            achieved: vec![Spread::of(&[0.8])],
             error,
         };
         let trials = vec![

@@ -161,4 +161,38 @@ mod tests {
         assert_eq!(a[..16], b[..16]);
         assert_ne!(a[16], b[16]);
     }
+
+    /// `count` requests released 1 ns apart, in row order.
+    fn burst(count: u64) -> Vec<RequestSpec> {
+        (0..count)
+            .map(|row| RequestSpec {
+                row,
+                arrival: SimTime::from_ns(row),
+                ..spec(vec![row], 8)
+            })
+            .collect()
+    }
+
+    fn rows(requests: &[RequestSpec]) -> Vec<u64> {
+        requests.iter().map(|r| r.row).collect()
+    }
+
+    #[test]
+    fn no_jitter_changes_nothing() {
+        assert_eq!(jitter_arrivals(burst(50), 3, 0), burst(50));
+    }
+
+    #[test]
+    fn jitter_reorders_a_burst_by_seed_within_its_bound() {
+        let a = jitter_arrivals(burst(50), 1, 1_000);
+        let b = jitter_arrivals(burst(50), 2, 1_000);
+        assert_eq!(a, jitter_arrivals(burst(50), 1, 1_000), "reproducible");
+        assert_ne!(rows(&a), rows(&b), "seed-dependent order");
+        assert_ne!(rows(&a), (0..50).collect::<Vec<_>>(), "reordered");
+        for r in &a {
+            let delay = r.arrival.as_ns() - r.row;
+            assert!(delay <= 1_000, "row {} delayed {delay} ns", r.row);
+        }
+        assert!(a.windows(2).all(|w| w[0].arrival <= w[1].arrival));
+    }
 }
