@@ -392,8 +392,19 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             path.display(),
             outcomes.len()
         );
+        let which = match args.quantile {
+            Some(q) => format!("{q}-quantile"),
+            None => "worst".to_string(),
+        };
         for o in &outcomes {
-            println!("  {}", format_outcome(o));
+            match args.seeds {
+                1 => println!("  {}", format_outcome(o)),
+                _ => println!(
+                    "  {}  [{which} of {seeds}: seed {}]",
+                    format_outcome(o),
+                    o.seed
+                ),
+            }
         }
         suites.push(JunitSuite {
             name: judgement.scenario.name().to_string(),

@@ -63,11 +63,7 @@ use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{RouterMode, SimConfig, TransportDelays};
 use crate::time::SimDuration;
-use crate::workload::RequestSpec;
-use crate::workload::synth::{SynthRequest, SynthWorkload};
-use crate::workload::trace::{self, TraceReader};
-use std::fs::File;
-use std::io::BufReader;
+use crate::workload::synth::SynthWorkload;
 use std::path::{Path, PathBuf};
 
 /// The router's periodic recheck, as Dynamo's (60 s).
@@ -282,49 +278,10 @@ impl Scenario {
         }
     }
 
-    /// The run's requests, sorted by arrival (ties in row order). Synthetic workloads draw
-    /// from `seed`; traces ignore it. Errors if a trace cannot be read.
-    /// With `delays.arrival_jitter_ns` each arrival is delayed by a seeded draw.
-    pub fn requests(&self, seed: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
-        let requests = match &self.workload {
-            Workload::Synthetic(_) => self
-                .synth_requests(seed)?
-                .into_iter()
-                .map(|r| r.spec)
-                .collect(),
-            Workload::Trace { path, block_size } => read_trace(path, *block_size)?,
-        };
-        Ok(crate::workload::jitter_arrivals(
-            requests,
-            seed,
-            self.arrival_jitter_ns,
-        ))
-    }
-
-    /// The synthetic requests with their pinned workers (empty for a trace workload).
-    pub fn synth_requests(&self, seed: u64) -> Result<Vec<SynthRequest>, ScenarioError> {
-        match &self.workload {
-            Workload::Synthetic(synth) => synth
-                .generate(seed)
-                .map_err(|e| self.error(validate::synth_error_path(&e), &e.message)),
-            Workload::Trace { .. } => Ok(Vec::new()),
-        }
-    }
-
     /// A plain-text summary for `routersim validate`: the scenario, the resolved classes
     /// (as [`crate::scheduling::policy::describe`] prints them), workers, workload and expectations.
     pub fn describe(&self) -> String {
         validate::describe(self)
-    }
-
-    fn error(&self, field_path: String, message: &str) -> ScenarioError {
-        ScenarioError {
-            file: self.file.display().to_string(),
-            line: None,
-            column: None,
-            field_path,
-            message: message.to_string(),
-        }
     }
 }
 
@@ -337,30 +294,6 @@ pub fn synth_error(file: &Path, error: &crate::workload::synth::SynthError) -> S
         field_path: validate::synth_error_path(error),
         message: error.message.clone(),
     }
-}
-
-/// All rows of a (previously scanned) trace, sorted by arrival.
-fn read_trace(path: &Path, block_size: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
-    let name = path.display().to_string();
-    let open = || {
-        File::open(path).map(BufReader::new).map_err(|e| {
-            ScenarioError::in_file(name.clone(), format!("cannot read the trace: {e}"))
-        })
-    };
-    let trace_error = |e: trace::TraceError| ScenarioError {
-        file: e.source_name.clone(),
-        line: Some(e.line),
-        column: None,
-        field_path: e.field.clone().unwrap_or_default(),
-        message: e.message,
-    };
-    let summary = trace::scan(open()?, &name, block_size).map_err(trace_error)?;
-    let mut requests: Vec<RequestSpec> = TraceReader::new(open()?, &name, block_size)
-        .with_origin_ms(summary.origin_ms)
-        .collect::<Result<_, _>>()
-        .map_err(trace_error)?;
-    requests.sort_by_key(|r| (r.arrival, r.row));
-    Ok(requests)
 }
 
 #[cfg(test)]

@@ -2,7 +2,69 @@
 
 use super::*;
 use crate::scheduling::types::WorkerWithDpRank;
+use crate::workload::RequestSpec;
+use crate::workload::synth::SynthRequest;
+use crate::workload::trace::{self, TraceReader};
+use std::fs::File;
+use std::io::BufReader;
 use std::path::Path;
+
+/// Test views of a scenario's requests (runs get theirs from `pipeline::RunSpec`).
+impl Scenario {
+    /// The run's requests, sorted by arrival (ties in row order). Synthetic workloads draw
+    /// from `seed`; traces ignore it. Errors if a trace cannot be read.
+    /// With `delays.arrival_jitter_ns` each arrival is delayed by a seeded draw.
+    /// A test view: runs get their requests from `pipeline::RunSpec`, the one pipeline.
+    pub fn requests(&self, seed: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
+        let requests = match &self.workload {
+            Workload::Synthetic(_) => self
+                .synth_requests(seed)?
+                .into_iter()
+                .map(|r| r.spec)
+                .collect(),
+            Workload::Trace { path, block_size } => read_trace(path, *block_size)?,
+        };
+        Ok(crate::workload::jitter_arrivals(
+            requests,
+            seed,
+            self.arrival_jitter_ns,
+        ))
+    }
+
+    /// The synthetic requests with their pinned workers (empty for a trace workload).
+    pub fn synth_requests(&self, seed: u64) -> Result<Vec<SynthRequest>, ScenarioError> {
+        match &self.workload {
+            Workload::Synthetic(synth) => synth
+                .generate(seed)
+                .map_err(|e| synth_error(&self.file, &e)),
+            Workload::Trace { .. } => Ok(Vec::new()),
+        }
+    }
+}
+
+/// All rows of a (previously scanned) trace, sorted by arrival.
+fn read_trace(path: &Path, block_size: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
+    let name = path.display().to_string();
+    let open = || {
+        File::open(path).map(BufReader::new).map_err(|e| {
+            ScenarioError::in_file(name.clone(), format!("cannot read the trace: {e}"))
+        })
+    };
+    let trace_error = |e: trace::TraceError| ScenarioError {
+        file: e.source_name.clone(),
+        line: Some(e.line),
+        column: None,
+        field_path: e.field.clone().unwrap_or_default(),
+        message: e.message,
+    };
+    let summary = trace::scan(open()?, &name, block_size).map_err(trace_error)?;
+    let mut requests: Vec<RequestSpec> = TraceReader::new(open()?, &name, block_size)
+        .with_origin_ms(summary.origin_ms)
+        .collect::<Result<_, _>>()
+        .map_err(trace_error)?;
+    requests.sort_by_key(|r| (r.arrival, r.row));
+    Ok(requests)
+}
 
 const WEIGHTED: &str = include_str!("../../scenarios/premium-vs-regular-weighted.yaml");
 

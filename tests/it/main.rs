@@ -1,5 +1,6 @@
 //! The integration tests, one binary grouped by intent.
 
+mod check_seeds;
 mod cli;
 mod fidelity;
 mod safety_bounds;
