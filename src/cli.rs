@@ -4,6 +4,7 @@ use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_SWEEP
 use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
 use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
+use crate::plan;
 use crate::report;
 use crate::report::chart::PlotError;
 use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
@@ -56,6 +57,9 @@ enum Command {
     Merge(MergeArgs),
     /// Find quanta that give target shares.
     Tune(TuneArgs),
+    /// Find the fewest (--minimize) or the most (--maximize) of one scenario parameter for
+    /// which every expectation holds on every seed and no run is overloaded.
+    Plan(PlanArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -217,6 +221,7 @@ pub fn main() -> i32 {
         Command::Sweep(args) => run_sweep(&args),
         Command::Merge(args) => run_merge(&args),
         Command::Tune(args) => run_tune(&args),
+        Command::Plan(args) => run_plan(&args),
     };
     match result {
         Ok(()) => 0,
@@ -783,4 +788,156 @@ fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
             args.tolerance, outcome.error
         ))),
     }
+}
+
+/// `routersim plan SCENARIO (--minimize PATH | --maximize PATH) --range LO..HI ...`.
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("goal").required(true).args(["minimize", "maximize"])))]
+struct PlanArgs {
+    /// The scenario file; its `expect:` block is the SLO.
+    scenario: PathBuf,
+    /// Find the smallest feasible value of this `--set` path (e.g. workers.count).
+    #[arg(long, value_name = "PATH")]
+    minimize: Option<String>,
+    /// Find the largest feasible value of this `--set` path (e.g. workload.rate_per_s).
+    #[arg(long, value_name = "PATH")]
+    maximize: Option<String>,
+    /// The range searched, inclusive: LO..HI.
+    #[arg(long, value_name = "LO..HI")]
+    range: String,
+    /// Replications per probe, with the seeds `sweep --seeds N` uses; a probe is feasible
+    /// only if every expectation holds on every seed.
+    #[arg(long, default_value_t = 1)]
+    seeds: u32,
+    /// Relative precision of a real parameter's answer.
+    #[arg(long, default_value_t = 0.01)]
+    precision: f64,
+    /// Override a scenario field for every probe (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+    /// Repeat the search for each value of PATH (a capacity table), e.g. workers.count=1,2,4,8.
+    #[arg(long = "for", value_name = "PATH=V1,V2,...")]
+    for_values: Option<String>,
+    /// Count an overloaded run as feasible.
+    #[arg(long)]
+    allow_overload: bool,
+    /// Worker threads for a probe's seeds (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Output directory (default: results/<scenario name>-plan/). It must be new, empty, or a
+    /// previous plan output: a rerun replaces the files routersim wrote there and keeps every
+    /// other file; any other directory is refused before the search starts.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also replace a previous output of another routersim command in the output directory
+    /// (only the files routersim wrote there).
+    #[arg(long)]
+    force: bool,
+    /// Print nothing but errors.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Parses `LO..HI`.
+fn parse_range(text: &str) -> Result<(f64, f64), CliError> {
+    let bad = || CliError::Input(format!("--range {text}: expected LO..HI, e.g. 1..64"));
+    let (lo, hi) = text.split_once("..").ok_or_else(bad)?;
+    let lo: f64 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: f64 = hi.trim().parse().map_err(|_| bad())?;
+    Ok((lo, hi))
+}
+
+/// Parses `--for PATH=V1,V2,...` into (path, values).
+fn parse_for(text: &str) -> Result<(String, Vec<String>), CliError> {
+    let (path, values) = text
+        .split_once('=')
+        .filter(|(p, v)| !p.trim().is_empty() && !v.trim().is_empty())
+        .ok_or_else(|| CliError::Input(format!("--for {text}: expected PATH=V1,V2,...")))?;
+    let values = values.split(',').map(|v| v.trim().to_string()).collect();
+    Ok((path.trim().to_string(), values))
+}
+
+fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
+    let started = std::time::Instant::now();
+    let overrides = parse_overrides(&args.set)?;
+    let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
+    let (goal, parameter) = match (&args.minimize, &args.maximize) {
+        (Some(p), None) => (plan::Goal::Minimize, p.clone()),
+        (None, Some(p)) => (plan::Goal::Maximize, p.clone()),
+        _ => {
+            return Err(CliError::Input(
+                "give one of --minimize or --maximize".into(),
+            ));
+        }
+    };
+    let options = plan::PlanOptions {
+        scenario: args.scenario.clone(),
+        overrides: overrides.clone(),
+        parameter,
+        goal,
+        range: parse_range(&args.range)?,
+        seeds: args.seeds,
+        precision: args.precision,
+        allow_overload: args.allow_overload,
+    };
+    plan::validate(&options)?;
+    let table = args.for_values.as_deref().map(parse_for).transpose()?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("results").join(format!("{}-plan", scenario.name())));
+    let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
+        .map_err(input)?;
+    let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
+    let rows = plan_rows(&options, table, &pool)?;
+    let mut files = vec![
+        ("plan.json".to_string(), plan::output::plan_json(&rows)),
+        ("plan.csv".to_string(), plan::output::plan_csv(&rows)),
+    ];
+    files.extend(plan::output::capacity_files(&rows).map_err(plot_bug)?);
+    target.write(&files).map_err(input)?;
+    if !args.quiet {
+        for row in &rows {
+            print!("{}", plan::output::describe(row));
+        }
+        let probes: usize = rows.iter().map(|r| r.plan.probes.len()).sum();
+        println!(
+            "{probes} probes x {} seeds in {:.1} s; wrote {}",
+            args.seeds,
+            started.elapsed().as_secs_f64(),
+            out.display()
+        );
+    }
+    match rows.iter().all(|r| r.plan.answer.is_some()) {
+        true => Ok(()),
+        false => Err(CliError::Expectation(
+            "nothing in the range is feasible".into(),
+        )),
+    }
+}
+
+/// One search, or one per `--for` value (each with that value set).
+fn plan_rows(
+    options: &plan::PlanOptions,
+    table: Option<(String, Vec<String>)>,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<plan::output::PlanRow>, CliError> {
+    let Some((path, values)) = table else {
+        let plan = plan::plan(options, pool)?;
+        return Ok(vec![plan::output::PlanRow {
+            for_value: None,
+            plan,
+        }]);
+    };
+    values
+        .into_iter()
+        .map(|value| {
+            let mut at = options.clone();
+            at.overrides.push((path.clone(), value.clone()));
+            Ok(plan::output::PlanRow {
+                plan: plan::plan(&at, pool)?,
+                for_value: Some((path.clone(), value)),
+            })
+        })
+        .collect()
 }

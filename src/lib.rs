@@ -2,14 +2,15 @@
 //!
 //! Layers (a module uses only the layers below it; tests/it/tidy.rs checks this):
 //! L0 `time`, `rng`, `bounds`, `yaml`; L1 `scheduling` | `engine`; L2 `mocker`, `workload`;
-//! L3 `sim`; L4 `scenario` | `report`; L5 `pipeline` (the one run pipeline); L6 `sweep`;
-//! L7 `cli`. L0 and L1 take text, not paths: only `bounds`' capped reader opens files there.
+//! L3 `sim`; L4 `scenario` | `report`; L5 `pipeline` (the one run pipeline); L6 `sweep`,
+//! `plan`; L7 `cli`. L0 and L1 take text, not paths: only `bounds`' capped reader opens files there.
 
 pub mod bounds;
 pub mod cli;
 pub mod engine;
 pub mod mocker;
 pub mod pipeline;
+pub mod plan;
 pub mod report;
 pub mod rng;
 pub mod scenario;

@@ -43,6 +43,8 @@ pub enum OutputKind {
     Replay,
     /// `routersim sweep` (whole or one shard) and `routersim merge`.
     Sweep,
+    /// `routersim plan`: a capacity search's files.
+    Plan,
 }
 
 impl OutputKind {
@@ -52,6 +54,7 @@ impl OutputKind {
             OutputKind::Run => "run",
             OutputKind::Replay => "replay",
             OutputKind::Sweep => "sweep",
+            OutputKind::Plan => "plan",
         }
     }
 }

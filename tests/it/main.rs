@@ -3,6 +3,7 @@
 mod check_seeds;
 mod cli;
 mod fidelity;
+mod plan;
 mod safety_bounds;
 mod safety_hang;
 mod safety_output;

@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Layer of each top-level module; a module may use only modules of lower layers.
-const LAYERS: [(&str, u8); 15] = [
+const LAYERS: [(&str, u8); 16] = [
     ("time", 0),
     ("rng", 0),
     ("bounds", 0),
@@ -18,6 +18,7 @@ const LAYERS: [(&str, u8); 15] = [
     ("report", 4),
     ("pipeline", 5),
     ("sweep", 6),
+    ("plan", 6),
     ("cli", 7),
     ("main", 7),
 ];

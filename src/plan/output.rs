@@ -1,0 +1,357 @@
+//! What `routersim plan` reports: `plan.json`, `plan.csv`, the `capacity` chart and the
+//! terminal answer. Pure functions of the plans; `report::output` writes the files.
+
+use super::{Goal, Plan, Probe, format_value};
+use crate::report::chart::{
+    Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
+};
+use crate::report::evaluate::{ExpectationOutcome, aggregate};
+use crate::report::expect::number;
+use serde_json::{Value, json};
+
+/// One search of a `--for` table: the `--for` value it ran with (none without `--for`).
+#[derive(Clone, Debug)]
+pub struct PlanRow {
+    /// `(path, value)` of the `--for` axis, if any.
+    pub for_value: Option<(String, String)>,
+    /// The search.
+    pub plan: Plan,
+}
+
+/// Each expectation's worst outcome over a probe's seeds.
+fn worst(probe: &Probe) -> Vec<ExpectationOutcome> {
+    let per_seed: Vec<Vec<ExpectationOutcome>> =
+        probe.runs.iter().map(|r| r.outcomes.clone()).collect();
+    aggregate(&per_seed)
+}
+
+/// The expectation closest to failing at the answer: (label, value, bound, margin, seed).
+fn binding(plan: &Plan) -> Value {
+    let Some(probe) = plan.answer.and_then(|a| plan.probe_at(a)) else {
+        return Value::Null;
+    };
+    let closest = worst(probe)
+        .into_iter()
+        .min_by(|a, b| relative_margin(a).total_cmp(&relative_margin(b)));
+    match closest {
+        None => Value::Null,
+        Some(o) => json!({
+            "expectation": o.label,
+            "value": o.measured,
+            "bound": o.bound.to_string(),
+            "margin": o.measured.map(|v| o.bound.margin(v)),
+            "seed": o.seed,
+        }),
+    }
+}
+
+/// The margin as a fraction of the bound's own size, so that bounds in different units
+/// (ms, counts, shares) compare: the binding expectation is the relatively closest.
+fn relative_margin(o: &ExpectationOutcome) -> f64 {
+    use crate::report::expect::Bound;
+    let Some(value) = o.measured else {
+        return f64::NEG_INFINITY;
+    };
+    let scale = match o.bound {
+        Bound::AtLeast(v) | Bound::AtMost(v) | Bound::Tolerance(v) => v.abs(),
+        Bound::Within { lo, hi } => (hi - lo).abs() / 2.0,
+    };
+    o.bound.margin(value) / scale.max(1e-12)
+}
+
+fn probe_json(probe: &Probe) -> Value {
+    let expectations: Vec<Value> = worst(probe)
+        .iter()
+        .map(|o| {
+            json!({"expectation": o.label, "worst_value": o.measured,
+                   "bound": o.bound.to_string(), "passed": o.passed, "worst_seed": o.seed})
+        })
+        .collect();
+    json!({
+        "value": probe.value,
+        "feasible": probe.feasible,
+        "overloaded": probe.overloaded(),
+        "expectations": expectations,
+    })
+}
+
+fn plan_json_value(row: &PlanRow) -> Value {
+    let plan = &row.plan;
+    let contradictions: Vec<Value> = plan
+        .contradictions
+        .iter()
+        .map(|(feasible, infeasible)| json!({"feasible": feasible, "infeasible": infeasible}))
+        .collect();
+    json!({
+        "parameter": plan.parameter,
+        "goal": plan.goal.name(),
+        "range": [plan.range.0, plan.range.1],
+        "integer": plan.integer,
+        "for": row.for_value.as_ref().map(|(p, v)| json!({"parameter": p, "value": v})),
+        "answer": plan.answer,
+        "bracket": {"infeasible": plan.bracket.0, "feasible": plan.bracket.1},
+        "binding": binding(plan),
+        "non_monotone": contradictions,
+        "probes": plan.probes.iter().map(probe_json).collect::<Vec<_>>(),
+    })
+}
+
+/// `plan.json`: one search as an object, or a `--for` table as `{"table": [...]}`.
+pub fn plan_json(rows: &[PlanRow]) -> Vec<u8> {
+    let value = match rows {
+        [one] if one.for_value.is_none() => plan_json_value(one),
+        _ => json!({"table": rows.iter().map(plan_json_value).collect::<Vec<_>>()}),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of plain values");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// `plan.csv`: one row per probe and seed, with every expectation's value and verdict.
+pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
+    let labels: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.plan.probes.first())
+        .flat_map(|p| p.runs.first())
+        .flat_map(|r| r.outcomes.iter().map(|o| o.label.clone()))
+        .take_while({
+            let mut seen = std::collections::BTreeSet::new();
+            move |l| seen.insert(l.clone())
+        })
+        .collect();
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header = vec![
+        "for".to_string(),
+        "parameter".into(),
+        "value".into(),
+        "seed".into(),
+        "overloaded".into(),
+        "feasible".into(),
+    ];
+    for label in &labels {
+        header.push(format!("{label}.value"));
+        header.push(format!("{label}.passed"));
+    }
+    w.write_record(&header).expect("writing to memory");
+    for row in rows {
+        let for_cell = row
+            .for_value
+            .as_ref()
+            .map(|(p, v)| format!("{p}={v}"))
+            .unwrap_or_default();
+        for probe in &row.plan.probes {
+            for run in &probe.runs {
+                let mut record = vec![
+                    for_cell.clone(),
+                    row.plan.parameter.clone(),
+                    format_value(probe.value),
+                    run.seed.to_string(),
+                    run.overloaded.map(|o| o.to_string()).unwrap_or_default(),
+                    probe.feasible.to_string(),
+                ];
+                for o in &run.outcomes {
+                    record.push(o.measured.map(number).unwrap_or_default());
+                    record.push(o.passed.to_string());
+                }
+                record.resize(header.len(), String::new());
+                w.write_record(&record).expect("writing to memory");
+            }
+        }
+    }
+    w.into_inner().expect("writing to memory")
+}
+
+/// `capacity.png/.svg`: without `--for`, each expectation's worst value over seeds against
+/// the parameter (log axis when every figure is a latency), its bound as a line, the feasible
+/// side shaded; with `--for`, the answer against the `--for` values.
+pub fn capacity_files(rows: &[PlanRow]) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    let chart = match rows {
+        [one] if one.for_value.is_none() => figures_chart(&one.plan),
+        _ => table_chart(rows),
+    };
+    render_files("capacity", &chart)
+}
+
+fn figures_chart(plan: &Plan) -> Chart {
+    let mut probes: Vec<&Probe> = plan.probes.iter().collect();
+    probes.sort_by(|a, b| a.value.total_cmp(&b.value));
+    let worsts: Vec<Vec<ExpectationOutcome>> = probes.iter().map(|p| worst(p)).collect();
+    let labels: Vec<String> = worsts
+        .first()
+        .map(|w| w.iter().map(|o| o.label.clone()).collect())
+        .unwrap_or_default();
+    let latency_only = !plan.latency_figures.is_empty() && plan.latency_figures.iter().all(|l| *l);
+    let mut all_y: Vec<f64> = Vec::new();
+    let mut series = Vec::new();
+    for (i, label) in labels.iter().enumerate() {
+        let points: Vec<(f64, f64)> = probes
+            .iter()
+            .zip(&worsts)
+            .filter_map(|(p, w)| Some((p.value, w.get(i)?.measured?)))
+            .filter(|(_, y)| !latency_only || *y > 0.0)
+            .collect();
+        all_y.extend(points.iter().map(|p| p.1));
+        let mut s = Series::measured(label.clone(), i, points);
+        s.markers = true;
+        series.push(s);
+    }
+    let references = bound_lines(&worsts, &mut all_y);
+    let x = Axis::linear(&plan.parameter, (plan.range.0, plan.range.1));
+    let y = match latency_only {
+        true => Axis::log_over("worst value over seeds (ms)", all_y.iter().copied()),
+        false => Axis::linear("worst value over seeds", value_range(&all_y)),
+    };
+    let title = match plan.answer {
+        Some(a) => format!(
+            "plan: {} {} = {}",
+            plan.goal.name(),
+            plan.parameter,
+            format_value(a)
+        ),
+        None => format!("plan: nothing in range is feasible for {}", plan.parameter),
+    };
+    let mut chart = Chart::new("capacity", &title, x, y, LegendCorner::UpperRight);
+    chart.series = series;
+    chart.references = references;
+    chart.shading = plan.answer.map(|a| Shading {
+        label: "feasible".into(),
+        windows: vec![match plan.goal {
+            Goal::Minimize => (a, plan.range.1),
+            Goal::Maximize => (plan.range.0, a),
+        }],
+    });
+    chart
+}
+
+/// A horizontal line per expectation bound (both ends of a `within`).
+fn bound_lines(worsts: &[Vec<ExpectationOutcome>], all_y: &mut Vec<f64>) -> Vec<ReferenceLine> {
+    use crate::report::expect::Bound;
+    let Some(first) = worsts.first() else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for (i, o) in first.iter().enumerate() {
+        let ats = match o.bound {
+            Bound::AtLeast(v) | Bound::AtMost(v) | Bound::Tolerance(v) => vec![v],
+            Bound::Within { lo, hi } => vec![lo, hi],
+        };
+        for at in ats {
+            all_y.push(at);
+            lines.push(ReferenceLine {
+                direction: Direction::Horizontal,
+                at,
+                label: format!("{} {}", o.label, o.bound),
+                class: Some(i),
+            });
+        }
+    }
+    lines
+}
+
+fn value_range(values: &[f64]) -> (f64, f64) {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match lo.is_finite() && hi.is_finite() && hi > lo {
+        true => (lo.min(0.0), hi * 1.05),
+        false => (0.0, 1.0),
+    }
+}
+
+fn table_chart(rows: &[PlanRow]) -> Chart {
+    let points: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((i as f64, r.plan.answer?)))
+        .collect();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            r.for_value
+                .as_ref()
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    let for_path = rows
+        .first()
+        .and_then(|r| r.for_value.as_ref().map(|(p, _)| p.clone()))
+        .unwrap_or_default();
+    let parameter = rows
+        .first()
+        .map(|r| r.plan.parameter.clone())
+        .unwrap_or_default();
+    let answers: Vec<f64> = points.iter().map(|p| p.1).collect();
+    let x = Axis::categories(&for_path, &names);
+    let y = Axis::linear(&parameter, value_range(&answers));
+    let mut chart = Chart::new(
+        "capacity",
+        &format!("capacity table: {parameter} for each {for_path}"),
+        x,
+        y,
+        LegendCorner::UpperLeft,
+    );
+    let mut series = Series::measured(format!("answer ({})", rows[0].plan.goal.name()), 0, points);
+    series.markers = true;
+    chart.series = vec![series];
+    chart
+}
+
+/// The terminal answer, e.g. `workers.count = 3: premium ttft p99 = 96 (at most 1500), ...;
+/// workers.count = 2 fails: regular ttft p99 = 15372 (at most 6000)`.
+pub fn describe(row: &PlanRow) -> String {
+    let plan = &row.plan;
+    let prefix = row
+        .for_value
+        .as_ref()
+        .map(|(p, v)| format!("{p}={v}: "))
+        .unwrap_or_default();
+    let mut out = match plan.answer.and_then(|a| plan.probe_at(a)) {
+        Some(probe) => format!(
+            "{prefix}{} = {}: {}",
+            plan.parameter,
+            format_value(probe.value),
+            verdicts(probe, false)
+        ),
+        None => format!(
+            "{prefix}{}: nothing in {}..{} is feasible",
+            plan.parameter,
+            format_value(plan.range.0),
+            format_value(plan.range.1)
+        ),
+    };
+    if let Some(probe) = plan.bracket.0.and_then(|b| plan.probe_at(b)) {
+        out += &format!(
+            "; {} = {} fails: {}",
+            plan.parameter,
+            format_value(probe.value),
+            verdicts(probe, true)
+        );
+    }
+    for (feasible, infeasible) in &plan.contradictions {
+        out += &format!(
+            "\n  warning: not monotone: {} passes but {} fails",
+            format_value(*feasible),
+            format_value(*infeasible)
+        );
+    }
+    out + "\n"
+}
+
+/// The worst verdicts of a probe (only the failing ones when `failing`), plus overload.
+fn verdicts(probe: &Probe, failing: bool) -> String {
+    let mut parts: Vec<String> = worst(probe)
+        .iter()
+        .filter(|o| !failing || !o.passed)
+        .map(|o| {
+            let value = o.measured.map_or_else(|| "n/a".to_string(), number);
+            format!("{} = {value} ({})", o.label, o.bound)
+        })
+        .collect();
+    if probe.overloaded() {
+        parts.push("overloaded".into());
+    }
+    if parts.is_empty() {
+        return "no expectation (and not overloaded)".into();
+    }
+    parts.join(", ")
+}
