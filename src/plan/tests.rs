@@ -60,7 +60,7 @@ fn integer_maximize_finds_the_most_feasible() {
 fn real_maximize_bisects_to_the_precision_on_the_feasible_side() {
     let ((answer, (bad, good)), _) = search(Goal::Maximize, false, (1.0, 200.0), |v| v <= 57.3);
     let answer = answer.unwrap();
-    assert!(answer <= 57.3 && answer >= 57.3 * 0.99, "{answer}");
+    assert!((57.3 * 0.99..=57.3).contains(&answer), "{answer}");
     assert_eq!(good, Some(answer));
     assert!(bad.unwrap() > 57.3);
 }
