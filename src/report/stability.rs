@@ -279,7 +279,8 @@ mod tests {
         }
         let s = Stability::measure(&records, 0);
         assert_eq!(s.overloaded, Some(true), "{s:?}");
-        assert_eq!(s.in_system_second_half, s.in_system_first_half);
+        assert!(!s.grew(), "nothing piles up: rejected requests leave at once");
+        assert!(s.fell_behind());
     }
 
     #[test]
