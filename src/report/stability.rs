@@ -279,7 +279,10 @@ mod tests {
         }
         let s = Stability::measure(&records, 0);
         assert_eq!(s.overloaded, Some(true), "{s:?}");
-        assert!(!s.grew(), "nothing piles up: rejected requests leave at once");
+        assert!(
+            !s.grew(),
+            "nothing piles up: rejected requests leave at once"
+        );
         assert!(s.fell_behind());
     }
 
