@@ -13,9 +13,11 @@
 //! where the slack is `max(`[`MIN_SLACK_REQUESTS`]`, `[`SLACK_CAPACITY_FRAC`]` × capacity)`
 //! requests and the capacity is the workers' total `max_num_seqs` (every rank's batch): a
 //! system filling its batches holds more requests without falling behind. Fewer than
-//! [`MIN_REQUESTS`] requests, or an arrival window of zero length (a burst), is too short to
-//! judge. Every figure is a pure function of the records (integer nanoseconds).
+//! [`MIN_REQUESTS`] requests, or an arrival window shorter than [`MIN_WINDOW_SERVICES`] times
+//! the fastest completed request's end-to-end latency (a burst: no steady state to judge), is
+//! too short to judge. Every figure is a pure function of the records (integer nanoseconds).
 
+use super::expect::number;
 use crate::sim::{RequestRecord, Status};
 use crate::time::SimTime;
 
@@ -29,6 +31,8 @@ pub const MIN_SLACK_REQUESTS: f64 = 2.0;
 pub const SLACK_CAPACITY_FRAC: f64 = 0.1;
 /// Fewer requests than this are too short to judge.
 pub const MIN_REQUESTS: u64 = 50;
+/// The arrival window must span this many of the fastest request's end-to-end latency.
+pub const MIN_WINDOW_SERVICES: u64 = 10;
 
 /// The stability measurements of a run and the verdict.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -53,6 +57,8 @@ pub struct Stability {
     pub capacity_seqs: u64,
     /// Requests in the system over time: `(time, count)` after every change, in time order.
     pub curve: Vec<(SimTime, u64)>,
+    /// The shortest end-to-end latency of a completed request, in ns (0: none completed).
+    pub fastest_e2e_ns: u64,
     requests: u64,
 }
 
@@ -88,6 +94,7 @@ impl Stability {
             completions_second_half,
             capacity_seqs,
             curve,
+            fastest_e2e_ns: fastest_e2e_ns(records),
             requests: records.len() as u64,
         }
         .with_capacity(capacity_seqs)
@@ -122,8 +129,15 @@ impl Stability {
                 "too short to judge: {n} requests, fewer than {MIN_REQUESTS}"
             ));
         }
-        if self.window_end == self.window_start {
-            return Some("too short to judge: every request arrived at once".to_string());
+        let window_ns = self.window_end.as_ns() - self.window_start.as_ns();
+        let needed_ns = MIN_WINDOW_SERVICES * self.fastest_e2e_ns;
+        if window_ns == 0 || window_ns < needed_ns {
+            return Some(format!(
+                "too short to judge: the arrival window ({} ms) spans fewer than \
+                 {MIN_WINDOW_SERVICES} times the fastest request ({} ms): a burst",
+                number(window_ns as f64 / 1e6),
+                number(self.fastest_e2e_ns as f64 / 1e6)
+            ));
         }
         None
     }
@@ -164,6 +178,18 @@ impl Stability {
             None => "too short to judge",
         }
     }
+}
+
+fn fastest_e2e_ns(records: &[RequestRecord]) -> u64 {
+    records
+        .iter()
+        .filter(|r| r.status == Status::Completed)
+        .filter_map(|r| {
+            r.completion
+                .map(|c| c.as_ns().saturating_sub(r.arrival.as_ns()))
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 fn rate(count: u64, span_s: f64) -> f64 {
@@ -296,7 +322,16 @@ mod tests {
         );
         let burst = Stability::measure(&run(60, 0, |i| i + 1), 0);
         assert_eq!(burst.overloaded, None);
-        assert!(burst.reason.unwrap().contains("at once"));
+        assert!(burst.reason.unwrap().ends_with(": a burst"));
+        // 60 arrivals 1 ms apart (a 59 ms window) of at least 6 ms each: under 10 services.
+        let near_burst = Stability::measure(&run(60, 1, |i| 6 + i), 0);
+        assert_eq!(
+            near_burst.reason.as_deref(),
+            Some(
+                "too short to judge: the arrival window (59 ms) spans fewer than 10 times the fastest request (6 ms): a burst"
+            )
+        );
+        assert_eq!(Stability::measure(&run(60, 1, |i| 5 + i), 0).reason, None);
         assert_eq!(Stability::measure(&[], 0).overloaded, None);
     }
 
