@@ -309,6 +309,9 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     println!("{} (seed {})", spec.name, spec.seed());
     print!("{}", report::table::class_table(&run.metrics));
+    if let Some(warning) = run.metrics.stability.warning() {
+        println!("{warning}");
+    }
     if !outcomes.is_empty() {
         let passed = outcomes.iter().filter(|o| o.passed).count();
         println!(
@@ -383,7 +386,8 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
         let judgement = Judgement::new(scenario)?;
-        let per_seed = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
+        let judged = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
+        let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
         let outcomes = match args.quantile {
             Some(q) => aggregate_quantile(&per_seed, q),
             None => aggregate(&per_seed),
@@ -410,6 +414,10 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
                     o.seed
                 ),
             }
+        }
+        // One line per overloaded seed: a stability warning is about a run, not a verdict.
+        for warning in warnings.iter().flatten() {
+            println!("  {warning}");
         }
         suites.push(JunitSuite {
             name: judgement.scenario.name().to_string(),
@@ -449,11 +457,12 @@ fn check_replication_args(args: &CheckArgs) -> Result<(), CliError> {
 }
 
 /// Runs every replication of a judged scenario in parallel; returns each seed's verdicts
-/// (with a failed line for a run a limit cut short), in replication order.
+/// (with a failed line for a run a limit cut short) and its overload warning, in
+/// replication order.
 fn judge_replications(
     judgement: &Judgement,
     args: &CheckArgs,
-) -> Result<Vec<Vec<ExpectationOutcome>>, CliError> {
+) -> Result<Vec<SeedVerdicts>, CliError> {
     let runs = args.seeds as usize;
     let pool = sweep::run::thread_pool(args.jobs, runs).map_err(CliError::from)?;
     pool.install(|| {
@@ -464,11 +473,14 @@ fn judge_replications(
     })
 }
 
+/// One seed's verdicts and its overload warning (with the seed), if it was overloaded.
+type SeedVerdicts = (Vec<ExpectationOutcome>, Option<String>);
+
 fn judge_one(
     judgement: &Judgement,
     replication: u32,
     replications: u32,
-) -> Result<Vec<ExpectationOutcome>, CliError> {
+) -> Result<SeedVerdicts, CliError> {
     let started = std::time::Instant::now();
     let JudgedRun {
         spec,
@@ -481,7 +493,9 @@ fn judge_one(
     for o in &mut outcomes {
         o.wall_time_s = wall_time_s;
     }
-    Ok(outcomes)
+    let seed = spec.seed();
+    let warning = output.metrics.stability.warning();
+    Ok((outcomes, warning.map(|w| format!("{w} (seed {seed})"))))
 }
 
 /// Reads `--engine` / `--router` values: inline JSON if it starts with `{`, else a file.

@@ -230,12 +230,20 @@ impl RunSpec {
 pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
     let requests = spec.requests()?;
     let result = sim::run(spec.config.clone(), requests).map_err(RunError::Bug)?;
-    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens);
+    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens)
+        .with_capacity_seqs(capacity_seqs(&spec.config));
     let metrics = match spec.prefix_n {
         Some(n) => metrics.with_prefix_n(n),
         None => metrics,
     };
     Ok(RunOutput { result, metrics })
+}
+
+/// The workers' total `max_num_seqs` over every data-parallel rank: the batch room that lets
+/// requests in the system grow without the run falling behind (see `report::stability`).
+fn capacity_seqs(config: &SimConfig) -> u64 {
+    let engine = &config.engine;
+    u64::from(config.worker_count) * u64::from(engine.dp_size.max(1)) * engine.max_num_seqs
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is

@@ -7,6 +7,7 @@
 
 use super::expect::{Bound, Expectation, Figure};
 use super::metrics::RunMetrics;
+use super::slo::LatencyBounds;
 use std::collections::BTreeMap;
 
 pub use super::expect::number;
@@ -65,7 +66,9 @@ fn evaluate_one(
         measured: measured.as_ref().ok().copied(),
         bound: e.bound(),
         passed: measured.as_ref().is_ok_and(|&v| e.bound().holds(v)),
-        reason: measured.err(),
+        reason: measured
+            .err()
+            .or_else(|| overload_note(e.figure(), metrics)),
         seed: run.seed,
         wall_time_s: run.wall_time_s,
     }
@@ -193,7 +196,45 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
         Figure::TokenShare { class: c } => m
             .token_share_gap(class(m, c)?)
             .ok_or_else(|| "no service while two or more classes were backlogged".to_string()),
+        Figure::Attainment {
+            class: c,
+            ttft_ms,
+            e2e_ms,
+        } => {
+            let bounds = LatencyBounds {
+                ttft_ns: ttft_ms.map(ms_to_ns),
+                e2e_ns: e2e_ms.map(ms_to_ns),
+            };
+            m.attainment(class(m, c)?, bounds)
+                .ok_or_else(|| format!("{c} had no requests"))
+        }
+        Figure::Throughput { class: c, metric } => {
+            let c = c.as_deref().map(|c| class(m, c)).transpose()?;
+            m.window_throughput(c, *metric)
+                .ok_or_else(|| "no completion after the first arrival".to_string())
+        }
+        Figure::Stable => stable(m),
     }
+}
+
+/// A bound in ms as whole ns (rounded, so that a bound of 0.5 ns is not lost).
+fn ms_to_ns(v: f64) -> u64 {
+    (v * 1e6).round() as u64
+}
+
+/// 1 for a run that kept up, 0 for an overloaded one; a run too short to judge fails with
+/// its reason, because a gate that demands stability must not pass on no evidence.
+fn stable(m: &RunMetrics) -> Result<f64, String> {
+    match (m.stability.overloaded, &m.stability.reason) {
+        (Some(overloaded), _) => Ok(if overloaded { 0.0 } else { 1.0 }),
+        (None, reason) => Err(reason.clone().unwrap_or_default()),
+    }
+}
+
+/// Why a measured stability figure failed: the overload it saw.
+fn overload_note(figure: &Figure, m: &RunMetrics) -> Option<String> {
+    let warning = (figure == &Figure::Stable).then(|| m.stability.warning())??;
+    Some(warning.trim_start_matches("warning: ").to_string())
 }
 
 /// `class`'s share of the first `n` completions. Unlike `prefix_count`, which counts what
@@ -357,6 +398,72 @@ mod tests {
             .map(|(row, &class)| done(row as u64, class, Path::Queued, [0, 0, row as u64 + 1]))
             .collect();
         RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])
+    }
+
+    #[test]
+    fn attainment_and_throughput_on_a_hand_built_run() {
+        // Premium rows 0, 2, 3 end at 1, 3, 4 ms; regular rows 1, 4 at 2, 5 ms; all arrive at 0.
+        let run = hand_built_run();
+        let outcomes = evaluate(
+            &parse(
+                "
+- {attainment: {class: premium, ttft_ms: 3}, at_least: 0.6}
+- {attainment: {class: premium, ttft_ms: 3, e2e_ms: 1}, at_least: 0.5}
+- {attainment: {class: regular, e2e_ms: 5}, within: [1, 1]}
+- {throughput: {class: premium, metric: throughput_rps}, at_least: 600}
+- {throughput: {metric: throughput_rps}, at_least: 1001}
+- {throughput: {class: regular, metric: output_tokens_per_s}, within: [400, 400]}
+",
+            ),
+            &run,
+            &BTreeMap::new(),
+            RUN,
+        );
+        let values: Vec<_> = outcomes.iter().map(|o| o.measured.unwrap()).collect();
+        let want = [2.0 / 3.0, 1.0 / 3.0, 1.0, 600.0, 1000.0, 400.0];
+        for (got, want) in values.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{values:?}");
+        }
+        let passed: Vec<_> = outcomes.iter().map(|o| o.passed).collect();
+        assert_eq!(passed, [true, false, true, true, false, true]);
+        assert_eq!(
+            format_outcome(&outcomes[4]),
+            "FAIL  total throughput_rps = 1000  (at least 1001)"
+        );
+    }
+
+    /// `n` requests 10 ms apart on one class, each taking `service(i)` ms.
+    fn open_loop_run(n: u64, service: impl Fn(u64) -> u64) -> RunMetrics {
+        let records = (0..n)
+            .map(|i| done(i, 0, Path::Queued, [10 * i, 10 * i, 10 * i + service(i)]))
+            .collect();
+        RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])
+    }
+
+    #[test]
+    fn stable_passes_a_steady_run_and_fails_an_overloaded_or_short_one() {
+        let stable = parse("- {stable: true}");
+        let judge = |m: &RunMetrics| evaluate(&stable, m, &BTreeMap::new(), RUN).remove(0);
+        let steady = judge(&open_loop_run(100, |_| 25));
+        assert!(steady.passed, "{}", format_outcome(&steady));
+        assert_eq!((steady.measured, steady.reason), (Some(1.0), None));
+        let overloaded = judge(&open_loop_run(100, |i| 5 * i + 15));
+        assert!(!overloaded.passed);
+        assert_eq!(overloaded.measured, Some(0.0));
+        let line = format_outcome(&overloaded);
+        assert!(
+            line.starts_with(
+                "FAIL  stable (1 = kept up with the offered load) = 0  (at least 1): overloaded: \
+                 requests in the system grew from "
+            ),
+            "{line}"
+        );
+        let short = judge(&open_loop_run(10, |_| 25));
+        assert!(!short.passed);
+        assert_eq!(
+            short.reason.as_deref(),
+            Some("too short to judge: 10 requests, fewer than 50")
+        );
     }
 
     #[test]

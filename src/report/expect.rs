@@ -14,6 +14,10 @@
 //!   - {prefix_count: {class: premium, n: 320}, minus: premium-vs-regular-equal.yaml, at_least: 60}
 //!   - {latency: {class: premium, metric: ttft_ms_p99}, at_most: 500}
 //!   - {token_share: {class: premium}, tolerance: 0.05}
+//!   - {attainment: {class: premium, ttft_ms: 2000, e2e_ms: 10000}, at_least: 0.99}
+//!   - {throughput: {class: premium, metric: throughput_rps}, at_least: 10}
+//!   - {throughput: {metric: output_tokens_per_s}, at_least: 4000}
+//!   - {stable: true}
 //! ```
 //!
 //! `minus: OTHER.yaml` compares with the same figure measured on a companion scenario (a path
@@ -22,9 +26,12 @@
 //! [`Expectation::parse`] is the only way to build an [`Expectation`], so every value of that
 //! type holds these rules: classes exist, counts start at 1, `growth` has `from < to`, the
 //! latency metric is known, bounds are finite with `lo <= hi`, `tolerance` (>= 0) goes with
-//! `token_share` only, and a `prefix_share` bound lies in [0, 1] ([-1, 1] with `minus`).
+//! `token_share` only, a `prefix_share` bound lies in [0, 1] ([-1, 1] with `minus`), an
+//! `attainment` has a positive `ttft_ms` and/or `e2e_ms` and an `at_least` or `within` bound
+//! in [0, 1], a throughput metric is known, and `stable` is `true` with no bound or `minus`.
 
 use super::metrics::LatencyMetric;
+use super::slo::ThroughputMetric;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -50,6 +57,13 @@ pub struct RawExpectation {
     /// The gap between `class`'s share of uncached-token service and its ideal DRR share,
     /// over the windows in which two or more classes are backlogged.
     pub token_share: Option<TokenShare>,
+    /// The fraction of `class`'s requests that completed within every given latency bound.
+    pub attainment: Option<AttainmentFigure>,
+    /// Completed requests or output tokens per second of `class` (all classes without one),
+    /// over the run's measured window.
+    pub throughput: Option<ThroughputFigure>,
+    /// `true`: the run kept up with its offered load (not overloaded). Takes no bound.
+    pub stable: Option<bool>,
     /// A companion scenario whose same figure is subtracted from this one's.
     pub minus: Option<String>,
     /// Inclusive range `[lo, hi]`.
@@ -106,6 +120,27 @@ pub struct TokenShare {
     pub class: String,
 }
 
+/// `{class, ttft_ms, e2e_ms}`: at least one bound, in ms.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttainmentFigure {
+    pub class: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<f64>,
+}
+
+/// `{class, metric}`: `metric` is `throughput_rps` or `output_tokens_per_s`; no `class`
+/// means every class together.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThroughputFigure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    pub metric: String,
+}
+
 /// What an expectation measures on a run. Classes are names from the scenario's class table:
 /// a companion's run may order its classes differently, so evaluation looks them up by name.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,6 +172,21 @@ pub enum Figure {
     },
     /// `class`'s backlogged token share minus its ideal DRR share.
     TokenShare { class: String },
+    /// The fraction of `class`'s requests completed within every given bound (ms; at least
+    /// one is set).
+    Attainment {
+        class: String,
+        ttft_ms: Option<f64>,
+        e2e_ms: Option<f64>,
+    },
+    /// Throughput of `class` (every class for `None`) over the measured window.
+    Throughput {
+        class: Option<String>,
+        metric: ThroughputMetric,
+    },
+    /// 1 when the run kept up with its offered load, 0 when overloaded; always bound
+    /// `at least 1`.
+    Stable,
 }
 
 /// The range a figure must fall in; every value is finite.
@@ -198,8 +248,8 @@ fn invalid(field: &str, message: impl Into<String>) -> ExpectationError {
 }
 
 /// The figure keys, in the order errors list them.
-const FIGURE_KEYS: &str =
-    "prefix_count, prefix_share, remaining_when_done, count_at, growth, latency or token_share";
+const FIGURE_KEYS: &str = "prefix_count, prefix_share, remaining_when_done, count_at, growth, \
+     latency, token_share, attainment, throughput or stable";
 
 impl Expectation {
     /// Parses one `expect:` entry and checks it against the scenario's class names: the one
@@ -213,6 +263,9 @@ impl Expectation {
             let found = describe_keys(&keys);
             let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
             return Err(invalid("", message));
+        }
+        if let Some(stable) = raw.stable {
+            return parse_stable(raw, stable);
         }
         let bound = parse_bound(raw)?;
         let figure = parse_figure(raw, class_names)?;
@@ -263,6 +316,9 @@ fn figures_set(e: &RawExpectation) -> Vec<&'static str> {
         ("growth", e.growth.is_some()),
         ("latency", e.latency.is_some()),
         ("token_share", e.token_share.is_some()),
+        ("attainment", e.attainment.is_some()),
+        ("throughput", e.throughput.is_some()),
+        ("stable", e.stable.is_some()),
     ]
     .into_iter()
     .filter_map(|(name, set)| set.then_some(name))
@@ -365,12 +421,91 @@ fn parse_figure(raw: &RawExpectation, class_names: &[String]) -> Result<Figure, 
         let metric = parse_metric(&f.metric)?;
         return Ok(Figure::Latency { class, metric });
     }
+    if let Some(f) = &raw.attainment {
+        return parse_attainment(f, class_names);
+    }
+    if let Some(f) = &raw.throughput {
+        return parse_throughput(f, class_names);
+    }
     match &raw.token_share {
         Some(f) => Ok(Figure::TokenShare {
             class: class("token_share.class", &f.class)?,
         }),
         None => Err(invalid("", format!("needs a figure ({FIGURE_KEYS})"))),
     }
+}
+
+/// `stable: true` is a figure and its own bound: a verdict has nothing to be compared with,
+/// and demanding an overloaded run (`false`) states nothing a capacity plan could use.
+fn parse_stable(raw: &RawExpectation, stable: bool) -> Result<Expectation, ExpectationError> {
+    if !stable {
+        return Err(invalid("stable", "only `stable: true` can be demanded"));
+    }
+    if let Some(key) = bounds_set(raw).first() {
+        return Err(invalid(key, "`stable: true` takes no bound"));
+    }
+    if raw.minus.is_some() {
+        return Err(invalid(
+            "minus",
+            "`stable: true` compares with no companion",
+        ));
+    }
+    Ok(Expectation {
+        name: raw.name.clone(),
+        figure: Figure::Stable,
+        bound: Bound::AtLeast(1.0),
+        companion: None,
+    })
+}
+
+fn parse_attainment(
+    f: &AttainmentFigure,
+    class_names: &[String],
+) -> Result<Figure, ExpectationError> {
+    let class = known_class("attainment.class", &f.class, class_names)?;
+    if f.ttft_ms.is_none() && f.e2e_ms.is_none() {
+        return Err(invalid("attainment", "needs ttft_ms, e2e_ms or both"));
+    }
+    let ttft_ms = f
+        .ttft_ms
+        .map(|v| positive_ms("attainment.ttft_ms", v))
+        .transpose()?;
+    let e2e_ms = f
+        .e2e_ms
+        .map(|v| positive_ms("attainment.e2e_ms", v))
+        .transpose()?;
+    Ok(Figure::Attainment {
+        class,
+        ttft_ms,
+        e2e_ms,
+    })
+}
+
+fn positive_ms(field: &str, v: f64) -> Result<f64, ExpectationError> {
+    match v.is_finite() && v > 0.0 {
+        true => Ok(v),
+        false => Err(invalid(
+            field,
+            format!("must be a finite number of ms > 0, got {v}"),
+        )),
+    }
+}
+
+fn parse_throughput(
+    f: &ThroughputFigure,
+    class_names: &[String],
+) -> Result<Figure, ExpectationError> {
+    let class = f
+        .class
+        .as_deref()
+        .map(|c| known_class("throughput.class", c, class_names))
+        .transpose()?;
+    let metric = ThroughputMetric::parse(&f.metric).ok_or_else(|| {
+        let known = ThroughputMetric::ALL.map(ThroughputMetric::name).join(", ");
+        let message = format!("unknown metric `{}` (known: {known})", f.metric);
+        invalid("throughput.metric", message)
+    })?;
+    Ok(Figure::Throughput { class, metric })
 }
 
 /// `growth` counts completions strictly between two points of `when`'s completions, so it
@@ -447,12 +582,19 @@ fn check_bound_fits(
         let message = format!("applies to token_share only, not {}", figure.key());
         return Err(invalid("tolerance", message));
     }
-    if !matches!(figure, Figure::PrefixShare { .. }) {
+    let is_attainment = matches!(figure, Figure::Attainment { .. });
+    if is_attainment && matches!(bound, Bound::AtMost(_)) {
+        let message = "an attainment goal is at_least or within, not at_most";
+        return Err(invalid("at_most", message));
+    }
+    if !matches!(figure, Figure::PrefixShare { .. }) && !is_attainment {
         return Ok(());
     }
-    let (lowest, range) = match has_companion {
-        false => (0.0, "a share is a fraction in [0, 1]"),
-        true => (-1.0, "a difference of two shares lies in [-1, 1]"),
+    let (lowest, range) = match (has_companion, is_attainment) {
+        (false, false) => (0.0, "a share is a fraction in [0, 1]"),
+        (true, false) => (-1.0, "a difference of two shares lies in [-1, 1]"),
+        (false, true) => (0.0, "an attainment is a fraction in [0, 1]"),
+        (true, true) => (-1.0, "a difference of two attainments lies in [-1, 1]"),
     };
     match bound
         .values()
@@ -475,6 +617,9 @@ impl Figure {
             Figure::Growth { .. } => "growth",
             Figure::Latency { .. } => "latency",
             Figure::TokenShare { .. } => "token_share",
+            Figure::Attainment { .. } => "attainment",
+            Figure::Throughput { .. } => "throughput",
+            Figure::Stable => "stable",
         }
     }
 }
@@ -515,6 +660,22 @@ impl fmt::Display for Figure {
             Figure::TokenShare { class } => {
                 write!(f, "{class} token share minus ideal (backlogged)")
             }
+            Figure::Attainment {
+                class,
+                ttft_ms,
+                e2e_ms,
+            } => {
+                let bounds: Vec<String> = [("ttft", ttft_ms), ("e2e", e2e_ms)]
+                    .into_iter()
+                    .filter_map(|(name, v)| v.map(|v| format!("{name} <= {} ms", number(v))))
+                    .collect();
+                write!(f, "{class} attainment ({})", bounds.join(", "))
+            }
+            Figure::Throughput { class, metric } => {
+                let class = class.as_deref().unwrap_or("total");
+                write!(f, "{class} {}", metric.name())
+            }
+            Figure::Stable => write!(f, "stable (1 = kept up with the offered load)"),
         }
     }
 }
@@ -580,6 +741,10 @@ impl From<Expectation> for RawExpectation {
             minus: e.companion.map(|c| c.file),
             ..RawExpectation::default()
         };
+        if e.figure == Figure::Stable {
+            raw.stable = Some(true);
+            return raw;
+        }
         set_raw_figure(&mut raw, e.figure);
         match e.bound {
             Bound::AtLeast(v) => raw.at_least = Some(v),
@@ -617,6 +782,22 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
             raw.latency = Some(LatencyFigure { class, metric })
         }
         Figure::TokenShare { class } => raw.token_share = Some(TokenShare { class }),
+        Figure::Attainment {
+            class,
+            ttft_ms,
+            e2e_ms,
+        } => {
+            raw.attainment = Some(AttainmentFigure {
+                class,
+                ttft_ms,
+                e2e_ms,
+            })
+        }
+        Figure::Throughput { class, metric } => {
+            let metric = metric.name().to_string();
+            raw.throughput = Some(ThroughputFigure { class, metric })
+        }
+        Figure::Stable => raw.stable = Some(true),
     }
 }
 
@@ -997,6 +1178,110 @@ mod tests {
         assert_eq!(Bound::AtLeast(240.0).margin(255.0), 15.0);
         assert_eq!(Bound::Within { lo: 1.0, hi: 3.0 }.margin(2.5), 0.5);
         assert_eq!(Bound::Tolerance(0.05).margin(-0.07), 0.05 - 0.07);
+    }
+
+    const SLO_FORMS: [&str; 6] = [
+        "{attainment: {class: premium, ttft_ms: 2000}, at_least: 0.99}",
+        "{attainment: {class: premium, ttft_ms: 2000, e2e_ms: 10000}, within: [0.9, 1]}",
+        "{throughput: {class: premium, metric: throughput_rps}, at_least: 10}",
+        "{throughput: {metric: output_tokens_per_s}, at_most: 4000}",
+        "{stable: true}",
+        "{name: keeps up, stable: true}",
+    ];
+
+    #[test]
+    fn slo_forms_parse_and_print_back_as_written() {
+        for yaml in SLO_FORMS {
+            let raw: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
+            let typed = Expectation::parse(&raw, &classes()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(RawExpectation::from(typed), raw, "{yaml}");
+        }
+        assert_eq!(
+            figure_of(SLO_FORMS[3]),
+            Figure::Throughput {
+                class: None,
+                metric: ThroughputMetric::OutputTokensPerS
+            }
+        );
+        let stable = parse(SLO_FORMS[5]).unwrap();
+        assert_eq!(
+            (stable.figure(), stable.bound()),
+            (&Figure::Stable, Bound::AtLeast(1.0))
+        );
+        assert_eq!(
+            parse(SLO_FORMS[1]).unwrap().label(),
+            "premium attainment (ttft <= 2000 ms, e2e <= 10000 ms)"
+        );
+        assert_eq!(
+            parse(SLO_FORMS[3]).unwrap().label(),
+            "total output_tokens_per_s"
+        );
+    }
+
+    #[test]
+    fn slo_figures_are_validated_field_by_field() {
+        for (yaml, field, message) in [
+            (
+                "{attainment: {class: premium}, at_least: 0.9}",
+                "attainment",
+                "needs ttft_ms, e2e_ms or both",
+            ),
+            (
+                "{attainment: {class: x, ttft_ms: 1}, at_least: 0.9}",
+                "attainment.class",
+                "",
+            ),
+            (
+                "{attainment: {class: premium, ttft_ms: 0}, at_least: 0.9}",
+                "attainment.ttft_ms",
+                "",
+            ),
+            (
+                "{attainment: {class: premium, e2e_ms: -1}, at_least: 0.9}",
+                "attainment.e2e_ms",
+                "",
+            ),
+            (
+                "{attainment: {class: premium, ttft_ms: 1}, at_least: 99}",
+                "at_least",
+                "an attainment is a fraction in [0, 1], got 99",
+            ),
+            (
+                "{attainment: {class: premium, ttft_ms: 1}, within: [0.5, 2]}",
+                "within",
+                "",
+            ),
+            (
+                "{attainment: {class: premium, ttft_ms: 1}, at_most: 0.5}",
+                "at_most",
+                "an attainment goal is at_least or within, not at_most",
+            ),
+            (
+                "{throughput: {class: x, metric: throughput_rps}, at_least: 1}",
+                "throughput.class",
+                "",
+            ),
+            (
+                "{throughput: {metric: rps}, at_least: 1}",
+                "throughput.metric",
+                "unknown metric `rps` (known: throughput_rps, output_tokens_per_s)",
+            ),
+            (
+                "{stable: false}",
+                "stable",
+                "only `stable: true` can be demanded",
+            ),
+            (
+                "{stable: true, at_least: 1}",
+                "at_least",
+                "`stable: true` takes no bound",
+            ),
+            ("{stable: true, minus: a.yaml}", "minus", ""),
+        ] {
+            let err = parse(yaml).unwrap_err();
+            assert_eq!(err.field, field, "{yaml}: {err}");
+            assert!(err.message.contains(message), "{yaml}: {err}");
+        }
     }
 
     #[test]

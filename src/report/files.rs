@@ -3,6 +3,7 @@
 //! metadata passed in: fixed float formatting, no map iteration.
 
 use super::metrics::{LatencyKind, LatencyStats, RunMetrics, Stat};
+use super::stability::Stability;
 use crate::time::format_ms;
 use serde_json::{Value, json};
 
@@ -197,6 +198,23 @@ fn fairness_json(metrics: &RunMetrics) -> Value {
     })
 }
 
+/// The `stability` object of `summary.json` (docs/planning.md): `overloaded` is null when
+/// the run was too short to judge, and `reason` says why.
+fn stability_json(s: &Stability) -> Value {
+    json!({
+        "overloaded": s.overloaded,
+        "reason": s.reason,
+        "window_start_ms": json_f64(s.window_start.as_ms_f64()),
+        "window_end_ms": json_f64(s.window_end.as_ms_f64()),
+        "in_system_first_half": json_f64(s.in_system_first_half),
+        "in_system_second_half": json_f64(s.in_system_second_half),
+        "offered_rps": json_f64(s.offered_rps),
+        "served_rps": json_f64(s.served_rps),
+        "capacity_seqs": s.capacity_seqs,
+        "slack_requests": json_f64(s.slack_requests()),
+    })
+}
+
 /// `summary.json`: `meta` (run metadata from the caller: seed, scenario hash, version, ...),
 /// run totals, throughput, fairness over backlogged windows, and per-class figures.
 pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
@@ -219,6 +237,7 @@ pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
         "prefix_n": metrics.prefix_n,
         "fairness": fairness_json(metrics),
         "classes": classes,
+        "stability": stability_json(&metrics.stability),
     });
     let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON values serialise");
     bytes.push(b'\n');

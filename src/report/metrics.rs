@@ -21,6 +21,8 @@
 //!   ideal in the backlogged windows, `x_c = service_c / ideal_c`, and
 //!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
 
+use super::slo::SloRecords;
+use super::stability::Stability;
 use crate::scheduling::scheduler::Path;
 use crate::sim::{RequestRecord, SimResult, Status};
 use crate::time::SimTime;
@@ -323,6 +325,10 @@ pub struct RunMetrics {
     arrivals: Vec<Vec<SimTime>>,
     /// Per class, when its rejected or aborted requests ended, ascending.
     ended_unserved: Vec<Vec<SimTime>>,
+    /// What attainment and window throughput need ([`super::slo`]).
+    pub slo: SloRecords,
+    /// Whether the run kept up with its offered load ([`super::stability`]).
+    pub stability: Stability,
 }
 
 impl RunMetrics {
@@ -380,7 +386,16 @@ impl RunMetrics {
             positions,
             arrivals,
             ended_unserved,
+            slo: SloRecords::collect(records, class_count),
+            stability: Stability::measure(&result.records, 0),
         }
+    }
+
+    /// The same metrics with stability judged against `capacity_seqs`, the workers' total
+    /// `max_num_seqs` (what the run pipeline knows and the records do not).
+    pub fn with_capacity_seqs(mut self, capacity_seqs: u64) -> RunMetrics {
+        self.stability = self.stability.with_capacity(capacity_seqs);
+        self
     }
 
     /// The same metrics reporting prefix shares for the first `n` completions.

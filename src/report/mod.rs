@@ -15,6 +15,8 @@ pub mod junit;
 pub mod metrics;
 pub mod output;
 pub mod plots;
+pub mod slo;
+pub mod stability;
 pub mod table;
 #[cfg(test)]
 pub(crate) mod test_support;

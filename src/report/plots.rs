@@ -36,7 +36,62 @@ pub fn all_charts(metrics: &RunMetrics, expectations: &[Expectation]) -> Vec<Cha
         token_share_over_time(metrics),
         latency_cdf(metrics, CdfKind::Ttft, expectations),
         latency_cdf(metrics, CdfKind::E2e, expectations),
+        in_system_over_time(metrics),
     ]
+}
+
+/// Requests in the system over time (`in_system`), the second half of the arrival window
+/// shaded, each half's mean as a dashed line, and the stability verdict in the title: the
+/// picture behind the overload test (docs/planning.md).
+pub fn in_system_over_time(metrics: &RunMetrics) -> Chart {
+    let s = &metrics.stability;
+    let end_ms = metrics.makespan.as_ms_f64().max(1e-3);
+    let peak = s.curve.iter().map(|p| p.1).max().unwrap_or(0) as f64;
+    let x = Axis::linear("simulated time (ms)", (0.0, end_ms));
+    let y = Axis::linear("requests in the system", (0.0, (peak * 1.05).max(1.0)));
+    let title = format!(
+        "Requests in the system: {} (means {:.1} then {:.1}; served {:.1} of {:.1} req/s)",
+        s.verdict(),
+        s.in_system_first_half,
+        s.in_system_second_half,
+        s.served_rps,
+        s.offered_rps
+    );
+    let mut chart = Chart::new("in_system", &title, x, y, LegendCorner::UpperLeft);
+    let (start, mid, end) = (s.window_start, s.window_mid(), s.window_end);
+    chart.shading = Some(Shading {
+        label: "second half of the arrival window".into(),
+        windows: vec![(mid.as_ms_f64(), end.as_ms_f64())],
+    });
+    let steps = step_points(&s.curve);
+    chart
+        .series
+        .push(Series::measured("in system".into(), 0, steps));
+    let (first, second) = (s.in_system_first_half, s.in_system_second_half);
+    // A NaN breaks the line, so both halves' means share one legend entry.
+    let means = vec![
+        (start.as_ms_f64(), first),
+        (mid.as_ms_f64(), first),
+        (mid.as_ms_f64(), f64::NAN),
+        (mid.as_ms_f64(), second),
+        (end.as_ms_f64(), second),
+    ];
+    chart
+        .series
+        .push(Series::ideal("mean of each half".into(), 1, means));
+    chart
+}
+
+/// A step curve's corners: each change is drawn as a vertical jump from the previous level.
+fn step_points(curve: &[(crate::time::SimTime, u64)]) -> Vec<(f64, f64)> {
+    let mut points = Vec::with_capacity(curve.len() * 2);
+    let mut level = 0.0;
+    for &(t, count) in curve {
+        points.push((t.as_ms_f64(), level));
+        level = count as f64;
+        points.push((t.as_ms_f64(), level));
+    }
+    points
 }
 
 /// Classes that had requests, by index.
@@ -384,12 +439,42 @@ mod tests {
     use crate::scheduling::scheduler::Path;
 
     #[test]
+    fn in_system_chart_shades_the_second_half_and_names_the_verdict() {
+        use crate::report::test_support::{done, result_of};
+        use crate::scheduling::scheduler::Path;
+        // 100 arrivals 10 ms apart into one 15 ms server: the backlog grows.
+        let records = (0..100)
+            .map(|i| done(i, 0, Path::Queued, [10 * i, 10 * i, 15 * (i + 1)]))
+            .collect();
+        let m = RunMetrics::compute(&result_of(&["a"], records), &[1]);
+        let chart = in_system_over_time(&m);
+        assert!(
+            chart
+                .title
+                .starts_with("Requests in the system: overloaded"),
+            "{}",
+            chart.title
+        );
+        assert_eq!(chart.shading.unwrap().windows, [(495.0, 990.0)]);
+        let steps = &chart.series[0].points;
+        assert_eq!(
+            steps[..4],
+            [(0.0, 0.0), (0.0, 1.0), (10.0, 1.0), (10.0, 2.0)]
+        );
+        assert_eq!(
+            chart.series[1].points[1],
+            (495.0, m.stability.in_system_first_half)
+        );
+    }
+
+    #[test]
     fn every_plot_renders_to_png_and_svg() {
         let m = weighted();
         let files = render_all(&m, &[]).unwrap();
         let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names.len(), 10);
+        assert_eq!(names.len(), 12);
         assert!(names.contains(&"completions_by_index.png"));
+        assert!(names.contains(&"in_system.svg"));
         assert!(names.contains(&"e2e_cdf.svg"));
         for (name, bytes) in &files {
             if name.ends_with(".png") {
@@ -398,10 +483,9 @@ mod tests {
             } else {
                 let text = std::str::from_utf8(bytes).unwrap();
                 assert!(text.starts_with("<svg"), "{name}");
-                assert!(
-                    text.contains("premium") && text.contains("regular"),
-                    "{name}"
-                );
+                // The in-system chart counts requests of every class together.
+                let classes = text.contains("premium") && text.contains("regular");
+                assert!(classes || name == "in_system.svg", "{name}");
             }
         }
         // To look at them: ROUTERSIM_PLOT_DIR=/tmp/plots cargo test --lib report::plots
@@ -468,7 +552,9 @@ mod tests {
         }
         let open = unsaturated();
         assert!(!open.classes_backlogged_together());
-        for chart in all_charts(&open, &[]) {
+        // The in-system chart's dashed means are measurements, not ideal DRR lines.
+        let charts = all_charts(&open, &[]).into_iter();
+        for chart in charts.filter(|c| c.name != "in_system") {
             assert!(dashed_labels(&chart).is_empty(), "{}", chart.name);
             assert_eq!(chart.series.len() % 2, 0, "{}", chart.name);
         }

@@ -8,5 +8,6 @@ mod safety_bounds;
 mod safety_hang;
 mod safety_output;
 mod scenarios;
+mod stability;
 mod sweep;
 mod tidy;

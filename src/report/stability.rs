@@ -1,0 +1,348 @@
+//! Stability: whether an open-loop run kept up with its offered load during the arrival
+//! window, judged from a measured trend (docs/planning.md, "Stability").
+//!
+//! The arrival window runs from the first to the last arrival and is split in halves at its
+//! midpoint. A request is *in the system* from its arrival until it ends (completes, is
+//! rejected or aborted); a request still pending when the run stopped never ends. The run is
+//! **overloaded** when either
+//! - the mean number of requests in the system over the second half exceeds the first half's
+//!   by more than [`GROWTH_RATIO`]× *and* by more than the slack, or
+//! - the completions in the second half fall short of the arrivals in it by more than
+//!   [`SERVED_SHORTFALL_FRAC`] of them *and* by more than the slack,
+//!
+//! where the slack is `max(`[`MIN_SLACK_REQUESTS`]`, `[`SLACK_CAPACITY_FRAC`]` × capacity)`
+//! requests and the capacity is the workers' total `max_num_seqs` (every rank's batch): a
+//! system filling its batches holds more requests without falling behind. Fewer than
+//! [`MIN_REQUESTS`] requests, or an arrival window shorter than [`MIN_WINDOW_SERVICES`] times
+//! the fastest completed request's end-to-end latency (a burst: no steady state to judge), is
+//! too short to judge. Every figure is a pure function of the records (integer nanoseconds).
+
+use super::expect::number;
+use crate::sim::{RequestRecord, Status};
+use crate::time::SimTime;
+
+/// The second half's mean in-system count must exceed the first's by this factor.
+pub const GROWTH_RATIO: f64 = 1.5;
+/// The served shortfall, as a fraction of the second half's arrivals.
+pub const SERVED_SHORTFALL_FRAC: f64 = 0.1;
+/// The smallest slack, in requests, for either test.
+pub const MIN_SLACK_REQUESTS: f64 = 2.0;
+/// The slack as a fraction of the workers' total `max_num_seqs`.
+pub const SLACK_CAPACITY_FRAC: f64 = 0.1;
+/// Fewer requests than this are too short to judge.
+pub const MIN_REQUESTS: u64 = 50;
+/// The arrival window must span this many of the fastest request's end-to-end latency.
+pub const MIN_WINDOW_SERVICES: u64 = 10;
+
+/// The stability measurements of a run and the verdict.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stability {
+    /// `Some(true)` overloaded, `Some(false)` kept up, `None` too short to judge.
+    pub overloaded: Option<bool>,
+    /// Why there is no verdict, when there is none.
+    pub reason: Option<String>,
+    /// First and last arrival (zero for a run without requests).
+    pub window_start: SimTime,
+    pub window_end: SimTime,
+    /// Mean requests in the system over each half of the arrival window.
+    pub in_system_first_half: f64,
+    pub in_system_second_half: f64,
+    /// Arrivals and completions per second over the second half of the arrival window.
+    pub offered_rps: f64,
+    pub served_rps: f64,
+    /// Arrivals and completions in the second half (what the rates count).
+    pub arrivals_second_half: u64,
+    pub completions_second_half: u64,
+    /// The workers' total `max_num_seqs` the slack is based on (0: unknown).
+    pub capacity_seqs: u64,
+    /// Requests in the system over time: `(time, count)` after every change, in time order.
+    pub curve: Vec<(SimTime, u64)>,
+    /// The shortest end-to-end latency of a completed request, in ns (0: none completed).
+    pub fastest_e2e_ns: u64,
+    requests: u64,
+}
+
+impl Stability {
+    /// Measures `records` against a capacity of `capacity_seqs` sequences (0 when unknown:
+    /// the slack is then [`MIN_SLACK_REQUESTS`]).
+    pub fn measure(records: &[RequestRecord], capacity_seqs: u64) -> Stability {
+        let window_start = records.iter().map(|r| r.arrival).min();
+        let window_end = records.iter().map(|r| r.arrival).max();
+        let (Some(start), Some(end)) = (window_start, window_end) else {
+            return Stability::default().with_capacity(capacity_seqs);
+        };
+        let mid = SimTime::from_ns(start.as_ns() + (end.as_ns() - start.as_ns()) / 2);
+        let curve = in_system_curve(records);
+        let in_second = |t: SimTime| t >= mid && t <= end;
+        let arrivals_second_half = records.iter().filter(|r| in_second(r.arrival)).count() as u64;
+        let completions_second_half = records
+            .iter()
+            .filter(|r| r.status == Status::Completed)
+            .filter(|r| r.completion.is_some_and(in_second))
+            .count() as u64;
+        let half_s = (end.as_ns() - mid.as_ns()) as f64 / 1e9;
+        Stability {
+            overloaded: None,
+            reason: None,
+            window_start: start,
+            window_end: end,
+            in_system_first_half: mean_over(&curve, start, mid),
+            in_system_second_half: mean_over(&curve, mid, end),
+            offered_rps: rate(arrivals_second_half, half_s),
+            served_rps: rate(completions_second_half, half_s),
+            arrivals_second_half,
+            completions_second_half,
+            capacity_seqs,
+            curve,
+            fastest_e2e_ns: fastest_e2e_ns(records),
+            requests: records.len() as u64,
+        }
+        .with_capacity(capacity_seqs)
+    }
+
+    /// The same measurements judged against a capacity of `capacity_seqs` sequences.
+    pub fn with_capacity(mut self, capacity_seqs: u64) -> Stability {
+        self.capacity_seqs = capacity_seqs;
+        self.reason = self.too_short();
+        self.overloaded = match self.reason {
+            Some(_) => None,
+            None => Some(self.grew() || self.fell_behind()),
+        };
+        self
+    }
+
+    /// The slack, in requests, that either test must exceed.
+    pub fn slack_requests(&self) -> f64 {
+        MIN_SLACK_REQUESTS.max(SLACK_CAPACITY_FRAC * self.capacity_seqs as f64)
+    }
+
+    /// The midpoint of the arrival window.
+    pub fn window_mid(&self) -> SimTime {
+        let span_ns = self.window_end.as_ns() - self.window_start.as_ns();
+        SimTime::from_ns(self.window_start.as_ns() + span_ns / 2)
+    }
+
+    fn too_short(&self) -> Option<String> {
+        if self.requests < MIN_REQUESTS {
+            let n = self.requests;
+            return Some(format!(
+                "too short to judge: {n} requests, fewer than {MIN_REQUESTS}"
+            ));
+        }
+        let window_ns = self.window_end.as_ns() - self.window_start.as_ns();
+        let needed_ns = MIN_WINDOW_SERVICES * self.fastest_e2e_ns;
+        if window_ns == 0 || window_ns < needed_ns {
+            return Some(format!(
+                "too short to judge: the arrival window ({} ms) spans fewer than \
+                 {MIN_WINDOW_SERVICES} times the fastest request ({} ms): a burst",
+                number(window_ns as f64 / 1e6),
+                number(self.fastest_e2e_ns as f64 / 1e6)
+            ));
+        }
+        None
+    }
+
+    /// Requests in the system grew from the first half to the second.
+    fn grew(&self) -> bool {
+        let (first, second) = (self.in_system_first_half, self.in_system_second_half);
+        second > GROWTH_RATIO * first && second - first > self.slack_requests()
+    }
+
+    /// Completions in the second half fell short of its arrivals.
+    fn fell_behind(&self) -> bool {
+        let arrived = self.arrivals_second_half as f64;
+        let shortfall = arrived - self.completions_second_half as f64;
+        shortfall > SERVED_SHORTFALL_FRAC * arrived && shortfall > self.slack_requests()
+    }
+
+    /// The warning `run` and `check` print for an overloaded run; `None` otherwise.
+    pub fn warning(&self) -> Option<String> {
+        (self.overloaded == Some(true)).then(|| {
+            format!(
+                "warning: overloaded: requests in the system grew from {:.1} to {:.1} (mean, \
+                 first vs second half of the arrival window); served {:.1} of {:.1} req/s \
+                 offered",
+                self.in_system_first_half,
+                self.in_system_second_half,
+                self.served_rps,
+                self.offered_rps
+            )
+        })
+    }
+
+    /// `overloaded`, `stable` or `too short to judge`, for titles.
+    pub fn verdict(&self) -> &'static str {
+        match self.overloaded {
+            Some(true) => "overloaded",
+            Some(false) => "stable",
+            None => "too short to judge",
+        }
+    }
+}
+
+fn fastest_e2e_ns(records: &[RequestRecord]) -> u64 {
+    records
+        .iter()
+        .filter(|r| r.status == Status::Completed)
+        .filter_map(|r| {
+            r.completion
+                .map(|c| c.as_ns().saturating_sub(r.arrival.as_ns()))
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+fn rate(count: u64, span_s: f64) -> f64 {
+    if span_s <= 0.0 {
+        return 0.0;
+    }
+    count as f64 / span_s
+}
+
+/// Requests in the system after every change: arrivals add one, ends take one away; changes
+/// at one instant are merged, so the curve has one point per distinct time.
+pub fn in_system_curve(records: &[RequestRecord]) -> Vec<(SimTime, u64)> {
+    let mut changes: Vec<(SimTime, i64)> = Vec::with_capacity(records.len() * 2);
+    for r in records {
+        changes.push((r.arrival, 1));
+        if let Some(end) = r.completion
+            && r.status != Status::Pending
+        {
+            changes.push((end.max(r.arrival), -1));
+        }
+    }
+    changes.sort_unstable();
+    let mut curve: Vec<(SimTime, u64)> = Vec::new();
+    let mut count = 0i64;
+    for (time, delta) in changes {
+        count += delta;
+        match curve.last_mut() {
+            Some(last) if last.0 == time => last.1 = count as u64,
+            _ => curve.push((time, count as u64)),
+        }
+    }
+    curve
+}
+
+/// The time-weighted mean of the step `curve` over `[from, to)` (0 for an empty span).
+fn mean_over(curve: &[(SimTime, u64)], from: SimTime, to: SimTime) -> f64 {
+    if to <= from {
+        return 0.0;
+    }
+    let mut area: u128 = 0;
+    let mut level = curve
+        .iter()
+        .take_while(|(t, _)| *t <= from)
+        .last()
+        .map_or(0, |p| p.1);
+    let mut at = from;
+    for &(t, count) in curve.iter().filter(|(t, _)| *t > from && *t < to) {
+        area += u128::from(level) * u128::from(t.as_ns() - at.as_ns());
+        (level, at) = (count, t);
+    }
+    area += u128::from(level) * u128::from(to.as_ns() - at.as_ns());
+    area as f64 / (to.as_ns() - from.as_ns()) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::{done, ms};
+    use crate::scheduling::scheduler::Path;
+
+    /// `n` requests arriving every `gap` ms, each taking `service(i)` ms.
+    fn run(n: u64, gap: u64, service: impl Fn(u64) -> u64) -> Vec<RequestRecord> {
+        (0..n)
+            .map(|i| {
+                let arrival = i * gap;
+                done(
+                    i,
+                    0,
+                    Path::Immediate,
+                    [arrival, arrival, arrival + service(i)],
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_steady_run_is_stable() {
+        // 100 arrivals 10 ms apart, 25 ms each: 2.5 requests in the system after the first few.
+        let s = Stability::measure(&run(100, 10, |_| 25), 0);
+        assert_eq!(s.overloaded, Some(false), "{s:?}");
+        assert!((s.in_system_second_half - 2.5).abs() < 0.1, "{s:?}");
+        assert!((s.offered_rps - 100.0).abs() < 3.0 && (s.served_rps - 100.0).abs() < 3.0);
+        assert_eq!(s.warning(), None);
+    }
+
+    #[test]
+    fn a_growing_backlog_is_overloaded() {
+        // A single server of 15 ms per request fed every 10 ms: request i ends at 15 (i + 1).
+        let s = Stability::measure(&run(100, 10, |i| 15 * (i + 1) - 10 * i), 0);
+        assert_eq!(s.overloaded, Some(true), "{s:?}");
+        assert!(s.in_system_second_half > 2.0 * s.in_system_first_half);
+        assert!(s.served_rps < 0.75 * s.offered_rps, "{s:?}");
+        let warning = s.warning().unwrap();
+        assert!(
+            warning.starts_with("warning: overloaded: requests in the system grew from "),
+            "{warning}"
+        );
+    }
+
+    #[test]
+    fn capacity_widens_the_slack() {
+        // In-system rises from ~1 to ~6 but a 200-sequence capacity absorbs that.
+        let records = run(100, 10, |i| if i < 50 { 10 } else { 60 });
+        assert_eq!(Stability::measure(&records, 0).overloaded, Some(true));
+        assert_eq!(Stability::measure(&records, 200).overloaded, Some(false));
+    }
+
+    #[test]
+    fn rejections_count_as_not_served() {
+        let mut records = run(100, 10, |_| 5);
+        for r in records.iter_mut().skip(50).step_by(3) {
+            r.status = Status::Rejected("queue_full".into());
+        }
+        let s = Stability::measure(&records, 0);
+        assert_eq!(s.overloaded, Some(true), "{s:?}");
+        assert!(
+            !s.grew(),
+            "nothing piles up: rejected requests leave at once"
+        );
+        assert!(s.fell_behind());
+    }
+
+    #[test]
+    fn short_runs_and_bursts_are_not_judged() {
+        let s = Stability::measure(&run(49, 10, |_| 5), 0);
+        assert_eq!(s.overloaded, None);
+        assert_eq!(
+            s.reason.as_deref(),
+            Some("too short to judge: 49 requests, fewer than 50")
+        );
+        let burst = Stability::measure(&run(60, 0, |i| i + 1), 0);
+        assert_eq!(burst.overloaded, None);
+        assert!(burst.reason.unwrap().ends_with(": a burst"));
+        // 60 arrivals 1 ms apart (a 59 ms window) of at least 6 ms each: under 10 services.
+        let near_burst = Stability::measure(&run(60, 1, |i| 6 + i), 0);
+        assert_eq!(
+            near_burst.reason.as_deref(),
+            Some(
+                "too short to judge: the arrival window (59 ms) spans fewer than 10 times the fastest request (6 ms): a burst"
+            )
+        );
+        assert_eq!(Stability::measure(&run(60, 1, |i| 5 + i), 0).reason, None);
+        assert_eq!(Stability::measure(&[], 0).overloaded, None);
+    }
+
+    #[test]
+    fn pending_requests_stay_in_the_system() {
+        let mut records = run(2, 10, |_| 5);
+        records[1].status = Status::Pending;
+        records[1].completion = None;
+        let curve = in_system_curve(&records);
+        assert_eq!(curve, [(ms(0), 1), (ms(5), 0), (ms(10), 1)]);
+        assert_eq!(mean_over(&curve, ms(0), ms(10)), 0.5);
+        assert_eq!(mean_over(&curve, ms(10), ms(20)), 1.0);
+    }
+}
