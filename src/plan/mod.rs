@@ -70,8 +70,10 @@ pub struct SeedRun {
     pub seed: u64,
     /// Every expectation's verdict on this seed.
     pub outcomes: Vec<ExpectationOutcome>,
-    /// Whether the run was overloaded (`None`: too short to judge, or closed loop).
+    /// Whether the run was overloaded (`None`: too short to judge).
     pub overloaded: Option<bool>,
+    /// Why stability could not be judged, when it could not.
+    pub unjudged: Option<String>,
 }
 
 /// One probed value and its verdict.
@@ -81,7 +83,8 @@ pub struct Probe {
     pub value: f64,
     /// Every seed's run, in replication order.
     pub runs: Vec<SeedRun>,
-    /// Every expectation held on every seed, and (unless allowed) no run was overloaded.
+    /// Every expectation held on every seed, and (unless overload is allowed) every run was
+    /// judged stable.
     pub feasible: bool,
 }
 
@@ -89,6 +92,11 @@ impl Probe {
     /// Whether any seed's run was overloaded.
     pub fn overloaded(&self) -> bool {
         self.runs.iter().any(|r| r.overloaded == Some(true))
+    }
+
+    /// Why some seed's stability could not be judged, if so.
+    pub fn unjudged(&self) -> Option<&str> {
+        self.runs.iter().find_map(|r| r.unjudged.as_deref())
     }
 }
 
@@ -157,7 +165,8 @@ impl<'a> Prober<'a> {
                 .collect::<Result<_, RunError>>()
         })?;
         let holds = runs.iter().all(|r| r.outcomes.iter().all(|o| o.passed));
-        let calm = self.options.allow_overload || runs.iter().all(|r| r.overloaded != Some(true));
+        // A run too short to judge is no evidence that the load is sustainable.
+        let calm = self.options.allow_overload || runs.iter().all(|r| r.overloaded == Some(false));
         Ok(Probe {
             value,
             runs,
@@ -177,18 +186,15 @@ impl<'a> Prober<'a> {
 
 fn seed_run(judgement: &Judgement, replication: u32, seeds: u32) -> Result<SeedRun, RunError> {
     let run = judgement.run(replication, seeds, None)?;
+    let stability = &run.output.metrics.stability;
     Ok(SeedRun {
         seed: run.spec.seed(),
-        overloaded: overloaded(&run.output.metrics),
+        overloaded: stability.overloaded,
+        unjudged: stability.reason.clone(),
         outcomes: run.outcomes,
     })
 }
 
-/// The stability verdict of a run's metrics.
-fn overloaded(metrics: &crate::report::metrics::RunMetrics) -> Option<bool> {
-    let _ = metrics;
-    None
-}
 
 /// A value as `--set` takes it: whole numbers without a fraction.
 pub fn format_value(value: f64) -> String {

@@ -71,6 +71,7 @@ fn probe_json(probe: &Probe) -> Value {
         "value": probe.value,
         "feasible": probe.feasible,
         "overloaded": probe.overloaded(),
+        "stability_unjudged": probe.unjudged(),
         "expectations": expectations,
     })
 }
@@ -349,6 +350,8 @@ fn verdicts(probe: &Probe, failing: bool) -> String {
         .collect();
     if probe.overloaded() {
         parts.push("overloaded".into());
+    } else if let Some(reason) = probe.unjudged() {
+        parts.push(format!("stability not judged ({reason})"));
     }
     if parts.is_empty() {
         return "no expectation (and not overloaded)".into();

@@ -178,3 +178,73 @@ fn nothing_feasible_exits_1_and_bad_input_exits_2() {
         assert_eq!(code, 2, "{bad:?}: {stderr}");
     }
 }
+
+/// The scenario without its SLOs: only stability decides.
+fn no_slo(dir: &Path) {
+    let text = SCENARIO.split("expect:").next().unwrap();
+    fs::write(dir.join("s.yaml"), text).unwrap();
+}
+
+/// Completions per second of the second half of the arrival window, from summary.json.
+fn served_rps(dir: &Path, out: &str) -> f64 {
+    let text = fs::read_to_string(dir.join(out).join("summary.json")).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    summary["stability"]["served_rps"].as_f64().unwrap()
+}
+
+#[test]
+fn without_slos_the_highest_rate_stays_within_what_the_workers_serve_flat_out() {
+    let tmp = setup();
+    no_slo(tmp.path());
+    let rate = "workload.groups.standard.arrival.poisson.rate_per_s";
+    let flood = format!("{rate}=2000");
+    let (code, _, stderr) = routersim(
+        tmp.path(),
+        &["run", "s.yaml", "--quiet", "--set", &flood, "--out", "flat"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let flat_out_rps = served_rps(tmp.path(), "flat");
+    let (code, stdout, stderr) = routersim(
+        tmp.path(),
+        &[
+            "plan",
+            "s.yaml",
+            "--maximize",
+            rate,
+            "--range",
+            "1..2000",
+            "--precision",
+            "0.05",
+            "--out",
+            "p",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let answer = plan_json(tmp.path(), "p")["answer"].as_f64().unwrap();
+    // The gold group adds 20 req/s on top of the standard rate searched.
+    assert!(
+        answer + 20.0 <= flat_out_rps * 1.05,
+        "{answer} + 20 vs flat out {flat_out_rps}"
+    );
+    let (_, _, stderr) = routersim(
+        tmp.path(),
+        &[
+            "plan",
+            "s.yaml",
+            "--maximize",
+            rate,
+            "--range",
+            "1..2000",
+            "--precision",
+            "0.05",
+            "--allow-overload",
+            "--out",
+            "q",
+        ],
+    );
+    let allowed = plan_json(tmp.path(), "q")["answer"].as_f64().unwrap();
+    assert!(
+        allowed > answer,
+        "overload allowed reaches further: {allowed} vs {answer}; {stderr}"
+    );
+}
