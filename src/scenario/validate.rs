@@ -900,6 +900,15 @@ fn describe_workload(workload: &Workload) -> String {
         Workload::Synthetic(synth) => synth,
     };
     let total: u64 = synth.groups.iter().map(|g| g.count).sum();
+    let timed = synth
+        .groups
+        .iter()
+        .any(|g| matches!(g.arrival, Arrival::Timed { .. }));
+    // A rate-and-time group's count follows from its draws: only its expectation is known.
+    let total = match timed {
+        true => format!("about {total}"),
+        false => total.to_string(),
+    };
     let mut out = format!(
         "workload: {} groups, {} requests; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
         synth.groups.len(),
