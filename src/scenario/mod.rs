@@ -383,4 +383,6 @@ fn read_trace(path: &Path, block_size: u64) -> Result<Vec<RequestSpec>, Scenario
 }
 
 #[cfg(test)]
+mod rate_tests;
+#[cfg(test)]
 mod tests;

@@ -563,8 +563,19 @@ fn check_share_sum(source: &Source, shared: &[&RawGroup]) -> Result<(), Scenario
         .collect();
     Err(source.at(
         &format!("workload.groups.\"{}\".share", shared[0].name),
-        format!("the shares add up to {sum}, not 1 ({})", terms.join(" + ")),
+        format!(
+            "the shares add up to {}, not 1 ({})",
+            decimal(sum),
+            terms.join(" + ")
+        ),
     ))
+}
+
+/// `sum` to 9 decimals without trailing zeros, so 0.3 + 0.6 reads 0.9, not
+/// 0.8999999999999999.
+fn decimal(sum: f64) -> String {
+    let text = format!("{sum:.9}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// A required, positive and finite number at `path`.

@@ -1223,6 +1223,162 @@ mod tests {
         assert_eq!(err.field, "arrival.interval.every_ms");
     }
 
+    /// A rate-and-time group of `process` at `rate_per_s` for `duration_s` seconds.
+    fn timed(name: &str, process: Process, rate_per_s: f64, duration_s: u64) -> RequestGroup {
+        let mut g = group(name, (rate_per_s * duration_s as f64) as u64);
+        g.arrival = Arrival::Timed {
+            process,
+            rate_per_s,
+            until: SimTime::from_ns(duration_s * NS_PER_SEC),
+        };
+        g
+    }
+
+    fn arrival_times(w: &SynthWorkload, seed: u64) -> Vec<SimTime> {
+        w.generate(seed)
+            .unwrap()
+            .iter()
+            .map(|r| r.spec.arrival)
+            .collect()
+    }
+
+    /// Gaps between consecutive arrivals, in seconds.
+    fn gaps_s(times: &[SimTime]) -> Vec<f64> {
+        times
+            .windows(2)
+            .map(|w| (w[1].as_ns() - w[0].as_ns()) as f64 / NS_PER_SEC as f64)
+            .collect()
+    }
+
+    fn mean_and_cv(values: &[f64]) -> (f64, f64) {
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        (mean, var.sqrt() / mean)
+    }
+
+    #[test]
+    fn timed_poisson_arrivals_keep_their_rate_inside_the_window() {
+        let w = workload(
+            vec![timed("p", Process::Poisson, 40.0, 2_000)],
+            BurstOrder::Sequential,
+        );
+        let times = arrival_times(&w, 5);
+        // 80,000 expected, standard deviation ~283: 1% is over 2.8 sigma.
+        let rate = times.len() as f64 / 2_000.0;
+        assert!((rate - 40.0).abs() < 0.4, "rate {rate}");
+        assert!(
+            times[0] > SimTime::ZERO,
+            "the first arrival is one gap after 0"
+        );
+        assert!(times.iter().all(|t| t.as_ns() < 2_000 * NS_PER_SEC));
+        let (mean, cv) = mean_and_cv(&gaps_s(&times));
+        assert!((mean - 0.025).abs() < 0.00025, "mean gap {mean}");
+        assert!(
+            (cv - 1.0).abs() < 0.02,
+            "exponential gaps have cv 1, got {cv}"
+        );
+        assert_ne!(
+            times.len(),
+            arrival_times(&w, 6).len(),
+            "the count follows the draws"
+        );
+    }
+
+    #[test]
+    fn timed_uniform_arrivals_are_evenly_spaced_from_zero() {
+        let w = workload(
+            vec![timed("u", Process::Uniform, 40.0, 180)],
+            BurstOrder::Sequential,
+        );
+        let times = arrival_times(&w, 1);
+        assert_eq!(times.len(), 7_200, "t < 180 s: 0, 25 ms, ..., 179.975 s");
+        for (k, t) in times.iter().enumerate() {
+            assert_eq!(t.as_ns(), k as u64 * 25_000_000);
+        }
+        assert_eq!(times, arrival_times(&w, 2), "uniform draws nothing");
+        // A rate that does not divide a second: spacing from k, not summed, never drifts.
+        let w = workload(
+            vec![timed("u", Process::Uniform, 3.0, 1_000)],
+            BurstOrder::Sequential,
+        );
+        let times = arrival_times(&w, 1);
+        assert_eq!(times.len(), 3_000);
+        assert_eq!(times[2_999].as_ns(), 999_666_666_667);
+    }
+
+    #[test]
+    fn timed_gamma_arrivals_have_the_asked_cv_and_mean_gap() {
+        for cv in [0.5, 2.0] {
+            let w = workload(
+                vec![timed("g", Process::Gamma { cv }, 20.0, 5_000)],
+                BurstOrder::Sequential,
+            );
+            let times = arrival_times(&w, 3);
+            let (mean, measured_cv) = mean_and_cv(&gaps_s(&times));
+            assert!(
+                (mean - 0.05).abs() < 0.05 * 0.05,
+                "cv {cv}: mean gap {mean}"
+            );
+            assert!(
+                (measured_cv - cv).abs() < 0.1 * cv,
+                "cv {cv}: measured {measured_cv}"
+            );
+        }
+    }
+
+    #[test]
+    fn timed_groups_draw_from_their_own_streams() {
+        let a = timed("a", Process::Poisson, 10.0, 100);
+        let b = timed("b", Process::Gamma { cv: 3.0 }, 10.0, 100);
+        let of_a = |w: &SynthWorkload| -> Vec<(u64, SimTime)> {
+            w.generate(4)
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.spec.policy_class.as_deref() == Some("a"))
+                .map(|r| (r.spec.input_tokens, r.spec.arrival))
+                .collect()
+        };
+        let alone = workload(vec![a.clone()], BurstOrder::Sequential);
+        let with_b = workload(vec![b, a], BurstOrder::Sequential);
+        assert_eq!(of_a(&alone), of_a(&with_b));
+    }
+
+    #[test]
+    fn timed_parameters_are_validated_by_workload_field() {
+        let field = |process, rate_per_s, until_ns| {
+            let mut g = group("t", 1);
+            g.arrival = Arrival::Timed {
+                process,
+                rate_per_s,
+                until: SimTime::from_ns(until_ns),
+            };
+            let e = workload(vec![g], BurstOrder::Sequential)
+                .validate()
+                .unwrap_err();
+            (e.group.clone(), e.to_string())
+        };
+        let (owner, text) = field(Process::Poisson, 0.0, 1);
+        assert_eq!(owner, "");
+        assert!(text.starts_with("workload.rate_per_s: "), "{text}");
+        let (_, text) = field(Process::Poisson, 1.0, 0);
+        assert!(text.starts_with("workload.duration_s: "), "{text}");
+        let (_, text) = field(Process::Gamma { cv: f64::NAN }, 1.0, 1);
+        assert!(text.starts_with("workload.arrival.gamma.cv: "), "{text}");
+        let (_, text) = field(Process::Gamma { cv: 0.0 }, 1.0, 1);
+        assert!(text.starts_with("workload.arrival.gamma.cv: "), "{text}");
+        // An expected count of 0 is fine: the draws may still bring arrivals.
+        let mut g = group("t", 0);
+        g.arrival = Arrival::Timed {
+            process: Process::Poisson,
+            rate_per_s: 0.5,
+            until: SimTime::from_ns(NS_PER_SEC),
+        };
+        workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap();
+    }
+
     #[test]
     fn invalid_groups_name_their_field() {
         let mut g = group("g", 0);
