@@ -2,6 +2,7 @@
 
 mod cli;
 mod fidelity;
+mod rate;
 mod safety_bounds;
 mod safety_hang;
 mod safety_output;
