@@ -20,6 +20,7 @@ use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays};
+use crate::time::{SimDuration, SimTime};
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::{self, TraceReader};
 use crate::workload::{RequestSpec, jitter_arrivals};
@@ -62,6 +63,9 @@ pub struct RunSpec {
     pub arrival_jitter_ns: u64,
     /// Report shares of the first N completions (default: the metrics' own choice).
     pub prefix_n: Option<u64>,
+    /// Requests arriving before this (from 0) stay out of the latency and share metrics
+    /// (`workload.warmup_s`; zero: none).
+    pub warmup: SimDuration,
 }
 
 /// A finished run and its measurements.
@@ -139,6 +143,7 @@ impl RunSpec {
             source,
             arrival_jitter_ns: scenario.arrival_jitter_ns(),
             prefix_n: None,
+            warmup: scenario.warmup(),
         }
     }
 
@@ -156,6 +161,7 @@ impl RunSpec {
             check_every_event: false,
             seed: setup.seed,
             engine: setup.engine.clone(),
+            closed_loop: None,
         };
         RunSpec {
             name: setup.trace.display().to_string(),
@@ -166,6 +172,7 @@ impl RunSpec {
             },
             arrival_jitter_ns: 0,
             prefix_n: None,
+            warmup: SimDuration::ZERO,
         }
     }
 
@@ -230,7 +237,8 @@ impl RunSpec {
 pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
     let requests = spec.requests()?;
     let result = sim::run(spec.config.clone(), requests).map_err(RunError::Bug)?;
-    let metrics = RunMetrics::compute(&result, &result.class_quanta_tokens)
+    let warmup_end = SimTime::ZERO.saturating_add(spec.warmup);
+    let metrics = RunMetrics::compute_with(&result, &result.class_quanta_tokens, warmup_end)
         .with_capacity_seqs(capacity_seqs(&spec.config));
     let metrics = match spec.prefix_n {
         Some(n) => metrics.with_prefix_n(n),

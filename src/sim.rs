@@ -52,6 +52,19 @@ pub struct TransportDelays {
     pub jitter: SimDuration,
 }
 
+/// A closed loop: the run keeps `concurrency` requests in flight instead of releasing them at
+/// their arrival times. The first `concurrency` requests are issued at 0 in the order given;
+/// each time a request ends (completes or is rejected) the next one is issued at that instant,
+/// with that instant as its arrival. This is how aiperf and Dynamo's replay
+/// (`replay_concurrency`) measure.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ClosedLoop {
+    /// Requests kept in flight (at least 1).
+    pub concurrency: u32,
+    /// No request is issued at or after this instant (`None`: until the requests run out).
+    pub issue_until: Option<SimTime>,
+}
+
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -71,6 +84,8 @@ pub struct SimConfig {
     pub check_every_event: bool,
     /// The run's only seed: workload draws, the router's tie-breaks, transport jitter.
     pub seed: u64,
+    /// Issue requests in a closed loop instead of at their arrival times (`None`: open loop).
+    pub closed_loop: Option<ClosedLoop>,
 }
 
 impl SimConfig {
@@ -219,6 +234,64 @@ struct System {
     /// When each request's latest worker-to-router message lands, so jitter never reorders
     /// one request's tokens.
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
+    /// Requests that completed or were rejected so far (a closed loop issues one per end).
+    ended: u64,
+}
+
+/// Where arrivals come from: the requests' own times (open loop), or a closed loop that
+/// issues the next request whenever one ends.
+struct Feed<I: Iterator<Item = RequestSpec>> {
+    requests: std::iter::Peekable<I>,
+    closed: Option<ClosedLoop>,
+    /// Requests issued so far (closed loop).
+    issued: u64,
+    /// The latest instant whose arrivals were taken: when a closed loop issues next.
+    clock: SimTime,
+}
+
+impl<I: Iterator<Item = RequestSpec>> Feed<I> {
+    fn new(requests: I, closed: Option<ClosedLoop>) -> Self {
+        Feed {
+            requests: requests.peekable(),
+            closed,
+            issued: 0,
+            clock: SimTime::ZERO,
+        }
+    }
+
+    /// When the next request arrives, `ended` requests having ended so far.
+    fn next_time(&mut self, ended: u64) -> Option<SimTime> {
+        match self.closed {
+            None => self.requests.peek().map(|r| r.arrival),
+            Some(closed) => self
+                .can_issue(closed, self.clock, ended)
+                .then_some(self.clock),
+        }
+    }
+
+    /// The next request arriving at `now`, if any (a closed loop's with `now` as arrival).
+    fn next_at(&mut self, now: SimTime, ended: u64) -> Option<RequestSpec> {
+        self.clock = now;
+        let Some(closed) = self.closed else {
+            return self.requests.next_if(|r| r.arrival == now);
+        };
+        if !self.can_issue(closed, now, ended) {
+            return None;
+        }
+        let mut spec = self.requests.next()?;
+        spec.arrival = now;
+        self.issued += 1;
+        Some(spec)
+    }
+
+    /// Whether a closed loop may issue at `now`: a slot is free, issuing has not stopped,
+    /// and a request is left.
+    fn can_issue(&mut self, closed: ClosedLoop, now: SimTime, ended: u64) -> bool {
+        let in_flight = self.issued.saturating_sub(ended);
+        in_flight < u64::from(closed.concurrency)
+            && closed.issue_until.is_none_or(|until| now < until)
+            && self.requests.peek().is_some()
+    }
 }
 
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
@@ -250,15 +323,16 @@ pub fn run(
         violation: None,
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
+        ended: 0,
         config,
     };
     let mut engine = Engine::new(system.config.limits);
-    let mut requests = requests.peekable();
+    let mut requests = Feed::new(requests, system.config.closed_loop);
     let stop_reason = loop {
         if let Some(v) = system.violation.take() {
             return Err(v);
         }
-        let next_arrival = requests.peek().map(|r| r.arrival);
+        let next_arrival = requests.next_time(system.ended);
         let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
             break StopReason::Drained;
         };
@@ -324,12 +398,12 @@ impl System {
         &mut self,
         now: SimTime,
         engine: &mut Engine<Event>,
-        requests: &mut std::iter::Peekable<impl Iterator<Item = RequestSpec>>,
+        requests: &mut Feed<impl Iterator<Item = RequestSpec>>,
     ) -> Result<(), StopReason> {
         while engine.queue().peek_time() == Some(now) {
             engine.step(self)?;
         }
-        while let Some(spec) = requests.next_if(|r| r.arrival == now) {
+        while let Some(spec) = requests.next_at(now, self.ended) {
             self.arrive(now, spec, engine.queue());
         }
         for rank in std::mem::take(&mut self.starts_due) {
@@ -414,6 +488,7 @@ impl System {
                     record.class_index = class_index;
                     record.completion = Some(now);
                     record.status = Status::Rejected(rejection_label(&error));
+                    self.ended += 1;
                     self.in_flight.remove(&id);
                 }
             }
@@ -531,6 +606,7 @@ impl System {
             let record = &mut self.records[id.0 as usize];
             record.completion = Some(now);
             record.status = Status::Rejected(rejection.reason.label().to_string());
+            self.ended += 1;
             self.in_flight.remove(&id);
             self.last_delivery.remove(&id);
             self.router.handle_finished(now, id, Outcome::Aborted);
@@ -593,6 +669,7 @@ impl System {
             let record = &mut self.records[id.0 as usize];
             record.completion = Some(now);
             record.status = Status::Completed;
+            self.ended += 1;
             self.in_flight.remove(&id);
             self.router.handle_finished(now, id, Outcome::Completed);
         }
@@ -869,6 +946,7 @@ policy_classes:
             tick_interval: SimDuration::from_ms(60_000),
             check_every_event: true,
             seed,
+            closed_loop: None,
         }
     }
 
@@ -945,6 +1023,90 @@ policy_classes:
                 check_storm_record(&case, r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
             }
         }
+    }
+
+    /// A closed loop's records against its rule: at most `n` in flight at any instant, the
+    /// first `n` issued at 0, and issue `n + k` at the instant of the `k`-th end.
+    fn check_closed_loop(records: &[RequestRecord], n: usize) -> Result<(), String> {
+        let mut ends: Vec<SimTime> = records.iter().filter_map(|r| r.completion).collect();
+        ends.sort_unstable();
+        for (i, r) in records.iter().enumerate() {
+            let expected = match i.checked_sub(n) {
+                None => SimTime::ZERO,
+                Some(k) => ends[k],
+            };
+            if r.arrival != expected {
+                return Err(format!("issue {i} at {} instead of {expected}", r.arrival));
+            }
+            let t = r.arrival;
+            let issued = records.iter().filter(|q| q.arrival <= t).count();
+            let ended = ends.iter().filter(|&&e| e <= t).count();
+            if issued - ended > n {
+                return Err(format!("{} in flight at {t}", issued - ended));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// A closed loop issues every request, keeps at most `n` in flight, and issues each
+        /// next request at the instant one ends.
+        #[test]
+        fn a_closed_loop_keeps_n_in_flight(case in case(), seed in 0u64..1000, n in 1u32..5) {
+            let mut config = config(&case, seed);
+            config.closed_loop = Some(ClosedLoop { concurrency: n, issue_until: None });
+            let result = run(config, requests(&case).into_iter())
+                .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            prop_assert_eq!(result.stop_reason, StopReason::Drained);
+            prop_assert_eq!(result.records.len(), case.requests.len(), "every request issued");
+            check_closed_loop(&result.records, n as usize)
+                .map_err(|e| TestCaseError::fail(format!("seed {seed}, n {n}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn a_closed_loop_stops_issuing_at_its_bound() {
+        let case = Case {
+            workers: 1,
+            dp_size: 1,
+            num_gpu_blocks: 1024,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 256,
+            prefix_caching: false,
+            chunked: true,
+            fifo: false,
+            delays_ns: (0, 0, 0),
+            with_policy: false,
+            requests: (0..50).map(|_| (0, 64, 20, 1, vec![0])).collect(),
+        };
+        let mut config = config(&case, 1);
+        let closed = |issue_until| ClosedLoop {
+            concurrency: 2,
+            issue_until,
+        };
+        config.closed_loop = Some(closed(None));
+        let unpinned = || {
+            requests(&case).into_iter().map(|r| RequestSpec {
+                pinned_worker: None,
+                ..r
+            })
+        };
+        let all = run(config.clone(), unpinned()).unwrap();
+        assert_eq!(all.records.len(), 50);
+        check_closed_loop(&all.records, 2).unwrap();
+        // Stop issuing at a later issue instant: exactly the requests issued before it run.
+        let first_later = (9..50)
+            .find(|&i| all.records[i - 1].arrival < all.records[i].arrival)
+            .unwrap();
+        let until = all.records[first_later].arrival;
+        config.closed_loop = Some(closed(Some(until)));
+        let bounded = run(config, unpinned()).unwrap();
+        assert_eq!(bounded.stop_reason, StopReason::Drained);
+        assert_eq!(bounded.records.len(), first_later);
+        assert!(bounded.records.iter().all(|r| r.arrival < until));
+        assert_eq!(bounded.count("completed"), first_later);
     }
 
     /// What a storm run may do to one request: a worker rejection must name a true reason,

@@ -195,7 +195,6 @@ fn seed_run(judgement: &Judgement, replication: u32, seeds: u32) -> Result<SeedR
     })
 }
 
-
 /// A value as `--set` takes it: whole numbers without a fraction.
 pub fn format_value(value: f64) -> String {
     match value.fract() == 0.0 && value.abs() < 1e15 {

@@ -335,11 +335,34 @@ impl RunMetrics {
     /// Measures `result`. `quanta_tokens[c]` is the DRR quantum of class `c` (as in
     /// `result.class_names`); a missing entry counts as quantum 1.
     pub fn compute(result: &SimResult, quanta_tokens: &[u64]) -> RunMetrics {
+        Self::compute_with(result, quanta_tokens, SimTime::ZERO)
+    }
+
+    /// Like [`compute`](Self::compute), leaving requests that arrived before `warmup_end`
+    /// out of the latency and share figures (completion order, dispatches, backlog windows).
+    /// They still count in the request counts, so conservation holds over every request.
+    pub fn compute_with(
+        result: &SimResult,
+        quanta_tokens: &[u64],
+        warmup_end: SimTime,
+    ) -> RunMetrics {
         let class_count = result.class_names.len();
-        let records = with_resolved_classes(&result.records, &result.class_names);
-        let records = records.as_ref();
+        let resolved = with_resolved_classes(&result.records, &result.class_names);
+        let all = resolved.as_ref();
+        let measured: Vec<RequestRecord>;
+        let records = match warmup_end == SimTime::ZERO {
+            true => all,
+            false => {
+                measured = all
+                    .iter()
+                    .filter(|r| r.arrival >= warmup_end)
+                    .cloned()
+                    .collect();
+                &measured
+            }
+        };
         let mut classes = class_shells(result, quanta_tokens);
-        count_requests(records, &mut classes);
+        count_requests(all, &mut classes);
         set_ideal_shares(&mut classes);
         set_latencies(records, &mut classes);
         let completions = completion_order(records, class_count);
@@ -370,7 +393,7 @@ impl RunMetrics {
             .unwrap_or(0);
         RunMetrics {
             requests: result.records.len() as u64,
-            completed: completions.len() as u64,
+            completed: count_status(result, "completed"),
             rejected: count_status(result, "rejected"),
             aborted: count_status(result, "aborted"),
             pending: count_status(result, "pending"),

@@ -22,9 +22,13 @@
 //!          jitter_ms: 0, arrival_jitter_ns: 0}   # jitters: seeded variation, default off
 //! ```
 //!
-//! Workload syntax (`workload.groups[]`, each group: `name`, optional `class`, `count`,
-//! `input_tokens`, `output_tokens`, optional `arrival`, `prefix`, `priority`,
+//! Workload syntax (`workload.groups[]`, each group: `name`, optional `class`, `count` or
+//! `share`, `input_tokens`, `output_tokens`, optional `arrival`, `prefix`, `priority`,
 //! `strict_priority`, `pinned_worker`):
+//! - sizing: `count` requests, or `share` of `workload.rate_per_s` for `workload.duration_s`
+//!   seconds by `workload.arrival` (`poisson` | `{gamma: {cv}}` | `uniform`), the count
+//!   following from the draws; `workload.concurrency: N` runs a closed loop;
+//!   `workload.warmup_s` keeps early arrivals out of latency and share figures;
 //! - lengths: a token count (`512`) or `{dist: uniform, min, max}`,
 //!   `{dist: normal, mean, std_dev}`, `{dist: lognormal, mean, std_dev}` (of the length
 //!   itself), `{dist: exponential, mean}`; draws are rounded and clamped to `[min, max]`,
@@ -61,7 +65,7 @@ use crate::report::expect::Expectation;
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{RouterMode, SimConfig, TransportDelays};
+use crate::sim::{ClosedLoop, RouterMode, SimConfig, TransportDelays};
 use crate::time::SimDuration;
 use crate::workload::synth::SynthWorkload;
 use std::path::{Path, PathBuf};
@@ -92,6 +96,10 @@ pub struct Scenario {
     delays: TransportDelays,
     /// Seeded arrival jitter (`delays.arrival_jitter_ns`).
     arrival_jitter_ns: u64,
+    /// `workload.concurrency` (and `duration_s`): a closed loop instead of arrival times.
+    closed_loop: Option<ClosedLoop>,
+    /// `workload.warmup_s`: requests arriving before it stay out of latency and share figures.
+    warmup: SimDuration,
 }
 
 /// Where a scenario's requests come from.
@@ -275,7 +283,18 @@ impl Scenario {
             tick_interval: TICK_INTERVAL,
             check_every_event: false,
             seed,
+            closed_loop: self.closed_loop,
         }
+    }
+
+    /// The warmup (`workload.warmup_s`; zero when absent).
+    pub fn warmup(&self) -> SimDuration {
+        self.warmup
+    }
+
+    /// The closed loop (`workload.concurrency`), if the workload runs in one.
+    pub fn closed_loop(&self) -> Option<ClosedLoop> {
+        self.closed_loop
     }
 
     /// A plain-text summary for `routersim validate`: the scenario, the resolved classes
@@ -296,5 +315,7 @@ pub fn synth_error(file: &Path, error: &crate::workload::synth::SynthError) -> S
     }
 }
 
+#[cfg(test)]
+mod rate_tests;
 #[cfg(test)]
 mod tests;

@@ -146,6 +146,32 @@ pub struct RawWorkload {
     pub burst: Option<RawBurst>,
     /// Synthetic request groups.
     pub groups: Option<Vec<RawGroup>>,
+    /// Total open-loop arrival rate of the groups that have `share`, per second.
+    pub rate_per_s: Option<f64>,
+    /// Arrivals of the shared groups stop after this many seconds; with `concurrency`, no
+    /// request is issued after it.
+    pub duration_s: Option<f64>,
+    /// The arrival process of the shared groups (default `poisson`).
+    pub arrival: Option<RawProcess>,
+    /// Closed loop: keep this many requests in flight, each end issuing the next.
+    pub concurrency: Option<u64>,
+    /// Requests arriving before this many seconds stay out of the latency and share metrics.
+    pub warmup_s: Option<f64>,
+}
+
+/// `workload.arrival:`: `poisson`, `uniform` or `{gamma: {cv}}`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawProcess {
+    /// Exponential gaps (default).
+    Poisson,
+    /// Gamma gaps with this coefficient of variation.
+    Gamma {
+        /// Standard deviation of a gap over its mean.
+        cv: f64,
+    },
+    /// Evenly spaced arrivals.
+    Uniform,
 }
 
 /// `workload.burst:`.
@@ -183,8 +209,10 @@ pub struct RawGroup {
     pub name: String,
     /// The `policy_class` the requests ask for.
     pub class: Option<String>,
-    /// How many requests (positive).
-    pub count: u64,
+    /// How many requests (positive); or give `share`.
+    pub count: Option<u64>,
+    /// The group's fraction of `workload.rate_per_s` (instead of `count`).
+    pub share: Option<f64>,
     /// Prompt length in tokens.
     pub input_tokens: RawLength,
     /// Output length in tokens.

@@ -3,21 +3,21 @@
 
 use super::overrides;
 use super::raw::{
-    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawRouter, RawRouterMode,
-    RawScenario, RawWorkload,
+    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawProcess, RawRouter,
+    RawRouterMode, RawScenario, RawWorkload,
 };
 use super::{Scenario, ScenarioError, Workload};
-use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_RANKS};
+use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_RANKS, MAX_REQUESTS};
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs};
 use crate::report::expect::{Expectation, RawExpectation};
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
-use crate::sim::{RouterMode, TransportDelays};
+use crate::sim::{ClosedLoop, RouterMode, TransportDelays};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::{
-    Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, RequestGroup,
+    Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
     SharedPrefix, SynthError, SynthWorkload,
 };
 use crate::workload::trace;
@@ -135,6 +135,8 @@ fn build(
     let (expectations, companions) = expectations(source, &raw.expect, &class_names)?;
     let limits = limits(source, &raw)?;
     let delays = delays(source, &raw)?;
+    let closed_loop = closed_loop(source, &raw.workload)?;
+    let warmup = warmup(source, &raw.workload)?;
     Ok(Scenario {
         file: path.to_path_buf(),
         name: raw.name,
@@ -157,6 +159,8 @@ fn build(
         limits,
         delays,
         arrival_jitter_ns: raw.delays.arrival_jitter_ns,
+        closed_loop,
+        warmup,
     })
 }
 
@@ -349,9 +353,21 @@ fn workload(
             if raw.trace_block_size.is_some() {
                 return Err(source.at("workload.trace_block_size", "only applies to `trace`"));
             }
+            for group in groups {
+                check_count_or_share(source, group)?;
+            }
+            let shared = shared_arrivals(source, raw, groups)?;
             let mut converted = Vec::with_capacity(groups.len());
             for group in groups {
-                converted.push(group_of(source, group, profile, engine, worker_count)?);
+                let sizing = sizing(source, group, shared.as_ref())?;
+                converted.push(group_of(
+                    source,
+                    group,
+                    sizing,
+                    profile,
+                    engine,
+                    worker_count,
+                )?);
             }
             let synth = SynthWorkload {
                 groups: converted,
@@ -373,6 +389,20 @@ fn trace_workload(
 ) -> Result<Workload, ScenarioError> {
     if raw.burst.is_some() {
         return Err(source.at("workload.burst", "only applies to `groups`"));
+    }
+    let only_groups = [
+        ("rate_per_s", raw.rate_per_s.is_some()),
+        ("arrival", raw.arrival.is_some()),
+        (
+            "duration_s",
+            raw.duration_s.is_some() && raw.concurrency.is_none(),
+        ),
+    ];
+    if let Some((field, _)) = only_groups.iter().find(|(_, given)| *given) {
+        return Err(source.at(
+            &format!("workload.{field}"),
+            "only applies to `groups` with `share` (or, for `duration_s`, to a closed loop)",
+        ));
     }
     let block_size = raw
         .trace_block_size
@@ -423,9 +453,214 @@ fn duration_ms(source: &Source, path: &str, ms: f64) -> Result<SimDuration, Scen
     SimDuration::try_from_ms_f64(ms).map_err(|message| source.at(path, message))
 }
 
+/// Groups whose shares must add up to 1 do so within this (shares are decimal fractions).
+const SHARE_SUM_TOLERANCE: f64 = 1e-9;
+
+/// How the groups with `share` arrive: `workload.arrival` at `rate_per_s × share` from 0,
+/// every arrival before `duration_s`.
+struct SharedArrivals {
+    process: Process,
+    rate_per_s: f64,
+    duration_s: f64,
+    until: SimTime,
+}
+
+/// How many requests a group has and when they arrive.
+struct Sizing {
+    /// The exact count, or for a shared group the expected one (rounded down).
+    count: u64,
+    /// The group's own `arrival`, or its share of the workload's.
+    arrival: Arrival,
+}
+
+/// A group has `count` or `share`, never both nor neither; a shared group's arrivals are the
+/// workload's, so it has no `arrival` of its own.
+fn check_count_or_share(source: &Source, group: &RawGroup) -> Result<(), ScenarioError> {
+    let path = |field: &str| format!("workload.groups.\"{}\".{field}", group.name);
+    match (group.count, group.share) {
+        (Some(_), Some(_)) => Err(source.at(
+            &path("share"),
+            "a group has `share` or `count`, not both",
+        )),
+        (None, None) => Err(source.at(
+            &path("count"),
+            "give `count`, or `share` of `workload.rate_per_s` (with `workload.duration_s`)",
+        )),
+        (None, Some(_)) if group.arrival.is_some() => Err(source.at(
+            &path("arrival"),
+            "a group with `share` arrives by `workload.arrival`; give `count` for arrivals of its own",
+        )),
+        (None, Some(share)) if !(share.is_finite() && share > 0.0 && share <= 1.0) => Err(
+            source.at(&path("share"), format!("must be in (0, 1], got {share:?}")),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The arrivals of the groups with `share`, from `workload.rate_per_s`, `duration_s` and
+/// `arrival`: `None` when no group has a share (then those fields are errors, except
+/// `duration_s` bounding a closed loop).
+fn shared_arrivals(
+    source: &Source,
+    raw: &RawWorkload,
+    groups: &[RawGroup],
+) -> Result<Option<SharedArrivals>, ScenarioError> {
+    let shared: Vec<&RawGroup> = groups.iter().filter(|g| g.share.is_some()).collect();
+    if shared.is_empty() {
+        let unused = [
+            ("rate_per_s", raw.rate_per_s.is_some()),
+            ("arrival", raw.arrival.is_some()),
+            (
+                "duration_s",
+                raw.duration_s.is_some() && raw.concurrency.is_none(),
+            ),
+        ];
+        return match unused.iter().find(|(_, given)| *given) {
+            Some((field, _)) => Err(source.at(
+                &format!("workload.{field}"),
+                "applies to groups with `share` (or, for `duration_s`, to a closed loop), and no group has one",
+            )),
+            None => Ok(None),
+        };
+    }
+    check_share_sum(source, &shared)?;
+    let rate_per_s = positive(source, "workload.rate_per_s", raw.rate_per_s)?;
+    let duration_s = positive(source, "workload.duration_s", raw.duration_s)?;
+    let until = time_ms(source, "workload.duration_s", duration_s * 1000.0)?;
+    let process = match raw.arrival {
+        None | Some(RawProcess::Poisson) => Process::Poisson,
+        Some(RawProcess::Uniform) => Process::Uniform,
+        Some(RawProcess::Gamma { cv }) => Process::Gamma { cv },
+    };
+    let counted: u64 = groups.iter().filter_map(|g| g.count).sum();
+    let expected = rate_per_s * duration_s + counted as f64;
+    if expected > MAX_REQUESTS as f64 {
+        return Err(source.at(
+            "workload.rate_per_s",
+            format!(
+                "{rate_per_s} per s for {duration_s} s (plus {counted} counted) is about {expected:.0} requests: a run may have at most {MAX_REQUESTS}"
+            ),
+        ));
+    }
+    Ok(Some(SharedArrivals {
+        process,
+        rate_per_s,
+        duration_s,
+        until,
+    }))
+}
+
+/// The shares add up to 1 (within [`SHARE_SUM_TOLERANCE`]); the error names the first
+/// shared group's `share`.
+fn check_share_sum(source: &Source, shared: &[&RawGroup]) -> Result<(), ScenarioError> {
+    let sum: f64 = shared.iter().filter_map(|g| g.share).sum();
+    if (sum - 1.0).abs() <= SHARE_SUM_TOLERANCE {
+        return Ok(());
+    }
+    let terms: Vec<String> = shared
+        .iter()
+        .map(|g| format!("{} {}", g.name, g.share.unwrap_or_default()))
+        .collect();
+    Err(source.at(
+        &format!("workload.groups.\"{}\".share", shared[0].name),
+        format!(
+            "the shares add up to {}, not 1 ({})",
+            decimal(sum),
+            terms.join(" + ")
+        ),
+    ))
+}
+
+/// `sum` to 9 decimals without trailing zeros, so 0.3 + 0.6 reads 0.9, not
+/// 0.8999999999999999.
+fn decimal(sum: f64) -> String {
+    let text = format!("{sum:.9}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A required, positive and finite number at `path`.
+fn positive(source: &Source, path: &str, value: Option<f64>) -> Result<f64, ScenarioError> {
+    match value {
+        None => Err(source.at(path, "is required by the groups with `share`")),
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Some(v) => Err(source.at(path, format!("must be a positive number, got {v:?}"))),
+    }
+}
+
+/// A group's count and arrivals: its own, or its share of the workload's.
+fn sizing(
+    source: &Source,
+    group: &RawGroup,
+    shared: Option<&SharedArrivals>,
+) -> Result<Sizing, ScenarioError> {
+    let path = format!("workload.groups.\"{}\".arrival", group.name);
+    match (group.count, group.share, shared) {
+        (None, Some(share), Some(s)) => Ok(Sizing {
+            count: (s.rate_per_s * share * s.duration_s).floor() as u64,
+            arrival: Arrival::Timed {
+                process: s.process,
+                rate_per_s: s.rate_per_s * share,
+                until: s.until,
+            },
+        }),
+        (count, _, _) => Ok(Sizing {
+            count: count.unwrap_or_default(),
+            arrival: arrival(source, &path, group.arrival.as_ref())?,
+        }),
+    }
+}
+
+/// `workload.concurrency` (with `duration_s` as the issue bound): the closed loop, if any.
+fn closed_loop(source: &Source, raw: &RawWorkload) -> Result<Option<ClosedLoop>, ScenarioError> {
+    let Some(concurrency) = raw.concurrency else {
+        return Ok(None);
+    };
+    if !(1..=MAX_REQUESTS).contains(&concurrency) {
+        return Err(source.at(
+            "workload.concurrency",
+            format!("must be from 1 to {MAX_REQUESTS}, got {concurrency}"),
+        ));
+    }
+    let issue_until = match raw.duration_s {
+        None => None,
+        Some(s) if !(s.is_finite() && s > 0.0) => {
+            return Err(source.at(
+                "workload.duration_s",
+                format!("must be a positive number, got {s:?}"),
+            ));
+        }
+        Some(s) => Some(time_ms(source, "workload.duration_s", s * 1000.0)?),
+    };
+    Ok(Some(ClosedLoop {
+        concurrency: concurrency as u32,
+        issue_until,
+    }))
+}
+
+/// `workload.warmup_s`: non-negative, within the time bound, and shorter than `duration_s`
+/// (a warmup as long as the arrivals would leave nothing to measure).
+fn warmup(source: &Source, raw: &RawWorkload) -> Result<SimDuration, ScenarioError> {
+    let Some(warmup_s) = raw.warmup_s else {
+        return Ok(SimDuration::ZERO);
+    };
+    let warmup = duration_ms(source, "workload.warmup_s", warmup_s * 1000.0)?;
+    if let Some(duration_s) = raw.duration_s
+        && warmup_s >= duration_s
+    {
+        return Err(source.at(
+            "workload.warmup_s",
+            format!(
+                "must be shorter than duration_s ({duration_s} s): every request would be left out"
+            ),
+        ));
+    }
+    Ok(warmup)
+}
+
 fn group_of(
     source: &Source,
     raw: &RawGroup,
+    sizing: Sizing,
     profile: &PolicyProfile,
     engine: &EngineArgs,
     worker_count: u32,
@@ -467,10 +702,10 @@ fn group_of(
     Ok(RequestGroup {
         name: raw.name.clone(),
         class: raw.class.clone(),
-        count: raw.count,
+        count: sizing.count,
         input_tokens: lengths(source, &path("input_tokens"), &raw.input_tokens)?,
         output_tokens: lengths(source, &path("output_tokens"), &raw.output_tokens)?,
-        arrival: arrival(source, &path("arrival"), raw.arrival.as_ref())?,
+        arrival: sizing.arrival,
         prefix: raw.prefix.as_ref().map(|p| SharedPrefix {
             tokens: p.tokens,
             groups: p.groups,
@@ -676,6 +911,15 @@ fn describe_workload(workload: &Workload) -> String {
         Workload::Synthetic(synth) => synth,
     };
     let total: u64 = synth.groups.iter().map(|g| g.count).sum();
+    let timed = synth
+        .groups
+        .iter()
+        .any(|g| matches!(g.arrival, Arrival::Timed { .. }));
+    // A rate-and-time group's count follows from its draws: only its expectation is known.
+    let total = match timed {
+        true => format!("about {total}"),
+        false => total.to_string(),
+    };
     let mut out = format!(
         "workload: {} groups, {} requests; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
         synth.groups.len(),
@@ -690,7 +934,10 @@ fn describe_workload(workload: &Workload) -> String {
             "  {}: class {}, {} requests, input tokens {}, output tokens {}, arrival {}, {}\n",
             g.name,
             g.class.as_deref().unwrap_or("-"),
-            g.count,
+            match g.arrival {
+                Arrival::Timed { .. } => format!("about {}", g.count),
+                _ => g.count.to_string(),
+            },
             g.input_tokens,
             g.output_tokens,
             g.arrival,

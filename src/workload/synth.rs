@@ -18,7 +18,7 @@ use crate::scheduling::types::WorkerWithDpRank;
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
 use crate::workload::{PromptSpec, RequestSpec};
 use rand::RngExt;
-use rand_distr::{Distribution, Exp, LogNormal, Normal};
+use rand_distr::{Distribution, Exp, Gamma, LogNormal, Normal};
 use std::fmt;
 
 /// The first hash id handed out (small ids are left free for hand-written traces).
@@ -31,6 +31,13 @@ pub const MAX_GROUP_REQUESTS: u64 = MAX_REQUESTS;
 const POISSON_SPAN_SAFETY: f64 = 2.0;
 /// Default upper clamp of a drawn length, in tokens (drawn lengths are also at least 1).
 pub const DEFAULT_MAX_TOKENS: u64 = 1 << 20;
+/// Most arrivals one rate-and-time group may draw: twice the request bound. The expected
+/// count is validated against [`MAX_REQUESTS`]; this cap only keeps a freak draw (or a gamma
+/// with a huge cv, whose gaps round to 0 ns) from filling memory.
+pub const MAX_TIMED_DRAWS: u64 = 2 * MAX_REQUESTS;
+/// Largest coefficient of variation of gamma gaps: beyond it, the gamma's shape (1/cv^2) is so
+/// small that almost every gap rounds to 0 ns and arrivals pile up in single instants.
+pub const MAX_GAMMA_CV: f64 = 100.0;
 
 /// A whole synthetic workload: groups, how burst groups are released, and the block size.
 #[derive(Clone, Debug, PartialEq)]
@@ -175,6 +182,32 @@ pub enum Arrival {
     },
     /// Request `k` arrives at `times[k]` (exactly `count` times).
     At(Vec<SimTime>),
+    /// Arrivals of `process` at `rate_per_s` from time 0, every arrival before `until`: the
+    /// number of requests follows from the draws (the group's `count` is only the expected
+    /// number, rounded down, used for bounds).
+    Timed {
+        /// How the gaps between arrivals are drawn.
+        process: Process,
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+        /// Arrivals stop before this instant.
+        until: SimTime,
+    },
+}
+
+/// The arrival process of a group sized by rate and time (`workload.arrival`).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Process {
+    /// Exponential gaps: a Poisson process; the first arrival one gap after 0.
+    Poisson,
+    /// Gamma-distributed gaps with mean `1 / rate` and coefficient of variation `cv`
+    /// (cv > 1 is burstier than Poisson, cv = 1 is Poisson); the first arrival one gap after 0.
+    Gamma {
+        /// Standard deviation of a gap over its mean.
+        cv: f64,
+    },
+    /// Evenly spaced: request `k` at `k / rate` exactly (rounded to the ns), the first at 0.
+    Uniform,
 }
 
 /// Requests in one prefix group share their first `tokens` prompt tokens (rounded down to
@@ -440,7 +473,8 @@ impl HashIdCounter {
 
 impl RequestGroup {
     fn validate(&self) -> Result<(), SynthError> {
-        if self.count == 0 {
+        // A rate-and-time group may expect fewer than one arrival; its count is an estimate.
+        if self.count == 0 && !matches!(self.arrival, Arrival::Timed { .. }) {
             return Err(group_error(self, "count", "must be positive"));
         }
         if self.count > MAX_GROUP_REQUESTS {
@@ -531,6 +565,11 @@ impl RequestGroup {
                     format!("is after {}", latest_time()),
                 )),
             },
+            Arrival::Timed {
+                process,
+                rate_per_s,
+                until,
+            } => validate_timed(*process, *rate_per_s, *until),
         }
     }
 
@@ -613,7 +652,52 @@ impl RequestGroup {
             Arrival::Poisson { rate_per_s, start } => {
                 self.poisson_arrivals(seed, *rate_per_s, *start)?
             }
+            Arrival::Timed {
+                process,
+                rate_per_s,
+                until,
+            } => self.timed_arrivals(seed, *process, *rate_per_s, *until)?,
         })
+    }
+
+    /// Every arrival of `process` at `rate_per_s` before `until`, from the group's own
+    /// `arrival` stream (uniform spacing draws nothing).
+    fn timed_arrivals(
+        &self,
+        seed: u64,
+        process: Process,
+        rate_per_s: f64,
+        until: SimTime,
+    ) -> Result<Vec<SimTime>, SynthError> {
+        let gaps = GapSampler::new(process, rate_per_s)
+            .map_err(|message| workload_field_error("arrival", message))?;
+        let mut arrival_rng = rng::child(seed, "workload", &format!("{}/arrival", self.name));
+        let mut out = Vec::new();
+        for k in 0u64.. {
+            let next_ns = match &gaps {
+                GapSampler::Uniform => uniform_arrival_ns(k, rate_per_s),
+                drawn => {
+                    let last_ns = out.last().map_or(0.0, |t: &SimTime| t.as_ns() as f64);
+                    last_ns + drawn.gap_ns(&mut arrival_rng)
+                }
+            };
+            // `until` is at most 2^62 ns, so the comparison in f64 is exact enough and an
+            // arrival kept is below the time bound.
+            if next_ns >= until.as_ns() as f64 {
+                break;
+            }
+            if k >= MAX_TIMED_DRAWS {
+                return Err(workload_field_error(
+                    "rate_per_s",
+                    format!(
+                        "group `{}` drew more than {MAX_TIMED_DRAWS} arrivals: lower the rate, the duration or the gamma cv",
+                        self.name
+                    ),
+                ));
+            }
+            out.push(SimTime::from_ns(next_ns as u64));
+        }
+        Ok(out)
     }
 
     fn poisson_arrivals(
@@ -643,6 +727,81 @@ impl RequestGroup {
             out.push(now);
         }
         Ok(out)
+    }
+}
+
+/// Checks a rate-and-time process: a positive finite rate, a positive window within the time
+/// bound, and a usable gamma. Errors name the workload's fields (`workload.rate_per_s`, ...).
+fn validate_timed(process: Process, rate_per_s: f64, until: SimTime) -> Result<(), SynthError> {
+    if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+        return Err(workload_field_error(
+            "rate_per_s",
+            format!("must be a positive number, got {rate_per_s:?}"),
+        ));
+    }
+    if until == SimTime::ZERO || until.as_ns() > MAX_INPUT_NS {
+        return Err(workload_field_error(
+            "duration_s",
+            format!("must be positive and at most {}", latest_time()),
+        ));
+    }
+    GapSampler::new(process, rate_per_s)
+        .map(|_| ())
+        .map_err(|message| workload_field_error("arrival.gamma.cv", message))
+}
+
+fn workload_field_error(field: &str, message: impl Into<String>) -> SynthError {
+    SynthError {
+        group: String::new(),
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Arrival `k` of evenly spaced arrivals at `rate_per_s`, in ns: computed from `k` rather
+/// than summed, so spacing errors never accumulate.
+fn uniform_arrival_ns(k: u64, rate_per_s: f64) -> f64 {
+    (k as f64 * NS_PER_SEC as f64 / rate_per_s).round()
+}
+
+/// Draws the gaps of a rate-and-time process.
+enum GapSampler {
+    Exponential(Exp<f64>),
+    Gamma(Gamma<f64>),
+    Uniform,
+}
+
+impl GapSampler {
+    /// The sampler of `process` at `rate_per_s` (validated positive and finite), or what is
+    /// wrong with the gamma's cv.
+    fn new(process: Process, rate_per_s: f64) -> Result<GapSampler, String> {
+        Ok(match process {
+            Process::Poisson => {
+                GapSampler::Exponential(Exp::new(rate_per_s).map_err(|e| e.to_string())?)
+            }
+            Process::Uniform => GapSampler::Uniform,
+            Process::Gamma { cv } if !(cv.is_finite() && cv > 0.0 && cv <= MAX_GAMMA_CV) => {
+                return Err(format!(
+                    "must be a positive number at most {MAX_GAMMA_CV}, got {cv:?}"
+                ));
+            }
+            Process::Gamma { cv } => {
+                // Shape 1/cv^2 and scale cv^2/rate: mean 1/rate, std dev cv/rate.
+                let shape = 1.0 / (cv * cv);
+                let scale_s = cv * cv / rate_per_s;
+                GapSampler::Gamma(Gamma::new(shape, scale_s).map_err(|e| e.to_string())?)
+            }
+        })
+    }
+
+    /// One gap in ns (0 for uniform, which computes its arrivals directly).
+    fn gap_ns(&self, rng: &mut rng::SimRng) -> f64 {
+        let gap_s: f64 = match self {
+            GapSampler::Exponential(d) => d.sample(rng),
+            GapSampler::Gamma(d) => d.sample(rng),
+            GapSampler::Uniform => 0.0,
+        };
+        (gap_s * NS_PER_SEC as f64).round()
     }
 }
 
@@ -794,6 +953,18 @@ impl fmt::Display for Arrival {
                 crate::time::format_ms(every.as_ns())
             ),
             Arrival::At(times) => write!(f, "{} listed times", times.len()),
+            Arrival::Timed {
+                process,
+                rate_per_s,
+                until,
+            } => {
+                let name = match process {
+                    Process::Poisson => "poisson".to_string(),
+                    Process::Gamma { cv } => format!("gamma(cv {cv})"),
+                    Process::Uniform => "uniform".to_string(),
+                };
+                write!(f, "{name} {rate_per_s}/s before {until}")
+            }
         }
     }
 }
@@ -1050,6 +1221,162 @@ mod tests {
             .validate()
             .unwrap_err();
         assert_eq!(err.field, "arrival.interval.every_ms");
+    }
+
+    /// A rate-and-time group of `process` at `rate_per_s` for `duration_s` seconds.
+    fn timed(name: &str, process: Process, rate_per_s: f64, duration_s: u64) -> RequestGroup {
+        let mut g = group(name, (rate_per_s * duration_s as f64) as u64);
+        g.arrival = Arrival::Timed {
+            process,
+            rate_per_s,
+            until: SimTime::from_ns(duration_s * NS_PER_SEC),
+        };
+        g
+    }
+
+    fn arrival_times(w: &SynthWorkload, seed: u64) -> Vec<SimTime> {
+        w.generate(seed)
+            .unwrap()
+            .iter()
+            .map(|r| r.spec.arrival)
+            .collect()
+    }
+
+    /// Gaps between consecutive arrivals, in seconds.
+    fn gaps_s(times: &[SimTime]) -> Vec<f64> {
+        times
+            .windows(2)
+            .map(|w| (w[1].as_ns() - w[0].as_ns()) as f64 / NS_PER_SEC as f64)
+            .collect()
+    }
+
+    fn mean_and_cv(values: &[f64]) -> (f64, f64) {
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        (mean, var.sqrt() / mean)
+    }
+
+    #[test]
+    fn timed_poisson_arrivals_keep_their_rate_inside_the_window() {
+        let w = workload(
+            vec![timed("p", Process::Poisson, 40.0, 2_000)],
+            BurstOrder::Sequential,
+        );
+        let times = arrival_times(&w, 5);
+        // 80,000 expected, standard deviation ~283: 1% is over 2.8 sigma.
+        let rate = times.len() as f64 / 2_000.0;
+        assert!((rate - 40.0).abs() < 0.4, "rate {rate}");
+        assert!(
+            times[0] > SimTime::ZERO,
+            "the first arrival is one gap after 0"
+        );
+        assert!(times.iter().all(|t| t.as_ns() < 2_000 * NS_PER_SEC));
+        let (mean, cv) = mean_and_cv(&gaps_s(&times));
+        assert!((mean - 0.025).abs() < 0.00025, "mean gap {mean}");
+        assert!(
+            (cv - 1.0).abs() < 0.02,
+            "exponential gaps have cv 1, got {cv}"
+        );
+        assert_ne!(
+            times.len(),
+            arrival_times(&w, 6).len(),
+            "the count follows the draws"
+        );
+    }
+
+    #[test]
+    fn timed_uniform_arrivals_are_evenly_spaced_from_zero() {
+        let w = workload(
+            vec![timed("u", Process::Uniform, 40.0, 180)],
+            BurstOrder::Sequential,
+        );
+        let times = arrival_times(&w, 1);
+        assert_eq!(times.len(), 7_200, "t < 180 s: 0, 25 ms, ..., 179.975 s");
+        for (k, t) in times.iter().enumerate() {
+            assert_eq!(t.as_ns(), k as u64 * 25_000_000);
+        }
+        assert_eq!(times, arrival_times(&w, 2), "uniform draws nothing");
+        // A rate that does not divide a second: spacing from k, not summed, never drifts.
+        let w = workload(
+            vec![timed("u", Process::Uniform, 3.0, 1_000)],
+            BurstOrder::Sequential,
+        );
+        let times = arrival_times(&w, 1);
+        assert_eq!(times.len(), 3_000);
+        assert_eq!(times[2_999].as_ns(), 999_666_666_667);
+    }
+
+    #[test]
+    fn timed_gamma_arrivals_have_the_asked_cv_and_mean_gap() {
+        for cv in [0.5, 2.0] {
+            let w = workload(
+                vec![timed("g", Process::Gamma { cv }, 20.0, 5_000)],
+                BurstOrder::Sequential,
+            );
+            let times = arrival_times(&w, 3);
+            let (mean, measured_cv) = mean_and_cv(&gaps_s(&times));
+            assert!(
+                (mean - 0.05).abs() < 0.05 * 0.05,
+                "cv {cv}: mean gap {mean}"
+            );
+            assert!(
+                (measured_cv - cv).abs() < 0.1 * cv,
+                "cv {cv}: measured {measured_cv}"
+            );
+        }
+    }
+
+    #[test]
+    fn timed_groups_draw_from_their_own_streams() {
+        let a = timed("a", Process::Poisson, 10.0, 100);
+        let b = timed("b", Process::Gamma { cv: 3.0 }, 10.0, 100);
+        let of_a = |w: &SynthWorkload| -> Vec<(u64, SimTime)> {
+            w.generate(4)
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.spec.policy_class.as_deref() == Some("a"))
+                .map(|r| (r.spec.input_tokens, r.spec.arrival))
+                .collect()
+        };
+        let alone = workload(vec![a.clone()], BurstOrder::Sequential);
+        let with_b = workload(vec![b, a], BurstOrder::Sequential);
+        assert_eq!(of_a(&alone), of_a(&with_b));
+    }
+
+    #[test]
+    fn timed_parameters_are_validated_by_workload_field() {
+        let field = |process, rate_per_s, until_ns| {
+            let mut g = group("t", 1);
+            g.arrival = Arrival::Timed {
+                process,
+                rate_per_s,
+                until: SimTime::from_ns(until_ns),
+            };
+            let e = workload(vec![g], BurstOrder::Sequential)
+                .validate()
+                .unwrap_err();
+            (e.group.clone(), e.to_string())
+        };
+        let (owner, text) = field(Process::Poisson, 0.0, 1);
+        assert_eq!(owner, "");
+        assert!(text.starts_with("workload.rate_per_s: "), "{text}");
+        let (_, text) = field(Process::Poisson, 1.0, 0);
+        assert!(text.starts_with("workload.duration_s: "), "{text}");
+        let (_, text) = field(Process::Gamma { cv: f64::NAN }, 1.0, 1);
+        assert!(text.starts_with("workload.arrival.gamma.cv: "), "{text}");
+        let (_, text) = field(Process::Gamma { cv: 0.0 }, 1.0, 1);
+        assert!(text.starts_with("workload.arrival.gamma.cv: "), "{text}");
+        // An expected count of 0 is fine: the draws may still bring arrivals.
+        let mut g = group("t", 0);
+        g.arrival = Arrival::Timed {
+            process: Process::Poisson,
+            rate_per_s: 0.5,
+            until: SimTime::from_ns(NS_PER_SEC),
+        };
+        workload(vec![g], BurstOrder::Sequential)
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -28,6 +28,7 @@ workload:
 expect:
   - {latency: {class: gold, metric: ttft_ms_p99}, at_most: 2500}
   - {latency: {class: standard, metric: ttft_ms_p99}, at_most: 10000}
+  - {stable: true}
 ";
 
 fn routersim(dir: &Path, args: &[&str]) -> (i32, String, String) {
@@ -179,10 +180,13 @@ fn nothing_feasible_exits_1_and_bad_input_exits_2() {
     }
 }
 
-/// The scenario without its SLOs: only stability decides.
-fn no_slo(dir: &Path) {
-    let text = SCENARIO.split("expect:").next().unwrap();
-    fs::write(dir.join("s.yaml"), text).unwrap();
+/// The bundled two-tenant scenario on 2 workers for 60 s, without its SLOs: only stability
+/// decides.
+fn two_tenants_without_slos(dir: &Path) {
+    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/capacity-two-tenants.yaml");
+    let text = fs::read_to_string(bundled).unwrap();
+    let text = text.split("\nexpect:").next().unwrap();
+    fs::write(dir.join("t.yaml"), text).unwrap();
 }
 
 /// Completions per second of the second half of the arrival window, from summary.json.
@@ -195,56 +199,40 @@ fn served_rps(dir: &Path, out: &str) -> f64 {
 #[test]
 fn without_slos_the_highest_rate_stays_within_what_the_workers_serve_flat_out() {
     let tmp = setup();
-    no_slo(tmp.path());
-    let rate = "workload.groups.standard.arrival.poisson.rate_per_s";
-    let flood = format!("{rate}=2000");
-    let (code, _, stderr) = routersim(
-        tmp.path(),
-        &["run", "s.yaml", "--quiet", "--set", &flood, "--out", "flat"],
-    );
+    two_tenants_without_slos(tmp.path());
+    let fleet = [
+        "--set",
+        "workers.count=2",
+        "--set",
+        "workload.duration_s=60",
+    ];
+    let flood = [&fleet[..], &["--set", "workload.rate_per_s=400"]].concat();
+    let run = [&["run", "t.yaml", "--quiet", "--out", "flat"][..], &flood].concat();
+    let (code, _, stderr) = routersim(tmp.path(), &run);
     assert_eq!(code, 0, "{stderr}");
     let flat_out_rps = served_rps(tmp.path(), "flat");
-    let (code, stdout, stderr) = routersim(
-        tmp.path(),
-        &[
-            "plan",
-            "s.yaml",
-            "--maximize",
-            rate,
-            "--range",
-            "1..2000",
-            "--precision",
-            "0.05",
-            "--out",
-            "p",
-        ],
-    );
+    let search = [
+        "plan",
+        "t.yaml",
+        "--maximize",
+        "workload.rate_per_s",
+        "--range",
+        "1..400",
+    ];
+    let plan = [&search[..], &fleet, &["--precision", "0.05", "--out", "p"]].concat();
+    let (code, stdout, stderr) = routersim(tmp.path(), &plan);
     assert_eq!(code, 0, "{stdout}{stderr}");
     let answer = plan_json(tmp.path(), "p")["answer"].as_f64().unwrap();
-    // The gold group adds 20 req/s on top of the standard rate searched.
     assert!(
-        answer + 20.0 <= flat_out_rps * 1.05,
-        "{answer} + 20 vs flat out {flat_out_rps}"
+        answer <= flat_out_rps * 1.05,
+        "{answer} req/s vs flat out {flat_out_rps}"
     );
-    let (_, _, stderr) = routersim(
-        tmp.path(),
-        &[
-            "plan",
-            "s.yaml",
-            "--maximize",
-            rate,
-            "--range",
-            "1..2000",
-            "--precision",
-            "0.05",
-            "--allow-overload",
-            "--out",
-            "q",
-        ],
-    );
-    let allowed = plan_json(tmp.path(), "q")["answer"].as_f64().unwrap();
+    let allowed = [&plan[..plan.len() - 1], &["q", "--allow-overload"]].concat();
+    let (code, _, stderr) = routersim(tmp.path(), &allowed);
+    assert_eq!(code, 0, "{stderr}");
+    let reach = plan_json(tmp.path(), "q")["answer"].as_f64().unwrap();
     assert!(
-        allowed > answer,
-        "overload allowed reaches further: {allowed} vs {answer}; {stderr}"
+        reach > answer,
+        "overload allowed reaches further: {reach} vs {answer}"
     );
 }
