@@ -181,10 +181,13 @@ fn figures_chart(plan: &Plan) -> Chart {
         .first()
         .map(|w| w.iter().map(|o| o.label.clone()).collect())
         .unwrap_or_default();
-    let latency_only = !plan.latency_figures.is_empty() && plan.latency_figures.iter().all(|l| *l);
+    // Latency SLOs share one log axis; other figures (counts, shares, `stable`) are drawn only
+    // when there is no latency to draw, on a linear axis.
+    let latency_only = plan.latency_figures.iter().any(|l| *l);
+    let drawn = |i: usize| !latency_only || plan.latency_figures.get(i) == Some(&true);
     let mut all_y: Vec<f64> = Vec::new();
     let mut series = Vec::new();
-    for (i, label) in labels.iter().enumerate() {
+    for (i, label) in labels.iter().enumerate().filter(|(i, _)| drawn(*i)) {
         let points: Vec<(f64, f64)> = probes
             .iter()
             .zip(&worsts)
@@ -196,7 +199,7 @@ fn figures_chart(plan: &Plan) -> Chart {
         s.markers = true;
         series.push(s);
     }
-    let references = bound_lines(&worsts, &mut all_y);
+    let references = bound_lines(&worsts, &mut all_y, drawn);
     let x = Axis::linear(&plan.parameter, (plan.range.0, plan.range.1));
     let y = match latency_only {
         true => Axis::log_over("worst value over seeds (ms)", all_y.iter().copied()),
@@ -225,13 +228,17 @@ fn figures_chart(plan: &Plan) -> Chart {
 }
 
 /// A horizontal line per expectation bound (both ends of a `within`).
-fn bound_lines(worsts: &[Vec<ExpectationOutcome>], all_y: &mut Vec<f64>) -> Vec<ReferenceLine> {
+fn bound_lines(
+    worsts: &[Vec<ExpectationOutcome>],
+    all_y: &mut Vec<f64>,
+    drawn: impl Fn(usize) -> bool,
+) -> Vec<ReferenceLine> {
     use crate::report::expect::Bound;
     let Some(first) = worsts.first() else {
         return Vec::new();
     };
     let mut lines = Vec::new();
-    for (i, o) in first.iter().enumerate() {
+    for (i, o) in first.iter().enumerate().filter(|(i, _)| drawn(*i)) {
         let ats = match o.bound {
             Bound::AtLeast(v) | Bound::AtMost(v) | Bound::Tolerance(v) => vec![v],
             Bound::Within { lo, hi } => vec![lo, hi],
