@@ -136,20 +136,28 @@ impl Plan {
 pub struct Prober<'a> {
     options: &'a PlanOptions,
     pool: &'a rayon::ThreadPool,
+    /// The scenario file's text, read once for every probe.
+    text: String,
 }
 
 impl<'a> Prober<'a> {
-    /// A prober over `pool`.
-    pub fn new(options: &'a PlanOptions, pool: &'a rayon::ThreadPool) -> Self {
-        Prober { options, pool }
+    /// A prober over `pool`; reads the scenario file once.
+    pub fn new(options: &'a PlanOptions, pool: &'a rayon::ThreadPool) -> Result<Self, RunError> {
+        let text = crate::scenario::read_scenario_text(&options.scenario)?;
+        Ok(Prober {
+            options,
+            pool,
+            text,
+        })
     }
 
     /// The scenario with the parameter at `value`.
     fn scenario_at(&self, value: f64) -> Result<Scenario, RunError> {
         let mut overrides = self.options.overrides.clone();
         overrides.push((self.options.parameter.clone(), format_value(value)));
-        Ok(Scenario::load_with_overrides(
+        Ok(Scenario::from_text(
             &self.options.scenario,
+            &self.text,
             &overrides,
         )?)
     }
@@ -225,7 +233,7 @@ pub fn validate(options: &PlanOptions) -> Result<(), RunError> {
 /// Searches the range (see the module docs).
 pub fn plan(options: &PlanOptions, pool: &rayon::ThreadPool) -> Result<Plan, RunError> {
     validate(options)?;
-    let prober = Prober::new(options, pool);
+    let prober = Prober::new(options, pool)?;
     let integer = prober.is_integer()?;
     let latency_figures = prober
         .scenario_at(options.range.0)?

@@ -165,6 +165,12 @@ pub fn load_policy_file(path: &Path) -> Result<PolicyConfig, PolicyError> {
     PolicyConfig::from_yaml_str(&text, Some(&name))
 }
 
+/// A scenario file's text (capped as every input file is), for callers that parse it many
+/// times with different overrides ([`Scenario::from_text`]).
+pub fn read_scenario_text(path: &Path) -> Result<String, ScenarioError> {
+    read_file(path)
+}
+
 fn read_file(path: &Path) -> Result<String, ScenarioError> {
     bounds::read_to_string_capped(path, bounds::MAX_INPUT_FILE_BYTES).map_err(|e| {
         ScenarioError::in_file(
