@@ -263,3 +263,24 @@ fn replay_names_the_class_and_field_of_an_unknown_policy_value() {
         &["p.yaml:10: root: class \"premium\": queue_policy: unknown value `lifo`"],
     );
 }
+
+#[test]
+fn a_closed_stdout_pipe_ends_quietly_without_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("routersim");
+    let mut child = std::process::Command::new(bin)
+        .current_dir(tmp.path())
+        .arg("validate")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("scenarios/premium-vs-regular-weighted.yaml"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
