@@ -19,8 +19,9 @@ use rand::RngExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// `max_num_batched_tokens` assumed for a worker that does not report one (Dynamo's default).
-pub const DEFAULT_MAX_BATCHED_TOKENS: u64 = 10_000_000;
+/// `max_num_batched_tokens` assumed for a worker that does not report one (Dynamo's default),
+/// the same default the policy's busy thresholds use.
+pub use super::policy::DEFAULT_MAX_BATCHED_TOKENS;
 
 // ---------------------------------------------------------------------------------------------
 // Workers and constraints
