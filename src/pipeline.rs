@@ -30,7 +30,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Where a run's requests come from.
 #[derive(Clone, Debug)]
@@ -66,6 +66,9 @@ pub struct RunSpec {
     /// Requests arriving before this (from 0) stay out of the latency and share metrics
     /// (`workload.warmup_s`; zero: none).
     pub warmup: SimDuration,
+    /// Where synthetic requests already drawn for (workload, seed) are kept, when the caller
+    /// runs the same draws many times (a capacity search over workers).
+    pub request_cache: Option<Arc<RequestCache>>,
 }
 
 /// A finished run and its measurements.
@@ -144,6 +147,7 @@ impl RunSpec {
             arrival_jitter_ns: scenario.arrival_jitter_ns(),
             prefix_n: None,
             warmup: scenario.warmup(),
+            request_cache: None,
         }
     }
 
@@ -173,6 +177,7 @@ impl RunSpec {
             arrival_jitter_ns: 0,
             prefix_n: None,
             warmup: SimDuration::ZERO,
+            request_cache: None,
         }
     }
 
@@ -210,12 +215,18 @@ impl RunSpec {
         let jitter = self.arrival_jitter_ns;
         match &self.source {
             RequestSource::Synthetic { workload, file } => {
-                let requests: Vec<RequestSpec> = workload
-                    .generate(seed)
-                    .map_err(|e| scenario::synth_error(file, &e))?
-                    .into_iter()
-                    .map(|r| r.spec)
-                    .collect();
+                let draw = || -> Result<Vec<RequestSpec>, RunError> {
+                    Ok(workload
+                        .generate(seed)
+                        .map_err(|e| scenario::synth_error(file, &e))?
+                        .into_iter()
+                        .map(|r| r.spec)
+                        .collect())
+                };
+                let requests = match &self.request_cache {
+                    Some(cache) => cache.draw(workload, seed, draw)?.as_ref().clone(),
+                    None => draw()?,
+                };
                 Ok(Box::new(
                     jitter_arrivals(requests, seed, jitter).into_iter(),
                 ))
@@ -230,6 +241,64 @@ impl RunSpec {
                 ))
             }
         }
+    }
+}
+
+/// Synthetic requests drawn once per (workload, seed): runs whose workload is equal (a search
+/// over `workers.count`, say) reuse the draw instead of generating the prompts again.
+#[derive(Debug, Default)]
+pub struct RequestCache {
+    entries: Mutex<Vec<CachedDraw>>,
+}
+
+/// One draw: the workload it came from, the seed, the requests.
+type CachedDraw = (Arc<SynthWorkload>, u64, Arc<Vec<RequestSpec>>);
+
+impl RequestCache {
+    /// Draws kept at most; the oldest goes first (a search's probes move on).
+    pub const MAX_DRAWS: usize = 16;
+
+    /// The requests of `(workload, seed)`: cached, or drawn by `draw` and kept.
+    fn draw(
+        &self,
+        workload: &Arc<SynthWorkload>,
+        seed: u64,
+        draw: impl FnOnce() -> Result<Vec<RequestSpec>, RunError>,
+    ) -> Result<Arc<Vec<RequestSpec>>, RunError> {
+        if let Some(hit) = self.find(workload, seed) {
+            return Ok(hit);
+        }
+        // Drawn outside the lock, so the seeds of one probe draw in parallel.
+        let drawn = Arc::new(draw()?);
+        let mut entries = self.lock();
+        if entries.len() >= Self::MAX_DRAWS {
+            entries.remove(0);
+        }
+        entries.push((workload.clone(), seed, drawn.clone()));
+        Ok(drawn)
+    }
+
+    fn find(&self, workload: &Arc<SynthWorkload>, seed: u64) -> Option<Arc<Vec<RequestSpec>>> {
+        self.lock()
+            .iter()
+            .find(|(w, s, _)| *s == seed && **w == **workload)
+            .map(|(_, _, requests)| requests.clone())
+    }
+
+    /// How many draws are kept.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no draw is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<CachedDraw>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -272,6 +341,8 @@ pub struct Judgement {
     pub scenario: Scenario,
     /// Each companion, keyed as its `minus:` names it.
     pub companions: BTreeMap<String, Scenario>,
+    /// Shared by every run of this judgement (and of others given the same cache).
+    pub request_cache: Option<Arc<RequestCache>>,
 }
 
 /// One replication of a judged scenario: its spec, its output and the verdicts.
@@ -300,6 +371,7 @@ impl Judgement {
         Ok(Judgement {
             scenario,
             companions,
+            request_cache: None,
         })
     }
 
@@ -316,11 +388,18 @@ impl Judgement {
             Some(seed) => seed,
             None => replication_seeds(scenario.seed(), replications)[replication as usize],
         };
-        let spec = RunSpec::from_scenario(&self.scenario, seed_of(&self.scenario));
+        let with_cache = |mut spec: RunSpec| {
+            spec.request_cache = self.request_cache.clone();
+            spec
+        };
+        let spec = with_cache(RunSpec::from_scenario(
+            &self.scenario,
+            seed_of(&self.scenario),
+        ));
         let output = execute(&spec)?;
         let mut companion_metrics = BTreeMap::new();
         for (name, companion) in &self.companions {
-            let companion_spec = RunSpec::from_scenario(companion, seed_of(companion));
+            let companion_spec = with_cache(RunSpec::from_scenario(companion, seed_of(companion)));
             companion_metrics.insert(name.clone(), execute(&companion_spec)?.metrics);
         }
         // Wall time is the caller's to measure (nothing below the CLI reads a clock).

@@ -12,12 +12,13 @@ pub mod output;
 #[cfg(test)]
 mod tests;
 
-use crate::pipeline::{Judgement, RunError};
+use crate::pipeline::{Judgement, RequestCache, RunError};
 use crate::report::evaluate::ExpectationOutcome;
 use crate::report::expect::Figure;
 use crate::scenario::Scenario;
 use rayon::prelude::*;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Probes one search may make at most (the exponential phase plus bisection of a 1e9-wide
 /// integer range or a real range to 1e-6 precision need fewer).
@@ -138,6 +139,9 @@ pub struct Prober<'a> {
     pool: &'a rayon::ThreadPool,
     /// The scenario file's text, read once for every probe.
     text: String,
+    /// Prompts drawn once per (workload, seed), reused by probes that leave the workload as
+    /// it is.
+    requests: Arc<RequestCache>,
 }
 
 impl<'a> Prober<'a> {
@@ -148,6 +152,7 @@ impl<'a> Prober<'a> {
             options,
             pool,
             text,
+            requests: Arc::default(),
         })
     }
 
@@ -164,7 +169,8 @@ impl<'a> Prober<'a> {
 
     /// Probes `value`.
     pub fn probe(&self, value: f64) -> Result<Probe, RunError> {
-        let judgement = Judgement::new(self.scenario_at(value)?)?;
+        let mut judgement = Judgement::new(self.scenario_at(value)?)?;
+        judgement.request_cache = Some(self.requests.clone());
         let seeds = self.options.seeds;
         let runs: Vec<SeedRun> = self.pool.install(|| {
             (0..seeds)
