@@ -45,7 +45,7 @@ pub fn data_files(
 
 /// Every file of a run: [`data_files`] then every plot as PNG and SVG
 /// ([`plots::render_all`], which draws the latency bounds among `expectations`; pass none
-/// for a run without a scenario). Hand the result to [`output::write_dir`].
+/// for a run without a scenario). Hand the result to an [`output::OutputTarget`], claimed before the run.
 pub fn run_files(
     result: &SimResult,
     metrics: &metrics::RunMetrics,

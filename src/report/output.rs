@@ -133,11 +133,6 @@ pub fn write_dir<S: AsRef<str>>(
 }
 
 impl OutputTarget {
-    /// The directory as the user named it.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Checks the target again (it may have changed while the command worked) and what it
     /// holds.
     fn inspect(&self) -> Result<Existing, OutputError> {
