@@ -1,6 +1,8 @@
 //! The command line: clap commands, and the mapping of errors to exit codes (0, 1, 2).
 
-use crate::bounds::{MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_SWEEP_RUNS};
+use crate::bounds::{
+    MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_REQUESTS, MAX_SWEEP_RUNS,
+};
 use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
 use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
@@ -136,6 +138,21 @@ struct ReplayArgs {
     /// Tokens per hash id.
     #[arg(long, default_value_t = trace::DEFAULT_TRACE_BLOCK_SIZE)]
     trace_block_size: u64,
+    /// Closed loop, as Dynamo's `replay_concurrency`: keep N requests in flight and issue the
+    /// trace rows in file order as others end (completed or rejected), each at that instant,
+    /// which is its arrival; the first N at 0. Timestamps are ignored.
+    #[arg(long, value_name = "N")]
+    replay_concurrency: Option<u64>,
+    /// Open loop at another load, as Dynamo's `arrival_speedup_ratio`: every timestamp,
+    /// rebased to the earliest, is divided by R (finite, at least 0.001; 2 replays the trace
+    /// twice as fast). Has no effect with --replay-concurrency, as in Dynamo.
+    #[arg(
+        long,
+        value_name = "R",
+        default_value_t = 1.0,
+        allow_hyphen_values = true
+    )]
+    arrival_speedup_ratio: f64,
     /// Seed for the router's tie-breaks.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -508,6 +525,17 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
     Ok((value.to_string(), text))
 }
 
+/// `--replay-concurrency`: from 1 to [`MAX_REQUESTS`] (a trace has at most that many rows).
+fn replay_concurrency(args: &ReplayArgs) -> Result<Option<u32>, CliError> {
+    match args.replay_concurrency {
+        None => Ok(None),
+        Some(n) if (1..=MAX_REQUESTS).contains(&n) => Ok(Some(n as u32)),
+        Some(n) => Err(CliError::Input(format!(
+            "--replay-concurrency {n}: must be from 1 to {MAX_REQUESTS}"
+        ))),
+    }
+}
+
 /// The files a replay reads (`--engine` and `--router` may be inline JSON instead).
 fn replay_inputs(args: &ReplayArgs) -> Vec<PathBuf> {
     let mut inputs = vec![args.trace.clone()];
@@ -536,6 +564,9 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             args.trace_block_size
         )));
     }
+    let replay_concurrency = replay_concurrency(args)?;
+    let arrival_speedup_ratio = trace::check_speedup_ratio(args.arrival_speedup_ratio)
+        .map_err(|e| CliError::Input(format!("--arrival-speedup-ratio: {e}")))?;
     let engine = match &args.engine {
         None => EngineArgs::default(),
         Some(v) => {
@@ -587,15 +618,28 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         },
         seed: args.seed,
     };
-    let RunOutput { result, metrics } = pipeline::execute(&RunSpec::from_replay(&setup))?;
+    if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
+        eprintln!(
+            "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
+        );
+    }
+    let spec =
+        RunSpec::from_replay(&setup).with_replay_modes(replay_concurrency, arrival_speedup_ratio);
+    let RunOutput { result, metrics } = pipeline::execute(&spec)?;
     let trace_name = args.trace.display().to_string();
-    let meta = serde_json::json!({
+    let mut meta = serde_json::json!({
         "command": "replay",
         "trace": trace_name,
         "workers": args.workers,
         "seed": args.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });
+    // Only when given, so that a plain replay's summary stays as it was.
+    if let Some(n) = replay_concurrency {
+        meta["replay_concurrency"] = n.into();
+    } else if arrival_speedup_ratio != 1.0 {
+        meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
+    }
     let files = report::run_files(&result, &metrics, &meta, &[])
         .map_err(|e| CliError::Bug(e.to_string()))?;
     target.write(&files).map_err(input)?;

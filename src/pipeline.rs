@@ -47,6 +47,9 @@ pub enum RequestSource {
         path: PathBuf,
         /// Tokens per hash id.
         block_size: u64,
+        /// Timestamps are divided by this (Dynamo's `arrival_speedup_ratio`; 1: as recorded).
+        /// A closed loop ignores timestamps, and so this.
+        arrival_speedup_ratio: f64,
     },
 }
 
@@ -135,9 +138,14 @@ impl RunSpec {
                 workload: Arc::new(synth.clone()),
                 file: scenario.file().to_path_buf(),
             },
-            scenario::Workload::Trace { path, block_size } => RequestSource::Trace {
+            scenario::Workload::Trace {
+                path,
+                block_size,
+                arrival_speedup_ratio,
+            } => RequestSource::Trace {
                 path: path.clone(),
                 block_size: *block_size,
+                arrival_speedup_ratio: *arrival_speedup_ratio,
             },
         };
         RunSpec {
@@ -173,12 +181,37 @@ impl RunSpec {
             source: RequestSource::Trace {
                 path: setup.trace.clone(),
                 block_size: setup.trace_block_size,
+                arrival_speedup_ratio: 1.0,
             },
             arrival_jitter_ns: 0,
             prefix_n: None,
             warmup: SimDuration::ZERO,
             request_cache: None,
         }
+    }
+
+    /// The same replay in one of Dynamo's other replay modes: a closed loop
+    /// (`replay_concurrency`: keep that many requests in flight and issue the trace rows in
+    /// file order as others end, each at that instant, ignoring timestamps), or an open loop
+    /// whose timestamps are divided by `arrival_speedup_ratio` (validated by
+    /// [`trace::check_speedup_ratio`]). As in Dynamo 1.6.1, a closed loop ignores the ratio.
+    pub fn with_replay_modes(
+        mut self,
+        replay_concurrency: Option<u32>,
+        arrival_speedup_ratio: f64,
+    ) -> RunSpec {
+        if let RequestSource::Trace {
+            arrival_speedup_ratio: ratio,
+            ..
+        } = &mut self.source
+        {
+            *ratio = arrival_speedup_ratio;
+        }
+        self.config.closed_loop = replay_concurrency.map(|concurrency| sim::ClosedLoop {
+            concurrency,
+            issue_until: None,
+        });
+        self
     }
 
     /// The run's seed.
@@ -231,8 +264,17 @@ impl RunSpec {
                     jitter_arrivals(requests, seed, jitter).into_iter(),
                 ))
             }
-            RequestSource::Trace { path, block_size } => {
-                let stream = stream_trace(path, *block_size)?;
+            RequestSource::Trace {
+                path,
+                block_size,
+                arrival_speedup_ratio,
+            } => {
+                if self.config.closed_loop.is_some() {
+                    // Dynamo issues a closed loop's rows in file order, whatever their
+                    // timestamps (so arrival jitter, which only moves those, has no effect).
+                    return file_order_trace(path, *block_size);
+                }
+                let stream = stream_trace(path, *block_size, *arrival_speedup_ratio)?;
                 if jitter == 0 {
                     return Ok(stream);
                 }
@@ -427,22 +469,42 @@ fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
         .map_err(|e| RunError::Input(format!("{}: cannot read the trace: {e}", path.display())))
 }
 
-/// Validates a whole trace; returns its summary (origin, whether it is sorted).
-fn scan_trace(path: &std::path::Path, block_size: u64) -> Result<trace::TraceSummary, RunError> {
+/// Validates a whole trace whose timestamps are divided by `speedup_ratio`; returns its
+/// summary (origin, whether it is sorted).
+fn scan_trace(
+    path: &std::path::Path,
+    block_size: u64,
+    speedup_ratio: f64,
+) -> Result<trace::TraceSummary, RunError> {
     let name = path.display().to_string();
-    trace::scan(open_trace(path)?, &name, block_size).map_err(|e| RunError::Input(e.to_string()))
+    trace::scan_scaled(open_trace(path)?, &name, block_size, speedup_ratio)
+        .map_err(|e| RunError::Input(e.to_string()))
 }
 
-/// The trace's requests in arrival order: streamed when the file is in time order, else
-/// read whole and sorted.
-fn stream_trace(
+/// The trace's requests in file order, streamed (a closed loop's issue order).
+fn file_order_trace(
     path: &std::path::Path,
     block_size: u64,
 ) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
-    let summary = scan_trace(path, block_size)?;
+    scan_trace(path, block_size, 1.0)?;
     let name = path.display().to_string();
-    let reader =
-        TraceReader::new(open_trace(path)?, &name, block_size).with_origin_ms(summary.origin_ms);
+    let reader = TraceReader::new(open_trace(path)?, &name, block_size);
+    // Validated by the scan just made (see `stream_trace`).
+    Ok(Box::new(reader.map_while(Result::ok)))
+}
+
+/// The trace's requests in arrival order, timestamps divided by `speedup_ratio`: streamed
+/// when the file is in time order, else read whole and sorted.
+fn stream_trace(
+    path: &std::path::Path,
+    block_size: u64,
+    speedup_ratio: f64,
+) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
+    let summary = scan_trace(path, block_size, speedup_ratio)?;
+    let name = path.display().to_string();
+    let reader = TraceReader::new(open_trace(path)?, &name, block_size)
+        .with_origin_ms(summary.origin_ms)
+        .with_speedup_ratio(speedup_ratio);
     // Every row was validated by the scan just made; a row failing now means the file changed
     // under us, and the run ends its arrivals there (conservation still holds).
     let rows = reader.map_while(Result::ok);

@@ -6,6 +6,8 @@ tools/run_fidelity_fixtures.sh, which runs /work/shared/tools/dynosim on these i
 
 Timestamps are whole microseconds and start at 0 (Dynamo rebases arrivals to the minimum
 timestamp, and dynosim adds row_index ns, so tagged times stay on the ns grid).
+A fixture replayed in one of Dynamo's other replay modes (closed loop, arrival speed-up) has a
+replay_args.txt: the extra flags, on one line, that both dynosim and `routersim replay` get.
 Usage: gen_fidelity_traces.py OUT_ROOT   (writes OUT_ROOT/<fixture>/...)
 """
 import json
@@ -241,6 +243,27 @@ policy_classes:
 PREMIUM_ENGINE = {"engine": {"backend": "vllm", "worker_type": "aggregated", "max_num_seqs": 4,
                              "max_num_batched_tokens": 8192, "enable_prefix_caching": False}}
 
+def closed_prefix_sharing():
+    """Closed loop over a prefix-sharing trace whose timestamps are shuffled: Dynamo issues
+    rows in file order and ignores the timestamps."""
+    rng = random.Random(8008)
+    ids = Ids(8_000_000)
+    prefixes = [ids.take(rng.randint(1, 6)) for _ in range(10)]
+    times = poisson_times_ms(rng, 200, 20.0)
+    rng.shuffle(times)
+    rows = []
+    for ts in times:
+        isl = rng.randint(200, 5000)
+        h = prefixed_request(rng, ids, prefixes, isl) if rng.random() < 0.8 else ids.take(hash_count(isl))
+        rows.append(row(ts, isl, rng.randint(1, 60), h))
+    return rows, None, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
+
+
+def with_args(build, args):
+    """A fixture built by `build` and replayed with extra flags (replay_args.txt)."""
+    return lambda: build()[:3] + (args,)
+
+
 FIXTURES = {
     "classes-wspt": classes_wspt,
     "prefix-sharing": prefix_sharing,
@@ -249,13 +272,20 @@ FIXTURES = {
     "priorities-long-output": priorities_long_output,
     "premium-weighted": lambda: (premium_rows(), premium_policy(128), PREMIUM_ENGINE),
     "premium-equal": lambda: (premium_rows(), premium_policy(512), PREMIUM_ENGINE),
+    # Dynamo's other replay modes; the flags go to dynosim and to `routersim replay` alike.
+    "closed-prefix-sharing": with_args(closed_prefix_sharing, "--replay-concurrency 6"),
+    "closed-classes": with_args(classes_wspt, "--replay-concurrency 24"),
+    "closed-memory-pressure": with_args(memory_pressure, "--replay-concurrency 10"),
+    "speedup-prefix-sharing": with_args(prefix_sharing, "--arrival-speedup-ratio 3"),
+    "speedup-priorities": with_args(priorities_long_output, "--arrival-speedup-ratio 2.5"),
+    "slowdown-chunked": with_args(chunked_long, "--arrival-speedup-ratio 0.5"),
 }
 
 
 def main():
     root = sys.argv[1]
     for name, build in FIXTURES.items():
-        rows, policy, engine = build()
+        rows, policy, engine, *args = build()
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "trace.jsonl"), "w") as f:
@@ -267,6 +297,9 @@ def main():
         with open(os.path.join(d, "engine.json"), "w") as f:
             json.dump(engine, f, indent=1)
             f.write("\n")
+        if args:
+            with open(os.path.join(d, "replay_args.txt"), "w") as f:
+                f.write(args[0] + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Dynamo 1.6.1 (via /work/shared/tools/dynosim, one worker) on every fidelity fixture
-# and stores its outputs next to the inputs: dynamo.csv and dynamo.trace.jsonl. Each fixture is
+# and stores its outputs next to the inputs: dynamo.csv and dynamo.trace.jsonl, with the extra
+# flags of replay_args.txt when a fixture has one. Each fixture is
 # run twice and the two CSVs must be identical (one worker is deterministic in 1.6.1).
 # Usage: tools/run_fidelity_fixtures.sh [FIXTURE_ROOT] [NAME...]
 set -euo pipefail
@@ -17,6 +18,8 @@ for name in "${names[@]}"; do
   args=(--trace "$d/trace.jsonl" --workers 1 --engine "$d/engine.json")
   [[ -f $d/policy.yaml ]] && args+=(--policy "$d/policy.yaml")
   [[ -f $d/router.json ]] && args+=(--router "$d/router.json")
+  # Dynamo's other replay modes (closed loop, arrival speed-up): flags on one line.
+  if [[ -f $d/replay_args.txt ]]; then read -r -a extra <"$d/replay_args.txt"; args+=("${extra[@]}"); fi
   tmp=$(mktemp -d)
   "$dynosim" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out"
   "$dynosim" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out"

@@ -113,6 +113,8 @@ pub enum Workload {
         path: PathBuf,
         /// Tokens per hash id.
         block_size: u64,
+        /// Timestamps are divided by this (`workload.arrival_speedup_ratio`, default 1).
+        arrival_speedup_ratio: f64,
     },
 }
 

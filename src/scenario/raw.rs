@@ -142,6 +142,8 @@ pub struct RawWorkload {
     pub trace: Option<String>,
     /// Tokens per hash id of the trace (default 512, Dynamo's).
     pub trace_block_size: Option<u64>,
+    /// Divides the trace's timestamps (default 1; Dynamo's `arrival_speedup_ratio`).
+    pub arrival_speedup_ratio: Option<f64>,
     /// How groups with `arrival: burst` are released.
     pub burst: Option<RawBurst>,
     /// Synthetic request groups.

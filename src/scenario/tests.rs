@@ -22,7 +22,11 @@ impl Scenario {
                 .into_iter()
                 .map(|r| r.spec)
                 .collect(),
-            Workload::Trace { path, block_size } => read_trace(path, *block_size)?,
+            Workload::Trace {
+                path,
+                block_size,
+                arrival_speedup_ratio,
+            } => read_trace(path, *block_size, *arrival_speedup_ratio)?,
         };
         Ok(crate::workload::jitter_arrivals(
             requests,
@@ -43,7 +47,11 @@ impl Scenario {
 }
 
 /// All rows of a (previously scanned) trace, sorted by arrival.
-fn read_trace(path: &Path, block_size: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
+fn read_trace(
+    path: &Path,
+    block_size: u64,
+    speedup_ratio: f64,
+) -> Result<Vec<RequestSpec>, ScenarioError> {
     let name = path.display().to_string();
     let open = || {
         File::open(path).map(BufReader::new).map_err(|e| {
@@ -60,6 +68,7 @@ fn read_trace(path: &Path, block_size: u64) -> Result<Vec<RequestSpec>, Scenario
     let summary = trace::scan(open()?, &name, block_size).map_err(trace_error)?;
     let mut requests: Vec<RequestSpec> = TraceReader::new(open()?, &name, block_size)
         .with_origin_ms(summary.origin_ms)
+        .with_speedup_ratio(speedup_ratio)
         .collect::<Result<_, _>>()
         .map_err(trace_error)?;
     requests.sort_by_key(|r| (r.arrival, r.row));

@@ -353,6 +353,9 @@ fn workload(
             if raw.trace_block_size.is_some() {
                 return Err(source.at("workload.trace_block_size", "only applies to `trace`"));
             }
+            if raw.arrival_speedup_ratio.is_some() {
+                return Err(source.at("workload.arrival_speedup_ratio", "only applies to `trace`"));
+            }
             for group in groups {
                 check_count_or_share(source, group)?;
             }
@@ -413,19 +416,42 @@ fn trace_workload(
             format!("must be from 1 to {MAX_BLOCK_TOKENS}, got {block_size}"),
         ));
     }
+    let arrival_speedup_ratio = arrival_speedup_ratio(source, raw)?;
     let path = source.resolve(file);
     let name = path.display().to_string();
     let reader = File::open(&path)
         .map(BufReader::new)
         .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
-    trace::scan(reader, &name, block_size).map_err(|e| ScenarioError {
-        file: e.source_name.clone(),
-        line: Some(e.line),
-        column: None,
-        field_path: e.field.clone().unwrap_or_default(),
-        message: e.message,
+    trace::scan_scaled(reader, &name, block_size, arrival_speedup_ratio).map_err(|e| {
+        ScenarioError {
+            file: e.source_name.clone(),
+            line: Some(e.line),
+            column: None,
+            field_path: e.field.clone().unwrap_or_default(),
+            message: e.message,
+        }
     })?;
-    Ok(Workload::Trace { path, block_size })
+    Ok(Workload::Trace {
+        path,
+        block_size,
+        arrival_speedup_ratio,
+    })
+}
+
+/// `workload.arrival_speedup_ratio` of a trace (default 1). A closed loop ignores timestamps,
+/// so the two together are refused rather than one silently doing nothing.
+fn arrival_speedup_ratio(source: &Source, raw: &RawWorkload) -> Result<f64, ScenarioError> {
+    let Some(ratio) = raw.arrival_speedup_ratio else {
+        return Ok(1.0);
+    };
+    let field = "workload.arrival_speedup_ratio";
+    if raw.concurrency.is_some() {
+        return Err(source.at(
+            field,
+            "has no effect with `concurrency`: a closed loop ignores the trace's timestamps",
+        ));
+    }
+    trace::check_speedup_ratio(ratio).map_err(|message| source.at(field, message))
 }
 
 fn burst(source: &Source, raw: &RawWorkload) -> Result<Burst, ScenarioError> {
@@ -901,9 +927,17 @@ fn on_off(flag: bool) -> &'static str {
 
 fn describe_workload(workload: &Workload) -> String {
     let synth = match workload {
-        Workload::Trace { path, block_size } => {
+        Workload::Trace {
+            path,
+            block_size,
+            arrival_speedup_ratio,
+        } => {
+            let speedup = match *arrival_speedup_ratio == 1.0 {
+                true => String::new(),
+                false => format!(", timestamps divided by {arrival_speedup_ratio}"),
+            };
             return format!(
-                "workload: trace {} ({} tokens per hash id)\n",
+                "workload: trace {} ({} tokens per hash id{speedup})\n",
                 path.display(),
                 block_size
             );

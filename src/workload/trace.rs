@@ -2,7 +2,8 @@
 
 use super::{PromptSpec, RequestSpec};
 use crate::bounds::{
-    MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, read_line_capped,
+    MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, MIN_SPEEDUP_RATIO,
+    read_line_capped,
 };
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, SimTime};
 use serde_json::{Map, Value};
@@ -11,6 +12,19 @@ use std::io::BufRead;
 
 /// Dynamo's default: public mooncake traces hash 512 tokens per hash id.
 pub const DEFAULT_TRACE_BLOCK_SIZE: u64 = 512;
+
+/// Checks an arrival speed-up ratio (`--arrival-speedup-ratio`, `workload.arrival_speedup_ratio`):
+/// finite and at least [`MIN_SPEEDUP_RATIO`], the bound every speed-up has (Dynamo accepts any
+/// finite positive ratio; a smaller one would stretch a trace past the time bound). The error
+/// is the message to put after the flag or field.
+pub fn check_speedup_ratio(ratio: f64) -> Result<f64, String> {
+    match ratio.is_finite() && ratio >= MIN_SPEEDUP_RATIO {
+        true => Ok(ratio),
+        false => Err(format!(
+            "must be a finite number >= {MIN_SPEEDUP_RATIO} (timestamps are divided by it), got {ratio}"
+        )),
+    }
+}
 
 /// A problem with one line of a trace (or with reading it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,12 +53,13 @@ const SESSION_FIELDS: [&str; 3] = ["session_id", "delay", "delay_ms"];
 
 /// Reads a mooncake trace line by line. Blank lines are skipped; rows are numbered from 0 in
 /// file order. Arrival times are the timestamps minus `origin_ms` (Dynamo rebases a trace to
-/// its earliest timestamp: see [`scan`]).
+/// its earliest timestamp: see [`scan`]), divided by the arrival speed-up ratio.
 pub struct TraceReader<R> {
     input: R,
     source_name: String,
     tokens_per_hash: u64,
     origin_ms: f64,
+    speedup_ratio: f64,
     line_no: usize,
     next_row: u64,
     buf: String,
@@ -66,6 +81,22 @@ pub fn scan<R: BufRead>(
     source_name: &str,
     tokens_per_hash: u64,
 ) -> Result<TraceSummary, TraceError> {
+    scan_scaled(input, source_name, tokens_per_hash, 1.0)
+}
+
+/// [`scan`] for a replay whose timestamps are divided by `speedup_ratio` (positive and
+/// finite; see [`check_speedup_ratio`]): the latest arrival must still fit the time bound
+/// after the division.
+pub fn scan_scaled<R: BufRead>(
+    input: R,
+    source_name: &str,
+    tokens_per_hash: u64,
+    speedup_ratio: f64,
+) -> Result<TraceSummary, TraceError> {
+    assert!(
+        speedup_ratio.is_finite() && speedup_ratio > 0.0,
+        "the speed-up ratio is validated before a scan"
+    );
     let mut reader = TraceReader::new(input, source_name, tokens_per_hash);
     let (mut rows, mut origin_ms, mut last_ms, mut sorted) =
         (0, f64::INFINITY, f64::NEG_INFINITY, true);
@@ -83,12 +114,17 @@ pub fn scan<R: BufRead>(
         }
     }
     let origin_ms = if rows == 0 { 0.0 } else { origin_ms };
-    if rows > 0 && (latest_ms - origin_ms) * NS_PER_MS as f64 > MAX_INPUT_NS as f64 {
+    if rows > 0 && (latest_ms - origin_ms) / speedup_ratio * NS_PER_MS as f64 > MAX_INPUT_NS as f64
+    {
         reader.line_no = latest_line;
+        let scaled = match speedup_ratio == 1.0 {
+            true => String::new(),
+            false => format!(" once divided by the arrival speed-up ratio {speedup_ratio}"),
+        };
         return Err(reader.error(
             Some("timestamp"),
             format!(
-                "{latest_ms} ms is more than {} ms (about 146 years) after the earliest row's {origin_ms} ms",
+                "{latest_ms} ms is more than {} ms (about 146 years) after the earliest row's {origin_ms} ms{scaled}",
                 MAX_INPUT_NS / NS_PER_MS
             ),
         ));
@@ -108,6 +144,7 @@ impl<R: BufRead> TraceReader<R> {
             source_name: source_name.to_string(),
             tokens_per_hash,
             origin_ms: 0.0,
+            speedup_ratio: 1.0,
             line_no: 0,
             next_row: 0,
             buf: String::new(),
@@ -117,6 +154,18 @@ impl<R: BufRead> TraceReader<R> {
     /// Measures arrivals from `origin_ms` (the trace's earliest timestamp).
     pub fn with_origin_ms(mut self, origin_ms: f64) -> Self {
         self.origin_ms = origin_ms;
+        self
+    }
+
+    /// Divides every arrival by `ratio` (Dynamo's `arrival_speedup_ratio`; 1: as recorded).
+    /// As in Dynamo 1.6.1, the division is of the rebased time in f64 milliseconds; the
+    /// quotient is then rounded to the nearest nanosecond.
+    pub fn with_speedup_ratio(mut self, ratio: f64) -> Self {
+        assert!(
+            ratio.is_finite() && ratio > 0.0,
+            "the speed-up ratio is validated before a trace is read"
+        );
+        self.speedup_ratio = ratio;
         self
     }
 
@@ -187,7 +236,8 @@ impl<R: BufRead> TraceReader<R> {
             return Err(self.error(Some("output_length"), "missing"));
         };
         let output = self.check_tokens("output_length", output)?;
-        let arrival_ns = ((timestamp_ms - self.origin_ms).max(0.0) * NS_PER_MS as f64).round();
+        let arrival_ms = (timestamp_ms - self.origin_ms).max(0.0) / self.speedup_ratio;
+        let arrival_ns = (arrival_ms * NS_PER_MS as f64).round();
         let spec = RequestSpec {
             row: self.next_row,
             arrival: SimTime::from_ns(arrival_ns as u64),

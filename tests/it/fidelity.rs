@@ -1,7 +1,8 @@
 //! Fidelity: every fixture replayed by routersim agrees with Dynamo 1.6.1 row by row.
 //!
 //! The fixtures under tests/fixtures/fidelity/ hold Dynamo's own output (dynamo.csv) for the
-//! time-tagged trace it replayed (dynamo.trace.jsonl); see docs/fidelity.md.
+//! time-tagged trace it replayed (dynamo.trace.jsonl), and, for Dynamo's closed-loop and
+//! speed-up replay modes, the extra flags both got (replay_args.txt); see docs/fidelity.md.
 
 use assert_cmd::Command;
 use std::collections::BTreeMap;
@@ -44,8 +45,18 @@ pub fn replay_fixture(name: &str, out: &Path) -> Vec<Row> {
             cmd.arg(flag).arg(dir.join(file));
         }
     }
+    cmd.args(replay_args(&dir));
     cmd.assert().success();
     read_rows(&out.join("requests.csv"))
+}
+
+/// The extra `replay` flags a fixture was run with (replay_args.txt: one line, e.g.
+/// `--replay-concurrency 6`); none for a plain replay.
+fn replay_args(dir: &Path) -> Vec<String> {
+    match std::fs::read_to_string(dir.join("replay_args.txt")) {
+        Ok(text) => text.split_whitespace().map(str::to_string).collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 fn time_differs(ours: &str, theirs: &str) -> bool {
@@ -65,7 +76,8 @@ fn mismatches(ours: &[Row], dynamo: &[Row]) -> Vec<String> {
     let mut out = Vec::new();
     for (o, d) in ours.iter().zip(dynamo) {
         assert_eq!(o["row"], d["row"], "rows are in the same order");
-        for column in ["admit_ms", "first_token_ms", "completion_ms"] {
+        // arrival_ms is where a closed loop's issue times and a speed-up's division show.
+        for column in ["arrival_ms", "admit_ms", "first_token_ms", "completion_ms"] {
             if time_differs(&o[column], &d[column]) {
                 out.push(format!(
                     "row {}: {column} {} vs Dynamo {}",
@@ -139,6 +151,66 @@ fn premium_weighted_matches_dynamo() {
 #[test]
 fn premium_equal_matches_dynamo() {
     assert_matches_dynamo("premium-equal");
+}
+
+#[test]
+fn closed_loop_prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("closed-prefix-sharing");
+}
+
+#[test]
+fn closed_loop_classes_matches_dynamo() {
+    assert_matches_dynamo("closed-classes");
+}
+
+#[test]
+fn closed_loop_memory_pressure_matches_dynamo() {
+    assert_matches_dynamo("closed-memory-pressure");
+}
+
+#[test]
+fn speedup_prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("speedup-prefix-sharing");
+}
+
+#[test]
+fn speedup_priorities_matches_dynamo() {
+    assert_matches_dynamo("speedup-priorities");
+}
+
+#[test]
+fn slowdown_chunked_matches_dynamo() {
+    assert_matches_dynamo("slowdown-chunked");
+}
+
+/// The replay modes are not no-ops on their fixtures: without its flags a closed-loop or
+/// speed-up fixture does not match Dynamo (so the tests above depend on the flags).
+#[test]
+fn the_mode_fixtures_need_their_flags() {
+    for name in ["closed-prefix-sharing", "speedup-prefix-sharing"] {
+        let dir = fixture_dir(name);
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        Command::cargo_bin("routersim")
+            .unwrap()
+            .arg("replay")
+            .arg("--trace")
+            .arg(dir.join("dynamo.trace.jsonl"))
+            .arg("--engine")
+            .arg(dir.join("engine.json"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--quiet")
+            .assert()
+            .success();
+        let plain = read_rows(&out.join("requests.csv"));
+        let dynamo = read_rows(&dir.join("dynamo.csv"));
+        assert!(
+            mismatches(&plain, &dynamo).len() > dynamo.len() / 2,
+            "{name}: a plain replay should differ from Dynamo's {}",
+            replay_args(&dir).join(" ")
+        );
+    }
 }
 
 /// Class counts among the first `n` completions (ties by row) and how many of `other` were
