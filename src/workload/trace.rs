@@ -442,6 +442,69 @@ mod tests {
         assert_eq!(arrivals, vec![9_500_000, 0]);
     }
 
+    /// Dynamo 1.6.1 divides the rebased f64 milliseconds by the ratio; routersim rounds the
+    /// quotient to the nearest ns. dynosim's probe: tagged timestamps 2e-6 (the origin) and
+    /// 30.000003 ms with ratio 3 arrive at 0 and 10.000000333... ms.
+    #[test]
+    fn a_speedup_divides_the_rebased_milliseconds_and_rounds_to_the_ns() {
+        let text = concat!(
+            r#"{"timestamp": 30.000003, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+            "\n",
+            r#"{"timestamp": 0.000002, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+            "\n",
+            r#"{"timestamp": 0.000003, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+            "\n",
+            r#"{"timestamp": 1000, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+        );
+        let arrivals = |ratio: f64| -> Vec<u64> {
+            let origin_ms = scan_scaled(text.as_bytes(), "t", 512, ratio)
+                .unwrap()
+                .origin_ms;
+            TraceReader::new(text.as_bytes(), "t", 512)
+                .with_origin_ms(origin_ms)
+                .with_speedup_ratio(ratio)
+                .map(|r| r.unwrap().arrival.as_ns())
+                .collect()
+        };
+        assert_eq!(arrivals(1.0), vec![30_000_001, 0, 1, 999_999_998]);
+        // 10,000,000.33 ns; 0.33 ns rounds down to 0; 333,333,332.67 ns rounds up.
+        assert_eq!(arrivals(3.0), vec![10_000_000, 0, 0, 333_333_333]);
+        // Half a nanosecond rounds away from zero.
+        assert_eq!(arrivals(2.0), vec![15_000_001, 0, 1, 499_999_999]);
+        // A slow-down stretches: 0.5 doubles every gap.
+        assert_eq!(arrivals(0.5), vec![60_000_002, 0, 2, 1_999_999_996]);
+    }
+
+    #[test]
+    fn speedup_ratios_are_finite_and_at_least_the_speedup_bound() {
+        for ok in [1.0, 2.5, 1e-3, 1e6] {
+            assert_eq!(check_speedup_ratio(ok), Ok(ok));
+        }
+        for bad in [0.0, -1.0, 9e-4, f64::NAN, f64::INFINITY] {
+            let e = check_speedup_ratio(bad).unwrap_err();
+            assert!(e.contains("must be a finite number >= 0.001"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_slowdown_may_not_push_the_last_arrival_past_the_time_bound() {
+        // 1.5e12 ms is within the bound (4.6e12 ms); a thousandfold slow-down is not.
+        let text = concat!(
+            r#"{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+            "\n",
+            r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+        );
+        assert!(scan_scaled(text.as_bytes(), "t", 512, 1.0).is_ok());
+        let e = scan_scaled(text.as_bytes(), "t", 512, 1e-3)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t:2: field `timestamp`: "), "{e}");
+        assert!(
+            e.contains("divided by the arrival speed-up ratio 0.001"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn bad_rows_name_line_and_field() {
         let cases = [

@@ -5,6 +5,7 @@ mod cli;
 mod fidelity;
 mod plan;
 mod rate;
+mod replay_modes;
 mod safety_bounds;
 mod safety_hang;
 mod safety_output;
