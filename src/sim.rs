@@ -546,6 +546,11 @@ impl System {
         if !slot.in_pass {
             self.starts_due.insert(rank);
         }
+        if self.config.router_mode == RouterMode::KvRouter {
+            // The worker accepted it: only now is the request dispatched (Dynamo's
+            // RequestGuard reports it after the backend accepts). The caller drains.
+            self.router.handle_dispatched(now, id);
+        }
         let _ = queue;
     }
 
@@ -792,7 +797,10 @@ impl Model for System {
 
     fn handle(&mut self, now: SimTime, event: Event, queue: &mut EventQueue<Event>) {
         match event {
-            Event::Deliver { rank, request } => self.deliver(now, rank, request, queue),
+            Event::Deliver { rank, request } => {
+                self.deliver(now, rank, request, queue);
+                self.drain_router(now, queue);
+            }
             Event::PassEnd { rank } => self.end_pass(now, rank, queue),
             Event::Tokens {
                 request,

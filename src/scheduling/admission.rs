@@ -3,8 +3,8 @@
 //! A policy sees each arriving request of its class and may let it through untouched
 //! (`Bypass`), send it down the normal path with an optional exact placement (`Ready`), or hold
 //! it (`Defer`) until it says `MakeReady`. Deferred requests count toward queue limits but not
-//! toward a class's backlog. The policy then hears, once each, whether the request was
-//! dispatched and how it ended.
+//! toward a class's backlog. The policy then hears whether the request was dispatched (only
+//! once the caller reports it sent to its worker) and, exactly once, how it ended.
 
 use super::class_queue::Placement;
 use super::types::RequestId;
@@ -24,7 +24,8 @@ pub enum AdmissionDecision {
 /// A lifecycle update for a request the policy admitted (not for bypassed ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AdmissionStatus {
-    /// A worker was chosen and booked.
+    /// The booked request was sent to its worker (the caller reported it; a booking rolled
+    /// back before that is never reported dispatched).
     Dispatched,
     /// The stream ended normally.
     Completed,
@@ -99,8 +100,13 @@ impl AdmissionPolicy for ConcurrencyCap {
         }
     }
 
-    fn on_status(&mut self, _: SimTime, _: RequestId, status: AdmissionStatus) {
+    fn on_status(&mut self, _: SimTime, id: RequestId, status: AdmissionStatus) {
         if status == AdmissionStatus::Dispatched {
+            return;
+        }
+        // A request that ends while still deferred never held a slot: it only leaves the line.
+        if let Some(at) = self.deferred.iter().position(|&d| d == id) {
+            self.deferred.remove(at);
             return;
         }
         match self.deferred.pop_front() {

@@ -9,6 +9,11 @@
 //! Every admission goes through [`Scheduler::admit_one`] (project load, select, skip booking for
 //! a cancelled request, book, respond), serialised because the state machine has one owner:
 //! selection and booking can never interleave with another admission.
+//!
+//! A request's lifecycle here: waiting (queued, ready or deferred) → booked (a `Dispatch`
+//! decision was made) → running (the caller reported it sent, [`Scheduler::handle_dispatched`])
+//! → over (finished, cancelled, rolled back or refused). Whatever the state, ending it releases
+//! everything it holds, and its admission policy hears exactly one terminal status.
 
 use super::admission::{AdmissionDecision, AdmissionPolicy, AdmissionStatus, ArrivalInfo};
 use super::class_queue::{Placement, QueueEntry};
@@ -239,11 +244,38 @@ struct Queued {
     policy_tracked: bool,
 }
 
+/// Where a live request is in its lifecycle (see the module docs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RequestState {
+    /// In its class's queue, ready or deferred, holding no booking.
+    Waiting { class_index: usize },
+    /// Booked on `rank`; the caller has not yet reported it sent to the worker.
+    Booked {
+        rank: WorkerWithDpRank,
+        class_index: usize,
+    },
+    /// Booked on `rank` and reported sent: running there.
+    Running {
+        rank: WorkerWithDpRank,
+        class_index: usize,
+    },
+}
+
+/// A request in the policy queue, by id.
+#[derive(Copy, Clone, Debug)]
+struct Waiting {
+    class_index: usize,
+    policy_tracked: bool,
+}
+
+/// A booked request, by id.
 #[derive(Copy, Clone, Debug)]
 struct Active {
     rank: WorkerWithDpRank,
     class_index: usize,
     policy_tracked: bool,
+    /// The caller reported it sent to its worker: the policy heard `Dispatched`.
+    dispatched: bool,
 }
 
 /// The scheduler state machine. See the module docs for the call contract.
@@ -258,7 +290,9 @@ pub struct Scheduler {
     rng: SimRng,
     policies: Vec<Option<Box<dyn AdmissionPolicy>>>,
     active: FxHashMap<RequestId, Active>,
-    waiting: FxHashSet<RequestId>,
+    waiting: FxHashMap<RequestId, Waiting>,
+    /// Plain waiting requests whose caller went away: left in the queue, as in Dynamo, and
+    /// dropped without booking when popped. Over for the caller; a subset of `waiting`.
     cancelled: FxHashSet<RequestId>,
     deferred: FxHashMap<RequestId, DeferredId>,
     decisions: VecDeque<Decision>,
@@ -305,7 +339,7 @@ impl Scheduler {
             overloaded: BTreeSet::new(),
             policies,
             active: FxHashMap::default(),
-            waiting: FxHashSet::default(),
+            waiting: FxHashMap::default(),
             cancelled: FxHashSet::default(),
             deferred: FxHashMap::default(),
             decisions: VecDeque::new(),
@@ -346,6 +380,23 @@ impl Scheduler {
         self.active.len()
     }
 
+    /// Where request `id` is, or `None` once it is over (finished, cancelled, refused) or
+    /// was never seen. A cancelled request that still sits in a queue is over.
+    pub fn request_state(&self, id: RequestId) -> Option<RequestState> {
+        if let Some(a) = self.active.get(&id) {
+            let (rank, class_index) = (a.rank, a.class_index);
+            return Some(if a.dispatched {
+                RequestState::Running { rank, class_index }
+            } else {
+                RequestState::Booked { rank, class_index }
+            });
+        }
+        let w = self.waiting.get(&id)?;
+        (!self.cancelled.contains(&id)).then_some(RequestState::Waiting {
+            class_index: w.class_index,
+        })
+    }
+
     /// Checks the queue's and the load tracker's invariants and the scheduler's own
     /// bookkeeping. For tests and debug runs: the checker beside the model.
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -365,7 +416,41 @@ impl Scheduler {
                 self.active.len()
             ));
         }
-        Ok(())
+        self.check_lifecycle()
+    }
+
+    /// Each request is in one state, and each booked one holds exactly its own booking.
+    fn check_lifecycle(&self) -> Result<(), String> {
+        let mut active: Vec<_> = self.active.iter().collect();
+        active.sort_unstable_by_key(|(id, _)| **id);
+        for (id, a) in active {
+            if self.waiting.contains_key(id) {
+                return Err(format!("request {id} is both waiting and booked"));
+            }
+            if self.load.rank_of(*id) != Some(a.rank) {
+                return Err(format!(
+                    "request {id} is active on {} but not booked there",
+                    a.rank
+                ));
+            }
+        }
+        let mut cancelled: Vec<_> = self.cancelled.iter().collect();
+        cancelled.sort_unstable();
+        for id in cancelled {
+            match self.waiting.get(id) {
+                None => return Err(format!("cancelled request {id} is not queued")),
+                Some(w) if w.policy_tracked => {
+                    return Err(format!("admission-managed request {id} was left queued"));
+                }
+                Some(_) => {}
+            }
+        }
+        let mut deferred: Vec<_> = self.deferred.keys().collect();
+        deferred.sort_unstable();
+        match deferred.iter().find(|id| !self.waiting.contains_key(id)) {
+            Some(id) => Err(format!("deferred request {id} is not waiting")),
+            None => Ok(()),
+        }
     }
 
     // ---- commands ----------------------------------------------------------------------
@@ -392,7 +477,7 @@ impl Scheduler {
     /// A request arrives: it is dispatched now, queued, or rejected.
     pub fn handle_arrival(&mut self, now: SimTime, request: SchedulingRequest) {
         let id = request.id;
-        if self.active.contains_key(&id) || self.waiting.contains(&id) {
+        if self.active.contains_key(&id) || self.waiting.contains_key(&id) {
             self.reject(id, None, SchedulerError::DuplicateRequest(id));
             return;
         }
@@ -453,17 +538,30 @@ impl Scheduler {
         self.after_input(now);
     }
 
-    /// The stream ended: the request's booking is released and its policy told.
-    pub fn handle_finished(&mut self, now: SimTime, id: RequestId, outcome: Outcome) {
-        if let Some(active) = self.active.remove(&id) {
-            self.load.free(id);
-            let status = match outcome {
-                Outcome::Completed => AdmissionStatus::Completed,
-                Outcome::Aborted => AdmissionStatus::Aborted,
-            };
-            self.notify(now, active.class_index, active.policy_tracked, id, status);
-            self.update(now, Some(active.rank));
+    /// The caller sent a booked request to its worker (in Dynamo: the backend accepted it).
+    /// Only now does the class's admission policy hear `Dispatched`. Ignored for a request that
+    /// is not booked, or was already reported.
+    pub fn handle_dispatched(&mut self, now: SimTime, id: RequestId) {
+        if let Some(active) = self.active.get_mut(&id)
+            && !active.dispatched
+        {
+            active.dispatched = true;
+            let (class_index, tracked) = (active.class_index, active.policy_tracked);
+            self.notify(now, class_index, tracked, id, AdmissionStatus::Dispatched);
         }
+        self.after_input(now);
+    }
+
+    /// The stream ended: the request's booking is released and its policy told. For a
+    /// request still waiting this withdraws it as [`handle_cancel`](Self::handle_cancel)
+    /// does, its policy hearing `outcome` (Dynamo's `Finished` for a queued request).
+    /// Ignored for a request that is already over.
+    pub fn handle_finished(&mut self, now: SimTime, id: RequestId, outcome: Outcome) {
+        let status = match outcome {
+            Outcome::Completed => AdmissionStatus::Completed,
+            Outcome::Aborted => AdmissionStatus::Aborted,
+        };
+        self.end(now, id, status);
         self.after_input(now);
     }
 
@@ -472,25 +570,18 @@ impl Scheduler {
         self.handle_finished(now, id, Outcome::Aborted);
     }
 
-    /// The client went away. A waiting admission-managed request leaves at once; a plain
-    /// waiting request stays queued (it still counts toward limits and is DRR-charged) and is
-    /// dropped without booking when it reaches the front, as in Dynamo.
+    /// The client went away. Whatever the request's state, what it holds is released and its
+    /// policy hears `Aborted` once (`Dispatched` first only if it was dispatched):
+    /// - waiting, admission-managed: it leaves its queue now;
+    /// - waiting, plain: it stays queued (counting toward limits, DRR-charged) and is dropped
+    ///   without booking when it reaches the front, as in Dynamo; it is over for the caller
+    ///   now and no decision about it follows;
+    /// - booked, not yet dispatched: the booking is rolled back (a `Dispatch` decision not
+    ///   yet polled is withdrawn);
+    /// - running: the booking is freed;
+    /// - over (finished, refused, already cancelled) or unknown: nothing happens.
     pub fn handle_cancel(&mut self, now: SimTime, id: RequestId) {
-        if !self.waiting.contains(&id) {
-            return;
-        }
-        let removed = self
-            .queue
-            .take_if(|q| q.request.id == id && q.policy_tracked);
-        if removed.is_empty() {
-            self.cancelled.insert(id);
-        } else {
-            for entry in removed {
-                self.waiting.remove(&id);
-                self.deferred.remove(&id);
-                self.notify(now, entry.class_index, true, id, AdmissionStatus::Aborted);
-            }
-        }
+        self.end(now, id, AdmissionStatus::Aborted);
         self.after_input(now);
     }
 
@@ -502,9 +593,23 @@ impl Scheduler {
 
     /// The set of workers changed (discovery): new ranks appear, departed ones leave, and the
     /// queues are re-examined.
+    ///
+    /// Requests booked on a departed rank are over: their bookings are released and their
+    /// policies hear `Aborted` (a later `handle_finished` for them is ignored).
     pub fn handle_workers(&mut self, now: SimTime, workers: WorkerSet) {
         let before: BTreeSet<_> = self.workers.ranks().collect();
         let after: BTreeSet<_> = workers.ranks().collect();
+        self.workers = workers;
+        let mut stranded: Vec<RequestId> = self
+            .active
+            .iter()
+            .filter(|(_, a)| !after.contains(&a.rank))
+            .map(|(id, _)| *id)
+            .collect();
+        stranded.sort_unstable();
+        for id in stranded {
+            self.release_active(now, id, AdmissionStatus::Aborted);
+        }
         for gone in before.difference(&after) {
             if !after.iter().any(|r| r.worker_id == gone.worker_id) {
                 self.load.remove_worker(gone.worker_id);
@@ -514,8 +619,6 @@ impl Scheduler {
         for new in after.difference(&before) {
             self.load.add_rank(*new);
         }
-        self.active.retain(|_, a| after.contains(&a.rank));
-        self.workers = workers;
         self.update(now, None);
         self.after_input(now);
     }
@@ -546,7 +649,9 @@ impl Scheduler {
             let id = entry.payload.request.id;
             self.waiting.remove(&id);
             self.deferred.remove(&id);
-            self.cancelled.remove(&id);
+            if self.cancelled.remove(&id) {
+                continue; // already over for its caller: no second end
+            }
             self.notify(
                 now,
                 entry.class_index,
@@ -661,7 +766,11 @@ impl Scheduler {
         };
         match result {
             Ok(()) => {
-                self.waiting.insert(id);
+                let waiting = Waiting {
+                    class_index,
+                    policy_tracked: tracked,
+                };
+                self.waiting.insert(id, waiting);
             }
             Err(rejection) => {
                 self.notify(now, class_index, tracked, id, AdmissionStatus::Aborted);
@@ -806,20 +915,16 @@ impl Scheduler {
             );
             return;
         }
+        // The policy hears `Dispatched` only when the caller reports the request sent
+        // (`handle_dispatched`), so a booking rolled back before that is never "dispatched".
         self.active.insert(
             id,
             Active {
                 rank: selection.rank,
                 class_index,
                 policy_tracked,
+                dispatched: false,
             },
-        );
-        self.notify(
-            now,
-            class_index,
-            policy_tracked,
-            id,
-            AdmissionStatus::Dispatched,
         );
         self.decisions.push_back(Decision::Dispatch(Dispatch {
             id,
@@ -870,6 +975,51 @@ impl Scheduler {
         (0..request.block_hashes.len() as u64)
             .map(|i| super::hashing::chain(Some(request.id.0 ^ 0x5eed_0000_0000_0000), i))
             .collect()
+    }
+
+    /// Ends request `id` in whatever state it is in; a no-op once it is over.
+    fn end(&mut self, now: SimTime, id: RequestId, status: AdmissionStatus) {
+        if let Some(rank) = self.release_active(now, id, status) {
+            self.update(now, Some(rank));
+        } else if self.waiting.contains_key(&id) {
+            self.withdraw_waiting(now, id, status);
+        }
+    }
+
+    /// Releases a booked request: withdraws its unpolled `Dispatch` if any, frees its booking
+    /// and tells its policy. Returns the rank it held, or `None` if it was not booked.
+    fn release_active(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        status: AdmissionStatus,
+    ) -> Option<WorkerWithDpRank> {
+        let active = self.active.remove(&id)?;
+        // A decision the caller has not polled was never acted on: it must never see it.
+        self.decisions
+            .retain(|d| !matches!(d, Decision::Dispatch(x) if x.id == id));
+        self.load.free(id);
+        self.notify(now, active.class_index, active.policy_tracked, id, status);
+        Some(active.rank)
+    }
+
+    /// Takes a waiting request out of the race. An admission-managed one leaves its queue
+    /// now; a plain one stays until popped (Dynamo keeps its heap entry until then).
+    fn withdraw_waiting(&mut self, now: SimTime, id: RequestId, status: AdmissionStatus) {
+        let Some(&waiting) = self.waiting.get(&id) else {
+            return;
+        };
+        if !waiting.policy_tracked {
+            self.cancelled.insert(id);
+            return;
+        }
+        let removed = match self.deferred.remove(&id) {
+            Some(d) => self.queue.remove_deferred(d).into_iter().collect(),
+            None => self.queue.take_if(|q| q.request.id == id),
+        };
+        debug_assert_eq!(removed.len(), 1, "a waiting request has one queue entry");
+        self.waiting.remove(&id);
+        self.notify(now, waiting.class_index, true, id, status);
     }
 
     fn notify(
@@ -953,12 +1103,15 @@ fn all_ranks_busy(
 }
 
 #[cfg(test)]
+mod lifecycle_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::scheduling::admission::ConcurrencyCap;
     use crate::scheduling::select::WorkerConfig;
 
-    const TWO_CLASSES: &str = "
+    pub(super) const TWO_CLASSES: &str = "
 default_policy_family: regular
 uncached_isl_buckets:
   - {min_tokens: 0, bucket: all}
@@ -969,7 +1122,7 @@ policy_classes:
      prefill_busy_threshold: 1536, request_queue_limit_per_worker: 2}
 ";
 
-    fn workers(n: u64) -> WorkerSet {
+    pub(super) fn workers(n: u64) -> WorkerSet {
         let mut set = WorkerSet::new();
         for id in 0..n {
             set.insert(id, WorkerConfig::default());
@@ -977,13 +1130,13 @@ policy_classes:
         set
     }
 
-    fn scheduler(policy: Option<&str>, worker_count: u64) -> Scheduler {
+    pub(super) fn scheduler(policy: Option<&str>, worker_count: u64) -> Scheduler {
         let policy = policy.map(|p| PolicyConfig::from_yaml_str(p, None).expect("valid policy"));
         let config = SchedulerConfig::new(RouterConfig::default(), policy.as_ref(), None, 64, 7);
         Scheduler::new(config, workers(worker_count), SimTime::ZERO)
     }
 
-    fn request(id: u64, class: &str, isl_tokens: u64) -> SchedulingRequest {
+    pub(super) fn request(id: u64, class: &str, isl_tokens: u64) -> SchedulingRequest {
         // Unique blocks per request, so no prefix is shared.
         let hashes: Vec<SeqHash> = (0..isl_tokens / 64).map(|b| id << 32 | b).collect();
         SchedulingRequest {
@@ -997,11 +1150,11 @@ policy_classes:
         }
     }
 
-    fn decisions(s: &mut Scheduler) -> Vec<Decision> {
+    pub(super) fn decisions(s: &mut Scheduler) -> Vec<Decision> {
         std::iter::from_fn(|| s.poll_decision()).collect()
     }
 
-    fn dispatched(d: &[Decision]) -> Vec<(u64, Path)> {
+    pub(super) fn dispatched(d: &[Decision]) -> Vec<(u64, Path)> {
         d.iter()
             .filter_map(|d| match d {
                 Decision::Dispatch(x) => Some((x.id.0, x.path)),
@@ -1010,7 +1163,7 @@ policy_classes:
             .collect()
     }
 
-    fn t(ms: u64) -> SimTime {
+    pub(super) fn t(ms: u64) -> SimTime {
         SimTime::from_ns(ms * 1_000_000)
     }
 
