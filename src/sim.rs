@@ -224,13 +224,6 @@ pub struct PoolUsage {
     pub busy_ns: u128,
 }
 
-impl PoolUsage {
-    /// Ranks in the pool: workers times `dp_size`.
-    pub fn ranks(&self) -> u64 {
-        u64::from(self.workers) * u64::from(self.dp_size)
-    }
-}
-
 /// The outcome of a run.
 #[derive(Clone, Debug)]
 pub struct SimResult {
@@ -848,11 +841,11 @@ impl System {
     fn pool_usage(&self, makespan: SimTime) -> Vec<PoolUsage> {
         let mut busy_ns: Vec<u128> = vec![0; self.config.pools.len()];
         for slot in &self.ranks {
-            let mut busy = slot.busy.as_ns();
+            let mut busy = slot.busy;
             if slot.in_pass {
-                busy += makespan.saturating_since(slot.pass_start).as_ns();
+                busy = busy.saturating_add(makespan.saturating_since(slot.pass_start));
             }
-            busy_ns[slot.pool] += u128::from(busy);
+            busy_ns[slot.pool] += u128::from(busy.as_ns());
         }
         for &(rank, start, end) in &self.passes_since_change {
             let past = end.saturating_since(start.max(makespan)).as_ns();
