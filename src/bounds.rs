@@ -13,7 +13,8 @@ use std::path::Path;
 pub const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
 /// Longest line of a trace, in bytes (1 MiB: about 100,000 hash ids).
 pub const MAX_TRACE_LINE_BYTES: u64 = 1 << 20;
-/// Most worker ranks of a run (`workers.count × dp_size`, and each alone).
+/// Most worker ranks of a run (`workers.count × dp_size`, or summed over `workers.pools`; and
+/// each alone).
 pub const MAX_RANKS: u64 = 4096;
 /// Most requests of a run, over all groups (or trace rows). A request costs about 1.3 KiB
 /// through a run, so a run's requests stay near 1.3 GB.

@@ -19,7 +19,9 @@ use crate::scenario::{self, Scenario, ScenarioError};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays};
+use crate::sim::{
+    self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool,
+};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::{self, TraceReader};
@@ -120,7 +122,7 @@ pub struct ReplaySetup {
     pub policy: Option<PolicyConfig>,
     /// KvRouterConfig knobs.
     pub router: RouterConfig,
-    /// The engine every worker runs.
+    /// The engine every worker runs (a replay has one pool, `default`).
     pub engine: EngineArgs,
     /// Aggregated workers.
     pub workers: u32,
@@ -165,14 +167,13 @@ impl RunSpec {
         let config = SimConfig {
             router: setup.router.clone(),
             profile: select_profile(&setup.router, setup.policy.as_ref(), None),
-            worker_count: setup.workers,
+            pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
             router_mode: setup.router_mode,
             delays: TransportDelays::default(),
             limits: Default::default(),
             tick_interval: scenario::TICK_INTERVAL,
             check_every_event: false,
             seed: setup.seed,
-            engine: setup.engine.clone(),
             closed_loop: None,
         };
         RunSpec {
@@ -350,19 +351,12 @@ pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
     let result = sim::run(spec.config.clone(), requests).map_err(RunError::Bug)?;
     let warmup_end = SimTime::ZERO.saturating_add(spec.warmup);
     let metrics = RunMetrics::compute_with(&result, &result.class_quanta_tokens, warmup_end)
-        .with_capacity_seqs(capacity_seqs(&spec.config));
+        .with_capacity_seqs(spec.config.capacity_seqs());
     let metrics = match spec.prefix_n {
         Some(n) => metrics.with_prefix_n(n),
         None => metrics,
     };
     Ok(RunOutput { result, metrics })
-}
-
-/// The workers' total `max_num_seqs` over every data-parallel rank: the batch room that lets
-/// requests in the system grow without the run falling behind (see `report::stability`).
-fn capacity_seqs(config: &SimConfig) -> u64 {
-    let engine = &config.engine;
-    u64::from(config.worker_count) * u64::from(engine.dp_size.max(1)) * engine.max_num_seqs
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is

@@ -65,6 +65,32 @@ pub struct ClosedLoop {
     pub issue_until: Option<SimTime>,
 }
 
+/// The name of the one pool that a plain `workers: {count, engine}` (or a replay) describes.
+pub const DEFAULT_POOL: &str = "default";
+
+/// A pool of identical aggregated workers: `count` workers, each running `engine` (with
+/// `engine.dp_size` ranks).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerPool {
+    /// The pool's name ([`DEFAULT_POOL`] for the unnamed pool).
+    pub name: String,
+    /// Workers in the pool (at least 1).
+    pub count: u32,
+    /// The engine every worker of the pool runs.
+    pub engine: EngineArgs,
+}
+
+impl WorkerPool {
+    /// The unnamed pool of `count` workers running `engine`.
+    pub fn unnamed(count: u32, engine: EngineArgs) -> WorkerPool {
+        WorkerPool {
+            name: DEFAULT_POOL.to_string(),
+            count,
+            engine,
+        }
+    }
+}
+
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -72,9 +98,9 @@ pub struct SimConfig {
     pub router: RouterConfig,
     /// The policy classes the router runs (as [`select_profile`] chooses them).
     pub profile: PolicyProfile,
-    /// Every worker's engine; its block size is the router's too.
-    pub engine: EngineArgs,
-    pub worker_count: u32,
+    /// The worker pools, in order: worker ids are assigned pool by pool from 0. At least one;
+    /// every pool has the same `engine.block_size`, which is the router's too.
+    pub pools: Vec<WorkerPool>,
     pub router_mode: RouterMode,
     pub delays: TransportDelays,
     pub limits: Limits,
@@ -95,8 +121,45 @@ impl SimConfig {
         SchedulerConfig {
             router: self.router.clone(),
             profile: self.profile.clone(),
-            block_size_tokens: self.engine.block_size,
+            block_size_tokens: self.block_size(),
             seed: self.seed,
+        }
+    }
+
+    /// The KV block size of every worker, and so of the router's prompt hashes.
+    pub fn block_size(&self) -> u64 {
+        self.pools
+            .first()
+            .map_or(EngineArgs::default().block_size, |p| p.engine.block_size)
+    }
+
+    /// The workers' total `max_num_seqs` over every data-parallel rank of every pool.
+    pub fn capacity_seqs(&self) -> u64 {
+        self.pools
+            .iter()
+            .map(|p| {
+                u64::from(p.count) * u64::from(p.engine.dp_size.max(1)) * p.engine.max_num_seqs
+            })
+            .sum()
+    }
+
+    /// A pool list the simulator cannot run is a caller's bug: none, an empty pool, or pools
+    /// that disagree on the block size the router hashes with.
+    fn check_pools(&self) -> Result<(), String> {
+        let block_size = self.block_size();
+        if self.pools.is_empty() {
+            return Err("the run has no worker pool".into());
+        }
+        match self
+            .pools
+            .iter()
+            .find(|p| p.count == 0 || p.engine.block_size != block_size)
+        {
+            Some(p) => Err(format!(
+                "pool {} has {} workers of block size {} (the router's is {block_size})",
+                p.name, p.count, p.engine.block_size
+            )),
+            None => Ok(()),
         }
     }
 }
@@ -145,6 +208,22 @@ pub struct RequestRecord {
     pub status: Status,
 }
 
+/// One pool's part of a run: which workers it had and how long its ranks ran passes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolUsage {
+    /// The pool's name.
+    pub name: String,
+    /// Its first worker id; its workers are `first_worker..first_worker + workers`.
+    pub first_worker: u64,
+    /// Workers in the pool.
+    pub workers: u32,
+    /// Data-parallel ranks per worker.
+    pub dp_size: u32,
+    /// Time the pool's ranks spent running passes within `[0, end_time]`, summed over its
+    /// ranks, in ns.
+    pub busy_ns: u128,
+}
+
 /// The outcome of a run.
 #[derive(Clone, Debug)]
 pub struct SimResult {
@@ -157,9 +236,19 @@ pub struct SimResult {
     pub class_names: Vec<String>,
     /// Each class's DRR quantum, in class order (for ideal shares).
     pub class_quanta_tokens: Vec<u64>,
+    /// The worker pools, in worker-id order.
+    pub pools: Vec<PoolUsage>,
 }
 
 impl SimResult {
+    /// The index (in `pools`) of the pool that worker `worker_id` belongs to.
+    pub fn pool_of(&self, worker_id: u64) -> Option<usize> {
+        let after = self.pools.partition_point(|p| p.first_worker <= worker_id);
+        let index = after.checked_sub(1)?;
+        let pool = &self.pools[index];
+        (worker_id - pool.first_worker < u64::from(pool.workers)).then_some(index)
+    }
+
     pub fn count(&self, status: &str) -> usize {
         self.records
             .iter()
@@ -208,9 +297,15 @@ enum Event {
 /// One worker rank and its pass in flight.
 struct RankSlot {
     id: WorkerWithDpRank,
+    /// The index of the rank's pool in `SimConfig::pools`.
+    pool: usize,
     worker: MockWorker,
     /// A pass is running (its PassEnd is scheduled).
     in_pass: bool,
+    /// When the running pass started.
+    pass_start: SimTime,
+    /// Time spent in passes that have ended.
+    busy: SimDuration,
     output: PassOutput,
     /// Passes in a row at `empty_at` that computed nothing and only preempted.
     empty_passes: u64,
@@ -236,6 +331,12 @@ struct System {
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
     /// Requests that completed or were rejected so far (a closed loop issues one per end).
     ended: u64,
+    /// The latest instant a request was admitted, got its first token or ended: the makespan
+    /// so far.
+    last_change: SimTime,
+    /// Passes `(rank, start, end)` that ended after `last_change` was last raised: the only
+    /// ones that may reach past the makespan (and then only in a run a limit stopped).
+    passes_since_change: Vec<(usize, SimTime, SimTime)>,
 }
 
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
@@ -299,19 +400,16 @@ pub fn run(
     config: SimConfig,
     requests: impl Iterator<Item = RequestSpec>,
 ) -> Result<SimResult, InvariantViolation> {
-    let workers = worker_set(config.worker_count, &config.engine);
+    if let Err(message) = config.check_pools() {
+        return Err(InvariantViolation {
+            seed: config.seed,
+            time: SimTime::ZERO,
+            message,
+        });
+    }
+    let workers = worker_set(&config.pools);
     let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
-    let ranks = workers
-        .ranks()
-        .map(|id| RankSlot {
-            id,
-            worker: MockWorker::new(config.engine.clone(), id),
-            in_pass: false,
-            output: PassOutput::default(),
-            empty_passes: 0,
-            empty_at: SimTime::ZERO,
-        })
-        .collect();
+    let ranks = rank_slots(&config.pools);
     let mut system = System {
         router,
         ranks,
@@ -324,6 +422,8 @@ pub fn run(
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
         ended: 0,
+        last_change: SimTime::ZERO,
+        passes_since_change: Vec::new(),
         config,
     };
     let mut engine = Engine::new(system.config.limits);
@@ -352,8 +452,10 @@ pub fn run(
         .max()
         .unwrap_or(SimTime::ZERO);
     system.finish(stop_reason, end_time)?;
+    let pools = system.pool_usage(end_time);
     let classes = system.router.profile().classes();
     Ok(SimResult {
+        pools,
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
         class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
         records: system.records,
@@ -368,21 +470,55 @@ pub fn run(
     })
 }
 
-/// `count` identical aggregated workers with ids 0..count, each with the engine's DP ranks.
-pub fn worker_set(count: u32, engine: &EngineArgs) -> WorkerSet {
+/// The aggregated workers of `pools`, ids assigned pool by pool from 0, each as the router
+/// discovers it: its pool's DP ranks and batch token budget (which busy fractions multiply).
+pub fn worker_set(pools: &[WorkerPool]) -> WorkerSet {
     let mut set = WorkerSet::default();
-    for id in 0..u64::from(count) {
+    for (id, _, pool) in worker_pools(pools) {
         set.insert(
             id,
             WorkerConfig {
                 dp_start: 0,
-                dp_size: engine.dp_size,
-                max_num_batched_tokens: Some(engine.max_num_batched_tokens),
+                dp_size: pool.engine.dp_size,
+                max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
                 ..WorkerConfig::default()
             },
         );
     }
     set
+}
+
+/// Every worker id with its pool's index and the pool, in id order (pool by pool).
+fn worker_pools(pools: &[WorkerPool]) -> impl Iterator<Item = (u64, usize, &WorkerPool)> {
+    pools
+        .iter()
+        .enumerate()
+        .flat_map(|(index, pool)| std::iter::repeat_n((index, pool), pool.count as usize))
+        .zip(0u64..)
+        .map(|((index, pool), id)| (id, index, pool))
+}
+
+/// One slot per rank of every worker, in (worker_id, dp_rank) order (the order of
+/// [`WorkerSet::ranks`]), each running its pool's engine.
+fn rank_slots(pools: &[WorkerPool]) -> Vec<RankSlot> {
+    worker_pools(pools)
+        .flat_map(|(worker, index, pool)| {
+            (0..pool.engine.dp_size).map(move |dp_rank| {
+                let id = WorkerWithDpRank::new(worker, dp_rank);
+                RankSlot {
+                    id,
+                    pool: index,
+                    worker: MockWorker::new(pool.engine.clone(), id),
+                    in_pass: false,
+                    pass_start: SimTime::ZERO,
+                    busy: SimDuration::ZERO,
+                    output: PassOutput::default(),
+                    empty_passes: 0,
+                    empty_at: SimTime::ZERO,
+                }
+            })
+        })
+        .collect()
 }
 
 fn min_time(a: Option<SimTime>, b: Option<SimTime>) -> Option<SimTime> {
@@ -415,7 +551,7 @@ impl System {
 
     fn arrive(&mut self, now: SimTime, spec: RequestSpec, queue: &mut EventQueue<Event>) {
         let id = RequestId(self.records.len() as u64);
-        let hashes: Arc<[u64]> = spec.block_hashes(self.config.engine.block_size).into();
+        let hashes: Arc<[u64]> = spec.block_hashes(self.config.block_size()).into();
         self.records.push(RequestRecord {
             row: spec.row,
             policy_class: spec.policy_class.clone(),
@@ -484,6 +620,7 @@ impl System {
                     class_index,
                     error,
                 } => {
+                    self.note_change(now);
                     let record = &mut self.records[id.0 as usize];
                     record.class_index = class_index;
                     record.completion = Some(now);
@@ -585,17 +722,27 @@ impl System {
         }
         let slot = &mut self.ranks[rank];
         slot.in_pass = true;
+        slot.pass_start = now;
         for admitted in &slot.output.admitted {
             let record = &mut self.records[admitted.id.0 as usize];
             record.admit.get_or_insert(now);
             record.reused_input_tokens = admitted.reported_reused_tokens;
+        }
+        if !slot.output.admitted.is_empty() {
+            self.note_change(now);
         }
         queue.schedule(end, Event::PassEnd { rank });
     }
 
     fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
         let output = std::mem::take(&mut self.ranks[rank].output);
-        self.ranks[rank].in_pass = false;
+        let slot = &mut self.ranks[rank];
+        slot.in_pass = false;
+        slot.busy = slot
+            .busy
+            .saturating_add(now.saturating_since(slot.pass_start));
+        self.passes_since_change
+            .push((rank, self.ranks[rank].pass_start, now));
         let lag = self.config.delays.kv_event_lag;
         if !output.kv_events.is_empty() {
             if lag == SimDuration::ZERO {
@@ -608,6 +755,7 @@ impl System {
         }
         for rejection in &output.rejected {
             let id = rejection.id;
+            self.note_change(now);
             let record = &mut self.records[id.0 as usize];
             record.completion = Some(now);
             record.status = Status::Rejected(rejection.reason.label().to_string());
@@ -660,6 +808,9 @@ impl System {
 
     /// A token (or the end of a stream) reaches the router and the client.
     fn receive_tokens(&mut self, now: SimTime, id: RequestId, first: bool, completed: bool) {
+        if first || completed {
+            self.note_change(now);
+        }
         let record = &mut self.records[id.0 as usize];
         if first {
             record.first_token = Some(now);
@@ -678,6 +829,47 @@ impl System {
             self.in_flight.remove(&id);
             self.router.handle_finished(now, id, Outcome::Completed);
         }
+    }
+
+    /// A request was admitted, got its first token or ended at `now`: the makespan is at
+    /// least `now`, so every pass that has ended so far lies within it.
+    fn note_change(&mut self, now: SimTime) {
+        if now > self.last_change {
+            self.last_change = now;
+            self.passes_since_change.clear();
+        }
+    }
+
+    /// Each pool's workers and pass time within `[0, makespan]`: every rank's ended passes,
+    /// less what those that ended after the makespan ran past it, plus the part of a pass
+    /// still running (only after a limit) that lies before it.
+    fn pool_usage(&self, makespan: SimTime) -> Vec<PoolUsage> {
+        let mut busy_ns: Vec<u128> = vec![0; self.config.pools.len()];
+        for slot in &self.ranks {
+            let mut busy = slot.busy;
+            if slot.in_pass {
+                busy = busy.saturating_add(makespan.saturating_since(slot.pass_start));
+            }
+            busy_ns[slot.pool] += u128::from(busy.as_ns());
+        }
+        for &(rank, start, end) in &self.passes_since_change {
+            let past = end.saturating_since(start.max(makespan)).as_ns();
+            let pool = &mut busy_ns[self.ranks[rank].pool];
+            *pool = pool.saturating_sub(u128::from(past));
+        }
+        let mut first_worker = 0;
+        let mut usage = Vec::with_capacity(self.config.pools.len());
+        for (pool, busy_ns) in self.config.pools.iter().zip(busy_ns) {
+            usage.push(PoolUsage {
+                name: pool.name.clone(),
+                first_worker,
+                workers: pool.count,
+                dp_size: pool.engine.dp_size,
+                busy_ns,
+            });
+            first_worker += u64::from(pool.count);
+        }
+        usage
     }
 
     /// Keeps one periodic recheck scheduled while requests wait in the router's queues.
@@ -826,6 +1018,9 @@ impl Model for System {
 }
 
 #[cfg(test)]
+mod pool_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::mocker::PreemptionMode;
@@ -938,8 +1133,7 @@ policy_classes:
                 policy.as_ref(),
                 None,
             ),
-            engine,
-            worker_count: case.workers,
+            pools: vec![WorkerPool::unnamed(case.workers, engine)],
             router_mode: RouterMode::KvRouter,
             delays: TransportDelays {
                 router_to_worker: SimDuration::from_ns(case.delays_ns.0),
@@ -1166,7 +1360,7 @@ policy_classes:
             requests: Vec::new(),
         };
         let mut config = config(&case, 7);
-        engine(&mut config.engine);
+        engine(&mut config.pools[0].engine);
         config.limits = limits;
         case.requests = lengths
             .iter()

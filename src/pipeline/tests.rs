@@ -34,7 +34,7 @@ fn runs_sharing_a_request_cache_draw_once_and_match_uncached_runs() {
     let cache = Arc::new(RequestCache::default());
     for workers in [2, 4] {
         let mut plain = RunSpec::from_scenario(&scenario, 3);
-        plain.config.worker_count = workers;
+        plain.config.pools[0].count = workers;
         let mut cached = plain.clone();
         cached.request_cache = Some(cache.clone());
         let (a, b) = (execute(&plain).unwrap(), execute(&cached).unwrap());

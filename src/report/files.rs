@@ -3,6 +3,7 @@
 //! metadata passed in: fixed float formatting, no map iteration.
 
 use super::metrics::{LatencyKind, LatencyStats, RunMetrics, Stat};
+use super::pools::{PoolMetrics, tokens_per_s};
 use super::stability::Stability;
 use crate::time::format_ms;
 use serde_json::{Value, json};
@@ -66,8 +67,13 @@ pub fn completions_csv(metrics: &RunMetrics) -> Vec<u8> {
 const CSV_LATENCIES: [LatencyKind; 3] =
     [LatencyKind::Ttft, LatencyKind::E2e, LatencyKind::QueueWait];
 
-/// Columns of `classes.csv`, in order.
-pub fn classes_columns() -> Vec<String> {
+/// The per-pool columns of `classes.csv`, for each pool in worker-id order: the class's
+/// completions on that pool and their prefill and output tokens per second of the makespan.
+const POOL_COLUMNS: [&str; 3] = ["completed", "prefill_tokens_per_s", "output_tokens_per_s"];
+
+/// Columns of `classes.csv`, in order: the class columns, then [`POOL_COLUMNS`] suffixed
+/// `_<pool>` for each of `metrics`' pools.
+pub fn classes_columns(metrics: &RunMetrics) -> Vec<String> {
     let mut columns: Vec<String> = [
         "class",
         "quantum_tokens",
@@ -100,15 +106,18 @@ pub fn classes_columns() -> Vec<String> {
         ]
         .map(String::from),
     );
+    for pool in &metrics.pools {
+        columns.extend(POOL_COLUMNS.map(|c| format!("{c}_{}", pool.name)));
+    }
     columns
 }
 
 /// `classes.csv`: one row per class, columns as [`classes_columns`]. Prefix figures are for
 /// the first `metrics.prefix_n` completions; latencies in ms with ns precision (empty without
-/// samples); shares with 4 decimals.
+/// samples); shares and token rates with 4 decimals.
 pub fn classes_csv(metrics: &RunMetrics) -> Vec<u8> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    write_row(&mut w, &classes_columns());
+    write_row(&mut w, &classes_columns(metrics));
     let n = metrics.prefix_n;
     for (i, c) in metrics.classes.iter().enumerate() {
         let mut row = vec![
@@ -138,6 +147,14 @@ pub fn classes_csv(metrics: &RunMetrics) -> Vec<u8> {
             opt_ratio(shares.map(|s| s.1)),
             opt_ratio(metrics.token_share_gap(i)),
         ]);
+        for pool in &metrics.pools {
+            let served = pool.classes.get(i).copied().unwrap_or_default();
+            row.extend([
+                served.completed.to_string(),
+                ratio(tokens_per_s(served.prefill_tokens, metrics.makespan)),
+                ratio(tokens_per_s(served.output_tokens, metrics.makespan)),
+            ]);
+        }
         write_row(&mut w, &row);
     }
     finish(w)
@@ -180,6 +197,40 @@ fn class_json(metrics: &RunMetrics, i: usize) -> Value {
         "backlogged_share": json_opt_f64(shares.map(|s| s.0)),
         "backlogged_ideal_share": json_opt_f64(shares.map(|s| s.1)),
         "backlogged_share_gap": json_opt_f64(metrics.token_share_gap(i)),
+        "pools": class_pools_json(metrics, i),
+    })
+}
+
+/// Class `class`'s completions and token rates on each pool.
+fn class_pools_json(metrics: &RunMetrics, class: usize) -> Value {
+    let pools = metrics.pools.iter().map(|pool| {
+        let served = pool.classes.get(class).copied().unwrap_or_default();
+        json!({
+            "pool": pool.name,
+            "completed": served.completed,
+            "prefill_tokens_per_s": json_f64(tokens_per_s(served.prefill_tokens, metrics.makespan)),
+            "output_tokens_per_s": json_f64(tokens_per_s(served.output_tokens, metrics.makespan)),
+        })
+    });
+    Value::Array(pools.collect())
+}
+
+/// One pool's entry in `summary.json`'s `pools` (see [`super::pools`] for the definitions).
+fn pool_json(metrics: &RunMetrics, pool: &PoolMetrics) -> Value {
+    let makespan = metrics.makespan;
+    json!({
+        "pool": pool.name,
+        "workers": pool.workers,
+        "dp_size": pool.dp_size,
+        "requests": pool.requests,
+        "completed": pool.served.completed,
+        "busy_ms": json_f64(pool.busy_ns as f64 / 1e6),
+        "utilisation": json_opt_f64(pool.utilisation(makespan)),
+        "prefill_tokens": pool.served.prefill_tokens,
+        "output_tokens": pool.served.output_tokens,
+        "prefill_tokens_per_s": json_f64(tokens_per_s(pool.served.prefill_tokens, makespan)),
+        "output_tokens_per_s": json_f64(tokens_per_s(pool.served.output_tokens, makespan)),
+        "latency_ms": {"ttft": latency_json(&pool.ttft), "e2e": latency_json(&pool.e2e)},
     })
 }
 
@@ -216,7 +267,8 @@ fn stability_json(s: &Stability) -> Value {
 }
 
 /// `summary.json`: `meta` (run metadata from the caller: seed, scenario hash, version, ...),
-/// run totals, throughput, fairness over backlogged windows, and per-class figures.
+/// run totals, throughput, fairness over backlogged windows, per-class figures (each with its
+/// per-pool completions and token rates), and per-pool figures.
 pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
     let classes: Vec<Value> = (0..metrics.classes.len())
         .map(|i| class_json(metrics, i))
@@ -237,6 +289,7 @@ pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
         "prefix_n": metrics.prefix_n,
         "fairness": fairness_json(metrics),
         "classes": classes,
+        "pools": metrics.pools.iter().map(|p| pool_json(metrics, p)).collect::<Vec<_>>(),
         "stability": stability_json(&metrics.stability),
     });
     let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON values serialise");

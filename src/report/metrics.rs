@@ -21,6 +21,7 @@
 //!   ideal in the backlogged windows, `x_c = service_c / ideal_c`, and
 //!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
 
+use super::pools::{PoolMetrics, pool_metrics};
 use super::slo::SloRecords;
 use super::stability::Stability;
 use crate::scheduling::scheduler::Path;
@@ -329,6 +330,8 @@ pub struct RunMetrics {
     pub slo: SloRecords,
     /// Whether the run kept up with its offered load ([`super::stability`]).
     pub stability: Stability,
+    /// Per worker pool, in worker-id order ([`super::pools`]).
+    pub pools: Vec<PoolMetrics>,
 }
 
 impl RunMetrics {
@@ -411,6 +414,7 @@ impl RunMetrics {
             ended_unserved,
             slo: SloRecords::collect(records, class_count),
             stability: Stability::measure(&result.records, 0),
+            pools: pool_metrics(result, all, records, class_count),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod junit;
 pub mod metrics;
 pub mod output;
 pub mod plots;
+pub mod pools;
 pub mod slo;
 pub mod stability;
 pub mod table;
@@ -60,8 +61,9 @@ pub fn run_files(
 use crate::sim::{RequestRecord, SimResult};
 use crate::time::format_ms;
 
-/// Columns of `requests.csv` (a contract: the first thirteen match `tools/dynosim`).
-pub const REQUEST_COLUMNS: [&str; 16] = [
+/// Columns of `requests.csv` (a contract: the first thirteen match `tools/dynosim`; later ones
+/// are only ever appended).
+pub const REQUEST_COLUMNS: [&str; 17] = [
     "row",
     "policy_class",
     "arrival_ms",
@@ -78,13 +80,15 @@ pub const REQUEST_COLUMNS: [&str; 16] = [
     "resolved_class",
     "dispatch_ms",
     "reason",
+    "pool",
 ];
 
 fn opt_ms(t: Option<crate::time::SimTime>) -> String {
     t.map(|t| format_ms(t.as_ns())).unwrap_or_default()
 }
 
-/// `requests.csv`: one row per request, in row order.
+/// `requests.csv`: one row per request, in row order. `pool` names the pool of the worker the
+/// request was sent to (empty if it never was).
 pub fn requests_csv(result: &SimResult) -> Vec<u8> {
     let mut rows: Vec<&RequestRecord> = result.records.iter().collect();
     rows.sort_by_key(|r| r.row);
@@ -117,6 +121,10 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
             class.to_string(),
             opt_ms(r.dispatched),
             reason.to_string(),
+            r.rank
+                .map(|k| pools::pool_name(result, k.worker_id))
+                .unwrap_or_default()
+                .to_string(),
         ])
         .expect("writing to memory");
     }

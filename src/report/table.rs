@@ -8,7 +8,8 @@ fn ms(stats: &LatencyStats, stat: Stat) -> String {
         .map_or_else(|| "-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6))
 }
 
-/// One line per class: counts, TTFT p50/p99 and E2E p50/p99 in ms; then a totals line. When
+/// One line per class: counts, TTFT p50/p99 and E2E p50/p99 in ms; a line per worker pool
+/// when there are several; then a totals line. When
 /// classes were backlogged together ([`RunMetrics::classes_backlogged_together`]) it also shows
 /// each class's count and share of the first `prefix_n` completions against its ideal DRR
 /// share; otherwise each class got what it asked for and those columns would mean nothing.
@@ -51,6 +52,7 @@ pub fn class_table(metrics: &RunMetrics) -> String {
             ms(&c.latencies.e2e, Stat::P99),
         );
     }
+    out += &pool_table(metrics);
     out += &format!(
         "latencies in ms; {} requests, {} completed, {} rejected, {} aborted; makespan {:.1} ms; {:.1} req/s\n",
         metrics.requests,
@@ -60,6 +62,45 @@ pub fn class_table(metrics: &RunMetrics) -> String {
         metrics.makespan.as_ms_f64(),
         metrics.throughput_rps(),
     );
+    out
+}
+
+/// With two or more worker pools, one line per pool: workers, requests sent to it, completed,
+/// utilisation, TTFT p50/p99 and E2E p50/p99 in ms. Empty for a single pool (the totals line
+/// says it all).
+fn pool_table(metrics: &RunMetrics) -> String {
+    if metrics.pools.len() < 2 {
+        return String::new();
+    }
+    let mut out = format!(
+        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+        "pool",
+        "workers",
+        "requests",
+        "completed",
+        "util",
+        "ttft p50",
+        "ttft p99",
+        "e2e p50",
+        "e2e p99"
+    );
+    for pool in &metrics.pools {
+        let utilisation = pool
+            .utilisation(metrics.makespan)
+            .map_or_else(|| "-".to_string(), |u| format!("{u:.3}"));
+        out += &format!(
+            "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+            pool.name,
+            pool.workers,
+            pool.requests,
+            pool.served.completed,
+            utilisation,
+            ms(&pool.ttft, Stat::P50),
+            ms(&pool.ttft, Stat::P99),
+            ms(&pool.e2e, Stat::P50),
+            ms(&pool.e2e, Stat::P99),
+        );
+    }
     out
 }
 

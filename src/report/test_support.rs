@@ -55,6 +55,7 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
         preemptions: 0,
         class_names: names.iter().map(|n| n.to_string()).collect(),
         class_quanta_tokens: vec![1; names.len()],
+        pools: Vec::new(),
     }
 }
 

@@ -46,8 +46,11 @@
 //!   with `trace_block_size` (default 512).
 //!
 //! Engine arguments go under `workers.engine:` (as in Dynamo's `{"engine": {...}}`), with
-//! `workers.dp_size` beside it. Field paths name list entries by their `name`:
-//! `router.policy_classes.regular.quantum`, `workload.groups.premium.count`. Use
+//! `workers.dp_size` beside it: one pool, named `default`. Or `workers.pools:` lists named
+//! pools, each `{name, count, dp_size, engine}`; worker ids are assigned pool by pool in file
+//! order. Field paths name list entries by their `name`:
+//! `router.policy_classes.regular.quantum`, `workload.groups.premium.count`,
+//! `workers.pools.h100.count`. Use
 //! [`Scenario::load`] / [`Scenario::load_with_overrides`], then [`Scenario::sim_config`] and
 //! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
 
@@ -60,12 +63,11 @@ pub use error::ScenarioError;
 
 use crate::bounds;
 use crate::engine::Limits;
-use crate::mocker::EngineArgs;
 use crate::report::expect::Expectation;
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{ClosedLoop, RouterMode, SimConfig, TransportDelays};
+use crate::sim::{ClosedLoop, RouterMode, SimConfig, TransportDelays, WorkerPool};
 use crate::time::SimDuration;
 use crate::workload::synth::SynthWorkload;
 use std::path::{Path, PathBuf};
@@ -86,8 +88,8 @@ pub struct Scenario {
     policy_file: Option<PathBuf>,
     router: RouterConfig,
     router_mode: RouterMode,
-    worker_count: u32,
-    engine: EngineArgs,
+    /// The worker pools, in file order (worker ids go pool by pool).
+    pools: Vec<WorkerPool>,
     workload: Workload,
     expectations: Vec<Expectation>,
     companions: Vec<PathBuf>,
@@ -273,9 +275,9 @@ impl Scenario {
         &self.workload
     }
 
-    /// The engine arguments every worker runs with.
-    pub fn engine(&self) -> &EngineArgs {
-        &self.engine
+    /// The worker pools, in file order: one named `default` for a plain `workers:`.
+    pub fn pools(&self) -> &[WorkerPool] {
+        &self.pools
     }
 
     /// The simulator configuration for a run with `seed`.
@@ -283,8 +285,7 @@ impl Scenario {
         SimConfig {
             router: self.router.clone(),
             profile: select_profile(&self.router, self.policy.as_ref(), self.model.as_deref()),
-            engine: self.engine.clone(),
-            worker_count: self.worker_count,
+            pools: self.pools.clone(),
             router_mode: self.router_mode,
             delays: self.delays,
             limits: self.limits,
@@ -323,6 +324,8 @@ pub fn synth_error(file: &Path, error: &crate::workload::synth::SynthError) -> S
     }
 }
 
+#[cfg(test)]
+mod pool_tests;
 #[cfg(test)]
 mod rate_tests;
 #[cfg(test)]

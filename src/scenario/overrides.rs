@@ -19,9 +19,10 @@ pub const POLICY_KEYS: [&str; 4] = [
 
 /// Keys whose values are lists in the scenario format: a path through a missing one cannot be
 /// created by `--set`.
-pub const LIST_KEYS: [&str; 5] = [
+pub const LIST_KEYS: [&str; 6] = [
     "expect",
     "groups",
+    "pools",
     "policy_classes",
     "uncached_isl_buckets",
     "at_ms",

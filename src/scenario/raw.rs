@@ -121,7 +121,8 @@ impl<'de> Visitor<'de> for RouterVisitor {
     }
 }
 
-/// `workers:`: how many aggregated workers and their engine (Dynamo's `engine` keys).
+/// `workers:`: how many aggregated workers and their engine (Dynamo's `engine` keys), as one
+/// unnamed pool; or `pools`, each with its own count and engine (not both forms).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkers {
@@ -130,6 +131,22 @@ pub struct RawWorkers {
     /// Data-parallel ranks per worker (default 1), as Dynamo's top-level `dp_size`.
     pub dp_size: Option<u32>,
     /// Engine arguments with Dynamo 1.6.1's names (`max_num_seqs`, `block_size`, ...).
+    pub engine: Option<EngineSection>,
+    /// Named pools of workers, each with its own engine; worker ids go pool by pool.
+    pub pools: Option<Vec<RawPool>>,
+}
+
+/// One entry of `workers.pools`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    /// The pool's name (addresses it in `--set` paths and names it in the results).
+    pub name: Option<String>,
+    /// Number of workers in the pool (required).
+    pub count: Option<u32>,
+    /// Data-parallel ranks per worker of this pool (default 1).
+    pub dp_size: Option<u32>,
+    /// The pool's engine arguments (Dynamo 1.6.1's names).
     #[serde(default)]
     pub engine: EngineSection,
 }

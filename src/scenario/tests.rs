@@ -400,7 +400,7 @@ fn set_overrides_values_by_list_entry_name() {
     ]);
     let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
     let config = scenario.sim_config(0);
-    assert_eq!(config.worker_count, 2);
+    assert_eq!(config.pools[0].count, 2);
     assert_eq!(config.profile.classes()[1].quantum_tokens, 64);
     assert_eq!(config.router.router_temperature, 0.5);
     let requests = scenario.requests(0).unwrap();
@@ -583,7 +583,7 @@ fn set_reaches_fields_left_at_their_default() {
         &no_workers,
         &[("workers.count", "4"), ("limits.max_events", "9")],
     );
-    assert_eq!(counted.sim_config(0).worker_count, 4);
+    assert_eq!(counted.sim_config(0).pools[0].count, 4);
     assert_eq!(counted.sim_config(0).limits.max_events, 9);
     let e = Scenario::from_text(&path, &no_delays, &set(&[("delays.bogus_ms", "1")])).unwrap_err();
     assert_eq!(e.field_path, "delays.bogus_ms", "{e}");
@@ -861,10 +861,10 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
     assert_eq!(config.delays.worker_to_router.as_ns(), 500_000);
     assert_eq!(config.delays.kv_event_lag.as_ns(), 3_000_000);
     assert_eq!(
-        (config.engine.max_num_seqs, config.engine.block_size),
+        (config.pools[0].engine.max_num_seqs, config.block_size()),
         (4, 16)
     );
-    assert_eq!(config.engine.dp_size, 2);
+    assert_eq!(config.pools[0].engine.dp_size, 2);
     let e = error_of(&text.replace("kv_event_lag_ms: 3", "kv_event_lag_ms: -3"));
     assert_eq!(e.field_path, "delays.kv_event_lag_ms", "{e}");
     let e = error_of(&text.replace("router_temperature: 0.25", "router_temperature: -1"));
@@ -969,7 +969,7 @@ fn set_reaches_expectations_and_engine_keys_by_name() {
         scenario.expectations()[1].bound(),
         crate::report::expect::Bound::AtLeast(50.0)
     );
-    assert!(scenario.engine().enable_prefix_caching);
+    assert!(scenario.pools()[0].engine.enable_prefix_caching);
     let requests = scenario.requests(0).unwrap();
     assert!(requests.iter().all(|r| r.arrival.as_ns() == 0));
     let e = Scenario::load_with_overrides(

@@ -3,18 +3,18 @@
 
 use super::overrides;
 use super::raw::{
-    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawProcess, RawRouter,
-    RawRouterMode, RawScenario, RawWorkload,
+    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawPin, RawProcess,
+    RawRouter, RawRouterMode, RawScenario, RawWorkers, RawWorkload,
 };
 use super::{Scenario, ScenarioError, Workload};
 use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_RANKS, MAX_REQUESTS};
 use crate::engine::Limits;
-use crate::mocker::{ConfigError, EngineArgs};
+use crate::mocker::{ConfigError, EngineArgs, EngineSection};
 use crate::report::expect::{Expectation, RawExpectation};
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
-use crate::sim::{ClosedLoop, RouterMode, TransportDelays};
+use crate::sim::{ClosedLoop, DEFAULT_POOL, RouterMode, TransportDelays, WorkerPool};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
@@ -127,10 +127,8 @@ fn build(
     let router = router_config(source, &raw.router)?;
     let policy = policy_config(source, &raw.router)?;
     let profile = active_profile(policy.as_ref(), raw.model.as_deref(), &router);
-    let engine = engine_args(source, &raw)?;
-    let worker_count = raw.workers.count.unwrap_or(1);
-    check_ranks(source, worker_count, engine.dp_size)?;
-    let workload = workload(source, &raw.workload, &profile, &engine, worker_count)?;
+    let pools = worker_pools(source, &raw.workers)?;
+    let workload = workload(source, &raw.workload, &profile, &pools)?;
     let class_names: Vec<String> = profile.classes().iter().map(|c| c.name.clone()).collect();
     let (expectations, companions) = expectations(source, &raw.expect, &class_names)?;
     let limits = limits(source, &raw)?;
@@ -150,8 +148,7 @@ fn build(
             Some(RawRouterMode::RoundRobin) => RouterMode::RoundRobin,
         },
         router,
-        worker_count,
-        engine,
+        pools,
         workload,
         expectations,
         companions,
@@ -195,6 +192,123 @@ fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The worker pools: `workers.pools`, or the plain `workers: {count, dp_size, engine}` as one
+/// pool named [`DEFAULT_POOL`]. Errors name the field (`workers.pools.h100.count`).
+fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, ScenarioError> {
+    let Some(raw_pools) = &raw.pools else {
+        let engine = raw.engine.clone().unwrap_or_default();
+        let engine = engine_args(source, "workers", engine, raw.dp_size)?;
+        let count = raw.count.unwrap_or(1);
+        check_ranks(source, count, engine.dp_size)?;
+        return Ok(vec![WorkerPool::unnamed(count, engine)]);
+    };
+    let plain = [
+        ("count", raw.count.is_some()),
+        ("dp_size", raw.dp_size.is_some()),
+        ("engine", raw.engine.is_some()),
+    ];
+    if let Some((field, _)) = plain.iter().find(|(_, given)| *given) {
+        return Err(source.at(
+            &format!("workers.{field}"),
+            "give either `pools` or `count`, `dp_size` and `engine` (one unnamed pool), not both: each pool has its own",
+        ));
+    }
+    if raw_pools.is_empty() {
+        return Err(source.at("workers.pools", "needs at least one pool"));
+    }
+    let mut pools: Vec<WorkerPool> = Vec::with_capacity(raw_pools.len());
+    let mut ranks = 0u64;
+    for (index, raw_pool) in raw_pools.iter().enumerate() {
+        let at = format!("workers.pools[{index}]");
+        let name = pool_name(source, &at, raw_pool.name.as_deref(), &pools)?;
+        let count = match raw_pool.count {
+            None => return Err(source.at(&at, "a pool needs `count`: how many workers it has")),
+            Some(0) => return Err(source.at(&format!("{at}.count"), "must be positive")),
+            Some(count) => count,
+        };
+        let engine = engine_args(source, &at, raw_pool.engine.clone(), raw_pool.dp_size)?;
+        ranks += u64::from(count) * u64::from(engine.dp_size);
+        if ranks > MAX_RANKS {
+            return Err(source.at(
+                &format!("{at}.count"),
+                format!(
+                    "the pools through this one have {ranks} worker ranks (count x dp_size summed): a run may have at most {MAX_RANKS}"
+                ),
+            ));
+        }
+        check_block_size(source, &at, &engine, pools.first())?;
+        pools.push(WorkerPool {
+            name,
+            count,
+            engine,
+        });
+    }
+    Ok(pools)
+}
+
+/// Longest pool name in bytes.
+pub const MAX_POOL_NAME_BYTES: usize = 64;
+
+/// A pool's name: present, unique, and a plain identifier (an ASCII letter, then letters,
+/// digits, `_` or `-`), since it is a `--set` path step and part of `classes.csv` column names.
+/// Errors name the entry by index (`workers.pools[1].name`): its name is what is wrong.
+fn pool_name(
+    source: &Source,
+    at: &str,
+    name: Option<&str>,
+    earlier: &[WorkerPool],
+) -> Result<String, ScenarioError> {
+    let fail = |path: &str, message: String| {
+        let mut error = source.at(path, message);
+        error.field_path = format!("{at}.name");
+        error
+    };
+    let Some(name) = name else {
+        return Err(fail(at, "a pool needs a `name`".into()));
+    };
+    let field = format!("{at}.name");
+    let identifier = name.len() <= MAX_POOL_NAME_BYTES
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !identifier {
+        return Err(fail(
+            &field,
+            format!(
+                "`{}` is not a pool name: an ASCII letter, then letters, digits, `_` or `-`, at most {MAX_POOL_NAME_BYTES} bytes",
+                name.escape_debug()
+            ),
+        ));
+    }
+    if earlier.iter().any(|p| p.name == name) {
+        return Err(fail(
+            &field,
+            format!("pool `{name}` is named twice: pool names are unique"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// Every pool has the first pool's KV block size: the router hashes prompts in one block size.
+fn check_block_size(
+    source: &Source,
+    at: &str,
+    engine: &EngineArgs,
+    first: Option<&WorkerPool>,
+) -> Result<(), ScenarioError> {
+    match first {
+        Some(first) if first.engine.block_size != engine.block_size => Err(source.at(
+            &format!("{at}.engine.block_size"),
+            format!(
+                "is {}, but pool `{}` has {}: every pool needs the same block_size, the one the router hashes prompts with",
+                engine.block_size, first.name, first.engine.block_size
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `workers.count`, `workers.dp_size` and their product are at most [`MAX_RANKS`].
@@ -296,30 +410,33 @@ fn active_profile(
     crate::scheduling::scheduler::select_profile(router, policy, model)
 }
 
-fn engine_args(source: &Source, raw: &RawScenario) -> Result<EngineArgs, ScenarioError> {
+/// The engine of the workers at `at` (`workers`, or one pool's path), with its `dp_size`;
+/// errors name `{at}.engine.<field>` and `{at}.dp_size`.
+fn engine_args(
+    source: &Source,
+    at: &str,
+    engine: EngineSection,
+    dp_size: Option<u32>,
+) -> Result<EngineArgs, ScenarioError> {
     let engine_error = |e: ConfigError| match e {
         ConfigError::Invalid { field, reason } => {
-            source.at(&format!("workers.engine.{field}"), reason)
+            source.at(&format!("{at}.engine.{field}"), reason)
         }
         ConfigError::Unsupported { field, value } => source.at(
-            &format!("workers.engine.{field}"),
+            &format!("{at}.engine.{field}"),
             format!("{value} is not supported by routersim's mocker"),
         ),
-        ConfigError::Parse(message) => source.at("workers.engine", message),
+        ConfigError::Parse(message) => source.at(&format!("{at}.engine"), message),
     };
-    let mut args = raw
-        .workers
-        .engine
-        .clone()
-        .into_args()
-        .map_err(engine_error)?;
-    if let Some(dp_size) = raw.workers.dp_size {
+    let mut args = engine.into_args().map_err(engine_error)?;
+    if let Some(dp_size) = dp_size {
+        let field = format!("{at}.dp_size");
         if dp_size == 0 {
-            return Err(source.at("workers.dp_size", "must be positive"));
+            return Err(source.at(&field, "must be positive"));
         }
         if u64::from(dp_size) > MAX_RANKS {
             return Err(source.at(
-                "workers.dp_size",
+                &field,
                 format!("{dp_size} is more than the {MAX_RANKS} worker ranks a run may have"),
             ));
         }
@@ -332,8 +449,7 @@ fn workload(
     source: &Source,
     raw: &RawWorkload,
     profile: &PolicyProfile,
-    engine: &EngineArgs,
-    worker_count: u32,
+    pools: &[WorkerPool],
 ) -> Result<Workload, ScenarioError> {
     match (&raw.trace, &raw.groups) {
         (Some(_), Some(_)) => Err(source.at(
@@ -363,19 +479,12 @@ fn workload(
             let mut converted = Vec::with_capacity(groups.len());
             for group in groups {
                 let sizing = sizing(source, group, shared.as_ref())?;
-                converted.push(group_of(
-                    source,
-                    group,
-                    sizing,
-                    profile,
-                    engine,
-                    worker_count,
-                )?);
+                converted.push(group_of(source, group, sizing, profile, pools)?);
             }
             let synth = SynthWorkload {
                 groups: converted,
                 burst: burst(source, raw)?,
-                tokens_per_hash: engine.block_size,
+                tokens_per_hash: pools[0].engine.block_size,
             };
             synth
                 .validate()
@@ -688,8 +797,7 @@ fn group_of(
     raw: &RawGroup,
     sizing: Sizing,
     profile: &PolicyProfile,
-    engine: &EngineArgs,
-    worker_count: u32,
+    pools: &[WorkerPool],
 ) -> Result<RequestGroup, ScenarioError> {
     let path = |field: &str| format!("workload.groups.\"{}\".{field}", raw.name);
     if raw.name.trim().is_empty() {
@@ -708,22 +816,7 @@ fn group_of(
     }
     let pinned_worker = match &raw.pinned_worker {
         None => None,
-        Some(pin) if pin.worker_id >= u64::from(worker_count) => {
-            return Err(source.at(
-                &path("pinned_worker.worker_id"),
-                format!("there are only {worker_count} workers (ids from 0)"),
-            ));
-        }
-        Some(pin) if pin.dp_rank >= engine.dp_size => {
-            return Err(source.at(
-                &path("pinned_worker.dp_rank"),
-                format!("workers have only {} dp ranks (from 0)", engine.dp_size),
-            ));
-        }
-        Some(pin) => Some(WorkerWithDpRank {
-            worker_id: pin.worker_id,
-            dp_rank: pin.dp_rank,
-        }),
+        Some(pin) => Some(pinned_rank(source, &path("pinned_worker"), pin, pools)?),
     };
     Ok(RequestGroup {
         name: raw.name.clone(),
@@ -740,6 +833,40 @@ fn group_of(
         strict_priority: raw.strict_priority,
         pinned_worker,
     })
+}
+
+/// A group's pinned rank: a worker of some pool (ids go pool by pool) and one of its ranks.
+fn pinned_rank(
+    source: &Source,
+    path: &str,
+    pin: &RawPin,
+    pools: &[WorkerPool],
+) -> Result<WorkerWithDpRank, ScenarioError> {
+    let mut first_worker = 0u64;
+    for pool in pools {
+        let next = first_worker + u64::from(pool.count);
+        if pin.worker_id < next {
+            if pin.dp_rank >= pool.engine.dp_size {
+                let whose = match pools.len() {
+                    1 => "workers have".to_string(),
+                    _ => format!("workers of pool `{}` have", pool.name),
+                };
+                return Err(source.at(
+                    &format!("{path}.dp_rank"),
+                    format!("{whose} only {} dp ranks (from 0)", pool.engine.dp_size),
+                ));
+            }
+            return Ok(WorkerWithDpRank {
+                worker_id: pin.worker_id,
+                dp_rank: pin.dp_rank,
+            });
+        }
+        first_worker = next;
+    }
+    Err(source.at(
+        &format!("{path}.worker_id"),
+        format!("there are only {first_worker} workers (ids from 0)"),
+    ))
 }
 
 /// A group may name a policy family or an explicit class (what Dynamo resolves directly);
@@ -899,12 +1026,7 @@ pub(super) fn describe(scenario: &Scenario) -> String {
         Some(config) => out.push_str(&policy::describe(config)),
         None => out.push_str("no policy: one synthetic class `default`\n"),
     }
-    let e = &scenario.engine;
-    out.push_str(&format!(
-        "workers: {} x dp {}, {:?} router; engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}\n",
-        scenario.worker_count, e.dp_size, scenario.router_mode, e.block_size, e.num_gpu_blocks,
-        e.max_num_seqs, e.max_num_batched_tokens, on_off(e.enable_prefix_caching), on_off(e.enable_chunked_prefill)
-    ));
+    out.push_str(&describe_workers(scenario));
     out.push_str(&describe_workload(&scenario.workload));
     out.push_str(&format!("expectations: {}\n", scenario.expectations.len()));
     for e in &scenario.expectations {
@@ -917,6 +1039,52 @@ pub(super) fn describe(scenario: &Scenario) -> String {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         out.push_str(&format!("  {}\n", serde_json::Value::Object(compact)));
+    }
+    out
+}
+
+/// One line for the unnamed pool; a line per pool, with its worker ids, for named pools.
+fn describe_workers(scenario: &Scenario) -> String {
+    let engine = |e: &EngineArgs| {
+        format!(
+            "engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}",
+            e.block_size,
+            e.num_gpu_blocks,
+            e.max_num_seqs,
+            e.max_num_batched_tokens,
+            on_off(e.enable_prefix_caching),
+            on_off(e.enable_chunked_prefill)
+        )
+    };
+    if let [pool] = scenario.pools.as_slice()
+        && pool.name == DEFAULT_POOL
+    {
+        let e = &pool.engine;
+        return format!(
+            "workers: {} x dp {}, {:?} router; {}\n",
+            pool.count,
+            e.dp_size,
+            scenario.router_mode,
+            engine(e)
+        );
+    }
+    let total: u64 = scenario.pools.iter().map(|p| u64::from(p.count)).sum();
+    let mut out = format!(
+        "workers: {total} in {} pools, {:?} router\n",
+        scenario.pools.len(),
+        scenario.router_mode
+    );
+    let mut first = 0u64;
+    for pool in &scenario.pools {
+        let last = first + u64::from(pool.count) - 1;
+        out.push_str(&format!(
+            "  pool {}: {} x dp {} (worker ids {first}..={last}); {}\n",
+            pool.name,
+            pool.count,
+            pool.engine.dp_size,
+            engine(&pool.engine)
+        ));
+        first = last + 1;
     }
     out
 }

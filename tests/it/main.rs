@@ -4,6 +4,7 @@ mod check_seeds;
 mod cli;
 mod fidelity;
 mod plan;
+mod pools;
 mod rate;
 mod replay_modes;
 mod safety_bounds;

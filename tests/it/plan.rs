@@ -236,3 +236,50 @@ fn without_slos_the_highest_rate_stays_within_what_the_workers_serve_flat_out() 
         "overload allowed reaches further: {reach} vs {answer}"
     );
 }
+
+/// `s.yaml` with its four workers split into pools: `big` (the searched one) and one `slow`
+/// worker at half speed that stays.
+fn setup_pools() -> tempfile::TempDir {
+    let tmp = setup();
+    let text = SCENARIO.replace(
+        "  count: 4\n  engine: {max_num_seqs: 16}\n",
+        "  pools:\n    - {name: big, count: 4, engine: {max_num_seqs: 16}}\n    - {name: slow, count: 1, engine: {max_num_seqs: 16, speedup_ratio: 0.5}}\n",
+    );
+    assert_ne!(text, SCENARIO);
+    fs::write(tmp.path().join("s.yaml"), text).unwrap();
+    tmp
+}
+
+#[test]
+fn minimize_a_pool_count_agrees_with_check_on_both_sides() {
+    let tmp = setup_pools();
+    let parameter = "workers.pools.big.count";
+    let args = [
+        "plan",
+        "s.yaml",
+        "--minimize",
+        parameter,
+        "--range",
+        "1..32",
+    ];
+    let (code, stdout, stderr) = routersim(
+        tmp.path(),
+        &[&args[..], &["--seeds", "2", "--out", "p"]].concat(),
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let plan = plan_json(tmp.path(), "p");
+    assert_eq!(plan["parameter"], parameter);
+    assert_eq!(plan["integer"], true, "a pool count is whole");
+    let answer = plan["answer"].as_f64().unwrap() as u64;
+    assert!(answer > 1, "{plan}");
+    let check = |big: u64| {
+        let set = format!("{parameter}={big}");
+        routersim(
+            tmp.path(),
+            &["check", "s.yaml", "--seeds", "2", "--set", &set],
+        )
+        .0
+    };
+    assert_eq!(check(answer), 0, "check passes at the answer");
+    assert_eq!(check(answer - 1), 1, "check fails one below");
+}

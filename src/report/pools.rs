@@ -1,0 +1,235 @@
+//! Per-pool figures: which pool served each request, and each pool's counts, utilisation,
+//! token throughput and latencies, in total and per class.
+//!
+//! Definitions (docs/scenarios.md, "Worker pools"):
+//! - a request belongs to the pool of the worker the router sent it to (none if it was never
+//!   dispatched);
+//! - **utilisation** = the time the pool's ranks spent running passes within `[0, makespan]`,
+//!   summed over its ranks, over `ranks × makespan` (a rank runs a pass whenever it holds a
+//!   request, so this is the fraction of rank-time with work);
+//! - **prefill tokens** are the uncached prompt tokens (`input - reused`) and **output tokens**
+//!   the output tokens of the pool's *completed* requests, per second of the makespan: the
+//!   same window and the same requests as the run's `output_tokens_per_s`, so the pools' rates
+//!   add up to the run's.
+
+use super::metrics::LatencyStats;
+use crate::sim::{RequestRecord, SimResult, Status};
+use crate::time::SimTime;
+
+/// What a pool's completed requests carried.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolService {
+    /// Requests completed.
+    pub completed: u64,
+    /// Their uncached prompt tokens (`input - reused`).
+    pub prefill_tokens: u64,
+    /// Their output tokens.
+    pub output_tokens: u64,
+}
+
+impl PoolService {
+    fn add(&mut self, record: &RequestRecord) {
+        self.completed += 1;
+        self.prefill_tokens += record
+            .input_tokens
+            .saturating_sub(record.reused_input_tokens);
+        self.output_tokens += record.output_tokens;
+    }
+}
+
+/// Everything measured about one pool.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoolMetrics {
+    /// The pool's name (`default` for the unnamed pool).
+    pub name: String,
+    /// Workers in the pool.
+    pub workers: u32,
+    /// Data-parallel ranks per worker.
+    pub dp_size: u32,
+    /// Requests the router sent to one of the pool's workers (every request, warmup or not).
+    pub requests: u64,
+    /// What the pool's completed requests carried (every request, warmup or not).
+    pub served: PoolService,
+    /// The same per class, in class order.
+    pub classes: Vec<PoolService>,
+    /// Pass time within `[0, makespan]`, summed over the pool's ranks, in ns.
+    pub busy_ns: u128,
+    /// TTFT of the pool's completed requests (after the warmup).
+    pub ttft: LatencyStats,
+    /// End-to-end latency of the pool's completed requests (after the warmup).
+    pub e2e: LatencyStats,
+}
+
+impl PoolMetrics {
+    /// Ranks in the pool.
+    pub fn ranks(&self) -> u64 {
+        u64::from(self.workers) * u64::from(self.dp_size)
+    }
+
+    /// Busy rank-time over available rank-time in `[0, makespan]`; `None` for an empty window.
+    pub fn utilisation(&self, makespan: SimTime) -> Option<f64> {
+        let available = u128::from(self.ranks()) * u128::from(makespan.as_ns());
+        (available > 0).then(|| self.busy_ns as f64 / available as f64)
+    }
+}
+
+/// Tokens per second of the makespan (0 for an empty run).
+pub fn tokens_per_s(tokens: u64, makespan: SimTime) -> f64 {
+    match makespan == SimTime::ZERO {
+        true => 0.0,
+        false => tokens as f64 / makespan.as_secs_f64(),
+    }
+}
+
+/// Each pool's figures. `all` is every record (counts and tokens), `measured` those after the
+/// warmup (latencies); both with classes resolved.
+pub fn pool_metrics(
+    result: &SimResult,
+    all: &[RequestRecord],
+    measured: &[RequestRecord],
+    class_count: usize,
+) -> Vec<PoolMetrics> {
+    let mut pools: Vec<PoolMetrics> = result
+        .pools
+        .iter()
+        .map(|p| PoolMetrics {
+            name: p.name.clone(),
+            workers: p.workers,
+            dp_size: p.dp_size,
+            classes: vec![PoolService::default(); class_count],
+            busy_ns: p.busy_ns,
+            ..PoolMetrics::default()
+        })
+        .collect();
+    let pool_of = |r: &RequestRecord| r.rank.and_then(|rank| result.pool_of(rank.worker_id));
+    for r in all {
+        let Some(pool) = pool_of(r).and_then(|p| pools.get_mut(p)) else {
+            continue;
+        };
+        pool.requests += 1;
+        if r.status != Status::Completed {
+            continue;
+        }
+        pool.served.add(r);
+        if let Some(class) = r.class_index.and_then(|c| pool.classes.get_mut(c)) {
+            class.add(r);
+        }
+    }
+    let mut samples: Vec<[Vec<u64>; 2]> = vec![Default::default(); pools.len()];
+    for r in measured.iter().filter(|r| r.status == Status::Completed) {
+        let Some(s) = pool_of(r).and_then(|p| samples.get_mut(p)) else {
+            continue;
+        };
+        s[0].extend(r.first_token.map(|t| t.saturating_since(r.arrival).as_ns()));
+        s[1].extend(r.completion.map(|t| t.saturating_since(r.arrival).as_ns()));
+    }
+    for (pool, [ttft, e2e]) in pools.iter_mut().zip(samples) {
+        pool.ttft = LatencyStats::from_values(ttft);
+        pool.e2e = LatencyStats::from_values(e2e);
+    }
+    pools
+}
+
+/// The name of the pool of worker `worker_id` (empty when no pool has it).
+pub fn pool_name(result: &SimResult, worker_id: u64) -> &str {
+    result
+        .pool_of(worker_id)
+        .map_or("", |p| result.pools[p].name.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::{done, ms, result_of};
+    use crate::scheduling::scheduler::Path;
+    use crate::scheduling::types::WorkerWithDpRank;
+    use crate::sim::PoolUsage;
+
+    fn usage(name: &str, first_worker: u64, workers: u32, busy_ms: u64) -> PoolUsage {
+        PoolUsage {
+            name: name.into(),
+            first_worker,
+            workers,
+            dp_size: 1,
+            busy_ns: u128::from(busy_ms) * 1_000_000,
+        }
+    }
+
+    /// Pools `a` (workers 0, 1) and `b` (worker 2); requests on workers 0, 2, 2 and one the
+    /// router rejected; the run lasts 100 ms.
+    fn two_pool_run() -> SimResult {
+        let on = |row, worker: u64, reused, completion| {
+            let mut r = done(row, 0, Path::Immediate, [0, 0, completion]);
+            r.rank = Some(WorkerWithDpRank::new(worker, 0));
+            r.first_token = Some(ms(completion / 2));
+            r.reused_input_tokens = reused;
+            r
+        };
+        let mut rejected = done(3, 0, Path::Immediate, [0, 0, 5]);
+        rejected.path = None;
+        rejected.status = Status::Rejected("queue_full".into());
+        let mut pending = on(4, 1, 0, 100);
+        pending.status = Status::Pending;
+        let mut result = result_of(
+            &["only"],
+            vec![
+                on(0, 0, 0, 40),
+                on(1, 2, 20, 100),
+                on(2, 2, 0, 60),
+                rejected,
+                pending,
+            ],
+        );
+        result.pools = vec![usage("a", 0, 2, 50), usage("b", 2, 1, 80)];
+        result
+    }
+
+    #[test]
+    fn requests_count_in_the_pool_of_their_worker() {
+        let result = two_pool_run();
+        assert_eq!(result.pool_of(0), Some(0));
+        assert_eq!(result.pool_of(1), Some(0));
+        assert_eq!(result.pool_of(2), Some(1));
+        assert_eq!(result.pool_of(3), None);
+        assert_eq!((pool_name(&result, 2), pool_name(&result, 9)), ("b", ""));
+        let pools = pool_metrics(&result, &result.records, &result.records, 1);
+        let (a, b) = (&pools[0], &pools[1]);
+        assert_eq!(
+            (a.requests, a.served.completed),
+            (2, 1),
+            "a pending one counts as sent"
+        );
+        assert_eq!((b.requests, b.served.completed), (2, 2));
+        // 100 input tokens each; row 1 reused 20 of its prompt.
+        assert_eq!((b.served.prefill_tokens, b.served.output_tokens), (180, 2));
+        assert_eq!(b.classes, vec![b.served]);
+        assert_eq!((b.ttft.max_ns, b.e2e.max_ns), (50_000_000, 100_000_000));
+        assert_eq!(a.ttft.count, 1);
+    }
+
+    #[test]
+    fn utilisation_is_busy_rank_time_over_ranks_times_makespan() {
+        let result = two_pool_run();
+        let pools = pool_metrics(&result, &result.records, &result.records, 1);
+        assert_eq!(result.end_time, ms(100));
+        assert_eq!(pools[0].utilisation(result.end_time), Some(0.25));
+        assert_eq!(pools[1].utilisation(result.end_time), Some(0.8));
+        assert_eq!(pools[1].utilisation(SimTime::ZERO), None);
+        assert_eq!(tokens_per_s(180, result.end_time), 1800.0);
+        assert_eq!(tokens_per_s(180, SimTime::ZERO), 0.0);
+    }
+
+    #[test]
+    fn warmup_leaves_latencies_but_not_counts() {
+        let result = two_pool_run();
+        let measured: Vec<RequestRecord> = result
+            .records
+            .iter()
+            .filter(|r| r.row != 1)
+            .cloned()
+            .collect();
+        let pools = pool_metrics(&result, &result.records, &measured, 1);
+        assert_eq!(pools[1].served.completed, 2);
+        assert_eq!(pools[1].ttft.count, 1);
+    }
+}
