@@ -172,6 +172,12 @@ impl Document {
         let (node, found) = tree.walk(&steps);
         let line = self.origin(node.start.line, 0).line;
         let edit = plan(node, &steps, found, &rendered, lists).map_err(|m| fail(line, m))?;
+        if !edit.fits(&self.text) {
+            return Err(fail(
+                line,
+                "the YAML around it is malformed; fix the file".into(),
+            ));
+        }
         self.apply_edit(index, edit);
         Ok(())
     }
@@ -239,6 +245,19 @@ enum Edit {
         line: usize,
         text: String,
     },
+}
+
+impl Edit {
+    /// Whether the edit's bytes lie on character boundaries of `text`. Positions come from
+    /// the tree; in malformed text (an unclosed flow mapping) they can fall anywhere.
+    fn fits(&self, text: &str) -> bool {
+        match self {
+            Edit::Replace { start, end, .. } => {
+                start <= end && text.is_char_boundary(*start) && text.is_char_boundary(*end)
+            }
+            Edit::InsertLine { after_byte, .. } => text.is_char_boundary(*after_byte),
+        }
+    }
 }
 
 /// The edit that sets `steps` to `rendered`, given the walk reached `node` after `found` steps.

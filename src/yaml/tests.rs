@@ -251,6 +251,17 @@ fn typed_errors_in_set_values_name_the_set() {
     );
 }
 
+#[test]
+fn setting_a_key_in_an_unclosed_flow_mapping_is_an_error_not_a_panic() {
+    // Found by `any_path_in_any_text_never_panics`: a key added to an unclosed flow mapping
+    // went one byte before its end, inside the four-byte '𞹍' at 6..10, and sliced there.
+    let text = "&\u{10a3f}{\u{1ee4d}{\u{ab28}}\u{ae}}";
+    let mut doc = Document::parse(text);
+    let _ = doc.error_at("a", "x");
+    assert!(doc.set("a", "1", &["a"]).is_err());
+    let _ = doc.deserialize::<Typed>();
+}
+
 proptest::proptest! {
     #[test]
     fn any_path_in_any_text_never_panics(text in "\\PC{0,120}", path in "\\PC{0,30}") {
