@@ -1090,8 +1090,9 @@ impl System {
                 .filter(|r| r.status == Status::Pending)
                 .count();
             if unfinished > 0 {
-                let message =
-                    format!("{unfinished} requests neither completed, rejected, cancelled nor aborted");
+                let message = format!(
+                    "{unfinished} requests neither completed, rejected, cancelled nor aborted"
+                );
                 self.fail(now, message);
             }
             // Everything that ran has been freed: no booking, queue entry or worker state left.
@@ -1426,6 +1427,105 @@ policy_classes:
             for r in &result.records {
                 check_storm_record(&case, r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
             }
+        }
+    }
+
+    /// Random faults for a case: down windows (some never ending) of existing workers that
+    /// never overlap on one worker, a cancel of class `regular`, a joining worker, and a
+    /// migration limit.
+    #[derive(Debug, Clone)]
+    struct FaultCase {
+        downs: Vec<(u64, u64, Option<u64>)>,
+        cancel: Option<(f64, u64)>,
+        join_at_ms: Option<u64>,
+        migration_limit: u32,
+    }
+
+    fn fault_case() -> impl Strategy<Value = FaultCase> {
+        (
+            prop::collection::vec((0u64..4, 0u64..60, prop::option::of(1u64..40)), 0..4),
+            prop::option::of((0.0f64..=1.0, 0u64..30)),
+            prop::option::of(0u64..60),
+            0u32..4,
+        )
+            .prop_map(|(downs, cancel, join_at_ms, migration_limit)| FaultCase {
+                downs,
+                cancel,
+                join_at_ms,
+                migration_limit,
+            })
+    }
+
+    fn faults(case: &Case, f: &FaultCase) -> Vec<Fault> {
+        let ms = |v: u64| SimTime::from_ns(v * 1_000_000);
+        let mut windows: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        for &(worker, at, len) in &f.downs {
+            let until = len.map(|l| at + l);
+            let overlaps = windows.iter().any(|&(w, a, u)| {
+                w == worker && until.is_none_or(|until| a < until) && u.is_none_or(|u| at < u)
+            });
+            if worker < u64::from(case.workers) && !overlaps {
+                windows.push((worker, at, until));
+            }
+        }
+        let mut out: Vec<Fault> = windows
+            .into_iter()
+            .map(|(worker, at, until)| Fault::WorkerDown {
+                worker,
+                at: ms(at),
+                until: until.map(ms),
+            })
+            .collect();
+        if let Some((fraction, after)) = f.cancel {
+            out.push(Fault::Cancel {
+                class: "regular".into(),
+                fraction,
+                after: SimDuration::from_ms(after),
+            });
+        }
+        if let Some(at) = f.join_at_ms {
+            out.push(Fault::WorkerUp {
+                pool: 0,
+                at: ms(at),
+            });
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// VOPR-style with faults (issue 13): random down windows, joins, cancellations and
+        /// migration limits, every checker after every event (no booking or flight survives
+        /// its request, nothing on a down worker, each end counted once); every request
+        /// ends exactly once, and a rerun is identical.
+        #[test]
+        fn issue_13_random_faults_conserve_requests_and_keep_invariants(
+            case in case(), f in fault_case(), seed in 0u64..1000,
+        ) {
+            let mut config = config(&case, seed);
+            config.faults = faults(&case, &f);
+            config.migration_limit = f.migration_limit;
+            let run_once = || run(config.clone(), requests(&case).into_iter());
+            let result = run_once().map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            prop_assert_eq!(result.stop_reason, StopReason::Drained);
+            let ended: usize = ["completed", "rejected", "cancelled", "aborted"]
+                .iter()
+                .map(|s| result.count(s))
+                .sum();
+            prop_assert_eq!(ended, case.requests.len(), "conservation (seed {})", seed);
+            for r in &result.records {
+                prop_assert!(r.migrations <= f.migration_limit);
+                prop_assert!(r.completion.is_some(), "every request ends at an instant");
+                if r.status == Status::Completed {
+                    prop_assert_eq!(r.tokens_received, r.output_tokens);
+                }
+                if let (Status::Cancelled(_), Some((_, after))) = (&r.status, f.cancel) {
+                    prop_assert_eq!(r.completion, Some(r.arrival.saturating_add(SimDuration::from_ms(after))));
+                }
+            }
+            let again = run_once().unwrap();
+            prop_assert_eq!(again.records, result.records);
         }
     }
 

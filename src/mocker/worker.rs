@@ -1323,7 +1323,10 @@ mod tests {
         // A waiting request leaves its queue too; the rank is then idle.
         let mut now = end;
         w.add_request(now, row(2, 100, 5, &[3], 64)).unwrap();
-        assert_eq!(w.remove_request(RequestId(2)).map(|v| v.phase), Some(RequestPhase::Waiting));
+        assert_eq!(
+            w.remove_request(RequestId(2)).map(|v| v.phase),
+            Some(RequestPhase::Waiting)
+        );
         // Bounded: request 1 needs 5 passes.
         for _ in 0..10 {
             if !w.has_work() {

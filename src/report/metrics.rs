@@ -775,7 +775,10 @@ fn arrivals_and_unserved_ends(
             continue;
         };
         arrivals[c].push(r.arrival);
-        if matches!(r.status, Status::Rejected(_) | Status::Aborted(_) | Status::Cancelled(_)) {
+        if matches!(
+            r.status,
+            Status::Rejected(_) | Status::Aborted(_) | Status::Cancelled(_)
+        ) {
             unserved[c].push(r.completion.unwrap_or(r.arrival));
         }
     }

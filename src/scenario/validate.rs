@@ -1033,7 +1033,11 @@ fn faults(
     let mut windows: Vec<(u64, SimTime, Option<SimTime>, usize)> = Vec::new();
     for (i, f) in raw.faults.iter().enumerate() {
         let at = |field: &str| format!("faults[{i}].{field}");
-        let set = [f.worker_down.is_some(), f.cancel.is_some(), f.worker_up.is_some()];
+        let set = [
+            f.worker_down.is_some(),
+            f.cancel.is_some(),
+            f.worker_up.is_some(),
+        ];
         if set.iter().filter(|&&x| x).count() != 1 {
             return Err(source.at(
                 &format!("faults[{i}]"),
@@ -1044,7 +1048,10 @@ fn faults(
             if d.worker >= workers {
                 return Err(source.at(
                     &at("worker_down.worker"),
-                    format!("unknown worker {}: the run has workers 0..{workers}", d.worker),
+                    format!(
+                        "unknown worker {}: the run has workers 0..{workers}",
+                        d.worker
+                    ),
                 ));
             }
             let start = time_ms(source, &at("worker_down.at_ms"), d.at_ms)?;
@@ -1094,21 +1101,36 @@ fn faults(
                 let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
                 return Err(source.at(
                     &at("worker_up.pool"),
-                    format!("unknown pool `{}`: the pools are {}", u.pool, names.join(", ")),
+                    format!(
+                        "unknown pool `{}`: the pools are {}",
+                        u.pool,
+                        names.join(", ")
+                    ),
                 ));
             };
             let start = time_ms(source, &at("worker_up.at_ms"), u.at_ms)?;
             out.push(Fault::WorkerUp { pool, at: start });
         }
     }
-    let joins = out.iter().filter(|f| matches!(f, Fault::WorkerUp { .. })).count() as u64;
+    let joins = out
+        .iter()
+        .filter(|f| matches!(f, Fault::WorkerUp { .. }))
+        .count() as u64;
     let ranks: u64 = pools
         .iter()
         .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size.max(1)))
         .sum::<u64>()
-        + joins * pools.iter().map(|p| u64::from(p.engine.dp_size.max(1))).max().unwrap_or(1);
+        + joins
+            * pools
+                .iter()
+                .map(|p| u64::from(p.engine.dp_size.max(1)))
+                .max()
+                .unwrap_or(1);
     if ranks > MAX_RANKS {
-        return Err(source.at("faults", format!("workers joining would exceed {MAX_RANKS} ranks")));
+        return Err(source.at(
+            "faults",
+            format!("workers joining would exceed {MAX_RANKS} ranks"),
+        ));
     }
     Ok(out)
 }
@@ -1129,16 +1151,25 @@ fn cancel_class(
         let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
         return Err(source.at(
             path,
-            format!("unknown group `{group}`: the groups are {}", names.join(", ")),
+            format!(
+                "unknown group `{group}`: the groups are {}",
+                names.join(", ")
+            ),
         ));
     };
     let Some(class) = &g.class else {
         return Err(source.at(path, format!("group `{group}` has no class to cancel by")));
     };
-    if let Some(other) = groups.iter().find(|o| o.name != group && o.class.as_ref() == Some(class)) {
+    if let Some(other) = groups
+        .iter()
+        .find(|o| o.name != group && o.class.as_ref() == Some(class))
+    {
         return Err(source.at(
             path,
-            format!("groups `{group}` and `{}` share class `{class}`: a cancel acts on a class", other.name),
+            format!(
+                "groups `{group}` and `{}` share class `{class}`: a cancel acts on a class",
+                other.name
+            ),
         ));
     }
     Ok(class.clone())

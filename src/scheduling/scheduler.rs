@@ -692,7 +692,13 @@ impl Scheduler {
                 continue; // already over for its caller: no second end
             }
             let tracked = entry.payload.policy_tracked;
-            self.notify(now, entry.class_index, tracked, id, AdmissionStatus::Aborted);
+            self.notify(
+                now,
+                entry.class_index,
+                tracked,
+                id,
+                AdmissionStatus::Aborted,
+            );
             let rank = pin.expect("taken because it is pinned");
             self.reject(
                 id,

@@ -64,7 +64,10 @@ impl System {
     pub(super) fn end_request(&mut self, now: SimTime, id: RequestId, status: Status) {
         let record = &mut self.records[id.0 as usize];
         if record.status != Status::Pending {
-            let message = format!("request {id} ended twice ({:?}, then {status:?})", record.status);
+            let message = format!(
+                "request {id} ended twice ({:?}, then {status:?})",
+                record.status
+            );
             self.fail(now, message);
             return;
         }
@@ -92,12 +95,18 @@ impl System {
                 continue;
             }
             if slot.in_pass {
-                slot.busy = slot.busy.saturating_add(now.saturating_since(slot.pass_start));
+                slot.busy = slot
+                    .busy
+                    .saturating_add(now.saturating_since(slot.pass_start));
                 slot.in_pass = false;
             }
             slot.epoch += 1;
             slot.down = true;
-            let held: Vec<RequestId> = slot.worker.waiting_ids().chain(slot.worker.running_ids()).collect();
+            let held: Vec<RequestId> = slot
+                .worker
+                .waiting_ids()
+                .chain(slot.worker.running_ids())
+                .collect();
             self.faults.preemptions_lost += slot.worker.preemptions_total();
             let args = slot.worker.args().clone();
             slot.worker = MockWorker::new(args, slot.id);
@@ -105,14 +114,21 @@ impl System {
             self.starts_due.remove(&rank);
             for id in held {
                 let attempt = self.records[id.0 as usize].migrations;
-                self.faults.lost.entry(worker).or_default().push((id, attempt));
+                self.faults
+                    .lost
+                    .entry(worker)
+                    .or_default()
+                    .push((id, attempt));
             }
         }
         let delay = self.config.delays.worker_to_router;
         if delay == SimDuration::ZERO {
             self.router_learns_down(now, worker, queue);
         } else {
-            queue.schedule(now.saturating_add(delay), Event::RouterLearnsDown { worker });
+            queue.schedule(
+                now.saturating_add(delay),
+                Event::RouterLearnsDown { worker },
+            );
         }
     }
 
@@ -133,13 +149,22 @@ impl System {
             self.lose(now, id, queue);
         } else {
             let attempt = self.records[id.0 as usize].migrations;
-            self.faults.lost.entry(worker).or_default().push((id, attempt));
+            self.faults
+                .lost
+                .entry(worker)
+                .or_default()
+                .push((id, attempt));
         }
     }
 
     /// The router hears worker `worker` is gone: the worker set shrinks (its bookings are
     /// released, queue entries pinned to it refused), and what it held is migrated or aborted.
-    pub(super) fn router_learns_down(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+    pub(super) fn router_learns_down(
+        &mut self,
+        now: SimTime,
+        worker: u64,
+        queue: &mut EventQueue<Event>,
+    ) {
         self.faults.router_knows_down.insert(worker);
         let mut set = self.router.workers().clone();
         set.remove(worker);
@@ -206,7 +231,12 @@ impl System {
     }
 
     /// The router discovers worker `worker`: its queues drain onto it.
-    pub(super) fn router_learns_up(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+    pub(super) fn router_learns_up(
+        &mut self,
+        now: SimTime,
+        worker: u64,
+        queue: &mut EventQueue<Event>,
+    ) {
         self.faults.router_knows_down.remove(&worker);
         let Some(pool) = self.ranks.get(self.ranks_of(worker).start).map(|r| r.pool) else {
             return;
@@ -251,7 +281,11 @@ impl System {
     /// The fault checkers (after every event in checked runs): nothing on a down worker,
     /// nothing booked or queued for a request that ended, and every end counted once.
     pub(super) fn check_faults(&self) -> Result<(), String> {
-        if let Some(slot) = self.ranks.iter().find(|r| r.down && (r.worker.has_work() || r.in_pass)) {
+        if let Some(slot) = self
+            .ranks
+            .iter()
+            .find(|r| r.down && (r.worker.has_work() || r.in_pass))
+        {
             return Err(format!("{} is down but holds work", slot.id));
         }
         let mut ended = 0;
@@ -262,14 +296,20 @@ impl System {
             ended += 1;
             let id = RequestId(index as u64);
             if let Some(state) = self.router.request_state(id) {
-                return Err(format!("request {id} ended {:?} but the router holds it: {state:?}", r.status));
+                return Err(format!(
+                    "request {id} ended {:?} but the router holds it: {state:?}",
+                    r.status
+                ));
             }
             if self.in_flight.contains_key(&id) {
                 return Err(format!("request {id} ended but is still in flight"));
             }
         }
         if ended != self.ended {
-            return Err(format!("{ended} requests ended but {} ends were counted", self.ended));
+            return Err(format!(
+                "{ended} requests ended but {} ends were counted",
+                self.ended
+            ));
         }
         Ok(())
     }

@@ -642,7 +642,11 @@ fn issue_13_queue_entries_pinned_to_a_departed_worker_are_refused_with_a_typed_r
         r.constraints.pinned = Some(gone);
         s.handle_arrival(t(0), r);
     }
-    assert_eq!(dispatched(&decisions(&mut s)).len(), 4, "4..7 wait in the lane");
+    assert_eq!(
+        dispatched(&decisions(&mut s)).len(),
+        4,
+        "4..7 wait in the lane"
+    );
     assert_eq!(s.pending_count(), 3);
     s.handle_cancel(t(1), RequestId(5)); // plain: over now, its entry lingers
     s.handle_workers(t(2), workers(1));
@@ -655,7 +659,10 @@ fn issue_13_queue_entries_pinned_to_a_departed_worker_are_refused_with_a_typed_r
         .collect();
     let reason = SchedulerError::PinnedWorkerGone(gone);
     assert_eq!(refused, vec![(4, reason.clone()), (6, reason)]);
-    assert_eq!(SchedulerError::PinnedWorkerGone(gone).kind(), "pinned_worker_gone");
+    assert_eq!(
+        SchedulerError::PinnedWorkerGone(gone).kind(),
+        "pinned_worker_gone"
+    );
     assert_eq!(s.pending_count(), 0, "the cancelled entry is dropped too");
     assert_nothing_booked(&s);
     s.check_invariants().unwrap();
