@@ -102,10 +102,17 @@ impl System {
             }
             slot.epoch += 1;
             slot.down = true;
-            let held: Vec<RequestId> = slot
+            // What it holds, and what its lost pass finished (the worker already let go of
+            // those, but their ends never leave it). In id order.
+            let out = &slot.output;
+            let finished = out.tokens.iter().map(|t| t.id);
+            let ended = out.finished_empty.iter().copied();
+            let refused = out.rejected.iter().map(|r| r.id);
+            let held: BTreeSet<RequestId> = slot
                 .worker
                 .waiting_ids()
                 .chain(slot.worker.running_ids())
+                .chain(finished.chain(ended).chain(refused))
                 .collect();
             self.faults.preemptions_lost += slot.worker.preemptions_total();
             let args = slot.worker.args().clone();
