@@ -175,6 +175,8 @@ impl RunSpec {
             check_every_event: false,
             seed: setup.seed,
             closed_loop: None,
+            faults: Vec::new(),
+            migration_limit: 0,
         };
         RunSpec {
             name: setup.trace.display().to_string(),

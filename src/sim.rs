@@ -91,6 +91,29 @@ impl WorkerPool {
     }
 }
 
+/// A fault injected into a run (the scenario's `faults:`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Worker `worker` (all its ranks) stops at `at`; the router hears of it after the
+    /// worker-to-router delay. With `until` it returns then, with an empty KV cache.
+    WorkerDown {
+        worker: u64,
+        at: SimTime,
+        until: Option<SimTime>,
+    },
+    /// Each request asking for class `class` is, with probability `fraction` (a seeded draw
+    /// per request in arrival order), cancelled by its client `after` its arrival unless it
+    /// ended before.
+    Cancel {
+        class: String,
+        fraction: f64,
+        after: SimDuration,
+    },
+    /// A new worker of pool `pool` (an index in `SimConfig::pools`) joins at `at`, with the
+    /// next free worker id.
+    WorkerUp { pool: usize, at: SimTime },
+}
+
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -112,6 +135,11 @@ pub struct SimConfig {
     pub seed: u64,
     /// Issue requests in a closed loop instead of at their arrival times (`None`: open loop).
     pub closed_loop: Option<ClosedLoop>,
+    /// Faults to inject (none: every worker stays up, no client gives up).
+    pub faults: Vec<Fault>,
+    /// How many times a request in flight on a lost worker is re-routed (Dynamo's frontend
+    /// `migration_limit`; 0: it is aborted).
+    pub migration_limit: u32,
 }
 
 impl SimConfig {
@@ -171,7 +199,10 @@ pub enum Status {
     Pending,
     Completed,
     Rejected(String),
-    Aborted,
+    /// The client gave up (a `cancel` fault); the reason says why.
+    Cancelled(String),
+    /// Lost with its worker (and not migrated); the reason says why.
+    Aborted(String),
 }
 
 impl Status {
@@ -180,7 +211,16 @@ impl Status {
             Status::Pending => "pending",
             Status::Completed => "completed",
             Status::Rejected(_) => "rejected",
-            Status::Aborted => "aborted",
+            Status::Cancelled(_) => "cancelled",
+            Status::Aborted(_) => "aborted",
+        }
+    }
+
+    /// Why a request that did not complete ended (empty otherwise).
+    pub fn reason(&self) -> &str {
+        match self {
+            Status::Rejected(r) | Status::Cancelled(r) | Status::Aborted(r) => r,
+            Status::Pending | Status::Completed => "",
         }
     }
 }
@@ -206,6 +246,8 @@ pub struct RequestRecord {
     pub reused_input_tokens: u64,
     pub tokens_received: u64,
     pub status: Status,
+    /// Times the request was moved off a lost worker (at most the migration limit).
+    pub migrations: u32,
 }
 
 /// One pool's part of a run: which workers it had and how long its ranks ran passes.
@@ -222,6 +264,8 @@ pub struct PoolUsage {
     /// Time the pool's ranks spent running passes within `[0, end_time]`, summed over its
     /// ranks, in ns.
     pub busy_ns: u128,
+    /// Workers that joined the pool during the run (`worker_up`), by id.
+    pub joined_workers: Vec<u64>,
 }
 
 /// The outcome of a run.
@@ -243,6 +287,13 @@ pub struct SimResult {
 impl SimResult {
     /// The index (in `pools`) of the pool that worker `worker_id` belongs to.
     pub fn pool_of(&self, worker_id: u64) -> Option<usize> {
+        if let Some(index) = self
+            .pools
+            .iter()
+            .position(|p| p.joined_workers.contains(&worker_id))
+        {
+            return Some(index);
+        }
         let after = self.pools.partition_point(|p| p.first_worker <= worker_id);
         let index = after.checked_sub(1)?;
         let pool = &self.pools[index];
@@ -278,16 +329,37 @@ impl std::fmt::Display for InvariantViolation {
 impl std::error::Error for InvariantViolation {}
 
 enum Event {
-    /// A dispatched request reaches its worker (only with a router-to-worker delay).
-    Deliver { rank: usize, request: RequestId },
-    /// A worker's pass ends: its tokens and KV events leave the worker.
-    PassEnd { rank: usize },
+    /// A dispatched request reaches its worker (only with a router-to-worker delay);
+    /// `attempt` is its migration count when sent.
+    Deliver {
+        rank: usize,
+        request: RequestId,
+        attempt: u32,
+    },
+    /// A worker's pass ends: its tokens and KV events leave the worker. A pass of an earlier
+    /// `epoch` of the rank (before it went down) is lost.
+    PassEnd { rank: usize, epoch: u64 },
     /// Tokens reach the router (only with a worker-to-router delay).
     Tokens {
         request: RequestId,
+        attempt: u32,
         first: bool,
         completed: bool,
     },
+    /// A worker stops (fault).
+    WorkerDown { worker: u64 },
+    /// The router hears that a worker is gone.
+    RouterLearnsDown { worker: u64 },
+    /// A down worker returns with an empty cache (fault).
+    WorkerBack { worker: u64 },
+    /// A worker of pool `pool` joins (fault).
+    WorkerJoin { pool: usize },
+    /// The router hears of a worker that came up.
+    RouterLearnsUp { worker: u64 },
+    /// A client gives up on a request.
+    Cancel { request: RequestId },
+    /// A cancellation reaches the worker rank holding the request.
+    Drop { rank: usize, request: RequestId },
     /// KV events reach the router's indexer (only with a lag).
     Kv(Vec<KvEvent>),
     /// The router's periodic recheck.
@@ -310,6 +382,39 @@ struct RankSlot {
     /// Passes in a row at `empty_at` that computed nothing and only preempted.
     empty_passes: u64,
     empty_at: SimTime,
+    /// The worker is down (a fault): it holds nothing and receives nothing.
+    down: bool,
+    /// Bumped when the rank goes down, so the PassEnd of its lost pass is ignored.
+    epoch: u64,
+}
+
+/// What a request in flight needs to be (re)sent: its prompt as the worker sees it and what
+/// the router needs to route it again after a migration.
+struct InFlight {
+    hashes: Arc<[u64]>,
+    prompt_tokens: u64,
+    output_tokens: u64,
+    policy_class: Option<String>,
+    priority: f64,
+    strict_priority: u32,
+    pinned: Option<WorkerWithDpRank>,
+}
+
+/// Fault state: which workers are down, what the router has heard, what was lost.
+#[derive(Default)]
+struct FaultState {
+    /// Workers the router has heard are gone (and not back).
+    router_knows_down: BTreeSet<u64>,
+    /// Requests (with their attempt) lost on a worker before the router heard of it.
+    lost: std::collections::BTreeMap<u64, Vec<(RequestId, u32)>>,
+    /// One draw stream per cancel fault, in fault order.
+    cancel_rngs: Vec<SimRng>,
+    /// Workers that joined, with their pool.
+    joined: Vec<(u64, usize)>,
+    /// The next free worker id.
+    next_worker: u64,
+    /// Preemptions of worker states discarded when their worker went down.
+    preemptions_lost: u64,
 }
 
 struct System {
@@ -318,7 +423,8 @@ struct System {
     ranks: Vec<RankSlot>,
     records: Vec<RequestRecord>,
     /// Requests in flight, by id: what the worker needs once it is dispatched.
-    in_flight: rustc_hash::FxHashMap<RequestId, Arc<[u64]>>,
+    in_flight: rustc_hash::FxHashMap<RequestId, InFlight>,
+    faults: FaultState,
     round_robin_next: usize,
     /// Ranks to start a pass at the end of the current instant (phase 3).
     starts_due: BTreeSet<usize>,
@@ -410,7 +516,15 @@ pub fn run(
     let workers = worker_set(&config.pools);
     let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
     let ranks = rank_slots(&config.pools);
+    let faults = FaultState {
+        cancel_rngs: (0..config.faults.len())
+            .map(|k| rng::stream(config.seed, &format!("faults/cancel/{k}")))
+            .collect(),
+        next_worker: workers.worker_count() as u64,
+        ..FaultState::default()
+    };
     let mut system = System {
+        faults,
         router,
         ranks,
         records: Vec::new(),
@@ -427,6 +541,7 @@ pub fn run(
         config,
     };
     let mut engine = Engine::new(system.config.limits);
+    system.schedule_faults(engine.queue());
     let mut requests = Feed::new(requests, system.config.closed_loop);
     let stop_reason = loop {
         if let Some(v) = system.violation.take() {
@@ -462,11 +577,12 @@ pub fn run(
         stop_reason,
         events: engine.events_processed(),
         end_time,
-        preemptions: system
-            .ranks
-            .iter()
-            .map(|r| r.worker.preemptions_total())
-            .sum(),
+        preemptions: system.faults.preemptions_lost
+            + system
+                .ranks
+                .iter()
+                .map(|r| r.worker.preemptions_total())
+                .sum::<u64>(),
     })
 }
 
@@ -475,17 +591,19 @@ pub fn run(
 pub fn worker_set(pools: &[WorkerPool]) -> WorkerSet {
     let mut set = WorkerSet::default();
     for (id, _, pool) in worker_pools(pools) {
-        set.insert(
-            id,
-            WorkerConfig {
-                dp_start: 0,
-                dp_size: pool.engine.dp_size,
-                max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
-                ..WorkerConfig::default()
-            },
-        );
+        set.insert(id, worker_config(pool));
     }
     set
+}
+
+/// How the router discovers one worker of `pool`.
+fn worker_config(pool: &WorkerPool) -> WorkerConfig {
+    WorkerConfig {
+        dp_start: 0,
+        dp_size: pool.engine.dp_size,
+        max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
+        ..WorkerConfig::default()
+    }
 }
 
 /// Every worker id with its pool's index and the pool, in id order (pool by pool).
@@ -502,23 +620,28 @@ fn worker_pools(pools: &[WorkerPool]) -> impl Iterator<Item = (u64, usize, &Work
 /// [`WorkerSet::ranks`]), each running its pool's engine.
 fn rank_slots(pools: &[WorkerPool]) -> Vec<RankSlot> {
     worker_pools(pools)
-        .flat_map(|(worker, index, pool)| {
-            (0..pool.engine.dp_size).map(move |dp_rank| {
-                let id = WorkerWithDpRank::new(worker, dp_rank);
-                RankSlot {
-                    id,
-                    pool: index,
-                    worker: MockWorker::new(pool.engine.clone(), id),
-                    in_pass: false,
-                    pass_start: SimTime::ZERO,
-                    busy: SimDuration::ZERO,
-                    output: PassOutput::default(),
-                    empty_passes: 0,
-                    empty_at: SimTime::ZERO,
-                }
-            })
-        })
+        .flat_map(|(worker, index, pool)| worker_slots(worker, index, pool))
         .collect()
+}
+
+/// The rank slots of worker `worker` of pool `pool` (index `index`), empty and up.
+fn worker_slots(worker: u64, index: usize, pool: &WorkerPool) -> impl Iterator<Item = RankSlot> {
+    (0..pool.engine.dp_size).map(move |dp_rank| {
+        let id = WorkerWithDpRank::new(worker, dp_rank);
+        RankSlot {
+            id,
+            pool: index,
+            worker: MockWorker::new(pool.engine.clone(), id),
+            in_pass: false,
+            pass_start: SimTime::ZERO,
+            busy: SimDuration::ZERO,
+            output: PassOutput::default(),
+            empty_passes: 0,
+            empty_at: SimTime::ZERO,
+            down: false,
+            epoch: 0,
+        }
+    })
 }
 
 fn min_time(a: Option<SimTime>, b: Option<SimTime>) -> Option<SimTime> {
@@ -568,30 +691,57 @@ impl System {
             reused_input_tokens: 0,
             tokens_received: 0,
             status: Status::Pending,
+            migrations: 0,
         });
-        self.in_flight.insert(id, hashes.clone());
+        self.draw_cancel(now, id, spec.policy_class.as_deref(), queue);
+        let in_flight = InFlight {
+            hashes,
+            prompt_tokens: spec.input_tokens,
+            output_tokens: spec.output_tokens,
+            policy_class: spec.policy_class,
+            priority: spec.priority,
+            strict_priority: spec.strict_priority,
+            pinned: spec.pinned_worker,
+        };
+        self.in_flight.insert(id, in_flight);
+        self.route(now, id, queue);
+        self.schedule_tick(now, queue);
+    }
+
+    /// Hands request `id` (in flight) to the router: the KV router decides, round robin
+    /// sends it to the next rank of a worker the router believes up.
+    fn route(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
+        let Some(f) = self.in_flight.get(&id) else {
+            return;
+        };
         match self.config.router_mode {
             RouterMode::KvRouter => {
-                self.router.handle_arrival(
-                    now,
-                    SchedulingRequest {
-                        id,
-                        policy_class: spec.policy_class,
-                        isl_tokens: spec.input_tokens,
-                        block_hashes: hashes,
-                        priority: spec.priority,
-                        strict_priority: spec.strict_priority,
-                        constraints: RequestConstraints {
-                            pinned: spec.pinned_worker,
-                            ..RequestConstraints::default()
-                        },
+                let request = SchedulingRequest {
+                    id,
+                    policy_class: f.policy_class.clone(),
+                    isl_tokens: f.prompt_tokens,
+                    block_hashes: f.hashes.clone(),
+                    priority: f.priority,
+                    strict_priority: f.strict_priority,
+                    constraints: RequestConstraints {
+                        pinned: f.pinned,
+                        ..RequestConstraints::default()
                     },
-                );
+                };
+                self.router.handle_arrival(now, request);
                 self.drain_router(now, queue);
             }
             RouterMode::RoundRobin => {
-                let rank = self.round_robin_next % self.ranks.len();
-                self.round_robin_next += 1;
+                let known = |slot: &RankSlot| self.router.workers().contains_rank(slot.id);
+                let n = self.ranks.len();
+                let Some(rank) = (0..n)
+                    .map(|k| (self.round_robin_next + k) % n)
+                    .find(|&r| known(&self.ranks[r]))
+                else {
+                    self.end_request(now, id, Status::Rejected("no_endpoints".into()));
+                    return;
+                };
+                self.round_robin_next = rank + 1;
                 let record = &mut self.records[id.0 as usize];
                 record.dispatched = Some(now);
                 record.rank = Some(self.ranks[rank].id);
@@ -599,7 +749,6 @@ impl System {
                 self.send_to_worker(now, rank, id, queue);
             }
         }
-        self.schedule_tick(now, queue);
     }
 
     /// Acts on every decision the router made.
@@ -656,24 +805,31 @@ impl System {
         if delay == SimDuration::ZERO {
             self.deliver(now, rank, id, queue);
         } else {
-            queue.schedule(
-                now.saturating_add(delay),
-                Event::Deliver { rank, request: id },
-            );
+            let attempt = self.records[id.0 as usize].migrations;
+            let request = id;
+            let event = Event::Deliver {
+                rank,
+                request,
+                attempt,
+            };
+            queue.schedule(now.saturating_add(delay), event);
         }
     }
 
     fn deliver(&mut self, now: SimTime, rank: usize, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(hashes) = self.in_flight.get(&id) else {
+        let Some(f) = self.in_flight.get(&id) else {
             return;
         };
-        let record = &self.records[id.0 as usize];
         let request = MockRequest {
             id,
-            prompt_tokens: record.input_tokens,
-            prompt_hashes: hashes.clone(),
-            max_output_tokens: record.output_tokens,
+            prompt_tokens: f.prompt_tokens,
+            prompt_hashes: f.hashes.clone(),
+            max_output_tokens: f.output_tokens,
         };
+        if self.ranks[rank].down {
+            self.deliver_to_down(now, rank, id, queue);
+            return;
+        }
         let slot = &mut self.ranks[rank];
         if let Err(e) = slot.worker.add_request(now, request) {
             let message = format!("{}: {e}", slot.id);
@@ -731,7 +887,8 @@ impl System {
         if !slot.output.admitted.is_empty() {
             self.note_change(now);
         }
-        queue.schedule(end, Event::PassEnd { rank });
+        let epoch = self.ranks[rank].epoch;
+        queue.schedule(end, Event::PassEnd { rank, epoch });
     }
 
     fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
@@ -755,6 +912,9 @@ impl System {
         }
         for rejection in &output.rejected {
             let id = rejection.id;
+            if self.records[id.0 as usize].status != Status::Pending {
+                continue; // cancelled while the pass ran
+            }
             self.note_change(now);
             let record = &mut self.records[id.0 as usize];
             record.completion = Some(now);
@@ -779,8 +939,9 @@ impl System {
                 .copied()
                 .unwrap_or(SimTime::ZERO);
             let at = now.saturating_add(delay).max(earliest);
+            let attempt = self.records[id.0 as usize].migrations;
             if at == now {
-                self.receive_tokens(now, id, first, completed);
+                self.receive_tokens(now, id, attempt, first, completed);
                 self.drain_router(now, queue);
             } else {
                 if completed {
@@ -792,6 +953,7 @@ impl System {
                     at,
                     Event::Tokens {
                         request: id,
+                        attempt,
                         first,
                         completed,
                     },
@@ -807,15 +969,30 @@ impl System {
     }
 
     /// A token (or the end of a stream) reaches the router and the client.
-    fn receive_tokens(&mut self, now: SimTime, id: RequestId, first: bool, completed: bool) {
-        if first || completed {
+    /// Tokens of an earlier attempt (before a migration) or of a request that already ended
+    /// (cancelled) are dropped.
+    fn receive_tokens(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        attempt: u32,
+        first: bool,
+        completed: bool,
+    ) {
+        let record = &self.records[id.0 as usize];
+        if record.status != Status::Pending || record.migrations != attempt {
+            return;
+        }
+        let resumed = record.migrations > 0 && record.first_token.is_some();
+        if (first && !resumed) || completed {
             self.note_change(now);
         }
         let record = &mut self.records[id.0 as usize];
         if first {
-            record.first_token = Some(now);
+            record.first_token.get_or_insert(now);
         }
-        if first || !completed || record.output_tokens > 0 {
+        let output_tokens = self.in_flight.get(&id).map_or(0, |f| f.output_tokens);
+        if first || !completed || output_tokens > 0 {
             record.tokens_received += 1;
         }
         if first {
@@ -827,6 +1004,7 @@ impl System {
             record.status = Status::Completed;
             self.ended += 1;
             self.in_flight.remove(&id);
+            self.last_delivery.remove(&id);
             self.router.handle_finished(now, id, Outcome::Completed);
         }
     }
@@ -859,8 +1037,9 @@ impl System {
         }
         let mut first_worker = 0;
         let mut usage = Vec::with_capacity(self.config.pools.len());
-        for (pool, busy_ns) in self.config.pools.iter().zip(busy_ns) {
+        for (index, (pool, busy_ns)) in self.config.pools.iter().zip(busy_ns).enumerate() {
             usage.push(PoolUsage {
+                joined_workers: self.joined_workers(index),
                 name: pool.name.clone(),
                 first_worker,
                 workers: pool.count,
@@ -888,6 +1067,7 @@ impl System {
             self.ranks
                 .iter()
                 .try_for_each(|r| r.worker.check_invariants())
+                .and_then(|()| self.check_faults())
         });
         if let Err(message) = result
             && self.violation.is_none()
@@ -910,8 +1090,9 @@ impl System {
                 .filter(|r| r.status == Status::Pending)
                 .count();
             if unfinished > 0 {
-                let message =
-                    format!("{unfinished} requests neither completed, rejected nor aborted");
+                let message = format!(
+                    "{unfinished} requests neither completed, rejected, cancelled nor aborted"
+                );
                 self.fail(now, message);
             }
             // Everything that ran has been freed: no booking, queue entry or worker state left.
@@ -989,19 +1170,37 @@ impl Model for System {
 
     fn handle(&mut self, now: SimTime, event: Event, queue: &mut EventQueue<Event>) {
         match event {
-            Event::Deliver { rank, request } => {
-                self.deliver(now, rank, request, queue);
+            Event::Deliver {
+                rank,
+                request,
+                attempt,
+            } => {
+                if self.records[request.0 as usize].migrations == attempt {
+                    self.deliver(now, rank, request, queue);
+                }
                 self.drain_router(now, queue);
             }
-            Event::PassEnd { rank } => self.end_pass(now, rank, queue),
+            Event::PassEnd { rank, epoch } => {
+                if self.ranks[rank].epoch == epoch {
+                    self.end_pass(now, rank, queue);
+                }
+            }
             Event::Tokens {
                 request,
+                attempt,
                 first,
                 completed,
             } => {
-                self.receive_tokens(now, request, first, completed);
+                self.receive_tokens(now, request, attempt, first, completed);
                 self.drain_router(now, queue);
             }
+            Event::WorkerDown { worker } => self.worker_down(now, worker, queue),
+            Event::RouterLearnsDown { worker } => self.router_learns_down(now, worker, queue),
+            Event::WorkerBack { worker } => self.worker_back(now, worker, queue),
+            Event::WorkerJoin { pool } => self.worker_join(now, pool, queue),
+            Event::RouterLearnsUp { worker } => self.router_learns_up(now, worker, queue),
+            Event::Cancel { request } => self.cancel(now, request, queue),
+            Event::Drop { rank, request } => self.drop_request(rank, request),
             Event::Kv(events) => {
                 for event in &events {
                     self.router.handle_kv_event(now, event);
@@ -1016,6 +1215,8 @@ impl Model for System {
         }
     }
 }
+
+mod faults;
 
 #[cfg(test)]
 mod pool_tests;
@@ -1149,6 +1350,8 @@ policy_classes:
             check_every_event: true,
             seed,
             closed_loop: None,
+            faults: Vec::new(),
+            migration_limit: 0,
         }
     }
 
@@ -1224,6 +1427,105 @@ policy_classes:
             for r in &result.records {
                 check_storm_record(&case, r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
             }
+        }
+    }
+
+    /// Random faults for a case: down windows (some never ending) of existing workers that
+    /// never overlap on one worker, a cancel of class `regular`, a joining worker, and a
+    /// migration limit.
+    #[derive(Debug, Clone)]
+    struct FaultCase {
+        downs: Vec<(u64, u64, Option<u64>)>,
+        cancel: Option<(f64, u64)>,
+        join_at_ms: Option<u64>,
+        migration_limit: u32,
+    }
+
+    fn fault_case() -> impl Strategy<Value = FaultCase> {
+        (
+            prop::collection::vec((0u64..4, 0u64..60, prop::option::of(1u64..40)), 0..4),
+            prop::option::of((0.0f64..=1.0, 0u64..30)),
+            prop::option::of(0u64..60),
+            0u32..4,
+        )
+            .prop_map(|(downs, cancel, join_at_ms, migration_limit)| FaultCase {
+                downs,
+                cancel,
+                join_at_ms,
+                migration_limit,
+            })
+    }
+
+    fn faults(case: &Case, f: &FaultCase) -> Vec<Fault> {
+        let ms = |v: u64| SimTime::from_ns(v * 1_000_000);
+        let mut windows: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        for &(worker, at, len) in &f.downs {
+            let until = len.map(|l| at + l);
+            let overlaps = windows.iter().any(|&(w, a, u)| {
+                w == worker && until.is_none_or(|until| a < until) && u.is_none_or(|u| at < u)
+            });
+            if worker < u64::from(case.workers) && !overlaps {
+                windows.push((worker, at, until));
+            }
+        }
+        let mut out: Vec<Fault> = windows
+            .into_iter()
+            .map(|(worker, at, until)| Fault::WorkerDown {
+                worker,
+                at: ms(at),
+                until: until.map(ms),
+            })
+            .collect();
+        if let Some((fraction, after)) = f.cancel {
+            out.push(Fault::Cancel {
+                class: "regular".into(),
+                fraction,
+                after: SimDuration::from_ms(after),
+            });
+        }
+        if let Some(at) = f.join_at_ms {
+            out.push(Fault::WorkerUp {
+                pool: 0,
+                at: ms(at),
+            });
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// VOPR-style with faults (issue 13): random down windows, joins, cancellations and
+        /// migration limits, every checker after every event (no booking or flight survives
+        /// its request, nothing on a down worker, each end counted once); every request
+        /// ends exactly once, and a rerun is identical.
+        #[test]
+        fn issue_13_random_faults_conserve_requests_and_keep_invariants(
+            case in case(), f in fault_case(), seed in 0u64..1000,
+        ) {
+            let mut config = config(&case, seed);
+            config.faults = faults(&case, &f);
+            config.migration_limit = f.migration_limit;
+            let run_once = || run(config.clone(), requests(&case).into_iter());
+            let result = run_once().map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            prop_assert_eq!(result.stop_reason, StopReason::Drained);
+            let ended: usize = ["completed", "rejected", "cancelled", "aborted"]
+                .iter()
+                .map(|s| result.count(s))
+                .sum();
+            prop_assert_eq!(ended, case.requests.len(), "conservation (seed {})", seed);
+            for r in &result.records {
+                prop_assert!(r.migrations <= f.migration_limit);
+                prop_assert!(r.completion.is_some(), "every request ends at an instant");
+                if r.status == Status::Completed {
+                    prop_assert_eq!(r.tokens_received, r.output_tokens);
+                }
+                if let (Status::Cancelled(_), Some((_, after))) = (&r.status, f.cancel) {
+                    prop_assert_eq!(r.completion, Some(r.arrival.saturating_add(SimDuration::from_ms(after))));
+                }
+            }
+            let again = run_once().unwrap();
+            prop_assert_eq!(again.records, result.records);
         }
     }
 

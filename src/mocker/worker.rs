@@ -473,6 +473,21 @@ impl MockWorker {
         Ok(())
     }
 
+    /// Takes request `id` off the rank at once, wherever it is (waiting, preempted or
+    /// running): its KV blocks are released (cached blocks stay reusable) and its running
+    /// slot is freed. Returns what it was, or `None` if the rank does not hold it. A pass in
+    /// flight keeps the output it already formed; the caller ignores that output's tokens
+    /// for a removed request. Used for client cancellation; a rank that goes down is replaced
+    /// whole instead.
+    pub fn remove_request(&mut self, id: RequestId) -> Option<RequestView> {
+        let view = self.request(id)?;
+        if let Some(pos) = self.waiting.iter().position(|&x| x == id) {
+            self.waiting.remove(pos);
+        }
+        self.complete(id);
+        Some(view)
+    }
+
     /// Forms and runs one pass starting at `now`, fills `out` (cleared first) and returns the
     /// pass end, when everything in `out` is delivered. With no work it returns `now`.
     pub fn execute_pass(&mut self, now: SimTime, out: &mut PassOutput) -> SimTime {
@@ -1288,6 +1303,41 @@ mod tests {
 
     /// Runs passes back to back from `now` until the rank is idle, returning each pass's
     /// end (ns) and output.
+    #[test]
+    fn issue_13_a_removed_request_frees_its_blocks_and_slot_and_the_rest_run() {
+        let args = args_with(|a| a.max_num_seqs = 1);
+        let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        for id in 0..2 {
+            w.add_request(SimTime::ZERO, row(id, 100, 5, &[id as u32 + 1], 64))
+                .unwrap();
+        }
+        let mut out = PassOutput::default();
+        let end = w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(w.running_ids().collect::<Vec<_>>(), vec![RequestId(0)]);
+        assert!(w.active_blocks() > 0);
+        let view = w.remove_request(RequestId(0)).expect("running");
+        assert_eq!(view.phase, RequestPhase::Running);
+        assert_eq!((w.running_len(), w.active_blocks()), (0, 0));
+        assert_eq!(w.remove_request(RequestId(0)), None, "removed once");
+        w.check_invariants().unwrap();
+        // A waiting request leaves its queue too; the rank is then idle.
+        let mut now = end;
+        w.add_request(now, row(2, 100, 5, &[3], 64)).unwrap();
+        assert_eq!(
+            w.remove_request(RequestId(2)).map(|v| v.phase),
+            Some(RequestPhase::Waiting)
+        );
+        // Bounded: request 1 needs 5 passes.
+        for _ in 0..10 {
+            if !w.has_work() {
+                break;
+            }
+            now = w.execute_pass(now, &mut out);
+            w.check_invariants().unwrap();
+        }
+        assert!(!w.has_work(), "request 1 ran to its end");
+    }
+
     fn run_all(w: &mut MockWorker, mut now: u64) -> Vec<(u64, PassOutput)> {
         let mut passes = Vec::new();
         for _ in 0..10_000 {

@@ -231,7 +231,12 @@ pub struct ClassMetrics {
     pub queued: u64,
     pub completed: u64,
     pub rejected: u64,
+    /// Lost with their worker and not migrated.
     pub aborted: u64,
+    /// Given up by their clients (`cancel` faults).
+    pub cancelled: u64,
+    /// Migrations off lost workers, summed over the class's requests.
+    pub migrations: u64,
     /// Still in the system when the run stopped (only after a limit).
     pub pending: u64,
     pub output_tokens_completed: u64,
@@ -314,6 +319,9 @@ pub struct RunMetrics {
     pub completed: u64,
     pub rejected: u64,
     pub aborted: u64,
+    pub cancelled: u64,
+    /// Migrations off lost workers over all requests.
+    pub migrations: u64,
     pub pending: u64,
     pub makespan: SimTime,
     pub events: u64,
@@ -399,6 +407,8 @@ impl RunMetrics {
             completed: count_status(result, "completed"),
             rejected: count_status(result, "rejected"),
             aborted: count_status(result, "aborted"),
+            cancelled: count_status(result, "cancelled"),
+            migrations: result.records.iter().map(|r| u64::from(r.migrations)).sum(),
             pending: count_status(result, "pending"),
             makespan: result.end_time,
             events: result.events,
@@ -648,6 +658,7 @@ fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
             continue;
         };
         c.requests += 1;
+        c.migrations += u64::from(r.migrations);
         match r.path {
             Some(Path::Immediate) => c.immediate += 1,
             Some(Path::Queued) => c.queued += 1,
@@ -659,7 +670,8 @@ fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
                 c.output_tokens_completed += r.output_tokens;
             }
             Status::Rejected(_) => c.rejected += 1,
-            Status::Aborted => c.aborted += 1,
+            Status::Aborted(_) => c.aborted += 1,
+            Status::Cancelled(_) => c.cancelled += 1,
             Status::Pending => c.pending += 1,
         }
     }
@@ -763,7 +775,10 @@ fn arrivals_and_unserved_ends(
             continue;
         };
         arrivals[c].push(r.arrival);
-        if matches!(r.status, Status::Rejected(_) | Status::Aborted) {
+        if matches!(
+            r.status,
+            Status::Rejected(_) | Status::Aborted(_) | Status::Cancelled(_)
+        ) {
             unserved[c].push(r.completion.unwrap_or(r.arrival));
         }
     }

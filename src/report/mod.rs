@@ -63,7 +63,7 @@ use crate::time::format_ms;
 
 /// Columns of `requests.csv` (a contract: the first thirteen match `tools/dynosim`; later ones
 /// are only ever appended).
-pub const REQUEST_COLUMNS: [&str; 17] = [
+pub const REQUEST_COLUMNS: [&str; 18] = [
     "row",
     "policy_class",
     "arrival_ms",
@@ -81,6 +81,7 @@ pub const REQUEST_COLUMNS: [&str; 17] = [
     "dispatch_ms",
     "reason",
     "pool",
+    "migrations",
 ];
 
 fn opt_ms(t: Option<crate::time::SimTime>) -> String {
@@ -98,10 +99,7 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
         let class = metrics::resolved_class(r, &result.class_names)
             .map(|i| result.class_names[i].as_str())
             .unwrap_or("");
-        let reason = match &r.status {
-            crate::sim::Status::Rejected(reason) => reason.as_str(),
-            _ => "",
-        };
+        let reason = r.status.reason();
         w.write_record([
             r.row.to_string(),
             r.policy_class.clone().unwrap_or_default(),
@@ -125,6 +123,7 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
                 .map(|k| pools::pool_name(result, k.worker_id))
                 .unwrap_or_default()
                 .to_string(),
+            r.migrations.to_string(),
         ])
         .expect("writing to memory");
     }

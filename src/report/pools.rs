@@ -94,7 +94,7 @@ pub fn pool_metrics(
         .iter()
         .map(|p| PoolMetrics {
             name: p.name.clone(),
-            workers: p.workers,
+            workers: p.workers + p.joined_workers.len() as u32,
             dp_size: p.dp_size,
             classes: vec![PoolService::default(); class_count],
             busy_ns: p.busy_ns,
@@ -152,6 +152,7 @@ mod tests {
             workers,
             dp_size: 1,
             busy_ns: u128::from(busy_ms) * 1_000_000,
+            joined_workers: Vec::new(),
         }
     }
 

@@ -54,11 +54,13 @@ pub fn class_table(metrics: &RunMetrics) -> String {
     }
     out += &pool_table(metrics);
     out += &format!(
-        "latencies in ms; {} requests, {} completed, {} rejected, {} aborted; makespan {:.1} ms; {:.1} req/s\n",
+        "latencies in ms; {} requests, {} completed, {} rejected, {} cancelled, {} aborted ({} migrations); latencies of completed requests only; makespan {:.1} ms; {:.1} req/s\n",
         metrics.requests,
         metrics.completed,
         metrics.rejected,
+        metrics.cancelled,
         metrics.aborted,
+        metrics.migrations,
         metrics.makespan.as_ms_f64(),
         metrics.throughput_rps(),
     );

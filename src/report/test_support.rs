@@ -37,6 +37,7 @@ pub fn done(row: u64, class: usize, path: Path, times_ms: [u64; 3]) -> RequestRe
         reused_input_tokens: 0,
         tokens_received: 1,
         status: Status::Completed,
+        migrations: 0,
     }
 }
 

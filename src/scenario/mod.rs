@@ -67,7 +67,7 @@ use crate::report::expect::Expectation;
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{ClosedLoop, RouterMode, SimConfig, TransportDelays, WorkerPool};
+use crate::sim::{ClosedLoop, Fault, RouterMode, SimConfig, TransportDelays, WorkerPool};
 use crate::time::SimDuration;
 use crate::workload::synth::SynthWorkload;
 use std::path::{Path, PathBuf};
@@ -102,6 +102,10 @@ pub struct Scenario {
     closed_loop: Option<ClosedLoop>,
     /// `workload.warmup_s`: requests arriving before it stay out of latency and share figures.
     warmup: SimDuration,
+    /// `faults:`, resolved (cancel groups to classes, pools to indices).
+    faults: Vec<Fault>,
+    /// `router.migration_limit`.
+    migration_limit: u32,
 }
 
 /// Where a scenario's requests come from.
@@ -293,6 +297,8 @@ impl Scenario {
             check_every_event: false,
             seed,
             closed_loop: self.closed_loop,
+            faults: self.faults.clone(),
+            migration_limit: self.migration_limit,
         }
     }
 

@@ -39,6 +39,45 @@ pub struct RawScenario {
     /// `delays:` (transport latencies).
     #[serde(default)]
     pub delays: RawDelays,
+    /// `faults:` (workers down and up, client cancellations).
+    #[serde(default)]
+    pub faults: Vec<RawFault>,
+}
+
+/// One entry of `faults:`; exactly one key is set.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFault {
+    pub worker_down: Option<RawWorkerDown>,
+    pub cancel: Option<RawCancel>,
+    pub worker_up: Option<RawWorkerUp>,
+}
+
+/// `{worker, at_ms, until_ms}`: a worker stops at `at_ms` (returns at `until_ms` if given).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkerDown {
+    pub worker: u64,
+    pub at_ms: f64,
+    pub until_ms: Option<f64>,
+}
+
+/// `{group, fraction, after_ms}`: this share of the group's requests gives up `after_ms`
+/// after arrival.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCancel {
+    pub group: String,
+    pub fraction: f64,
+    pub after_ms: f64,
+}
+
+/// `{pool, at_ms}`: a new worker of the pool joins.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkerUp {
+    pub pool: String,
+    pub at_ms: f64,
 }
 
 /// `router:`: Dynamo's policy keys inline (or `policy: path`), `router_mode`, and
@@ -57,6 +96,8 @@ pub struct RawRouter {
     pub policy: Option<String>,
     /// `kv_router` (default) or `round_robin`.
     pub router_mode: Option<RawRouterMode>,
+    /// Dynamo frontend's `migration_limit` (default 0).
+    pub migration_limit: Option<u32>,
     /// Every other key: checked against `KvRouterConfig` after parsing.
     pub knobs: serde_json::Map<String, serde_json::Value>,
 }
@@ -108,6 +149,7 @@ impl<'de> Visitor<'de> for RouterVisitor {
                 "models" => router.models.replace(map.next_value()?).is_some(),
                 "policy" => router.policy.replace(map.next_value()?).is_some(),
                 "router_mode" => router.router_mode.replace(map.next_value()?).is_some(),
+                "migration_limit" => router.migration_limit.replace(map.next_value()?).is_some(),
                 _ => router
                     .knobs
                     .insert(key.clone(), map.next_value()?)

@@ -14,7 +14,7 @@ use crate::report::expect::{Expectation, RawExpectation};
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
-use crate::sim::{ClosedLoop, DEFAULT_POOL, RouterMode, TransportDelays, WorkerPool};
+use crate::sim::{ClosedLoop, DEFAULT_POOL, Fault, RouterMode, TransportDelays, WorkerPool};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
@@ -135,7 +135,10 @@ fn build(
     let delays = delays(source, &raw)?;
     let closed_loop = closed_loop(source, &raw.workload)?;
     let warmup = warmup(source, &raw.workload)?;
+    let faults = faults(source, &raw, &pools)?;
     Ok(Scenario {
+        faults,
+        migration_limit: raw.router.migration_limit.unwrap_or(0),
         file: path.to_path_buf(),
         name: raw.name,
         seed: raw.seed,
@@ -1014,6 +1017,162 @@ fn delays(source: &Source, raw: &RawScenario) -> Result<TransportDelays, Scenari
         kv_event_lag: duration_ms(source, "delays.kv_event_lag_ms", d.kv_event_lag_ms)?,
         jitter: duration_ms(source, "delays.jitter_ms", d.jitter_ms)?,
     })
+}
+
+/// `faults:` resolved: worker ids and pools checked against the pools, a cancel's `group`
+/// to the class its requests ask for (a synthetic group's `class`, which no other group may
+/// share; with a trace, `group` names a policy class), times within bounds, and no two down
+/// windows of one worker overlapping.
+fn faults(
+    source: &Source,
+    raw: &RawScenario,
+    pools: &[WorkerPool],
+) -> Result<Vec<Fault>, ScenarioError> {
+    let workers: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
+    let mut out = Vec::with_capacity(raw.faults.len());
+    let mut windows: Vec<(u64, SimTime, Option<SimTime>, usize)> = Vec::new();
+    for (i, f) in raw.faults.iter().enumerate() {
+        let at = |field: &str| format!("faults[{i}].{field}");
+        let set = [
+            f.worker_down.is_some(),
+            f.cancel.is_some(),
+            f.worker_up.is_some(),
+        ];
+        if set.iter().filter(|&&x| x).count() != 1 {
+            return Err(source.at(
+                &format!("faults[{i}]"),
+                "needs exactly one of worker_down, cancel, worker_up",
+            ));
+        }
+        if let Some(d) = &f.worker_down {
+            if d.worker >= workers {
+                return Err(source.at(
+                    &at("worker_down.worker"),
+                    format!(
+                        "unknown worker {}: the run has workers 0..{workers}",
+                        d.worker
+                    ),
+                ));
+            }
+            let start = time_ms(source, &at("worker_down.at_ms"), d.at_ms)?;
+            let until = match d.until_ms {
+                None => None,
+                Some(ms) => {
+                    let until = time_ms(source, &at("worker_down.until_ms"), ms)?;
+                    if until <= start {
+                        return Err(source.at(
+                            &at("worker_down.until_ms"),
+                            format!("must be after at_ms ({})", d.at_ms),
+                        ));
+                    }
+                    Some(until)
+                }
+            };
+            let overlaps = |&&(w, a, u, _): &&(u64, SimTime, Option<SimTime>, usize)| {
+                w == d.worker && until.is_none_or(|until| a < until) && u.is_none_or(|u| start < u)
+            };
+            if let Some(&(_, _, _, other)) = windows.iter().find(overlaps) {
+                return Err(source.at(
+                    &at("worker_down.at_ms"),
+                    format!("worker {} is already down then (faults[{other}])", d.worker),
+                ));
+            }
+            windows.push((d.worker, start, until, i));
+            out.push(Fault::WorkerDown {
+                worker: d.worker,
+                at: start,
+                until,
+            });
+        }
+        if let Some(c) = &f.cancel {
+            let class = cancel_class(source, raw, &at("cancel.group"), &c.group)?;
+            if !(0.0..=1.0).contains(&c.fraction) {
+                return Err(source.at(&at("cancel.fraction"), "must be in [0, 1]"));
+            }
+            let after = duration_ms(source, &at("cancel.after_ms"), c.after_ms)?;
+            out.push(Fault::Cancel {
+                class,
+                fraction: c.fraction,
+                after,
+            });
+        }
+        if let Some(u) = &f.worker_up {
+            let Some(pool) = pools.iter().position(|p| p.name == u.pool) else {
+                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                return Err(source.at(
+                    &at("worker_up.pool"),
+                    format!(
+                        "unknown pool `{}`: the pools are {}",
+                        u.pool,
+                        names.join(", ")
+                    ),
+                ));
+            };
+            let start = time_ms(source, &at("worker_up.at_ms"), u.at_ms)?;
+            out.push(Fault::WorkerUp { pool, at: start });
+        }
+    }
+    let joins = out
+        .iter()
+        .filter(|f| matches!(f, Fault::WorkerUp { .. }))
+        .count() as u64;
+    let ranks: u64 = pools
+        .iter()
+        .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size.max(1)))
+        .sum::<u64>()
+        + joins
+            * pools
+                .iter()
+                .map(|p| u64::from(p.engine.dp_size.max(1)))
+                .max()
+                .unwrap_or(1);
+    if ranks > MAX_RANKS {
+        return Err(source.at(
+            "faults",
+            format!("workers joining would exceed {MAX_RANKS} ranks"),
+        ));
+    }
+    Ok(out)
+}
+
+/// The class a cancel's `group` acts on: a synthetic group's `class` (unshared), or with a
+/// trace, a class name itself.
+fn cancel_class(
+    source: &Source,
+    raw: &RawScenario,
+    path: &str,
+    group: &str,
+) -> Result<String, ScenarioError> {
+    let groups: &[RawGroup] = raw.workload.groups.as_deref().unwrap_or(&[]);
+    if raw.workload.trace.is_some() {
+        return Ok(group.to_string());
+    }
+    let Some(g) = groups.iter().find(|g| g.name == group) else {
+        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        return Err(source.at(
+            path,
+            format!(
+                "unknown group `{group}`: the groups are {}",
+                names.join(", ")
+            ),
+        ));
+    };
+    let Some(class) = &g.class else {
+        return Err(source.at(path, format!("group `{group}` has no class to cancel by")));
+    };
+    if let Some(other) = groups
+        .iter()
+        .find(|o| o.name != group && o.class.as_ref() == Some(class))
+    {
+        return Err(source.at(
+            path,
+            format!(
+                "groups `{group}` and `{}` share class `{class}`: a cancel acts on a class",
+                other.name
+            ),
+        ));
+    }
+    Ok(class.clone())
 }
 
 /// The text `routersim validate` prints for a scenario.

@@ -157,6 +157,8 @@ pub enum SchedulerError {
     AllEligibleWorkersOverloaded,
     PinnedWorkerOverloaded(WorkerWithDpRank),
     PinnedWorkerNotAllowed(WorkerWithDpRank),
+    /// The request waited in the lane of a rank whose worker left the set (discovery).
+    PinnedWorkerGone(WorkerWithDpRank),
     BookingFailed(String),
     DuplicateRequest(RequestId),
     SubscriberShutdown,
@@ -172,6 +174,7 @@ impl fmt::Display for SchedulerError {
             }
             SchedulerError::PinnedWorkerOverloaded(w) => write!(f, "pinned {w} is overloaded"),
             SchedulerError::PinnedWorkerNotAllowed(w) => write!(f, "pinned {w} is not allowed"),
+            SchedulerError::PinnedWorkerGone(w) => write!(f, "pinned {w} left the worker set"),
             SchedulerError::BookingFailed(m) => write!(f, "booking failed: {m}"),
             SchedulerError::DuplicateRequest(id) => write!(f, "request {id} is already active"),
             SchedulerError::SubscriberShutdown => f.write_str("scheduler shut down"),
@@ -190,6 +193,7 @@ impl SchedulerError {
             SchedulerError::AllEligibleWorkersOverloaded => "all_workers_overloaded",
             SchedulerError::PinnedWorkerOverloaded(_) => "pinned_worker_overloaded",
             SchedulerError::PinnedWorkerNotAllowed(_) => "pinned_worker_not_allowed",
+            SchedulerError::PinnedWorkerGone(_) => "pinned_worker_gone",
             SchedulerError::BookingFailed(_) => "booking_failed",
             SchedulerError::DuplicateRequest(_) => "duplicate_request",
             SchedulerError::SubscriberShutdown => "shutdown",
@@ -595,7 +599,9 @@ impl Scheduler {
     /// queues are re-examined.
     ///
     /// Requests booked on a departed rank are over: their bookings are released and their
-    /// policies hear `Aborted` (a later `handle_finished` for them is ignored).
+    /// policies hear `Aborted` (a later `handle_finished` for them is ignored). Requests
+    /// waiting in the lane of a departed rank are refused with
+    /// [`SchedulerError::PinnedWorkerGone`].
     pub fn handle_workers(&mut self, now: SimTime, workers: WorkerSet) {
         let before: BTreeSet<_> = self.workers.ranks().collect();
         let after: BTreeSet<_> = workers.ranks().collect();
@@ -610,6 +616,7 @@ impl Scheduler {
         for id in stranded {
             self.release_active(now, id, AdmissionStatus::Aborted);
         }
+        self.refuse_pinned_to_departed(now, &after);
         for gone in before.difference(&after) {
             if !after.iter().any(|r| r.worker_id == gone.worker_id) {
                 self.load.remove_worker(gone.worker_id);
@@ -663,6 +670,40 @@ impl Scheduler {
                 id,
                 Some(entry.class_index),
                 SchedulerError::SubscriberShutdown,
+            );
+        }
+    }
+
+    /// Refuses every queue entry pinned to a rank that is not in `ranks` (its worker left):
+    /// it could never be served. A plain entry already cancelled is only dropped.
+    fn refuse_pinned_to_departed(&mut self, now: SimTime, ranks: &BTreeSet<WorkerWithDpRank>) {
+        let gone = |q: &Queued| {
+            q.request
+                .constraints
+                .pinned
+                .is_some_and(|pin| !ranks.contains(&pin))
+        };
+        for entry in self.queue.take_if(gone) {
+            let id = entry.payload.request.id;
+            let pin = entry.payload.request.constraints.pinned;
+            self.waiting.remove(&id);
+            self.deferred.remove(&id);
+            if self.cancelled.remove(&id) {
+                continue; // already over for its caller: no second end
+            }
+            let tracked = entry.payload.policy_tracked;
+            self.notify(
+                now,
+                entry.class_index,
+                tracked,
+                id,
+                AdmissionStatus::Aborted,
+            );
+            let rank = pin.expect("taken because it is pinned");
+            self.reject(
+                id,
+                Some(entry.class_index),
+                SchedulerError::PinnedWorkerGone(rank),
             );
         }
     }

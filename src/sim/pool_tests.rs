@@ -30,6 +30,8 @@ fn config(pools: Vec<WorkerPool>, mode: RouterMode, policy: Option<&str>) -> Sim
         check_every_event: true,
         seed: 1,
         closed_loop: None,
+        faults: Vec::new(),
+        migration_limit: 0,
     }
 }
 

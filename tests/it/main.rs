@@ -2,6 +2,7 @@
 
 mod check_seeds;
 mod cli;
+mod faults;
 mod fidelity;
 mod plan;
 mod pools;

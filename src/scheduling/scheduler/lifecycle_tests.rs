@@ -632,3 +632,38 @@ proptest! {
         h.finish()?;
     }
 }
+
+#[test]
+fn issue_13_queue_entries_pinned_to_a_departed_worker_are_refused_with_a_typed_reason() {
+    let mut s = scheduler(Some(TWO_CLASSES), 2);
+    let gone = WorkerWithDpRank::new(1, 0);
+    for id in 0..7 {
+        let mut r = request(id, "premium", 512);
+        r.constraints.pinned = Some(gone);
+        s.handle_arrival(t(0), r);
+    }
+    assert_eq!(
+        dispatched(&decisions(&mut s)).len(),
+        4,
+        "4..7 wait in the lane"
+    );
+    assert_eq!(s.pending_count(), 3);
+    s.handle_cancel(t(1), RequestId(5)); // plain: over now, its entry lingers
+    s.handle_workers(t(2), workers(1));
+    let refused: Vec<(u64, SchedulerError)> = decisions(&mut s)
+        .into_iter()
+        .map(|d| match d {
+            Decision::Reject { id, error, .. } => (id.0, error),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    let reason = SchedulerError::PinnedWorkerGone(gone);
+    assert_eq!(refused, vec![(4, reason.clone()), (6, reason)]);
+    assert_eq!(
+        SchedulerError::PinnedWorkerGone(gone).kind(),
+        "pinned_worker_gone"
+    );
+    assert_eq!(s.pending_count(), 0, "the cancelled entry is dropped too");
+    assert_nothing_booked(&s);
+    s.check_invariants().unwrap();
+}

@@ -1,0 +1,349 @@
+//! Faults in a run: workers that go down and return, workers that join, clients that give
+//! up; and what the system does about each (abort or migrate, roll back, drop).
+//!
+//! Timing: a worker stops at its fault's instant, before anything else scheduled for that
+//! instant runs there (a pass ending then is lost); the router hears of a loss or a new
+//! worker after `worker_to_router`; a cancellation ends the request for the client at once,
+//! the router rolls it back at once (the client and router share the frontend) and the
+//! worker drops it after `router_to_worker`.
+
+use super::*;
+
+/// Reason recorded for a request lost with its worker and not migrated.
+pub const REASON_WORKER_DOWN: &str = "worker_down";
+/// Reason recorded for a request its client gave up on.
+pub const REASON_CLIENT_CANCEL: &str = "client_cancel";
+
+impl System {
+    /// Schedules every worker fault's events (cancellations are drawn at arrival).
+    pub(super) fn schedule_faults(&mut self, queue: &mut EventQueue<Event>) {
+        for fault in &self.config.faults {
+            match *fault {
+                Fault::WorkerDown { worker, at, until } => {
+                    queue.schedule(at, Event::WorkerDown { worker });
+                    if let Some(until) = until {
+                        queue.schedule(until, Event::WorkerBack { worker });
+                    }
+                }
+                Fault::WorkerUp { pool, at } => queue.schedule(at, Event::WorkerJoin { pool }),
+                Fault::Cancel { .. } => {}
+            }
+        }
+    }
+
+    /// Draws, for each cancel fault of the request's class, whether its client gives up, and
+    /// schedules that. One draw per matching request and fault, in arrival order.
+    pub(super) fn draw_cancel(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        class: Option<&str>,
+        queue: &mut EventQueue<Event>,
+    ) {
+        for (k, fault) in self.config.faults.iter().enumerate() {
+            let Fault::Cancel {
+                class: target,
+                fraction,
+                after,
+            } = fault
+            else {
+                continue;
+            };
+            if class != Some(target.as_str()) {
+                continue;
+            }
+            let draw: f64 = self.faults.cancel_rngs[k].random();
+            if draw < *fraction {
+                queue.schedule(now.saturating_add(*after), Event::Cancel { request: id });
+            }
+        }
+    }
+
+    /// Ends a request that did not complete (rejected by the router with no decision,
+    /// cancelled, aborted) at `now`.
+    pub(super) fn end_request(&mut self, now: SimTime, id: RequestId, status: Status) {
+        let record = &mut self.records[id.0 as usize];
+        if record.status != Status::Pending {
+            let message = format!(
+                "request {id} ended twice ({:?}, then {status:?})",
+                record.status
+            );
+            self.fail(now, message);
+            return;
+        }
+        record.completion = Some(now);
+        record.status = status;
+        self.ended += 1;
+        self.in_flight.remove(&id);
+        self.last_delivery.remove(&id);
+        self.note_change(now);
+    }
+
+    /// The ranks of worker `worker`.
+    fn ranks_of(&self, worker: u64) -> std::ops::Range<usize> {
+        let start = self.ranks.partition_point(|r| r.id.worker_id < worker);
+        let end = self.ranks.partition_point(|r| r.id.worker_id <= worker);
+        start..end
+    }
+
+    /// Worker `worker` stops: its pass in flight is lost, its state is discarded (it returns,
+    /// if ever, with an empty cache), and what it held waits for the router to hear.
+    pub(super) fn worker_down(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        for rank in self.ranks_of(worker) {
+            let slot = &mut self.ranks[rank];
+            if slot.down {
+                continue;
+            }
+            if slot.in_pass {
+                slot.busy = slot
+                    .busy
+                    .saturating_add(now.saturating_since(slot.pass_start));
+                slot.in_pass = false;
+            }
+            slot.epoch += 1;
+            slot.down = true;
+            // What it holds, and what its lost pass finished (the worker already let go of
+            // those, but their ends never leave it). In id order.
+            let out = &slot.output;
+            let finished = out.tokens.iter().map(|t| t.id);
+            let ended = out.finished_empty.iter().copied();
+            let refused = out.rejected.iter().map(|r| r.id);
+            let held: BTreeSet<RequestId> = slot
+                .worker
+                .waiting_ids()
+                .chain(slot.worker.running_ids())
+                .chain(finished.chain(ended).chain(refused))
+                .collect();
+            self.faults.preemptions_lost += slot.worker.preemptions_total();
+            let args = slot.worker.args().clone();
+            slot.worker = MockWorker::new(args, slot.id);
+            slot.output.clear();
+            self.starts_due.remove(&rank);
+            for id in held {
+                let attempt = self.records[id.0 as usize].migrations;
+                self.faults
+                    .lost
+                    .entry(worker)
+                    .or_default()
+                    .push((id, attempt));
+            }
+        }
+        let delay = self.config.delays.worker_to_router;
+        if delay == SimDuration::ZERO {
+            self.router_learns_down(now, worker, queue);
+        } else {
+            queue.schedule(
+                now.saturating_add(delay),
+                Event::RouterLearnsDown { worker },
+            );
+        }
+    }
+
+    /// A request reached a rank that is down: it is lost there. If the router already knows,
+    /// its send fails now; otherwise it is resolved when the router hears.
+    pub(super) fn deliver_to_down(
+        &mut self,
+        now: SimTime,
+        rank: usize,
+        id: RequestId,
+        queue: &mut EventQueue<Event>,
+    ) {
+        let worker = self.ranks[rank].id.worker_id;
+        if self.faults.router_knows_down.contains(&worker) {
+            if self.config.router_mode == RouterMode::KvRouter {
+                self.router.handle_delivery_failed(now, id);
+            }
+            self.lose(now, id, queue);
+        } else {
+            let attempt = self.records[id.0 as usize].migrations;
+            self.faults
+                .lost
+                .entry(worker)
+                .or_default()
+                .push((id, attempt));
+        }
+    }
+
+    /// The router hears worker `worker` is gone: the worker set shrinks (its bookings are
+    /// released, queue entries pinned to it refused), and what it held is migrated or aborted.
+    pub(super) fn router_learns_down(
+        &mut self,
+        now: SimTime,
+        worker: u64,
+        queue: &mut EventQueue<Event>,
+    ) {
+        self.faults.router_knows_down.insert(worker);
+        let mut set = self.router.workers().clone();
+        set.remove(worker);
+        self.router.handle_workers(now, set);
+        self.drain_router(now, queue);
+        let lost = self.faults.lost.remove(&worker).unwrap_or_default();
+        for (id, attempt) in lost {
+            if self.records[id.0 as usize].migrations == attempt {
+                self.lose(now, id, queue);
+            }
+        }
+        self.schedule_tick(now, queue);
+    }
+
+    /// Request `id` lost its worker: re-routed if its migrations allow (keeping the tokens
+    /// its client received: they join its prompt), aborted otherwise.
+    fn lose(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
+        let record = &self.records[id.0 as usize];
+        if record.status != Status::Pending {
+            return;
+        }
+        if record.migrations >= self.config.migration_limit {
+            self.end_request(now, id, Status::Aborted(REASON_WORKER_DOWN.into()));
+            return;
+        }
+        let generated = record.tokens_received;
+        let (input, output) = (record.input_tokens, record.output_tokens);
+        let block_size = self.config.block_size();
+        self.records[id.0 as usize].migrations += 1;
+        self.last_delivery.remove(&id);
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.prompt_tokens = input + generated;
+            f.output_tokens = output.saturating_sub(generated);
+            f.hashes = migrated_hashes(&f.hashes, id, f.prompt_tokens / block_size);
+        }
+        self.route(now, id, queue);
+    }
+
+    /// A down worker returns with empty ranks; the router hears after the delay.
+    pub(super) fn worker_back(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        for rank in self.ranks_of(worker) {
+            self.ranks[rank].down = false;
+        }
+        self.announce(now, worker, queue);
+    }
+
+    /// A new worker of pool `pool` joins with the next free id.
+    pub(super) fn worker_join(&mut self, now: SimTime, pool: usize, queue: &mut EventQueue<Event>) {
+        let worker = self.faults.next_worker;
+        self.faults.next_worker += 1;
+        self.faults.joined.push((worker, pool));
+        let slots: Vec<RankSlot> = worker_slots(worker, pool, &self.config.pools[pool]).collect();
+        self.ranks.extend(slots);
+        self.announce(now, worker, queue);
+    }
+
+    fn announce(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        let delay = self.config.delays.worker_to_router;
+        if delay == SimDuration::ZERO {
+            self.router_learns_up(now, worker, queue);
+        } else {
+            queue.schedule(now.saturating_add(delay), Event::RouterLearnsUp { worker });
+        }
+    }
+
+    /// The router discovers worker `worker`: its queues drain onto it.
+    pub(super) fn router_learns_up(
+        &mut self,
+        now: SimTime,
+        worker: u64,
+        queue: &mut EventQueue<Event>,
+    ) {
+        self.faults.router_knows_down.remove(&worker);
+        let Some(pool) = self.ranks.get(self.ranks_of(worker).start).map(|r| r.pool) else {
+            return;
+        };
+        let mut set = self.router.workers().clone();
+        set.insert(worker, worker_config(&self.config.pools[pool]));
+        self.router.handle_workers(now, set);
+        self.drain_router(now, queue);
+    }
+
+    /// The client gives up on request `id` (if it has not ended): it ends now, the router
+    /// rolls it back, and the worker holding it drops it after the transport delay.
+    pub(super) fn cancel(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
+        let record = &self.records[id.0 as usize];
+        if record.status != Status::Pending {
+            return;
+        }
+        let rank = record.rank.filter(|_| record.dispatched.is_some());
+        self.end_request(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
+        if self.config.router_mode == RouterMode::KvRouter {
+            self.router.handle_cancel(now, id);
+            self.drain_router(now, queue);
+        }
+        let Some(rank) = rank.and_then(|r| self.ranks.binary_search_by_key(&r, |s| s.id).ok())
+        else {
+            return;
+        };
+        let delay = self.config.delays.router_to_worker;
+        if delay == SimDuration::ZERO {
+            self.drop_request(rank, id);
+        } else {
+            let event = Event::Drop { rank, request: id };
+            queue.schedule(now.saturating_add(delay), event);
+        }
+    }
+
+    /// A cancellation reaches a rank: it frees what the request holds there, if anything.
+    pub(super) fn drop_request(&mut self, rank: usize, id: RequestId) {
+        let _ = self.ranks[rank].worker.remove_request(id);
+    }
+
+    /// The fault checkers (after every event in checked runs): nothing on a down worker,
+    /// nothing booked or queued for a request that ended, and every end counted once.
+    pub(super) fn check_faults(&self) -> Result<(), String> {
+        if let Some(slot) = self
+            .ranks
+            .iter()
+            .find(|r| r.down && (r.worker.has_work() || r.in_pass))
+        {
+            return Err(format!("{} is down but holds work", slot.id));
+        }
+        let mut ended = 0;
+        for (index, r) in self.records.iter().enumerate() {
+            if r.status == Status::Pending {
+                continue;
+            }
+            ended += 1;
+            let id = RequestId(index as u64);
+            if let Some(state) = self.router.request_state(id) {
+                return Err(format!(
+                    "request {id} ended {:?} but the router holds it: {state:?}",
+                    r.status
+                ));
+            }
+            if self.in_flight.contains_key(&id) {
+                return Err(format!("request {id} ended but is still in flight"));
+            }
+        }
+        if ended != self.ended {
+            return Err(format!(
+                "{ended} requests ended but {} ends were counted",
+                self.ended
+            ));
+        }
+        Ok(())
+    }
+
+    /// The workers that joined, by pool index.
+    pub(super) fn joined_workers(&self, pool: usize) -> Vec<u64> {
+        self.faults
+            .joined
+            .iter()
+            .filter(|(_, p)| *p == pool)
+            .map(|(w, _)| *w)
+            .collect()
+    }
+}
+
+/// The prompt hashes of a migrated request whose prompt now has `blocks` full blocks: its
+/// original prompt's, then hashes unique to the request for the blocks its generated tokens
+/// fill (Dynamo's generated tokens are random, so nobody shares them).
+fn migrated_hashes(hashes: &[u64], id: RequestId, blocks: u64) -> Arc<[u64]> {
+    let kept = hashes.len().min(blocks as usize);
+    let mut out: Vec<u64> = hashes[..kept].to_vec();
+    let mut parent = out.last().copied();
+    for index in kept as u64..blocks {
+        let local = crate::scheduling::hashing::chain(Some(id.0 ^ 0x6d69_6772_0000_0000), index);
+        let next = crate::scheduling::hashing::chain(parent, local);
+        out.push(next);
+        parent = Some(next);
+    }
+    out.into()
+}
