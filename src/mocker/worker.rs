@@ -27,7 +27,8 @@
 //!   `A` = the sum of their current sequence lengths (prompt + generated so far).
 //! - Prefill batch statistics count prompt positions only: recomputing a preempted request's
 //!   generated tokens costs no prefill time.
-//! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks: at least
+//! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks (all matched full
+//!   blocks for a request with nothing to generate): at least
 //!   one token is recomputed (1024 cached tokens reuse 960). A readmitted request also matches
 //!   the blocks of its own generated tokens.
 //! - A block becomes reusable as soon as the scheduling step that computes it runs, so later
@@ -285,12 +286,7 @@ struct Scheduled {
 }
 
 /// Prefill batch statistics of the current pass.
-#[derive(Copy, Clone, Debug, Default)]
-struct Batch {
-    count: u64,
-    total_isl: u64,
-    total_prefix: u64,
-}
+type Batch = timing::PrefillBatch;
 
 enum Outcome {
     Scheduled { tokens: u64 },
@@ -496,9 +492,8 @@ impl MockWorker {
             self.break_stall(out);
         }
         out.scheduled_tokens = self.scheduled.iter().map(|s| s.tokens).sum();
-        let t = pass.batch;
-        out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
-        let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
+        out.prefill_tokens = pass.batch.new_tokens();
+        let prefill = timing::prefill_duration(&pass.batch, &self.args);
         let decode = self.emit_tokens(out);
         self.publish_events(out);
         let end = now.saturating_add(prefill).saturating_add(decode);
@@ -626,18 +621,24 @@ impl MockWorker {
     }
 
     /// The reusable cached prefix of a request's known tokens. At least the last token is
-    /// always recomputed, so a fully cached block-aligned sequence reuses all but its last
-    /// block (1.6.1: 960 of 1024 tokens).
+    /// recomputed when a token is still to be generated from it, so a fully cached
+    /// block-aligned sequence reuses all but its last block (1.6.1: 960 of 1024 tokens); a
+    /// request with nothing to generate (`max_output_tokens` 0) reuses every cached full
+    /// block (1.6.1: all 192 tokens of a cached 3-block prompt, and no prefill).
     fn prefix_hit(&mut self, id: RequestId) -> PrefixMatch {
         if !self.args.enable_prefix_caching {
             return PrefixMatch::default();
         }
         let bs = self.args.block_size;
+        let finished = self.finished(&self.requests[&id]);
         let r = self
             .requests
             .get_mut(&id)
             .expect("prefix_hit of a live request");
-        let limit = (r.seq_len() - 1) / bs;
+        let limit = match finished {
+            true => r.seq_len() / bs,
+            false => (r.seq_len() - 1) / bs,
+        };
         ensure_hashes(r, limit as usize);
         let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
         self.pool.match_prefix(hashes, limit)
@@ -866,12 +867,12 @@ impl MockWorker {
     // ----- token emission -----
 
     /// Gives a token to every running request whose known tokens are all computed and
-    /// completes the finished ones. Returns the decode duration: the polynomial at the total
-    /// context of the ready requests that had already produced a token (1.6.1 charges a
-    /// request's first token, emitted at its prefill's end, no decode time).
+    /// completes the finished ones. Returns the decode duration: the timing model over the ready
+    /// requests that had already produced a token (1.6.1 charges a request's first token,
+    /// emitted at its prefill's end, no decode time).
     fn emit_tokens(&mut self, out: &mut PassOutput) -> SimDuration {
         self.ready.clear();
-        let mut decode_kv_tokens = 0;
+        let mut decode = timing::DecodeBatch::default();
         let mut any_finished = false;
         for &id in &self.running {
             let r = &self.requests[&id];
@@ -883,7 +884,8 @@ impl MockWorker {
                 continue;
             }
             if r.generated > 0 {
-                decode_kv_tokens += r.seq_len();
+                decode.count += 1;
+                decode.active_kv_tokens += r.seq_len();
             }
             self.ready.push(id);
         }
@@ -907,11 +909,8 @@ impl MockWorker {
         }
         ready.clear();
         self.ready = ready;
-        out.decode_kv_tokens = decode_kv_tokens;
-        if decode_kv_tokens == 0 {
-            return SimDuration::ZERO;
-        }
-        timing::decode_duration(decode_kv_tokens, &self.args)
+        out.decode_kv_tokens = decode.active_kv_tokens;
+        timing::decode_duration(&decode, &self.args)
     }
 
     /// Completes, without a token, computed requests that have nothing to generate.

@@ -306,12 +306,16 @@ fn engine_args(source: &Source, raw: &RawScenario) -> Result<EngineArgs, Scenari
             format!("{value} is not supported by routersim's mocker"),
         ),
         ConfigError::Parse(message) => source.at("workers.engine", message),
+        ConfigError::Profile { field, error } => {
+            source.at(&format!("workers.engine.{field}"), error.to_string())
+        }
     };
+    // A profile path is relative to the scenario file, as `router.policy` is.
     let mut args = raw
         .workers
         .engine
         .clone()
-        .into_args()
+        .into_args_in(&source.dir)
         .map_err(engine_error)?;
     if let Some(dp_size) = raw.workers.dp_size {
         if dp_size == 0 {

@@ -181,3 +181,21 @@ fn the_comparison_catches_a_one_microsecond_shift() {
     assert_eq!(mismatches(&shifted, &dynamo).len(), 1);
     assert!(mismatches(&dynamo, &dynamo).is_empty());
 }
+
+// Issue 12: the fixed timing model (`timing_model: {type: fixed}`) on the traces above, with
+// 1.6.1's own outputs for it.
+
+#[test]
+fn fixed_timing_prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("fixed-prefix-sharing");
+}
+
+#[test]
+fn fixed_timing_memory_pressure_matches_dynamo() {
+    assert_matches_dynamo("fixed-memory-pressure");
+}
+
+#[test]
+fn fixed_timing_chunked_long_matches_dynamo() {
+    assert_matches_dynamo("fixed-chunked-long");
+}
