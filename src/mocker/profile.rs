@@ -423,3 +423,344 @@ pub(super) fn linspace(start: f64, stop: f64, num: usize) -> Vec<f64> {
 pub(super) const fn converter_resolution() -> usize {
     CONVERTER_RESOLUTION
 }
+
+/// Writes NPZ archives for tests with the crates routersim reads them with.
+#[cfg(test)]
+pub(crate) mod npz_writer {
+    use npyz::WriterBuilder;
+    use std::io::{Cursor, Write};
+
+    /// One array: its key, shape and values (row-major), and whether to store it as int64.
+    pub(crate) struct Entry<'a> {
+        pub key: &'a str,
+        pub shape: Vec<u64>,
+        pub values: Vec<f64>,
+        pub int64: bool,
+    }
+
+    /// A float64 array.
+    pub(crate) fn f64s<'a>(key: &'a str, shape: &[u64], values: &[f64]) -> Entry<'a> {
+        Entry {
+            key,
+            shape: shape.to_vec(),
+            values: values.to_vec(),
+            int64: false,
+        }
+    }
+
+    /// The NPZ holding `entries`, as `numpy.savez` names them (`key.npy`).
+    pub(crate) fn npz(entries: &[Entry]) -> Vec<u8> {
+        let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        for e in entries {
+            zip.start_file(
+                format!("{}.npy", e.key),
+                zip::write::SimpleFileOptions::default(),
+            )
+            .unwrap();
+            let mut npy = Vec::new();
+            if e.int64 {
+                let mut w = npyz::WriteOptions::new()
+                    .default_dtype()
+                    .shape(&e.shape)
+                    .writer(&mut npy)
+                    .begin_nd()
+                    .unwrap();
+                w.extend(e.values.iter().map(|v| *v as i64)).unwrap();
+                w.finish().unwrap();
+            } else {
+                let mut w = npyz::WriteOptions::new()
+                    .default_dtype()
+                    .shape(&e.shape)
+                    .writer(&mut npy)
+                    .begin_nd()
+                    .unwrap();
+                w.extend(e.values.iter().copied()).unwrap();
+                w.finish().unwrap();
+            }
+            zip.write_all(&npy).unwrap();
+        }
+        zip.finish().unwrap().into_inner()
+    }
+
+    /// A complete mocker-format profile: prefill `(isl, ttft)`, decode rows, columns and the
+    /// row-major grid.
+    pub(crate) fn profile(
+        prefill: (&[f64], &[f64]),
+        rows: &[f64],
+        cols: &[f64],
+        itl: &[f64],
+    ) -> Vec<u8> {
+        let n = |v: &[f64]| v.len() as u64;
+        npz(&[
+            f64s(super::PREFILL_ISL, &[n(prefill.0)], prefill.0),
+            f64s(super::PREFILL_TTFT_MS, &[n(prefill.1)], prefill.1),
+            f64s(super::DECODE_ACTIVE_KV_TOKENS, &[n(rows)], rows),
+            f64s(super::DECODE_CONTEXT_LENGTH, &[n(cols)], cols),
+            f64s(super::DECODE_ITL, &[n(rows), n(cols)], itl),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::npz_writer::{Entry, f64s, npz, profile};
+    use super::*;
+
+    /// Prefill 10 ms at 0 tokens to 50 ms at 2000; decode over rows (KV) 0..10000 and
+    /// columns (context) 0..10000 with `2 + 0.001 kv + 0.0005 ctx` ms, plus `saddle * (kv - 5000)
+    /// * (ctx - 5000)` (bilinear but not planar).
+    fn sloped(saddle: f64) -> TimingProfile {
+        let (rows, cols) = ([0.0, 10000.0], [0.0, 10000.0]);
+        let itl: Vec<f64> = rows
+            .iter()
+            .flat_map(|kv| {
+                cols.iter().map(move |ctx| {
+                    2.0 + 0.001 * kv + 0.0005 * ctx + saddle * (kv - 5000.0) * (ctx - 5000.0)
+                })
+            })
+            .collect();
+        let bytes = profile(
+            (&[0.0, 1000.0, 2000.0], &[10.0, 30.0, 50.0]),
+            &rows,
+            &cols,
+            &itl,
+        );
+        TimingProfile::from_npz_bytes(&bytes, "p.npz").unwrap()
+    }
+
+    #[test]
+    fn prefill_interpolates_linearly_and_extends_both_end_segments() {
+        let p = sloped(0.0);
+        assert_eq!(p.prefill_ms(500.0), 20.0);
+        assert_eq!(p.prefill_ms(1000.0), 30.0);
+        assert_eq!(p.prefill_ms(4000.0), 90.0, "beyond the last point");
+        let narrow = TimingProfile::from_npz_bytes(
+            &profile(
+                (&[100.0, 200.0], &[5.0, 6.0]),
+                &[0.0, 1.0],
+                &[0.0, 1.0],
+                &[1.0; 4],
+            ),
+            "n.npz",
+        )
+        .unwrap();
+        assert!(
+            (narrow.prefill_ms(10.0) - 4.1).abs() < 1e-12,
+            "below the first point"
+        );
+    }
+
+    #[test]
+    fn decode_rows_are_kv_tokens_and_columns_the_context_length() {
+        let p = sloped(0.0);
+        assert!((p.decode_ms(4002.0, 2001.0) - 7.0025).abs() < 1e-12);
+        // Swapped axes would give 2 + 2.001 + 2.001.
+        assert!((p.decode_ms(2001.0, 4002.0) - 6.002).abs() < 1e-12);
+    }
+
+    #[test]
+    fn decode_is_bilinear_and_extends_beyond_every_edge() {
+        let p = sloped(1e-7);
+        // Corners: (0,0) 2 + 2.5, (0,10k) 7 - 2.5, (10k,0) 12 - 2.5, (10k,10k) 17 + 2.5.
+        let bilinear = |kv: f64, ctx: f64| {
+            let (u, v) = (kv / 10000.0, ctx / 10000.0);
+            4.5 * (1.0 - u) * (1.0 - v) + 4.5 * (1.0 - u) * v + 9.5 * u * (1.0 - v) + 19.5 * u * v
+        };
+        for (kv, ctx) in [
+            (2500.0, 7500.0),
+            (-3000.0, 5000.0),
+            (15000.0, 20000.0),
+            (5000.0, -1000.0),
+        ] {
+            let got = p.decode_ms(kv, ctx);
+            assert!(
+                (got - bilinear(kv, ctx)).abs() < 1e-9,
+                "({kv}, {ctx}): {got}"
+            );
+        }
+    }
+
+    /// The error message for an NPZ built from `entries`.
+    fn refused(entries: &[Entry]) -> String {
+        TimingProfile::from_npz_bytes(&npz(entries), "bad.npz")
+            .unwrap_err()
+            .to_string()
+    }
+
+    fn good_entries() -> Vec<Entry<'static>> {
+        vec![
+            f64s(PREFILL_ISL, &[2], &[0.0, 100.0]),
+            f64s(PREFILL_TTFT_MS, &[2], &[1.0, 2.0]),
+            f64s(DECODE_ACTIVE_KV_TOKENS, &[2], &[0.0, 100.0]),
+            f64s(DECODE_CONTEXT_LENGTH, &[3], &[1.0, 10.0, 100.0]),
+            f64s(DECODE_ITL, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        ]
+    }
+
+    fn with(key: &str, entry: Entry<'static>) -> Vec<Entry<'static>> {
+        let mut entries = good_entries();
+        let i = entries.iter().position(|e| e.key == key).unwrap();
+        entries[i] = entry;
+        entries
+    }
+
+    #[test]
+    fn a_good_file_loads() {
+        assert!(TimingProfile::from_npz_bytes(&npz(&good_entries()), "ok.npz").is_ok());
+    }
+
+    #[test]
+    fn a_missing_key_is_named_with_the_keys_present() {
+        let mut entries = good_entries();
+        entries.retain(|e| e.key != DECODE_ITL);
+        let message = refused(&entries);
+        assert!(
+            message.starts_with("bad.npz: key `decode_itl`: missing"),
+            "{message}"
+        );
+        assert!(message.contains("decode_context_length"), "{message}");
+    }
+
+    #[test]
+    fn wrong_dimensions_are_named() {
+        let message = refused(&with(
+            PREFILL_ISL,
+            f64s(PREFILL_ISL, &[1, 2], &[0.0, 100.0]),
+        ));
+        assert_eq!(
+            message,
+            "bad.npz: key `prefill_isl`: must be 1-D, has shape [1, 2]"
+        );
+        let message = refused(&with(DECODE_ITL, f64s(DECODE_ITL, &[6], &[1.0; 6])));
+        assert!(
+            message.starts_with("bad.npz: key `decode_itl`: must be 2-D"),
+            "{message}"
+        );
+        let message = refused(&with(DECODE_ITL, f64s(DECODE_ITL, &[3, 2], &[1.0; 6])));
+        assert!(
+            message.starts_with("bad.npz: key `decode_itl`: has shape [3, 2] but the axes have 2"),
+            "{message}"
+        );
+        let message = refused(&with(
+            PREFILL_TTFT_MS,
+            f64s(PREFILL_TTFT_MS, &[3], &[1.0, 2.0, 3.0]),
+        ));
+        assert!(message.contains("key `prefill_ttft_ms`: has 3 values but prefill_isl has 2"));
+    }
+
+    #[test]
+    fn axes_must_rise_strictly_and_have_two_points() {
+        let message = refused(&with(
+            DECODE_CONTEXT_LENGTH,
+            f64s(DECODE_CONTEXT_LENGTH, &[3], &[1.0, 10.0, 10.0]),
+        ));
+        assert_eq!(
+            message,
+            "bad.npz: key `decode_context_length`: must be strictly increasing, but value 2 (10) is not above value 1 (10)"
+        );
+        let message = refused(&with(
+            DECODE_ACTIVE_KV_TOKENS,
+            f64s(DECODE_ACTIVE_KV_TOKENS, &[2], &[100.0, 0.0]),
+        ));
+        assert!(message.contains("key `decode_active_kv_tokens`: must be strictly increasing"));
+        let mut entries = with(PREFILL_ISL, f64s(PREFILL_ISL, &[1], &[5.0]));
+        entries[1] = f64s(PREFILL_TTFT_MS, &[1], &[1.0]);
+        assert!(refused(&entries).contains("key `prefill_isl`: has 1 point(s)"));
+    }
+
+    #[test]
+    fn nan_and_infinite_values_are_refused_by_key() {
+        let message = refused(&with(
+            DECODE_ITL,
+            f64s(DECODE_ITL, &[2, 3], &[1.0, 2.0, f64::NAN, 4.0, 5.0, 6.0]),
+        ));
+        assert_eq!(
+            message,
+            "bad.npz: key `decode_itl`: value 2 is NaN; every value must be a finite number"
+        );
+        let message = refused(&with(
+            PREFILL_ISL,
+            f64s(PREFILL_ISL, &[2], &[0.0, f64::INFINITY]),
+        ));
+        assert!(
+            message.contains("key `prefill_isl`: value 1 is inf"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_float64_arrays_are_read_as_1_6_1_reads_them() {
+        let entry = Entry {
+            key: PREFILL_ISL,
+            shape: vec![2],
+            values: vec![0.0, 100.0],
+            int64: true,
+        };
+        let message = refused(&with(PREFILL_ISL, entry));
+        assert!(
+            message.starts_with(
+                "bad.npz: key `prefill_isl`: has dtype <i8; the mocker reads only float64"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_zip_is_refused() {
+        let err = TimingProfile::from_npz_bytes(b"prefill_isl,1,2\n", "text.npz").unwrap_err();
+        assert!(
+            err.to_string().starts_with("text.npz: not an NPZ archive"),
+            "{err}"
+        );
+        assert_eq!(err.key, None);
+    }
+
+    #[test]
+    fn an_unreadable_path_names_the_file() {
+        let err = TimingProfile::load(Path::new("/no/such/profile.npz")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("/no/such/profile.npz: cannot read the profile"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fortran_order_grids_are_read_by_row_and_column() {
+        // numpy writes a Fortran-ordered 2x3 grid column by column.
+        let mut npy = Vec::new();
+        {
+            use npyz::WriterBuilder;
+            let mut w = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(&[2, 3])
+                .order(npyz::Order::Fortran)
+                .writer(&mut npy)
+                .begin_nd()
+                .unwrap();
+            w.extend([1.0, 4.0, 2.0, 5.0, 3.0, 6.0]).unwrap();
+            w.finish().unwrap();
+        }
+        let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        for e in good_entries().iter().filter(|e| e.key != DECODE_ITL) {
+            let bytes = npz(&[f64s(e.key, &e.shape, &e.values)]);
+            let mut one = zip::ZipArchive::new(Cursor::new(bytes)).unwrap();
+            let mut file = one.by_index(0).unwrap();
+            let mut raw = Vec::new();
+            file.read_to_end(&mut raw).unwrap();
+            zip.start_file(
+                format!("{}.npy", e.key),
+                zip::write::SimpleFileOptions::default(),
+            )
+            .unwrap();
+            std::io::Write::write_all(&mut zip, &raw).unwrap();
+        }
+        zip.start_file("decode_itl.npy", zip::write::SimpleFileOptions::default())
+            .unwrap();
+        std::io::Write::write_all(&mut zip, &npy).unwrap();
+        let bytes = zip.finish().unwrap().into_inner();
+        let fortran = TimingProfile::from_npz_bytes(&bytes, "f.npz").unwrap();
+        let c_order = TimingProfile::from_npz_bytes(&npz(&good_entries()), "c.npz").unwrap();
+        assert_eq!(fortran.decode_itl, c_order.decode_itl);
+    }
+}

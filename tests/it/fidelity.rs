@@ -199,3 +199,17 @@ fn fixed_timing_memory_pressure_matches_dynamo() {
 fn fixed_timing_chunked_long_matches_dynamo() {
     assert_matches_dynamo("fixed-chunked-long");
 }
+
+// Issue 12: profile-interpolated timing (1.6.1's `dynamo_profile` timing model, which is what
+// its mocker makes of `--planner-profile-data`), with the profiles tools/make_example_profile.py
+// writes: the example profile, and a narrow one every axis of which is extrapolated.
+
+#[test]
+fn profile_timing_prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("profile-prefix-sharing");
+}
+
+#[test]
+fn profile_timing_memory_pressure_with_extrapolation_matches_dynamo() {
+    assert_matches_dynamo("profile-memory-pressure");
+}
