@@ -748,6 +748,115 @@ mod tests {
         );
     }
 
+    #[test]
+    fn fixed_timing_model_is_read_as_1_6_1_spells_it() {
+        let args = EngineArgs::from_json_str(
+            r#"{"engine": {"timing_model": {"type": "fixed", "prefill_ms": 40, "decode_ms": 9.5}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            args.timing,
+            TimingModel::Fixed {
+                prefill_ms: 40.0,
+                decode_ms: 9.5
+            }
+        );
+        let poly = r#"{"engine": {"timing_model": {"type": "polynomial"}}}"#;
+        assert_eq!(
+            EngineArgs::from_json_str(poly).unwrap(),
+            EngineArgs::default()
+        );
+    }
+
+    #[test]
+    fn bad_fixed_timing_names_the_field() {
+        for (model, field) in [
+            (
+                r#"{"type": "fixed", "decode_ms": 1}"#,
+                "timing_model.prefill_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": 1}"#,
+                "timing_model.decode_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": -1, "decode_ms": 1}"#,
+                "timing_model.prefill_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": 1, "decode_ms": 1e12}"#,
+                "timing_model.decode_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": "ten", "decode_ms": 1}"#,
+                "timing_model.prefill_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": 1, "decode_ms": 1, "prefil_ms": 2}"#,
+                "timing_model",
+            ),
+            (r#""fixed""#, "timing_model"),
+            (
+                r#"{"type": "external", "provider": "dynamo_profile"}"#,
+                "timing_model.config.path",
+            ),
+        ] {
+            let text = format!(r#"{{"engine": {{"timing_model": {model}}}}}"#);
+            match EngineArgs::from_json_str(&text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: expected Invalid({field}), got {other:?}"),
+            }
+        }
+        let both = r#"{"engine": {"planner_profile_data": "p.npz",
+            "timing_model": {"type": "fixed", "prefill_ms": 1, "decode_ms": 1}}}"#;
+        match EngineArgs::from_json_str(both) {
+            Err(ConfigError::Invalid { field, reason }) => {
+                assert_eq!(field, "planner_profile_data");
+                assert!(reason.contains("not both"), "{reason}");
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_profile_path_is_relative_to_the_engine_file_and_errors_name_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = crate::mocker::profile::npz_writer::profile(
+            (&[0.0, 100.0], &[1.0, 2.0]),
+            &[0.0, 10.0],
+            &[1.0, 10.0],
+            &[1.0, 2.0, 3.0, 4.0],
+        );
+        std::fs::write(dir.path().join("p.npz"), bytes).unwrap();
+        for text in [
+            r#"{"engine": {"planner_profile_data": "p.npz"}}"#,
+            r#"{"engine": {"timing_model": {"type": "external", "provider": "dynamo_profile",
+                "config": {"path": "p.npz"}}}}"#,
+        ] {
+            let args = EngineArgs::from_json_str_in(text, dir.path()).unwrap();
+            let source = dir.path().join("p.npz").display().to_string();
+            assert_eq!(args.timing.profile_source(), Some(source.as_str()));
+            // Cloning shares the profile.
+            let (TimingModel::Profile(a), TimingModel::Profile(b)) =
+                (&args.timing, &args.clone().timing)
+            else {
+                panic!("not a profile: {:?}", args.timing)
+            };
+            assert!(Arc::ptr_eq(a, b));
+        }
+        let err = EngineArgs::from_json_str_in(
+            r#"{"engine": {"planner_profile_data": "missing.npz"}}"#,
+            dir.path(),
+        )
+        .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("engine config: field `planner_profile_data`: ")
+                && message.contains("missing.npz: cannot read the profile"),
+            "{message}"
+        );
+    }
+
     /// The message of a parse error, which must name the field path.
     fn parse_error(text: &str) -> String {
         match EngineArgs::from_json_str(text) {

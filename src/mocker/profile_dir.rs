@@ -351,6 +351,111 @@ mod tests {
         assert!(fit.intercept.abs() < 1e-12);
     }
 
+    /// A profiler results directory in the NPZ layout: prefill 2 + 0.1 ms per token, decode
+    /// 3 ms + 1 µs per KV token whatever the batch size.
+    fn npz_results_dir(dir: &Path) {
+        use crate::mocker::profile::npz_writer::{Entry, f64s, npz};
+        let prefill = dir.join("selected_prefill_interpolation");
+        let decode = dir.join("selected_decode_interpolation");
+        std::fs::create_dir_all(&prefill).unwrap();
+        std::fs::create_dir_all(&decode).unwrap();
+        let isl = Entry {
+            key: "prefill_isl",
+            shape: vec![3],
+            values: vec![100.0, 200.0, 300.0],
+            int64: true,
+        };
+        let bytes = npz(&[isl, f64s("prefill_ttft", &[3], &[12.0, 22.0, 32.0])]);
+        std::fs::write(prefill.join("raw_data.npz"), bytes).unwrap();
+        let bytes = npz(&[
+            f64s("x_kv_usage", &[4], &[0.1, 0.2, 0.4, 0.8]),
+            f64s("y_context_length", &[4], &[100.0, 400.0, 200.0, 800.0]),
+            f64s("z_itl", &[4], &[4.0, 5.0, 7.0, 11.0]),
+            Entry {
+                key: "max_kv_tokens",
+                shape: vec![1],
+                values: vec![10000.0],
+                int64: true,
+            },
+        ]);
+        std::fs::write(decode.join("raw_data.npz"), bytes).unwrap();
+    }
+
+    #[test]
+    fn a_results_directory_becomes_the_fitted_grid() {
+        let dir = tempfile::tempdir().unwrap();
+        npz_results_dir(dir.path());
+        let p = TimingProfile::load(dir.path()).unwrap();
+        // Prefill grid 100..300 tokens; the fitted line, extended beyond it.
+        assert!((p.prefill_ms(250.0) - 27.0).abs() < 1e-9);
+        assert!((p.prefill_ms(1000.0) - 102.0).abs() < 1e-9);
+        // Decode grid: KV 0..8000 rows, context 1..800 columns; 3 ms + 1 µs per KV token.
+        assert!((p.decode_ms(3000.0, 300.0) - 6.0).abs() < 1e-9);
+        assert!((p.decode_ms(3000.0, 700.0) - 6.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_json_layout_is_read_when_there_is_no_npz() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("prefill_raw_data.json"),
+            r#"{"prefill_isl": [100, 200, 300], "prefill_ttft": [12, 22, 32],
+                "prefill_thpt_per_gpu": [1, 1, 1]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("decode_raw_data.json"),
+            r#"{"x_kv_usage": [0.1, 0.2, 0.4, 0.8], "y_context_length": [100, 400, 200, 800],
+                "z_itl": [4, 5, 7, 11], "max_kv_tokens": 10000}"#,
+        )
+        .unwrap();
+        let from_json = TimingProfile::load(dir.path()).unwrap();
+        let npz_dir = tempfile::tempdir().unwrap();
+        npz_results_dir(npz_dir.path());
+        let from_npz = TimingProfile::load(npz_dir.path()).unwrap();
+        assert_eq!(from_json.prefill_ms(250.0), from_npz.prefill_ms(250.0));
+        assert_eq!(
+            from_json.decode_ms(3000.0, 300.0),
+            from_npz.decode_ms(3000.0, 300.0)
+        );
+    }
+
+    #[test]
+    fn a_directory_without_either_layout_or_with_a_bad_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = TimingProfile::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("neither a profiler results directory")
+                && err.contains("selected_prefill_interpolation/raw_data.npz"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("prefill_raw_data.json"),
+            r#"{"prefill_isl": [100, 200]}"#,
+        )
+        .unwrap();
+        let err = TimingProfile::load(dir.path()).unwrap_err();
+        assert_eq!(err.key.as_deref(), Some("prefill_ttft"));
+        assert!(err.file.ends_with("prefill_raw_data.json"), "{}", err.file);
+        // A falling prefill line is rejected, as the planner rejects it.
+        std::fs::write(
+            dir.path().join("prefill_raw_data.json"),
+            r#"{"prefill_isl": [100, 200], "prefill_ttft": [30, 10]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("decode_raw_data.json"),
+            r#"{"x_kv_usage": [0.1, 0.2], "y_context_length": [100, 400], "z_itl": [4, 5],
+                "max_kv_tokens": 10000}"#,
+        )
+        .unwrap();
+        let err = TimingProfile::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("key `prefill_ttft`: the fitted prefill time falls"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn linspace_matches_numpy() {
         assert_eq!(linspace(0.0, 1.0, 5), vec![0.0, 0.25, 0.5, 0.75, 1.0]);

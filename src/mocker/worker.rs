@@ -1285,6 +1285,74 @@ mod tests {
         assert_eq!((seen[&0].tokens, seen[&0].done_ns), (0, Some(25_763_044)));
     }
 
+    #[test]
+    fn issue_12_a_request_with_nothing_to_generate_reuses_its_whole_cached_prompt() {
+        // 1.6.1: a 192-token (3-block) prompt already cached, with output 0, reuses all 192
+        // tokens and completes at its admission, with no prefill; one token to generate keeps
+        // the last block for recompute (128 reused, a 64-token prefill).
+        let arrivals = vec![
+            (0, row(0, 654, 1, &[1, 2], 64)),
+            (ms(100.0), row(1, 192, 0, &[1], 64)),
+            (ms(200.0), row(2, 192, 1, &[1], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        assert_eq!((seen[&1].reused, seen[&1].tokens), (192, 0));
+        assert_eq!(times(&seen[&1]), (Some(ms(100.0)), None, Some(ms(100.0))));
+        assert_eq!(seen[&2].reused, 128);
+        assert_eq!(seen[&2].done_ns, Some(ms(200.0) + 17_474_885));
+    }
+
+    fn fixed(prefill_ms: f64, decode_ms: f64) -> EngineArgs {
+        args_with(|a| {
+            a.timing = timing::TimingModel::Fixed {
+                prefill_ms,
+                decode_ms,
+            }
+        })
+    }
+
+    #[test]
+    fn fixed_timing_charges_one_prefill_per_pass_and_one_decode_per_step() {
+        // 1.6.1: a lone 1024-token prompt with 5 tokens under fixed 10/3 ms: first token at
+        // 10 ms (no decode in the first token's pass), then four 3 ms steps.
+        let seen = drive(fixed(10.0, 3.0), vec![(0, row(0, 1024, 5, &[1, 2], 64))]);
+        assert_eq!(times(&seen[&0]), (Some(0), Some(ms(10.0)), Some(ms(22.0))));
+        // Two prompts in one pass cost one prefill; their decode steps one decode each, and a
+        // pass mixing a prefill with decodes costs both.
+        let seen = drive(
+            fixed(10.0, 3.0),
+            vec![
+                (0, row(0, 512, 3, &[1], 64)),
+                (0, row(1, 700, 3, &[2, 3], 64)),
+                (ms(11.0), row(2, 100, 1, &[4], 64)),
+            ],
+        );
+        // Rows 0 and 1 arrive in the same instant and share the first pass; row 2 arrives
+        // during the decode pass (10..13 ms) and joins the next one (13..26 ms).
+        assert_eq!(seen[&0].first_ns, seen[&1].first_ns);
+        assert_eq!(seen[&0].first_ns, Some(ms(10.0)));
+        assert_eq!(seen[&2].first_ns, Some(ms(10.0 + 3.0 + 10.0 + 3.0)));
+        assert_eq!(seen[&0].done_ns, Some(ms(10.0 + 3.0 + 13.0)));
+    }
+
+    #[test]
+    fn fixed_timing_scales_like_the_polynomial_and_has_no_decode_floor() {
+        // 1.6.1 (speedup 3, decode ratio 0.7, 10.123456789 / 3.3333333 ms): prefill
+        // 3.374486 ms, decode 1.587301 ms (each rounded to the ns, then divided, rounded).
+        let mut args = fixed(10.123456789, 3.3333333);
+        args.speedup_ratio = 3.0;
+        args.decode_speedup_ratio = 0.7;
+        let seen = drive(args, vec![(0, row(0, 64, 3, &[1], 64))]);
+        assert_eq!(seen[&0].first_ns, Some(3_374_486));
+        assert_eq!(seen[&0].done_ns, Some(3_374_486 + 2 * 1_587_301));
+        // Zero times are allowed (1.6.1 runs the steps at the same instant).
+        let seen = drive(fixed(0.0, 0.0), vec![(ms(5.0), row(0, 64, 4, &[1], 64))]);
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(ms(5.0)), Some(ms(5.0)), Some(ms(5.0)))
+        );
+    }
+
     /// Runs passes back to back from `now` until the rank is idle, returning each pass's
     /// end (ns) and output.
     fn run_all(w: &mut MockWorker, mut now: u64) -> Vec<(u64, PassOutput)> {
