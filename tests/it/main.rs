@@ -12,3 +12,4 @@ mod scenarios;
 mod stability;
 mod sweep;
 mod tidy;
+mod timing;
