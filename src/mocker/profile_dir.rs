@@ -164,15 +164,18 @@ fn prefill_grid(
     Ok((grid, ms))
 }
 
+/// A decode grid: rows (KV tokens), columns (context length), row-major step times in ms.
+type DecodeGrid = (Vec<f64>, Vec<f64>, Vec<f64>);
+
 /// The decode plane (step time over batch size and KV tokens) evaluated on the converter's
-/// (KV tokens, context length) grid: `(rows, columns, row-major values)`.
+/// (KV tokens, context length) grid.
 fn decode_grid(
     name: &str,
     usage: &[f64],
     context: &[f64],
     itl_ms: &[f64],
     max_kv_tokens: f64,
-) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), ProfileError> {
+) -> Result<DecodeGrid, ProfileError> {
     if usage.len() != context.len() || usage.len() != itl_ms.len() {
         return Err(error(
             name,

@@ -27,9 +27,9 @@
 //!   `A` = the sum of their current sequence lengths (prompt + generated so far).
 //! - Prefill batch statistics count prompt positions only: recomputing a preempted request's
 //!   generated tokens costs no prefill time.
-//! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks (all matched full
-//!   blocks for a request with nothing to generate): at least
-//!   one token is recomputed (1024 cached tokens reuse 960). A readmitted request also matches
+//! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks: at least
+//!   one token is recomputed (1024 cached tokens reuse 960), except for a request with nothing
+//!   to generate, which reuses every matched full block. A readmitted request also matches
 //!   the blocks of its own generated tokens.
 //! - A block becomes reusable as soon as the scheduling step that computes it runs, so later
 //!   requests of the same pass already hit it.
@@ -37,9 +37,9 @@
 //!   nothing; pool exhaustion therefore preempts during scheduling, never during emission.
 //! - Two requests that compute the same block each keep their own copy (a duplicate holds
 //!   capacity; the hash is Removed only with its last copy), instead of merging.
-//! - Durations: raw ms rounded to a whole-ns `Duration`, divided by the speedup ratio and
-//!   rounded again (ratio 0 = unscaled; decode uses the product of both ratios), prefill and
-//!   decode rounded separately.
+//! - Durations (under every timing model): raw ms rounded to a whole-ns `Duration`, divided
+//!   by the speedup ratio and rounded again (ratio 0 = unscaled; decode uses the product of
+//!   both ratios), prefill and decode rounded separately.
 //! - FIFO preemption of a request ahead of the running-loop cursor skips the request after the
 //!   current one for that pass (1.6.1 does not adjust its index).
 //! - A request's reported `reused_input_tokens` is the maximum over its admissions
