@@ -11,6 +11,15 @@ use std::path::Path;
 
 /// Largest scenario, policy or engine file, in bytes (4 MiB; real ones are a few KiB).
 pub const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
+/// Largest timing-profile file (`planner_profile_data`: an NPZ, or one file of a profiler
+/// results directory), in bytes (64 MiB; Dynamo's are a few hundred KiB).
+pub const MAX_PROFILE_FILE_BYTES: u64 = 64 << 20;
+/// Most points on one axis of a timing profile (and most cells of its decode grid).
+pub const MAX_PROFILE_POINTS: u64 = 1 << 20;
+/// Longest modelled prefill or decode step, in ms (one day): a fixed `prefill_ms` /
+/// `decode_ms` may not exceed it, and an interpolated value is clamped to it, so every pass
+/// divided by the smallest speedup ratio stays far inside the time bound.
+pub const MAX_STEP_MS: f64 = 86_400_000.0;
 /// Longest line of a trace, in bytes (1 MiB: about 100,000 hash ids).
 pub const MAX_TRACE_LINE_BYTES: u64 = 1 << 20;
 /// Most worker ranks of a run (`workers.count × dp_size`, or summed over `workers.pools`; and
@@ -48,6 +57,22 @@ pub fn read_to_string_capped(path: &Path, cap_bytes: u64) -> io::Result<String> 
         )));
     }
     Ok(text)
+}
+
+/// Reads the whole file at `path` as bytes, refusing one larger than `cap_bytes` after
+/// reading at most `cap_bytes + 1` bytes.
+pub fn read_bytes_capped(path: &Path, cap_bytes: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    File::open(path)?
+        .take(cap_bytes + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap_bytes {
+        return Err(too_large(format!(
+            "the file is larger than {}, the most routersim reads",
+            format_bytes(cap_bytes)
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Reads one line (through `\n`, or to end of input) into `buf`, which is cleared first.

@@ -536,9 +536,11 @@ fn replay_concurrency(args: &ReplayArgs) -> Result<Option<u32>, CliError> {
     }
 }
 
-/// The files a replay reads (`--engine` and `--router` may be inline JSON instead).
-fn replay_inputs(args: &ReplayArgs) -> Vec<PathBuf> {
+/// The files a replay reads (`--engine` and `--router` may be inline JSON instead), with the
+/// engine's timing profile.
+fn replay_inputs(args: &ReplayArgs, engine: &EngineArgs) -> Vec<PathBuf> {
     let mut inputs = vec![args.trace.clone()];
+    inputs.extend(engine.timing.profile_source().map(PathBuf::from));
     inputs.extend(args.policy.clone());
     for value in [&args.engine, &args.router].into_iter().flatten() {
         if !value.trim_start().starts_with('{') {
@@ -571,7 +573,14 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         None => EngineArgs::default(),
         Some(v) => {
             let (name, text) = json_arg("--engine", v)?;
-            EngineArgs::from_json_str(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?
+            // A profile path in an engine file is relative to that file (inline JSON: to the
+            // current directory).
+            let base = match v.trim_start().starts_with('{') {
+                true => Path::new(""),
+                false => Path::new(v).parent().unwrap_or(Path::new("")),
+            };
+            EngineArgs::from_json_str_in(&text, base)
+                .map_err(|e| CliError::Input(format!("{name}: {e}")))?
         }
     };
     if u64::from(args.workers) * u64::from(engine.dp_size) > MAX_RANKS {
@@ -601,7 +610,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let target = output::claim(
         &args.out,
         OutputKind::Replay,
-        &replay_inputs(args),
+        &replay_inputs(args, &engine),
         args.force,
     )
     .map_err(input)?;

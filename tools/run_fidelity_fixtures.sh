@@ -13,16 +13,19 @@ if [[ ${#names[@]} -eq 0 ]]; then
   names=()
   for d in "$root"/*/; do names+=("$(basename "$d")"); done
 fi
+dynosim=$(cd "$(dirname "$dynosim")" && pwd)/$(basename "$dynosim")
 for name in "${names[@]}"; do
   d=$root/$name
-  args=(--trace "$d/trace.jsonl" --workers 1 --engine "$d/engine.json")
-  [[ -f $d/policy.yaml ]] && args+=(--policy "$d/policy.yaml")
-  [[ -f $d/router.json ]] && args+=(--router "$d/router.json")
+  # Run inside the fixture, so that a relative profile path in engine.json (a
+  # `dynamo_profile` timing model) means the file beside it, as routersim reads it.
+  args=(--trace trace.jsonl --workers 1 --engine engine.json)
+  [[ -f $d/policy.yaml ]] && args+=(--policy policy.yaml)
+  [[ -f $d/router.json ]] && args+=(--router router.json)
   # Dynamo's other replay modes (closed loop, arrival speed-up): flags on one line.
   if [[ -f $d/replay_args.txt ]]; then read -r -a extra <"$d/replay_args.txt"; args+=("${extra[@]}"); fi
   tmp=$(mktemp -d)
-  "$dynosim" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out"
-  "$dynosim" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out"
+  (cd "$d" && "$dynosim" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out")
+  (cd "$d" && "$dynosim" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out")
   cmp -s "$tmp/a.csv" "$tmp/b.csv" || { echo "$name: two runs differ" >&2; exit 1; }
   cp "$tmp/a.csv" "$d/dynamo.csv"
   cp "$tmp/a.trace.jsonl" "$d/dynamo.trace.jsonl"

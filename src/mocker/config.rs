@@ -8,10 +8,14 @@
 //! derived pool sizes) are rejected with [`ConfigError::Unsupported`] rather than silently
 //! ignored. The result is a validated [`EngineArgs`].
 
-use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
+use super::profile::{ProfileError, TimingProfile};
+use super::timing::TimingModel;
+use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_STEP_MS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
 
 /// Which running request is evicted when KV blocks run out.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +58,9 @@ pub struct EngineArgs {
     /// Longest sequence (prompt + output); a prompt this long or longer is rejected, and
     /// generation stops when the sequence reaches it (default none).
     pub max_model_len: Option<u64>,
+    /// How passes are timed (default: Dynamo's polynomial). A profile is shared, not copied,
+    /// when the arguments are cloned.
+    pub timing: TimingModel,
 }
 
 impl Default for EngineArgs {
@@ -70,6 +77,7 @@ impl Default for EngineArgs {
             dp_size: 1,
             preemption_mode: PreemptionMode::Lifo,
             max_model_len: None,
+            timing: TimingModel::Polynomial,
         }
     }
 }
@@ -96,6 +104,13 @@ pub enum ConfigError {
         /// The value given, as JSON.
         value: String,
     },
+    /// The timing profile a field names cannot be used; the error names the file and key.
+    Profile {
+        /// The field naming the profile (`planner_profile_data` or `timing_model.config.path`).
+        field: &'static str,
+        /// What is wrong with the file.
+        error: ProfileError,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -109,6 +124,9 @@ impl fmt::Display for ConfigError {
                 f,
                 "engine config: field `{field}` = {value} is not supported by routersim's mocker"
             ),
+            ConfigError::Profile { field, error } => {
+                write!(f, "engine config: field `{field}`: {error}")
+            }
         }
     }
 }
@@ -119,11 +137,18 @@ impl EngineArgs {
     /// Parses Dynamo's canonical engine launch JSON, e.g.
     /// `{"engine": {"backend": "vllm", "worker_type": "aggregated", "max_num_seqs": 4}}`,
     /// applies defaults and validates.
+    /// A profile path in it is taken relative to the current directory.
     pub fn from_json_str(text: &str) -> Result<EngineArgs, ConfigError> {
+        EngineArgs::from_json_str_in(text, Path::new(""))
+    }
+
+    /// As [`EngineArgs::from_json_str`], with a relative profile path taken relative to
+    /// `base_dir` (the directory of the file holding the JSON).
+    pub fn from_json_str_in(text: &str, base_dir: &Path) -> Result<EngineArgs, ConfigError> {
         // The error names the field path (`engine.max_num_seqs`), line and column.
         let launch: EngineLaunchConfig =
             crate::yaml::from_json_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        launch.into_args()
+        launch.into_args_in(base_dir)
     }
 
     /// Total KV capacity of one rank in tokens (the decode model's denominator).
@@ -166,8 +191,27 @@ impl EngineArgs {
         if self.max_model_len == Some(0) {
             return invalid("max_model_len", "must be positive");
         }
+        if let TimingModel::Fixed {
+            prefill_ms,
+            decode_ms,
+        } = self.timing
+        {
+            check_fixed_ms("timing_model.prefill_ms", prefill_ms)?;
+            check_fixed_ms("timing_model.decode_ms", decode_ms)?;
+        }
         Ok(())
     }
+}
+
+/// A fixed step time: finite, non-negative (as 1.6.1 requires) and at most one day.
+fn check_fixed_ms(field: &'static str, ms: f64) -> Result<(), ConfigError> {
+    if ms.is_finite() && (0.0..=MAX_STEP_MS).contains(&ms) {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        field,
+        reason: format!("{ms:?}: must be a finite number of ms from 0 to {MAX_STEP_MS} (one day)"),
+    })
 }
 
 impl EngineArgs {
@@ -310,8 +354,14 @@ pub struct EngineSection {
     pub kv_transfer_bandwidth: Option<Value>,
     /// Disaggregated transfer timing; accepted and ignored.
     pub kv_transfer_timing_mode: Option<Value>,
-    /// Only `{"type": "polynomial"}` is supported.
+    /// `{"type": "polynomial"}` (the default), `{"type": "fixed", "prefill_ms": ..,
+    /// "decode_ms": ..}`, or 1.6.1's profile form `{"type": "external", "provider":
+    /// "dynamo_profile", "config": {"path": ..}}`.
     pub timing_model: Option<Value>,
+    /// A planner profile to time passes by (Dynamo's mocker argument
+    /// `--planner-profile-data`): a mocker-format NPZ or a profiler results directory, relative
+    /// to the file that names it. The same as the `dynamo_profile` timing model.
+    pub planner_profile_data: Option<String>,
     /// SGLang settings: accepted and ignored by the vLLM core.
     pub sglang: Option<Value>,
     /// TRT-LLM settings: accepted and ignored by the vLLM core.
@@ -334,8 +384,15 @@ fn require_null(field: &'static str, value: &Option<Value>) -> Result<(), Config
 }
 
 impl EngineLaunchConfig {
-    /// Applies defaults, refuses unsupported options and validates.
+    /// Applies defaults, refuses unsupported options and validates; a relative profile path is
+    /// taken relative to the current directory.
     pub fn into_args(self) -> Result<EngineArgs, ConfigError> {
+        self.into_args_in(Path::new(""))
+    }
+
+    /// As [`EngineLaunchConfig::into_args`], with a relative profile path taken relative to
+    /// `base_dir`.
+    pub fn into_args_in(self, base_dir: &Path) -> Result<EngineArgs, ConfigError> {
         if let Some(t) = self.startup_time.filter(|t| !(t.is_finite() && *t >= 0.0)) {
             return Err(ConfigError::Invalid {
                 field: "startup_time",
@@ -352,7 +409,7 @@ impl EngineLaunchConfig {
                 reason: "must be positive".to_string(),
             });
         }
-        let mut args = self.engine.into_unvalidated_args()?;
+        let mut args = self.engine.into_unvalidated_args(base_dir)?;
         if let Some(dp) = self.dp_size {
             args.dp_size = dp;
         }
@@ -362,11 +419,45 @@ impl EngineLaunchConfig {
 }
 
 impl EngineSection {
-    /// Applies defaults, refuses unsupported options and validates (dp_size stays 1).
+    /// Applies defaults, refuses unsupported options and validates (dp_size stays 1); a
+    /// relative profile path is taken relative to the current directory.
     pub fn into_args(self) -> Result<EngineArgs, ConfigError> {
-        let args = self.into_unvalidated_args()?;
+        self.into_args_in(Path::new(""))
+    }
+
+    /// As [`EngineSection::into_args`], with a relative profile path taken relative to
+    /// `base_dir` (the directory of the file holding the section).
+    pub fn into_args_in(self, base_dir: &Path) -> Result<EngineArgs, ConfigError> {
+        let args = self.into_unvalidated_args(base_dir)?;
         args.validate()?;
         Ok(args)
+    }
+
+    /// The profile file this section names (by `planner_profile_data` or the
+    /// `dynamo_profile` timing model), resolved against `base_dir`, without reading it.
+    pub fn profile_path(&self, base_dir: &Path) -> Option<std::path::PathBuf> {
+        match self.timing_choice() {
+            Ok(TimingChoice::Profile { path, .. }) => Some(base_dir.join(path)),
+            _ => None,
+        }
+    }
+
+    /// What `timing_model` and `planner_profile_data` select, before any file is read.
+    fn timing_choice(&self) -> Result<TimingChoice, ConfigError> {
+        let model = parse_timing_model(self.timing_model.as_ref())?;
+        match (&self.planner_profile_data, model) {
+            (None, model) => Ok(model),
+            (Some(path), TimingChoice::Polynomial) => Ok(TimingChoice::Profile {
+                field: "planner_profile_data",
+                path: path.clone(),
+            }),
+            (Some(_), _) => Err(ConfigError::Invalid {
+                field: "planner_profile_data",
+                reason:
+                    "give either planner_profile_data or a fixed or external timing_model, not both"
+                        .to_string(),
+            }),
+        }
     }
 
     fn check_supported(&self) -> Result<(), ConfigError> {
@@ -388,15 +479,26 @@ impl EngineSection {
         require_null("state_cache", &self.state_cache)?;
         require_null("prefix_match_unit", &self.prefix_match_unit)?;
         require_null("g3_offload", &self.g3_offload)?;
-        match &self.timing_model {
-            None | Some(Value::Null) => Ok(()),
-            Some(v) if v.get("type").and_then(Value::as_str) == Some("polynomial") => Ok(()),
-            Some(v) => Err(unsupported("timing_model", v)),
-        }
+        Ok(())
     }
 
-    fn into_unvalidated_args(self) -> Result<EngineArgs, ConfigError> {
+    fn into_unvalidated_args(self, base_dir: &Path) -> Result<EngineArgs, ConfigError> {
         self.check_supported()?;
+        let timing = match self.timing_choice()? {
+            TimingChoice::Polynomial => TimingModel::Polynomial,
+            TimingChoice::Fixed {
+                prefill_ms,
+                decode_ms,
+            } => TimingModel::Fixed {
+                prefill_ms,
+                decode_ms,
+            },
+            TimingChoice::Profile { field, path } => {
+                let profile = TimingProfile::load(&base_dir.join(path))
+                    .map_err(|error| ConfigError::Profile { field, error })?;
+                TimingModel::Profile(Arc::new(profile))
+            }
+        };
         let d = EngineArgs::default();
         Ok(EngineArgs {
             block_size: self.block_size.unwrap_or(d.block_size),
@@ -416,7 +518,87 @@ impl EngineSection {
             dp_size: d.dp_size,
             preemption_mode: self.preemption_mode.unwrap_or(d.preemption_mode),
             max_model_len: self.max_model_len,
+            timing,
         })
+    }
+}
+
+/// A timing model as configured, before a profile is read.
+enum TimingChoice {
+    Polynomial,
+    Fixed { prefill_ms: f64, decode_ms: f64 },
+    Profile { field: &'static str, path: String },
+}
+
+/// Reads `timing_model` as 1.6.1's engine config spells it (a `type` tag and its fields).
+fn parse_timing_model(value: Option<&Value>) -> Result<TimingChoice, ConfigError> {
+    let invalid = |field: &'static str, reason: String| ConfigError::Invalid { field, reason };
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(TimingChoice::Polynomial);
+    };
+    let Some(map) = value.as_object() else {
+        return Err(invalid(
+            "timing_model",
+            format!("expected a map with a `type`, got {value}"),
+        ));
+    };
+    let kind = map.get("type").and_then(Value::as_str).unwrap_or_default();
+    let allowed: &[&str] = match kind {
+        "polynomial" => &["type"],
+        "fixed" => &["type", "prefill_ms", "decode_ms"],
+        "external" => &["type", "provider", "config"],
+        _ => return Err(unsupported("timing_model", value)),
+    };
+    if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(invalid(
+            "timing_model",
+            format!(
+                "unknown key `{key}` for type {kind} (expected {})",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    match kind {
+        "polynomial" => Ok(TimingChoice::Polynomial),
+        "fixed" => {
+            let ms = |field: &'static str, key: &str| match map.get(key) {
+                Some(v) => v
+                    .as_f64()
+                    .ok_or_else(|| invalid(field, format!("expected a number of ms, got {v}"))),
+                None => Err(invalid(field, "a fixed timing model needs it".to_string())),
+            };
+            let prefill_ms = ms("timing_model.prefill_ms", "prefill_ms")?;
+            let decode_ms = ms("timing_model.decode_ms", "decode_ms")?;
+            check_fixed_ms("timing_model.prefill_ms", prefill_ms)?;
+            check_fixed_ms("timing_model.decode_ms", decode_ms)?;
+            Ok(TimingChoice::Fixed {
+                prefill_ms,
+                decode_ms,
+            })
+        }
+        _ => external_profile(value),
+    }
+}
+
+/// 1.6.1's `{"type": "external", "provider": "dynamo_profile", "config": {"path": ..}}`, the
+/// form its mocker gives `--planner-profile-data`; other providers are not modelled.
+fn external_profile(value: &Value) -> Result<TimingChoice, ConfigError> {
+    if value.get("provider").and_then(Value::as_str) != Some("dynamo_profile") {
+        return Err(unsupported("timing_model", value));
+    }
+    match value
+        .get("config")
+        .and_then(|c| c.get("path"))
+        .and_then(Value::as_str)
+    {
+        Some(path) => Ok(TimingChoice::Profile {
+            field: "timing_model.config.path",
+            path: path.to_string(),
+        }),
+        None => Err(ConfigError::Invalid {
+            field: "timing_model.config.path",
+            reason: "the dynamo_profile timing model needs `config: {path: FILE}`".to_string(),
+        }),
     }
 }
 
@@ -503,7 +685,11 @@ mod tests {
             (r#"{"engine": {"worker_type": "prefill"}}"#, "worker_type"),
             (r#"{"engine": {"aic_nextn": 2}}"#, "aic_nextn"),
             (
-                r#"{"engine": {"timing_model": {"type": "fixed"}}}"#,
+                r#"{"engine": {"timing_model": {"type": "external", "provider": "ais"}}}"#,
+                "timing_model",
+            ),
+            (
+                r#"{"engine": {"timing_model": {"type": "roofline"}}}"#,
                 "timing_model",
             ),
             (
@@ -559,6 +745,115 @@ mod tests {
         assert!(
             zero_ratio.validate().is_ok(),
             "0 means unscaled in Dynamo, not an error"
+        );
+    }
+
+    #[test]
+    fn fixed_timing_model_is_read_as_1_6_1_spells_it() {
+        let args = EngineArgs::from_json_str(
+            r#"{"engine": {"timing_model": {"type": "fixed", "prefill_ms": 40, "decode_ms": 9.5}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            args.timing,
+            TimingModel::Fixed {
+                prefill_ms: 40.0,
+                decode_ms: 9.5
+            }
+        );
+        let poly = r#"{"engine": {"timing_model": {"type": "polynomial"}}}"#;
+        assert_eq!(
+            EngineArgs::from_json_str(poly).unwrap(),
+            EngineArgs::default()
+        );
+    }
+
+    #[test]
+    fn bad_fixed_timing_names_the_field() {
+        for (model, field) in [
+            (
+                r#"{"type": "fixed", "decode_ms": 1}"#,
+                "timing_model.prefill_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": 1}"#,
+                "timing_model.decode_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": -1, "decode_ms": 1}"#,
+                "timing_model.prefill_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": 1, "decode_ms": 1e12}"#,
+                "timing_model.decode_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": "ten", "decode_ms": 1}"#,
+                "timing_model.prefill_ms",
+            ),
+            (
+                r#"{"type": "fixed", "prefill_ms": 1, "decode_ms": 1, "prefil_ms": 2}"#,
+                "timing_model",
+            ),
+            (r#""fixed""#, "timing_model"),
+            (
+                r#"{"type": "external", "provider": "dynamo_profile"}"#,
+                "timing_model.config.path",
+            ),
+        ] {
+            let text = format!(r#"{{"engine": {{"timing_model": {model}}}}}"#);
+            match EngineArgs::from_json_str(&text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: expected Invalid({field}), got {other:?}"),
+            }
+        }
+        let both = r#"{"engine": {"planner_profile_data": "p.npz",
+            "timing_model": {"type": "fixed", "prefill_ms": 1, "decode_ms": 1}}}"#;
+        match EngineArgs::from_json_str(both) {
+            Err(ConfigError::Invalid { field, reason }) => {
+                assert_eq!(field, "planner_profile_data");
+                assert!(reason.contains("not both"), "{reason}");
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_profile_path_is_relative_to_the_engine_file_and_errors_name_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = crate::mocker::profile::npz_writer::profile(
+            (&[0.0, 100.0], &[1.0, 2.0]),
+            &[0.0, 10.0],
+            &[1.0, 10.0],
+            &[1.0, 2.0, 3.0, 4.0],
+        );
+        std::fs::write(dir.path().join("p.npz"), bytes).unwrap();
+        for text in [
+            r#"{"engine": {"planner_profile_data": "p.npz"}}"#,
+            r#"{"engine": {"timing_model": {"type": "external", "provider": "dynamo_profile",
+                "config": {"path": "p.npz"}}}}"#,
+        ] {
+            let args = EngineArgs::from_json_str_in(text, dir.path()).unwrap();
+            let source = dir.path().join("p.npz").display().to_string();
+            assert_eq!(args.timing.profile_source(), Some(source.as_str()));
+            // Cloning shares the profile.
+            let (TimingModel::Profile(a), TimingModel::Profile(b)) =
+                (&args.timing, &args.clone().timing)
+            else {
+                panic!("not a profile: {:?}", args.timing)
+            };
+            assert!(Arc::ptr_eq(a, b));
+        }
+        let err = EngineArgs::from_json_str_in(
+            r#"{"engine": {"planner_profile_data": "missing.npz"}}"#,
+            dir.path(),
+        )
+        .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("engine config: field `planner_profile_data`: ")
+                && message.contains("missing.npz: cannot read the profile"),
+            "{message}"
         );
     }
 

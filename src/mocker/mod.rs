@@ -1,5 +1,5 @@
 //! Mock aggregated worker modelled on Dynamo 1.6.1's mocker (vLLM-style core): engine
-//! arguments, the per-rank KV block pool, the timing model and the scheduler core.
+//! arguments, the per-rank KV block pool, the timing models and the scheduler core.
 //!
 //! A pure state machine per data-parallel rank: [`MockWorker::execute_pass`] is handed `now`
 //! and returns the pass end, with the tokens, completions and KV events it delivers then.
@@ -11,6 +11,8 @@
 
 pub mod config;
 pub mod kv_pool;
+pub mod profile;
+mod profile_dir;
 pub mod timing;
 pub mod worker;
 
@@ -23,6 +25,8 @@ mod test_support;
 
 pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};
 pub use kv_pool::{BlockId, KvPool, PrefixMatch};
+pub use profile::{ProfileError, TimingProfile};
+pub use timing::TimingModel;
 pub use worker::{
     AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RejectReason, Rejection,
     RequestPhase, RequestView, TokenOut,

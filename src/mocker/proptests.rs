@@ -40,6 +40,7 @@ fn engine() -> impl Strategy<Value = EngineArgs> {
                     speedup_ratio: ratio[s as usize],
                     decode_speedup_ratio: ratio[d as usize],
                     dp_size: 1,
+                    timing: Default::default(),
                 }
             },
         )

@@ -1,9 +1,78 @@
-//! The mocker's timing model: Dynamo's prefill and decode polynomials, speedup scaling, and the
-//! conversion of modelled milliseconds to integer nanoseconds exactly as 1.6.1 rounds them.
+//! The mocker's timing models (Dynamo 1.6.1's default polynomial, its `fixed` model and the
+//! profile-interpolated one), speedup scaling, and the conversion of modelled milliseconds to
+//! integer nanoseconds exactly as 1.6.1 rounds them.
 
 use super::config::EngineArgs;
+use super::profile::TimingProfile;
+use crate::bounds::MAX_STEP_MS;
 use crate::time::SimDuration;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// How a pass's prefill and decode steps are timed (the engine's `timing_model`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum TimingModel {
+    /// Dynamo's default polynomials: prefill over the pass's new tokens, decode over the pool's
+    /// fill fraction.
+    #[default]
+    Polynomial,
+    /// Constant times: `prefill_ms` for every pass with a prefill batch, `decode_ms` for every
+    /// pass with a decode batch, whatever their size (1.6.1's `{type: fixed}`).
+    Fixed {
+        /// Prefill time of a pass that computes prompt tokens, in ms.
+        prefill_ms: f64,
+        /// Decode time of a pass in which a request that had already produced a token emits
+        /// one, in ms.
+        decode_ms: f64,
+    },
+    /// Interpolated from a planner profile (`planner_profile_data`).
+    Profile(Arc<TimingProfile>),
+}
+
+impl TimingModel {
+    /// The profile file or directory this model reads, if any.
+    pub fn profile_source(&self) -> Option<&str> {
+        match self {
+            TimingModel::Profile(profile) => Some(profile.source()),
+            _ => None,
+        }
+    }
+}
+
+/// The prefill batch of a pass, as 1.6.1 summarises it: the requests that computed prompt
+/// tokens, their prompt positions after the pass and before it (cached or computed earlier).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrefillBatch {
+    /// Requests that computed prompt tokens in the pass.
+    pub count: u64,
+    /// Sum of their prompt positions reached by the pass's end.
+    pub total_isl: u64,
+    /// Sum of their prompt positions already computed or cached before the pass.
+    pub total_prefix: u64,
+}
+
+impl PrefillBatch {
+    /// The new-token count the models see (see [`batch_new_tokens`]).
+    pub fn new_tokens(&self) -> u64 {
+        batch_new_tokens(self.count, self.total_isl, self.total_prefix)
+    }
+}
+
+/// The decode batch of a pass: the requests that emit a token having already produced one.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeBatch {
+    /// How many requests.
+    pub count: u64,
+    /// Sum of their sequence lengths (prompt + generated so far).
+    pub active_kv_tokens: u64,
+}
+
+impl DecodeBatch {
+    /// Their mean sequence length, floored (0 for an empty batch).
+    pub fn mean_context_length(&self) -> u64 {
+        self.active_kv_tokens.checked_div(self.count).unwrap_or(0)
+    }
+}
 
 /// Prefill time in ms of a pass whose batch computes `new_tokens` uncached prompt tokens in
 /// total (0 for an empty batch). Dynamo's polynomial over the whole batch.
@@ -63,14 +132,38 @@ pub fn ms_to_duration(ms: f64) -> SimDuration {
     }
 }
 
-/// The modelled, scaled duration of a pass's prefill part.
-pub fn prefill_duration(new_tokens: u64, args: &EngineArgs) -> SimDuration {
-    scaled_duration(prefill_ms(new_tokens), args.speedup_ratio)
+/// The modelled, scaled duration of a pass's prefill part. An empty batch takes no time under
+/// every model; a non-empty one takes the model's time, scaled by `speedup_ratio`.
+pub fn prefill_duration(batch: &PrefillBatch, args: &EngineArgs) -> SimDuration {
+    let ms = match &args.timing {
+        TimingModel::Polynomial => prefill_ms(batch.new_tokens()),
+        TimingModel::Fixed { prefill_ms, .. } if batch.count > 0 => *prefill_ms,
+        TimingModel::Fixed { .. } => 0.0,
+        TimingModel::Profile(profile) => match batch.new_tokens() {
+            0 => 0.0,
+            tokens => profile.prefill_ms(tokens as f64).clamp(0.0, MAX_STEP_MS),
+        },
+    };
+    scaled_duration(ms, args.speedup_ratio)
 }
 
-/// The modelled, scaled duration of a pass's decode part.
-pub fn decode_duration(active_kv_tokens: u64, args: &EngineArgs) -> SimDuration {
-    let ms = decode_ms(active_kv_tokens, args.total_kv_tokens());
+/// The modelled, scaled duration of a pass's decode part, scaled by `speedup_ratio ×
+/// decode_speedup_ratio`. An empty batch takes no time. The polynomial and the profile are
+/// floored at 1 ms, as in 1.6.1; the fixed model is not.
+pub fn decode_duration(batch: &DecodeBatch, args: &EngineArgs) -> SimDuration {
+    if batch.count == 0 {
+        return SimDuration::ZERO;
+    }
+    let ms = match &args.timing {
+        TimingModel::Polynomial => decode_ms(batch.active_kv_tokens, args.total_kv_tokens()),
+        TimingModel::Fixed { decode_ms, .. } => *decode_ms,
+        TimingModel::Profile(profile) => profile
+            .decode_ms(
+                batch.active_kv_tokens as f64,
+                batch.mean_context_length() as f64,
+            )
+            .clamp(1.0, MAX_STEP_MS),
+    };
     scaled_duration(ms, args.speedup_ratio * args.decode_speedup_ratio)
 }
 
@@ -91,6 +184,25 @@ mod tests {
 
     fn ns(d: SimDuration) -> u64 {
         d.as_ns()
+    }
+
+    /// A lone request's prefill of `tokens` uncached tokens.
+    fn prefill_duration(tokens: u64, args: &EngineArgs) -> SimDuration {
+        let batch = PrefillBatch {
+            count: u64::from(tokens > 0),
+            total_isl: tokens,
+            total_prefix: 0,
+        };
+        super::prefill_duration(&batch, args)
+    }
+
+    /// A lone decoding request with `active_kv_tokens` of context.
+    fn decode_duration(active_kv_tokens: u64, args: &EngineArgs) -> SimDuration {
+        let batch = DecodeBatch {
+            count: 1,
+            active_kv_tokens,
+        };
+        super::decode_duration(&batch, args)
     }
 
     #[test]

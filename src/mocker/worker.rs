@@ -28,7 +28,8 @@
 //! - Prefill batch statistics count prompt positions only: recomputing a preempted request's
 //!   generated tokens costs no prefill time.
 //! - Reused prefix = `min(matched blocks, floor((seq_len - 1) / block_size))` blocks: at least
-//!   one token is recomputed (1024 cached tokens reuse 960). A readmitted request also matches
+//!   one token is recomputed (1024 cached tokens reuse 960), except for a request with nothing
+//!   to generate, which reuses every matched full block. A readmitted request also matches
 //!   the blocks of its own generated tokens.
 //! - A block becomes reusable as soon as the scheduling step that computes it runs, so later
 //!   requests of the same pass already hit it.
@@ -36,9 +37,9 @@
 //!   nothing; pool exhaustion therefore preempts during scheduling, never during emission.
 //! - Two requests that compute the same block each keep their own copy (a duplicate holds
 //!   capacity; the hash is Removed only with its last copy), instead of merging.
-//! - Durations: raw ms rounded to a whole-ns `Duration`, divided by the speedup ratio and
-//!   rounded again (ratio 0 = unscaled; decode uses the product of both ratios), prefill and
-//!   decode rounded separately.
+//! - Durations (under every timing model): raw ms rounded to a whole-ns `Duration`, divided
+//!   by the speedup ratio and rounded again (ratio 0 = unscaled; decode uses the product of
+//!   both ratios), prefill and decode rounded separately.
 //! - FIFO preemption of a request ahead of the running-loop cursor skips the request after the
 //!   current one for that pass (1.6.1 does not adjust its index).
 //! - A request's reported `reused_input_tokens` is the maximum over its admissions
@@ -285,12 +286,7 @@ struct Scheduled {
 }
 
 /// Prefill batch statistics of the current pass.
-#[derive(Copy, Clone, Debug, Default)]
-struct Batch {
-    count: u64,
-    total_isl: u64,
-    total_prefix: u64,
-}
+type Batch = timing::PrefillBatch;
 
 enum Outcome {
     Scheduled { tokens: u64 },
@@ -511,9 +507,8 @@ impl MockWorker {
             self.break_stall(out);
         }
         out.scheduled_tokens = self.scheduled.iter().map(|s| s.tokens).sum();
-        let t = pass.batch;
-        out.prefill_tokens = timing::batch_new_tokens(t.count, t.total_isl, t.total_prefix);
-        let prefill = timing::prefill_duration(out.prefill_tokens, &self.args);
+        out.prefill_tokens = pass.batch.new_tokens();
+        let prefill = timing::prefill_duration(&pass.batch, &self.args);
         let decode = self.emit_tokens(out);
         self.publish_events(out);
         let end = now.saturating_add(prefill).saturating_add(decode);
@@ -641,18 +636,24 @@ impl MockWorker {
     }
 
     /// The reusable cached prefix of a request's known tokens. At least the last token is
-    /// always recomputed, so a fully cached block-aligned sequence reuses all but its last
-    /// block (1.6.1: 960 of 1024 tokens).
+    /// recomputed when a token is still to be generated from it, so a fully cached
+    /// block-aligned sequence reuses all but its last block (1.6.1: 960 of 1024 tokens); a
+    /// request with nothing to generate (`max_output_tokens` 0) reuses every cached full
+    /// block (1.6.1: all 192 tokens of a cached 3-block prompt, and no prefill).
     fn prefix_hit(&mut self, id: RequestId) -> PrefixMatch {
         if !self.args.enable_prefix_caching {
             return PrefixMatch::default();
         }
         let bs = self.args.block_size;
+        let finished = self.finished(&self.requests[&id]);
         let r = self
             .requests
             .get_mut(&id)
             .expect("prefix_hit of a live request");
-        let limit = (r.seq_len() - 1) / bs;
+        let limit = match finished {
+            true => r.seq_len() / bs,
+            false => (r.seq_len() - 1) / bs,
+        };
         ensure_hashes(r, limit as usize);
         let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
         self.pool.match_prefix(hashes, limit)
@@ -881,12 +882,12 @@ impl MockWorker {
     // ----- token emission -----
 
     /// Gives a token to every running request whose known tokens are all computed and
-    /// completes the finished ones. Returns the decode duration: the polynomial at the total
-    /// context of the ready requests that had already produced a token (1.6.1 charges a
-    /// request's first token, emitted at its prefill's end, no decode time).
+    /// completes the finished ones. Returns the decode duration: the timing model over the ready
+    /// requests that had already produced a token (1.6.1 charges a request's first token,
+    /// emitted at its prefill's end, no decode time).
     fn emit_tokens(&mut self, out: &mut PassOutput) -> SimDuration {
         self.ready.clear();
-        let mut decode_kv_tokens = 0;
+        let mut decode = timing::DecodeBatch::default();
         let mut any_finished = false;
         for &id in &self.running {
             let r = &self.requests[&id];
@@ -898,7 +899,8 @@ impl MockWorker {
                 continue;
             }
             if r.generated > 0 {
-                decode_kv_tokens += r.seq_len();
+                decode.count += 1;
+                decode.active_kv_tokens += r.seq_len();
             }
             self.ready.push(id);
         }
@@ -922,11 +924,8 @@ impl MockWorker {
         }
         ready.clear();
         self.ready = ready;
-        out.decode_kv_tokens = decode_kv_tokens;
-        if decode_kv_tokens == 0 {
-            return SimDuration::ZERO;
-        }
-        timing::decode_duration(decode_kv_tokens, &self.args)
+        out.decode_kv_tokens = decode.active_kv_tokens;
+        timing::decode_duration(&decode, &self.args)
     }
 
     /// Completes, without a token, computed requests that have nothing to generate.
@@ -1299,6 +1298,74 @@ mod tests {
             vec![(0, row(0, 600, 0, &[1, 2], 64))],
         );
         assert_eq!((seen[&0].tokens, seen[&0].done_ns), (0, Some(25_763_044)));
+    }
+
+    #[test]
+    fn issue_12_a_request_with_nothing_to_generate_reuses_its_whole_cached_prompt() {
+        // 1.6.1: a 192-token (3-block) prompt already cached, with output 0, reuses all 192
+        // tokens and completes at its admission, with no prefill; one token to generate keeps
+        // the last block for recompute (128 reused, a 64-token prefill).
+        let arrivals = vec![
+            (0, row(0, 654, 1, &[1, 2], 64)),
+            (ms(100.0), row(1, 192, 0, &[1], 64)),
+            (ms(200.0), row(2, 192, 1, &[1], 64)),
+        ];
+        let seen = drive(EngineArgs::default(), arrivals);
+        assert_eq!((seen[&1].reused, seen[&1].tokens), (192, 0));
+        assert_eq!(times(&seen[&1]), (Some(ms(100.0)), None, Some(ms(100.0))));
+        assert_eq!(seen[&2].reused, 128);
+        assert_eq!(seen[&2].done_ns, Some(ms(200.0) + 17_474_885));
+    }
+
+    fn fixed(prefill_ms: f64, decode_ms: f64) -> EngineArgs {
+        args_with(|a| {
+            a.timing = timing::TimingModel::Fixed {
+                prefill_ms,
+                decode_ms,
+            }
+        })
+    }
+
+    #[test]
+    fn fixed_timing_charges_one_prefill_per_pass_and_one_decode_per_step() {
+        // 1.6.1: a lone 1024-token prompt with 5 tokens under fixed 10/3 ms: first token at
+        // 10 ms (no decode in the first token's pass), then four 3 ms steps.
+        let seen = drive(fixed(10.0, 3.0), vec![(0, row(0, 1024, 5, &[1, 2], 64))]);
+        assert_eq!(times(&seen[&0]), (Some(0), Some(ms(10.0)), Some(ms(22.0))));
+        // Two prompts in one pass cost one prefill; their decode steps one decode each, and a
+        // pass mixing a prefill with decodes costs both.
+        let seen = drive(
+            fixed(10.0, 3.0),
+            vec![
+                (0, row(0, 512, 3, &[1], 64)),
+                (0, row(1, 700, 3, &[2, 3], 64)),
+                (ms(11.0), row(2, 100, 1, &[4], 64)),
+            ],
+        );
+        // Rows 0 and 1 arrive in the same instant and share the first pass; row 2 arrives
+        // during the decode pass (10..13 ms) and joins the next one (13..26 ms).
+        assert_eq!(seen[&0].first_ns, seen[&1].first_ns);
+        assert_eq!(seen[&0].first_ns, Some(ms(10.0)));
+        assert_eq!(seen[&2].first_ns, Some(ms(10.0 + 3.0 + 10.0 + 3.0)));
+        assert_eq!(seen[&0].done_ns, Some(ms(10.0 + 3.0 + 13.0)));
+    }
+
+    #[test]
+    fn fixed_timing_scales_like_the_polynomial_and_has_no_decode_floor() {
+        // 1.6.1 (speedup 3, decode ratio 0.7, 10.123456789 / 3.3333333 ms): prefill
+        // 3.374486 ms, decode 1.587301 ms (each rounded to the ns, then divided, rounded).
+        let mut args = fixed(10.123456789, 3.3333333);
+        args.speedup_ratio = 3.0;
+        args.decode_speedup_ratio = 0.7;
+        let seen = drive(args, vec![(0, row(0, 64, 3, &[1], 64))]);
+        assert_eq!(seen[&0].first_ns, Some(3_374_486));
+        assert_eq!(seen[&0].done_ns, Some(3_374_486 + 2 * 1_587_301));
+        // Zero times are allowed (1.6.1 runs the steps at the same instant).
+        let seen = drive(fixed(0.0, 0.0), vec![(ms(5.0), row(0, 64, 4, &[1], 64))]);
+        assert_eq!(
+            times(&seen[&0]),
+            (Some(ms(5.0)), Some(ms(5.0)), Some(ms(5.0)))
+        );
     }
 
     /// Runs passes back to back from `now` until the rank is idle, returning each pass's

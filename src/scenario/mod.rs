@@ -252,11 +252,16 @@ impl Scenario {
         self.companions.clone()
     }
 
-    /// Every file this scenario reads: itself, its policy file, its trace and its companions.
-    /// An output directory may not contain any of them.
+    /// Every file this scenario reads: itself, its policy file, its trace, every pool's timing
+    /// profile and its companions. An output directory may not contain any of them.
     pub fn input_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.file.clone()];
         files.extend(self.policy_file.clone());
+        let profiles = self
+            .pools
+            .iter()
+            .filter_map(|p| p.engine.timing.profile_source());
+        files.extend(profiles.map(PathBuf::from));
         if let Workload::Trace { path, .. } = &self.workload {
             files.push(path.clone());
         }

@@ -430,8 +430,12 @@ fn engine_args(
             format!("{value} is not supported by routersim's mocker"),
         ),
         ConfigError::Parse(message) => source.at(&format!("{at}.engine"), message),
+        ConfigError::Profile { field, error } => {
+            source.at(&format!("{at}.engine.{field}"), error.to_string())
+        }
     };
-    let mut args = engine.into_args().map_err(engine_error)?;
+    // A profile path is relative to the scenario file, as `router.policy` is.
+    let mut args = engine.into_args_in(&source.dir).map_err(engine_error)?;
     if let Some(dp_size) = dp_size {
         let field = format!("{at}.dp_size");
         if dp_size == 0 {

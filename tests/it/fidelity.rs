@@ -253,3 +253,35 @@ fn the_comparison_catches_a_one_microsecond_shift() {
     assert_eq!(mismatches(&shifted, &dynamo).len(), 1);
     assert!(mismatches(&dynamo, &dynamo).is_empty());
 }
+
+// Issue 12: the fixed timing model (`timing_model: {type: fixed}`) on the traces above, with
+// 1.6.1's own outputs for it.
+
+#[test]
+fn fixed_timing_prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("fixed-prefix-sharing");
+}
+
+#[test]
+fn fixed_timing_memory_pressure_matches_dynamo() {
+    assert_matches_dynamo("fixed-memory-pressure");
+}
+
+#[test]
+fn fixed_timing_chunked_long_matches_dynamo() {
+    assert_matches_dynamo("fixed-chunked-long");
+}
+
+// Issue 12: profile-interpolated timing (1.6.1's `dynamo_profile` timing model, which is what
+// its mocker makes of `--planner-profile-data`), with the profiles tools/make_example_profile.py
+// writes: the example profile, and a narrow one every axis of which is extrapolated.
+
+#[test]
+fn profile_timing_prefix_sharing_matches_dynamo() {
+    assert_matches_dynamo("profile-prefix-sharing");
+}
+
+#[test]
+fn profile_timing_memory_pressure_with_extrapolation_matches_dynamo() {
+    assert_matches_dynamo("profile-memory-pressure");
+}

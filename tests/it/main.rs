@@ -15,3 +15,4 @@ mod scenarios;
 mod stability;
 mod sweep;
 mod tidy;
+mod timing;

@@ -210,10 +210,21 @@ fn bad_set_paths_and_values_name_the_path() {
     }
 }
 
+/// The bundled scenario files (`scenarios/*.yaml`; `scenarios/profiles/` holds their data).
+fn bundled_scenarios() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
 #[test]
 fn validate_accepts_every_bundled_scenario() {
-    for entry in fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")).unwrap() {
-        let path = entry.unwrap().path();
+    for path in bundled_scenarios() {
         let (code, stdout, stderr) = stdout_of(routersim().arg("validate").arg(&path));
         assert_eq!(code, 0, "{}: {stderr}", path.display());
         assert!(stdout.contains("valid scenario"), "{stdout}");
@@ -224,8 +235,7 @@ fn validate_accepts_every_bundled_scenario() {
 fn committed_results_are_what_the_bundled_scenarios_produce() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
-    for entry in fs::read_dir(root.join("scenarios")).unwrap() {
-        let path = entry.unwrap().path();
+    for path in bundled_scenarios() {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let out = tmp.path().join(&name);
         routersim()

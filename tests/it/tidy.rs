@@ -47,7 +47,7 @@ const BANNED: [&str; 7] = [
 const NO_FILE_IO_UP_TO_LAYER: u8 = 1;
 
 /// Calls that touch the file system.
-const FILE_IO: [&str; 7] = [
+const FILE_IO: [&str; 8] = [
     "std::fs",
     "fs::read",
     "fs::write",
@@ -55,6 +55,7 @@ const FILE_IO: [&str; 7] = [
     "File::create",
     "OpenOptions",
     "read_to_string_capped",
+    "read_bytes_capped",
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
