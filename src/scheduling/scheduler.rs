@@ -239,6 +239,16 @@ pub enum Decision {
     },
 }
 
+impl Decision {
+    /// The request this decision is about.
+    pub fn id(&self) -> RequestId {
+        match self {
+            Decision::Dispatch(d) => d.id,
+            Decision::Reject { id, .. } => *id,
+        }
+    }
+}
+
 /// A waiting request: the payload of the policy queue.
 #[derive(Clone, Debug)]
 struct Queued {
@@ -583,7 +593,9 @@ impl Scheduler {
     /// - booked, not yet dispatched: the booking is rolled back (a `Dispatch` decision not
     ///   yet polled is withdrawn);
     /// - running: the booking is freed;
-    /// - over (finished, refused, already cancelled) or unknown: nothing happens.
+    /// - refused, the `Reject` not yet polled: the `Reject` is withdrawn (the policy heard
+    ///   `Aborted` when it was made, and hears nothing more);
+    /// - over (finished, refused and polled, already cancelled) or unknown: nothing happens.
     pub fn handle_cancel(&mut self, now: SimTime, id: RequestId) {
         self.end(now, id, AdmissionStatus::Aborted);
         self.after_input(now);
@@ -1018,8 +1030,11 @@ impl Scheduler {
             .collect()
     }
 
-    /// Ends request `id` in whatever state it is in; a no-op once it is over.
+    /// Ends request `id` in whatever state it is in; a no-op once it is over, except that a
+    /// `Reject` the caller has not polled yet is withdrawn: to the caller the request was still
+    /// waiting, and no decision may follow its end.
     fn end(&mut self, now: SimTime, id: RequestId, status: AdmissionStatus) {
+        self.withdraw_unpolled(id);
         if let Some(rank) = self.release_active(now, id, status) {
             self.update(now, Some(rank));
         } else if self.waiting.contains_key(&id) {
@@ -1036,12 +1051,16 @@ impl Scheduler {
         status: AdmissionStatus,
     ) -> Option<WorkerWithDpRank> {
         let active = self.active.remove(&id)?;
-        // A decision the caller has not polled was never acted on: it must never see it.
-        self.decisions
-            .retain(|d| !matches!(d, Decision::Dispatch(x) if x.id == id));
+        self.withdraw_unpolled(id);
         self.load.free(id);
         self.notify(now, active.class_index, active.policy_tracked, id, status);
         Some(active.rank)
+    }
+
+    /// Drops every decision about `id` still in the outbox. The caller never acted on it, so it
+    /// must never see it once the request is over (its policy already heard what it made).
+    fn withdraw_unpolled(&mut self, id: RequestId) {
+        self.decisions.retain(|d| d.id() != id);
     }
 
     /// Takes a waiting request out of the race. An admission-managed one leaves its queue

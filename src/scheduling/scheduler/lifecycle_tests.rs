@@ -234,6 +234,29 @@ fn issue_13_cancel_before_the_dispatch_is_polled_withdraws_it() {
 }
 
 #[test]
+fn issue_13_cancel_before_the_reject_is_polled_withdraws_it() {
+    let mut s = scheduler(Some(TWO_CLASSES), 1);
+    let log = record(&mut s, "premium", 100);
+    // 0..=3 dispatch at once, 4 and 5 fill the queue (limit 2), 6 is refused.
+    for id in 0..7 {
+        s.handle_arrival(t(0), request(id, "premium", 512));
+    }
+    // The caller has not polled 6's refusal when its client goes away: to the caller 6 is
+    // still waiting, so no decision about it may follow the cancel.
+    s.handle_cancel(t(0), RequestId(6));
+    let d = decisions(&mut s);
+    assert!(d.iter().all(|x| x.id() != RequestId(6)), "{d:?}");
+    let sent: Vec<u64> = dispatched(&d).iter().map(|x| x.0).collect();
+    assert_eq!(sent, vec![0, 1, 2, 3]);
+    assert_eq!(d.len(), 4, "{d:?}");
+    // The policy heard the refusal when it was made, and nothing more.
+    assert_eq!(heard(&log, 6), vec![Aborted]);
+    assert_eq!(s.request_state(RequestId(6)), None);
+    assert_eq!(s.pending_count(), 2);
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn issue_13_cancel_while_running_frees_the_booking_and_aborts_once() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
