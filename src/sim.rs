@@ -114,6 +114,25 @@ pub enum Fault {
     WorkerUp { pool: usize, at: SimTime },
 }
 
+/// A worker fault as it happened in a run (for plots: the completions-by-time chart marks
+/// them).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultMark {
+    /// Worker `worker` stopped at `from` and returned at `until` (`None`: not while the run
+    /// lasted).
+    WorkerDown {
+        worker: u64,
+        from: SimTime,
+        until: Option<SimTime>,
+    },
+    /// Worker `worker` joined pool `pool` at `at`.
+    WorkerUp {
+        worker: u64,
+        pool: String,
+        at: SimTime,
+    },
+}
+
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -282,6 +301,8 @@ pub struct SimResult {
     pub class_quanta_tokens: Vec<u64>,
     /// The worker pools, in worker-id order.
     pub pools: Vec<PoolUsage>,
+    /// Worker faults in the order they happened (empty without `faults:`).
+    pub fault_marks: Vec<FaultMark>,
 }
 
 impl SimResult {
@@ -411,6 +432,8 @@ struct FaultState {
     cancel_rngs: Vec<SimRng>,
     /// Workers that joined, with their pool.
     joined: Vec<(u64, usize)>,
+    /// Worker faults as they happened, for the result.
+    marks: Vec<FaultMark>,
     /// The next free worker id.
     next_worker: u64,
     /// Preemptions of worker states discarded when their worker went down.
@@ -571,6 +594,7 @@ pub fn run(
     let classes = system.router.profile().classes();
     Ok(SimResult {
         pools,
+        fault_marks: std::mem::take(&mut system.faults.marks),
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
         class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
         records: system.records,

@@ -217,13 +217,13 @@ fn figures_chart(plan: &Plan) -> Chart {
     let mut chart = Chart::new("capacity", &title, x, y, LegendCorner::UpperRight);
     chart.series = series;
     chart.references = references;
-    chart.shading = plan.answer.map(|a| Shading {
+    chart.shadings = Vec::from_iter(plan.answer.map(|a| Shading {
         label: "feasible".into(),
         windows: vec![match plan.goal {
             Goal::Minimize => (a, plan.range.1),
             Goal::Maximize => (plan.range.0, a),
         }],
-    });
+    }));
     chart
 }
 

@@ -331,6 +331,16 @@ pub enum LegendCorner {
     LowerRight,
 }
 
+/// The fills of a chart's shadings, by shading index: the first is the neutral grey every
+/// single-shading chart uses; the others tell several shadings apart (e.g. one per lost
+/// worker).
+const SHADE_COLOURS: [RGBColor; 4] = [
+    RGBColor(150, 150, 150),
+    RGBColor(213, 94, 0),
+    RGBColor(204, 121, 167),
+    RGBColor(0, 158, 115),
+];
+
 /// Shaded spans of x, with one legend entry for all of them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shading {
@@ -349,7 +359,8 @@ pub struct Chart {
     pub y: Axis,
     pub series: Vec<Series>,
     pub references: Vec<ReferenceLine>,
-    pub shading: Option<Shading>,
+    /// Drawn in order, each in its own fill ([`SHADE_COLOURS`] by index).
+    pub shadings: Vec<Shading>,
     pub legend: LegendCorner,
 }
 
@@ -363,7 +374,7 @@ impl Chart {
             y,
             series: Vec::new(),
             references: Vec::new(),
-            shading: None,
+            shadings: Vec::new(),
             legend,
         }
     }
@@ -605,21 +616,23 @@ impl Chart {
     where
         DB::ErrorType: 'static,
     {
-        let Some(shading) = self.shading.as_ref().filter(|s| !s.windows.is_empty()) else {
-            return Ok(());
-        };
         let (y0, y1) = self.y.positions();
-        let fill = RGBColor(150, 150, 150).mix(0.18).filled();
         let x = |v: f64| self.x.position(v);
-        ctx.draw_series(
-            shading
-                .windows
-                .iter()
-                .map(|&(a, b)| Rectangle::new([(x(a), y0), (x(b), y1)], fill)),
-        )
-        .map_err(plot_error)?
-        .label(shading.label.as_str())
-        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 22, y + 6)], fill));
+        for (i, shading) in self.shadings.iter().enumerate() {
+            if shading.windows.is_empty() {
+                continue;
+            }
+            let fill = SHADE_COLOURS[i % SHADE_COLOURS.len()].mix(0.18).filled();
+            ctx.draw_series(
+                shading
+                    .windows
+                    .iter()
+                    .map(|&(a, b)| Rectangle::new([(x(a), y0), (x(b), y1)], fill)),
+            )
+            .map_err(plot_error)?
+            .label(shading.label.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 22, y + 6)], fill));
+        }
         Ok(())
     }
 

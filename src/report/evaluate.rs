@@ -5,7 +5,7 @@
 //! (a class with fewer than `k` completions, no backlogged service, a companion that was not
 //! run) is a failure that says why.
 
-use super::expect::{Bound, Expectation, Figure};
+use super::expect::{Bound, EndStatus, Expectation, Figure};
 use super::metrics::RunMetrics;
 use super::slo::LatencyBounds;
 use std::collections::BTreeMap;
@@ -214,6 +214,32 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
                 .ok_or_else(|| "no completion after the first arrival".to_string())
         }
         Figure::Stable => stable(m),
+        Figure::CountStatus { class: c, status } => {
+            let c = c.as_deref().map(|c| class(m, c)).transpose()?;
+            Ok(count_status(m, c, *status) as f64)
+        }
+        Figure::Migrations { class: c } => {
+            let c = c.as_deref().map(|c| class(m, c)).transpose()?;
+            Ok(c.map_or(m.migrations, |c| m.classes[c].migrations) as f64)
+        }
+    }
+}
+
+/// Requests of `class` (every request for `None`) that ended with `status`. Counts cover the
+/// whole run, warmup included, as conservation does.
+fn count_status(m: &RunMetrics, class: Option<usize>, status: EndStatus) -> u64 {
+    let (completed, rejected, cancelled, aborted) = match class {
+        Some(c) => {
+            let c = &m.classes[c];
+            (c.completed, c.rejected, c.cancelled, c.aborted)
+        }
+        None => (m.completed, m.rejected, m.cancelled, m.aborted),
+    };
+    match status {
+        EndStatus::Completed => completed,
+        EndStatus::Rejected => rejected,
+        EndStatus::Cancelled => cancelled,
+        EndStatus::Aborted => aborted,
     }
 }
 
@@ -268,6 +294,7 @@ mod tests {
     use crate::report::expect::RawExpectation;
     use crate::report::test_support::{done, result_of, run_fixture};
     use crate::scheduling::scheduler::Path;
+    use crate::sim::Status;
 
     const RUN: RunFacts = RunFacts {
         seed: 7,
@@ -429,6 +456,70 @@ mod tests {
         assert_eq!(
             format_outcome(&outcomes[4]),
             "FAIL  total throughput_rps = 1000  (at least 1001)"
+        );
+    }
+
+    #[test]
+    fn count_status_and_migrations_count_each_ending_per_class_and_in_all() {
+        // Premium: completed, aborted, cancelled (after 2 moves); regular: completed (after 1
+        // move), rejected, aborted.
+        let ended = [
+            (0, Status::Completed, 0),
+            (0, Status::Aborted("worker_down".into()), 0),
+            (0, Status::Cancelled("client_cancel".into()), 2),
+            (1, Status::Completed, 1),
+            (1, Status::Rejected("queue_full".into()), 0),
+            (1, Status::Aborted("worker_down".into()), 0),
+        ];
+        let records = ended
+            .into_iter()
+            .enumerate()
+            .map(|(row, (class, status, migrations))| {
+                let row = row as u64;
+                let mut r = done(row, class, Path::Queued, [0, 0, row + 1]);
+                if status != Status::Completed {
+                    (r.first_token, r.path) = (None, None);
+                }
+                (r.status, r.migrations) = (status, migrations);
+                r
+            })
+            .collect();
+        let run = RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1]);
+        let outcomes = evaluate(
+            &parse(
+                "
+- {count_status: {class: premium, status: completed}, at_least: 1}
+- {count_status: {class: premium, status: aborted}, at_most: 0}
+- {count_status: {class: premium, status: cancelled}, within: [1, 1]}
+- {count_status: {class: regular, status: rejected}, at_most: 1}
+- {count_status: {status: aborted}, at_least: 2}
+- {count_status: {status: completed}, at_least: 3}
+- {migrations: {class: premium}, at_most: 2}
+- {migrations: {class: regular}, at_least: 1}
+- {migrations: {}, within: [3, 3]}
+",
+            ),
+            &run,
+            &BTreeMap::new(),
+            RUN,
+        );
+        let values: Vec<_> = outcomes.iter().map(|o| o.measured).collect();
+        let want = [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 3.0].map(Some);
+        assert_eq!(values, want);
+        let passed: Vec<_> = outcomes.iter().map(|o| o.passed).collect();
+        assert_eq!(
+            passed,
+            [true, false, true, true, true, false, true, true, true]
+        );
+        assert_eq!(
+            format_outcome(&outcomes[1]),
+            "FAIL  premium aborted requests = 1  (at most 0)"
+        );
+        let companions = BTreeMap::from([("calm.yaml".to_string(), run.clone())]);
+        let yaml = "[{count_status: {status: aborted}, minus: calm.yaml, within: [0, 0]}]";
+        assert_eq!(
+            evaluate(&parse(yaml), &run, &companions, RUN)[0].measured,
+            Some(0.0)
         );
     }
 

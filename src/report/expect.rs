@@ -18,6 +18,9 @@
 //!   - {throughput: {class: premium, metric: throughput_rps}, at_least: 10}
 //!   - {throughput: {metric: output_tokens_per_s}, at_least: 4000}
 //!   - {stable: true}
+//!   - {count_status: {class: premium, status: aborted}, at_most: 0}
+//!   - {count_status: {status: cancelled}, within: [10, 40]}
+//!   - {migrations: {class: premium}, at_most: 50}
 //! ```
 //!
 //! `minus: OTHER.yaml` compares with the same figure measured on a companion scenario (a path
@@ -28,7 +31,8 @@
 //! latency metric is known, bounds are finite with `lo <= hi`, `tolerance` (>= 0) goes with
 //! `token_share` only, a `prefix_share` bound lies in [0, 1] ([-1, 1] with `minus`), an
 //! `attainment` has a positive `ttft_ms` and/or `e2e_ms` and an `at_least` or `within` bound
-//! in [0, 1], a throughput metric is known, and `stable` is `true` with no bound or `minus`.
+//! in [0, 1], a throughput metric is known, `stable` is `true` with no bound or `minus`, and a
+//! `count_status` status is one of completed, rejected, cancelled or aborted.
 
 use super::metrics::LatencyMetric;
 use super::slo::ThroughputMetric;
@@ -52,7 +56,7 @@ pub struct RawExpectation {
     pub count_at: Option<CountAt>,
     /// How many requests of `class` complete between `when`'s `from`-th and `to`-th completion.
     pub growth: Option<Growth>,
-    /// A latency statistic of `class` (e.g. `ttft_ms_p99`, `e2e_ms_p50`, `queue_wait_ms_max`).
+    /// A latency statistic of `class` over its completed requests (e.g. `ttft_ms_p99`).
     pub latency: Option<LatencyFigure>,
     /// The gap between `class`'s share of uncached-token service and its ideal DRR share,
     /// over the windows in which two or more classes are backlogged.
@@ -64,6 +68,10 @@ pub struct RawExpectation {
     pub throughput: Option<ThroughputFigure>,
     /// `true`: the run kept up with its offered load (not overloaded). Takes no bound.
     pub stable: Option<bool>,
+    /// How many requests of `class` (all classes without one) ended with `status`.
+    pub count_status: Option<CountStatusFigure>,
+    /// Migrations off lost workers, summed over `class`'s requests (all classes without one).
+    pub migrations: Option<MigrationsFigure>,
     /// A companion scenario whose same figure is subtracted from this one's.
     pub minus: Option<String>,
     /// Inclusive range `[lo, hi]`.
@@ -141,6 +149,58 @@ pub struct ThroughputFigure {
     pub metric: String,
 }
 
+/// `{class, status}`: `status` is completed, rejected, cancelled or aborted; no `class` means
+/// every class together.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountStatusFigure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    pub status: String,
+}
+
+/// `{class}`: no `class` (`migrations: {}`) means every class together.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationsFigure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+}
+
+/// How a request ended, as `count_status` names it. `pending` (a run stopped by a limit) is
+/// left out on purpose: a gate on requests a limit cut off would judge the limit, not the
+/// system.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum EndStatus {
+    Completed,
+    Rejected,
+    Cancelled,
+    Aborted,
+}
+
+impl EndStatus {
+    pub const ALL: [EndStatus; 4] = [
+        EndStatus::Completed,
+        EndStatus::Rejected,
+        EndStatus::Cancelled,
+        EndStatus::Aborted,
+    ];
+
+    /// The name as `requests.csv`'s `status` column writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndStatus::Completed => "completed",
+            EndStatus::Rejected => "rejected",
+            EndStatus::Cancelled => "cancelled",
+            EndStatus::Aborted => "aborted",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<EndStatus> {
+        EndStatus::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
 /// What an expectation measures on a run. Classes are names from the scenario's class table:
 /// a companion's run may order its classes differently, so evaluation looks them up by name.
 #[derive(Clone, Debug, PartialEq)]
@@ -187,6 +247,13 @@ pub enum Figure {
     /// 1 when the run kept up with its offered load, 0 when overloaded; always bound
     /// `at least 1`.
     Stable,
+    /// Requests of `class` (every class for `None`) that ended with `status`.
+    CountStatus {
+        class: Option<String>,
+        status: EndStatus,
+    },
+    /// Migrations of `class`'s requests (every class for `None`), summed.
+    Migrations { class: Option<String> },
 }
 
 /// The range a figure must fall in; every value is finite.
@@ -249,7 +316,7 @@ fn invalid(field: &str, message: impl Into<String>) -> ExpectationError {
 
 /// The figure keys, in the order errors list them.
 const FIGURE_KEYS: &str = "prefix_count, prefix_share, remaining_when_done, count_at, growth, \
-     latency, token_share, attainment, throughput or stable";
+     latency, token_share, attainment, throughput, stable, count_status or migrations";
 
 impl Expectation {
     /// Parses one `expect:` entry and checks it against the scenario's class names: the one
@@ -319,6 +386,8 @@ fn figures_set(e: &RawExpectation) -> Vec<&'static str> {
         ("attainment", e.attainment.is_some()),
         ("throughput", e.throughput.is_some()),
         ("stable", e.stable.is_some()),
+        ("count_status", e.count_status.is_some()),
+        ("migrations", e.migrations.is_some()),
     ]
     .into_iter()
     .filter_map(|(name, set)| set.then_some(name))
@@ -427,6 +496,13 @@ fn parse_figure(raw: &RawExpectation, class_names: &[String]) -> Result<Figure, 
     if let Some(f) = &raw.throughput {
         return parse_throughput(f, class_names);
     }
+    if let Some(f) = &raw.count_status {
+        return parse_count_status(f, class_names);
+    }
+    if let Some(f) = &raw.migrations {
+        let class = optional_class("migrations.class", f.class.as_deref(), class_names)?;
+        return Ok(Figure::Migrations { class });
+    }
     match &raw.token_share {
         Some(f) => Ok(Figure::TokenShare {
             class: class("token_share.class", &f.class)?,
@@ -506,6 +582,28 @@ fn parse_throughput(
         invalid("throughput.metric", message)
     })?;
     Ok(Figure::Throughput { class, metric })
+}
+
+fn parse_count_status(
+    f: &CountStatusFigure,
+    class_names: &[String],
+) -> Result<Figure, ExpectationError> {
+    let class = optional_class("count_status.class", f.class.as_deref(), class_names)?;
+    let status = EndStatus::parse(&f.status).ok_or_else(|| {
+        let known = EndStatus::ALL.map(EndStatus::name).join(", ");
+        let message = format!("unknown status `{}` (known: {known})", f.status);
+        invalid("count_status.status", message)
+    })?;
+    Ok(Figure::CountStatus { class, status })
+}
+
+/// A class that may be left out (every class together), checked when given.
+fn optional_class(
+    field: &str,
+    name: Option<&str>,
+    class_names: &[String],
+) -> Result<Option<String>, ExpectationError> {
+    name.map(|c| known_class(field, c, class_names)).transpose()
 }
 
 /// `growth` counts completions strictly between two points of `when`'s completions, so it
@@ -620,6 +718,8 @@ impl Figure {
             Figure::Attainment { .. } => "attainment",
             Figure::Throughput { .. } => "throughput",
             Figure::Stable => "stable",
+            Figure::CountStatus { .. } => "count_status",
+            Figure::Migrations { .. } => "migrations",
         }
     }
 }
@@ -676,6 +776,14 @@ impl fmt::Display for Figure {
                 write!(f, "{class} {}", metric.name())
             }
             Figure::Stable => write!(f, "stable (1 = kept up with the offered load)"),
+            Figure::CountStatus { class, status } => {
+                let class = class.as_deref().unwrap_or("total");
+                write!(f, "{class} {} requests", status.name())
+            }
+            Figure::Migrations { class } => {
+                let class = class.as_deref().unwrap_or("total");
+                write!(f, "{class} migrations")
+            }
         }
     }
 }
@@ -798,6 +906,11 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
             raw.throughput = Some(ThroughputFigure { class, metric })
         }
         Figure::Stable => raw.stable = Some(true),
+        Figure::CountStatus { class, status } => {
+            let status = status.name().to_string();
+            raw.count_status = Some(CountStatusFigure { class, status })
+        }
+        Figure::Migrations { class } => raw.migrations = Some(MigrationsFigure { class }),
     }
 }
 
@@ -1282,6 +1395,85 @@ mod tests {
             assert_eq!(err.field, field, "{yaml}: {err}");
             assert!(err.message.contains(message), "{yaml}: {err}");
         }
+    }
+
+    const FAULT_FORMS: [&str; 4] = [
+        "{count_status: {class: premium, status: aborted}, at_most: 0}",
+        "{count_status: {status: cancelled}, within: [10, 40]}",
+        "{migrations: {class: premium}, at_most: 50}",
+        "{name: moves, migrations: {}, minus: calm.yaml, at_least: 1}",
+    ];
+
+    #[test]
+    fn fault_forms_parse_and_print_back_as_written() {
+        for yaml in FAULT_FORMS {
+            let raw: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
+            let typed = Expectation::parse(&raw, &classes()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(RawExpectation::from(typed), raw, "{yaml}");
+        }
+        assert_eq!(
+            figure_of(FAULT_FORMS[0]),
+            Figure::CountStatus {
+                class: Some("premium".into()),
+                status: EndStatus::Aborted
+            }
+        );
+        assert_eq!(
+            figure_of(FAULT_FORMS[1]),
+            Figure::CountStatus {
+                class: None,
+                status: EndStatus::Cancelled
+            }
+        );
+        assert_eq!(
+            figure_of(FAULT_FORMS[3]),
+            Figure::Migrations { class: None }
+        );
+        let label = |yaml: &str| parse(yaml).unwrap().label();
+        assert_eq!(label(FAULT_FORMS[0]), "premium aborted requests");
+        assert_eq!(label(FAULT_FORMS[1]), "total cancelled requests");
+        assert_eq!(label(FAULT_FORMS[2]), "premium migrations");
+        for status in EndStatus::ALL {
+            assert_eq!(EndStatus::parse(status.name()), Some(status));
+        }
+    }
+
+    #[test]
+    fn fault_figures_are_validated_field_by_field() {
+        for (yaml, field, message) in [
+            (
+                "{count_status: {class: premium, status: pending}, at_most: 0}",
+                "count_status.status",
+                "unknown status `pending` (known: completed, rejected, cancelled, aborted)",
+            ),
+            (
+                "{count_status: {class: x, status: aborted}, at_most: 0}",
+                "count_status.class",
+                "unknown class `x`",
+            ),
+            (
+                "{migrations: {class: x}, at_most: 0}",
+                "migrations.class",
+                "unknown class `x`",
+            ),
+            (
+                "{migrations: {}, tolerance: 1}",
+                "tolerance",
+                "applies to token_share only, not migrations",
+            ),
+            (
+                "{count_status: {status: aborted}, migrations: {}, at_most: 0}",
+                "",
+                "found count_status, migrations",
+            ),
+        ] {
+            let err = parse(yaml).unwrap_err();
+            assert_eq!(err.field, field, "{yaml}: {err}");
+            assert!(err.message.contains(message), "{yaml}: {err}");
+        }
+        let raw: Result<RawExpectation, _> =
+            serde_saphyr::from_str("{count_status: {class: premium}, at_most: 0}");
+        assert!(raw.is_err(), "status is required");
     }
 
     #[test]

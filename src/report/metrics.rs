@@ -25,7 +25,7 @@ use super::pools::{PoolMetrics, pool_metrics};
 use super::slo::SloRecords;
 use super::stability::Stability;
 use crate::scheduling::scheduler::Path;
-use crate::sim::{RequestRecord, SimResult, Status};
+use crate::sim::{FaultMark, RequestRecord, SimResult, Status};
 use crate::time::SimTime;
 
 /// One completion, in completion order.
@@ -340,6 +340,8 @@ pub struct RunMetrics {
     pub stability: Stability,
     /// Per worker pool, in worker-id order ([`super::pools`]).
     pub pools: Vec<PoolMetrics>,
+    /// Worker faults as they happened, for the completions-by-time chart.
+    pub fault_marks: Vec<FaultMark>,
 }
 
 impl RunMetrics {
@@ -414,6 +416,7 @@ impl RunMetrics {
             events: result.events,
             preemptions: result.preemptions,
             stop_reason: result.stop_reason.to_string(),
+            fault_marks: result.fault_marks.clone(),
             prefix_n,
             classes,
             completions,

@@ -11,6 +11,8 @@ use super::chart::{
 };
 use super::expect::{Bound, Expectation, Figure};
 use super::metrics::{LatencyKind, LatencyMetric, RunMetrics};
+use crate::sim::FaultMark;
+use std::collections::BTreeMap;
 
 /// Every plot of a run, in both formats: (file name, bytes), e.g.
 /// `("completions_by_index.png", ...)`. `expectations` are the scenario's (none for a
@@ -59,7 +61,7 @@ pub fn in_system_over_time(metrics: &RunMetrics) -> Chart {
     );
     let mut chart = Chart::new("in_system", &title, x, y, LegendCorner::UpperLeft);
     let (start, mid, end) = (s.window_start, s.window_mid(), s.window_end);
-    chart.shading = Some(Shading {
+    chart.shadings.push(Shading {
         label: "second half of the arrival window".into(),
         windows: vec![(mid.as_ms_f64(), end.as_ms_f64())],
     });
@@ -237,7 +239,43 @@ pub fn completions_by_time(metrics: &RunMetrics) -> Chart {
                 .push(Series::ideal(ideal_label(name), c, points.collect()));
         }
     }
+    mark_faults(&mut chart, &metrics.fault_marks, end_ms);
     chart
+}
+
+/// Shades each lost worker's down windows (one legend entry per worker, e.g. "worker 0
+/// down"; a window still open at the run's end reaches the axis end) and draws a labelled
+/// line at each worker that joined, all clipped to the x axis `[0, end_ms]`.
+fn mark_faults(chart: &mut Chart, marks: &[FaultMark], end_ms: f64) {
+    let mut down: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+    for mark in marks {
+        match mark {
+            FaultMark::WorkerDown {
+                worker,
+                from,
+                until,
+            } => {
+                let from_ms = from.as_ms_f64();
+                let until_ms = until.map_or(end_ms, |t| t.as_ms_f64().min(end_ms));
+                if from_ms < end_ms {
+                    down.entry(*worker).or_default().push((from_ms, until_ms));
+                }
+            }
+            FaultMark::WorkerUp { worker, pool, at } if at.as_ms_f64() <= end_ms => {
+                chart.references.push(ReferenceLine {
+                    direction: Direction::Vertical,
+                    at: at.as_ms_f64(),
+                    label: format!("worker {worker} up ({pool})"),
+                    class: None,
+                });
+            }
+            FaultMark::WorkerUp { .. } => {}
+        }
+    }
+    for (worker, windows) in down {
+        let label = format!("worker {worker} down");
+        chart.shadings.push(Shading { label, windows });
+    }
 }
 
 /// Points of a line.
@@ -292,7 +330,7 @@ pub fn token_share_over_time(metrics: &RunMetrics) -> Chart {
         false => "Token-service share: classes were never backlogged together",
     };
     let mut chart = Chart::new("token_share", title, x, y, LegendCorner::UpperRight);
-    chart.shading = Some(Shading {
+    chart.shadings.push(Shading {
         label: "two or more classes backlogged".into(),
         windows: metrics
             .windows
@@ -455,7 +493,7 @@ mod tests {
             "{}",
             chart.title
         );
-        assert_eq!(chart.shading.unwrap().windows, [(495.0, 990.0)]);
+        assert_eq!(chart.shadings[0].windows, [(495.0, 990.0)]);
         let steps = &chart.series[0].points;
         assert_eq!(
             steps[..4],
@@ -465,6 +503,69 @@ mod tests {
             chart.series[1].points[1],
             (495.0, m.stability.in_system_first_half)
         );
+    }
+
+    #[test]
+    fn issue_13_completions_by_time_marks_fault_windows_and_joins() {
+        use crate::report::chart::tests::svg_has_text;
+        use crate::report::test_support::ms;
+        // Completions at 1..=100 ms; the x axis ends at 100 ms.
+        let records = (0..100)
+            .map(|i| done(i, 0, Path::Queued, [0, 0, i + 1]))
+            .collect();
+        let mut result = result_of(&["a"], records);
+        let quiet = RunMetrics::compute(&result, &[1]);
+        let plain = completions_by_time(&quiet);
+        assert!(plain.shadings.is_empty() && plain.references.is_empty());
+        let down = |worker, from, until: Option<u64>| FaultMark::WorkerDown {
+            worker,
+            from: ms(from),
+            until: until.map(ms),
+        };
+        result.fault_marks = vec![
+            down(0, 20, Some(40)),
+            down(1, 30, None),
+            FaultMark::WorkerUp {
+                worker: 2,
+                pool: "h100".into(),
+                at: ms(50),
+            },
+            down(0, 60, Some(70)),
+            down(3, 150, None),
+            FaultMark::WorkerUp {
+                worker: 4,
+                pool: "h100".into(),
+                at: ms(120),
+            },
+        ];
+        let chart = completions_by_time(&RunMetrics::compute(&result, &[1]));
+        let shaded: Vec<(&str, &[(f64, f64)])> = chart
+            .shadings
+            .iter()
+            .map(|s| (s.label.as_str(), s.windows.as_slice()))
+            .collect();
+        // Worker 0's two windows share its legend entry; worker 1's open window reaches the
+        // axis end; what lies past the axis (worker 3, worker 4's join) is not drawn.
+        assert_eq!(
+            shaded,
+            [
+                ("worker 0 down", &[(20.0, 40.0), (60.0, 70.0)][..]),
+                ("worker 1 down", &[(30.0, 100.0)][..]),
+            ]
+        );
+        assert_eq!(
+            chart.references,
+            [ReferenceLine {
+                direction: Direction::Vertical,
+                at: 50.0,
+                label: "worker 2 up (h100)".into(),
+                class: None,
+            }]
+        );
+        let svg = String::from_utf8(render(&chart, PlotFormat::Svg).unwrap()).unwrap();
+        for label in ["worker 0 down", "worker 1 down", "worker 2 up (h100)"] {
+            assert!(svg_has_text(&svg, label), "{label}");
+        }
     }
 
     #[test]
@@ -566,7 +667,7 @@ mod tests {
     fn token_share_is_drawn_only_inside_backlogged_windows() {
         let m = weighted();
         let chart = token_share_over_time(&m);
-        let windows = &chart.shading.as_ref().unwrap().windows;
+        let windows = &chart.shadings[0].windows;
         assert_eq!(windows.len(), m.windows.len());
         let inside = |x: f64| windows.iter().any(|&(a, b)| a <= x && x <= b);
         for s in &chart.series {

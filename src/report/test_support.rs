@@ -57,6 +57,7 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
         class_names: names.iter().map(|n| n.to_string()).collect(),
         class_quanta_tokens: vec![1; names.len()],
         pools: Vec::new(),
+        fault_marks: Vec::new(),
     }
 }
 

@@ -89,6 +89,11 @@ impl System {
     /// Worker `worker` stops: its pass in flight is lost, its state is discarded (it returns,
     /// if ever, with an empty cache), and what it held waits for the router to hear.
     pub(super) fn worker_down(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        self.faults.marks.push(FaultMark::WorkerDown {
+            worker,
+            from: now,
+            until: None,
+        });
         for rank in self.ranks_of(worker) {
             let slot = &mut self.ranks[rank];
             if slot.down {
@@ -212,6 +217,16 @@ impl System {
 
     /// A down worker returns with empty ranks; the router hears after the delay.
     pub(super) fn worker_back(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        // Down windows of one worker never overlap (validation), so the open one is its last.
+        let open = self.faults.marks.iter_mut().rev().find_map(|m| match m {
+            FaultMark::WorkerDown {
+                worker: w, until, ..
+            } if *w == worker => Some(until),
+            _ => None,
+        });
+        if let Some(until) = open {
+            *until = Some(now);
+        }
         for rank in self.ranks_of(worker) {
             self.ranks[rank].down = false;
         }
@@ -223,6 +238,11 @@ impl System {
         let worker = self.faults.next_worker;
         self.faults.next_worker += 1;
         self.faults.joined.push((worker, pool));
+        self.faults.marks.push(FaultMark::WorkerUp {
+            worker,
+            pool: self.config.pools[pool].name.clone(),
+            at: now,
+        });
         let slots: Vec<RankSlot> = worker_slots(worker, pool, &self.config.pools[pool]).collect();
         self.ranks.extend(slots);
         self.announce(now, worker, queue);

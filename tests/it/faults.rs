@@ -226,3 +226,119 @@ fn issue_13_a_worker_up_joins_the_default_pool_and_takes_work() {
             .all(|r| ms(r, "dispatch_ms") >= 3000.0 && r["pool"] == "default")
     );
 }
+
+/// Runs `routersim check FILE` with `args`; returns (exit code, stdout, stderr).
+fn check(dir: &Path, file: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::cargo_bin("routersim")
+        .unwrap()
+        .current_dir(dir)
+        .args(["check", file])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[test]
+fn issue_13_count_status_gates_check_and_flips_with_its_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = run(tmp.path(), "cancel", CANCEL);
+    let cancelled = rows_where(&rows, |r| r["status"] == "cancelled").len();
+    let completed = rows_where(&rows, |r| r["status"] == "completed").len();
+    let text = format!(
+        "{CANCEL}expect:
+  - {{count_status: {{class: regular, status: cancelled}}, at_most: {cancelled}}}
+  - {{count_status: {{class: premium, status: cancelled}}, at_most: 0}}
+  - {{count_status: {{status: completed}}, within: [{completed}, {completed}]}}
+  - {{count_status: {{status: aborted}}, at_most: 0}}
+"
+    );
+    fs::write(tmp.path().join("gate.yaml"), text).unwrap();
+    let (code, stdout, stderr) = check(tmp.path(), "gate.yaml", &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let want = format!("PASS  regular cancelled requests = {cancelled}  (at most {cancelled})");
+    assert!(stdout.contains(&want), "{stdout}");
+    assert!(
+        stdout.contains("PASS  total completed requests = "),
+        "{stdout}"
+    );
+    // One fewer cancellation allowed than the run had: the gate fails, and says by how much.
+    let tighter = format!("expect.0.at_most={}", cancelled - 1);
+    let (code, stdout, _) = check(tmp.path(), "gate.yaml", &["--set", &tighter]);
+    assert_eq!(code, 1, "{stdout}");
+    let want = format!(
+        "FAIL  regular cancelled requests = {cancelled}  (at most {})",
+        cancelled - 1
+    );
+    assert!(stdout.contains(&want), "{stdout}");
+}
+
+#[test]
+fn issue_13_migrations_figure_counts_the_moves_of_a_lost_worker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let with_limit =
+        format!("{DOWN}{WINDOW}").replace("workers: {", "router: {migration_limit: 3}\nworkers: {");
+    let moved = rows_where(&run(tmp.path(), "migrate", &with_limit), |r| {
+        r["migrations"] != "0"
+    })
+    .len();
+    assert!(moved > 0);
+    let text = format!(
+        "{with_limit}expect:
+  - {{migrations: {{}}, within: [{moved}, {moved}]}}
+  - {{count_status: {{status: aborted}}, at_most: 0}}
+"
+    );
+    fs::write(tmp.path().join("gate.yaml"), &text).unwrap();
+    let (code, stdout, stderr) = check(tmp.path(), "gate.yaml", &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("PASS  total migrations = {moved}")),
+        "{stdout}"
+    );
+    // Without migration the same window aborts what it moved: the aborted gate fails.
+    let (code, stdout, _) = check(
+        tmp.path(),
+        "gate.yaml",
+        &["--set", "router.migration_limit=0"],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    let want = format!("FAIL  total aborted requests = {moved}  (at most 0)");
+    assert!(stdout.contains(&want), "{stdout}");
+}
+
+#[test]
+fn issue_13_a_bad_count_status_exits_2_naming_file_line_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (expect, field) in [
+        (
+            "{count_status: {class: regular, status: lost}, at_most: 1}",
+            "count_status.status: unknown status `lost` (known: completed, rejected, cancelled, \
+             aborted)",
+        ),
+        (
+            "{count_status: {class: gold, status: aborted}, at_most: 1}",
+            "count_status.class: unknown class `gold`",
+        ),
+        (
+            "{migrations: {class: gold}, at_most: 1}",
+            "migrations.class",
+        ),
+        (
+            "{count_status: {status: aborted}, tolerance: 1}",
+            "tolerance: applies to token_share only",
+        ),
+    ] {
+        let text = format!("{CANCEL}expect:\n  - {expect}\n");
+        fs::write(tmp.path().join("bad.yaml"), text).unwrap();
+        let (code, stdout, stderr) = check(tmp.path(), "bad.yaml", &[]);
+        assert_eq!(code, 2, "{stdout}{stderr}");
+        assert!(stderr.contains("bad.yaml:22: "), "{stderr}");
+        assert!(stderr.contains(field), "expected {field:?} in {stderr}");
+    }
+}
