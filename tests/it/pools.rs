@@ -167,3 +167,32 @@ fn a_replay_is_one_default_pool() {
     assert_eq!(summary["pools"][0]["workers"], 3);
     assert_eq!(summary["pools"][0]["requests"], requests.len());
 }
+
+/// Issue 12's acceptance case: pools timed by fixed models of 10 and 100 ms prefill under
+/// round robin; five requests see exactly 10 ms to first token and five exactly 100 ms.
+#[test]
+fn issue_12_fixed_prefill_pools_give_each_pool_its_own_exact_ttft() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = "name: fixed-pools
+router: {router_mode: round_robin}
+workers:
+  pools:
+    - {name: quick, count: 1, engine: {timing_model: {type: fixed, prefill_ms: 10, decode_ms: 5}}}
+    - {name: steady, count: 1, engine: {timing_model: {type: fixed, prefill_ms: 100, decode_ms: 5}}}
+workload:
+  groups:
+    - {name: all, count: 10, input_tokens: 512, output_tokens: 1,
+       arrival: {interval: {every_ms: 1000}}}
+";
+    fs::write(tmp.path().join("s.yaml"), scenario).unwrap();
+    run(tmp.path(), "o", &[]);
+    let requests = rows(&tmp.path().join("o/requests.csv"));
+    let mut ttft_by_pool: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in &requests {
+        let ttft_ms = ms(r, "first_token_ms") - ms(r, "arrival_ms");
+        let entry = ttft_by_pool.entry(r["pool"].clone()).or_default();
+        entry.push(format!("{ttft_ms:.6}"));
+    }
+    assert_eq!(ttft_by_pool["quick"], vec!["10.000000"; 5]);
+    assert_eq!(ttft_by_pool["steady"], vec!["100.000000"; 5]);
+}
