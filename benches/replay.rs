@@ -1,51 +1,80 @@
-//! Replay speed: seeded Poisson traces replayed through the whole simulator.
+//! Replay speed against Dynamo 1.6.1's own offline replay, side by side in one run.
 //!
-//! (a) 10,000 requests on 8 workers at 50 req/s, (b) 100,000 requests on 32 workers at
-//! 200 req/s; input 1024, output 128 tokens, unique prompts. The traces are written to
-//! target/bench-traces/ so that Dynamo can replay the very same files:
-//! `../shared/tools/dynosim --trace target/bench-traces/a.jsonl --workers 8 --out /tmp/a.csv`
-//! (compare its `sim_wall_ms`). Run: `cargo bench --bench replay [-- a|b]`.
+//! Traces (seeded, written to target/bench-traces/ so that Dynamo replays the very same files):
+//! - (a) 10,000 requests at 50 req/s on 8 workers, (b) 100,000 at 200 req/s on 32 workers:
+//!   Poisson arrivals, input 1024, output 128 tokens, unique prompts.
+//! - `mooncake`: 1,000 Mooncake-like rows ([`write_mooncake_trace`]): long chunked prompts
+//!   (890 to 118,753 tokens, mean about 8.3k), heavy prefix reuse (shared system prompts and
+//!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers.
+//!
+//! Each case is timed three ways, best of 3 each: routersim's pipeline (`pipeline::execute`,
+//! in this process), routersim's whole process (`routersim replay ... --quiet`, writing its
+//! CSVs), and Dynamo's own replay time (`sim_wall_ms` of `../shared/tools/dynosim`, or of the
+//! script `ROUTERSIM_DYNOSIM` names; `ROUTERSIM_DYNOSIM=off` skips it). Each line ends with the
+//! ratios Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4]`.
 
-use rand_distr::{Distribution, Exp};
+use rand::RngExt;
+use rand_distr::{Distribution, Exp, LogNormal};
 use routersim::mocker::EngineArgs;
 use routersim::pipeline::{self, ReplaySetup, RunSpec};
 use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
+
+/// Timed runs per side; the best counts (the machine is shared, noise only adds time).
+const RUNS: usize = 3;
+
+#[derive(Copy, Clone)]
+enum Trace {
+    Poisson { requests: u64, rate_per_s: f64 },
+    Mooncake,
+}
 
 struct Case {
     name: &'static str,
-    requests: u64,
+    trace: Trace,
     workers: u32,
-    rate_per_s: f64,
 }
 
-const CASES: [Case; 2] = [
+const CASES: [Case; 4] = [
     Case {
         name: "a",
-        requests: 10_000,
+        trace: Trace::Poisson {
+            requests: 10_000,
+            rate_per_s: 50.0,
+        },
         workers: 8,
-        rate_per_s: 50.0,
     },
     Case {
         name: "b",
-        requests: 100_000,
+        trace: Trace::Poisson {
+            requests: 100_000,
+            rate_per_s: 200.0,
+        },
         workers: 32,
-        rate_per_s: 200.0,
+    },
+    Case {
+        name: "mooncake-1",
+        trace: Trace::Mooncake,
+        workers: 1,
+    },
+    Case {
+        name: "mooncake-4",
+        trace: Trace::Mooncake,
+        workers: 4,
     },
 ];
 
-/// Writes the case's trace (whole-µs timestamps, two unique 512-token hash ids per request).
-fn write_trace(case: &Case, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join(format!("{}.jsonl", case.name));
+/// Writes a Poisson trace (whole-µs timestamps, two unique 512-token hash ids per request).
+fn write_poisson_trace(path: &Path, requests: u64, rate_per_s: f64) {
     let mut rng = routersim::rng::stream(1, "bench/arrivals");
-    let gaps = Exp::new(case.rate_per_s / 1000.0).unwrap();
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let gaps = Exp::new(rate_per_s / 1000.0).unwrap();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut t_us = 0u64;
-    for i in 0..case.requests {
+    for i in 0..requests {
         let id = 1 + 2 * i;
         writeln!(
             out,
@@ -59,7 +88,155 @@ fn write_trace(case: &Case, dir: &Path) -> PathBuf {
         let gap_ms: f64 = gaps.sample(&mut rng);
         t_us += (gap_ms * 1000.0).round() as u64;
     }
-    path
+}
+
+const MOONCAKE_ROWS: u64 = 1_000;
+const MOONCAKE_MIN_INPUT: u64 = 890;
+const MOONCAKE_MAX_INPUT: u64 = 118_753;
+const TRACE_BLOCK_TOKENS: u64 = 512;
+
+/// Writes a Mooncake-like trace and returns a one-line description of what it drew.
+///
+/// The shape of the public Mooncake conversation trace: whole-ms Poisson arrivals at 6.5
+/// req/s; prompts log-normal (mean about 8.3k tokens) clipped to 890..=118,753; 45% of rows
+/// continue one of the 64 latest sessions that is shorter than them (the whole earlier
+/// prompt is their prefix, as a multi-turn conversation resends its history), 45% start with
+/// one of 12 shared system prompts (2 to 16 blocks, Zipf-like popularity), 10% share nothing;
+/// outputs 55% short (geometric, mean 24) and 45% long (log-normal, mean about 364, at most
+/// 2048). One hash id per 512 tokens, as in the public trace.
+fn write_mooncake_trace(path: &Path) -> String {
+    let mut rng = routersim::rng::stream(7, "bench/mooncake");
+    let gaps = Exp::new(6.5 / 1000.0).unwrap();
+    // A log-normal of mean 5.3k: sessions (longer than the history they resend) and the clip
+    // raise the mean to about 8.3k.
+    let inputs = LogNormal::new((5300f64).ln() - 0.5, 1.0).unwrap();
+    let long_outputs = LogNormal::new((364f64).ln() - 0.32, 0.8).unwrap();
+    let mut next_id = 1u64;
+    let mut fresh = |n: u64| -> Vec<u64> {
+        let ids = (next_id..next_id + n).collect();
+        next_id += n;
+        ids
+    };
+    let roots: Vec<Vec<u64>> = (0..12)
+        .map(|_| {
+            let n = rng.random_range(2..=16u64);
+            fresh(n)
+        })
+        .collect();
+    let mut sessions: Vec<Vec<u64>> = Vec::new();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let (mut t_ms, mut sum_in, mut sum_out, mut shared_blocks, mut all_blocks) =
+        (0f64, 0u64, 0u64, 0u64, 0u64);
+    let (mut min_in, mut max_in) = (u64::MAX, 0u64);
+    for _ in 0..MOONCAKE_ROWS {
+        let mut input = (inputs.sample(&mut rng) as u64).clamp(MOONCAKE_MIN_INPUT, MOONCAKE_MAX_INPUT);
+        let pick: f64 = rng.random();
+        let mut prefix: Vec<u64> = Vec::new();
+        if pick < 0.45 {
+            let recent = sessions.len().saturating_sub(64);
+            let fits: Vec<usize> = (recent..sessions.len())
+                .filter(|&s| (sessions[s].len() as u64) * TRACE_BLOCK_TOKENS < MOONCAKE_MAX_INPUT)
+                .collect();
+            if !fits.is_empty() {
+                let s = fits[rng.random_range(0..fits.len())];
+                prefix = sessions[s].clone();
+                // A later turn is longer than the history it resends.
+                let history = prefix.len() as u64 * TRACE_BLOCK_TOKENS;
+                input = input.max(history + rng.random_range(1..=2048u64)).min(MOONCAKE_MAX_INPUT);
+                sessions.remove(s);
+            }
+        } else if pick < 0.90 {
+            // Zipf-like: root k with weight 1/(k+1).
+            let weights: Vec<f64> = (0..roots.len()).map(|k| 1.0 / (k + 1) as f64).collect();
+            let mut x = rng.random::<f64>() * weights.iter().sum::<f64>();
+            let k = weights
+                .iter()
+                .position(|w| {
+                    x -= w;
+                    x < 0.0
+                })
+                .unwrap_or(roots.len() - 1);
+            prefix = roots[k].clone();
+        }
+        let blocks = input.div_ceil(TRACE_BLOCK_TOKENS);
+        // The prefix covers at most all but the prompt's last block.
+        prefix.truncate((blocks - 1) as usize);
+        shared_blocks += prefix.len() as u64;
+        all_blocks += blocks;
+        let own = fresh(blocks - prefix.len() as u64);
+        let hash_ids: Vec<u64> = prefix.into_iter().chain(own).collect();
+        let output = if rng.random::<f64>() < 0.55 {
+            1 + (Exp::new(1.0 / 23.0).unwrap().sample(&mut rng) as u64).min(255)
+        } else {
+            (long_outputs.sample(&mut rng) as u64).clamp(1, 2048)
+        };
+        let ids: Vec<String> = hash_ids.iter().map(u64::to_string).collect();
+        writeln!(
+            out,
+            r#"{{"timestamp": {}, "input_length": {input}, "output_length": {output}, "hash_ids": [{}]}}"#,
+            t_ms.round() as u64,
+            ids.join(", ")
+        )
+        .unwrap();
+        sessions.push(hash_ids);
+        t_ms += gaps.sample(&mut rng);
+        (sum_in, sum_out) = (sum_in + input, sum_out + output);
+        (min_in, max_in) = (min_in.min(input), max_in.max(input));
+    }
+    format!(
+        "inputs {min_in}..{max_in} mean {}, outputs mean {}, {:.0}% of prompt blocks shared",
+        sum_in / MOONCAKE_ROWS,
+        sum_out / MOONCAKE_ROWS,
+        100.0 * shared_blocks as f64 / all_blocks as f64
+    )
+}
+
+/// Best of [`RUNS`] wall times of `f`, in ms.
+fn best_ms(mut f: impl FnMut()) -> f64 {
+    (0..RUNS)
+        .map(|_| {
+            let started = Instant::now();
+            f();
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The dynosim script to compare against, if any.
+fn dynosim() -> Option<PathBuf> {
+    match std::env::var_os("ROUTERSIM_DYNOSIM") {
+        Some(v) if v == "off" => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => {
+            let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/dynosim");
+            default.exists().then_some(default)
+        }
+    }
+}
+
+/// Dynamo's own replay time (`sim_wall_ms`), best of [`RUNS`].
+fn dynamo_ms(script: &Path, trace: &Path, workers: u32, out: &Path) -> Option<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..RUNS {
+        let output = Command::new(script)
+            .arg("--trace")
+            .arg(trace)
+            .args(["--workers", &workers.to_string(), "--out"])
+            .arg(out)
+            .output()
+            .ok()?;
+        if !output.status.success() {
+            eprintln!(
+                "dynosim failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return None;
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let summary: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
+        best = best.min(summary["sim_wall_ms"].as_f64()?);
+    }
+    Some(best)
 }
 
 fn main() {
@@ -67,15 +244,36 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-traces");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/bench-traces");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dynosim = dynosim();
+    if dynosim.is_none() {
+        println!("(no dynosim: routersim numbers only)");
+    }
     for case in CASES
         .iter()
         .filter(|c| only.is_empty() || only.iter().any(|o| o == c.name))
     {
-        let trace = write_trace(case, &dir);
+        let trace = match case.trace {
+            Trace::Poisson {
+                requests,
+                rate_per_s,
+            } => {
+                let path = dir.join(format!("{}.jsonl", case.name));
+                write_poisson_trace(&path, requests, rate_per_s);
+                path
+            }
+            Trace::Mooncake => {
+                let path = dir.join("mooncake.jsonl");
+                let shape = write_mooncake_trace(&path);
+                println!("mooncake trace: {shape}");
+                path
+            }
+        };
         let setup = ReplaySetup {
             trace: trace.clone(),
-            trace_block_size: 512,
+            trace_block_size: TRACE_BLOCK_TOKENS,
             policy: None,
             router: RouterConfig::default(),
             engine: EngineArgs::default(),
@@ -83,21 +281,47 @@ fn main() {
             router_mode: RouterMode::KvRouter,
             seed: 0,
         };
-        let started = Instant::now();
-        let result = pipeline::execute(&RunSpec::from_replay(&setup))
-            .expect("the bench trace replays")
-            .result;
-        let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
-        println!(
-            "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; wall {:.0} ms, {:.0} simulated requests/s ({})",
+        let spec = RunSpec::from_replay(&setup);
+        let mut result = None;
+        let pipeline_ms = best_ms(|| {
+            result = Some(pipeline::execute(&spec).expect("the bench trace replays").result);
+        });
+        let result = result.unwrap();
+        let out = root.join("target/bench-out").join(case.name);
+        let dynamo_csv = root.join(format!("target/bench-out/{}-dynamo.csv", case.name));
+        let process_ms = best_ms(|| {
+            let status = Command::new(env!("CARGO_BIN_EXE_routersim"))
+                .arg("replay")
+                .arg("--trace")
+                .arg(&trace)
+                .args(["--workers", &case.workers.to_string(), "--quiet", "--force"])
+                .arg("--out")
+                .arg(&out)
+                .status()
+                .expect("routersim runs");
+            assert!(status.success(), "routersim replay failed");
+        });
+        print!(
+            "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; routersim pipeline {:.0} ms, process {:.0} ms",
             case.name,
             result.records.len(),
             case.workers,
             result.events,
             result.end_time.as_secs_f64(),
-            wall_ms,
-            result.records.len() as f64 / (wall_ms / 1000.0),
-            trace.display()
+            pipeline_ms,
+            process_ms,
         );
+        match dynosim
+            .as_deref()
+            .and_then(|script| dynamo_ms(script, &trace, case.workers, &dynamo_csv))
+        {
+            Some(dynamo) => println!(
+                "; Dynamo {:.0} ms: {:.1}x pipeline, {:.1}x process",
+                dynamo,
+                dynamo / pipeline_ms,
+                dynamo / process_ms
+            ),
+            None => println!(),
+        }
     }
 }
