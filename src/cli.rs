@@ -151,6 +151,10 @@ struct ReplayArgs {
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
+    /// Also draw the run's plots (PNG and SVG, as `run` does). Off by default: rendering
+    /// them takes longer than the replay itself.
+    #[arg(long)]
+    plots: bool,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -596,8 +600,12 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         "seed": args.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files = report::run_files(&result, &metrics, &meta, &[])
-        .map_err(|e| CliError::Bug(e.to_string()))?;
+    let files = if args.plots {
+        report::run_files(&result, &metrics, &meta, &[])
+            .map_err(|e| CliError::Bug(e.to_string()))?
+    } else {
+        report::data_files(&result, &metrics, &meta)
+    };
     target.write(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));

@@ -58,6 +58,45 @@ fn replay_writes_requests_and_summary() {
     assert!(wrote);
 }
 
+/// Issue 14: plots cost more than the replay itself, so `replay` draws them only with
+/// `--plots`; a rerun without it removes the plots an earlier run drew.
+#[test]
+fn issue_14_replay_draws_plots_only_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("t.jsonl");
+    fs::write(&trace, format!("{GOOD_ROW}\n{GOOD_ROW}\n")).unwrap();
+    let out = tmp.path().join("out");
+    let replay = |extra: &[&str]| {
+        routersim()
+            .args(["replay", "--quiet", "--trace"])
+            .arg(&trace)
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .assert()
+            .success();
+        let mut names: Vec<String> = fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let pictures = |names: &[String]| {
+        names
+            .iter()
+            .filter(|n| n.ends_with(".png") || n.ends_with(".svg"))
+            .count()
+    };
+    let plain = replay(&[]);
+    assert!(plain.contains(&"requests.csv".to_string()), "{plain:?}");
+    assert_eq!(pictures(&plain), 0, "{plain:?}");
+    let drawn = replay(&["--plots"]);
+    assert!(drawn.contains(&"ttft_cdf.png".to_string()), "{drawn:?}");
+    assert!(drawn.contains(&"ttft_cdf.svg".to_string()), "{drawn:?}");
+    assert_eq!(replay(&[]), plain, "a rerun without --plots removes them");
+}
+
 #[test]
 fn replay_refuses_a_trace_row_without_output_length() {
     let row = r#"{"timestamp": 0, "input_length": 512, "hash_ids": [1]}"#;
