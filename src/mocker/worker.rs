@@ -636,7 +636,7 @@ impl MockWorker {
                 allocations += self
                     .running
                     .iter()
-                    .filter(|&&s| (self.req(s).computed + j) % bs == 0)
+                    .filter(|&&s| (self.req(s).computed + j).is_multiple_of(bs))
                     .count() as u64;
                 if allocations > spare {
                     break;
@@ -696,7 +696,7 @@ impl MockWorker {
             for i in 0..self.running.len() {
                 let slot = self.running[i];
                 let computed = self.req(slot).computed;
-                if computed % bs == 0 {
+                if computed.is_multiple_of(bs) {
                     let block = self.pool.allocate();
                     let block = block.expect("a planned quiet pass finds its blocks");
                     self.req_mut(slot).blocks.push(block);
