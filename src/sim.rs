@@ -13,6 +13,19 @@
 //!    request that reached it during the instant joins that pass.
 //!
 //! A zero transport delay is a direct call, never an event.
+//!
+//! Quiet passes are skipped ([`Stepping::SkipQuiet`], what [`run`] does): when a worker's
+//! next passes would only give every running request one more token (no admission,
+//! completion, first token, preemption or published KV event; see
+//! `MockWorker::plan_quiet_passes`), the worker plans that run of passes and one event marks
+//! its end, instead of one event per pass. Nothing outside the worker can see a quiet pass
+//! but the token counts, so a run is the same pass by pass ([`Stepping::PassByPass`]) and
+//! skipping. An input reaching a worker during its run (a dispatch) first applies the passes
+//! already over and cuts the run after the pass in progress; the run's later end event is
+//! then stale (each rank counts generations of its scheduled ends). Transport jitter draws
+//! one random delay per token message, so with jitter every pass runs. Workers publish no
+//! KV events for blocks of generated tokens when skipping: such a block's hash is derived
+//! from its own request, so no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
@@ -191,8 +204,9 @@ impl std::error::Error for InvariantViolation {}
 enum Event {
     /// A dispatched request reaches its worker (only with a router-to-worker delay).
     Deliver { rank: usize, request: RequestId },
-    /// A worker's pass ends: its tokens and KV events leave the worker.
-    PassEnd { rank: usize },
+    /// A worker's pass (or run of quiet passes) ends: its tokens and KV events leave the
+    /// worker. Stale unless `generation` is the rank's current one.
+    PassEnd { rank: usize, generation: u64 },
     /// Tokens reach the router (only with a worker-to-router delay).
     Tokens {
         request: RequestId,
@@ -209,8 +223,13 @@ enum Event {
 struct RankSlot {
     id: WorkerWithDpRank,
     worker: MockWorker,
-    /// A pass is running (its PassEnd is scheduled).
+    /// A pass (or a run of quiet passes) is running: its PassEnd is scheduled.
     in_pass: bool,
+    /// Bumped whenever a scheduled PassEnd no longer stands (a quiet run was cut).
+    generation: u64,
+    /// The ends of the quiet passes planned and not yet applied (empty: the pass running,
+    /// if any, is an ordinary one, its results in `output`).
+    quiet_ends: Vec<SimTime>,
     output: PassOutput,
     /// Passes in a row at `empty_at` that computed nothing and only preempted.
     empty_passes: u64,
@@ -236,6 +255,9 @@ struct System {
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
     /// Requests that completed or were rejected so far (a closed loop issues one per end).
     ended: u64,
+    /// Workers skip quiet passes ([`Stepping::SkipQuiet`] without jitter).
+    skip_quiet: bool,
+    kv_log: Option<KvLog>,
 }
 
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
@@ -294,19 +316,61 @@ impl<I: Iterator<Item = RequestSpec>> Feed<I> {
     }
 }
 
+/// How workers advance through their passes (see the module docs). Both give the same
+/// records; skipping is much faster on decode-heavy runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stepping {
+    /// Skip runs of quiet passes (the default).
+    SkipQuiet,
+    /// Every pass is an event (the reference the skipping is tested against).
+    PassByPass,
+}
+
+/// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
+/// planning of its later passes; a longer run just ends and plans the next.
+const QUIET_RUN_PASSES: usize = 64;
+
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
 pub fn run(
     config: SimConfig,
     requests: impl Iterator<Item = RequestSpec>,
 ) -> Result<SimResult, InvariantViolation> {
+    run_with(config, requests, Stepping::SkipQuiet)
+}
+
+/// [`run`], stepping workers as `stepping` says.
+pub fn run_with(
+    config: SimConfig,
+    requests: impl Iterator<Item = RequestSpec>,
+    stepping: Stepping,
+) -> Result<SimResult, InvariantViolation> {
+    simulate(config, requests, stepping, false).map(|(result, _)| result)
+}
+
+/// Every KV event the router applied, with when (kept only when asked: for tests).
+type KvLog = Vec<(SimTime, KvEvent)>;
+
+fn simulate(
+    config: SimConfig,
+    requests: impl Iterator<Item = RequestSpec>,
+    stepping: Stepping,
+    log_kv: bool,
+) -> Result<(SimResult, KvLog), InvariantViolation> {
+    let skipping = stepping == Stepping::SkipQuiet;
     let workers = worker_set(config.worker_count, &config.engine);
     let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
     let ranks = workers
         .ranks()
         .map(|id| RankSlot {
             id,
-            worker: MockWorker::new(config.engine.clone(), id),
+            worker: {
+                let mut worker = MockWorker::new(config.engine.clone(), id);
+                worker.set_publish_generated_blocks(!skipping);
+                worker
+            },
             in_pass: false,
+            generation: 0,
+            quiet_ends: Vec::new(),
             output: PassOutput::default(),
             empty_passes: 0,
             empty_at: SimTime::ZERO,
@@ -324,6 +388,8 @@ pub fn run(
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
         ended: 0,
+        skip_quiet: skipping && config.delays.jitter == SimDuration::ZERO,
+        kv_log: log_kv.then(Vec::new),
         config,
     };
     let mut engine = Engine::new(system.config.limits);
@@ -343,6 +409,19 @@ pub fn run(
             break reason;
         }
     };
+    if stop_reason.is_limit() {
+        // Passes over by the stop count, as they would pass by pass.
+        let at = match stop_reason {
+            StopReason::TimeLimit => system.config.limits.max_time,
+            _ => engine.now(),
+        };
+        for rank in 0..system.ranks.len() {
+            let done = system.ranks[rank].quiet_ends.partition_point(|&e| e <= at);
+            if done > 0 {
+                system.apply_quiet(rank, done);
+            }
+        }
+    }
     // The makespan: the last moment a request changed state (a trailing no-op tick does not
     // count).
     let end_time = system
@@ -353,7 +432,8 @@ pub fn run(
         .unwrap_or(SimTime::ZERO);
     system.finish(stop_reason, end_time)?;
     let classes = system.router.profile().classes();
-    Ok(SimResult {
+    let kv_log = system.kv_log.take().unwrap_or_default();
+    let result = SimResult {
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
         class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
         records: system.records,
@@ -365,7 +445,8 @@ pub fn run(
             .iter()
             .map(|r| r.worker.preemptions_total())
             .sum(),
-    })
+    };
+    Ok((result, kv_log))
 }
 
 /// `count` identical aggregated workers with ids 0..count, each with the engine's DP ranks.
@@ -527,14 +608,15 @@ impl System {
     }
 
     fn deliver(&mut self, now: SimTime, rank: usize, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(hashes) = self.in_flight.get(&id) else {
+        let Some(hashes) = self.in_flight.get(&id).cloned() else {
             return;
         };
+        self.settle(now, rank, queue);
         let record = &self.records[id.0 as usize];
         let request = MockRequest {
             id,
             prompt_tokens: record.input_tokens,
-            prompt_hashes: hashes.clone(),
+            prompt_hashes: hashes,
             max_output_tokens: record.output_tokens,
         };
         let slot = &mut self.ranks[rank];
@@ -573,6 +655,16 @@ impl System {
         if slot.in_pass || !slot.worker.has_work() {
             return;
         }
+        if self.skip_quiet {
+            let ends = &mut slot.quiet_ends;
+            slot.worker.plan_quiet_passes(now, QUIET_RUN_PASSES, ends);
+            if let Some(&end) = ends.last() {
+                slot.in_pass = true;
+                let generation = slot.generation;
+                queue.schedule(end, Event::PassEnd { rank, generation });
+                return;
+            }
+        }
         let end = slot.worker.execute_pass(now, &mut slot.output);
         if let Err(message) = check_pass_progress(slot, now, end) {
             self.fail(now, message);
@@ -585,17 +677,74 @@ impl System {
             record.admit.get_or_insert(now);
             record.reused_input_tokens = admitted.reported_reused_tokens;
         }
-        queue.schedule(end, Event::PassEnd { rank });
+        let generation = slot.generation;
+        queue.schedule(end, Event::PassEnd { rank, generation });
     }
 
-    fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+    /// Before an input reaches a rank in a quiet run at `now`: applies the passes over by
+    /// then, and cuts the run after the pass in progress (whose end gets a fresh event), so
+    /// the input joins the next pass as it would pass by pass. A rank whose run ended at
+    /// `now` (its end event not handled yet) becomes idle.
+    fn settle(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+        let slot = &mut self.ranks[rank];
+        let done = slot.quiet_ends.partition_point(|&end| end <= now);
+        if done > 0 {
+            self.apply_quiet(rank, done);
+        }
+        let slot = &mut self.ranks[rank];
+        let planned = slot.quiet_ends.len();
+        if done == 0 && planned <= 1 {
+            return; // no run, or its last pass is in progress: its event stands
+        }
+        slot.generation += 1;
+        if planned == 0 {
+            slot.in_pass = false;
+            return;
+        }
+        slot.quiet_ends.truncate(1);
+        let (end, generation) = (slot.quiet_ends[0], slot.generation);
+        queue.schedule(end, Event::PassEnd { rank, generation });
+    }
+
+    /// Applies a rank's first `count` planned quiet passes: its running requests each get
+    /// `count` tokens.
+    fn apply_quiet(&mut self, rank: usize, count: usize) {
+        let slot = &mut self.ranks[rank];
+        let last_end = slot.quiet_ends[count - 1];
+        slot.worker.apply_quiet_passes(count as u64, last_end);
+        slot.quiet_ends.drain(..count);
+        for id in slot.worker.running_ids() {
+            self.records[id.0 as usize].tokens_received += count as u64;
+        }
+    }
+
+    fn end_pass(
+        &mut self,
+        now: SimTime,
+        rank: usize,
+        generation: u64,
+        queue: &mut EventQueue<Event>,
+    ) {
+        let slot = &mut self.ranks[rank];
+        if generation != slot.generation {
+            return; // a quiet run that was cut: its new end is scheduled
+        }
+        if !slot.quiet_ends.is_empty() {
+            self.apply_quiet(rank, self.ranks[rank].quiet_ends.len());
+            let slot = &mut self.ranks[rank];
+            slot.in_pass = false;
+            if slot.worker.has_work() {
+                self.starts_due.insert(rank);
+            }
+            return;
+        }
         let output = std::mem::take(&mut self.ranks[rank].output);
         self.ranks[rank].in_pass = false;
         let lag = self.config.delays.kv_event_lag;
         if !output.kv_events.is_empty() {
             if lag == SimDuration::ZERO {
                 for event in &output.kv_events {
-                    self.router.handle_kv_event(now, event);
+                    self.kv_to_router(now, event);
                 }
             } else {
                 queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
@@ -650,6 +799,13 @@ impl System {
         slot.output.clear();
         if slot.worker.has_work() {
             self.starts_due.insert(rank);
+        }
+    }
+
+    fn kv_to_router(&mut self, now: SimTime, event: &KvEvent) {
+        self.router.handle_kv_event(now, event);
+        if let Some(log) = &mut self.kv_log {
+            log.push((now, event.clone()));
         }
     }
 
@@ -793,7 +949,7 @@ impl Model for System {
     fn handle(&mut self, now: SimTime, event: Event, queue: &mut EventQueue<Event>) {
         match event {
             Event::Deliver { rank, request } => self.deliver(now, rank, request, queue),
-            Event::PassEnd { rank } => self.end_pass(now, rank, queue),
+            Event::PassEnd { rank, generation } => self.end_pass(now, rank, generation, queue),
             Event::Tokens {
                 request,
                 first,
@@ -804,7 +960,7 @@ impl Model for System {
             }
             Event::Kv(events) => {
                 for event in &events {
-                    self.router.handle_kv_event(now, event);
+                    self.kv_to_router(now, event);
                 }
                 self.drain_router(now, queue);
             }
@@ -823,6 +979,7 @@ mod tests {
     use crate::mocker::PreemptionMode;
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
+    use crate::scheduling::types::KvEventData;
     use crate::workload::PromptSpec;
     use proptest::prelude::*;
 
@@ -1048,6 +1205,97 @@ policy_classes:
         Ok(())
     }
 
+    /// Decode-heavy random systems: outputs up to 300 tokens on pools from tiny to roomy, so
+    /// quiet runs are long, cut by arrivals, and end at block boundaries, evictions and
+    /// preemptions.
+    fn quiet_case() -> impl Strategy<Value = Case> {
+        case_with(8..400, 0..300, 16..2048)
+    }
+
+    /// Runs `case` pass by pass and skipping quiet passes; everything the run reports must
+    /// be the same.
+    fn same_skipping_or_not(case: &Case, seed: u64, jitter: bool) -> Result<(), TestCaseError> {
+        let mut config = config(case, seed);
+        if !jitter {
+            config.delays.jitter = SimDuration::ZERO;
+        }
+        let run = |stepping| {
+            simulate(config.clone(), requests(case).into_iter(), stepping, true)
+                .map_err(|v| TestCaseError::fail(format!("{v}")))
+        };
+        let (skipped, skipped_kv) = run(Stepping::SkipQuiet)?;
+        let (stepped, stepped_kv) = run(Stepping::PassByPass)?;
+        prop_assert_eq!(&skipped.records, &stepped.records, "seed {}", seed);
+        // The router saw the same prompt-block events at the same instants, in the same
+        // order: only events about blocks of generated tokens are gone.
+        let prompt: BTreeSet<u64> = requests(case)
+            .iter()
+            .flat_map(|r| r.block_hashes(16))
+            .collect();
+        prop_assert_eq!(
+            prompt_events(skipped_kv, &prompt),
+            prompt_events(stepped_kv, &prompt),
+            "seed {}",
+            seed
+        );
+        prop_assert_eq!(skipped.stop_reason, stepped.stop_reason);
+        prop_assert_eq!(skipped.end_time, stepped.end_time);
+        prop_assert_eq!(skipped.preemptions, stepped.preemptions);
+        Ok(())
+    }
+
+    /// The KV events of a log about `prompt` blocks, one block per event (a Stored block's
+    /// parent is the block before it in its event), event ids ignored: the router applies
+    /// an event as the run of its blocks, so how events group their blocks is not seen.
+    fn prompt_events(
+        log: KvLog,
+        prompt: &BTreeSet<u64>,
+    ) -> Vec<(SimTime, WorkerWithDpRank, KvEventData)> {
+        let mut out = Vec::new();
+        for (t, e) in log {
+            match e.data {
+                KvEventData::Stored { mut parent, blocks } => {
+                    for block in blocks {
+                        if prompt.contains(&block) {
+                            let blocks = vec![block];
+                            out.push((t, e.worker, KvEventData::Stored { parent, blocks }));
+                        }
+                        parent = Some(block);
+                    }
+                }
+                KvEventData::Removed { blocks } => {
+                    for block in blocks.into_iter().filter(|h| prompt.contains(h)) {
+                        let blocks = vec![block];
+                        out.push((t, e.worker, KvEventData::Removed { blocks }));
+                    }
+                }
+                other => out.push((t, e.worker, other)),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// Issue 14: skipping quiet passes changes no record, on decode-heavy systems with
+        /// every engine knob, delay and policy drawn at random.
+        #[test]
+        fn issue_14_skipping_quiet_passes_changes_no_record(
+            case in quiet_case(), seed in 0u64..1000, jitter in prop::bool::weighted(0.2)
+        ) {
+            same_skipping_or_not(&case, seed, jitter)?;
+        }
+
+        /// The same on the general random systems and on preemption storms.
+        #[test]
+        fn issue_14_skipping_is_exact_on_random_and_storm_systems(
+            case in prop_oneof![case(), storm_case()], seed in 0u64..1000
+        ) {
+            same_skipping_or_not(&case, seed, false)?;
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -1064,6 +1312,47 @@ policy_classes:
             check_closed_loop(&result.records, n as usize)
                 .map_err(|e| TestCaseError::fail(format!("seed {seed}, n {n}: {e}")))?;
         }
+    }
+
+    #[test]
+    fn issue_14_a_decode_run_takes_few_events_and_a_mid_run_dispatch_cuts_it() {
+        // One worker: two long decodes, a third request arriving in the middle of their run.
+        let case = Case {
+            workers: 1,
+            dp_size: 1,
+            num_gpu_blocks: 1024,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 2048,
+            prefix_caching: true,
+            chunked: true,
+            fifo: false,
+            delays_ns: (0, 0, 0),
+            with_policy: false,
+            requests: vec![
+                (0, 512, 300, 1, vec![1]),
+                (0, 700, 250, 1, vec![2]),
+                (900_000_000, 300, 50, 1, vec![1, 3]),
+            ],
+        };
+        let config = config(&case, 3);
+        let run = |stepping| run_with(config.clone(), requests(&case).into_iter(), stepping);
+        let (skipped, stepped) = (
+            run(Stepping::SkipQuiet).unwrap(),
+            run(Stepping::PassByPass).unwrap(),
+        );
+        assert_eq!(skipped.records, stepped.records);
+        assert_eq!(skipped.count("completed"), 3);
+        let third = &skipped.records[2];
+        assert!(
+            third.admit.unwrap() > third.arrival,
+            "it joins the pass after the one in progress"
+        );
+        assert!(
+            skipped.events * 5 < stepped.events,
+            "{} events skipping, {} pass by pass",
+            skipped.events,
+            stepped.events
+        );
     }
 
     #[test]

@@ -615,7 +615,12 @@ impl MockWorker {
     /// time. Its duration is [`Self::pass_end`] of the same decode context `execute_pass`
     /// would charge, so the planned ends are exactly those of the passes `execute_pass`
     /// would run. Apply them with [`Self::apply_quiet_passes`].
-    pub fn plan_quiet_passes(&mut self, start: SimTime, max_passes: usize, ends: &mut Vec<SimTime>) {
+    pub fn plan_quiet_passes(
+        &mut self,
+        start: SimTime,
+        max_passes: usize,
+        ends: &mut Vec<SimTime>,
+    ) {
         ends.clear();
         let Some(limit) = self.quiet_pass_limit() else {
             return;
