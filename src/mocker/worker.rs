@@ -341,7 +341,14 @@ pub struct MockWorker {
     scheduled: Vec<Scheduled>,
     ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
+    /// Block boundaries of a quiet run: (pass, step) pairs.
+    growth_scratch: Vec<(u64, u64)>,
+    /// Decode durations of recent contexts (see `decode_duration`); empty until first used.
+    decode_memo: Vec<(u64, SimDuration)>,
 }
+
+/// Slots of a rank's table of decode durations (16 bytes each).
+const DECODE_MEMO_SLOTS: usize = 1024;
 
 impl MockWorker {
     /// A rank with an empty pool, or the validation error of `args`.
@@ -375,6 +382,8 @@ impl MockWorker {
             scheduled: Vec::new(),
             ready: Vec::new(),
             event_scratch: Vec::new(),
+            growth_scratch: Vec::new(),
+            decode_memo: Vec::new(),
         }
     }
 
@@ -575,14 +584,33 @@ impl MockWorker {
     /// When a pass starting at `now` ends: the prefill part for `prefill_tokens` uncached
     /// prompt tokens, then the decode part for `decode_kv_tokens` of context (none when 0).
     /// The one place pass durations are computed, for formed and for quiet passes alike.
-    fn pass_end(&self, now: SimTime, prefill_tokens: u64, decode_kv_tokens: u64) -> SimTime {
+    fn pass_end(&mut self, now: SimTime, prefill_tokens: u64, decode_kv_tokens: u64) -> SimTime {
         let prefill = timing::prefill_duration(prefill_tokens, &self.args);
         let decode = if decode_kv_tokens == 0 {
             SimDuration::ZERO
         } else {
-            timing::decode_duration(decode_kv_tokens, &self.args)
+            self.decode_duration(decode_kv_tokens)
         };
         now.saturating_add(prefill).saturating_add(decode)
+    }
+
+    /// `timing::decode_duration`, remembered: a decode step's duration is a function of its
+    /// context tokens alone, the same contexts recur, and each conversion to whole ns costs
+    /// more than the rest of a quiet pass. A direct-mapped table of recent contexts.
+    fn decode_duration(&mut self, decode_kv_tokens: u64) -> SimDuration {
+        if self.decode_memo.is_empty() {
+            self.decode_memo = vec![(0, SimDuration::ZERO); DECODE_MEMO_SLOTS];
+        }
+        // Keys are context + 1, so that 0 marks an empty slot.
+        let key = decode_kv_tokens.wrapping_add(1);
+        let slot = (decode_kv_tokens % DECODE_MEMO_SLOTS as u64) as usize;
+        let (known, duration) = self.decode_memo[slot];
+        if known == key && key != 0 {
+            return duration;
+        }
+        let duration = timing::decode_duration(decode_kv_tokens, &self.args);
+        self.decode_memo[slot] = (key, duration);
+        duration
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -625,28 +653,12 @@ impl MockWorker {
         let Some(limit) = self.quiet_pass_limit() else {
             return;
         };
-        let passes = limit.min(max_passes as u64);
-        let bs = self.args.block_size;
+        let passes = self.passes_with_blocks(limit.min(max_passes as u64));
         let n = self.running.len() as u64;
         let decode_kv_tokens: u64 = self.running.iter().map(|&s| self.req(s).seq_len()).sum();
-        // Every request grows into at most this many blocks over the run: count them one
-        // pass at a time only when the spare blocks might not cover the bound.
-        let worst_allocations = n * (passes / bs + 1);
-        let spare = self.pool.free_blocks() + self.pool.silent_evictions(worst_allocations);
-        let mut allocations = 0;
         let mut now = start;
         // One pass per iteration, up to `passes`: bounded.
         for j in 0..passes {
-            if worst_allocations > spare {
-                allocations += self
-                    .running
-                    .iter()
-                    .filter(|&&s| (self.req(s).computed + j).is_multiple_of(bs))
-                    .count() as u64;
-                if allocations > spare {
-                    break;
-                }
-            }
             let end = self.pass_end(now, 0, decode_kv_tokens + j * n);
             if end <= now {
                 break;
@@ -654,6 +666,33 @@ impl MockWorker {
             ends.push(end);
             now = end;
         }
+    }
+
+    /// How many of the next `passes` decode passes find every block they grow into among the
+    /// free blocks or the evictions that publish nothing: the pass needing one more is not
+    /// quiet.
+    fn passes_with_blocks(&mut self, passes: u64) -> u64 {
+        let bs = self.args.block_size;
+        // Request i grows into a fresh block at passes first_i, first_i + bs, ...
+        let grows_at = |computed: u64| (bs - computed % bs) % bs;
+        let n = self.running.len() as u64;
+        let worst = n * passes.div_ceil(bs);
+        let spare = self.pool.free_blocks() + self.pool.silent_evictions(worst);
+        if worst <= spare {
+            return passes;
+        }
+        let mut growths = std::mem::take(&mut self.growth_scratch);
+        growths.clear();
+        for &slot in &self.running {
+            let first = grows_at(self.req(slot).computed);
+            // One growth per iteration, fewer than `passes`: bounded.
+            growths.extend((first..passes).step_by(bs as usize).map(|j| (j, 0)));
+        }
+        growths.sort_unstable();
+        // The pass of the first growth beyond the spare blocks ends the run before it.
+        let passes = growths.get(spare as usize).map_or(passes, |&(j, _)| j);
+        self.growth_scratch = growths;
+        passes
     }
 
     /// How many passes from now are quiet as far as requests and admission go (see
@@ -696,21 +735,37 @@ impl MockWorker {
     /// grows its blocks, exactly as `count` calls of `execute_pass` would leave it.
     pub fn apply_quiet_passes(&mut self, count: u64, last_end: SimTime) {
         let bs = self.args.block_size;
-        // One pass per iteration, each touching every running request: bounded.
-        for _ in 0..count {
-            for i in 0..self.running.len() {
-                let slot = self.running[i];
-                let computed = self.req(slot).computed;
-                if computed.is_multiple_of(bs) {
-                    let block = self.pool.allocate();
-                    let block = block.expect("a planned quiet pass finds its blocks");
-                    self.req_mut(slot).blocks.push(block);
-                }
+        // Only block boundaries touch the pool: request i grows into a fresh block at passes
+        // j with (computed_i + j) % bs == 0 and fills one when (computed_i + j + 1) % bs == 0.
+        // They happen in pass order, then running order, growth before filling, as pass by
+        // pass; everything else is one more token each.
+        let mut steps = std::mem::take(&mut self.growth_scratch);
+        steps.clear();
+        for (i, &slot) in self.running.iter().enumerate() {
+            let computed = self.req(slot).computed;
+            let grow = (bs - computed % bs) % bs;
+            let fill = bs - 1 - computed % bs;
+            // One boundary per iteration, fewer than `count`: bounded.
+            steps.extend((grow..count).step_by(bs as usize).map(|j| (j, 2 * i as u64)));
+            steps.extend((fill..count).step_by(bs as usize).map(|j| (j, 2 * i as u64 + 1)));
+        }
+        steps.sort_unstable();
+        for &(j, step) in &steps {
+            let slot = self.running[(step / 2) as usize];
+            let computed = self.req(slot).computed + j;
+            if step % 2 == 0 {
+                let block = self.pool.allocate();
+                let block = block.expect("a planned quiet pass finds its blocks");
+                self.req_mut(slot).blocks.push(block);
+            } else {
                 self.register_computed(slot, computed + 1);
-                let r = self.req_mut(slot);
-                r.computed = computed + 1;
-                r.generated += 1;
             }
+        }
+        self.growth_scratch = steps;
+        for i in 0..self.running.len() {
+            let r = &mut self.reqs[self.running[i] as usize];
+            r.computed += count;
+            r.generated += count;
         }
         self.last_pass_end = last_end;
     }
