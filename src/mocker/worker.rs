@@ -746,8 +746,16 @@ impl MockWorker {
             let grow = (bs - computed % bs) % bs;
             let fill = bs - 1 - computed % bs;
             // One boundary per iteration, fewer than `count`: bounded.
-            steps.extend((grow..count).step_by(bs as usize).map(|j| (j, 2 * i as u64)));
-            steps.extend((fill..count).step_by(bs as usize).map(|j| (j, 2 * i as u64 + 1)));
+            steps.extend(
+                (grow..count)
+                    .step_by(bs as usize)
+                    .map(|j| (j, 2 * i as u64)),
+            );
+            steps.extend(
+                (fill..count)
+                    .step_by(bs as usize)
+                    .map(|j| (j, 2 * i as u64 + 1)),
+            );
         }
         steps.sort_unstable();
         for &(j, step) in &steps {

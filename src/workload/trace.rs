@@ -5,7 +5,7 @@ use crate::bounds::{
     MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, read_line_capped,
 };
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, SimTime};
-use serde_json::{Map, Value};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 use std::io::BufRead;
 
@@ -158,18 +158,22 @@ impl<R: BufRead> TraceReader<R> {
     }
 
     fn parse_line(&self, text: &str) -> Result<(f64, RequestSpec), TraceError> {
-        let value: Value = serde_json::from_str(text)
+        let MaybeRow(row) = serde_json::from_str(text)
             .map_err(|e| self.error(None, format!("not valid JSON: {e}")))?;
-        let Value::Object(obj) = value else {
+        let Some(mut obj) = row else {
             return Err(self.error(None, "expected a JSON object"));
         };
-        if let Some(key) = SESSION_FIELDS.iter().find(|k| obj.contains_key(**k)) {
+        if let Some(i) = obj.session.iter().position(|&present| present) {
+            let key = SESSION_FIELDS[i];
             return Err(self.error(Some(key), "closed-loop sessions are not supported"));
         }
         let timestamp_ms = self.timestamp_ms(&obj)?;
-        let hash_ids = self.hash_ids(&obj)?;
+        let hash_ids = self.hash_ids(&mut obj)?;
         let capacity = hash_ids.len() as u64 * self.tokens_per_hash;
-        let input_tokens = match self.either_u64(&obj, "input_length", "input_tokens")? {
+        let input_tokens = match self.either_u64(
+            (&obj.input_length, "input_length"),
+            (&obj.input_tokens, "input_tokens"),
+        )? {
             Some(n) => n,
             None => capacity,
         };
@@ -183,7 +187,11 @@ impl<R: BufRead> TraceReader<R> {
                 format!("{input_tokens} exceeds the {capacity} tokens its hash_ids describe"),
             ));
         }
-        let Some(output) = self.either_u64(&obj, "output_length", "output_tokens")? else {
+        let Some(output) = self.either_u64(
+            (&obj.output_length, "output_length"),
+            (&obj.output_tokens, "output_tokens"),
+        )?
+        else {
             return Err(self.error(Some("output_length"), "missing"));
         };
         let output = self.check_tokens("output_length", output)?;
@@ -191,7 +199,7 @@ impl<R: BufRead> TraceReader<R> {
         let spec = RequestSpec {
             row: self.next_row,
             arrival: SimTime::from_ns(arrival_ns as u64),
-            policy_class: self.opt_string(&obj, "policy_class")?,
+            policy_class: self.opt_string(&mut obj.policy_class, "policy_class")?,
             input_tokens,
             output_tokens: output,
             priority: self.priority(&obj)?,
@@ -205,11 +213,11 @@ impl<R: BufRead> TraceReader<R> {
         Ok((timestamp_ms, spec))
     }
 
-    fn timestamp_ms(&self, obj: &Map<String, Value>) -> Result<f64, TraceError> {
-        let (name, v) = match (obj.get("timestamp"), obj.get("created_time")) {
-            (Some(v), _) => ("timestamp", v),
-            (None, Some(v)) => ("created_time", v),
-            (None, None) => return Ok(0.0),
+    fn timestamp_ms(&self, obj: &RawRow) -> Result<f64, TraceError> {
+        let (name, v) = match (&obj.timestamp, &obj.created_time) {
+            (v, _) if v.is_present() => ("timestamp", v),
+            (_, v) if v.is_present() => ("created_time", v),
+            _ => return Ok(0.0),
         };
         match v.as_f64() {
             Some(ms) if (-1e15..1e15).contains(&ms) => Ok(ms),
@@ -220,64 +228,51 @@ impl<R: BufRead> TraceReader<R> {
     /// A count under either of two names (`input_length` / `input_tokens`), if present.
     fn either_u64(
         &self,
-        obj: &Map<String, Value>,
-        a: &str,
-        b: &str,
+        (a, a_name): (&Field, &str),
+        (b, b_name): (&Field, &str),
     ) -> Result<Option<u64>, TraceError> {
-        let (name, v) = match (obj.get(a), obj.get(b)) {
-            (Some(v), _) => (a, v),
-            (None, Some(v)) => (b, v),
-            (None, None) => return Ok(None),
+        let (name, v) = match (a, b) {
+            (v, _) if v.is_present() => (a_name, v),
+            (_, v) if v.is_present() => (b_name, v),
+            _ => return Ok(None),
         };
         v.as_u64()
             .map(Some)
             .ok_or_else(|| self.error(Some(name), "must be a non-negative integer"))
     }
 
-    fn hash_ids(&self, obj: &Map<String, Value>) -> Result<Vec<u64>, TraceError> {
+    fn hash_ids(&self, obj: &mut RawRow) -> Result<Vec<u64>, TraceError> {
         let field = Some("hash_ids");
-        let Some(v) = obj.get("hash_ids") else {
-            return Err(self.error(field, "missing"));
-        };
-        let Value::Array(items) = v else {
-            return Err(self.error(field, "must be a list of non-negative integers"));
-        };
-        items
-            .iter()
-            .map(|h| {
-                h.as_u64()
-                    .ok_or_else(|| self.error(field, "must be a list of non-negative integers"))
-            })
-            .collect()
+        match obj.hash_ids.take() {
+            None => Err(self.error(field, "missing")),
+            Some(None) => Err(self.error(field, "must be a list of non-negative integers")),
+            Some(Some(ids)) => Ok(ids),
+        }
     }
 
-    fn opt_string(
-        &self,
-        obj: &Map<String, Value>,
-        name: &str,
-    ) -> Result<Option<String>, TraceError> {
-        match obj.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(self.error(Some(name), "must be a string")),
+    fn opt_string(&self, v: &mut Field, name: &str) -> Result<Option<String>, TraceError> {
+        match std::mem::take(v) {
+            Field::Absent | Field::Null => Ok(None),
+            Field::Text(s) => Ok(Some(s)),
+            _ => Err(self.error(Some(name), "must be a string")),
         }
     }
 
     /// Dynamo 1.6.1 accepts only integer priorities.
-    fn priority(&self, obj: &Map<String, Value>) -> Result<f64, TraceError> {
-        match obj.get("priority") {
-            None | Some(Value::Null) => Ok(0.0),
-            Some(v) => v
+    fn priority(&self, obj: &RawRow) -> Result<f64, TraceError> {
+        match &obj.priority {
+            Field::Absent | Field::Null => Ok(0.0),
+            v => v
                 .as_i64()
                 .map(|p| p as f64)
                 .ok_or_else(|| self.error(Some("priority"), "must be an integer")),
         }
     }
 
-    fn strict_priority(&self, obj: &Map<String, Value>) -> Result<u32, TraceError> {
-        match obj.get("strict_priority") {
-            None | Some(Value::Null) => Ok(0),
-            Some(v) => v
+    fn strict_priority(&self, obj: &RawRow) -> Result<u32, TraceError> {
+        match &obj.strict_priority {
+            Field::Absent | Field::Null => Ok(0),
+            v => v
                 .as_u64()
                 .and_then(|p| u32::try_from(p).ok())
                 .ok_or_else(|| {
@@ -319,6 +314,287 @@ impl<R: BufRead> Iterator for TraceReader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_timestamped().map(|r| r.map(|(_, spec)| spec))
+    }
+}
+
+/// One trace line's fields, as the JSON gave them (read without building a JSON tree: a
+/// trace is parsed twice, once to validate it and once to run it). Later duplicates of a
+/// key win, as in a JSON object; unknown keys are skipped.
+#[derive(Default)]
+struct RawRow {
+    timestamp: Field,
+    created_time: Field,
+    input_length: Field,
+    input_tokens: Field,
+    output_length: Field,
+    output_tokens: Field,
+    /// `None` when absent; `Some(None)` when not a list of non-negative integers.
+    hash_ids: Option<Option<Vec<u64>>>,
+    policy_class: Field,
+    priority: Field,
+    strict_priority: Field,
+    /// Which of [`SESSION_FIELDS`] are present.
+    session: [bool; 3],
+}
+
+/// One scalar field of a trace row.
+#[derive(Default)]
+enum Field {
+    #[default]
+    Absent,
+    Null,
+    Unsigned(u64),
+    Signed(i64),
+    Float(f64),
+    Text(String),
+    /// A boolean, list or object.
+    Other,
+}
+
+impl Field {
+    fn is_present(&self) -> bool {
+        !matches!(self, Field::Absent)
+    }
+
+    /// Any number (as `serde_json::Value::as_f64`).
+    fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Field::Unsigned(n) => Some(n as f64),
+            Field::Signed(n) => Some(n as f64),
+            Field::Float(x) => Some(x),
+            _ => None,
+        }
+    }
+
+    /// A non-negative integer.
+    fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Field::Unsigned(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// An integer that fits an `i64`.
+    fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Field::Unsigned(n) => i64::try_from(n).ok(),
+            Field::Signed(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// `Some(row)` for a JSON object, `None` for any other JSON value.
+struct MaybeRow(Option<RawRow>);
+
+impl<'de> Deserialize<'de> for MaybeRow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RowVisitor)
+    }
+}
+
+struct RowVisitor;
+
+impl<'de> Visitor<'de> for RowVisitor {
+    type Value = MaybeRow;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MaybeRow, A::Error> {
+        let mut row = RawRow::default();
+        // One key per iteration, as many as the line holds: bounded by its length.
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Timestamp => row.timestamp = map.next_value()?,
+                Key::CreatedTime => row.created_time = map.next_value()?,
+                Key::InputLength => row.input_length = map.next_value()?,
+                Key::InputTokens => row.input_tokens = map.next_value()?,
+                Key::OutputLength => row.output_length = map.next_value()?,
+                Key::OutputTokens => row.output_tokens = map.next_value()?,
+                Key::HashIds => row.hash_ids = Some(map.next_value::<HashIds>()?.0),
+                Key::PolicyClass => row.policy_class = map.next_value()?,
+                Key::Priority => row.priority = map.next_value()?,
+                Key::StrictPriority => row.strict_priority = map.next_value()?,
+                Key::Session(i) => {
+                    map.next_value::<IgnoredAny>()?;
+                    row.session[i] = true;
+                }
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(MaybeRow(Some(row)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MaybeRow, A::Error> {
+        // One element per iteration: bounded by the line's length.
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(MaybeRow(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<MaybeRow, E> {
+        Ok(MaybeRow(None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<MaybeRow, E> {
+        Ok(MaybeRow(None))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<MaybeRow, E> {
+        Ok(MaybeRow(None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<MaybeRow, E> {
+        Ok(MaybeRow(None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<MaybeRow, E> {
+        Ok(MaybeRow(None))
+    }
+    fn visit_unit<E>(self) -> Result<MaybeRow, E> {
+        Ok(MaybeRow(None))
+    }
+}
+
+/// The keys a trace row reads.
+enum Key {
+    Timestamp,
+    CreatedTime,
+    InputLength,
+    InputTokens,
+    OutputLength,
+    OutputTokens,
+    HashIds,
+    PolicyClass,
+    Priority,
+    StrictPriority,
+    /// Index into [`SESSION_FIELDS`].
+    Session(usize),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, name: &str) -> Result<Key, E> {
+                Ok(match name {
+                    "timestamp" => Key::Timestamp,
+                    "created_time" => Key::CreatedTime,
+                    "input_length" => Key::InputLength,
+                    "input_tokens" => Key::InputTokens,
+                    "output_length" => Key::OutputLength,
+                    "output_tokens" => Key::OutputTokens,
+                    "hash_ids" => Key::HashIds,
+                    "policy_class" => Key::PolicyClass,
+                    "priority" => Key::Priority,
+                    "strict_priority" => Key::StrictPriority,
+                    _ => match SESSION_FIELDS.iter().position(|f| *f == name) {
+                        Some(i) => Key::Session(i),
+                        None => Key::Other,
+                    },
+                })
+            }
+        }
+        d.deserialize_identifier(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FieldVisitor;
+        impl<'de> Visitor<'de> for FieldVisitor {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Field, E> {
+                Ok(Field::Null)
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Field, E> {
+                Ok(Field::Unsigned(n))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Field, E> {
+                Ok(Field::Signed(n))
+            }
+            fn visit_f64<E>(self, x: f64) -> Result<Field, E> {
+                Ok(Field::Float(x))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Field, E> {
+                Ok(Field::Text(s.to_string()))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Field, E> {
+                Ok(Field::Text(s))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Field, E> {
+                Ok(Field::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Field, A::Error> {
+                // One element per iteration: bounded by the line's length.
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Field, A::Error> {
+                // One entry per iteration: bounded by the line's length.
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+        }
+        d.deserialize_any(FieldVisitor)
+    }
+}
+
+/// `hash_ids`: the ids, or None if the value is not a list of non-negative integers.
+struct HashIds(Option<Vec<u64>>);
+
+impl<'de> Deserialize<'de> for HashIds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct IdsVisitor;
+        impl<'de> Visitor<'de> for IdsVisitor {
+            type Value = HashIds;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HashIds, A::Error> {
+                let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                let mut all_ids = true;
+                // One element per iteration: bounded by the line's length.
+                while let Some(item) = seq.next_element::<Field>()? {
+                    match item.as_u64() {
+                        Some(id) if all_ids => ids.push(id),
+                        _ => all_ids = false,
+                    }
+                }
+                Ok(HashIds(all_ids.then_some(ids)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HashIds, A::Error> {
+                // One entry per iteration: bounded by the line's length.
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(HashIds(None))
+            }
+            fn visit_unit<E>(self) -> Result<HashIds, E> {
+                Ok(HashIds(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<HashIds, E> {
+                Ok(HashIds(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<HashIds, E> {
+                Ok(HashIds(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<HashIds, E> {
+                Ok(HashIds(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<HashIds, E> {
+                Ok(HashIds(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<HashIds, E> {
+                Ok(HashIds(None))
+            }
+        }
+        d.deserialize_any(IdsVisitor)
     }
 }
 
@@ -390,6 +666,50 @@ mod tests {
             .map(|r| r.unwrap().arrival.as_ns())
             .collect();
         assert_eq!(arrivals, vec![9_500_000, 0]);
+    }
+
+    #[test]
+    fn rows_read_as_json_objects_do() {
+        // A later duplicate key wins; unknown keys of any shape are skipped; escaped names
+        // are still names.
+        let rows = read(concat!(
+            r#"{"output_length": 9, "hash_ids": [1], "output_length": 2, "extra": {"a": [1, {"b": null}]}, "t\u0069mestamp": 3}"#,
+        ));
+        let row = rows[0].as_ref().unwrap();
+        assert_eq!((row.output_tokens, row.arrival.as_ns()), (2, 3_000_000));
+        // Present with null still counts as present.
+        let cases = [
+            (
+                r#"{"session_id": null, "output_length": 1, "hash_ids": [1]}"#,
+                "`session_id`",
+            ),
+            (
+                r#"{"timestamp": null, "output_length": 1, "hash_ids": [1]}"#,
+                "`timestamp`",
+            ),
+            (r#"{"output_length": 1, "hash_ids": [1, -2]}"#, "`hash_ids`"),
+            (
+                r#"{"output_length": 1, "hash_ids": {"a": 1}}"#,
+                "`hash_ids`",
+            ),
+            (
+                r#"{"output_length": 1.0, "hash_ids": [1]}"#,
+                "`output_length`",
+            ),
+            (
+                r#"{"output_length": 1, "hash_ids": [1], "policy_class": 5}"#,
+                "`policy_class`",
+            ),
+            ("\"text\"", "expected a JSON object"),
+            ("{\"a\": 1} x", "not valid JSON"),
+        ];
+        for (line, expected) in cases {
+            let e = first_error(line);
+            assert!(
+                e.contains(expected),
+                "{line}: {e} should contain {expected}"
+            );
+        }
     }
 
     #[test]
