@@ -129,7 +129,8 @@ fn write_mooncake_trace(path: &Path) -> String {
         (0f64, 0u64, 0u64, 0u64, 0u64);
     let (mut min_in, mut max_in) = (u64::MAX, 0u64);
     for _ in 0..MOONCAKE_ROWS {
-        let mut input = (inputs.sample(&mut rng) as u64).clamp(MOONCAKE_MIN_INPUT, MOONCAKE_MAX_INPUT);
+        let mut input =
+            (inputs.sample(&mut rng) as u64).clamp(MOONCAKE_MIN_INPUT, MOONCAKE_MAX_INPUT);
         let pick: f64 = rng.random();
         let mut prefix: Vec<u64> = Vec::new();
         if pick < 0.45 {
@@ -142,7 +143,9 @@ fn write_mooncake_trace(path: &Path) -> String {
                 prefix = sessions[s].clone();
                 // A later turn is longer than the history it resends.
                 let history = prefix.len() as u64 * TRACE_BLOCK_TOKENS;
-                input = input.max(history + rng.random_range(1..=2048u64)).min(MOONCAKE_MAX_INPUT);
+                input = input
+                    .max(history + rng.random_range(1..=2048u64))
+                    .min(MOONCAKE_MAX_INPUT);
                 sessions.remove(s);
             }
         } else if pick < 0.90 {
@@ -284,7 +287,11 @@ fn main() {
         let spec = RunSpec::from_replay(&setup);
         let mut result = None;
         let pipeline_ms = best_ms(|| {
-            result = Some(pipeline::execute(&spec).expect("the bench trace replays").result);
+            result = Some(
+                pipeline::execute(&spec)
+                    .expect("the bench trace replays")
+                    .result,
+            );
         });
         let result = result.unwrap();
         let out = root.join("target/bench-out").join(case.name);

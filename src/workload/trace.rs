@@ -785,9 +785,9 @@ mod tests {
     fn rows_read_as_json_objects_do() {
         // A later duplicate key wins; unknown keys of any shape are skipped; escaped names
         // are still names.
-        let rows = read(concat!(
+        let rows = read(
             r#"{"output_length": 9, "hash_ids": [1], "output_length": 2, "extra": {"a": [1, {"b": null}]}, "t\u0069mestamp": 3}"#,
-        ));
+        );
         let row = rows[0].as_ref().unwrap();
         assert_eq!((row.output_tokens, row.arrival.as_ns()), (2, 3_000_000));
         // Present with null still counts as present.
