@@ -663,7 +663,7 @@ impl MockWorker {
     /// must wait keeps waiting while blocks are only taken), the budget covers one token
     /// each, every block a request grows into comes from free blocks or evicts a block no
     /// KV event was published for (so no KV event and no preemption), and the pass takes
-    /// time. Its duration is [`Self::pass_end`] of the same decode context `execute_pass`
+    /// time. Its duration is [`Self::pass_end`] of the same decode batch `execute_pass`
     /// would charge, so the planned ends are exactly those of the passes `execute_pass`
     /// would run. Apply them with [`Self::apply_quiet_passes`].
     pub fn plan_quiet_passes(
