@@ -13,6 +13,25 @@
 //!    request that reached it during the instant joins that pass.
 //!
 //! A zero transport delay is a direct call, never an event.
+//!
+//! Quiet passes are skipped ([`Stepping::SkipQuiet`], what [`run`] does): when a worker's
+//! next passes would only give every running request one more token (no admission,
+//! completion, first token, preemption or published KV event; see
+//! `MockWorker::plan_quiet_passes`), the worker plans that run of passes and one event marks
+//! its end, instead of one event per pass. Nothing outside the worker can see a quiet pass
+//! but the token counts, so a run is the same pass by pass ([`Stepping::PassByPass`]) and
+//! skipping. An input reaching a worker during its run (a dispatch) first applies the passes
+//! already over and cuts the run after the pass in progress; the run's later end event is
+//! then stale (the rank's `epoch`, the one counter of stale pass ends, also bumped when the
+//! rank goes down). Pass durations come from the worker's timing model (polynomial, fixed or
+//! profile) through the one function formed passes use, so planned ends are exact under
+//! every model. Transport jitter draws one random delay per token message, so with jitter
+//! every pass runs. A run with faults also steps pass by pass ([`skips_quiet_passes`]): a
+//! cancellation decides which tokens count by when they reach the router, and a
+//! cancellation or a worker going down reaches a worker between its passes' ends, so the
+//! lazy application would have to replay both. Workers publish no KV events for blocks of
+//! generated tokens when skipping: such a block's hash is derived from its own request, so
+//! no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
@@ -357,8 +376,9 @@ enum Event {
         request: RequestId,
         attempt: u32,
     },
-    /// A worker's pass ends: its tokens and KV events leave the worker. A pass of an earlier
-    /// `epoch` of the rank (before it went down) is lost.
+    /// A worker's pass (or run of quiet passes) ends: its tokens and KV events leave the
+    /// worker. Stale unless `epoch` is the rank's current one: the rank went down since (the
+    /// pass is lost) or its quiet run was cut (its new end is scheduled).
     PassEnd { rank: usize, epoch: u64 },
     /// Tokens reach the router (only with a worker-to-router delay).
     Tokens {
@@ -393,12 +413,15 @@ struct RankSlot {
     /// The index of the rank's pool in `SimConfig::pools`.
     pool: usize,
     worker: MockWorker,
-    /// A pass is running (its PassEnd is scheduled).
+    /// A pass (or a run of quiet passes) is running: its PassEnd is scheduled.
     in_pass: bool,
-    /// When the running pass started.
+    /// When the running pass (or quiet run) started.
     pass_start: SimTime,
     /// Time spent in passes that have ended.
     busy: SimDuration,
+    /// The ends of the quiet passes planned and not yet applied (empty: the pass running,
+    /// if any, is an ordinary one, its results in `output`).
+    quiet_ends: Vec<SimTime>,
     output: PassOutput,
     /// Passes in a row at `empty_at` that computed nothing and only preempted.
     empty_passes: u64,
@@ -466,6 +489,9 @@ struct System {
     /// Passes `(rank, start, end)` that ended after `last_change` was last raised: the only
     /// ones that may reach past the makespan (and then only in a run a limit stopped).
     passes_since_change: Vec<(usize, SimTime, SimTime)>,
+    /// Workers skip quiet passes (see [`skips_quiet_passes`]).
+    skip_quiet: bool,
+    kv_log: Option<KvLog>,
 }
 
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
@@ -524,11 +550,56 @@ impl<I: Iterator<Item = RequestSpec>> Feed<I> {
     }
 }
 
+/// How workers advance through their passes (see the module docs). Both give the same
+/// records; skipping is much faster on decode-heavy runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stepping {
+    /// Skip runs of quiet passes (the default).
+    SkipQuiet,
+    /// Every pass is an event (the reference the skipping is tested against).
+    PassByPass,
+}
+
+/// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
+/// planning of its later passes; a longer run just ends and plans the next.
+const QUIET_RUN_PASSES: usize = 64;
+
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
 pub fn run(
     config: SimConfig,
     requests: impl Iterator<Item = RequestSpec>,
 ) -> Result<SimResult, InvariantViolation> {
+    run_with(config, requests, Stepping::SkipQuiet)
+}
+
+/// [`run`], stepping workers as `stepping` says.
+pub fn run_with(
+    config: SimConfig,
+    requests: impl Iterator<Item = RequestSpec>,
+    stepping: Stepping,
+) -> Result<SimResult, InvariantViolation> {
+    simulate(config, requests, stepping, false).map(|(result, _)| result)
+}
+
+/// Every KV event the router applied, with when (kept only when asked: for tests).
+type KvLog = Vec<(SimTime, KvEvent)>;
+
+/// Whether a run of `config` stepped as `stepping` skips quiet passes: only when asked, and
+/// never with transport jitter (each token message draws its own delay) or with faults
+/// (a cancellation or a worker going down reaches a worker between its passes' ends and
+/// their tokens' arrival, so those runs step pass by pass).
+pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
+    stepping == Stepping::SkipQuiet
+        && config.delays.jitter == SimDuration::ZERO
+        && config.faults.is_empty()
+}
+
+fn simulate(
+    config: SimConfig,
+    requests: impl Iterator<Item = RequestSpec>,
+    stepping: Stepping,
+    log_kv: bool,
+) -> Result<(SimResult, KvLog), InvariantViolation> {
     if let Err(message) = config.check_pools() {
         return Err(InvariantViolation {
             seed: config.seed,
@@ -536,9 +607,13 @@ pub fn run(
             message,
         });
     }
+    let skip_quiet = skips_quiet_passes(&config, stepping);
     let workers = worker_set(&config.pools);
     let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
-    let ranks = rank_slots(&config.pools);
+    let mut ranks = rank_slots(&config.pools);
+    for slot in &mut ranks {
+        slot.worker.set_publish_generated_blocks(!skip_quiet);
+    }
     let faults = FaultState {
         cancel_rngs: (0..config.faults.len())
             .map(|k| rng::stream(config.seed, &format!("faults/cancel/{k}")))
@@ -561,6 +636,8 @@ pub fn run(
         ended: 0,
         last_change: SimTime::ZERO,
         passes_since_change: Vec::new(),
+        skip_quiet,
+        kv_log: log_kv.then(Vec::new),
         config,
     };
     let mut engine = Engine::new(system.config.limits);
@@ -581,6 +658,19 @@ pub fn run(
             break reason;
         }
     };
+    if stop_reason.is_limit() {
+        // Passes over by the stop count, as they would pass by pass.
+        let at = match stop_reason {
+            StopReason::TimeLimit => system.config.limits.max_time,
+            _ => engine.now(),
+        };
+        for rank in 0..system.ranks.len() {
+            let done = system.ranks[rank].quiet_ends.partition_point(|&e| e <= at);
+            if done > 0 {
+                system.apply_quiet(rank, done);
+            }
+        }
+    }
     // The makespan: the last moment a request changed state (a trailing no-op tick does not
     // count).
     let end_time = system
@@ -592,7 +682,8 @@ pub fn run(
     system.finish(stop_reason, end_time)?;
     let pools = system.pool_usage(end_time);
     let classes = system.router.profile().classes();
-    Ok(SimResult {
+    let kv_log = system.kv_log.take().unwrap_or_default();
+    let result = SimResult {
         pools,
         fault_marks: std::mem::take(&mut system.faults.marks),
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
@@ -607,7 +698,8 @@ pub fn run(
                 .iter()
                 .map(|r| r.worker.preemptions_total())
                 .sum::<u64>(),
-    })
+    };
+    Ok((result, kv_log))
 }
 
 /// The aggregated workers of `pools`, ids assigned pool by pool from 0, each as the router
@@ -659,6 +751,7 @@ fn worker_slots(worker: u64, index: usize, pool: &WorkerPool) -> impl Iterator<I
             in_pass: false,
             pass_start: SimTime::ZERO,
             busy: SimDuration::ZERO,
+            quiet_ends: Vec::new(),
             output: PassOutput::default(),
             empty_passes: 0,
             empty_at: SimTime::ZERO,
@@ -854,6 +947,7 @@ impl System {
             self.deliver_to_down(now, rank, id, queue);
             return;
         }
+        self.settle(now, rank, queue);
         let slot = &mut self.ranks[rank];
         if let Err(e) = slot.worker.add_request(now, request) {
             let message = format!("{}: {e}", slot.id);
@@ -868,7 +962,6 @@ impl System {
             // RequestGuard reports it after the backend accepts). The caller drains.
             self.router.handle_dispatched(now, id);
         }
-        let _ = queue;
     }
 
     /// One message's extra transport delay (zero, drawing nothing, when jitter is off).
@@ -895,6 +988,17 @@ impl System {
         if slot.in_pass || !slot.worker.has_work() {
             return;
         }
+        if self.skip_quiet {
+            let ends = &mut slot.quiet_ends;
+            slot.worker.plan_quiet_passes(now, QUIET_RUN_PASSES, ends);
+            if let Some(&end) = ends.last() {
+                slot.in_pass = true;
+                slot.pass_start = now;
+                let epoch = slot.epoch;
+                queue.schedule(end, Event::PassEnd { rank, epoch });
+                return;
+            }
+        }
         let end = slot.worker.execute_pass(now, &mut slot.output);
         if let Err(message) = check_pass_progress(slot, now, end) {
             self.fail(now, message);
@@ -915,20 +1019,70 @@ impl System {
         queue.schedule(end, Event::PassEnd { rank, epoch });
     }
 
-    fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        let output = std::mem::take(&mut self.ranks[rank].output);
+    /// Before an input reaches a rank in a quiet run at `now`: applies the passes over by
+    /// then, and cuts the run after the pass in progress (whose end gets a fresh event, the
+    /// old one going stale with a new epoch), so the input joins the next pass as it would
+    /// pass by pass. A rank whose run ended at `now` (its end event not handled yet) becomes
+    /// idle.
+    fn settle(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+        let slot = &mut self.ranks[rank];
+        let done = slot.quiet_ends.partition_point(|&end| end <= now);
+        if done > 0 {
+            self.apply_quiet(rank, done);
+        }
+        let slot = &mut self.ranks[rank];
+        let planned = slot.quiet_ends.len();
+        if done == 0 && planned <= 1 {
+            return; // no run, or its last pass is in progress: its event stands
+        }
+        slot.epoch += 1;
+        if planned == 0 {
+            self.close_pass(now, rank);
+            return;
+        }
+        slot.quiet_ends.truncate(1);
+        let (end, epoch) = (slot.quiet_ends[0], slot.epoch);
+        queue.schedule(end, Event::PassEnd { rank, epoch });
+    }
+
+    /// Applies a rank's first `count` planned quiet passes: its running requests each get
+    /// `count` tokens.
+    fn apply_quiet(&mut self, rank: usize, count: usize) {
+        let slot = &mut self.ranks[rank];
+        let last_end = slot.quiet_ends[count - 1];
+        slot.worker.apply_quiet_passes(count as u64, last_end);
+        slot.quiet_ends.drain(..count);
+        for id in slot.worker.running_ids() {
+            self.records[id.0 as usize].tokens_received += count as u64;
+        }
+    }
+
+    /// The rank's pass (or quiet run) ended at `now`: its time counts as busy.
+    fn close_pass(&mut self, now: SimTime, rank: usize) {
         let slot = &mut self.ranks[rank];
         slot.in_pass = false;
         slot.busy = slot
             .busy
             .saturating_add(now.saturating_since(slot.pass_start));
-        self.passes_since_change
-            .push((rank, self.ranks[rank].pass_start, now));
+        self.passes_since_change.push((rank, slot.pass_start, now));
+    }
+
+    fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+        if !self.ranks[rank].quiet_ends.is_empty() {
+            self.apply_quiet(rank, self.ranks[rank].quiet_ends.len());
+            self.close_pass(now, rank);
+            if self.ranks[rank].worker.has_work() {
+                self.starts_due.insert(rank);
+            }
+            return;
+        }
+        let output = std::mem::take(&mut self.ranks[rank].output);
+        self.close_pass(now, rank);
         let lag = self.config.delays.kv_event_lag;
         if !output.kv_events.is_empty() {
             if lag == SimDuration::ZERO {
                 for event in &output.kv_events {
-                    self.router.handle_kv_event(now, event);
+                    self.kv_to_router(now, event);
                 }
             } else {
                 queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
@@ -989,6 +1143,13 @@ impl System {
         slot.output.clear();
         if slot.worker.has_work() {
             self.starts_due.insert(rank);
+        }
+    }
+
+    fn kv_to_router(&mut self, now: SimTime, event: &KvEvent) {
+        self.router.handle_kv_event(now, event);
+        if let Some(log) = &mut self.kv_log {
+            log.push((now, event.clone()));
         }
     }
 
@@ -1227,7 +1388,7 @@ impl Model for System {
             Event::Drop { rank, request } => self.drop_request(rank, request),
             Event::Kv(events) => {
                 for event in &events {
-                    self.router.handle_kv_event(now, event);
+                    self.kv_to_router(now, event);
                 }
                 self.drain_router(now, queue);
             }
@@ -1248,9 +1409,10 @@ mod pool_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mocker::PreemptionMode;
+    use crate::mocker::{PreemptionMode, TimingModel, TimingProfile};
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
+    use crate::scheduling::types::KvEventData;
     use crate::workload::PromptSpec;
     use proptest::prelude::*;
 
@@ -1576,6 +1738,168 @@ policy_classes:
         Ok(())
     }
 
+    /// Decode-heavy random systems: outputs up to 300 tokens on pools from tiny to roomy, so
+    /// quiet runs are long, cut by arrivals, and end at block boundaries, evictions and
+    /// preemptions.
+    fn quiet_case() -> impl Strategy<Value = Case> {
+        case_with(8..400, 0..300, 16..2048)
+    }
+
+    /// Runs `case` pass by pass and skipping quiet passes; everything the run reports must
+    /// be the same.
+    fn same_skipping_or_not(case: &Case, seed: u64, jitter: bool) -> Result<(), TestCaseError> {
+        let mut config = config(case, seed);
+        if !jitter {
+            config.delays.jitter = SimDuration::ZERO;
+        }
+        same_records_either_way(case, config, seed)
+    }
+
+    /// Runs `config` over `case`'s requests pass by pass and skipping quiet passes; the
+    /// records, the router's prompt-block KV stream and the pools' busy time must be the same.
+    fn same_records_either_way(
+        case: &Case,
+        config: SimConfig,
+        seed: u64,
+    ) -> Result<(), TestCaseError> {
+        let run = |stepping| {
+            simulate(config.clone(), requests(case).into_iter(), stepping, true)
+                .map_err(|v| TestCaseError::fail(format!("{v}")))
+        };
+        let (skipped, skipped_kv) = run(Stepping::SkipQuiet)?;
+        let (stepped, stepped_kv) = run(Stepping::PassByPass)?;
+        prop_assert_eq!(&skipped.records, &stepped.records, "seed {}", seed);
+        // The router saw the same prompt-block events at the same instants, in the same
+        // order: only events about blocks of generated tokens are gone.
+        let prompt: BTreeSet<u64> = requests(case)
+            .iter()
+            .flat_map(|r| r.block_hashes(16))
+            .collect();
+        prop_assert_eq!(
+            prompt_events(skipped_kv, &prompt),
+            prompt_events(stepped_kv, &prompt),
+            "seed {}",
+            seed
+        );
+        prop_assert_eq!(skipped.stop_reason, stepped.stop_reason);
+        prop_assert_eq!(skipped.end_time, stepped.end_time);
+        prop_assert_eq!(skipped.preemptions, stepped.preemptions);
+        prop_assert_eq!(&skipped.pools, &stepped.pools, "seed {}", seed);
+        Ok(())
+    }
+
+    /// Timing models for the skipping tests: the polynomial, a fixed one, and a profile whose
+    /// decode time depends on both the batch's context and its mean context length (so a
+    /// quiet pass's duration depends on its request count too).
+    fn timing_model() -> impl Strategy<Value = TimingModel> {
+        let profile = TimingProfile::from_arrays(
+            "test-profile",
+            [vec![1.0, 512.0, 4096.0], vec![8.0, 20.0, 95.0]],
+            [vec![16.0, 2048.0, 32768.0], vec![16.0, 512.0, 4096.0]],
+            vec![2.0, 3.5, 7.0, 4.0, 6.5, 11.0, 9.0, 13.0, 21.0],
+        )
+        .expect("a valid profile");
+        prop_oneof![
+            Just(TimingModel::Polynomial),
+            (1u64..40_000, 1u64..20_000).prop_map(|(p, d)| TimingModel::Fixed {
+                prefill_ms: p as f64 / 1000.0,
+                decode_ms: d as f64 / 1000.0,
+            }),
+            Just(TimingModel::Profile(Arc::new(profile))),
+        ]
+    }
+
+    /// `case`'s workers as two pools when it has two or more (the last worker alone, on
+    /// `second`), else one, on `first`.
+    fn pools_with(case: &Case, first: TimingModel, second: TimingModel) -> Vec<WorkerPool> {
+        let engine = config(case, 0).pools[0].engine.clone();
+        let with = |timing: TimingModel| EngineArgs {
+            timing,
+            ..engine.clone()
+        };
+        if case.workers < 2 {
+            return vec![WorkerPool::unnamed(case.workers, with(first))];
+        }
+        vec![
+            WorkerPool {
+                name: "big".into(),
+                count: case.workers - 1,
+                engine: with(first),
+            },
+            WorkerPool {
+                name: "small".into(),
+                count: 1,
+                engine: with(second),
+            },
+        ]
+    }
+
+    /// The KV events of a log about `prompt` blocks, one block per event (a Stored block's
+    /// parent is the block before it in its event), event ids ignored: the router applies
+    /// an event as the run of its blocks, so how events group their blocks is not seen.
+    fn prompt_events(
+        log: KvLog,
+        prompt: &BTreeSet<u64>,
+    ) -> Vec<(SimTime, WorkerWithDpRank, KvEventData)> {
+        let mut out = Vec::new();
+        for (t, e) in log {
+            match e.data {
+                KvEventData::Stored { mut parent, blocks } => {
+                    for block in blocks {
+                        if prompt.contains(&block) {
+                            let blocks = vec![block];
+                            out.push((t, e.worker, KvEventData::Stored { parent, blocks }));
+                        }
+                        parent = Some(block);
+                    }
+                }
+                KvEventData::Removed { blocks } => {
+                    for block in blocks.into_iter().filter(|h| prompt.contains(h)) {
+                        let blocks = vec![block];
+                        out.push((t, e.worker, KvEventData::Removed { blocks }));
+                    }
+                }
+                other => out.push((t, e.worker, other)),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// Issue 14: skipping quiet passes changes no record, on decode-heavy systems with
+        /// every engine knob, delay and policy drawn at random.
+        #[test]
+        fn issue_14_skipping_quiet_passes_changes_no_record(
+            case in quiet_case(), seed in 0u64..1000, jitter in prop::bool::weighted(0.2)
+        ) {
+            same_skipping_or_not(&case, seed, jitter)?;
+        }
+
+        /// Skipping is exact under every timing model (polynomial, fixed, profile), with
+        /// pools of different models side by side: the planned ends come from the same
+        /// duration function as formed passes, and the pools' busy time is the same too.
+        #[test]
+        fn issue_14_skipping_is_exact_under_every_timing_model_and_pool(
+            case in quiet_case(), first in timing_model(), second in timing_model(),
+            seed in 0u64..1000,
+        ) {
+            let mut config = config(&case, seed);
+            config.delays.jitter = SimDuration::ZERO;
+            config.pools = pools_with(&case, first, second);
+            same_records_either_way(&case, config, seed)?;
+        }
+
+        /// The same on the general random systems and on preemption storms.
+        #[test]
+        fn issue_14_skipping_is_exact_on_random_and_storm_systems(
+            case in prop_oneof![case(), storm_case()], seed in 0u64..1000
+        ) {
+            same_skipping_or_not(&case, seed, false)?;
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -1592,6 +1916,102 @@ policy_classes:
             check_closed_loop(&result.records, n as usize)
                 .map_err(|e| TestCaseError::fail(format!("seed {seed}, n {n}: {e}")))?;
         }
+    }
+
+    /// The rule of the merge of skipping with faults: a run with any fault steps pass by
+    /// pass (the same events as [`Stepping::PassByPass`]); the same run without its faults
+    /// skips.
+    #[test]
+    fn issue_14_runs_with_faults_step_pass_by_pass() {
+        let case = Case {
+            workers: 2,
+            dp_size: 1,
+            num_gpu_blocks: 1024,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 2048,
+            prefix_caching: true,
+            chunked: true,
+            fifo: false,
+            delays_ns: (0, 0, 0),
+            with_policy: true,
+            requests: vec![
+                (0, 512, 300, 1, vec![1]),
+                (0, 700, 250, 1, vec![2]),
+                (900_000_000, 300, 50, 1, vec![1, 3]),
+            ],
+        };
+        let mut config = config(&case, 3);
+        assert!(skips_quiet_passes(&config, Stepping::SkipQuiet));
+        let run = |config: &SimConfig, stepping| {
+            run_with(config.clone(), requests(&case).into_iter(), stepping).unwrap()
+        };
+        let plain = run(&config, Stepping::SkipQuiet);
+        let plain_stepped = run(&config, Stepping::PassByPass);
+        assert!(
+            plain.events * 5 < plain_stepped.events,
+            "without faults it skips"
+        );
+        // A cancel that never fires (fraction 0) and a down window on a worker after the
+        // run: the records stay those of the plain run, the events those of pass by pass.
+        config.faults = vec![
+            Fault::Cancel {
+                class: "regular".into(),
+                fraction: 0.0,
+                after: SimDuration::from_ms(1),
+            },
+            Fault::WorkerDown {
+                worker: 1,
+                at: SimTime::from_ns(3_600_000_000_000),
+                until: None,
+            },
+        ];
+        assert!(!skips_quiet_passes(&config, Stepping::SkipQuiet));
+        let faulty = run(&config, Stepping::SkipQuiet);
+        let faulty_stepped = run(&config, Stepping::PassByPass);
+        assert_eq!(faulty.records, plain.records);
+        assert_eq!(faulty.records, faulty_stepped.records);
+        assert_eq!(faulty.events, faulty_stepped.events, "faults: pass by pass");
+    }
+
+    #[test]
+    fn issue_14_a_decode_run_takes_few_events_and_a_mid_run_dispatch_cuts_it() {
+        // One worker: two long decodes, a third request arriving in the middle of their run.
+        let case = Case {
+            workers: 1,
+            dp_size: 1,
+            num_gpu_blocks: 1024,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 2048,
+            prefix_caching: true,
+            chunked: true,
+            fifo: false,
+            delays_ns: (0, 0, 0),
+            with_policy: false,
+            requests: vec![
+                (0, 512, 300, 1, vec![1]),
+                (0, 700, 250, 1, vec![2]),
+                (900_000_000, 300, 50, 1, vec![1, 3]),
+            ],
+        };
+        let config = config(&case, 3);
+        let run = |stepping| run_with(config.clone(), requests(&case).into_iter(), stepping);
+        let (skipped, stepped) = (
+            run(Stepping::SkipQuiet).unwrap(),
+            run(Stepping::PassByPass).unwrap(),
+        );
+        assert_eq!(skipped.records, stepped.records);
+        assert_eq!(skipped.count("completed"), 3);
+        let third = &skipped.records[2];
+        assert!(
+            third.admit.unwrap() > third.arrival,
+            "it joins the pass after the one in progress"
+        );
+        assert!(
+            skipped.events * 5 < stepped.events,
+            "{} events skipping, {} pass by pass",
+            skipped.events,
+            stepped.events
+        );
     }
 
     #[test]

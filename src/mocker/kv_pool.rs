@@ -22,6 +22,9 @@ struct Slot {
     /// The sequence hash, meaningful only while `registered`.
     hash: SeqHash,
     registered: bool,
+    /// Its registration was published as a Stored event, so its last copy's eviction is
+    /// published as Removed (meaningful only while `registered`).
+    published: bool,
     refcount: u32,
     /// LRU neighbours while inactive (refcount 0 and registered), else NIL.
     prev: u32,
@@ -154,6 +157,7 @@ impl KvPool {
             self.slots.push(Slot {
                 hash: 0,
                 registered: false,
+                published: false,
                 refcount: 0,
                 prev: NIL,
                 next: NIL,
@@ -173,24 +177,54 @@ impl KvPool {
 
     /// Gives the full private block `id` (held once, by the caller) the identity `hash`, whose
     /// parent in the chain is `parent`. A hash the pool does not hold yet is recorded as a
-    /// Stored event. If it already holds `hash` (two requests computed the same block), the
-    /// block becomes a duplicate copy: it keeps its own capacity, lookups keep finding the
-    /// older copy, and no event is recorded, as in 1.6.1.
-    pub fn register(&mut self, id: BlockId, hash: SeqHash, parent: Option<SeqHash>) -> BlockId {
+    /// Stored event (if `publish`; an unpublished block's eviction is not published either).
+    /// If it already holds `hash` (two requests computed the same block), the block becomes a
+    /// duplicate copy: it keeps its own capacity, lookups keep finding the older copy, and no
+    /// event is recorded, as in 1.6.1.
+    pub fn register(
+        &mut self,
+        id: BlockId,
+        hash: SeqHash,
+        parent: Option<SeqHash>,
+        publish: bool,
+    ) -> BlockId {
         let slot = &mut self.slots[id as usize];
         assert!(
             !slot.registered && slot.refcount == 1,
             "register needs a private block held once"
         );
         slot.registered = true;
+        slot.published = publish;
         slot.hash = hash;
-        if self.by_hash.contains_key(&hash) {
-            self.duplicates.entry(hash).or_default().push_back(id);
-            return id;
+        match self.by_hash.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.duplicates.entry(hash).or_default().push_back(id);
+                return id;
+            }
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(id);
+            }
         }
-        self.by_hash.insert(hash, id);
-        self.record_stored(hash, parent);
+        if publish {
+            self.record_stored(hash, parent);
+        }
         id
+    }
+
+    /// How many of the next evictions (at most `max`) publish nothing: the leading blocks of
+    /// the LRU whose registration was not published.
+    pub fn silent_evictions(&self, max: u64) -> u64 {
+        let (mut n, mut cur) = (0, self.lru_head);
+        // One block per iteration, at most `max`: bounded.
+        while n < max && cur != NIL {
+            let slot = &self.slots[cur as usize];
+            if slot.published {
+                break;
+            }
+            n += 1;
+            cur = slot.next;
+        }
+        n
     }
 
     /// Drops one reference. A registered block left unreferenced joins the LRU tail; a
@@ -298,14 +332,15 @@ impl KvPool {
         self.inactive -= 1;
         let slot = &mut self.slots[id as usize];
         slot.registered = false;
-        let hash = slot.hash;
-        self.forget_copy(hash, id);
+        let (hash, published) = (slot.hash, slot.published);
+        self.forget_copy(hash, id, published);
         id
     }
 
-    /// Drops copy `id` of `hash` from the index. The hash disappears (a Removed event) only
-    /// with its last copy; evicting the primary promotes the oldest duplicate.
-    fn forget_copy(&mut self, hash: SeqHash, id: BlockId) {
+    /// Drops copy `id` of `hash` from the index. The hash disappears (a Removed event, if it
+    /// was published) only with its last copy; evicting the primary promotes the oldest
+    /// duplicate.
+    fn forget_copy(&mut self, hash: SeqHash, id: BlockId, published: bool) {
         let dups = self.duplicates.get_mut(&hash);
         if self.by_hash.get(&hash) == Some(&id) {
             match dups.and_then(|d| d.pop_front()) {
@@ -314,7 +349,9 @@ impl KvPool {
                 }
                 None => {
                     self.by_hash.remove(&hash);
-                    self.record_removed(hash);
+                    if published {
+                        self.record_removed(hash);
+                    }
                 }
             }
         } else if let Some(d) = dups {
@@ -409,7 +446,7 @@ mod tests {
             .iter()
             .map(|&h| {
                 let id = pool.allocate().expect("room");
-                let id = pool.register(id, h, parent);
+                let id = pool.register(id, h, parent, true);
                 parent = Some(h);
                 id
             })
@@ -432,7 +469,7 @@ mod tests {
             pool.acquire(h).unwrap();
         }
         let extra = pool.allocate().unwrap();
-        let extra = pool.register(extra, 4, Some(3));
+        let extra = pool.register(extra, 4, Some(3), true);
         assert_eq!(
             drain(&mut pool),
             vec![KvEventData::Stored {
@@ -531,7 +568,7 @@ mod tests {
         let first = store_chain(&mut pool, &[7]);
         drain(&mut pool);
         let dup = pool.allocate().unwrap();
-        assert_eq!(pool.register(dup, 7, None), dup);
+        assert_eq!(pool.register(dup, 7, None, true), dup);
         assert_eq!(pool.active_blocks(), 2, "the duplicate holds its own block");
         assert!(drain(&mut pool).is_empty(), "not a new store");
         assert_eq!(

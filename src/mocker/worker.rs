@@ -268,6 +268,8 @@ struct Req {
     preemptions: u32,
     /// Largest prefix reuse over the request's admissions.
     max_reused: u64,
+    /// False once the request has left the rank (its slot is free).
+    live: bool,
 }
 
 impl Req {
@@ -276,10 +278,15 @@ impl Req {
     }
 }
 
+/// Where a live request sits in the rank's slab of requests. The queues hold slots, so the
+/// per-token paths index a `Vec` instead of probing a map; ids are mapped to slots only when
+/// a request arrives or leaves.
+type Slot = u32;
+
 /// Work a request got in the current pass, kept so a preemption can undo it.
 #[derive(Copy, Clone, Debug)]
 struct Scheduled {
-    id: RequestId,
+    slot: Slot,
     tokens: u64,
     prompt_tokens: u64,
     prefix_tokens: u64,
@@ -313,17 +320,32 @@ pub struct MockWorker {
     args: EngineArgs,
     rank: WorkerWithDpRank,
     pool: KvPool,
-    requests: FxHashMap<RequestId, Req>,
-    waiting: VecDeque<RequestId>,
-    running: Vec<RequestId>,
+    /// Requests by slot; a slot not in `slot_of` is free (listed in `free_slots`) and keeps
+    /// its vectors' capacity for the next request.
+    reqs: Vec<Req>,
+    slot_of: FxHashMap<RequestId, Slot>,
+    free_slots: Vec<Slot>,
+    waiting: VecDeque<Slot>,
+    running: Vec<Slot>,
     next_event_id: u64,
     preemptions_total: u64,
     stalls_broken: u64,
     last_pass_end: SimTime,
+    /// Publish Stored and Removed events for blocks that hold generated tokens (see
+    /// [`MockWorker::set_publish_generated_blocks`]).
+    publish_generated_blocks: bool,
     scheduled: Vec<Scheduled>,
-    ready: Vec<RequestId>,
+    ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
+    /// Block boundaries of a quiet run: (pass, step) pairs.
+    growth_scratch: Vec<(u64, u64)>,
+    /// Decode durations of recent batches: (context + 1, request count, duration) (see
+    /// `decode_duration`); empty until first used.
+    decode_memo: Vec<(u64, u64, SimDuration)>,
 }
+
+/// Slots of a rank's table of decode durations (24 bytes each).
+const DECODE_MEMO_SLOTS: usize = 1024;
 
 impl MockWorker {
     /// A rank with an empty pool, or the validation error of `args`.
@@ -344,17 +366,31 @@ impl MockWorker {
             args,
             rank,
             pool,
-            requests: FxHashMap::default(),
+            reqs: Vec::new(),
+            slot_of: FxHashMap::default(),
+            free_slots: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             next_event_id: 0,
             preemptions_total: 0,
             stalls_broken: 0,
             last_pass_end: SimTime::ZERO,
+            publish_generated_blocks: true,
             scheduled: Vec::new(),
             ready: Vec::new(),
             event_scratch: Vec::new(),
+            growth_scratch: Vec::new(),
+            decode_memo: Vec::new(),
         }
+    }
+
+    /// Whether KV events cover blocks that hold generated tokens (default: yes, as Dynamo
+    /// publishes every block). Such a block's hash is derived from its request alone, so no
+    /// other request's prompt can ever match it: a router's overlap answers are the same
+    /// without these events. Turning them off lets decode passes publish nothing, which the
+    /// simulator's quiet-pass skipping relies on.
+    pub fn set_publish_generated_blocks(&mut self, publish: bool) {
+        self.publish_generated_blocks = publish;
     }
 
     // ----- getters -----
@@ -371,7 +407,7 @@ impl MockWorker {
 
     /// True while any request is waiting or running: the caller must run another pass.
     pub fn has_work(&self) -> bool {
-        !self.requests.is_empty()
+        !self.slot_of.is_empty()
     }
 
     /// Requests queued (including preempted ones).
@@ -407,26 +443,37 @@ impl MockWorker {
 
     /// A snapshot of a live request, or None if the rank does not hold it.
     pub fn request(&self, id: RequestId) -> Option<RequestView> {
-        self.requests.get(&id).map(|r| RequestView {
-            id: r.id,
-            phase: r.phase,
-            prompt_tokens: r.prompt_tokens,
-            max_output_tokens: r.max_output_tokens,
-            generated_tokens: r.generated,
-            computed_tokens: r.computed,
-            held_blocks: r.blocks.len() as u64,
-            preemptions: r.preemptions,
+        self.slot_of.get(&id).map(|&s| {
+            let r = self.req(s);
+            RequestView {
+                id: r.id,
+                phase: r.phase,
+                prompt_tokens: r.prompt_tokens,
+                max_output_tokens: r.max_output_tokens,
+                generated_tokens: r.generated,
+                computed_tokens: r.computed,
+                held_blocks: r.blocks.len() as u64,
+                preemptions: r.preemptions,
+            }
         })
     }
 
     /// Ids of waiting requests, head first.
     pub fn waiting_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.waiting.iter().copied()
+        self.waiting.iter().map(|&s| self.req(s).id)
     }
 
     /// Ids of running requests, in running order.
     pub fn running_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.running.iter().copied()
+        self.running.iter().map(|&s| self.req(s).id)
+    }
+
+    fn req(&self, slot: Slot) -> &Req {
+        &self.reqs[slot as usize]
+    }
+
+    fn req_mut(&mut self, slot: Slot) -> &mut Req {
+        &mut self.reqs[slot as usize]
     }
 
     // ----- inputs -----
@@ -435,7 +482,7 @@ impl MockWorker {
     /// for symmetry with the rest of the API; arrival order is queue order).
     pub fn add_request(&mut self, now: SimTime, req: MockRequest) -> Result<(), AddRequestError> {
         let _ = now;
-        if self.requests.contains_key(&req.id) {
+        if self.slot_of.contains_key(&req.id) {
             return Err(AddRequestError::DuplicateId(req.id));
         }
         if req.prompt_tokens == 0 {
@@ -450,22 +497,43 @@ impl MockWorker {
                 got,
             });
         }
-        let r = Req {
-            id: req.id,
-            prompt_tokens: req.prompt_tokens,
-            max_output_tokens: req.max_output_tokens,
-            prompt_hashes: req.prompt_hashes,
-            gen_hashes: Vec::new(),
-            generated: 0,
-            computed: 0,
-            blocks: Vec::new(),
-            registered: 0,
-            phase: RequestPhase::Waiting,
-            preemptions: 0,
-            max_reused: 0,
+        let slot = match self.free_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                self.reqs.push(Req {
+                    id: req.id,
+                    prompt_tokens: 0,
+                    max_output_tokens: 0,
+                    prompt_hashes: Arc::clone(&req.prompt_hashes),
+                    gen_hashes: Vec::new(),
+                    generated: 0,
+                    computed: 0,
+                    blocks: Vec::new(),
+                    registered: 0,
+                    phase: RequestPhase::Waiting,
+                    preemptions: 0,
+                    max_reused: 0,
+                    live: false,
+                });
+                (self.reqs.len() - 1) as Slot
+            }
         };
-        self.requests.insert(req.id, r);
-        self.waiting.push_back(req.id);
+        let r = self.req_mut(slot);
+        debug_assert!(r.blocks.is_empty(), "a free slot holds no blocks");
+        r.id = req.id;
+        r.prompt_tokens = req.prompt_tokens;
+        r.max_output_tokens = req.max_output_tokens;
+        r.prompt_hashes = req.prompt_hashes;
+        r.gen_hashes.clear();
+        r.generated = 0;
+        r.computed = 0;
+        r.registered = 0;
+        r.phase = RequestPhase::Waiting;
+        r.preemptions = 0;
+        r.max_reused = 0;
+        r.live = true;
+        self.slot_of.insert(req.id, slot);
+        self.waiting.push_back(slot);
         Ok(())
     }
 
@@ -477,11 +545,25 @@ impl MockWorker {
     /// whole instead.
     pub fn remove_request(&mut self, id: RequestId) -> Option<RequestView> {
         let view = self.request(id)?;
-        if let Some(pos) = self.waiting.iter().position(|&x| x == id) {
+        let slot = *self.slot_of.get(&id)?;
+        if let Some(pos) = self.waiting.iter().position(|&s| s == slot) {
             self.waiting.remove(pos);
         }
-        self.complete(id);
+        if let Some(pos) = self.running.iter().position(|&s| s == slot) {
+            self.running.remove(pos);
+        }
+        self.release_blocks(slot);
+        self.forget(slot);
         Some(view)
+    }
+
+    /// Frees the slot of a request that left the rank (it holds no blocks any more).
+    fn forget(&mut self, slot: Slot) {
+        let r = self.req_mut(slot);
+        r.live = false;
+        let id = r.id;
+        self.slot_of.remove(&id);
+        self.free_slots.push(slot);
     }
 
     /// Forms and runs one pass starting at `now`, fills `out` (cleared first) and returns the
@@ -508,12 +590,50 @@ impl MockWorker {
         }
         out.scheduled_tokens = self.scheduled.iter().map(|s| s.tokens).sum();
         out.prefill_tokens = pass.batch.new_tokens();
-        let prefill = timing::prefill_duration(&pass.batch, &self.args);
         let decode = self.emit_tokens(out);
+        out.decode_kv_tokens = decode.active_kv_tokens;
         self.publish_events(out);
-        let end = now.saturating_add(prefill).saturating_add(decode);
+        let end = self.pass_end(now, &pass.batch, &decode);
         self.last_pass_end = end;
         end
+    }
+
+    /// When a pass starting at `now` ends: the prefill part for `prefill`, then the decode
+    /// part for `decode`, as the engine's timing model has them. The one place pass durations
+    /// are computed, for formed and for quiet passes alike, so every model (polynomial, fixed,
+    /// profile) times a quiet run exactly as it times the passes one by one.
+    fn pass_end(
+        &mut self,
+        now: SimTime,
+        prefill: &timing::PrefillBatch,
+        decode: &timing::DecodeBatch,
+    ) -> SimTime {
+        let prefill = timing::prefill_duration(prefill, &self.args);
+        let decode = self.decode_duration(decode);
+        now.saturating_add(prefill).saturating_add(decode)
+    }
+
+    /// `timing::decode_duration`, remembered: a decode step's duration is a function of its
+    /// batch (request count and context tokens) alone, the same batches recur, and each
+    /// conversion to whole ns costs more than the rest of a quiet pass. A direct-mapped
+    /// table of recent batches.
+    fn decode_duration(&mut self, decode: &timing::DecodeBatch) -> SimDuration {
+        if decode.count == 0 {
+            return SimDuration::ZERO;
+        }
+        if self.decode_memo.is_empty() {
+            self.decode_memo = vec![(0, 0, SimDuration::ZERO); DECODE_MEMO_SLOTS];
+        }
+        // Keys are context + 1, so that 0 marks an empty slot.
+        let key = decode.active_kv_tokens.wrapping_add(1);
+        let slot = (decode.active_kv_tokens % DECODE_MEMO_SLOTS as u64) as usize;
+        let (known, count, duration) = self.decode_memo[slot];
+        if known == key && count == decode.count && key != 0 {
+            return duration;
+        }
+        let duration = timing::decode_duration(decode, &self.args);
+        self.decode_memo[slot] = (key, decode.count, duration);
+        duration
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -521,12 +641,168 @@ impl MockWorker {
     /// admission rules above reject every request that could cause this; should one slip
     /// through anyway, the stuck waiting head is rejected so the simulation always ends.
     fn break_stall(&mut self, out: &mut PassOutput) {
-        if let Some(id) = self.waiting.pop_front() {
-            self.requests.remove(&id);
+        if let Some(slot) = self.waiting.pop_front() {
+            let id = self.req(slot).id;
+            self.forget(slot);
             let reason = RejectReason::Stalled;
             out.rejected.push(Rejection { id, reason });
             self.stalls_broken += 1;
         }
+    }
+
+    // ----- quiet passes -----
+
+    /// Plans the run of *quiet* passes that starts at `start`: pushes onto `ends` (cleared
+    /// first) the end of each, at most `max_passes` of them, each pass starting where the
+    /// previous one ends. Empty when the next pass is not quiet.
+    ///
+    /// A quiet pass is one whose only effect is one more token for every running request:
+    /// every running request is decoding (exactly one token to compute, with a token already
+    /// produced), none of them finishes, nobody is admitted (the waiting queue is empty, the
+    /// batch is full, or its head must wait for blocks: with chunked prefill, a head that
+    /// must wait keeps waiting while blocks are only taken), the budget covers one token
+    /// each, every block a request grows into comes from free blocks or evicts a block no
+    /// KV event was published for (so no KV event and no preemption), and the pass takes
+    /// time. Its duration is [`Self::pass_end`] of the same decode batch `execute_pass`
+    /// would charge, so the planned ends are exactly those of the passes `execute_pass`
+    /// would run. Apply them with [`Self::apply_quiet_passes`].
+    pub fn plan_quiet_passes(
+        &mut self,
+        start: SimTime,
+        max_passes: usize,
+        ends: &mut Vec<SimTime>,
+    ) {
+        ends.clear();
+        let Some(limit) = self.quiet_pass_limit() else {
+            return;
+        };
+        let passes = self.passes_with_blocks(limit.min(max_passes as u64));
+        let n = self.running.len() as u64;
+        let decode_kv_tokens: u64 = self.running.iter().map(|&s| self.req(s).seq_len()).sum();
+        let mut now = start;
+        // One pass per iteration, up to `passes`: bounded.
+        for j in 0..passes {
+            let decode = timing::DecodeBatch {
+                count: n,
+                active_kv_tokens: decode_kv_tokens + j * n,
+            };
+            let end = self.pass_end(now, &timing::PrefillBatch::default(), &decode);
+            if end <= now {
+                break;
+            }
+            ends.push(end);
+            now = end;
+        }
+    }
+
+    /// How many of the next `passes` decode passes find every block they grow into among the
+    /// free blocks or the evictions that publish nothing: the pass needing one more is not
+    /// quiet.
+    fn passes_with_blocks(&mut self, passes: u64) -> u64 {
+        let bs = self.args.block_size;
+        // Request i grows into a fresh block at passes first_i, first_i + bs, ...
+        let grows_at = |computed: u64| (bs - computed % bs) % bs;
+        let n = self.running.len() as u64;
+        let worst = n * passes.div_ceil(bs);
+        let spare = self.pool.free_blocks() + self.pool.silent_evictions(worst);
+        if worst <= spare {
+            return passes;
+        }
+        let mut growths = std::mem::take(&mut self.growth_scratch);
+        growths.clear();
+        for &slot in &self.running {
+            let first = grows_at(self.req(slot).computed);
+            // One growth per iteration, fewer than `passes`: bounded.
+            growths.extend((first..passes).step_by(bs as usize).map(|j| (j, 0)));
+        }
+        growths.sort_unstable();
+        // The pass of the first growth beyond the spare blocks ends the run before it.
+        let passes = growths.get(spare as usize).map_or(passes, |&(j, _)| j);
+        self.growth_scratch = growths;
+        passes
+    }
+
+    /// How many passes from now are quiet as far as requests and admission go (see
+    /// [`Self::plan_quiet_passes`]), or None if the next one is not.
+    fn quiet_pass_limit(&mut self) -> Option<u64> {
+        let n = self.running.len() as u64;
+        if n == 0 || n > self.args.max_num_batched_tokens {
+            return None;
+        }
+        if let Some(&head) = self.waiting.front()
+            && n < self.args.max_num_seqs
+        {
+            // Without chunking a shrinking prefix hit could turn a wait into a rejection.
+            if !self.args.enable_chunked_prefill {
+                return None;
+            }
+            if !matches!(self.decide_admission(head), Decision::Wait) {
+                return None;
+            }
+        }
+        let mut limit = u64::MAX;
+        for &s in &self.running {
+            let r = self.req(s);
+            if r.generated == 0 || r.computed + 1 != r.seq_len() {
+                return None;
+            }
+            // The pass giving the last token completes the request: it is not quiet.
+            let mut left = r.max_output_tokens.saturating_sub(r.generated + 1);
+            if let Some(m) = self.args.max_model_len {
+                left = left.min(m.saturating_sub(r.seq_len() + 1));
+            }
+            limit = limit.min(left);
+        }
+        (limit > 0).then_some(limit)
+    }
+
+    /// Applies the first `count` passes of the run [`Self::plan_quiet_passes`] planned (the
+    /// rank's state has not changed since, but for requests added to the waiting queue),
+    /// the last of which ends at `last_end`: every running request gets `count` tokens and
+    /// grows its blocks, exactly as `count` calls of `execute_pass` would leave it.
+    pub fn apply_quiet_passes(&mut self, count: u64, last_end: SimTime) {
+        let bs = self.args.block_size;
+        // Only block boundaries touch the pool: request i grows into a fresh block at passes
+        // j with (computed_i + j) % bs == 0 and fills one when (computed_i + j + 1) % bs == 0.
+        // They happen in pass order, then running order, growth before filling, as pass by
+        // pass; everything else is one more token each.
+        let mut steps = std::mem::take(&mut self.growth_scratch);
+        steps.clear();
+        for (i, &slot) in self.running.iter().enumerate() {
+            let computed = self.req(slot).computed;
+            let grow = (bs - computed % bs) % bs;
+            let fill = bs - 1 - computed % bs;
+            // One boundary per iteration, fewer than `count`: bounded.
+            steps.extend(
+                (grow..count)
+                    .step_by(bs as usize)
+                    .map(|j| (j, 2 * i as u64)),
+            );
+            steps.extend(
+                (fill..count)
+                    .step_by(bs as usize)
+                    .map(|j| (j, 2 * i as u64 + 1)),
+            );
+        }
+        steps.sort_unstable();
+        for &(j, step) in &steps {
+            let slot = self.running[(step / 2) as usize];
+            let computed = self.req(slot).computed + j;
+            if step % 2 == 0 {
+                let block = self.pool.allocate();
+                let block = block.expect("a planned quiet pass finds its blocks");
+                self.req_mut(slot).blocks.push(block);
+            } else {
+                self.register_computed(slot, computed + 1);
+            }
+        }
+        self.growth_scratch = steps;
+        for i in 0..self.running.len() {
+            let r = &mut self.reqs[self.running[i] as usize];
+            r.computed += count;
+            r.generated += count;
+        }
+        self.last_pass_end = last_end;
     }
 
     // ----- pass formation -----
@@ -535,10 +811,10 @@ impl MockWorker {
         let mut i = 0;
         // Each iteration schedules running[i] or removes a request from running: bounded.
         while i < self.running.len() && pass.budget > 0 {
-            let id = self.running[i];
+            let slot = self.running[i];
             // A FIFO victim ahead of `i` shifts the queue left, so the request after this one
             // is skipped for this pass: 1.6.1 does exactly that (its index is not adjusted).
-            match self.schedule(id, None, pass, out) {
+            match self.schedule(slot, None, pass, out) {
                 Outcome::Scheduled { .. } => i += 1,
                 Outcome::Blocked => break,
                 Outcome::CurrentPreempted => {}
@@ -549,20 +825,21 @@ impl MockWorker {
     fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
         // Each iteration removes the head (admitted or rejected) or stops: bounded.
         while (self.running.len() as u64) < self.args.max_num_seqs {
-            let Some(&id) = self.waiting.front() else {
+            let Some(&slot) = self.waiting.front() else {
                 break;
             };
-            let cached_tokens = match self.decide_admission(id) {
+            let cached_tokens = match self.decide_admission(slot) {
                 Decision::Admit { cached_tokens } => cached_tokens,
                 Decision::Wait => break,
                 Decision::Reject(reason) => {
                     self.waiting.pop_front();
-                    self.requests.remove(&id);
+                    let id = self.req(slot).id;
+                    self.forget(slot);
                     out.rejected.push(Rejection { id, reason });
                     continue;
                 }
             };
-            match self.schedule(id, Some(cached_tokens), pass, out) {
+            match self.schedule(slot, Some(cached_tokens), pass, out) {
                 Outcome::Scheduled { tokens } => {
                     if tokens == 0 && pass.budget == 0 {
                         break;
@@ -576,15 +853,15 @@ impl MockWorker {
     /// vLLM admission of the waiting head: reject what can never run, wait while the blocks
     /// its known tokens need (less those already active in the cache) exceed the blocks not
     /// held by running requests (cached inactive blocks count as free).
-    fn decide_admission(&mut self, id: RequestId) -> Decision {
+    fn decide_admission(&mut self, slot: Slot) -> Decision {
         let bs = self.args.block_size;
         let capacity = self.args.num_gpu_blocks;
-        if let Some(reason) = self.never_fits(&self.requests[&id]) {
+        if let Some(reason) = self.never_fits(self.req(slot)) {
             return Decision::Reject(reason);
         }
-        let known_blocks = self.requests[&id].seq_len().div_ceil(bs);
-        let hit = self.prefix_hit(id);
-        let prompt_left = r_prompt_left(&self.requests[&id], hit.blocks * bs);
+        let known_blocks = self.req(slot).seq_len().div_ceil(bs);
+        let hit = self.prefix_hit(slot);
+        let prompt_left = r_prompt_left(self.req(slot), hit.blocks * bs);
         // Without chunking, a prompt larger than a whole pass's budget can never be scheduled
         // (1.6.1 aborts the replay there); refusing it keeps the rank live.
         if !self.args.enable_chunked_prefill && prompt_left > self.args.max_num_batched_tokens {
@@ -640,16 +917,13 @@ impl MockWorker {
     /// block-aligned sequence reuses all but its last block (1.6.1: 960 of 1024 tokens); a
     /// request with nothing to generate (`max_output_tokens` 0) reuses every cached full
     /// block (1.6.1: all 192 tokens of a cached 3-block prompt, and no prefill).
-    fn prefix_hit(&mut self, id: RequestId) -> PrefixMatch {
+    fn prefix_hit(&mut self, slot: Slot) -> PrefixMatch {
         if !self.args.enable_prefix_caching {
             return PrefixMatch::default();
         }
         let bs = self.args.block_size;
-        let finished = self.finished(&self.requests[&id]);
-        let r = self
-            .requests
-            .get_mut(&id)
-            .expect("prefix_hit of a live request");
+        let finished = self.finished(self.req(slot));
+        let r = &mut self.reqs[slot as usize];
         let limit = match finished {
             true => r.seq_len() / bs,
             false => (r.seq_len() - 1) / bs,
@@ -663,12 +937,12 @@ impl MockWorker {
     /// admitted from the waiting queue.
     fn schedule(
         &mut self,
-        id: RequestId,
+        slot: Slot,
         cached_tokens: Option<u64>,
         pass: &mut PassState,
         out: &mut PassOutput,
     ) -> Outcome {
-        let r = &self.requests[&id];
+        let r = self.req(slot);
         let cached = if r.computed == 0 {
             cached_tokens.unwrap_or(0)
         } else {
@@ -682,35 +956,32 @@ impl MockWorker {
             && !self.args.enable_chunked_prefill
             && prompt_remaining > pass.budget
         {
-            return self.blocked(id, cached_tokens.is_some());
+            return self.blocked(slot, cached_tokens.is_some());
         }
         let desired = remaining.min(pass.budget);
         if desired == 0 && remaining > 0 {
-            return self.blocked(id, cached_tokens.is_some());
+            return self.blocked(slot, cached_tokens.is_some());
         }
         let target = before + desired;
         let cached_blocks = cached / self.args.block_size;
         // Every retry preempts one running request first: bounded by the running count.
-        while !self.allocate(id, target, cached_blocks) {
+        while !self.allocate(slot, target, cached_blocks) {
             let Some(victim) = self.preempt_one(out) else {
-                return self.blocked(id, cached_tokens.is_some());
+                return self.blocked(slot, cached_tokens.is_some());
             };
             pass.preempted_any = true;
             self.undo_scheduled(victim, pass);
-            if victim == id {
+            if victim == slot {
                 return Outcome::CurrentPreempted;
             }
         }
-        self.register_computed(id, target);
-        let r = self
-            .requests
-            .get_mut(&id)
-            .expect("scheduled request is live");
+        self.register_computed(slot, target);
+        let r = &mut self.reqs[slot as usize];
         r.computed = target;
         let prompt_tokens = target.min(r.prompt_tokens) - prompt_before;
         let tokens = target - before;
         self.scheduled.push(Scheduled {
-            id,
+            slot,
             tokens,
             prompt_tokens,
             prefix_tokens: prompt_before,
@@ -725,11 +996,12 @@ impl MockWorker {
             r.phase = RequestPhase::Running;
             r.max_reused = r.max_reused.max(cached);
             let reported_reused_tokens = r.max_reused;
+            let id = r.id;
             // Usually the head; preemptions in this call may have queued victims before it.
-            if let Some(pos) = self.waiting.iter().position(|&w| w == id) {
+            if let Some(pos) = self.waiting.iter().position(|&w| w == slot) {
                 self.waiting.remove(pos);
             }
-            self.running.push(id);
+            self.running.push(slot);
             out.admitted.push(Admitted {
                 id,
                 reused_tokens: cached,
@@ -743,9 +1015,9 @@ impl MockWorker {
 
     /// A request that got no tokens. One coming from the waiting queue stays there holding
     /// no blocks (waiting requests never hold KV).
-    fn blocked(&mut self, id: RequestId, from_waiting: bool) -> Outcome {
+    fn blocked(&mut self, slot: Slot, from_waiting: bool) -> Outcome {
         if from_waiting {
-            self.release_blocks(id);
+            self.release_blocks(slot);
         }
         Outcome::Blocked
     }
@@ -754,19 +1026,21 @@ impl MockWorker {
     /// `cached_blocks` cached blocks, then fresh ones. All or nothing, as 1.6.1 reserves: if
     /// free plus evictable blocks cannot cover the fresh ones, nothing is taken or evicted and
     /// it returns false.
-    fn allocate(&mut self, id: RequestId, target_tokens: u64, cached_blocks: u64) -> bool {
+    fn allocate(&mut self, slot: Slot, target_tokens: u64, cached_blocks: u64) -> bool {
         let bs = self.args.block_size;
-        let r = self
-            .requests
-            .get_mut(&id)
-            .expect("allocate for a live request");
+        let r = &mut self.reqs[slot as usize];
         let want = target_tokens.div_ceil(bs) as usize;
+        let have = r.blocks.len();
+        if want <= have {
+            // The common decode step: the last block still has room.
+            return true;
+        }
         debug_assert!(
             want as u64 <= self.args.num_gpu_blocks,
-            "request {id} outgrew the pool: admission should have rejected it"
+            "request {} outgrew the pool: admission should have rejected it",
+            r.id
         );
         let reuse_end = want.min(cached_blocks as usize);
-        let have = r.blocks.len();
         ensure_hashes(r, reuse_end);
         let mut inactive_hits = 0;
         for index in have..reuse_end {
@@ -780,7 +1054,6 @@ impl MockWorker {
         while r.blocks.len() < want {
             let index = r.blocks.len();
             let reused = if (index as u64) < cached_blocks {
-                ensure_hashes(r, index + 1);
                 self.pool.acquire(block_hash(r, index))
             } else {
                 None
@@ -802,24 +1075,26 @@ impl MockWorker {
 
     /// Registers the request's blocks that `computed_tokens` completes, so later requests
     /// (even in this pass) can reuse them. A no-op without prefix caching.
-    fn register_computed(&mut self, id: RequestId, computed_tokens: u64) {
+    fn register_computed(&mut self, slot: Slot, computed_tokens: u64) {
         if !self.args.enable_prefix_caching {
             return;
         }
         let bs = self.args.block_size;
-        let r = self
-            .requests
-            .get_mut(&id)
-            .expect("register for a live request");
+        let r = &mut self.reqs[slot as usize];
         let full = (computed_tokens / bs) as usize;
+        if r.registered >= full {
+            return;
+        }
         ensure_hashes(r, full);
+        let prompt_blocks = r.prompt_hashes.len();
         // One block per iteration, up to `full`: bounded.
         while r.registered < full {
             let index = r.registered;
             let parent = index.checked_sub(1).map(|p| block_hash(r, p));
+            let publish = index < prompt_blocks || self.publish_generated_blocks;
             let block = self
                 .pool
-                .register(r.blocks[index], block_hash(r, index), parent);
+                .register(r.blocks[index], block_hash(r, index), parent, publish);
             r.blocks[index] = block;
             r.registered += 1;
         }
@@ -827,7 +1102,7 @@ impl MockWorker {
 
     /// Preempts the newest (LIFO) or oldest (FIFO) running request: it releases its KV and
     /// goes back to the head of the waiting queue to be recomputed.
-    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<RequestId> {
+    fn preempt_one(&mut self, out: &mut PassOutput) -> Option<Slot> {
         if self.running.is_empty() {
             return None;
         }
@@ -837,22 +1112,20 @@ impl MockWorker {
         };
         let victim = self.running.remove(index);
         self.release_blocks(victim);
-        let r = self
-            .requests
-            .get_mut(&victim)
-            .expect("running request is live");
+        let r = self.req_mut(victim);
         r.phase = RequestPhase::Preempted;
         r.preemptions += 1;
+        let id = r.id;
         self.preemptions_total += 1;
         self.waiting.push_front(victim);
-        out.preempted.push(victim);
+        out.preempted.push(id);
         Some(victim)
     }
 
     /// Gives back a victim's work in this pass: its tokens return to the budget and its
     /// prompt tokens leave the prefill batch.
-    fn undo_scheduled(&mut self, victim: RequestId, pass: &mut PassState) {
-        let Some(pos) = self.scheduled.iter().position(|s| s.id == victim) else {
+    fn undo_scheduled(&mut self, victim: Slot, pass: &mut PassState) {
+        let Some(pos) = self.scheduled.iter().position(|s| s.slot == victim) else {
             return;
         };
         let s = self.scheduled.swap_remove(pos);
@@ -866,11 +1139,8 @@ impl MockWorker {
 
     /// Releases every block of a request, last block first (so a prompt's tail is evicted
     /// before its shared head), and resets its computed tokens.
-    fn release_blocks(&mut self, id: RequestId) {
-        let r = self
-            .requests
-            .get_mut(&id)
-            .expect("release for a live request");
+    fn release_blocks(&mut self, slot: Slot) {
+        let r = &mut self.reqs[slot as usize];
         // One block per iteration: bounded by the request's blocks.
         while let Some(block) = r.blocks.pop() {
             self.pool.release(block);
@@ -882,15 +1152,15 @@ impl MockWorker {
     // ----- token emission -----
 
     /// Gives a token to every running request whose known tokens are all computed and
-    /// completes the finished ones. Returns the decode duration: the timing model over the ready
-    /// requests that had already produced a token (1.6.1 charges a request's first token,
-    /// emitted at its prefill's end, no decode time).
-    fn emit_tokens(&mut self, out: &mut PassOutput) -> SimDuration {
+    /// completes the finished ones. Returns the decode batch the timing model charges: the
+    /// ready requests that had already produced a token (1.6.1 charges a request's first
+    /// token, emitted at its prefill's end, no decode time).
+    fn emit_tokens(&mut self, out: &mut PassOutput) -> timing::DecodeBatch {
         self.ready.clear();
         let mut decode = timing::DecodeBatch::default();
         let mut any_finished = false;
-        for &id in &self.running {
-            let r = &self.requests[&id];
+        for &slot in &self.running {
+            let r = &self.reqs[slot as usize];
             if r.computed < r.seq_len() {
                 continue;
             }
@@ -902,30 +1172,38 @@ impl MockWorker {
                 decode.count += 1;
                 decode.active_kv_tokens += r.seq_len();
             }
-            self.ready.push(id);
+            self.ready.push(slot);
         }
         if any_finished {
             self.finish_empty(out);
         }
         let mut ready = std::mem::take(&mut self.ready);
-        for &id in &ready {
-            let r = self.requests.get_mut(&id).expect("ready request is live");
+        let mut any_completed = false;
+        for &slot in &ready {
+            let r = &mut self.reqs[slot as usize];
             r.generated += 1;
             let first = r.generated == 1;
-            let completed = self.finished(&self.requests[&id]);
+            let id = r.id;
+            let completed = self.finished(&self.reqs[slot as usize]);
             out.tokens.push(TokenOut {
                 id,
                 first,
                 completed,
             });
             if completed {
-                self.complete(id);
+                self.release_blocks(slot);
+                self.forget(slot);
+                any_completed = true;
             }
+        }
+        if any_completed {
+            // Completed requests leave the batch; the others keep their order.
+            let reqs = &self.reqs;
+            self.running.retain(|&s| reqs[s as usize].live);
         }
         ready.clear();
         self.ready = ready;
-        out.decode_kv_tokens = decode.active_kv_tokens;
-        timing::decode_duration(&decode, &self.args)
+        decode
     }
 
     /// Completes, without a token, computed requests that have nothing to generate.
@@ -933,11 +1211,13 @@ impl MockWorker {
         let mut i = 0;
         // Each iteration advances or removes one running request: bounded.
         while i < self.running.len() {
-            let r = &self.requests[&self.running[i]];
+            let slot = self.running[i];
+            let r = self.req(slot);
             if r.computed >= r.seq_len() && self.finished(r) {
-                let id = r.id;
-                out.finished_empty.push(id);
-                self.complete(id);
+                out.finished_empty.push(r.id);
+                self.release_blocks(slot);
+                self.forget(slot);
+                self.running.remove(i);
             } else {
                 i += 1;
             }
@@ -947,14 +1227,6 @@ impl MockWorker {
     fn finished(&self, r: &Req) -> bool {
         r.generated >= r.max_output_tokens
             || self.args.max_model_len.is_some_and(|m| r.seq_len() >= m)
-    }
-
-    fn complete(&mut self, id: RequestId) {
-        self.release_blocks(id);
-        if let Some(pos) = self.running.iter().position(|&x| x == id) {
-            self.running.remove(pos);
-        }
-        self.requests.remove(&id);
     }
 
     fn publish_events(&mut self, out: &mut PassOutput) {
@@ -980,27 +1252,35 @@ impl MockWorker {
         if self.running.len() as u64 > self.args.max_num_seqs {
             return Err(format!("{} running > max_num_seqs", self.running.len()));
         }
-        if self.waiting.len() + self.running.len() != self.requests.len() {
+        if self.waiting.len() + self.running.len() != self.slot_of.len() {
             return Err("a live request is in no queue, or in two".to_string());
+        }
+        if self.slot_of.len() + self.free_slots.len() != self.reqs.len() {
+            return Err("a request slot is neither live nor free".to_string());
         }
         let mut seen = FxHashSet::default();
         let mut refs: FxHashMap<BlockId, u32> = FxHashMap::default();
-        for &id in self.waiting.iter().chain(&self.running) {
+        for &slot in self.waiting.iter().chain(&self.running) {
+            let r = self
+                .reqs
+                .get(slot as usize)
+                .ok_or(format!("queued slot {slot} unknown"))?;
+            let id = r.id;
             if !seen.insert(id) {
                 return Err(format!("request {id} queued twice"));
             }
-            let r = self
-                .requests
-                .get(&id)
-                .ok_or(format!("queued request {id} unknown"))?;
+            if !r.live || self.slot_of.get(&id) != Some(&slot) {
+                return Err(format!("request {id} is not live in slot {slot}"));
+            }
             self.check_request(r)?;
             for &b in &r.blocks {
                 *refs.entry(b).or_default() += 1;
             }
         }
-        for &id in &self.running {
-            if self.requests[&id].phase != RequestPhase::Running {
-                return Err(format!("request {id} in running but not Running"));
+        for &slot in &self.running {
+            let r = self.req(slot);
+            if r.phase != RequestPhase::Running {
+                return Err(format!("request {} in running but not Running", r.id));
             }
         }
         if refs.len() as u64 != self.pool.active_blocks() {

@@ -121,6 +121,10 @@ impl System {
                 .collect();
             self.faults.preemptions_lost += slot.worker.preemptions_total();
             let args = slot.worker.args().clone();
+            debug_assert!(
+                slot.quiet_ends.is_empty(),
+                "runs with faults step pass by pass"
+            );
             slot.worker = MockWorker::new(args, slot.id);
             slot.output.clear();
             self.starts_due.remove(&rank);
@@ -302,6 +306,10 @@ impl System {
 
     /// A cancellation reaches a rank: it frees what the request holds there, if anything.
     pub(super) fn drop_request(&mut self, rank: usize, id: RequestId) {
+        debug_assert!(
+            self.ranks[rank].quiet_ends.is_empty(),
+            "runs with faults step pass by pass"
+        );
         let _ = self.ranks[rank].worker.remove_request(id);
     }
 

@@ -200,7 +200,8 @@ fn trace_row_with_an_output_longer_than_the_pool_is_rejected_in_replay() {
     assert_eq!(count(&o, "completed", ""), 1);
 }
 
-const LIMITED: &str = "limits: {max_events: 5}\n";
+// Two events: the first pass (every prefill) and the run of quiet decode passes after it.
+const LIMITED: &str = "limits: {max_events: 2}\n";
 
 #[test]
 fn event_limit_stop_is_printed_with_the_unfinished_count() {
