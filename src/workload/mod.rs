@@ -78,8 +78,10 @@ impl RequestSpec {
                         let from = first.max(id * tokens_per_hash);
                         let to = last.min((id + 1) * tokens_per_hash - 1);
                         let token_bytes = (hash_ids[id as usize] as Token).to_le_bytes();
-                        for _ in from..=to {
-                            bytes.extend_from_slice(&token_bytes);
+                        let start = bytes.len();
+                        bytes.resize(start + 4 * (to - from + 1) as usize, 0);
+                        for chunk in bytes[start..].chunks_exact_mut(4) {
+                            chunk.copy_from_slice(&token_bytes);
                         }
                     }
                     let h = hashing::bytes_hash(&bytes);
