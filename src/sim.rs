@@ -28,6 +28,7 @@
 //! from its own request, so no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
+use crate::mocker::worker::DecodeMemo;
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
@@ -40,7 +41,9 @@ use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::RequestSpec;
 use rand::RngExt;
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// How the router picks workers.
@@ -326,6 +329,9 @@ pub enum Stepping {
     PassByPass,
 }
 
+/// Slots of the decode-duration table the ranks of a run share (1 MiB).
+const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
+
 /// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
 /// planning of its later passes; a longer run just ends and plans the next.
 const QUIET_RUN_PASSES: usize = 64;
@@ -358,6 +364,11 @@ fn simulate(
 ) -> Result<(SimResult, KvLog), InvariantViolation> {
     let skipping = stepping == Stepping::SkipQuiet;
     let workers = worker_set(config.worker_count, &config.engine);
+    // One table of decode durations for every rank: contexts recur across ranks.
+    let decode_memo = Rc::new(RefCell::new(DecodeMemo::new(
+        config.engine.clone(),
+        SHARED_DECODE_MEMO_SLOTS,
+    )));
     let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
     let ranks = workers
         .ranks()
@@ -366,6 +377,7 @@ fn simulate(
             worker: {
                 let mut worker = MockWorker::new(config.engine.clone(), id);
                 worker.set_publish_generated_blocks(!skipping);
+                worker.share_decode_memo(&decode_memo);
                 worker
             },
             in_pass: false,

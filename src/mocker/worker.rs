@@ -61,7 +61,9 @@ use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::fmt;
 use std::sync::Arc;
 
@@ -343,12 +345,51 @@ pub struct MockWorker {
     event_scratch: Vec<KvEventData>,
     /// Block boundaries of a quiet run: (pass, step) pairs.
     growth_scratch: Vec<(u64, u64)>,
-    /// Decode durations of recent contexts (see `decode_duration`); empty until first used.
-    decode_memo: Vec<(u64, SimDuration)>,
+    /// Decode durations of recent contexts (see `decode_duration`): the rank's own, or one
+    /// shared by the ranks of a run with the same engine.
+    decode_memo: Rc<RefCell<DecodeMemo>>,
 }
 
-/// Slots of a rank's table of decode durations (16 bytes each).
-const DECODE_MEMO_SLOTS: usize = 1024;
+/// Decode-step durations by context tokens, remembered for one engine configuration: the
+/// duration is a function of the context alone, the same contexts recur across passes and
+/// ranks, and converting the model's milliseconds to whole ns the way 1.6.1 does costs more
+/// than the rest of a quiet pass. A direct-mapped table; a miss computes and replaces.
+#[derive(Debug)]
+pub struct DecodeMemo {
+    args: EngineArgs,
+    /// (context + 1, duration): 0 marks an empty slot. Allocated on first use.
+    slots: Vec<(u64, SimDuration)>,
+    capacity: usize,
+}
+
+impl DecodeMemo {
+    /// A table of `capacity` slots (16 bytes each) for ranks running `args`.
+    pub fn new(args: EngineArgs, capacity: usize) -> DecodeMemo {
+        DecodeMemo {
+            args,
+            slots: Vec::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn get(&mut self, decode_kv_tokens: u64) -> SimDuration {
+        if self.slots.is_empty() {
+            self.slots = vec![(0, SimDuration::ZERO); self.capacity];
+        }
+        let key = decode_kv_tokens.wrapping_add(1);
+        let slot = (decode_kv_tokens % self.capacity as u64) as usize;
+        let (known, duration) = self.slots[slot];
+        if known == key && key != 0 {
+            return duration;
+        }
+        let duration = timing::decode_duration(decode_kv_tokens, &self.args);
+        self.slots[slot] = (key, duration);
+        duration
+    }
+}
+
+/// Slots of a rank's own table of decode durations.
+const OWN_DECODE_MEMO_SLOTS: usize = 1024;
 
 impl MockWorker {
     /// A rank with an empty pool, or the validation error of `args`.
@@ -365,6 +406,7 @@ impl MockWorker {
             "MockWorker::new needs validated EngineArgs"
         );
         let pool = KvPool::new(args.num_gpu_blocks, args.enable_prefix_caching);
+        let args_for_memo = args.clone();
         MockWorker {
             args,
             rank,
@@ -383,7 +425,10 @@ impl MockWorker {
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
-            decode_memo: Vec::new(),
+            decode_memo: Rc::new(RefCell::new(DecodeMemo::new(
+                args_for_memo,
+                OWN_DECODE_MEMO_SLOTS,
+            ))),
         }
     }
 
@@ -594,23 +639,17 @@ impl MockWorker {
         now.saturating_add(prefill).saturating_add(decode)
     }
 
-    /// `timing::decode_duration`, remembered: a decode step's duration is a function of its
-    /// context tokens alone, the same contexts recur, and each conversion to whole ns costs
-    /// more than the rest of a quiet pass. A direct-mapped table of recent contexts.
+    /// `timing::decode_duration`, remembered (see [`DecodeMemo`]).
     fn decode_duration(&mut self, decode_kv_tokens: u64) -> SimDuration {
-        if self.decode_memo.is_empty() {
-            self.decode_memo = vec![(0, SimDuration::ZERO); DECODE_MEMO_SLOTS];
+        self.decode_memo.borrow_mut().get(decode_kv_tokens)
+    }
+
+    /// Remembers decode durations in `memo`, shared with other ranks, if it is for this
+    /// rank's engine (otherwise the rank keeps its own).
+    pub fn share_decode_memo(&mut self, memo: &Rc<RefCell<DecodeMemo>>) {
+        if memo.borrow().args == self.args {
+            self.decode_memo = Rc::clone(memo);
         }
-        // Keys are context + 1, so that 0 marks an empty slot.
-        let key = decode_kv_tokens.wrapping_add(1);
-        let slot = (decode_kv_tokens % DECODE_MEMO_SLOTS as u64) as usize;
-        let (known, duration) = self.decode_memo[slot];
-        if known == key && key != 0 {
-            return duration;
-        }
-        let duration = timing::decode_duration(decode_kv_tokens, &self.args);
-        self.decode_memo[slot] = (key, duration);
-        duration
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -1341,6 +1380,28 @@ mod tests {
 
     fn times(s: &Seen) -> (Option<u64>, Option<u64>, Option<u64>) {
         (s.admit_ns, s.first_ns, s.done_ns)
+    }
+
+    #[test]
+    fn the_decode_memo_answers_as_the_timing_model_even_when_slots_collide() {
+        let args = EngineArgs::default();
+        let mut memo = DecodeMemo::new(args.clone(), 8);
+        for tokens in [1025, 1033, 1025, 0, 8, 1033, u64::MAX, 7] {
+            assert_eq!(memo.get(tokens), timing::decode_duration(tokens, &args), "{tokens}");
+        }
+    }
+
+    #[test]
+    fn a_shared_decode_memo_is_used_only_for_the_same_engine() {
+        let args = EngineArgs::default();
+        let shared = Rc::new(RefCell::new(DecodeMemo::new(args.clone(), 64)));
+        let mut same = MockWorker::new(args.clone(), WorkerWithDpRank::new(0, 0));
+        same.share_decode_memo(&shared);
+        assert!(Rc::ptr_eq(&same.decode_memo, &shared));
+        let fast = args_with(|a| a.speedup_ratio = 2.0);
+        let mut other = MockWorker::new(fast, WorkerWithDpRank::new(1, 0));
+        other.share_decode_memo(&shared);
+        assert!(!Rc::ptr_eq(&other.decode_memo, &shared));
     }
 
     #[test]
