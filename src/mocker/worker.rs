@@ -824,6 +824,10 @@ impl MockWorker {
         // Each iteration schedules running[i] or removes a request from running: bounded.
         while i < self.running.len() && pass.budget > 0 {
             let slot = self.running[i];
+            if self.decode_in_place(slot, pass) {
+                i += 1;
+                continue;
+            }
             // A FIFO victim ahead of `i` shifts the queue left, so the request after this one
             // is skipped for this pass: 1.6.1 does exactly that (its index is not adjusted).
             match self.schedule(slot, None, pass, out) {
@@ -832,6 +836,32 @@ impl MockWorker {
                 Outcome::CurrentPreempted => {}
             }
         }
+    }
+
+    /// The most common step, done directly: a decoding request's one token when it fits the
+    /// blocks the request holds and fills none (nothing to allocate, register or preempt).
+    /// Leaves exactly what `schedule` would; false (nothing done) for any other step.
+    fn decode_in_place(&mut self, slot: Slot, pass: &mut PassState) -> bool {
+        let bs = self.args.block_size;
+        let caching = self.args.enable_prefix_caching;
+        let r = &mut self.reqs[slot as usize];
+        let computed = r.computed;
+        let simple = computed + 1 == r.seq_len()
+            && computed >= r.prompt_tokens
+            && computed < r.blocks.len() as u64 * bs
+            && (!caching || computed + 1 < (r.registered as u64 + 1) * bs);
+        if !simple {
+            return false;
+        }
+        r.computed = computed + 1;
+        self.scheduled.push(Scheduled {
+            slot,
+            tokens: 1,
+            prompt_tokens: 0,
+            prefix_tokens: r.prompt_tokens,
+        });
+        pass.budget -= 1;
+        true
     }
 
     fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
