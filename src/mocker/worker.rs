@@ -741,19 +741,9 @@ impl MockWorker {
         if n == 0 || n > self.args.max_num_batched_tokens {
             return None;
         }
-        if let Some(&head) = self.waiting.front()
-            && n < self.args.max_num_seqs
-        {
-            // Without chunking a shrinking prefix hit could turn a wait into a rejection.
-            if !self.args.enable_chunked_prefill {
-                return None;
-            }
-            if !matches!(self.decide_admission(head), Decision::Wait) {
-                return None;
-            }
-        }
         let mut limit = u64::MAX;
-        for &s in &self.running {
+        // Newest first: a request still in its prefill is among the latest admitted.
+        for &s in self.running.iter().rev() {
             let r = self.req(s);
             if r.generated == 0 || r.computed + 1 != r.seq_len() {
                 return None;
@@ -765,7 +755,22 @@ impl MockWorker {
             }
             limit = limit.min(left);
         }
-        (limit > 0).then_some(limit)
+        if limit == 0 {
+            return None;
+        }
+        // Last, as it walks the head's prefix: the batch checks above fail more often.
+        if let Some(&head) = self.waiting.front()
+            && n < self.args.max_num_seqs
+        {
+            // Without chunking a shrinking prefix hit could turn a wait into a rejection.
+            if !self.args.enable_chunked_prefill {
+                return None;
+            }
+            if !matches!(self.decide_admission(head), Decision::Wait) {
+                return None;
+            }
+        }
+        Some(limit)
     }
 
     /// Applies the first `count` passes of the run [`Self::plan_quiet_passes`] planned (the
