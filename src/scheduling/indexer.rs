@@ -91,6 +91,18 @@ impl OverlapIndexer {
         let Some(&first_code) = self.holders.get(first) else {
             return Vec::new();
         };
+        if first_code & SHARED == 0 {
+            // One rank holds the first block (the usual case): follow it alone.
+            let depth = 1 + query[1..]
+                .iter()
+                .take_while(|hash| {
+                    self.holders
+                        .get(*hash)
+                        .is_some_and(|&code| self.holder_indices(code).contains(&first_code))
+                })
+                .count();
+            return vec![(self.rank_of[first_code as usize], saturating_u32(depth))];
+        }
         let mut matching = self.holder_indices(first_code).to_vec();
         let mut overlaps = Vec::with_capacity(matching.len());
         for (depth, hash) in query.iter().enumerate().skip(1) {
