@@ -39,7 +39,7 @@ use crate::scheduling::scheduler::{
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::RequestSpec;
+use crate::workload::{RequestSpec, UniformBlockHashes};
 use rand::RngExt;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -261,6 +261,8 @@ struct System {
     /// Workers skip quiet passes ([`Stepping::SkipQuiet`] without jitter).
     skip_quiet: bool,
     kv_log: Option<KvLog>,
+    /// Local hashes of the prompts' one-token blocks seen so far.
+    uniform_hashes: UniformBlockHashes,
 }
 
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
@@ -402,6 +404,7 @@ fn simulate(
         ended: 0,
         skip_quiet: skipping && config.delays.jitter == SimDuration::ZERO,
         kv_log: log_kv.then(Vec::new),
+        uniform_hashes: UniformBlockHashes::default(),
         config,
     };
     let mut engine = Engine::new(system.config.limits);
@@ -508,7 +511,10 @@ impl System {
 
     fn arrive(&mut self, now: SimTime, spec: RequestSpec, queue: &mut EventQueue<Event>) {
         let id = RequestId(self.records.len() as u64);
-        let hashes: Arc<[u64]> = spec.block_hashes(self.config.engine.block_size).into();
+        let block_size = self.config.engine.block_size;
+        let hashes: Arc<[u64]> = spec
+            .block_hashes_with(block_size, &mut self.uniform_hashes)
+            .into();
         self.records.push(RequestRecord {
             row: spec.row,
             policy_class: spec.policy_class.clone(),

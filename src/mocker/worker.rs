@@ -63,8 +63,8 @@ use crate::time::{SimDuration, SimTime};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
 use std::fmt;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// A request as the worker receives it.
@@ -1422,7 +1422,11 @@ mod tests {
         let args = EngineArgs::default();
         let mut memo = DecodeMemo::new(args.clone(), 8);
         for tokens in [1025, 1033, 1025, 0, 8, 1033, u64::MAX, 7] {
-            assert_eq!(memo.get(tokens), timing::decode_duration(tokens, &args), "{tokens}");
+            assert_eq!(
+                memo.get(tokens),
+                timing::decode_duration(tokens, &args),
+                "{tokens}"
+            );
         }
     }
 

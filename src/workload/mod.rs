@@ -52,7 +52,18 @@ impl RequestSpec {
     /// Sequence hashes of the prompt's full engine blocks (the router's and the workers' view
     /// of the prompt), computed one block at a time without materialising the prompt.
     pub fn block_hashes(&self, block_size: u64) -> Vec<SeqHash> {
+        self.block_hashes_with(block_size, &mut UniformBlockHashes::default())
+    }
+
+    /// [`Self::block_hashes`], looking up the local hash of a block of one repeated token
+    /// in `known` (and remembering new ones): prompts that share hash ids share those.
+    pub fn block_hashes_with(
+        &self,
+        block_size: u64,
+        known: &mut UniformBlockHashes,
+    ) -> Vec<SeqHash> {
         assert!(block_size > 0, "block size must be positive");
+        known.reset_for(block_size);
         let PromptSpec::HashIds {
             hash_ids,
             tokens_per_hash,
@@ -70,6 +81,11 @@ impl RequestSpec {
             let token = hash_ids[first_id as usize] as Token;
             let local = match last_uniform {
                 Some((t, h)) if t == token && first_id == last_id => h,
+                _ if first_id == last_id && known.hashes.contains_key(&token) => {
+                    let h = known.hashes[&token];
+                    last_uniform = Some((token, h));
+                    h
+                }
                 _ => {
                     // The block's tokens run by run, one run per hash id it spans.
                     bytes.clear();
@@ -87,6 +103,7 @@ impl RequestSpec {
                     let h = hashing::bytes_hash(&bytes);
                     if first_id == last_id {
                         last_uniform = Some((token, h));
+                        known.remember(token, h);
                     }
                     h
                 }
@@ -96,6 +113,34 @@ impl RequestSpec {
             parent = Some(h);
         }
         out
+    }
+}
+
+/// Local hashes of blocks made of one repeated token, by token, for one block size: a
+/// mooncake prompt's blocks are such blocks, and prompts share hash ids. Bounded: it starts
+/// over when full.
+#[derive(Debug, Default)]
+pub struct UniformBlockHashes {
+    block_size: u64,
+    hashes: rustc_hash::FxHashMap<Token, u64>,
+}
+
+/// Tokens [`UniformBlockHashes`] remembers before it starts over (about 16 MiB).
+const MAX_UNIFORM_BLOCK_HASHES: usize = 1 << 20;
+
+impl UniformBlockHashes {
+    fn reset_for(&mut self, block_size: u64) {
+        if self.block_size != block_size {
+            self.hashes.clear();
+            self.block_size = block_size;
+        }
+    }
+
+    fn remember(&mut self, token: Token, hash: u64) {
+        if self.hashes.len() >= MAX_UNIFORM_BLOCK_HASHES {
+            self.hashes.clear();
+        }
+        self.hashes.insert(token, hash);
     }
 }
 
@@ -155,7 +200,10 @@ mod tests {
     fn blocks_spanning_several_hash_ids_hash_their_materialised_tokens() {
         // 100 tokens per hash id under 64-token blocks: most blocks straddle two ids, one
         // of them repeats (7, 7) and one id is shorter than a block.
-        for (block_size, tokens_per_hash) in [(64, 100), (64, 30), (16, 16), (7, 512)] {
+        // One memo of one-token blocks across all cases: what it remembers for one block
+        // size must never leak into another.
+        let mut known = UniformBlockHashes::default();
+        for (block_size, tokens_per_hash) in [(64, 100), (64, 30), (16, 16), (7, 512), (64, 512)] {
             let ids = vec![7, 7, 3, 9, 2, 5, 1];
             let input = 6 * tokens_per_hash + 11;
             let s = RequestSpec {
@@ -168,11 +216,16 @@ mod tests {
             let tokens: Vec<Token> = (0..input)
                 .map(|p| ids[(p / tokens_per_hash) as usize] as Token)
                 .collect();
-            assert_eq!(
-                s.block_hashes(block_size),
-                hashing::sequence_hashes(&tokens, block_size as usize),
-                "block {block_size}, {tokens_per_hash} tokens per hash id"
-            );
+            let expected = hashing::sequence_hashes(&tokens, block_size as usize);
+            let case = format!("block {block_size}, {tokens_per_hash} tokens per hash id");
+            assert_eq!(s.block_hashes(block_size), expected, "{case}");
+            for _ in 0..2 {
+                assert_eq!(
+                    s.block_hashes_with(block_size, &mut known),
+                    expected,
+                    "{case}"
+                );
+            }
         }
     }
 
