@@ -81,8 +81,7 @@ impl RequestSpec {
             let token = hash_ids[first_id as usize] as Token;
             let local = match last_uniform {
                 Some((t, h)) if t == token && first_id == last_id => h,
-                _ if first_id == last_id && known.hashes.contains_key(&token) => {
-                    let h = known.hashes[&token];
+                _ if let Some(&h) = known.hashes.get(&token).filter(|_| first_id == last_id) => {
                     last_uniform = Some((token, h));
                     h
                 }
@@ -125,8 +124,9 @@ pub struct UniformBlockHashes {
     hashes: rustc_hash::FxHashMap<Token, u64>,
 }
 
-/// Tokens [`UniformBlockHashes`] remembers before it starts over (about 16 MiB).
-const MAX_UNIFORM_BLOCK_HASHES: usize = 1 << 20;
+/// Tokens [`UniformBlockHashes`] remembers before it starts over (1 MiB: small enough to
+/// stay in cache, and to cost little on traces whose hash ids never repeat).
+const MAX_UNIFORM_BLOCK_HASHES: usize = 1 << 16;
 
 impl UniformBlockHashes {
     fn reset_for(&mut self, block_size: u64) {
