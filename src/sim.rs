@@ -34,6 +34,7 @@
 //! no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
+use crate::mocker::worker::DecodeMemo;
 use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
@@ -44,9 +45,11 @@ use crate::scheduling::scheduler::{
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::RequestSpec;
+use crate::workload::{RequestSpec, UniformBlockHashes};
 use rand::RngExt;
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// How the router picks workers.
@@ -492,6 +495,8 @@ struct System {
     /// Workers skip quiet passes (see [`skips_quiet_passes`]).
     skip_quiet: bool,
     kv_log: Option<KvLog>,
+    /// Local hashes of the prompts' one-token blocks seen so far.
+    uniform_hashes: UniformBlockHashes,
 }
 
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
@@ -560,6 +565,9 @@ pub enum Stepping {
     PassByPass,
 }
 
+/// Slots of the decode-duration table the ranks of a run share (1 MiB).
+const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
+
 /// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
 /// planning of its later passes; a longer run just ends and plans the next.
 const QUIET_RUN_PASSES: usize = 64;
@@ -611,8 +619,19 @@ fn simulate(
     let workers = worker_set(&config.pools);
     let router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
     let mut ranks = rank_slots(&config.pools);
+    // One table of decode durations per pool: its ranks run one engine, and contexts recur
+    // across them.
+    let decode_memos: Vec<_> = config
+        .pools
+        .iter()
+        .map(|pool| {
+            let memo = DecodeMemo::new(pool.engine.clone(), SHARED_DECODE_MEMO_SLOTS);
+            Rc::new(RefCell::new(memo))
+        })
+        .collect();
     for slot in &mut ranks {
         slot.worker.set_publish_generated_blocks(!skip_quiet);
+        slot.worker.share_decode_memo(&decode_memos[slot.pool]);
     }
     let faults = FaultState {
         cancel_rngs: (0..config.faults.len())
@@ -638,6 +657,7 @@ fn simulate(
         passes_since_change: Vec::new(),
         skip_quiet,
         kv_log: log_kv.then(Vec::new),
+        uniform_hashes: UniformBlockHashes::default(),
         config,
     };
     let mut engine = Engine::new(system.config.limits);
@@ -791,7 +811,9 @@ impl System {
 
     fn arrive(&mut self, now: SimTime, spec: RequestSpec, queue: &mut EventQueue<Event>) {
         let id = RequestId(self.records.len() as u64);
-        let hashes: Arc<[u64]> = spec.block_hashes(self.config.block_size()).into();
+        let hashes: Arc<[u64]> = spec
+            .block_hashes_with(self.config.block_size(), &mut self.uniform_hashes)
+            .into();
         self.records.push(RequestRecord {
             row: spec.row,
             policy_class: spec.policy_class.clone(),
@@ -1105,7 +1127,15 @@ impl System {
         }
         let finished_empty = output.finished_empty.iter().map(|&id| (id, false, true));
         let tokens = output.tokens.iter().map(|t| (t.id, t.first, t.completed));
+        let direct = self.config.delays.worker_to_router == SimDuration::ZERO
+            && self.config.delays.jitter == SimDuration::ZERO
+            && !self.config.check_every_event;
         for (id, first, completed) in tokens.chain(finished_empty) {
+            if direct && !first && !completed {
+                // A token in the middle of a stream only counts: the router hears nothing.
+                self.records[id.0 as usize].tokens_received += 1;
+                continue;
+            }
             let delay = self
                 .config
                 .delays

@@ -112,7 +112,40 @@ impl SimDuration {
 /// Formats nanoseconds as milliseconds with all six fractional digits (ns precision), e.g.
 /// `24.385700`. Exact (integer arithmetic), so outputs are byte-stable.
 pub fn format_ms(ns: u64) -> String {
-    format!("{}.{:06}", ns / NS_PER_MS, ns % NS_PER_MS)
+    let mut out = String::with_capacity(24);
+    write_ms(&mut out, ns);
+    out
+}
+
+/// Appends [`format_ms`]'s text to `out` (no allocation beyond `out`'s growth: result files
+/// print millions of times).
+pub fn write_ms(out: &mut String, ns: u64) {
+    write_u64(out, ns / NS_PER_MS);
+    out.push('.');
+    let mut frac = ns % NS_PER_MS;
+    let mut digits = [b'0'; 6];
+    // Six digits, last first: bounded.
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    out.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
+}
+
+/// Appends `n` in decimal to `out`, as `n.to_string()` writes it.
+pub fn write_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    // One digit per iteration, at most 20: bounded.
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
 }
 
 impl fmt::Display for SimTime {
@@ -130,6 +163,22 @@ mod tests {
         assert_eq!(format_ms(24_385_700), "24.385700");
         assert_eq!(format_ms(1), "0.000001");
         assert_eq!(format_ms(0), "0.000000");
+        assert_eq!(format_ms(u64::MAX), "18446744073709.551615");
+        for ns in [9, 999_999, 1_000_000, 10_203_004_005, 7_000_000_000_001] {
+            assert_eq!(
+                format_ms(ns),
+                format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
+            );
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_to_string_writes_them() {
+        for n in [0, 7, 10, 99, 100, 12_345, u64::MAX] {
+            let mut out = String::from("x");
+            write_u64(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
     }
 
     #[test]

@@ -17,6 +17,10 @@ pub type BlockId = u32;
 
 const NIL: u32 = u32::MAX;
 
+/// Room a new event's block list starts with: a prefill stores many blocks at once, and
+/// growing a list one block at a time reallocates it again and again.
+const EVENT_BLOCKS_CAPACITY: usize = 32;
+
 #[derive(Clone, Debug)]
 struct Slot {
     /// The sequence hash, meaningful only while `registered`.
@@ -410,10 +414,9 @@ impl KvPool {
             blocks.push(hash);
             return;
         }
-        self.events.push(KvEventData::Stored {
-            parent,
-            blocks: vec![hash],
-        });
+        let mut blocks = Vec::with_capacity(EVENT_BLOCKS_CAPACITY);
+        blocks.push(hash);
+        self.events.push(KvEventData::Stored { parent, blocks });
     }
 
     fn record_removed(&mut self, hash: SeqHash) {
@@ -424,8 +427,9 @@ impl KvPool {
             blocks.push(hash);
             return;
         }
-        self.events
-            .push(KvEventData::Removed { blocks: vec![hash] });
+        let mut blocks = Vec::with_capacity(EVENT_BLOCKS_CAPACITY);
+        blocks.push(hash);
+        self.events.push(KvEventData::Removed { blocks });
     }
 }
 

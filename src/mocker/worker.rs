@@ -62,8 +62,10 @@ use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// A request as the worker receives it.
@@ -339,13 +341,56 @@ pub struct MockWorker {
     event_scratch: Vec<KvEventData>,
     /// Block boundaries of a quiet run: (pass, step) pairs.
     growth_scratch: Vec<(u64, u64)>,
-    /// Decode durations of recent batches: (context + 1, request count, duration) (see
-    /// `decode_duration`); empty until first used.
-    decode_memo: Vec<(u64, u64, SimDuration)>,
+    /// Decode durations of recent batches (see `decode_duration`): the rank's own, or one
+    /// shared by the ranks of a pool (same engine).
+    decode_memo: Rc<RefCell<DecodeMemo>>,
 }
 
-/// Slots of a rank's table of decode durations (24 bytes each).
-const DECODE_MEMO_SLOTS: usize = 1024;
+/// Decode-step durations by batch, remembered for one engine configuration: the duration is
+/// a function of the batch (request count and context tokens) alone, the same batches recur
+/// across passes and ranks, and converting the model's milliseconds to whole ns the way
+/// 1.6.1 does costs more than the rest of a quiet pass. A direct-mapped table; a miss
+/// computes and replaces.
+#[derive(Debug)]
+pub struct DecodeMemo {
+    args: EngineArgs,
+    /// (context + 1, request count, duration): a context key of 0 marks an empty slot.
+    /// Allocated on first use.
+    slots: Vec<(u64, u64, SimDuration)>,
+    capacity: usize,
+}
+
+impl DecodeMemo {
+    /// A table of `capacity` slots (24 bytes each) for ranks running `args`.
+    pub fn new(args: EngineArgs, capacity: usize) -> DecodeMemo {
+        DecodeMemo {
+            args,
+            slots: Vec::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn get(&mut self, decode: &timing::DecodeBatch) -> SimDuration {
+        if decode.count == 0 {
+            return SimDuration::ZERO;
+        }
+        if self.slots.is_empty() {
+            self.slots = vec![(0, 0, SimDuration::ZERO); self.capacity];
+        }
+        let key = decode.active_kv_tokens.wrapping_add(1);
+        let slot = (decode.active_kv_tokens % self.capacity as u64) as usize;
+        let (known, count, duration) = self.slots[slot];
+        if known == key && count == decode.count && key != 0 {
+            return duration;
+        }
+        let duration = timing::decode_duration(decode, &self.args);
+        self.slots[slot] = (key, decode.count, duration);
+        duration
+    }
+}
+
+/// Slots of a rank's own table of decode durations.
+const OWN_DECODE_MEMO_SLOTS: usize = 1024;
 
 impl MockWorker {
     /// A rank with an empty pool, or the validation error of `args`.
@@ -362,6 +407,7 @@ impl MockWorker {
             "MockWorker::new needs validated EngineArgs"
         );
         let pool = KvPool::new(args.num_gpu_blocks, args.enable_prefix_caching);
+        let args_for_memo = args.clone();
         MockWorker {
             args,
             rank,
@@ -380,7 +426,10 @@ impl MockWorker {
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
-            decode_memo: Vec::new(),
+            decode_memo: Rc::new(RefCell::new(DecodeMemo::new(
+                args_for_memo,
+                OWN_DECODE_MEMO_SLOTS,
+            ))),
         }
     }
 
@@ -613,27 +662,17 @@ impl MockWorker {
         now.saturating_add(prefill).saturating_add(decode)
     }
 
-    /// `timing::decode_duration`, remembered: a decode step's duration is a function of its
-    /// batch (request count and context tokens) alone, the same batches recur, and each
-    /// conversion to whole ns costs more than the rest of a quiet pass. A direct-mapped
-    /// table of recent batches.
+    /// `timing::decode_duration`, remembered (see [`DecodeMemo`]).
     fn decode_duration(&mut self, decode: &timing::DecodeBatch) -> SimDuration {
-        if decode.count == 0 {
-            return SimDuration::ZERO;
+        self.decode_memo.borrow_mut().get(decode)
+    }
+
+    /// Remembers decode durations in `memo`, shared with other ranks, if it is for this
+    /// rank's engine (otherwise the rank keeps its own).
+    pub fn share_decode_memo(&mut self, memo: &Rc<RefCell<DecodeMemo>>) {
+        if memo.borrow().args == self.args {
+            self.decode_memo = Rc::clone(memo);
         }
-        if self.decode_memo.is_empty() {
-            self.decode_memo = vec![(0, 0, SimDuration::ZERO); DECODE_MEMO_SLOTS];
-        }
-        // Keys are context + 1, so that 0 marks an empty slot.
-        let key = decode.active_kv_tokens.wrapping_add(1);
-        let slot = (decode.active_kv_tokens % DECODE_MEMO_SLOTS as u64) as usize;
-        let (known, count, duration) = self.decode_memo[slot];
-        if known == key && count == decode.count && key != 0 {
-            return duration;
-        }
-        let duration = timing::decode_duration(decode, &self.args);
-        self.decode_memo[slot] = (key, decode.count, duration);
-        duration
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -729,19 +768,9 @@ impl MockWorker {
         if n == 0 || n > self.args.max_num_batched_tokens {
             return None;
         }
-        if let Some(&head) = self.waiting.front()
-            && n < self.args.max_num_seqs
-        {
-            // Without chunking a shrinking prefix hit could turn a wait into a rejection.
-            if !self.args.enable_chunked_prefill {
-                return None;
-            }
-            if !matches!(self.decide_admission(head), Decision::Wait) {
-                return None;
-            }
-        }
         let mut limit = u64::MAX;
-        for &s in &self.running {
+        // Newest first: a request still in its prefill is among the latest admitted.
+        for &s in self.running.iter().rev() {
             let r = self.req(s);
             if r.generated == 0 || r.computed + 1 != r.seq_len() {
                 return None;
@@ -753,7 +782,22 @@ impl MockWorker {
             }
             limit = limit.min(left);
         }
-        (limit > 0).then_some(limit)
+        if limit == 0 {
+            return None;
+        }
+        // Last, as it walks the head's prefix: the batch checks above fail more often.
+        if let Some(&head) = self.waiting.front()
+            && n < self.args.max_num_seqs
+        {
+            // Without chunking a shrinking prefix hit could turn a wait into a rejection.
+            if !self.args.enable_chunked_prefill {
+                return None;
+            }
+            if !matches!(self.decide_admission(head), Decision::Wait) {
+                return None;
+            }
+        }
+        Some(limit)
     }
 
     /// Applies the first `count` passes of the run [`Self::plan_quiet_passes`] planned (the
@@ -812,6 +856,10 @@ impl MockWorker {
         // Each iteration schedules running[i] or removes a request from running: bounded.
         while i < self.running.len() && pass.budget > 0 {
             let slot = self.running[i];
+            if self.decode_in_place(slot, pass) {
+                i += 1;
+                continue;
+            }
             // A FIFO victim ahead of `i` shifts the queue left, so the request after this one
             // is skipped for this pass: 1.6.1 does exactly that (its index is not adjusted).
             match self.schedule(slot, None, pass, out) {
@@ -820,6 +868,32 @@ impl MockWorker {
                 Outcome::CurrentPreempted => {}
             }
         }
+    }
+
+    /// The most common step, done directly: a decoding request's one token when it fits the
+    /// blocks the request holds and fills none (nothing to allocate, register or preempt).
+    /// Leaves exactly what `schedule` would; false (nothing done) for any other step.
+    fn decode_in_place(&mut self, slot: Slot, pass: &mut PassState) -> bool {
+        let bs = self.args.block_size;
+        let caching = self.args.enable_prefix_caching;
+        let r = &mut self.reqs[slot as usize];
+        let computed = r.computed;
+        let simple = computed + 1 == r.seq_len()
+            && computed >= r.prompt_tokens
+            && computed < r.blocks.len() as u64 * bs
+            && (!caching || computed + 1 < (r.registered as u64 + 1) * bs);
+        if !simple {
+            return false;
+        }
+        r.computed = computed + 1;
+        self.scheduled.push(Scheduled {
+            slot,
+            tokens: 1,
+            prompt_tokens: 0,
+            prefix_tokens: r.prompt_tokens,
+        });
+        pass.budget -= 1;
+        true
     }
 
     fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
@@ -1375,6 +1449,45 @@ mod tests {
 
     fn times(s: &Seen) -> (Option<u64>, Option<u64>, Option<u64>) {
         (s.admit_ns, s.first_ns, s.done_ns)
+    }
+
+    #[test]
+    fn the_decode_memo_answers_as_the_timing_model_even_when_slots_collide() {
+        let args = EngineArgs::default();
+        let mut memo = DecodeMemo::new(args.clone(), 8);
+        let batches = [
+            (1, 1025),
+            (2, 1025),
+            (1, 1033),
+            (1, 1025),
+            (0, 0),
+            (3, 8),
+            (2, 1025),
+        ];
+        for (count, active_kv_tokens) in batches.into_iter().chain([(1, u64::MAX), (1, 7)]) {
+            let batch = timing::DecodeBatch {
+                count,
+                active_kv_tokens,
+            };
+            assert_eq!(
+                memo.get(&batch),
+                timing::decode_duration(&batch, &args),
+                "{count} requests, {active_kv_tokens} tokens"
+            );
+        }
+    }
+
+    #[test]
+    fn a_shared_decode_memo_is_used_only_for_the_same_engine() {
+        let args = EngineArgs::default();
+        let shared = Rc::new(RefCell::new(DecodeMemo::new(args.clone(), 64)));
+        let mut same = MockWorker::new(args.clone(), WorkerWithDpRank::new(0, 0));
+        same.share_decode_memo(&shared);
+        assert!(Rc::ptr_eq(&same.decode_memo, &shared));
+        let fast = args_with(|a| a.speedup_ratio = 2.0);
+        let mut other = MockWorker::new(fast, WorkerWithDpRank::new(1, 0));
+        other.share_decode_memo(&shared);
+        assert!(!Rc::ptr_eq(&other.decode_memo, &shared));
     }
 
     #[test]

@@ -45,20 +45,20 @@ pub fn completions_csv(metrics: &RunMetrics) -> Vec<u8> {
     header.extend(metrics.classes.iter().map(|c| c.name.clone()));
     write_row(&mut w, &header);
     let mut cumulative = vec![0u64; metrics.classes.len()];
+    let mut row = super::csv_row::CsvRow::default();
     for c in &metrics.completions {
         if let Some(class) = c.class {
             cumulative[class] += 1;
         }
-        let mut row = vec![
-            c.index.to_string(),
-            format_ms(c.time.as_ns()),
-            c.row.to_string(),
-            c.class
-                .map(|i| metrics.classes[i].name.clone())
-                .unwrap_or_default(),
-        ];
-        row.extend(cumulative.iter().map(u64::to_string));
-        write_row(&mut w, &row);
+        row.clear();
+        row.u64(c.index);
+        row.ms(c.time);
+        row.u64(c.row);
+        row.text(c.class.map_or("", |i| metrics.classes[i].name.as_str()));
+        for &n in &cumulative {
+            row.u64(n);
+        }
+        row.write(&mut w);
     }
     finish(w)
 }

@@ -8,6 +8,7 @@
 //! `check`, [`evaluate::evaluate`], [`evaluate::format_outcome`] and [`junit::junit_xml`].
 
 pub mod chart;
+mod csv_row;
 pub mod evaluate;
 pub mod expect;
 pub mod files;
@@ -59,7 +60,6 @@ pub fn run_files(
 }
 
 use crate::sim::{RequestRecord, SimResult};
-use crate::time::format_ms;
 
 /// Columns of `requests.csv` (a contract: the first thirteen match `tools/dynosim`; later ones
 /// are only ever appended).
@@ -84,48 +84,49 @@ pub const REQUEST_COLUMNS: [&str; 18] = [
     "migrations",
 ];
 
-fn opt_ms(t: Option<crate::time::SimTime>) -> String {
-    t.map(|t| format_ms(t.as_ns())).unwrap_or_default()
-}
-
 /// `requests.csv`: one row per request, in row order. `pool` names the pool of the worker the
 /// request was sent to (empty if it never was).
 pub fn requests_csv(result: &SimResult) -> Vec<u8> {
     let mut rows: Vec<&RequestRecord> = result.records.iter().collect();
     rows.sort_by_key(|r| r.row);
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = csv::Writer::from_writer(Vec::with_capacity(rows.len() * 128));
     w.write_record(REQUEST_COLUMNS).expect("writing to memory");
+    let mut row = csv_row::CsvRow::default();
     for r in rows {
         let class = metrics::resolved_class(r, &result.class_names)
             .map(|i| result.class_names[i].as_str())
             .unwrap_or("");
-        let reason = r.status.reason();
-        w.write_record([
-            r.row.to_string(),
-            r.policy_class.clone().unwrap_or_default(),
-            format_ms(r.arrival.as_ns()),
-            opt_ms(r.admit),
-            opt_ms(r.first_token),
-            opt_ms(r.completion),
-            r.rank.map(|k| k.worker_id.to_string()).unwrap_or_default(),
-            r.rank.map(|k| k.dp_rank.to_string()).unwrap_or_default(),
-            r.path
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "rejected".to_string()),
-            r.input_tokens.to_string(),
-            r.output_tokens.to_string(),
-            r.reused_input_tokens.to_string(),
-            r.status.label().to_string(),
-            class.to_string(),
-            opt_ms(r.dispatched),
-            reason.to_string(),
-            r.rank
-                .map(|k| pools::pool_name(result, k.worker_id))
-                .unwrap_or_default()
-                .to_string(),
-            r.migrations.to_string(),
-        ])
-        .expect("writing to memory");
+        row.clear();
+        row.u64(r.row);
+        row.text(r.policy_class.as_deref().unwrap_or_default());
+        row.ms(r.arrival);
+        row.opt_ms(r.admit);
+        row.opt_ms(r.first_token);
+        row.opt_ms(r.completion);
+        match r.rank {
+            Some(k) => {
+                row.u64(k.worker_id);
+                row.u64(u64::from(k.dp_rank));
+            }
+            None => {
+                row.text("");
+                row.text("");
+            }
+        }
+        match r.path {
+            Some(p) => row.display(p),
+            None => row.text("rejected"),
+        }
+        row.u64(r.input_tokens);
+        row.u64(r.output_tokens);
+        row.u64(r.reused_input_tokens);
+        row.text(r.status.label());
+        row.text(class);
+        row.opt_ms(r.dispatched);
+        row.text(r.status.reason());
+        row.text(r.rank.map_or("", |k| pools::pool_name(result, k.worker_id)));
+        row.u64(u64::from(r.migrations));
+        row.write(&mut w);
     }
     w.into_inner().expect("writing to memory")
 }

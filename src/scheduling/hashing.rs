@@ -15,7 +15,12 @@ pub fn block_hash(tokens: &[Token]) -> u64 {
     for t in tokens {
         bytes.extend_from_slice(&t.to_le_bytes());
     }
-    xxh3_64_with_seed(&bytes, XXH3_SEED)
+    bytes_hash(&bytes)
+}
+
+/// The local hash of a block given as its tokens' little-endian bytes ([`block_hash`]).
+pub fn bytes_hash(bytes: &[u8]) -> u64 {
+    xxh3_64_with_seed(bytes, XXH3_SEED)
 }
 
 /// The sequence hash of a block given its parent's sequence hash (None for the first block).

@@ -28,64 +28,29 @@ pub enum EventOutcome {
 
 /// The router's map of cached blocks: for each sequence hash, the ranks holding it.
 ///
-/// A block is usually held by one rank, so the holder list keeps one rank inline and only
-/// allocates when a block is shared. Per-rank block counts answer `block_count` and `ranks`;
-/// clearing a rank scans the map (Cleared events and worker removal are rare).
+/// The map holds every cached block of every rank (hundreds of thousands), so an entry is
+/// kept to 16 bytes: the hash and a 32-bit holder code. A block is usually held by one rank,
+/// whose small index (ranks are numbered as they first store a block) is the code; a block
+/// several ranks hold points into a side table of sorted index lists. Per-rank block counts
+/// answer `block_count` and `ranks`; clearing a rank scans the map (Cleared events and worker
+/// removal are rare).
 #[derive(Clone, Debug, Default)]
 pub struct OverlapIndexer {
-    holders: FxHashMap<SeqHash, Holders>,
+    holders: FxHashMap<SeqHash, u32>,
+    /// Holder lists of shared blocks (at least two rank indices, sorted), by `code & !SHARED`;
+    /// a free list is empty and listed in `free_lists`.
+    lists: Vec<Vec<u32>>,
+    free_lists: Vec<u32>,
+    /// Each rank index's rank, and back.
+    rank_of: Vec<WorkerWithDpRank>,
+    index_of: BTreeMap<WorkerWithDpRank, u32>,
+    /// `identity[i] == i` for every rank index: a lone holder's code, borrowable as a slice.
+    identity: Vec<u32>,
     block_counts: BTreeMap<WorkerWithDpRank, usize>,
 }
 
-/// The ranks holding one block, sorted and without duplicates.
-#[derive(Clone, Debug)]
-enum Holders {
-    One(WorkerWithDpRank),
-    Many(Vec<WorkerWithDpRank>),
-}
-
-impl Holders {
-    fn as_slice(&self) -> &[WorkerWithDpRank] {
-        match self {
-            Holders::One(rank) => std::slice::from_ref(rank),
-            Holders::Many(ranks) => ranks,
-        }
-    }
-
-    /// Adds `rank`; false if it was already a holder.
-    fn insert(&mut self, rank: WorkerWithDpRank) -> bool {
-        match self {
-            Holders::One(only) if *only == rank => false,
-            Holders::One(only) => {
-                let mut ranks = vec![*only, rank];
-                ranks.sort_unstable();
-                *self = Holders::Many(ranks);
-                true
-            }
-            Holders::Many(ranks) => match ranks.binary_search(&rank) {
-                Ok(_) => false,
-                Err(position) => {
-                    ranks.insert(position, rank);
-                    true
-                }
-            },
-        }
-    }
-
-    /// Removes `rank`; returns (whether it was a holder, whether none is left).
-    fn remove(&mut self, rank: WorkerWithDpRank) -> (bool, bool) {
-        match self {
-            Holders::One(only) => (*only == rank, *only == rank),
-            Holders::Many(ranks) => match ranks.binary_search(&rank) {
-                Ok(position) => {
-                    ranks.remove(position);
-                    (true, ranks.is_empty())
-                }
-                Err(_) => (false, ranks.is_empty()),
-            },
-        }
-    }
-}
+/// A holder code with this bit set points into `lists`; otherwise it is a rank index.
+const SHARED: u32 = 1 << 31;
 
 impl OverlapIndexer {
     /// An empty index.
@@ -123,23 +88,42 @@ impl OverlapIndexer {
         let Some(first) = query.first() else {
             return Vec::new();
         };
-        let Some(first_holders) = self.holders.get(first) else {
+        let Some(&first_code) = self.holders.get(first) else {
             return Vec::new();
         };
-        let mut matching = first_holders.as_slice().to_vec();
+        if first_code & SHARED == 0 {
+            // One rank holds the first block (the usual case): follow it alone.
+            let depth = 1 + query[1..]
+                .iter()
+                .take_while(|hash| {
+                    self.holders
+                        .get(*hash)
+                        .is_some_and(|&code| self.holder_indices(code).contains(&first_code))
+                })
+                .count();
+            return vec![(self.rank_of[first_code as usize], saturating_u32(depth))];
+        }
+        let mut matching = self.holder_indices(first_code).to_vec();
         let mut overlaps = Vec::with_capacity(matching.len());
         for (depth, hash) in query.iter().enumerate().skip(1) {
-            let holders_here = self.holders.get(hash).map_or(&[][..], Holders::as_slice);
+            let holders_here = self
+                .holders
+                .get(hash)
+                .map_or(&[][..], |&code| self.holder_indices(code));
             let depth_blocks = saturating_u32(depth);
             narrow_sorted(&mut matching, holders_here, |dropped| {
-                overlaps.push((dropped, depth_blocks));
+                overlaps.push((self.rank_of[dropped as usize], depth_blocks));
             });
             if matching.is_empty() {
                 break;
             }
         }
         let full_blocks = saturating_u32(query.len());
-        overlaps.extend(matching.into_iter().map(|rank| (rank, full_blocks)));
+        overlaps.extend(
+            matching
+                .into_iter()
+                .map(|index| (self.rank_of[index as usize], full_blocks)),
+        );
         overlaps.sort_unstable();
         overlaps
     }
@@ -151,9 +135,11 @@ impl OverlapIndexer {
 
     /// Whether `rank` holds `hash`.
     pub fn holds(&self, rank: WorkerWithDpRank, hash: SeqHash) -> bool {
-        self.holders
-            .get(&hash)
-            .is_some_and(|h| h.as_slice().binary_search(&rank).is_ok())
+        let (Some(&index), Some(&code)) = (self.index_of.get(&rank), self.holders.get(&hash))
+        else {
+            return false;
+        };
+        self.holder_indices(code).binary_search(&index).is_ok()
     }
 
     /// Ranks that have ever stored a block and not been removed, sorted.
@@ -161,18 +147,42 @@ impl OverlapIndexer {
         self.block_counts.keys().copied().collect()
     }
 
-    /// Holder lists are non-empty and strictly sorted, and the per-rank counts add up.
+    /// Holder lists are sorted and hold a known rank at most once (a shared list at least
+    /// two), each shared list is used by exactly one block, and the per-rank counts add up.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counted: BTreeMap<WorkerWithDpRank, usize> = BTreeMap::new();
-        for (hash, holders) in &self.holders {
-            let ranks = holders.as_slice();
-            if ranks.is_empty() || !ranks.windows(2).all(|w| w[0] < w[1]) {
+        let mut list_users = vec![0usize; self.lists.len()];
+        for (hash, &code) in &self.holders {
+            if code & SHARED != 0 {
+                let list = (code & !SHARED) as usize;
+                let Some(users) = list_users.get_mut(list) else {
+                    return Err(format!("holders of {hash:#x} point at no list"));
+                };
+                *users += 1;
+            }
+            let indices = self.holder_indices(code);
+            let shape_ok = if code & SHARED != 0 {
+                indices.len() >= 2
+            } else {
+                indices.len() == 1
+            };
+            if !shape_ok || !indices.windows(2).all(|w| w[0] < w[1]) {
                 return Err(format!(
-                    "holders of {hash:#x} are empty or not strictly sorted"
+                    "holders of {hash:#x} are malformed or not strictly sorted"
                 ));
             }
-            for rank in ranks {
+            for &index in indices {
+                let Some(rank) = self.rank_of.get(index as usize) else {
+                    return Err(format!("holders of {hash:#x} name unknown rank {index}"));
+                };
                 *counted.entry(*rank).or_default() += 1;
+            }
+        }
+        let free: std::collections::BTreeSet<u32> = self.free_lists.iter().copied().collect();
+        for (list, &users) in list_users.iter().enumerate() {
+            let is_free = free.contains(&(list as u32));
+            if users != usize::from(!is_free) || is_free != self.lists[list].is_empty() {
+                return Err(format!("shared list {list} has {users} users"));
             }
         }
         for (rank, count) in &self.block_counts {
@@ -189,6 +199,41 @@ impl OverlapIndexer {
         Ok(())
     }
 
+    /// The sorted rank indices a holder code stands for.
+    fn holder_indices(&self, code: u32) -> &[u32] {
+        if code & SHARED != 0 {
+            &self.lists[(code & !SHARED) as usize]
+        } else {
+            std::slice::from_ref(&self.identity[code as usize])
+        }
+    }
+
+    /// The index of `rank`, numbering it if it is new.
+    fn index(&mut self, rank: WorkerWithDpRank) -> u32 {
+        if let Some(&index) = self.index_of.get(&rank) {
+            return index;
+        }
+        let index = self.rank_of.len() as u32;
+        assert!(index < SHARED, "more ranks than holder codes can name");
+        self.rank_of.push(rank);
+        self.identity.push(index);
+        self.index_of.insert(rank, index);
+        index
+    }
+
+    /// A shared list holding `indices` (sorted, at least two), reusing a free one.
+    fn new_list(&mut self, indices: [u32; 2]) -> u32 {
+        let list = match self.free_lists.pop() {
+            Some(list) => list,
+            None => {
+                self.lists.push(Vec::new());
+                (self.lists.len() - 1) as u32
+            }
+        };
+        self.lists[list as usize].extend_from_slice(&indices);
+        SHARED | list
+    }
+
     fn store(
         &mut self,
         rank: WorkerWithDpRank,
@@ -200,34 +245,59 @@ impl OverlapIndexer {
         {
             return EventOutcome::UnknownParent;
         }
+        let index = self.index(rank);
         let mut added = 0;
         for &hash in blocks {
-            let inserted = match self.holders.entry(hash) {
-                Entry::Occupied(mut holders) => holders.get_mut().insert(rank),
+            let code = match self.holders.entry(hash) {
                 Entry::Vacant(slot) => {
-                    slot.insert(Holders::One(rank));
-                    true
+                    slot.insert(index);
+                    added += 1;
+                    continue;
                 }
+                Entry::Occupied(slot) => *slot.get(),
             };
-            added += usize::from(inserted);
+            if code & SHARED != 0 {
+                let list = &mut self.lists[(code & !SHARED) as usize];
+                if let Err(position) = list.binary_search(&index) {
+                    list.insert(position, index);
+                    added += 1;
+                }
+            } else if code != index {
+                let shared = self.new_list([code.min(index), code.max(index)]);
+                self.holders.insert(hash, shared);
+                added += 1;
+            }
         }
         *self.block_counts.entry(rank).or_default() += added;
         EventOutcome::Applied
     }
 
     fn remove_blocks(&mut self, rank: WorkerWithDpRank, blocks: &[SeqHash]) -> EventOutcome {
-        let Some(count) = self.block_counts.get_mut(&rank) else {
+        if !self.block_counts.contains_key(&rank) {
             return EventOutcome::UnknownRank;
+        }
+        let Some(&index) = self.index_of.get(&rank) else {
+            return EventOutcome::Applied; // counted but never stored: holds nothing
         };
+        let mut removed = 0;
         for hash in blocks {
-            let Entry::Occupied(mut holders) = self.holders.entry(*hash) else {
+            let Entry::Occupied(mut slot) = self.holders.entry(*hash) else {
                 continue;
             };
-            let (removed, empty) = holders.get_mut().remove(rank);
-            if empty {
-                holders.remove();
+            match drop_holder(&mut self.lists, &mut self.free_lists, *slot.get(), index) {
+                Dropped::NotHeld => {}
+                Dropped::Now(code) => {
+                    slot.insert(code);
+                    removed += 1;
+                }
+                Dropped::Empty => {
+                    slot.remove();
+                    removed += 1;
+                }
             }
-            *count -= usize::from(removed);
+        }
+        if let Some(count) = self.block_counts.get_mut(&rank) {
+            *count -= removed;
         }
         EventOutcome::Applied
     }
@@ -237,17 +307,66 @@ impl OverlapIndexer {
             return EventOutcome::UnknownRank;
         };
         *count = 0;
-        self.holders.retain(|_, holders| !holders.remove(rank).1);
+        let Some(&index) = self.index_of.get(&rank) else {
+            return EventOutcome::Applied;
+        };
+        let (lists, free_lists) = (&mut self.lists, &mut self.free_lists);
+        self.holders.retain(
+            |_, code| match drop_holder(lists, free_lists, *code, index) {
+                Dropped::NotHeld => true,
+                Dropped::Now(new) => {
+                    *code = new;
+                    true
+                }
+                Dropped::Empty => false,
+            },
+        );
         EventOutcome::Applied
     }
 }
 
+/// What dropping one rank from a block's holders left.
+enum Dropped {
+    /// The rank did not hold it.
+    NotHeld,
+    /// Others still hold it: the block's new code.
+    Now(u32),
+    /// Nobody holds it.
+    Empty,
+}
+
+/// Drops rank `index` from the holders `code` names; a shared list left with one rank is
+/// freed and the block coded by that rank again.
+fn drop_holder(
+    lists: &mut [Vec<u32>],
+    free_lists: &mut Vec<u32>,
+    code: u32,
+    index: u32,
+) -> Dropped {
+    if code & SHARED == 0 {
+        return if code == index {
+            Dropped::Empty
+        } else {
+            Dropped::NotHeld
+        };
+    }
+    let list_index = code & !SHARED;
+    let list = &mut lists[list_index as usize];
+    let Ok(position) = list.binary_search(&index) else {
+        return Dropped::NotHeld;
+    };
+    list.remove(position);
+    if list.len() > 1 {
+        return Dropped::Now(code);
+    }
+    let last = list[0];
+    list.clear();
+    free_lists.push(list_index);
+    Dropped::Now(last)
+}
+
 /// Keeps the ranks of `matching` that are also in `holders` (both sorted); reports the others.
-fn narrow_sorted(
-    matching: &mut Vec<WorkerWithDpRank>,
-    holders: &[WorkerWithDpRank],
-    mut on_dropped: impl FnMut(WorkerWithDpRank),
-) {
+fn narrow_sorted(matching: &mut Vec<u32>, holders: &[u32], mut on_dropped: impl FnMut(u32)) {
     let mut holder_index = 0;
     matching.retain(|rank| {
         while holder_index < holders.len() && holders[holder_index] < *rank {

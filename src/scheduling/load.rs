@@ -16,6 +16,7 @@ use super::types::{RequestId, SeqHash, WorkerId, WorkerWithDpRank};
 use crate::time::SimTime;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 
 /// Why a booking was refused.
@@ -94,13 +95,15 @@ impl RankState {
 
     fn release_blocks(&mut self, hashes: &[SeqHash]) {
         for hash in hashes {
-            let Some(count) = self.block_refcounts.get_mut(hash) else {
+            // One probe per block: the entry is found once, then decremented or removed.
+            let Entry::Occupied(mut count) = self.block_refcounts.entry(*hash) else {
                 debug_assert!(false, "released a block that was never acquired");
                 continue;
             };
-            *count -= 1;
-            if *count == 0 {
-                self.block_refcounts.remove(hash);
+            if *count.get() <= 1 {
+                count.remove();
+            } else {
+                *count.get_mut() -= 1;
             }
         }
     }

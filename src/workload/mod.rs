@@ -40,30 +40,10 @@ pub enum PromptSpec {
 }
 
 impl PromptSpec {
-    /// Whether positions `first..=last` all hold the same token because they come from one
-    /// hash id (a cheap sufficient test, not a content comparison).
-    fn is_uniform(&self, first: u64, last: u64) -> bool {
-        match self {
-            PromptSpec::HashIds {
-                tokens_per_hash, ..
-            } => first / tokens_per_hash == last / tokens_per_hash,
-        }
-    }
-
     /// How many hash ids (blocks) describe the prompt.
     pub fn block_count(&self) -> u64 {
         match self {
             PromptSpec::HashIds { hash_ids, .. } => hash_ids.len() as u64,
-        }
-    }
-
-    /// The token at `position` of the prompt.
-    fn token_at(&self, position: u64) -> Token {
-        match self {
-            PromptSpec::HashIds {
-                hash_ids,
-                tokens_per_hash,
-            } => hash_ids[(position / tokens_per_hash) as usize] as Token,
         }
     }
 }
@@ -72,24 +52,57 @@ impl RequestSpec {
     /// Sequence hashes of the prompt's full engine blocks (the router's and the workers' view
     /// of the prompt), computed one block at a time without materialising the prompt.
     pub fn block_hashes(&self, block_size: u64) -> Vec<SeqHash> {
+        self.block_hashes_with(block_size, &mut UniformBlockHashes::default())
+    }
+
+    /// [`Self::block_hashes`], looking up the local hash of a block of one repeated token
+    /// in `known` (and remembering new ones): prompts that share hash ids share those.
+    pub fn block_hashes_with(
+        &self,
+        block_size: u64,
+        known: &mut UniformBlockHashes,
+    ) -> Vec<SeqHash> {
         assert!(block_size > 0, "block size must be positive");
+        known.reset_for(block_size);
+        let PromptSpec::HashIds {
+            hash_ids,
+            tokens_per_hash,
+        } = &self.prompt;
+        let tokens_per_hash = *tokens_per_hash;
         let full_blocks = self.input_tokens / block_size;
         let mut out = Vec::with_capacity(full_blocks as usize);
-        let mut block: Vec<Token> = Vec::with_capacity(block_size as usize);
+        let mut bytes: Vec<u8> = Vec::with_capacity(block_size as usize * 4);
         let mut parent = None;
         // Mooncake blocks are mostly one token repeated: hash each such content once.
         let mut last_uniform: Option<(Token, u64)> = None;
         for b in 0..full_blocks {
             let (first, last) = (b * block_size, (b + 1) * block_size - 1);
-            let token = self.prompt.token_at(first);
+            let (first_id, last_id) = (first / tokens_per_hash, last / tokens_per_hash);
+            let token = hash_ids[first_id as usize] as Token;
             let local = match last_uniform {
-                Some((t, h)) if t == token && self.prompt.is_uniform(first, last) => h,
+                Some((t, h)) if t == token && first_id == last_id => h,
+                _ if let Some(&h) = known.hashes.get(&token).filter(|_| first_id == last_id) => {
+                    last_uniform = Some((token, h));
+                    h
+                }
                 _ => {
-                    block.clear();
-                    block.extend((first..=last).map(|p| self.prompt.token_at(p)));
-                    let h = hashing::block_hash(&block);
-                    if self.prompt.is_uniform(first, last) {
+                    // The block's tokens run by run, one run per hash id it spans.
+                    bytes.clear();
+                    // One run per iteration, up to the block's last hash id: bounded.
+                    for id in first_id..=last_id {
+                        let from = first.max(id * tokens_per_hash);
+                        let to = last.min((id + 1) * tokens_per_hash - 1);
+                        let token_bytes = (hash_ids[id as usize] as Token).to_le_bytes();
+                        let start = bytes.len();
+                        bytes.resize(start + 4 * (to - from + 1) as usize, 0);
+                        for chunk in bytes[start..].chunks_exact_mut(4) {
+                            chunk.copy_from_slice(&token_bytes);
+                        }
+                    }
+                    let h = hashing::bytes_hash(&bytes);
+                    if first_id == last_id {
                         last_uniform = Some((token, h));
+                        known.remember(token, h);
                     }
                     h
                 }
@@ -99,6 +112,35 @@ impl RequestSpec {
             parent = Some(h);
         }
         out
+    }
+}
+
+/// Local hashes of blocks made of one repeated token, by token, for one block size: a
+/// mooncake prompt's blocks are such blocks, and prompts share hash ids. Bounded: it starts
+/// over when full.
+#[derive(Debug, Default)]
+pub struct UniformBlockHashes {
+    block_size: u64,
+    hashes: rustc_hash::FxHashMap<Token, u64>,
+}
+
+/// Tokens [`UniformBlockHashes`] remembers before it starts over (1 MiB: small enough to
+/// stay in cache, and to cost little on traces whose hash ids never repeat).
+const MAX_UNIFORM_BLOCK_HASHES: usize = 1 << 16;
+
+impl UniformBlockHashes {
+    fn reset_for(&mut self, block_size: u64) {
+        if self.block_size != block_size {
+            self.hashes.clear();
+            self.block_size = block_size;
+        }
+    }
+
+    fn remember(&mut self, token: Token, hash: u64) {
+        if self.hashes.len() >= MAX_UNIFORM_BLOCK_HASHES {
+            self.hashes.clear();
+        }
+        self.hashes.insert(token, hash);
     }
 }
 
@@ -152,6 +194,39 @@ mod tests {
         let tokens: Vec<Token> = [vec![7; 512], vec![9; 488]].concat();
         assert_eq!(s.block_hashes(64), hashing::sequence_hashes(&tokens, 64));
         assert_eq!(s.block_hashes(64).len(), 15);
+    }
+
+    #[test]
+    fn blocks_spanning_several_hash_ids_hash_their_materialised_tokens() {
+        // 100 tokens per hash id under 64-token blocks: most blocks straddle two ids, one
+        // of them repeats (7, 7) and one id is shorter than a block.
+        // One memo of one-token blocks across all cases: what it remembers for one block
+        // size must never leak into another.
+        let mut known = UniformBlockHashes::default();
+        for (block_size, tokens_per_hash) in [(64, 100), (64, 30), (16, 16), (7, 512), (64, 512)] {
+            let ids = vec![7, 7, 3, 9, 2, 5, 1];
+            let input = 6 * tokens_per_hash + 11;
+            let s = RequestSpec {
+                prompt: PromptSpec::HashIds {
+                    hash_ids: ids.clone(),
+                    tokens_per_hash,
+                },
+                ..spec(ids.clone(), input)
+            };
+            let tokens: Vec<Token> = (0..input)
+                .map(|p| ids[(p / tokens_per_hash) as usize] as Token)
+                .collect();
+            let expected = hashing::sequence_hashes(&tokens, block_size as usize);
+            let case = format!("block {block_size}, {tokens_per_hash} tokens per hash id");
+            assert_eq!(s.block_hashes(block_size), expected, "{case}");
+            for _ in 0..2 {
+                assert_eq!(
+                    s.block_hashes_with(block_size, &mut known),
+                    expected,
+                    "{case}"
+                );
+            }
+        }
     }
 
     #[test]

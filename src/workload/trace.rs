@@ -609,7 +609,8 @@ impl<'de> Deserialize<'de> for HashIds {
                 f.write_str("a JSON value")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HashIds, A::Error> {
-                let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                // serde_json gives no length: start with room for a typical prompt's ids.
+                let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(32).min(1024));
                 let mut all_ids = true;
                 // One element per iteration: bounded by the line's length.
                 while let Some(item) = seq.next_element::<Field>()? {
