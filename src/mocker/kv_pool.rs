@@ -62,6 +62,9 @@ pub struct KvPool {
     events: Vec<KvEventData>,
 }
 
+/// Most blocks a pool makes room for when created; a larger pool grows as it fills.
+const MAX_RESERVED_BLOCKS: u64 = 1 << 16;
+
 impl KvPool {
     /// An empty pool of `capacity` blocks. With `events_enabled`, registrations and evictions
     /// are recorded as KV events (Dynamo publishes none when prefix caching is off).
@@ -70,11 +73,13 @@ impl KvPool {
             capacity > 0 && capacity < u64::from(NIL),
             "pool capacity out of range"
         );
+        // Room for a full pool up front (a long enough run fills it), within reason.
+        let room = capacity.min(MAX_RESERVED_BLOCKS) as usize;
         KvPool {
             capacity,
-            slots: Vec::new(),
+            slots: Vec::with_capacity(room),
             free: Vec::new(),
-            by_hash: FxHashMap::default(),
+            by_hash: FxHashMap::with_capacity_and_hasher(room, Default::default()),
             duplicates: FxHashMap::default(),
             lru_head: NIL,
             lru_tail: NIL,

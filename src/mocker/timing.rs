@@ -102,6 +102,11 @@ pub fn decode_ms(active_kv_tokens: u64, total_kv_tokens: u64) -> f64 {
 /// seconds by the ratio and round again (a ratio of 0 leaves it unscaled), then go through
 /// milliseconds once more. The double rounding is observable (1 ns) in mixed passes.
 /// Durations too long to represent saturate.
+///
+/// Every quiet pass computes one of these, so the steps that cannot change the result are
+/// skipped: below [`ROUND_TRIP_EXACT_NS`], turning a duration into f64 seconds (or ms) and
+/// back gives the same ns, so a ratio of 1 and the final pass through milliseconds are
+/// no-ops there.
 pub fn scaled_duration(raw_ms: f64, ratio: f64) -> SimDuration {
     if !(raw_ms.is_finite() && raw_ms > 0.0) {
         return SimDuration::ZERO;
@@ -109,7 +114,8 @@ pub fn scaled_duration(raw_ms: f64, ratio: f64) -> SimDuration {
     let Ok(unscaled) = Duration::try_from_secs_f64(raw_ms / 1000.0) else {
         return SimDuration::from_ns(u64::MAX);
     };
-    let modeled = if ratio > 0.0 && unscaled > Duration::ZERO {
+    let identity_ratio = ratio == 1.0 && round_trips_exactly(unscaled);
+    let modeled = if ratio > 0.0 && unscaled > Duration::ZERO && !identity_ratio {
         match Duration::try_from_secs_f64(unscaled.as_secs_f64() / ratio) {
             Ok(d) => d,
             Err(_) => return SimDuration::from_ns(u64::MAX),
@@ -117,7 +123,19 @@ pub fn scaled_duration(raw_ms: f64, ratio: f64) -> SimDuration {
     } else {
         unscaled
     };
+    if round_trips_exactly(modeled) {
+        return SimDuration::from_ns(modeled.as_nanos() as u64);
+    }
     ms_to_duration(modeled.as_secs_f64() * 1000.0)
+}
+
+/// Durations shorter than this (10^6 s) survive 1.6.1's conversions to f64 seconds or ms and
+/// back unchanged: each conversion errs by a few parts in 2^53, under half a ns for fewer
+/// than 10^15 ns, so rounding to the nearest ns restores the value.
+pub const ROUND_TRIP_EXACT_NS: u128 = 1_000_000_000_000_000;
+
+fn round_trips_exactly(d: Duration) -> bool {
+    d.as_nanos() < ROUND_TRIP_EXACT_NS
 }
 
 /// Milliseconds to whole nanoseconds as Dynamo converts them (`Duration::from_secs_f64(ms /
@@ -181,6 +199,77 @@ pub fn batch_new_tokens(count: u64, total_isl: u64, total_prefix: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// `scaled_duration` step by step as 1.6.1 converts, with nothing skipped.
+    fn scaled_duration_every_step(raw_ms: f64, ratio: f64) -> SimDuration {
+        if !(raw_ms.is_finite() && raw_ms > 0.0) {
+            return SimDuration::ZERO;
+        }
+        let Ok(unscaled) = Duration::try_from_secs_f64(raw_ms / 1000.0) else {
+            return SimDuration::from_ns(u64::MAX);
+        };
+        let modeled = if ratio > 0.0 && unscaled > Duration::ZERO {
+            match Duration::try_from_secs_f64(unscaled.as_secs_f64() / ratio) {
+                Ok(d) => d,
+                Err(_) => return SimDuration::from_ns(u64::MAX),
+            }
+        } else {
+            unscaled
+        };
+        ms_to_duration(modeled.as_secs_f64() * 1000.0)
+    }
+
+    proptest! {
+        /// The skipped steps never change a result: raw times from a ps to years, at ratio
+        /// 1, 0 and anything else.
+        #[test]
+        fn scaled_duration_equals_every_step_of_1_6_1(
+            log_ms in -9.0..13.0f64,
+            mantissa_bits in any::<u64>(),
+            ratio_pick in 0..4u8,
+            log_ratio in -3.0..3.0f64,
+        ) {
+            // Random low mantissa bits make values that sit near half-ns boundaries likely.
+            let raw_ms = f64::from_bits(10f64.powf(log_ms).to_bits() ^ (mantissa_bits & 0xFFFF));
+            let ratio = match ratio_pick {
+                0 => 1.0,
+                1 => 0.0,
+                _ => 10f64.powf(log_ratio),
+            };
+            prop_assert_eq!(
+                scaled_duration(raw_ms, ratio),
+                scaled_duration_every_step(raw_ms, ratio),
+                "raw_ms {:e}, ratio {}", raw_ms, ratio
+            );
+        }
+    }
+
+    #[test]
+    fn scaled_duration_keeps_ties_and_limits_as_every_step_does() {
+        // 2^-10 s is 976,562.5 ns: a tie, rounded to even.
+        let tie_ms = 1000.0 / 1024.0;
+        let edge_ms = ROUND_TRIP_EXACT_NS as f64 / 1e6;
+        for raw_ms in [
+            tie_ms,
+            3.0 * tie_ms,
+            1e-6,
+            5e-7,
+            1.5e-6,
+            edge_ms,
+            edge_ms * 1.0001,
+            1e18,
+        ] {
+            for ratio in [1.0, 0.0, 2.0, 0.5, 3.5] {
+                assert_eq!(
+                    scaled_duration(raw_ms, ratio),
+                    scaled_duration_every_step(raw_ms, ratio),
+                    "raw_ms {raw_ms:e}, ratio {ratio}"
+                );
+            }
+        }
+        assert_eq!(scaled_duration(tie_ms, 1.0).as_ns(), 976_562);
+    }
 
     fn ns(d: SimDuration) -> u64 {
         d.as_ns()

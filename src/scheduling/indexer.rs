@@ -58,6 +58,13 @@ impl OverlapIndexer {
         Self::default()
     }
 
+    /// Makes room for `blocks` cached blocks at once, so that the index does not grow (and
+    /// rehash) step by step while the workers' caches fill.
+    pub fn reserve(&mut self, blocks: usize) {
+        self.holders
+            .reserve(blocks.saturating_sub(self.holders.len()));
+    }
+
     /// Applies one KV event from `event.worker`.
     pub fn apply(&mut self, event: &KvEvent) -> EventOutcome {
         let rank = event.worker;

@@ -601,6 +601,12 @@ impl Scheduler {
         self.after_input(now);
     }
 
+    /// A hint: the workers' caches hold up to `blocks` blocks in all, so the overlap index
+    /// makes room for them at once instead of growing while they fill.
+    pub fn reserve_cached_blocks(&mut self, blocks: usize) {
+        self.indexer.reserve(blocks);
+    }
+
     /// A KV event from a worker updates the overlap index.
     pub fn handle_kv_event(&mut self, now: SimTime, event: &KvEvent) {
         self.indexer.apply(event);
