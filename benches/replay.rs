@@ -7,10 +7,12 @@
 //!   (890 to 118,753 tokens, mean about 8.3k), heavy prefix reuse (shared system prompts and
 //!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers.
 //!
-//! Each case is timed three ways, best of 3 each: routersim's pipeline (`pipeline::execute`,
-//! in this process), routersim's whole process (`routersim replay ... --quiet`, writing its
-//! CSVs), and Dynamo's own replay time (`sim_wall_ms` of `../shared/tools/dynosim`, or of the
-//! script `ROUTERSIM_DYNOSIM` names; `ROUTERSIM_DYNOSIM=off` skips it). Each line ends with the
+//! Each case is timed three ways, best of 5 each (`ROUTERSIM_BENCH_RUNS` to change):
+//! routersim's pipeline (`pipeline::execute` in this process: reading the trace, simulating,
+//! computing the metrics; the like-for-like counterpart of Dynamo's timer), routersim's whole
+//! process (`routersim replay ... --quiet`: start-up, the same, and writing its CSVs), and
+//! Dynamo's own replay time (`sim_wall_ms` of `../shared/tools/dynosim`, or of the script
+//! `ROUTERSIM_DYNOSIM` names; `ROUTERSIM_DYNOSIM=off` skips it). Each line ends with the
 //! ratios Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4]`.
 
 use rand::RngExt;
@@ -24,8 +26,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// Timed runs per side; the best counts (the machine is shared, noise only adds time).
-const RUNS: usize = 3;
+/// Timed runs per side unless `ROUTERSIM_BENCH_RUNS` says otherwise; the best counts (the
+/// machine is shared: noise only adds time, and both sides get as many tries).
+const RUNS: usize = 5;
+
+fn runs() -> usize {
+    std::env::var("ROUTERSIM_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(RUNS)
+}
 
 #[derive(Copy, Clone)]
 enum Trace {
@@ -194,9 +205,9 @@ fn write_mooncake_trace(path: &Path) -> String {
     )
 }
 
-/// Best of [`RUNS`] wall times of `f`, in ms.
+/// Best of [`runs`] wall times of `f`, in ms.
 fn best_ms(mut f: impl FnMut()) -> f64 {
-    (0..RUNS)
+    (0..runs())
         .map(|_| {
             let started = Instant::now();
             f();
@@ -217,10 +228,10 @@ fn dynosim() -> Option<PathBuf> {
     }
 }
 
-/// Dynamo's own replay time (`sim_wall_ms`), best of [`RUNS`].
+/// Dynamo's own replay time (`sim_wall_ms`), best of [`runs`].
 fn dynamo_ms(script: &Path, trace: &Path, workers: u32, out: &Path) -> Option<f64> {
     let mut best = f64::INFINITY;
-    for _ in 0..RUNS {
+    for _ in 0..runs() {
         let output = Command::new(script)
             .arg("--trace")
             .arg(trace)

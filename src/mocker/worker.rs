@@ -351,22 +351,38 @@ pub struct MockWorker {
 /// across passes and ranks, and converting the model's milliseconds to whole ns the way
 /// 1.6.1 does costs more than the rest of a quiet pass. A direct-mapped table; a miss
 /// computes and replaces.
+///
+/// It starts small and grows only while it pays: in a run of like requests (the same batches
+/// recur on many ranks) a larger table keeps more of them, while long varied prompts almost
+/// never repeat a batch, and touching a large table's fresh memory would cost more than it
+/// saves.
 #[derive(Debug)]
 pub struct DecodeMemo {
     args: EngineArgs,
     /// (context + 1, request count, duration): a context key of 0 marks an empty slot.
     /// Allocated on first use.
     slots: Vec<(u64, u64, SimDuration)>,
-    capacity: usize,
+    /// The most slots the table grows to.
+    max_slots: usize,
+    /// Lookups, hits, and misses that replaced another batch, since the size last changed.
+    lookups: u32,
+    hits: u32,
+    replaced: u32,
 }
 
+/// Slots a table starts with.
+const DECODE_MEMO_FIRST_SLOTS: usize = 1024;
+
 impl DecodeMemo {
-    /// A table of `capacity` slots (24 bytes each) for ranks running `args`.
-    pub fn new(args: EngineArgs, capacity: usize) -> DecodeMemo {
+    /// A table growing to at most `max_slots` slots (24 bytes each) for ranks running `args`.
+    pub fn new(args: EngineArgs, max_slots: usize) -> DecodeMemo {
         DecodeMemo {
             args,
             slots: Vec::new(),
-            capacity: capacity.max(1),
+            max_slots: max_slots.max(1),
+            lookups: 0,
+            hits: 0,
+            replaced: 0,
         }
     }
 
@@ -375,17 +391,37 @@ impl DecodeMemo {
             return SimDuration::ZERO;
         }
         if self.slots.is_empty() {
-            self.slots = vec![(0, 0, SimDuration::ZERO); self.capacity];
+            self.resize(DECODE_MEMO_FIRST_SLOTS.min(self.max_slots));
         }
+        self.lookups += 1;
         let key = decode.active_kv_tokens.wrapping_add(1);
-        let slot = (decode.active_kv_tokens % self.capacity as u64) as usize;
+        let slot = (decode.active_kv_tokens % self.slots.len() as u64) as usize;
         let (known, count, duration) = self.slots[slot];
         if known == key && count == decode.count && key != 0 {
+            self.hits += 1;
             return duration;
         }
+        self.replaced += u32::from(known != 0);
         let duration = timing::decode_duration(decode, &self.args);
         self.slots[slot] = (key, decode.count, duration);
+        if self.lookups as usize >= 16 * self.slots.len() {
+            self.review_size();
+        }
         duration
+    }
+
+    /// Quadruples the table if a quarter of the lookups hit (batches do recur) and an eighth
+    /// replaced another batch (it is too small to keep them).
+    fn review_size(&mut self) {
+        let (lookups, hits, replaced) = (self.lookups, self.hits, self.replaced);
+        (self.lookups, self.hits, self.replaced) = (0, 0, 0);
+        if hits >= lookups / 4 && replaced >= lookups / 8 && self.slots.len() < self.max_slots {
+            self.resize((4 * self.slots.len()).min(self.max_slots));
+        }
+    }
+
+    fn resize(&mut self, slots: usize) {
+        self.slots = vec![(0, 0, SimDuration::ZERO); slots];
     }
 }
 
