@@ -1963,13 +1963,11 @@ policy_classes:
         }
     }
 
-    /// The rule of the merge of skipping with faults: a run with any fault steps pass by
-    /// pass (the same events as [`Stepping::PassByPass`]); the same run without its faults
-    /// skips.
-    #[test]
-    fn issue_14_runs_with_faults_step_pass_by_pass() {
-        let case = Case {
-            workers: 2,
+    /// Two long decodes from time 0 and a third request 900 ms later, in the middle of
+    /// their quiet run.
+    fn two_long_decodes_and_a_late_arrival(workers: u32, with_policy: bool) -> Case {
+        Case {
+            workers,
             dp_size: 1,
             num_gpu_blocks: 1024,
             max_num_seqs: 8,
@@ -1978,13 +1976,21 @@ policy_classes:
             chunked: true,
             fifo: false,
             delays_ns: (0, 0, 0),
-            with_policy: true,
+            with_policy,
             requests: vec![
                 (0, 512, 300, 1, vec![1]),
                 (0, 700, 250, 1, vec![2]),
                 (900_000_000, 300, 50, 1, vec![1, 3]),
             ],
-        };
+        }
+    }
+
+    /// The rule of the merge of skipping with faults: a run with any fault steps pass by
+    /// pass (the same events as [`Stepping::PassByPass`]); the same run without its faults
+    /// skips.
+    #[test]
+    fn issue_14_runs_with_faults_step_pass_by_pass() {
+        let case = two_long_decodes_and_a_late_arrival(2, true);
         let mut config = config(&case, 3);
         assert!(skips_quiet_passes(&config, Stepping::SkipQuiet));
         let run = |config: &SimConfig, stepping| {
@@ -2021,23 +2027,7 @@ policy_classes:
     #[test]
     fn issue_14_a_decode_run_takes_few_events_and_a_mid_run_dispatch_cuts_it() {
         // One worker: two long decodes, a third request arriving in the middle of their run.
-        let case = Case {
-            workers: 1,
-            dp_size: 1,
-            num_gpu_blocks: 1024,
-            max_num_seqs: 8,
-            max_num_batched_tokens: 2048,
-            prefix_caching: true,
-            chunked: true,
-            fifo: false,
-            delays_ns: (0, 0, 0),
-            with_policy: false,
-            requests: vec![
-                (0, 512, 300, 1, vec![1]),
-                (0, 700, 250, 1, vec![2]),
-                (900_000_000, 300, 50, 1, vec![1, 3]),
-            ],
-        };
+        let case = two_long_decodes_and_a_late_arrival(1, false);
         let config = config(&case, 3);
         let run = |stepping| run_with(config.clone(), requests(&case).into_iter(), stepping);
         let (skipped, stepped) = (

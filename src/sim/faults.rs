@@ -129,12 +129,7 @@ impl System {
             slot.output.clear();
             self.starts_due.remove(&rank);
             for id in held {
-                let attempt = self.records[id.0 as usize].migrations;
-                self.faults
-                    .lost
-                    .entry(worker)
-                    .or_default()
-                    .push((id, attempt));
+                self.lost_on(worker, id);
             }
         }
         let delay = self.config.delays.worker_to_router;
@@ -164,13 +159,19 @@ impl System {
             }
             self.lose(now, id, queue);
         } else {
-            let attempt = self.records[id.0 as usize].migrations;
-            self.faults
-                .lost
-                .entry(worker)
-                .or_default()
-                .push((id, attempt));
+            self.lost_on(worker, id);
         }
+    }
+
+    /// Request `id` (in its current attempt) is lost on `worker`: resolved when the router
+    /// hears the worker is down.
+    fn lost_on(&mut self, worker: u64, id: RequestId) {
+        let attempt = self.records[id.0 as usize].migrations;
+        self.faults
+            .lost
+            .entry(worker)
+            .or_default()
+            .push((id, attempt));
     }
 
     /// The router hears worker `worker` is gone: the worker set shrinks (its bookings are
