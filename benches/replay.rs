@@ -7,7 +7,8 @@
 //!   (890 to 118,753 tokens, mean about 8.3k), heavy prefix reuse (shared system prompts and
 //!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers.
 //!
-//! Each case is timed three ways, best of 5 each (`ROUTERSIM_BENCH_RUNS` to change):
+//! Each case is timed three ways, best of 5 runs each (`ROUTERSIM_BENCH_RUNS` to change;
+//! routersim's sides run on for at least 2 s, as each of Dynamo's runs takes seconds):
 //! routersim's pipeline (`pipeline::execute` in this process: reading the trace, simulating,
 //! computing the metrics; the like-for-like counterpart of Dynamo's timer), routersim's whole
 //! process (`routersim replay ... --quiet`: start-up, the same, and writing its CSVs), and
@@ -205,15 +206,28 @@ fn write_mooncake_trace(path: &Path) -> String {
     )
 }
 
-/// Best of [`runs`] wall times of `f`, in ms.
+/// routersim's runs of one case go on until they have taken this long (and number at least
+/// [`runs`]): a short case's few runs would otherwise all fall in one burst of load from the
+/// machine's neighbours, while each of Dynamo's runs takes seconds.
+const MIN_MEASURE_S: f64 = 2.0;
+
+/// Most timed runs of one case on routersim's side.
+const MAX_RUNS: usize = 200;
+
+/// Best wall time of `f` in ms, over at least [`runs`] runs and [`MIN_MEASURE_S`].
 fn best_ms(mut f: impl FnMut()) -> f64 {
-    (0..runs())
-        .map(|_| {
-            let started = Instant::now();
-            f();
-            started.elapsed().as_secs_f64() * 1000.0
-        })
-        .fold(f64::INFINITY, f64::min)
+    let measuring = Instant::now();
+    let mut best = f64::INFINITY;
+    // One run per iteration, at most MAX_RUNS: bounded.
+    for run in 0..MAX_RUNS {
+        if run >= runs() && measuring.elapsed().as_secs_f64() >= MIN_MEASURE_S {
+            break;
+        }
+        let started = Instant::now();
+        f();
+        best = best.min(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    best
 }
 
 /// The dynosim script to compare against, if any.
