@@ -16,6 +16,7 @@ use super::router_config::RouterConfig;
 use super::types::{WorkerId, WorkerWithDpRank};
 use crate::rng::SimRng;
 use rand::RngExt;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -216,7 +217,8 @@ pub fn eligible_ranks(
     if let Some(pin) = constraints.pinned {
         return validate_pin(workers, constraints, pin, is_overloaded(pin.worker_id));
     }
-    let mut ranks = Vec::new();
+    // One rank per worker is the common layout: one allocation instead of repeated growth.
+    let mut ranks = Vec::with_capacity(workers.worker_count());
     let mut overloaded_rank_exists = false;
     for (worker, config) in workers.iter() {
         if config.fenced || !constraints.admits(worker, config) || config.dp_ranks().is_empty() {
@@ -304,10 +306,12 @@ pub struct Selection {
     pub cost: f64,
 }
 
-/// One candidate's score.
+/// One candidate's score, with the load row it was scored from.
 #[derive(Clone, Copy, Debug)]
-struct Scored {
+struct Scored<'a> {
     rank: WorkerWithDpRank,
+    /// The rank's projected load; `None` is an idle rank.
+    load: Option<&'a RankLoad>,
     overlap_blocks: u32,
     cost: f64,
 }
@@ -356,7 +360,7 @@ pub fn candidate_costs(
         .collect()
 }
 
-fn selection_of(scored: &Scored, inputs: &SelectionInputs<'_>) -> Selection {
+fn selection_of(scored: &Scored<'_>, inputs: &SelectionInputs<'_>) -> Selection {
     let block_size = inputs.block_size.max(1);
     let cached_tokens = u64::from(scored.overlap_blocks).saturating_mul(block_size);
     Selection {
@@ -368,11 +372,59 @@ fn selection_of(scored: &Scored, inputs: &SelectionInputs<'_>) -> Selection {
     }
 }
 
-fn load_of(loads: &[RankLoad], rank: WorkerWithDpRank) -> Option<&RankLoad> {
-    loads
-        .binary_search_by(|load| load.rank.cmp(&rank))
-        .ok()
-        .map(|index| &loads[index])
+/// A row of a table sorted by rank.
+trait RankRow {
+    fn row_rank(&self) -> WorkerWithDpRank;
+}
+
+impl RankRow for RankLoad {
+    fn row_rank(&self) -> WorkerWithDpRank {
+        self.rank
+    }
+}
+
+impl RankRow for (WorkerWithDpRank, u32) {
+    fn row_rank(&self) -> WorkerWithDpRank {
+        self.0
+    }
+}
+
+/// Looks up rows of a rank-sorted table (one row per rank). Ranks asked in ascending order
+/// cost one forward walk over the table in all; any other order falls back to a binary
+/// search, so every order gives the same answers.
+struct RankCursor<'a, T> {
+    rows: &'a [T],
+    /// Every row before `next` has a rank below all rows from `next` on (the table is sorted).
+    next: usize,
+}
+
+impl<'a, T: RankRow> RankCursor<'a, T> {
+    fn new(rows: &'a [T]) -> Self {
+        RankCursor { rows, next: 0 }
+    }
+
+    fn find(&mut self, rank: WorkerWithDpRank) -> Option<&'a T> {
+        let rows = self.rows;
+        // Walking forward only finds ranks strictly after the last row passed; a rank equal
+        // to or below it (asked again, or out of order) may sit behind the cursor.
+        if self.next > 0 && rows[self.next - 1].row_rank() >= rank {
+            return rows
+                .binary_search_by(|row| row.row_rank().cmp(&rank))
+                .ok()
+                .map(|index| &rows[index]);
+        }
+        while let Some(row) = rows.get(self.next) {
+            match row.row_rank().cmp(&rank) {
+                Ordering::Less => self.next += 1,
+                Ordering::Equal => {
+                    self.next += 1;
+                    return Some(row);
+                }
+                Ordering::Greater => return None,
+            }
+        }
+        None
+    }
 }
 
 fn overlap_of(overlaps: &[(WorkerWithDpRank, u32)], rank: WorkerWithDpRank) -> u32 {
@@ -381,39 +433,81 @@ fn overlap_of(overlaps: &[(WorkerWithDpRank, u32)], rank: WorkerWithDpRank) -> u
         .map_or(0, |index| overlaps[index].1)
 }
 
-fn score_candidates(cfg: &RouterConfig, inputs: &SelectionInputs<'_>) -> Vec<Scored> {
+/// The terms of the cost that depend only on the request and the config, computed once per
+/// selection. Each holds exactly the value the per-rank formula used to recompute, so costs
+/// are unchanged to the bit.
+#[derive(Clone, Copy, Debug)]
+struct RequestTerms {
+    /// `block_size` clamped to at least 1.
+    block_size: u64,
+    block_size_f: f64,
+    isl_tokens: u64,
+    /// `ceil(isl / block_size)`, at least 1: the credit decay's denominator.
+    request_blocks_f: f64,
+    /// `floor(isl / block_size)`: the decode blocks of a rank without a load row.
+    idle_decode_blocks_f: f64,
+    overlap_score_credit: f64,
+    shared_cache_multiplier: f64,
+    prefill_load_scale: f64,
+    /// The lowest active prefill tokens over the candidates (idle ranks count 0).
+    min_active_prefill_tokens: u64,
+}
+
+impl RequestTerms {
+    fn new(cfg: &RouterConfig, inputs: &SelectionInputs<'_>, scores: &[Scored<'_>]) -> Self {
+        let block_size = inputs.block_size.max(1);
+        let isl_tokens = inputs.isl_tokens;
+        RequestTerms {
+            block_size,
+            block_size_f: block_size as f64,
+            isl_tokens,
+            request_blocks_f: isl_tokens.div_ceil(block_size).max(1) as f64,
+            idle_decode_blocks_f: (isl_tokens / block_size) as f64,
+            overlap_score_credit: cfg.effective_overlap_score_credit(),
+            shared_cache_multiplier: cfg.effective_shared_cache_multiplier(),
+            prefill_load_scale: cfg.effective_prefill_load_scale(),
+            min_active_prefill_tokens: scores
+                .iter()
+                .map(|scored| scored.load.map_or(0, |l| l.active_prefill_tokens))
+                .min()
+                .unwrap_or(0),
+        }
+    }
+}
+
+fn score_candidates<'a>(cfg: &RouterConfig, inputs: &SelectionInputs<'a>) -> Vec<Scored<'a>> {
     debug_assert!(inputs.block_size > 0, "block_size must be positive");
-    let min_active_prefill_tokens = inputs
-        .candidates
-        .iter()
-        .map(|&rank| load_of(inputs.loads, rank).map_or(0, |l| l.active_prefill_tokens))
-        .min()
-        .unwrap_or(0);
-    inputs
+    let mut loads = RankCursor::new(inputs.loads);
+    let mut overlaps = RankCursor::new(inputs.overlaps);
+    let mut scores: Vec<Scored<'a>> = inputs
         .candidates
         .iter()
         .map(|&rank| Scored {
             rank,
-            overlap_blocks: overlap_of(inputs.overlaps, rank),
-            cost: rank_cost(cfg, inputs, rank, min_active_prefill_tokens),
+            load: loads.find(rank),
+            overlap_blocks: overlaps.find(rank).map_or(0, |&(_, blocks)| blocks),
+            cost: 0.0,
         })
-        .collect()
+        .collect();
+    let terms = RequestTerms::new(cfg, inputs, &scores);
+    for scored in &mut scores {
+        scored.cost = rank_cost(cfg, &terms, scored.load, scored.overlap_blocks)
+            * preferred_taint_multiplier(inputs, scored.rank);
+    }
+    scores
 }
 
-/// Dynamo's default cost for one rank (device tier only; other tiers contribute 0).
+/// Dynamo's default cost for one rank before the preferred-taint multiplier (device tier
+/// only; other tiers contribute 0). `load` is the rank's row (`None`: idle rank).
 fn rank_cost(
     cfg: &RouterConfig,
-    inputs: &SelectionInputs<'_>,
-    rank: WorkerWithDpRank,
-    min_active_prefill_tokens: u64,
+    terms: &RequestTerms,
+    load: Option<&RankLoad>,
+    device_blocks: u32,
 ) -> f64 {
-    let block_size = inputs.block_size.max(1);
-    let block_size_f = block_size as f64;
-    let isl = inputs.isl_tokens;
-    let load = load_of(inputs.loads, rank);
+    let isl = terms.isl_tokens;
     let active_prefill_tokens = load.map_or(0, |l| l.active_prefill_tokens);
-    let device_blocks = overlap_of(inputs.overlaps, rank);
-    let cached_tokens = u64::from(device_blocks).saturating_mul(block_size);
+    let cached_tokens = u64::from(device_blocks).saturating_mul(terms.block_size);
 
     let raw_prefill_blocks = if cfg.router_track_prefill_tokens {
         // active + uncached + cached: equals active + isl unless the overlap overshoots isl.
@@ -421,31 +515,30 @@ fn rank_cost(
         let raw_tokens = active_prefill_tokens
             .saturating_add(uncached)
             .saturating_add(cached_tokens);
-        raw_tokens as f64 / block_size_f
+        raw_tokens as f64 / terms.block_size_f
     } else {
         0.0
     };
     let decay = credit_decay(
         cfg,
-        active_prefill_tokens - min_active_prefill_tokens.min(active_prefill_tokens),
-        block_size_f,
-        isl.div_ceil(block_size).max(1) as f64,
+        active_prefill_tokens - terms.min_active_prefill_tokens.min(active_prefill_tokens),
+        terms.block_size_f,
+        terms.request_blocks_f,
     );
     let (host_blocks, disk_blocks, shared_blocks_beyond_device) = (0.0, 0.0, 0.0);
-    let overlap_credit_blocks = cfg.effective_overlap_score_credit() * decay * device_blocks as f64
+    let overlap_credit_blocks = terms.overlap_score_credit * decay * device_blocks as f64
         + cfg.host_cache_hit_weight * host_blocks
         + cfg.disk_cache_hit_weight * disk_blocks
-        + cfg.effective_shared_cache_multiplier() * shared_blocks_beyond_device;
+        + terms.shared_cache_multiplier * shared_blocks_beyond_device;
     // A candidate the tracker has no row for is an idle rank: the whole query is new.
-    let decode_blocks = load.map_or((isl / block_size) as f64, |l| {
+    let decode_blocks = load.map_or(terms.idle_decode_blocks_f, |l| {
         l.potential_decode_blocks() as f64
     });
     let active_requests = load.map_or(0, |l| l.active_requests) as f64;
 
     let prefill_cost =
-        cfg.effective_prefill_load_scale() * (raw_prefill_blocks - overlap_credit_blocks).max(0.0);
-    let cost = prefill_cost + decode_blocks + cfg.decode_active_request_weight * active_requests;
-    cost * preferred_taint_multiplier(inputs, rank)
+        terms.prefill_load_scale * (raw_prefill_blocks - overlap_credit_blocks).max(0.0);
+    prefill_cost + decode_blocks + cfg.decode_active_request_weight * active_requests
 }
 
 /// `1 / (1 + decay * (excess prefill blocks) / request blocks)`, or 1 when decay is off.
@@ -475,7 +568,7 @@ fn preferred_taint_multiplier(inputs: &SelectionInputs<'_>, rank: WorkerWithDpRa
 }
 
 /// Index of a minimum-cost candidate; ties broken uniformly by reservoir sampling in order.
-fn pick_min_cost(scores: &[Scored], rng: &mut SimRng) -> Option<usize> {
+fn pick_min_cost(scores: &[Scored<'_>], rng: &mut SimRng) -> Option<usize> {
     let mut best: Option<usize> = None;
     let mut tied: u64 = 0;
     for (index, scored) in scores.iter().enumerate() {
@@ -498,7 +591,7 @@ fn pick_min_cost(scores: &[Scored], rng: &mut SimRng) -> Option<usize> {
 }
 
 /// Index drawn with `p_i ∝ exp(-(c_i - c_min) / ((c_max - c_min) * temperature))`.
-fn pick_softmax(scores: &[Scored], temperature: f64, rng: &mut SimRng) -> Option<usize> {
+fn pick_softmax(scores: &[Scored<'_>], temperature: f64, rng: &mut SimRng) -> Option<usize> {
     match scores.len() {
         0 => return None,
         1 => return Some(0),
@@ -518,7 +611,7 @@ fn pick_softmax(scores: &[Scored], temperature: f64, rng: &mut SimRng) -> Option
 }
 
 /// Unnormalised softmax weights over min-max normalised costs (all 1 when costs are equal).
-fn softmax_weights(scores: &[Scored], temperature: f64) -> Vec<f64> {
+fn softmax_weights(scores: &[Scored<'_>], temperature: f64) -> Vec<f64> {
     // An infinite cost (only from absurd weights) is clamped so the range stays finite.
     let costs: Vec<f64> = scores.iter().map(|s| s.cost.min(f64::MAX)).collect();
     let min_cost = costs.iter().copied().fold(f64::INFINITY, f64::min);
@@ -1077,6 +1170,222 @@ mod tests {
             let min_cost = candidate_costs(&cfg, &input).iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
             prop_assert!(candidates.contains(&pick.rank));
             prop_assert_eq!(pick.cost, min_cost);
+        }
+    }
+
+    // --- fast scoring against the reference -----------------------------------------------
+
+    /// The scoring as it was before the single-walk rewrite: a binary search per lookup and
+    /// every request-level term recomputed per rank. The fast path must match it bit for bit.
+    mod reference {
+        use super::super::*;
+
+        fn load_of(loads: &[RankLoad], rank: WorkerWithDpRank) -> Option<&RankLoad> {
+            loads
+                .binary_search_by(|load| load.rank.cmp(&rank))
+                .ok()
+                .map(|index| &loads[index])
+        }
+
+        /// (rank, overlap blocks, cost) per candidate, in candidate order.
+        pub fn scores(
+            cfg: &RouterConfig,
+            inputs: &SelectionInputs<'_>,
+        ) -> Vec<(WorkerWithDpRank, u32, f64)> {
+            let min_active_prefill_tokens = inputs
+                .candidates
+                .iter()
+                .map(|&rank| load_of(inputs.loads, rank).map_or(0, |l| l.active_prefill_tokens))
+                .min()
+                .unwrap_or(0);
+            inputs
+                .candidates
+                .iter()
+                .map(|&rank| {
+                    (
+                        rank,
+                        overlap_of(inputs.overlaps, rank),
+                        rank_cost(cfg, inputs, rank, min_active_prefill_tokens),
+                    )
+                })
+                .collect()
+        }
+
+        fn rank_cost(
+            cfg: &RouterConfig,
+            inputs: &SelectionInputs<'_>,
+            rank: WorkerWithDpRank,
+            min_active_prefill_tokens: u64,
+        ) -> f64 {
+            let block_size = inputs.block_size.max(1);
+            let block_size_f = block_size as f64;
+            let isl = inputs.isl_tokens;
+            let load = load_of(inputs.loads, rank);
+            let active_prefill_tokens = load.map_or(0, |l| l.active_prefill_tokens);
+            let device_blocks = overlap_of(inputs.overlaps, rank);
+            let cached_tokens = u64::from(device_blocks).saturating_mul(block_size);
+
+            let raw_prefill_blocks = if cfg.router_track_prefill_tokens {
+                let uncached = isl - cached_tokens.min(isl);
+                let raw_tokens = active_prefill_tokens
+                    .saturating_add(uncached)
+                    .saturating_add(cached_tokens);
+                raw_tokens as f64 / block_size_f
+            } else {
+                0.0
+            };
+            let decay = credit_decay(
+                cfg,
+                active_prefill_tokens - min_active_prefill_tokens.min(active_prefill_tokens),
+                block_size_f,
+                isl.div_ceil(block_size).max(1) as f64,
+            );
+            let (host_blocks, disk_blocks, shared_blocks_beyond_device) = (0.0, 0.0, 0.0);
+            let overlap_credit_blocks =
+                cfg.effective_overlap_score_credit() * decay * device_blocks as f64
+                    + cfg.host_cache_hit_weight * host_blocks
+                    + cfg.disk_cache_hit_weight * disk_blocks
+                    + cfg.effective_shared_cache_multiplier() * shared_blocks_beyond_device;
+            let decode_blocks = load.map_or((isl / block_size) as f64, |l| {
+                l.potential_decode_blocks() as f64
+            });
+            let active_requests = load.map_or(0, |l| l.active_requests) as f64;
+
+            let prefill_cost = cfg.effective_prefill_load_scale()
+                * (raw_prefill_blocks - overlap_credit_blocks).max(0.0);
+            let cost =
+                prefill_cost + decode_blocks + cfg.decode_active_request_weight * active_requests;
+            cost * preferred_taint_multiplier(inputs, rank)
+        }
+    }
+
+    #[test]
+    fn cursor_finds_ranks_in_any_order_including_one_it_walked_past() {
+        let rows = [(rank(1, 0), 10), (rank(1, 2), 12), (rank(3, 0), 30)];
+        let mut cursor = RankCursor::new(&rows[..]);
+        assert_eq!(cursor.find(rank(1, 2)), Some(&rows[1]));
+        // Same rank again, right after the walk consumed it: must not be lost.
+        assert_eq!(cursor.find(rank(1, 2)), Some(&rows[1]));
+        // Out of order, behind the cursor.
+        assert_eq!(cursor.find(rank(1, 0)), Some(&rows[0]));
+        // A gap ahead of the cursor leaves the next row to be found.
+        assert_eq!(cursor.find(rank(2, 0)), None);
+        assert_eq!(cursor.find(rank(1, 1)), None);
+        assert_eq!(cursor.find(rank(3, 0)), Some(&rows[2]));
+        assert_eq!(cursor.find(rank(3, 0)), Some(&rows[2]));
+        assert_eq!(cursor.find(rank(9, 0)), None);
+        assert_eq!(cursor.find(rank(1, 0)), Some(&rows[0]));
+        let mut empty = RankCursor::<(WorkerWithDpRank, u32)>::new(&[]);
+        assert_eq!(empty.find(rank(1, 0)), None);
+    }
+
+    /// Six workers (ids 0, 2, ..., 10) of four dp ranks each; even workers carry "gpu".
+    fn six_workers_four_ranks() -> (WorkerSet, Vec<WorkerWithDpRank>) {
+        let mut set = WorkerSet::new();
+        for w in 0..6u64 {
+            let taints: &[&str] = if w % 2 == 0 { &["gpu"] } else { &[] };
+            set.insert(w * 2, worker(0, 4, taints));
+        }
+        let universe = set.ranks().collect();
+        (set, universe)
+    }
+
+    fn random_config() -> impl Strategy<Value = RouterConfig> {
+        (
+            any::<bool>(),
+            prop_oneof![Just(0.0), 0.1..3.0f64],
+            prop_oneof![Just(1.0), 0.0..4.0f64],
+            prop_oneof![Just(1.0), 0.0..4.0f64],
+            prop_oneof![Just(None), Just(Some(0.0)), (0.1..3.0f64).prop_map(Some)],
+            0.0..2.0f64,
+            prop_oneof![Just(0.0), 0.2..2.0f64],
+        )
+            .prop_map(
+                |(track_prefill, decay, credit, scale, legacy_weight, request_weight, temp)| {
+                    RouterConfig {
+                        router_track_prefill_tokens: track_prefill,
+                        overlap_score_credit_decay: decay,
+                        overlap_score_credit: credit,
+                        prefill_load_scale: scale,
+                        overlap_score_weight: legacy_weight,
+                        decode_active_request_weight: request_weight,
+                        router_temperature: temp,
+                        ..RouterConfig::default()
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn fast_scoring_equals_the_reference_bit_for_bit(
+            cfg in random_config(),
+            // Per universe rank: a load row (or idle), an overlap (or none).
+            load_rows in prop::collection::vec(
+                prop::option::of((0..5000u64, 0..80u64, 0..20u64, 0..6u64)), 24),
+            overlap_rows in prop::collection::vec(prop::option::of(0..40u32), 24),
+            picks in prop::collection::vec(0..24usize, 0..30),
+            order in 0..3u8,
+            isl_tokens in 0..3000u64,
+            block_size in 1..130u64,
+            prefer_gpu in prop::option::of(-2.0..2.0f64),
+            seed in any::<u64>(),
+        ) {
+            let (set, universe) = six_workers_four_ranks();
+            let loads: Vec<RankLoad> = universe.iter().zip(&load_rows)
+                .filter_map(|(&r, row)| row.map(|(p, d, x, n)| load(r, p, d, x, n)))
+                .collect();
+            let overlaps: Vec<(WorkerWithDpRank, u32)> = universe.iter().zip(&overlap_rows)
+                .filter_map(|(&r, row)| row.map(|blocks| (r, blocks)))
+                .collect();
+            let mut candidates: Vec<WorkerWithDpRank> = picks.iter().map(|&i| universe[i]).collect();
+            match order {
+                // What eligible_ranks gives: sorted, no duplicates.
+                0 => { candidates.sort(); candidates.dedup(); }
+                1 => { candidates.sort(); candidates.reverse(); }
+                // As drawn: shuffled, with repeats.
+                _ => {}
+            }
+            let preferred: Vec<(String, f64)> =
+                prefer_gpu.map(|w| ("gpu".to_string(), w)).into_iter().collect();
+            let input = SelectionInputs {
+                candidates: &candidates,
+                loads: &loads,
+                overlaps: &overlaps,
+                isl_tokens,
+                block_size,
+                workers: &set,
+                preferred_taints: &preferred,
+            };
+            let expected = reference::scores(&cfg, &input);
+            let fast = candidate_costs(&cfg, &input);
+            prop_assert_eq!(fast.len(), expected.len());
+            for (got, want) in fast.iter().zip(&expected) {
+                prop_assert_eq!(got.0, want.0);
+                prop_assert_eq!(got.1.to_bits(), want.2.to_bits(), "{} cost {} vs {}", want.0, got.1, want.2);
+            }
+            if order == 0 {
+                // The whole pick, against the shared pickers fed the reference scores.
+                let reference_scores: Vec<Scored<'_>> = expected.iter()
+                    .map(|&(rank, overlap_blocks, cost)| Scored { rank, load: None, overlap_blocks, cost })
+                    .collect();
+                let mut want_rng = rng::stream(seed, "prop");
+                let want = if cfg.router_temperature > 0.0 {
+                    pick_softmax(&reference_scores, cfg.router_temperature, &mut want_rng)
+                } else {
+                    pick_min_cost(&reference_scores, &mut want_rng)
+                }
+                .map(|index| selection_of(&reference_scores[index], &input));
+                let mut got_rng = rng::stream(seed, "prop");
+                prop_assert_eq!(select_worker(&cfg, &input, &mut got_rng).ok(), want);
+                prop_assert_eq!(got_rng, want_rng, "same draws");
+            }
+            for &pin in universe.iter().step_by(5) {
+                let want = &reference::scores(&cfg, &SelectionInputs { candidates: &[pin], ..input })[0];
+                let got = pinned_selection(&cfg, &input, pin);
+                prop_assert_eq!((got.rank, got.overlap_blocks), (want.0, want.1));
+                prop_assert_eq!(got.cost.to_bits(), want.2.to_bits());
+            }
         }
     }
 
