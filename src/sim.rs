@@ -573,8 +573,18 @@ const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
 /// of ns each); a longer run just ends and plans the next.
 const QUIET_RUN_PASSES: usize = 64;
 
-/// The most blocks the pools' caches can hold together, capped (a hint for the router's
-/// index; a larger fleet's index grows as it fills).
+/// Blocks the router's index and the ranks' pools make room for at start, in all: a full
+/// cache for a fleet of the bench's size (32 ranks of 16,384 blocks), spread thinner over a
+/// larger fleet, whose tables then grow as they fill. Bounds what a run of a huge fleet
+/// touches before its first request.
+const RESERVED_BLOCKS: u64 = 1 << 20;
+
+/// Each of `ranks` ranks' share of [`RESERVED_BLOCKS`].
+fn reserved_blocks_per_rank(ranks: usize) -> u64 {
+    RESERVED_BLOCKS / (ranks as u64).max(1)
+}
+
+/// The most blocks the pools' caches can hold together, up to [`RESERVED_BLOCKS`].
 fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
     let blocks: u64 = pools
         .iter()
@@ -583,7 +593,7 @@ fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
             ranks.saturating_mul(p.engine.num_gpu_blocks)
         })
         .fold(0, u64::saturating_add);
-    blocks.min(1 << 20) as usize
+    blocks.min(RESERVED_BLOCKS) as usize
 }
 
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
@@ -644,7 +654,9 @@ fn simulate(
             Rc::new(RefCell::new(memo))
         })
         .collect();
+    let reserved_per_rank = reserved_blocks_per_rank(ranks.len());
     for slot in &mut ranks {
+        slot.worker.reserve_blocks(reserved_per_rank);
         slot.worker.set_publish_generated_blocks(!skip_quiet);
         slot.worker.share_decode_memo(&decode_memos[slot.pool]);
     }
@@ -1983,6 +1995,31 @@ policy_classes:
                 (900_000_000, 300, 50, 1, vec![1, 3]),
             ],
         }
+    }
+
+    /// Room made at start is bounded for the whole fleet: 4,096 ranks of a large pool touched
+    /// 200 MB before their first request when each pool reserved a full cache.
+    #[test]
+    fn issue_14_a_large_fleet_reserves_a_bounded_room_in_all() {
+        assert_eq!(
+            reserved_blocks_per_rank(32),
+            32_768,
+            "the bench's fleet: a full cache"
+        );
+        assert_eq!(reserved_blocks_per_rank(4096), 256);
+        assert_eq!(reserved_blocks_per_rank(0), RESERVED_BLOCKS);
+        let mut pools = vec![WorkerPool {
+            name: "default".into(),
+            count: 4096,
+            engine: EngineArgs {
+                num_gpu_blocks: 1 << 20,
+                ..EngineArgs::default()
+            },
+        }];
+        assert_eq!(cached_blocks_hint(&pools), RESERVED_BLOCKS as usize);
+        pools[0].count = 2;
+        pools[0].engine.num_gpu_blocks = 100;
+        assert_eq!(cached_blocks_hint(&pools), 200);
     }
 
     /// The rule of the merge of skipping with faults: a run with any fault steps pass by

@@ -62,9 +62,6 @@ pub struct KvPool {
     events: Vec<KvEventData>,
 }
 
-/// Most blocks a pool makes room for when created; a larger pool grows as it fills.
-const MAX_RESERVED_BLOCKS: u64 = 1 << 16;
-
 impl KvPool {
     /// An empty pool of `capacity` blocks. With `events_enabled`, registrations and evictions
     /// are recorded as KV events (Dynamo publishes none when prefix caching is off).
@@ -73,13 +70,11 @@ impl KvPool {
             capacity > 0 && capacity < u64::from(NIL),
             "pool capacity out of range"
         );
-        // Room for a full pool up front (a long enough run fills it), within reason.
-        let room = capacity.min(MAX_RESERVED_BLOCKS) as usize;
         KvPool {
             capacity,
-            slots: Vec::with_capacity(room),
+            slots: Vec::new(),
             free: Vec::new(),
-            by_hash: FxHashMap::with_capacity_and_hasher(room, Default::default()),
+            by_hash: FxHashMap::default(),
             duplicates: FxHashMap::default(),
             lru_head: NIL,
             lru_tail: NIL,
@@ -88,6 +83,15 @@ impl KvPool {
             events_enabled,
             events: Vec::new(),
         }
+    }
+
+    /// Makes room for `blocks` blocks (at most the capacity) at once, so that the pool does
+    /// not grow and rehash step by step while it fills.
+    pub fn reserve(&mut self, blocks: u64) {
+        let room = blocks.min(self.capacity) as usize;
+        self.slots.reserve(room.saturating_sub(self.slots.len()));
+        self.by_hash
+            .reserve(room.saturating_sub(self.by_hash.len()));
     }
 
     /// Total blocks the pool may hold.
@@ -520,6 +524,20 @@ mod tests {
             }
         );
         pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_new_pool_takes_no_room_until_reserved_and_never_beyond_its_capacity() {
+        let mut pool = KvPool::new(1 << 20, true);
+        assert_eq!(pool.slots.capacity(), 0);
+        pool.reserve(1000);
+        assert!(pool.slots.capacity() >= 1000 && pool.by_hash.capacity() >= 1000);
+        let mut small = KvPool::new(8, true);
+        small.reserve(1 << 20);
+        assert!(
+            small.slots.capacity() < 1024,
+            "reserving is capped by the capacity"
+        );
     }
 
     #[test]

@@ -478,6 +478,11 @@ impl MockWorker {
         self.publish_generated_blocks = publish;
     }
 
+    /// A hint: make room for `blocks` cached blocks up front (see [`KvPool::reserve`]).
+    pub fn reserve_blocks(&mut self, blocks: u64) {
+        self.pool.reserve(blocks);
+    }
+
     // ----- getters -----
 
     /// The engine arguments.
