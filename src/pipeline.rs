@@ -24,7 +24,7 @@ use crate::sim::{
 };
 use crate::time::{SimDuration, SimTime};
 use crate::workload::synth::SynthWorkload;
-use crate::workload::trace::{self, TraceReader};
+use crate::workload::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader};
 use crate::workload::{RequestSpec, jitter_arrivals};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -43,7 +43,8 @@ pub enum RequestSource {
         workload: Arc<SynthWorkload>,
         file: PathBuf,
     },
-    /// A mooncake trace, validated when the spec was made and streamed when it runs.
+    /// A mooncake trace, validated as it streams into the run (a scenario's is validated
+    /// when loaded, too).
     Trace {
         /// The trace file.
         path: PathBuf,
@@ -244,12 +245,13 @@ impl RunSpec {
         self.config.profile.set_quantum(class, quantum_tokens);
     }
 
-    /// The requests in arrival order (ties in row order), streamed from a trace when no
-    /// jitter needs them all at once.
+    /// The requests in arrival order (ties in row order), all drawn at once: a synthetic
+    /// workload's, or a trace's when arrival jitter moves them (without jitter, a trace is
+    /// streamed: see [`replay_trace`]).
     fn requests(&self) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
         let seed = self.seed();
         let jitter = self.arrival_jitter_ns;
-        match &self.source {
+        let requests = match &self.source {
             RequestSource::Synthetic { workload, file } => {
                 let draw = || -> Result<Vec<RequestSpec>, RunError> {
                     Ok(workload
@@ -259,33 +261,23 @@ impl RunSpec {
                         .map(|r| r.spec)
                         .collect())
                 };
-                let requests = match &self.request_cache {
+                match &self.request_cache {
                     Some(cache) => cache.draw(workload, seed, draw)?.as_ref().clone(),
                     None => draw()?,
-                };
-                Ok(Box::new(
-                    jitter_arrivals(requests, seed, jitter).into_iter(),
-                ))
+                }
             }
             RequestSource::Trace {
                 path,
                 block_size,
                 arrival_speedup_ratio,
             } => {
-                if self.config.closed_loop.is_some() {
-                    // Dynamo issues a closed loop's rows in file order, whatever their
-                    // timestamps (so arrival jitter, which only moves those, has no effect).
-                    return file_order_trace(path, *block_size);
-                }
-                let stream = stream_trace(path, *block_size, *arrival_speedup_ratio)?;
-                if jitter == 0 {
-                    return Ok(stream);
-                }
-                Ok(Box::new(
-                    jitter_arrivals(stream.collect(), seed, jitter).into_iter(),
-                ))
+                let summary = scan_trace(path, *block_size, *arrival_speedup_ratio)?;
+                trace_in_time_order(path, *block_size, *arrival_speedup_ratio, &summary)?.collect()
             }
-        }
+        };
+        Ok(Box::new(
+            jitter_arrivals(requests, seed, jitter).into_iter(),
+        ))
     }
 }
 
@@ -349,8 +341,11 @@ impl RequestCache {
 
 /// Runs `spec` and measures it. The only non-test caller of the simulator.
 pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
-    let requests = spec.requests()?;
-    let result = sim::run(spec.config.clone(), requests).map_err(RunError::Bug)?;
+    Ok(measure(spec, simulate(spec)?))
+}
+
+/// The output of `spec`'s run: its result and what the reports show of it.
+fn measure(spec: &RunSpec, result: SimResult) -> RunOutput {
     let warmup_end = SimTime::ZERO.saturating_add(spec.warmup);
     let metrics = RunMetrics::compute_with(&result, &result.class_quanta_tokens, warmup_end)
         .with_capacity_seqs(spec.config.capacity_seqs());
@@ -358,7 +353,34 @@ pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
         Some(n) => metrics.with_prefix_n(n),
         None => metrics,
     };
-    Ok(RunOutput { result, metrics })
+    RunOutput { result, metrics }
+}
+
+/// The simulator's result for `spec`'s requests.
+fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
+    if let RequestSource::Trace {
+        path,
+        block_size,
+        arrival_speedup_ratio,
+    } = &spec.source
+    {
+        // Dynamo issues a closed loop's rows in file order, whatever their timestamps (so
+        // arrival jitter, which only moves those, has no effect there).
+        let loop_order = match spec.config.closed_loop {
+            Some(_) => Some(RowOrder::File),
+            None => (spec.arrival_jitter_ns == 0).then_some(RowOrder::Time),
+        };
+        if let Some(order) = loop_order {
+            return replay_trace(
+                &spec.config,
+                path,
+                *block_size,
+                *arrival_speedup_ratio,
+                order,
+            );
+        }
+    }
+    sim::run(spec.config.clone(), spec.requests()?).map_err(RunError::Bug)
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is
@@ -459,7 +481,15 @@ impl Judgement {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread opened a trace: tests check how often a replay reads one.
+    static TRACE_OPENS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
+    #[cfg(test)]
+    TRACE_OPENS.with(|opens| opens.set(opens.get() + 1));
     File::open(path)
         .map(BufReader::new)
         .map_err(|e| RunError::Input(format!("{}: cannot read the trace: {e}", path.display())))
@@ -477,32 +507,65 @@ fn scan_trace(
         .map_err(|e| RunError::Input(e.to_string()))
 }
 
-/// The trace's requests in file order, streamed (a closed loop's issue order).
-fn file_order_trace(
-    path: &std::path::Path,
-    block_size: u64,
-) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
-    scan_trace(path, block_size, 1.0)?;
-    let name = path.display().to_string();
-    let reader = TraceReader::new(open_trace(path)?, &name, block_size);
-    // Validated by the scan just made (see `stream_trace`).
-    Ok(Box::new(reader.map_while(Result::ok)))
-}
-
-/// The trace's requests in arrival order, timestamps divided by `speedup_ratio`: streamed
-/// when the file is in time order, else read whole and sorted.
-fn stream_trace(
+/// Replays a trace, its rows in `order`, reading the file once when the bet of
+/// [`trace::OnePass`] holds (a valid trace, in time order for an open loop): the rows stream
+/// into the run as they are validated, and nothing is kept but the run's own records.
+///
+/// Otherwise the run's result is kept or thrown away once the trace is judged as a scan
+/// judges it before anything runs, so that every trace gets the result and the error text it
+/// got when the scan came first (what the CLI writes is written only after this returns):
+/// - an invalid row: the scan's error (the pass stopped at the row the scan stops at);
+/// - the pass stopped short (a row out of time order, or past the time bound) or the run
+///   stopped reading (a time limit, a closed loop's end of issue, a caught bug): a scan
+///   decides. Its error, if any; else a time-ordered trace's run stands (it had every row it
+///   asked for, with the scan's origin), and an unsorted one runs again on the sorted rows.
+fn replay_trace(
+    config: &SimConfig,
     path: &std::path::Path,
     block_size: u64,
     speedup_ratio: f64,
+    order: RowOrder,
+) -> Result<SimResult, RunError> {
+    // A closed loop ignores timestamps, and so the speed-up (its time bound is checked as
+    // recorded).
+    let speedup_ratio = match order {
+        RowOrder::Time => speedup_ratio,
+        RowOrder::File => 1.0,
+    };
+    let name = path.display().to_string();
+    let reader =
+        TraceReader::new(open_trace(path)?, &name, block_size).with_speedup_ratio(speedup_ratio);
+    // The simulator only borrows the pass, so its verdict can be read after the run.
+    let mut rows = OnePass::new(reader, order);
+    let result = sim::run(config.clone(), &mut rows);
+    match rows.verdict() {
+        PassVerdict::Valid => result.map_err(RunError::Bug),
+        PassVerdict::Invalid(e) => Err(RunError::Input(e.to_string())),
+        PassVerdict::Undecided => {
+            let summary = scan_trace(path, block_size, speedup_ratio)?;
+            if summary.sorted || order == RowOrder::File {
+                return result.map_err(RunError::Bug);
+            }
+            let sorted = trace_in_time_order(path, block_size, speedup_ratio, &summary)?;
+            sim::run(config.clone(), sorted).map_err(RunError::Bug)
+        }
+    }
+}
+
+/// The requests of a trace `summary` validated, in arrival order, timestamps divided by
+/// `speedup_ratio`: streamed when the file is in time order, else read whole and sorted.
+fn trace_in_time_order(
+    path: &std::path::Path,
+    block_size: u64,
+    speedup_ratio: f64,
+    summary: &trace::TraceSummary,
 ) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
-    let summary = scan_trace(path, block_size, speedup_ratio)?;
     let name = path.display().to_string();
     let reader = TraceReader::new(open_trace(path)?, &name, block_size)
         .with_origin_ms(summary.origin_ms)
         .with_speedup_ratio(speedup_ratio);
-    // Every row was validated by the scan just made; a row failing now means the file changed
-    // under us, and the run ends its arrivals there (conservation still holds).
+    // Every row was validated by the scan behind `summary`; a row failing now means the file
+    // changed under us, and the run ends its arrivals there (conservation still holds).
     let rows = reader.map_while(Result::ok);
     if summary.sorted {
         return Ok(Box::new(rows));

@@ -1,4 +1,5 @@
-//! Pipeline tests: the replication seeds every command shares, and the request cache.
+//! Pipeline tests: the replication seeds every command shares, the request cache, and trace
+//! replays read once.
 
 use super::*;
 
@@ -117,4 +118,178 @@ fn an_open_loop_speedup_divides_the_trace_arrivals() {
     assert_eq!(arrivals(1.0), vec![50_000_000, 10_000_000, 0]);
     assert_eq!(arrivals(4.0), vec![12_500_000, 2_500_000, 0]);
     assert_eq!(arrivals(0.5), vec![100_000_000, 20_000_000, 0]);
+}
+
+/// A valid trace of `rows` rows in time order: fractional timestamps from a non-zero origin,
+/// some ties, prompts sharing prefixes.
+fn sorted_trace(rows: u64) -> Vec<String> {
+    (0..rows)
+        .map(|i| {
+            let timestamp_ms = 1000.25 + (i - i % 3) as f64 * 7.3;
+            let hash_ids: Vec<u64> = (0..1 + i % 4).map(|k| k + 10 * (i % 5)).collect();
+            format!(
+                r#"{{"timestamp": {timestamp_ms}, "input_length": {}, "output_length": {}, "hash_ids": {hash_ids:?}}}"#,
+                hash_ids.len() as u64 * 512 - i % 7,
+                1 + i % 20,
+            )
+        })
+        .collect()
+}
+
+/// `spec`'s run as it was made before a replay read its trace once: a scan, then a second
+/// read (streamed in file order for a closed loop, in time order for an open one).
+fn two_pass(spec: &RunSpec) -> RunOutput {
+    let RequestSource::Trace {
+        path,
+        block_size,
+        arrival_speedup_ratio,
+    } = &spec.source
+    else {
+        panic!("a trace replay");
+    };
+    let requests: Box<dyn Iterator<Item = RequestSpec>> = match spec.config.closed_loop {
+        Some(_) => {
+            scan_trace(path, *block_size, 1.0).unwrap();
+            let reader = TraceReader::new(open_trace(path).unwrap(), "t", *block_size);
+            Box::new(reader.map(Result::unwrap))
+        }
+        None => {
+            let summary = scan_trace(path, *block_size, *arrival_speedup_ratio).unwrap();
+            trace_in_time_order(path, *block_size, *arrival_speedup_ratio, &summary).unwrap()
+        }
+    };
+    measure(spec, sim::run(spec.config.clone(), requests).unwrap())
+}
+
+/// What a replay writes of `output` (requests.csv, the summary), and how its run ended.
+fn written(output: &RunOutput) -> (Vec<u8>, Vec<u8>, u64, SimTime) {
+    let result = &output.result;
+    assert_eq!(result.stop_reason, crate::engine::StopReason::Drained);
+    (
+        crate::report::requests_csv(result),
+        crate::report::files::summary_json(&output.metrics, &serde_json::json!({})),
+        result.events,
+        result.end_time,
+    )
+}
+
+fn trace_opens() -> u32 {
+    TRACE_OPENS.with(|opens| opens.get())
+}
+
+/// `execute(spec)` and how many times it opened the trace.
+fn execute_counting_opens(spec: &RunSpec) -> (Result<RunOutput, RunError>, u32) {
+    let before = trace_opens();
+    let output = execute(spec);
+    (output, trace_opens() - before)
+}
+
+/// The replay modes the one-pass tests run: open loops as recorded and three times faster,
+/// and a closed loop of 4.
+fn modes(spec: &RunSpec) -> Vec<RunSpec> {
+    vec![
+        spec.clone(),
+        spec.clone().with_replay_modes(None, 3.0),
+        spec.clone().with_replay_modes(Some(4), 1.0),
+    ]
+}
+
+#[test]
+fn a_sorted_trace_is_read_once_and_replays_as_the_scan_then_read_did() {
+    let (_dir, mut spec) = replay_spec(&(sorted_trace(300).join("\n") + "\n"));
+    spec.config.pools[0].count = 2;
+    for spec in modes(&spec) {
+        let (output, opens) = execute_counting_opens(&spec);
+        let output = output.unwrap();
+        assert_eq!(opens, 1, "{:?}", spec.config.closed_loop);
+        assert_eq!(output.result.records.len(), 300);
+        assert_eq!(written(&output), written(&two_pass(&spec)));
+    }
+}
+
+#[test]
+fn an_unsorted_trace_replays_sorted_as_before() {
+    // Out of order from the start, and only at the very end (after 299 rows streamed).
+    let mut late = sorted_trace(299);
+    late.push(
+        r#"{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#.to_string(),
+    );
+    for text in [UNSORTED.to_string(), late.join("\n")] {
+        let (_dir, mut spec) = replay_spec(&text);
+        spec.config.pools[0].count = 2;
+        for spec in modes(&spec) {
+            let output = execute(&spec).unwrap();
+            assert_eq!(written(&output), written(&two_pass(&spec)));
+        }
+    }
+    let (_dir, spec) = replay_spec(&late.join("\n"));
+    let output = execute(&spec).unwrap();
+    let first = output.result.records.iter().min_by_key(|r| r.arrival);
+    assert_eq!(
+        first.map(|r| r.row),
+        Some(299),
+        "the row stamped 1 ms comes first"
+    );
+}
+
+/// Issue 14 (replays read their trace once): an invalid row that the run reaches only at the
+/// end is still refused with the words the scan used before anything ran.
+#[test]
+fn issue_14_an_invalid_last_row_is_still_an_error_naming_its_line() {
+    let mut rows = sorted_trace(300);
+    rows.push(r#"{"timestamp": 9000, "input_length": 5, "hash_ids": [1]}"#.to_string());
+    let (_dir, spec) = replay_spec(&rows.join("\n"));
+    let RequestSource::Trace { path, .. } = &spec.source else {
+        panic!("a trace replay");
+    };
+    let expected = format!("{}:301: field `output_length`: missing", path.display());
+    for spec in modes(&spec) {
+        assert_eq!(
+            execute(&spec).unwrap_err(),
+            RunError::Input(expected.clone())
+        );
+    }
+    // Also when the run stops before it reads that far (a time limit).
+    let mut limited = spec.clone();
+    limited.config.limits.max_time = SimTime::from_ns(100_000_000);
+    assert_eq!(execute(&limited).unwrap_err(), RunError::Input(expected));
+}
+
+#[test]
+fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
+    // The last row is 1.5e12 ms after the first: within the bound as recorded, not slowed
+    // down a thousandfold.
+    let mut rows = sorted_trace(50);
+    rows.push(
+        r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
+            .to_string(),
+    );
+    let (_dir, spec) = replay_spec(&rows.join("\n"));
+    let RequestSource::Trace {
+        path, block_size, ..
+    } = &spec.source
+    else {
+        panic!("a trace replay");
+    };
+    let scanned = scan_trace(path, *block_size, 1e-3).unwrap_err();
+    assert!(
+        scanned.to_string().contains(":51: field `timestamp`"),
+        "{scanned}"
+    );
+    let slowed = spec.clone().with_replay_modes(None, 1e-3);
+    assert_eq!(execute(&slowed).unwrap_err(), scanned);
+    // A time limit stops the run long before the last row: the run stands as it was.
+    let mut limited = spec.clone();
+    limited.config.limits.max_time = SimTime::from_ns(1_000_000_000);
+    let (output, opens) = execute_counting_opens(&limited);
+    let output = output.unwrap();
+    assert_eq!(
+        opens, 2,
+        "the pass, then a scan for the rows the run did not read"
+    );
+    let reference = two_pass(&limited);
+    assert_eq!(
+        crate::report::requests_csv(&output.result),
+        crate::report::requests_csv(&reference.result)
+    );
 }

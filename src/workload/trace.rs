@@ -98,42 +98,99 @@ pub fn scan_scaled<R: BufRead>(
         "the speed-up ratio is validated before a scan"
     );
     let mut reader = TraceReader::new(input, source_name, tokens_per_hash);
-    let (mut rows, mut origin_ms, mut last_ms, mut sorted) =
-        (0, f64::INFINITY, f64::NEG_INFINITY, true);
-    let (mut latest_ms, mut latest_line, mut blocks) = (f64::NEG_INFINITY, 0, 0u64);
+    let mut tally = Tally::default();
     while let Some(row) = reader.next_timestamped() {
         let (timestamp_ms, spec) = row?;
-        rows += 1;
-        blocks += spec.prompt.block_count();
-        reader.check_totals(rows, blocks)?;
-        origin_ms = origin_ms.min(timestamp_ms);
-        sorted &= timestamp_ms >= last_ms;
-        last_ms = timestamp_ms;
-        if timestamp_ms > latest_ms {
-            (latest_ms, latest_line) = (timestamp_ms, reader.line_no);
+        tally.add(&reader, timestamp_ms, &spec)?;
+    }
+    tally.finish(&reader, speedup_ratio)
+}
+
+/// What a pass over a trace learns row by row. [`scan_scaled`] and [`OnePass`] both keep one,
+/// so that they refuse the same rows with the same words.
+#[derive(Clone, Debug)]
+struct Tally {
+    rows: u64,
+    blocks: u64,
+    origin_ms: f64,
+    last_ms: f64,
+    sorted: bool,
+    /// The latest timestamp and the first line that has it.
+    latest_ms: f64,
+    latest_line: usize,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            rows: 0,
+            blocks: 0,
+            origin_ms: f64::INFINITY,
+            last_ms: f64::NEG_INFINITY,
+            sorted: true,
+            latest_ms: f64::NEG_INFINITY,
+            latest_line: 0,
         }
     }
-    let origin_ms = if rows == 0 { 0.0 } else { origin_ms };
-    if rows > 0 && (latest_ms - origin_ms) / speedup_ratio * NS_PER_MS as f64 > MAX_INPUT_NS as f64
-    {
-        reader.line_no = latest_line;
-        let scaled = match speedup_ratio == 1.0 {
-            true => String::new(),
-            false => format!(" once divided by the arrival speed-up ratio {speedup_ratio}"),
-        };
-        return Err(reader.error(
-            Some("timestamp"),
-            format!(
-                "{latest_ms} ms is more than {} ms (about 146 years) after the earliest row's {origin_ms} ms{scaled}",
-                MAX_INPUT_NS / NS_PER_MS
-            ),
-        ));
+}
+
+impl Tally {
+    /// Counts the row `reader` just read; refuses a trace grown past a run's bounds.
+    fn add<R: BufRead>(
+        &mut self,
+        reader: &TraceReader<R>,
+        timestamp_ms: f64,
+        spec: &RequestSpec,
+    ) -> Result<(), TraceError> {
+        self.rows += 1;
+        self.blocks += spec.prompt.block_count();
+        reader.check_totals(self.rows, self.blocks)?;
+        self.origin_ms = self.origin_ms.min(timestamp_ms);
+        self.sorted &= timestamp_ms >= self.last_ms;
+        self.last_ms = timestamp_ms;
+        if timestamp_ms > self.latest_ms {
+            (self.latest_ms, self.latest_line) = (timestamp_ms, reader.line_no);
+        }
+        Ok(())
     }
-    Ok(TraceSummary {
-        rows,
-        origin_ms,
-        sorted,
-    })
+
+    /// Whether the latest arrival so far, divided by `speedup_ratio`, is past the time bound.
+    fn past_time_bound(&self, speedup_ratio: f64) -> bool {
+        self.rows > 0
+            && (self.latest_ms - self.origin_ms) / speedup_ratio * NS_PER_MS as f64
+                > MAX_INPUT_NS as f64
+    }
+
+    /// The summary of a trace read to its end, or why its arrivals do not fit the time bound
+    /// (naming the line of its latest timestamp).
+    fn finish<R: BufRead>(
+        &self,
+        reader: &TraceReader<R>,
+        speedup_ratio: f64,
+    ) -> Result<TraceSummary, TraceError> {
+        let origin_ms = if self.rows == 0 { 0.0 } else { self.origin_ms };
+        if self.past_time_bound(speedup_ratio) {
+            let scaled = match speedup_ratio == 1.0 {
+                true => String::new(),
+                false => format!(" once divided by the arrival speed-up ratio {speedup_ratio}"),
+            };
+            let latest_ms = self.latest_ms;
+            let mut e = reader.error(
+                Some("timestamp"),
+                format!(
+                    "{latest_ms} ms is more than {} ms (about 146 years) after the earliest row's {origin_ms} ms{scaled}",
+                    MAX_INPUT_NS / NS_PER_MS
+                ),
+            );
+            e.line = self.latest_line;
+            return Err(e);
+        }
+        Ok(TraceSummary {
+            rows: self.rows,
+            origin_ms,
+            sorted: self.sorted,
+        })
+    }
 }
 
 impl<R: BufRead> TraceReader<R> {
@@ -244,11 +301,9 @@ impl<R: BufRead> TraceReader<R> {
             return Err(self.error(Some("output_length"), "missing"));
         };
         let output = self.check_tokens("output_length", output)?;
-        let arrival_ms = (timestamp_ms - self.origin_ms).max(0.0) / self.speedup_ratio;
-        let arrival_ns = (arrival_ms * NS_PER_MS as f64).round();
         let spec = RequestSpec {
             row: self.next_row,
-            arrival: SimTime::from_ns(arrival_ns as u64),
+            arrival: self.arrival(timestamp_ms),
             policy_class: self.opt_string(&mut obj.policy_class, "policy_class")?,
             input_tokens,
             output_tokens: output,
@@ -261,6 +316,14 @@ impl<R: BufRead> TraceReader<R> {
             pinned_worker: None,
         };
         Ok((timestamp_ms, spec))
+    }
+
+    /// When a row stamped `timestamp_ms` arrives: rebased to the origin, divided by the
+    /// speed-up ratio, rounded to the ns.
+    fn arrival(&self, timestamp_ms: f64) -> SimTime {
+        let arrival_ms = (timestamp_ms - self.origin_ms).max(0.0) / self.speedup_ratio;
+        let arrival_ns = (arrival_ms * NS_PER_MS as f64).round();
+        SimTime::from_ns(arrival_ns as u64)
     }
 
     fn timestamp_ms(&self, obj: &RawRow) -> Result<f64, TraceError> {
@@ -367,9 +430,109 @@ impl<R: BufRead> Iterator for TraceReader<R> {
     }
 }
 
-/// One trace line's fields, as the JSON gave them (read without building a JSON tree: a
-/// trace is parsed twice, once to validate it and once to run it). Later duplicates of a
-/// key win, as in a JSON object; unknown keys are skipped.
+/// The order a [`OnePass`] hands rows on in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    /// Arrival order (an open loop), on the bet that the file is in time order.
+    Time,
+    /// File order, timestamps unused (a closed loop).
+    File,
+}
+
+/// What a [`OnePass`] found out about its trace.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PassVerdict {
+    /// Read to its end: every row valid and handed on (in time order, for [`RowOrder::Time`]).
+    Valid,
+    /// Invalid: the error [`scan_scaled`] gives for this trace (the rows before it were valid,
+    /// so a scan stops at the same row, or at the end for the time bound, with the same words).
+    Invalid(TraceError),
+    /// Stopped short (a row out of time order, or one past the time bound: whether that is the
+    /// trace's error depends on rows not yet read), or not read to the end by its consumer:
+    /// only a [`scan_scaled`] can tell.
+    Undecided,
+}
+
+/// A trace read once, validated as it streams: hands on rows while they are valid (and, for
+/// [`RowOrder::Time`], in time order), and stops at the first that is not. [`OnePass::verdict`]
+/// then says whether what it handed on was the whole valid trace.
+///
+/// For an open loop this bets that the file is in time order, as nearly every trace is: then
+/// the first row's timestamp is the smallest, the origin a scan would find, and every arrival
+/// is the one a scan-then-read gives, to the bit (the same [`TraceReader::arrival`] with the
+/// same origin). A lost bet is [`PassVerdict::Undecided`]: the caller discards the run and
+/// takes the two-pass road.
+pub struct OnePass<R> {
+    reader: TraceReader<R>,
+    order: RowOrder,
+    tally: Tally,
+    verdict: Option<PassVerdict>,
+}
+
+impl<R: BufRead> OnePass<R> {
+    /// Reads `reader`'s rows in `order`. Its origin is ignored: for [`RowOrder::Time`], the
+    /// first row's timestamp is the origin.
+    pub fn new(reader: TraceReader<R>, order: RowOrder) -> Self {
+        OnePass {
+            reader,
+            order,
+            tally: Tally::default(),
+            verdict: None,
+        }
+    }
+
+    /// What the pass found; [`PassVerdict::Undecided`] while the trace is not read to its end.
+    pub fn verdict(&self) -> PassVerdict {
+        self.verdict.clone().unwrap_or(PassVerdict::Undecided)
+    }
+
+    /// The next row to hand on, or the verdict that ends the pass.
+    fn step(&mut self) -> Result<RequestSpec, PassVerdict> {
+        let Some(row) = self.reader.next_timestamped() else {
+            // The whole trace is read: the tally gives a scan's own answer.
+            return match self.tally.finish(&self.reader, self.reader.speedup_ratio) {
+                Ok(_) => Err(PassVerdict::Valid),
+                Err(e) => Err(PassVerdict::Invalid(e)),
+            };
+        };
+        let (timestamp_ms, mut spec) = row.map_err(PassVerdict::Invalid)?;
+        self.tally
+            .add(&self.reader, timestamp_ms, &spec)
+            .map_err(PassVerdict::Invalid)?;
+        if self.order == RowOrder::Time {
+            if self.tally.rows == 1 {
+                self.reader.origin_ms = timestamp_ms;
+                spec.arrival = self.reader.arrival(timestamp_ms);
+            }
+            // Out of order: the bet is lost. Past the time bound: not for the simulator.
+            if !self.tally.sorted || self.tally.past_time_bound(self.reader.speedup_ratio) {
+                return Err(PassVerdict::Undecided);
+            }
+        }
+        Ok(spec)
+    }
+}
+
+impl<R: BufRead> Iterator for OnePass<R> {
+    type Item = RequestSpec;
+
+    fn next(&mut self) -> Option<RequestSpec> {
+        if self.verdict.is_some() {
+            return None;
+        }
+        match self.step() {
+            Ok(spec) => Some(spec),
+            Err(verdict) => {
+                self.verdict = Some(verdict);
+                None
+            }
+        }
+    }
+}
+
+/// One trace line's fields, as the JSON gave them (read without building a JSON tree: every
+/// row of a replay is parsed at least once, an unsorted trace's twice). Later duplicates of
+/// a key win, as in a JSON object; unknown keys are skipped.
 #[derive(Default)]
 struct RawRow {
     timestamp: Field,
