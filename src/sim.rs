@@ -565,7 +565,7 @@ pub enum Stepping {
     PassByPass,
 }
 
-/// Slots of the decode-duration table the ranks of a run share (1 MiB).
+/// Most slots the decode-duration table a pool's ranks share grows to (1.5 MiB).
 const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
 
 /// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the

@@ -425,8 +425,9 @@ impl DecodeMemo {
     }
 }
 
-/// Slots of a rank's own table of decode durations.
-const OWN_DECODE_MEMO_SLOTS: usize = 1024;
+/// Slots of a rank's own table of decode durations (a rank outside a simulator's pools:
+/// it never grows).
+const OWN_DECODE_MEMO_SLOTS: usize = DECODE_MEMO_FIRST_SLOTS;
 
 impl MockWorker {
     /// A rank with an empty pool, or the validation error of `args`.
@@ -443,7 +444,7 @@ impl MockWorker {
             "MockWorker::new needs validated EngineArgs"
         );
         let pool = KvPool::new(args.num_gpu_blocks, args.enable_prefix_caching);
-        let args_for_memo = args.clone();
+        let decode_memo = DecodeMemo::new(args.clone(), OWN_DECODE_MEMO_SLOTS);
         MockWorker {
             args,
             rank,
@@ -462,10 +463,7 @@ impl MockWorker {
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
-            decode_memo: Rc::new(RefCell::new(DecodeMemo::new(
-                args_for_memo,
-                OWN_DECODE_MEMO_SLOTS,
-            ))),
+            decode_memo: Rc::new(RefCell::new(decode_memo)),
         }
     }
 
@@ -1515,6 +1513,37 @@ mod tests {
                 timing::decode_duration(&batch, &args),
                 "{count} requests, {active_kv_tokens} tokens"
             );
+        }
+    }
+
+    #[test]
+    fn the_decode_memo_grows_only_while_batches_recur_and_never_past_its_most() {
+        let batch = |active_kv_tokens| timing::DecodeBatch {
+            count: 1,
+            active_kv_tokens,
+        };
+        // Ever new contexts (long varied prompts): no hits, the table stays small.
+        let mut varied = DecodeMemo::new(EngineArgs::default(), 1 << 16);
+        for tokens in 0..100_000 {
+            varied.get(&batch(tokens));
+        }
+        assert_eq!(varied.slots.len(), DECODE_MEMO_FIRST_SLOTS);
+        // 1,536 contexts over and over: a third hit, two thirds evict each other.
+        let mut recurring = DecodeMemo::new(EngineArgs::default(), 4 * DECODE_MEMO_FIRST_SLOTS);
+        for _ in 0..100 {
+            for tokens in 0..1536 {
+                recurring.get(&batch(tokens));
+            }
+        }
+        assert_eq!(
+            recurring.slots.len(),
+            4 * DECODE_MEMO_FIRST_SLOTS,
+            "grew, to its most"
+        );
+        let len = recurring.slots.len() as u64;
+        for tokens in 0..1536u64 {
+            let (key, _, _) = recurring.slots[(tokens % len) as usize];
+            assert_eq!(key, tokens + 1, "every recurring batch is kept");
         }
     }
 
