@@ -71,47 +71,50 @@ impl RequestSpec {
         let tokens_per_hash = *tokens_per_hash;
         let full_blocks = self.input_tokens / block_size;
         let mut out = Vec::with_capacity(full_blocks as usize);
-        let mut bytes: Vec<u8> = Vec::with_capacity(block_size as usize * 4);
         let mut parent = None;
-        // Mooncake blocks are mostly one token repeated: hash each such content once.
-        let mut last_uniform: Option<(Token, u64)> = None;
-        for b in 0..full_blocks {
-            let (first, last) = (b * block_size, (b + 1) * block_size - 1);
-            let (first_id, last_id) = (first / tokens_per_hash, last / tokens_per_hash);
-            let token = hash_ids[first_id as usize] as Token;
-            let local = match last_uniform {
-                Some((t, h)) if t == token && first_id == last_id => h,
-                _ if let Some(&h) = known.hashes.get(&token).filter(|_| first_id == last_id) => {
-                    last_uniform = Some((token, h));
-                    h
+        let mut bytes: Vec<u8> = Vec::new();
+        // Each iteration emits at least one block: bounded by `full_blocks`.
+        while (out.len() as u64) < full_blocks {
+            let first = out.len() as u64 * block_size;
+            let first_id = first / tokens_per_hash;
+            // Blocks lying wholly within hash id `first_id` are one token repeated: one
+            // local hash for the whole run (mooncake blocks are mostly such runs).
+            let id_end = (first_id + 1).saturating_mul(tokens_per_hash);
+            let run = ((id_end - first) / block_size).min(full_blocks - out.len() as u64);
+            if run > 0 {
+                let token = hash_ids[first_id as usize] as Token;
+                let local = known.uniform(token, block_size, &mut bytes);
+                for _ in 0..run {
+                    let h = hashing::chain(parent, local);
+                    out.push(h);
+                    parent = Some(h);
                 }
-                _ => {
-                    // The block's tokens run by run, one run per hash id it spans.
-                    bytes.clear();
-                    // One run per iteration, up to the block's last hash id: bounded.
-                    for id in first_id..=last_id {
-                        let from = first.max(id * tokens_per_hash);
-                        let to = last.min((id + 1) * tokens_per_hash - 1);
-                        let token_bytes = (hash_ids[id as usize] as Token).to_le_bytes();
-                        let start = bytes.len();
-                        bytes.resize(start + 4 * (to - from + 1) as usize, 0);
-                        for chunk in bytes[start..].chunks_exact_mut(4) {
-                            chunk.copy_from_slice(&token_bytes);
-                        }
-                    }
-                    let h = hashing::bytes_hash(&bytes);
-                    if first_id == last_id {
-                        last_uniform = Some((token, h));
-                        known.remember(token, h);
-                    }
-                    h
-                }
-            };
-            let h = hashing::chain(parent, local);
+                continue;
+            }
+            // A block straddling hash ids: its tokens run by run, one run per hash id.
+            let last = first + block_size - 1;
+            bytes.clear();
+            // One run per iteration, up to the block's last hash id: bounded.
+            for id in first_id..=last / tokens_per_hash {
+                let from = first.max(id * tokens_per_hash);
+                let to = last.min((id + 1) * tokens_per_hash - 1);
+                push_repeated(&mut bytes, hash_ids[id as usize] as Token, to - from + 1);
+            }
+            let h = hashing::chain(parent, hashing::bytes_hash(&bytes));
             out.push(h);
             parent = Some(h);
         }
         out
+    }
+}
+
+/// Appends `count` copies of `token`'s little-endian bytes.
+fn push_repeated(bytes: &mut Vec<u8>, token: Token, count: u64) {
+    let token_bytes = token.to_le_bytes();
+    let start = bytes.len();
+    bytes.resize(start + 4 * count as usize, 0);
+    for chunk in bytes[start..].chunks_exact_mut(4) {
+        chunk.copy_from_slice(&token_bytes);
     }
 }
 
@@ -136,11 +139,20 @@ impl UniformBlockHashes {
         }
     }
 
-    fn remember(&mut self, token: Token, hash: u64) {
+    /// The local hash of a block of `block_size` copies of `token`, hashed (in `scratch`)
+    /// and remembered the first time it is asked for.
+    fn uniform(&mut self, token: Token, block_size: u64, scratch: &mut Vec<u8>) -> u64 {
+        if let Some(&hash) = self.hashes.get(&token) {
+            return hash;
+        }
+        scratch.clear();
+        push_repeated(scratch, token, block_size);
+        let hash = hashing::bytes_hash(scratch);
         if self.hashes.len() >= MAX_UNIFORM_BLOCK_HASHES {
             self.hashes.clear();
         }
         self.hashes.insert(token, hash);
+        hash
     }
 }
 
@@ -225,6 +237,33 @@ mod tests {
                     expected,
                     "{case}"
                 );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Run by run hashing equals hashing the materialised prompt block by block, for any
+        /// block size and hash-id width (blocks inside one id, straddling several, ids
+        /// shorter than a block), with one memo shared across block sizes and prompts.
+        #[test]
+        fn block_hashes_equal_the_materialised_prompts(
+            prompts in proptest::collection::vec(
+                (proptest::collection::vec(0u64..6, 1..12), 1u64..200, 1u64..100, 0u64..200),
+                1..6,
+            ),
+        ) {
+            let mut known = UniformBlockHashes::default();
+            for (ids, tokens_per_hash, block_size, short_by) in prompts {
+                let input = (ids.len() as u64 * tokens_per_hash).saturating_sub(short_by).max(1);
+                let s = RequestSpec {
+                    prompt: PromptSpec::HashIds { hash_ids: ids.clone(), tokens_per_hash },
+                    ..spec(ids.clone(), input)
+                };
+                let tokens: Vec<Token> = (0..input)
+                    .map(|p| ids[(p / tokens_per_hash) as usize] as Token)
+                    .collect();
+                let expected = hashing::sequence_hashes(&tokens, block_size as usize);
+                proptest::prop_assert_eq!(s.block_hashes_with(block_size, &mut known), expected);
             }
         }
     }
