@@ -83,8 +83,9 @@ pub fn read_line_capped<R: BufRead>(
     buf: &mut String,
     cap_bytes: u64,
 ) -> io::Result<usize> {
-    buf.clear();
-    let mut bytes = Vec::new();
+    // The line is read into `buf`'s own allocation, reused from line to line.
+    let mut bytes = std::mem::take(buf).into_bytes();
+    bytes.clear();
     let read = input.take(cap_bytes + 1).read_until(b'\n', &mut bytes)?;
     if read as u64 > cap_bytes {
         return Err(too_large(format!(
@@ -92,9 +93,8 @@ pub fn read_line_capped<R: BufRead>(
             format_bytes(cap_bytes)
         )));
     }
-    let text = String::from_utf8(bytes)
+    *buf = String::from_utf8(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a line is not valid UTF-8"))?;
-    buf.push_str(&text);
     Ok(read)
 }
 
