@@ -7,8 +7,19 @@
 //!
 //! Model: the static prefill model (active prefill tokens = sum of the initial effective
 //! prefill tokens of requests not yet prefill-completed). Prompt blocks are counted as
-//! distinct live sequence hashes per rank (a shared prefix counts once); each sequence hash
-//! commits to its whole prefix, so a refcount per hash gives the same count as Dynamo's trie.
+//! distinct live prompt prefixes per rank (a shared prefix counts once), kept as a compressed
+//! trie of the booked prompts. Booking, release and a query's overlap walk the trie comparing
+//! hashes in place: hash-map work is per trie segment (a run of blocks where no booked prompt
+//! branches or ends), not per block.
+//!
+//! The trie compares prompts as sequences of hashes and never assumes what a hash means. For
+//! chained prompts (a sequence hash commits to its whole prefix, so the same hash always
+//! stands for the same prefix) distinct live prefixes are distinct live hashes, and every
+//! count equals that of a refcount per hash. For hashes that are not chains (a hash repeated
+//! in a prompt, a hash after two different prefixes) the counts are those of the sequences:
+//! `active_blocks` counts distinct live prefixes (`[5, 5]` is two blocks) and a query's
+//! overlap is the longest prefix it shares with a booked prompt.
+//!
 //! Not modelled (extension points are marked `EXTENSION`): output-block tracking with OSL decay,
 //! the AIC prefill-duration decay, and stale-request expiry.
 
@@ -16,7 +27,6 @@ use super::types::{RequestId, SeqHash, WorkerId, WorkerWithDpRank};
 use crate::time::SimTime;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::collections::hash_map::Entry;
 use std::fmt;
 
 /// Why a booking was refused.
@@ -68,18 +78,65 @@ impl RankLoad {
 #[derive(Clone, Debug)]
 struct Booking {
     rank: WorkerWithDpRank,
-    prompt_hashes: Vec<SeqHash>,
+    /// The segment ending at its prompt's last block; `None` for an empty prompt.
+    end: Option<SegmentId>,
     /// `Some` until the first output token (static prefill model); never `Some(0)`.
     prefill_tokens: Option<u64>,
     /// When it was booked; stale-request expiry (EXTENSION: not modelled) would read it.
     booked_at: SimTime,
 }
 
+/// A segment's slot in its rank's slab.
+type SegmentId = u32;
+
+/// The parent of a root segment.
+const NO_SEGMENT: SegmentId = SegmentId::MAX;
+
+/// A run of consecutive live blocks with no branch and no booking ending inside it: an edge
+/// of the rank's compressed prefix trie.
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    /// Its blocks in prompt order; empty only in a free slot.
+    hashes: Vec<SeqHash>,
+    /// The segment ending at the block before its first ([`NO_SEGMENT`] for a root).
+    parent: SegmentId,
+    /// Bookings whose prompt ends at its last block.
+    ending: u32,
+    /// Live segments whose parent it is.
+    children: u32,
+}
+
+/// Where a query leaves a rank's trie.
+#[derive(Clone, Copy, Debug)]
+struct Divergence {
+    /// Leading query blocks that are live: the longest prefix it shares with a booked prompt.
+    matched: usize,
+    /// The segment holding the last matched block ([`NO_SEGMENT`] when none matched).
+    segment: SegmentId,
+    /// Blocks of `segment` matched, from its first.
+    within: usize,
+}
+
 /// Per-rank counters, kept incrementally so every getter is O(1).
+///
+/// The live blocks are the prefixes of the rank's booked prompts, kept as a compressed trie:
+/// each [`Segment`] is a run of blocks, split where prompts branch or end. Booking walks the
+/// trie along the prompt, comparing hashes in place, and adds at most one segment (plus one
+/// split); release removes the segments nothing holds any more. Per-block work is a
+/// sequential comparison or copy, and hash-map work is per segment, not per block.
+///
+/// Splits are not undone when the booking that caused one ends (a segment then has one child
+/// and no booking ending in it): a walk crosses one more edge there, and since every segment
+/// holds a block, there are never more segments than live blocks.
 #[derive(Clone, Debug, Default)]
 struct RankState {
-    /// Live prompt sequence hash -> number of active requests on this rank holding it.
-    block_refcounts: FxHashMap<SeqHash, u32>,
+    /// Segment slots; a free one has no hashes and its id is in `free_ids`.
+    segments: Vec<Segment>,
+    free_ids: Vec<SegmentId>,
+    /// (parent segment or [`NO_SEGMENT`], first hash) -> the live segment there.
+    edges: FxHashMap<(SegmentId, SeqHash), SegmentId>,
+    /// Blocks over all live segments.
+    live_blocks: u64,
     active_prefill_tokens: u64,
     active_requests: u64,
     // EXTENSION: output blocks (weighted by OSL decay) would be summed here and added to
@@ -87,37 +144,152 @@ struct RankState {
 }
 
 impl RankState {
-    fn acquire_blocks(&mut self, hashes: &[SeqHash]) {
-        for &hash in hashes {
-            *self.block_refcounts.entry(hash).or_insert(0) += 1;
-        }
+    fn segment(&self, id: SegmentId) -> &Segment {
+        &self.segments[id as usize]
     }
 
-    fn release_blocks(&mut self, hashes: &[SeqHash]) {
-        for hash in hashes {
-            // One probe per block: the entry is found once, then decremented or removed.
-            let Entry::Occupied(mut count) = self.block_refcounts.entry(*hash) else {
-                debug_assert!(false, "released a block that was never acquired");
-                continue;
+    fn segment_mut(&mut self, id: SegmentId) -> &mut Segment {
+        &mut self.segments[id as usize]
+    }
+
+    /// Follows `query` down the trie as far as it matches.
+    fn diverge(&self, query: &[SeqHash]) -> Divergence {
+        let mut at = Divergence {
+            matched: 0,
+            segment: NO_SEGMENT,
+            within: 0,
+        };
+        // Each turn matches at least one more block (the edge's first) or stops: bounded by
+        // the query's length.
+        while let Some(&next) = query.get(at.matched) {
+            if at.segment != NO_SEGMENT && at.within < self.segment(at.segment).hashes.len() {
+                break;
+            }
+            let Some(&child) = self.edges.get(&(at.segment, next)) else {
+                break;
             };
-            if *count.get() <= 1 {
-                count.remove();
-            } else {
-                *count.get_mut() -= 1;
+            let common = self
+                .segment(child)
+                .hashes
+                .iter()
+                .zip(&query[at.matched..])
+                .take_while(|(live, asked)| live == asked)
+                .count();
+            if common == 0 {
+                debug_assert!(false, "an edge's key is not its segment's first block");
+                break;
+            }
+            at = Divergence {
+                matched: at.matched + common,
+                segment: child,
+                within: common,
+            };
+        }
+        at
+    }
+
+    /// Number of leading `query` hashes live on this rank.
+    fn overlap_depth(&self, query: &[SeqHash]) -> usize {
+        self.diverge(query).matched
+    }
+
+    fn active_blocks(&self) -> u64 {
+        self.live_blocks
+    }
+
+    /// Makes `hashes` live for one more booking and returns the segment it ends at.
+    fn acquire_blocks(&mut self, hashes: &[SeqHash]) -> Option<SegmentId> {
+        if hashes.is_empty() {
+            return None;
+        }
+        let at = self.diverge(hashes);
+        let mut end = at.segment;
+        if at.segment != NO_SEGMENT && at.within < self.segment(at.segment).hashes.len() {
+            end = self.split(at.segment, at.within);
+        }
+        if at.matched < hashes.len() {
+            end = self.add_segment(end, &hashes[at.matched..]);
+            self.live_blocks += (hashes.len() - at.matched) as u64;
+        }
+        let segment = self.segment_mut(end);
+        segment.ending = segment.ending.saturating_add(1);
+        Some(end)
+    }
+
+    /// Splits segment `id` after its first `head_len` blocks (0 < `head_len` < its length).
+    /// The tail keeps the id, so bookings ending there and children stay attached; the new
+    /// head takes its place under the parent. Returns the head's id.
+    fn split(&mut self, id: SegmentId, head_len: usize) -> SegmentId {
+        let segment = self.segment_mut(id);
+        let tail = segment.hashes.split_off(head_len);
+        let head = std::mem::replace(&mut segment.hashes, tail);
+        let (parent, head_first, tail_first) = (segment.parent, head[0], segment.hashes[0]);
+        let head_id = self.take_slot(Segment {
+            hashes: head,
+            parent,
+            ending: 0,
+            children: 1,
+        });
+        self.segment_mut(id).parent = head_id;
+        self.edges.insert((parent, head_first), head_id);
+        self.edges.insert((head_id, tail_first), id);
+        head_id
+    }
+
+    /// Adds a segment of `hashes` (not empty) under `parent` and returns its id.
+    fn add_segment(&mut self, parent: SegmentId, hashes: &[SeqHash]) -> SegmentId {
+        let id = self.take_slot(Segment {
+            hashes: hashes.to_vec(),
+            parent,
+            ending: 0,
+            children: 0,
+        });
+        self.edges.insert((parent, hashes[0]), id);
+        if parent != NO_SEGMENT {
+            let parent = self.segment_mut(parent);
+            parent.children = parent.children.saturating_add(1);
+        }
+        id
+    }
+
+    fn take_slot(&mut self, segment: Segment) -> SegmentId {
+        match self.free_ids.pop() {
+            Some(id) => {
+                *self.segment_mut(id) = segment;
+                id
+            }
+            None => {
+                // Slots never outnumber live blocks, so they fit below `NO_SEGMENT`.
+                self.segments.push(segment);
+                (self.segments.len() - 1) as SegmentId
             }
         }
     }
 
-    fn active_blocks(&self) -> u64 {
-        self.block_refcounts.len() as u64
-    }
-
-    /// Number of leading `query` hashes live on this rank.
-    fn overlap_depth(&self, query: &[SeqHash]) -> u64 {
-        query
-            .iter()
-            .take_while(|hash| self.block_refcounts.contains_key(hash))
-            .count() as u64
+    /// Drops one booking ending at segment `end` and removes the segments nothing holds any
+    /// more, walking up to the first that stays live.
+    fn release_blocks(&mut self, end: SegmentId) {
+        let segment = self.segment_mut(end);
+        segment.ending = segment.ending.saturating_sub(1);
+        let mut id = end;
+        // Each turn frees one segment: bounded by the number of live segments.
+        loop {
+            let segment = self.segment_mut(id);
+            if segment.ending > 0 || segment.children > 0 || segment.hashes.is_empty() {
+                return;
+            }
+            let hashes = std::mem::take(&mut segment.hashes);
+            let parent = segment.parent;
+            self.edges.remove(&(parent, hashes[0]));
+            self.live_blocks = self.live_blocks.saturating_sub(hashes.len() as u64);
+            self.free_ids.push(id);
+            if parent == NO_SEGMENT {
+                return;
+            }
+            let parent_segment = self.segment_mut(parent);
+            parent_segment.children = parent_segment.children.saturating_sub(1);
+            id = parent;
+        }
     }
 }
 
@@ -176,7 +348,8 @@ impl LoadTracker {
     ///
     /// Pass `prefill_tokens = None` when prefill tracking is off, and an empty `prompt_hashes`
     /// when block tracking is off. On error nothing changes. `now` is kept as the booking
-    /// time ([`booked_at`](Self::booked_at)), the input of stale-request expiry.
+    /// time ([`booked_at`](Self::booked_at)), the input of stale-request expiry. Hashes that
+    /// are not a chain are booked as the module documentation says.
     pub fn add_request(
         &mut self,
         now: SimTime,
@@ -192,14 +365,14 @@ impl LoadTracker {
             return Err(LoadError::WorkerNotFound(rank));
         };
         let prefill_tokens = prefill_tokens.filter(|&tokens| tokens > 0);
-        state.acquire_blocks(prompt_hashes);
+        let end = state.acquire_blocks(prompt_hashes);
         state.active_prefill_tokens = state
             .active_prefill_tokens
             .saturating_add(prefill_tokens.unwrap_or(0));
         state.active_requests += 1;
         let booking = Booking {
             rank,
-            prompt_hashes: prompt_hashes.to_vec(),
+            end,
             prefill_tokens,
             booked_at: now,
         };
@@ -229,7 +402,9 @@ impl LoadTracker {
             if let Some(tokens) = booking.prefill_tokens {
                 state.active_prefill_tokens = state.active_prefill_tokens.saturating_sub(tokens);
             }
-            state.release_blocks(&booking.prompt_hashes);
+            if let Some(end) = booking.end {
+                state.release_blocks(end);
+            }
             state.active_requests = state.active_requests.saturating_sub(1);
         }
         Some(booking.rank)
@@ -290,17 +465,18 @@ impl LoadTracker {
                 rank,
                 active_prefill_tokens: state.active_prefill_tokens,
                 active_decode_blocks: state.active_blocks(),
-                additional_active_blocks: query_blocks - state.overlap_depth(query_hashes),
+                additional_active_blocks: query_blocks - state.overlap_depth(query_hashes) as u64,
                 active_requests: state.active_requests,
             })
             .collect()
     }
 
-    /// Recomputes every counter from the bookings and compares (spec §8 items 14-16).
+    /// Recomputes every counter from the bookings and checks each rank's block trie
+    /// (spec §8 items 14-16).
     ///
-    /// O(total booked blocks); for tests and debug runs. The error says what disagrees.
+    /// O(bookings + segments); for tests and debug runs. The error says what disagrees.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut expected: BTreeMap<WorkerWithDpRank, RankState> = BTreeMap::new();
+        let mut expected: BTreeMap<WorkerWithDpRank, ExpectedRank> = BTreeMap::new();
         for (id, booking) in &self.bookings {
             if !self.ranks.contains_key(&booking.rank) {
                 return Err(format!(
@@ -311,42 +487,147 @@ impl LoadTracker {
             if booking.prefill_tokens == Some(0) {
                 return Err(format!("request {id} holds an empty prefill booking"));
             }
-            let state = expected.entry(booking.rank).or_default();
-            state.acquire_blocks(&booking.prompt_hashes);
-            state.active_prefill_tokens += booking.prefill_tokens.unwrap_or(0);
-            state.active_requests += 1;
+            let want = expected.entry(booking.rank).or_default();
+            if let Some(end) = booking.end {
+                *want.ending.entry(end).or_insert(0) += 1;
+            }
+            want.prefill_tokens += booking.prefill_tokens.unwrap_or(0);
+            want.requests += 1;
         }
-        let empty = RankState::default();
+        let empty = ExpectedRank::default();
         for (rank, actual) in &self.ranks {
             let want = expected.get(rank).unwrap_or(&empty);
             check_rank_matches(*rank, actual, want)?;
+            check_trie(*rank, actual, &want.ending)?;
         }
         Ok(())
     }
 }
 
+/// What a rank's counters must be, recomputed from the bookings.
+#[derive(Default)]
+struct ExpectedRank {
+    /// Segment -> bookings ending there.
+    ending: FxHashMap<SegmentId, u32>,
+    prefill_tokens: u64,
+    requests: u64,
+}
+
 fn check_rank_matches(
     rank: WorkerWithDpRank,
     actual: &RankState,
-    want: &RankState,
+    want: &ExpectedRank,
 ) -> Result<(), String> {
-    if actual.active_requests != want.active_requests {
+    if actual.active_requests != want.requests {
         return Err(format!(
             "{rank}: {} active requests, bookings say {}",
-            actual.active_requests, want.active_requests
+            actual.active_requests, want.requests
         ));
     }
-    if actual.active_prefill_tokens != want.active_prefill_tokens {
+    if actual.active_prefill_tokens != want.prefill_tokens {
         return Err(format!(
             "{rank}: {} active prefill tokens, bookings say {}",
-            actual.active_prefill_tokens, want.active_prefill_tokens
+            actual.active_prefill_tokens, want.prefill_tokens
         ));
     }
-    if actual.block_refcounts != want.block_refcounts {
+    Ok(())
+}
+
+/// Checks `state`'s trie against the bookings: each live segment is non-empty, held (by a
+/// booking ending there or a child), counts its bookings and children right, hangs under a
+/// live parent by the one edge keyed by its first block, and reaches a root; free slots are
+/// empty; `live_blocks` is the sum of the live segments' lengths.
+fn check_trie(
+    rank: WorkerWithDpRank,
+    state: &RankState,
+    ending: &FxHashMap<SegmentId, u32>,
+) -> Result<(), String> {
+    let slots = state.segments.len();
+    let free: std::collections::BTreeSet<SegmentId> = state.free_ids.iter().copied().collect();
+    if free.len() != state.free_ids.len() || free.iter().any(|&id| id as usize >= slots) {
+        return Err(format!("{rank}: the free slot list is not a set of slots"));
+    }
+    let mut children: FxHashMap<SegmentId, u32> = FxHashMap::default();
+    let mut blocks = 0u64;
+    for (index, segment) in state.segments.iter().enumerate() {
+        let id = index as SegmentId;
+        if free.contains(&id) != segment.hashes.is_empty() {
+            return Err(format!(
+                "{rank}: segment {id} is free but holds blocks, or live but empty"
+            ));
+        }
+        if segment.hashes.is_empty() {
+            continue;
+        }
+        blocks += segment.hashes.len() as u64;
+        let booked = ending.get(&id).copied().unwrap_or(0);
+        if segment.ending != booked {
+            return Err(format!(
+                "{rank}: segment {id} ends {} bookings, bookings say {booked}",
+                segment.ending
+            ));
+        }
+        if state.edges.get(&(segment.parent, segment.hashes[0])) != Some(&id) {
+            return Err(format!("{rank}: segment {id} is not reached by its edge"));
+        }
+        if segment.parent != NO_SEGMENT {
+            let parent = state.segments.get(segment.parent as usize);
+            if parent.is_none_or(|p| p.hashes.is_empty()) {
+                return Err(format!("{rank}: segment {id} hangs under a dead parent"));
+            }
+            *children.entry(segment.parent).or_insert(0) += 1;
+        }
+    }
+    for (index, segment) in state.segments.iter().enumerate() {
+        let id = index as SegmentId;
+        let counted = children.get(&id).copied().unwrap_or(0);
+        if segment.children != counted {
+            return Err(format!(
+                "{rank}: segment {id} counts {} children, {counted} name it",
+                segment.children
+            ));
+        }
+        if !segment.hashes.is_empty() && segment.ending == 0 && segment.children == 0 {
+            return Err(format!("{rank}: segment {id} is live but nothing holds it"));
+        }
+    }
+    if let Some(id) = ending.keys().find(|id| free.contains(id)) {
+        return Err(format!("{rank}: a booking ends at free segment {id}"));
+    }
+    if let Some(id) = ending.keys().find(|&&id| id as usize >= slots) {
         return Err(format!(
-            "{rank}: block refcounts disagree with bookings ({} live hashes, bookings say {})",
-            actual.block_refcounts.len(),
-            want.block_refcounts.len()
+            "{rank}: a booking ends at segment {id}, past the slab"
+        ));
+    }
+    // Every walk up from a live segment (through live parents, checked above) reaches a root:
+    // each is walked from once, up to a root or a segment already known to reach one; a walk
+    // longer than the slab is a cycle.
+    let mut rooted = vec![false; slots];
+    for start in (0..slots).filter(|&index| !state.segments[index].hashes.is_empty()) {
+        let mut path = Vec::new();
+        let mut up = start as SegmentId;
+        while up != NO_SEGMENT && !rooted[up as usize] && path.len() <= slots {
+            path.push(up as usize);
+            up = state.segments[up as usize].parent;
+        }
+        if path.len() > slots {
+            return Err(format!("{rank}: segment {start} is on a parent cycle"));
+        }
+        for index in path {
+            rooted[index] = true;
+        }
+    }
+    let live = slots - free.len();
+    if state.edges.len() != live {
+        return Err(format!(
+            "{rank}: {} edges for {live} live segments",
+            state.edges.len()
+        ));
+    }
+    if state.live_blocks != blocks {
+        return Err(format!(
+            "{rank}: {} live blocks counted, segments hold {blocks}",
+            state.live_blocks
         ));
     }
     Ok(())
@@ -579,59 +860,401 @@ mod tests {
         tracker.check_invariants().unwrap();
     }
 
+    /// Sequence hashes of `tokens`, one token per block, chained like real prompts.
+    fn chained(tokens: &[u64]) -> Vec<SeqHash> {
+        let mut parent = None;
+        tokens
+            .iter()
+            .map(|&token| {
+                let hash = crate::scheduling::hashing::chain(parent, token);
+                parent = Some(hash);
+                hash
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_prompt_inside_a_longer_live_one_adds_nothing_and_frees_in_either_order() {
+        let a = rank(1, 0);
+        let long = chained(&[1, 2, 3, 4]);
+        let short = &long[..2];
+        for long_first in [true, false] {
+            let mut tracker = tracker_with(&[a]);
+            tracker
+                .add_request(T0, RequestId(1), a, &long, None)
+                .unwrap();
+            let row = tracker.project(T0, short)[0];
+            assert_eq!(row.additional_active_blocks, 0, "the prefix is all live");
+            tracker
+                .add_request(T0, RequestId(2), a, short, None)
+                .unwrap();
+            assert_eq!(
+                tracker.active_blocks(a),
+                4,
+                "the shorter prompt adds no block"
+            );
+            tracker.check_invariants().unwrap();
+            let (first, second, left) = if long_first {
+                (RequestId(1), RequestId(2), 2)
+            } else {
+                (RequestId(2), RequestId(1), 4)
+            };
+            tracker.free(first);
+            assert_eq!(tracker.active_blocks(a), left, "long first: {long_first}");
+            assert_eq!(
+                tracker.project(T0, &long)[0].additional_active_blocks,
+                4 - left
+            );
+            tracker.check_invariants().unwrap();
+            tracker.free(second);
+            assert_eq!(tracker.active_blocks(a), 0);
+            assert_eq!(tracker.project(T0, &long)[0].additional_active_blocks, 4);
+            tracker.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_branch_dies_alone_and_its_fork_survives() {
+        let a = rank(1, 0);
+        let mut tracker = tracker_with(&[a]);
+        let left = chained(&[1, 2, 3, 4]);
+        let right = chained(&[1, 2, 5]);
+        let again = chained(&[1, 2, 3, 4]);
+        tracker
+            .add_request(T0, RequestId(1), a, &left, None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(2), a, &right, None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(3), a, &again, None)
+            .unwrap();
+        assert_eq!(
+            tracker.active_blocks(a),
+            5,
+            "1,2 shared; 3,4 and 5 on their branches"
+        );
+        tracker.free(RequestId(1));
+        assert_eq!(
+            tracker.active_blocks(a),
+            5,
+            "an identical prompt still holds 3,4"
+        );
+        tracker.free(RequestId(3));
+        assert_eq!(
+            tracker.active_blocks(a),
+            3,
+            "3,4 die; the fork at 2 stays for 5"
+        );
+        assert_eq!(tracker.project(T0, &left)[0].additional_active_blocks, 2);
+        tracker.check_invariants().unwrap();
+        tracker.free(RequestId(2));
+        assert_eq!(tracker.active_blocks(a), 0);
+    }
+
+    #[test]
+    fn hashes_that_are_not_chains_count_as_sequences_and_free_to_empty() {
+        let a = rank(1, 0);
+        let mut tracker = tracker_with(&[a]);
+        // A repeated hash, then hash 2 after two different prefixes.
+        tracker
+            .add_request(T0, RequestId(1), a, &[5, 5, 5], None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(2), a, &[1, 2], None)
+            .unwrap();
+        tracker
+            .add_request(T0, RequestId(3), a, &[3, 2, 4], None)
+            .unwrap();
+        assert_eq!(
+            tracker.active_blocks(a),
+            8,
+            "prefixes [5] [5,5] [5,5,5], [1] [1,2], [3] [3,2] [3,2,4]"
+        );
+        let overlaps: Vec<u64> = [&[5, 5, 1][..], &[2, 4], &[3, 2, 9]]
+            .iter()
+            .map(|q| q.len() as u64 - tracker.project(T0, q)[0].additional_active_blocks)
+            .collect();
+        assert_eq!(
+            overlaps,
+            vec![2, 0, 2],
+            "the longest prefix shared with a prompt"
+        );
+        tracker.check_invariants().unwrap();
+        for id in 1..=3 {
+            tracker.free(RequestId(id));
+            tracker.check_invariants().unwrap();
+        }
+        assert_eq!(tracker.active_blocks(a), 0);
+    }
+
+    /// A model of the book that keeps a count per key of each booked prompt. With each
+    /// prompt's hashes as keys it is the refcount book this tracker replaced (the oracle for
+    /// chained prompts); with its prefixes as keys, the sequence semantics for any hashes.
+    struct Oracle<K> {
+        keys: fn(&[SeqHash]) -> Vec<K>,
+        ranks: BTreeMap<WorkerWithDpRank, OracleRank<K>>,
+        bookings: BTreeMap<RequestId, (WorkerWithDpRank, Vec<K>, Option<u64>)>,
+    }
+
+    struct OracleRank<K> {
+        counts: BTreeMap<K, u32>,
+        prefill_tokens: u64,
+        requests: u64,
+    }
+
+    fn hash_keys(hashes: &[SeqHash]) -> Vec<SeqHash> {
+        hashes.to_vec()
+    }
+
+    fn prefix_keys(hashes: &[SeqHash]) -> Vec<Vec<SeqHash>> {
+        (1..=hashes.len()).map(|k| hashes[..k].to_vec()).collect()
+    }
+
+    impl<K: Ord + Clone> Oracle<K> {
+        fn new(keys: fn(&[SeqHash]) -> Vec<K>) -> Self {
+            Oracle {
+                keys,
+                ranks: BTreeMap::new(),
+                bookings: BTreeMap::new(),
+            }
+        }
+
+        fn add_rank(&mut self, r: WorkerWithDpRank) -> bool {
+            let fresh = !self.ranks.contains_key(&r);
+            self.ranks.entry(r).or_insert_with(|| OracleRank {
+                counts: BTreeMap::new(),
+                prefill_tokens: 0,
+                requests: 0,
+            });
+            fresh
+        }
+
+        fn remove_worker(&mut self, worker: WorkerId) -> Vec<RequestId> {
+            self.ranks.retain(|r, _| r.worker_id != worker);
+            let dropped: Vec<RequestId> = self
+                .bookings
+                .iter()
+                .filter(|(_, b)| b.0.worker_id == worker)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &dropped {
+                self.bookings.remove(id);
+            }
+            dropped
+        }
+
+        fn add_request(
+            &mut self,
+            id: RequestId,
+            r: WorkerWithDpRank,
+            hashes: &[SeqHash],
+            prefill: Option<u64>,
+        ) -> Result<(), LoadError> {
+            if self.bookings.contains_key(&id) {
+                return Err(LoadError::DuplicateRequest(id));
+            }
+            let state = self.ranks.get_mut(&r).ok_or(LoadError::WorkerNotFound(r))?;
+            let prefill = prefill.filter(|&t| t > 0);
+            let keys = (self.keys)(hashes);
+            for key in &keys {
+                *state.counts.entry(key.clone()).or_insert(0) += 1;
+            }
+            state.prefill_tokens += prefill.unwrap_or(0);
+            state.requests += 1;
+            self.bookings.insert(id, (r, keys, prefill));
+            Ok(())
+        }
+
+        fn mark_prefill_completed(&mut self, id: RequestId) -> Option<WorkerWithDpRank> {
+            let (r, _, prefill) = self.bookings.get_mut(&id)?;
+            if let Some(tokens) = prefill.take() {
+                self.ranks.get_mut(r).unwrap().prefill_tokens -= tokens;
+            }
+            Some(*r)
+        }
+
+        fn free(&mut self, id: RequestId) -> Option<WorkerWithDpRank> {
+            let (r, keys, prefill) = self.bookings.remove(&id)?;
+            let state = self.ranks.get_mut(&r).unwrap();
+            for key in keys {
+                let count = state.counts.get_mut(&key).unwrap();
+                *count -= 1;
+                if *count == 0 {
+                    state.counts.remove(&key);
+                }
+            }
+            state.prefill_tokens -= prefill.unwrap_or(0);
+            state.requests -= 1;
+            Some(r)
+        }
+
+        fn project(&self, query: &[SeqHash]) -> Vec<RankLoad> {
+            let keys = (self.keys)(query);
+            self.ranks
+                .iter()
+                .map(|(&r, state)| {
+                    let overlap = keys
+                        .iter()
+                        .take_while(|k| state.counts.contains_key(k))
+                        .count();
+                    RankLoad {
+                        rank: r,
+                        active_prefill_tokens: state.prefill_tokens,
+                        active_decode_blocks: state.counts.len() as u64,
+                        additional_active_blocks: (query.len() - overlap) as u64,
+                        active_requests: state.requests,
+                    }
+                })
+                .collect()
+        }
+    }
+
+    /// One step of a random workload; prompts are given by index into a pool.
     #[derive(Clone, Debug)]
     enum Op {
         AddRank(u64, u32),
         RemoveWorker(u64),
-        Add(u64, u64, u32, Vec<SeqHash>, Option<u64>),
+        /// Request id, worker, dp rank, prompt from the pool, blocks kept, prefill tokens.
+        Add(u64, u64, u32, usize, usize, Option<u64>),
         Complete(u64),
         Free(u64),
+        /// Project a prompt from the pool, cut to so many blocks.
+        Project(usize, usize),
     }
+
+    const POOL: usize = 6;
+    const IDS: u64 = 10;
 
     fn op_strategy() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0..4u64, 0..3u32).prop_map(|(w, d)| Op::AddRank(w, d)),
-            (0..4u64).prop_map(Op::RemoveWorker),
-            (
-                0..12u64,
-                0..4u64,
-                0..3u32,
-                prop::collection::vec(0..8u64, 0..6),
-                prop::option::of(0..500u64)
-            )
-                .prop_map(|(id, w, d, h, p)| Op::Add(id, w, d, h, p)),
-            (0..12u64).prop_map(Op::Complete),
-            (0..12u64).prop_map(Op::Free),
+            1 => (0..3u64, 0..2u32).prop_map(|(w, d)| Op::AddRank(w, d)),
+            1 => (0..3u64).prop_map(Op::RemoveWorker),
+            6 => (0..IDS, 0..3u64, 0..2u32, 0..POOL, 0..12usize, prop::option::of(0..500u64))
+                .prop_map(|(id, w, d, p, cut, pre)| Op::Add(id, w, d, p, cut, pre)),
+            2 => (0..IDS).prop_map(Op::Complete),
+            4 => (0..IDS).prop_map(Op::Free),
+            2 => (0..POOL, 0..12usize).prop_map(|(p, cut)| Op::Project(p, cut)),
         ]
     }
 
-    proptest! {
-        #[test]
-        fn no_operation_sequence_panics_or_breaks_invariants(
-            ops in prop::collection::vec(op_strategy(), 0..80)
-        ) {
-            let mut tracker = LoadTracker::new();
-            for op in ops {
-                match op {
-                    Op::AddRank(w, d) => { tracker.add_rank(rank(w, d)); }
-                    Op::RemoveWorker(w) => { tracker.remove_worker(w); }
-                    Op::Add(id, w, d, hashes, prefill) => {
-                        let _ = tracker.add_request(T0, RequestId(id), rank(w, d), &hashes, prefill);
-                    }
-                    Op::Complete(id) => { tracker.mark_prefill_completed(RequestId(id)); }
-                    Op::Free(id) => { tracker.free(RequestId(id)); }
+    /// Runs `ops` on a tracker and on `oracle`, comparing every answer and every getter after
+    /// each step, then frees everything and checks that every rank is empty.
+    fn run_against<K: Ord + Clone>(
+        pool: &[Vec<SeqHash>],
+        ops: Vec<Op>,
+        mut oracle: Oracle<K>,
+    ) -> Result<(), TestCaseError> {
+        let prompt = |p: usize, cut: usize| &pool[p][..cut.min(pool[p].len())];
+        let mut tracker = LoadTracker::new();
+        let mut query: &[SeqHash] = &[];
+        for op in ops {
+            match op {
+                Op::AddRank(w, d) => {
+                    prop_assert_eq!(tracker.add_rank(rank(w, d)), oracle.add_rank(rank(w, d)));
                 }
-                prop_assert_eq!(tracker.check_invariants(), Ok(()));
-                let _ = tracker.project(T0, &[0, 1, 2]);
+                Op::RemoveWorker(w) => {
+                    prop_assert_eq!(tracker.remove_worker(w), oracle.remove_worker(w));
+                }
+                Op::Add(id, w, d, p, cut, prefill) => {
+                    let (id, r, hashes) = (RequestId(id), rank(w, d), prompt(p, cut));
+                    prop_assert_eq!(
+                        tracker.add_request(T0, id, r, hashes, prefill),
+                        oracle.add_request(id, r, hashes, prefill)
+                    );
+                    query = hashes;
+                }
+                Op::Complete(id) => {
+                    prop_assert_eq!(
+                        tracker.mark_prefill_completed(RequestId(id)),
+                        oracle.mark_prefill_completed(RequestId(id))
+                    );
+                }
+                Op::Free(id) => {
+                    prop_assert_eq!(tracker.free(RequestId(id)), oracle.free(RequestId(id)));
+                }
+                Op::Project(p, cut) => query = prompt(p, cut),
             }
-            for id in 0..12 {
-                tracker.free(RequestId(id));
+            assert_same_as_oracle(&tracker, &oracle, query)?;
+            for hashes in pool {
+                prop_assert_eq!(tracker.project(T0, hashes), oracle.project(hashes));
             }
-            for r in tracker.ranks() {
-                prop_assert_eq!(tracker.active_blocks(r), 0);
-                prop_assert_eq!(tracker.active_prefill_tokens(r), 0);
-                prop_assert_eq!(tracker.active_requests(r), 0);
+        }
+        for id in 0..IDS {
+            prop_assert_eq!(tracker.free(RequestId(id)), oracle.free(RequestId(id)));
+        }
+        assert_same_as_oracle(&tracker, &oracle, query)?;
+        for r in tracker.ranks() {
+            prop_assert_eq!(tracker.active_blocks(r), 0);
+            prop_assert_eq!(tracker.active_prefill_tokens(r), 0);
+            prop_assert_eq!(tracker.active_requests(r), 0);
+        }
+        Ok(())
+    }
+
+    fn assert_same_as_oracle<K: Ord + Clone>(
+        tracker: &LoadTracker,
+        oracle: &Oracle<K>,
+        query: &[SeqHash],
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(tracker.project(T0, query), oracle.project(query));
+        prop_assert_eq!(
+            tracker.ranks(),
+            oracle.ranks.keys().copied().collect::<Vec<_>>()
+        );
+        for w in 0..3 {
+            for d in 0..2 {
+                let r = rank(w, d);
+                let want = oracle.ranks.get(&r);
+                prop_assert_eq!(
+                    tracker.active_blocks(r),
+                    want.map_or(0, |s| s.counts.len() as u64)
+                );
+                prop_assert_eq!(
+                    tracker.active_prefill_tokens(r),
+                    want.map_or(0, |s| s.prefill_tokens)
+                );
+                prop_assert_eq!(tracker.active_requests(r), want.map_or(0, |s| s.requests));
+                prop_assert_eq!(tracker.has_rank(r), want.is_some());
             }
+        }
+        for id in 0..IDS {
+            prop_assert_eq!(
+                tracker.rank_of(RequestId(id)),
+                oracle.bookings.get(&RequestId(id)).map(|b| b.0)
+            );
+        }
+        prop_assert_eq!(tracker.request_count(), oracle.bookings.len());
+        prop_assert_eq!(tracker.check_invariants(), Ok(()));
+        Ok(())
+    }
+
+    /// A few prompts over a two-token alphabet: paths in a small token tree, so they share
+    /// prefixes heavily; cutting them gives prompts that are prefixes of each other or equal.
+    fn token_pool() -> impl Strategy<Value = Vec<Vec<u64>>> {
+        prop::collection::vec(prop::collection::vec(0..2u64, 0..12), POOL)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn chained_prompts_count_like_a_refcount_per_hash(
+            tokens in token_pool(),
+            ops in prop::collection::vec(op_strategy(), 0..120)
+        ) {
+            let pool: Vec<Vec<SeqHash>> = tokens.iter().map(|t| chained(t)).collect();
+            run_against(&pool, ops, Oracle::new(hash_keys))?;
+        }
+
+        #[test]
+        fn any_operations_on_any_hashes_match_the_sequence_model(
+            pool in prop::collection::vec(prop::collection::vec(0..4u64, 0..12), POOL),
+            ops in prop::collection::vec(op_strategy(), 0..120)
+        ) {
+            // Hashes drawn from 0..4: repeats within a prompt and hashes after different
+            // prefixes. The refcount model does not apply; the sequence model does.
+            run_against(&pool, ops, Oracle::new(prefix_keys))?;
         }
     }
 }
