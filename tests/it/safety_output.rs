@@ -292,7 +292,9 @@ fn sigint_during_replay_write_phase_leaves_no_stage() {
         .spawn()
         .unwrap();
     // Bounded wait for the write phase: the stage appears once the files are staged.
-    let staged = (0..400).any(|_| {
+    // Up to 60 s: on a loaded machine the run may take a while to reach its write phase
+    // (it stops polling as soon as the stage is seen; the stage then stays for 20 s).
+    let staged = (0..2400).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(25));
         !stages_in(tmp.path()).is_empty()
     });
@@ -321,7 +323,9 @@ fn a_killed_runs_stage_is_cleaned_by_the_next_run_and_nothing_else() {
         .args(["run", "exp/s.yaml", "--quiet", "--out", "out"])
         .spawn()
         .unwrap();
-    let staged = (0..400).any(|_| {
+    // Up to 60 s: on a loaded machine the run may take a while to reach its write phase
+    // (it stops polling as soon as the stage is seen; the stage then stays for 20 s).
+    let staged = (0..2400).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(25));
         stages_in(tmp.path()).len() == 2
     });
