@@ -11,6 +11,7 @@
 use crate::scheduling::types::{KvEventData, SeqHash};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
 
 /// Index of a block slot in the pool.
 pub type BlockId = u32;
@@ -288,11 +289,11 @@ impl KvPool {
         slot.published = publish;
         slot.hash = hash;
         match self.by_hash.entry(hash) {
-            std::collections::hash_map::Entry::Occupied(_) => {
+            Entry::Occupied(_) => {
                 self.duplicates.entry(hash).or_default().push_back(id);
                 return id;
             }
-            std::collections::hash_map::Entry::Vacant(entry) => {
+            Entry::Vacant(entry) => {
                 entry.insert(id);
             }
         }
@@ -470,28 +471,40 @@ impl KvPool {
     /// was published) only with its last copy; evicting the primary promotes the oldest
     /// duplicate.
     fn forget_copy(&mut self, hash: SeqHash, id: BlockId, published: bool) {
-        let dups = self.duplicates.get_mut(&hash);
-        if self.by_hash.get(&hash) == Some(&id) {
-            self.primary_changes += 1;
-            if self.slots[id as usize].watch == self.watch_stamp {
-                self.watch_changes += 1;
-            }
-            match dups.and_then(|d| d.pop_front()) {
-                Some(next) => {
-                    self.by_hash.insert(hash, next);
+        // Most hashes have one copy: the duplicates map, usually empty, is not probed then,
+        // and the index is probed once.
+        let mut dups = match self.duplicates.is_empty() {
+            true => None,
+            false => self.duplicates.get_mut(&hash),
+        };
+        let mut removed = false;
+        match self.by_hash.entry(hash) {
+            Entry::Occupied(mut primary) if *primary.get() == id => {
+                self.primary_changes += 1;
+                if self.slots[id as usize].watch == self.watch_stamp {
+                    self.watch_changes += 1;
                 }
-                None => {
-                    self.by_hash.remove(&hash);
-                    if published {
-                        self.record_removed(hash);
+                match dups.as_mut().and_then(|d| d.pop_front()) {
+                    Some(next) => {
+                        primary.insert(next);
+                    }
+                    None => {
+                        primary.remove();
+                        removed = true;
                     }
                 }
             }
-        } else if let Some(d) = dups {
-            d.retain(|&b| b != id);
+            _ => {
+                if let Some(d) = dups.as_mut() {
+                    d.retain(|&b| b != id);
+                }
+            }
         }
-        if self.duplicates.get(&hash).is_some_and(VecDeque::is_empty) {
+        if dups.is_some_and(|d| d.is_empty()) {
             self.duplicates.remove(&hash);
+        }
+        if removed && published {
+            self.record_removed(hash);
         }
     }
 
