@@ -11,6 +11,7 @@
 use crate::scheduling::types::{KvEventData, SeqHash};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
 
 /// Index of a block slot in the pool.
 pub type BlockId = u32;
@@ -29,6 +30,9 @@ struct Slot {
     /// Its registration was published as a Stored event, so its last copy's eviction is
     /// published as Removed (meaningful only while `registered`).
     published: bool,
+    /// The stamp of the last watched probe that found this block (see
+    /// [`KvPool::match_prefix_watched`]); fits in the slot's padding.
+    watch: u16,
     refcount: u32,
     /// LRU neighbours while inactive (refcount 0 and registered), else NIL.
     prev: u32,
@@ -60,6 +64,15 @@ pub struct KvPool {
     inactive: u64,
     events_enabled: bool,
     events: Vec<KvEventData>,
+    /// The stamp of the current watched probe: the blocks it found carry it.
+    watch_stamp: u16,
+    /// The hash just past the watched prefix, whose registration would lengthen it.
+    watch_next: Option<SeqHash>,
+    /// Moves on every change that may alter the watched probe's answer.
+    watch_changes: u64,
+    /// Moves whenever a hash's primary copy is evicted (the hash goes, or a duplicate takes
+    /// its place): block ids found by a lookup stay the ones lookups find until it moves.
+    primary_changes: u64,
 }
 
 impl KvPool {
@@ -82,6 +95,10 @@ impl KvPool {
             inactive: 0,
             events_enabled,
             events: Vec::new(),
+            watch_stamp: 0,
+            watch_next: None,
+            watch_changes: 0,
+            primary_changes: 0,
         }
     }
 
@@ -153,12 +170,73 @@ impl KvPool {
         m
     }
 
+    /// [`Self::match_prefix`] that also lists in `ids` (cleared first) the blocks it found,
+    /// in chain order, and *watches* its answer: [`Self::watch_changes`] moves whenever
+    /// anything happens that may change what the same probe would answer (a found block
+    /// evicted or going active <-> inactive, the hash just past the prefix registered), and
+    /// only then, but for rare false alarms. Starting a watched probe ends the previous watch.
+    pub fn match_prefix_watched(
+        &mut self,
+        hashes: impl IntoIterator<Item = SeqHash>,
+        max_blocks: u64,
+        ids: &mut Vec<BlockId>,
+    ) -> PrefixMatch {
+        ids.clear();
+        // A stamp reused after wrapping marks stale blocks as watched: a false alarm only.
+        self.watch_stamp = self.watch_stamp.wrapping_add(1);
+        self.watch_next = None;
+        let mut m = PrefixMatch::default();
+        for hash in hashes
+            .into_iter()
+            .take(usize::try_from(max_blocks).unwrap_or(usize::MAX))
+        {
+            let Some(&id) = self.by_hash.get(&hash) else {
+                self.watch_next = Some(hash);
+                break;
+            };
+            let slot = &mut self.slots[id as usize];
+            slot.watch = self.watch_stamp;
+            m.blocks += 1;
+            if slot.refcount > 0 {
+                m.active_blocks += 1;
+            }
+            ids.push(id);
+        }
+        m
+    }
+
+    /// Moves whenever the answer of the last [`Self::match_prefix_watched`] may have changed.
+    pub fn watch_changes(&self) -> u64 {
+        self.watch_changes
+    }
+
+    /// Moves whenever a hash's primary copy is evicted: while it stays put, the ids a lookup
+    /// found are still the blocks that lookup would find.
+    pub fn primary_changes(&self) -> u64 {
+        self.primary_changes
+    }
+
+    /// The block lookups find under `hash`, if any.
+    pub fn lookup(&self, hash: SeqHash) -> Option<BlockId> {
+        self.by_hash.get(&hash).copied()
+    }
+
     /// Takes a reference to the registered block `hash`, reactivating it if it was inactive.
     /// None if the pool does not hold it.
     pub fn acquire(&mut self, hash: SeqHash) -> Option<BlockId> {
         let id = *self.by_hash.get(&hash)?;
         self.add_ref(id);
         Some(id)
+    }
+
+    /// [`Self::acquire`] of a block already looked up: `id` must be the block lookups find
+    /// under its hash (no primary change since the lookup; see [`Self::primary_changes`]).
+    pub fn acquire_id(&mut self, id: BlockId) {
+        debug_assert!(
+            self.slots[id as usize].registered,
+            "acquire_id of an unregistered block"
+        );
+        self.add_ref(id);
     }
 
     /// A fresh private block, evicting the least recently used inactive block if the pool is
@@ -171,6 +249,7 @@ impl KvPool {
                 hash: 0,
                 registered: false,
                 published: false,
+                watch: self.watch_stamp.wrapping_sub(1),
                 refcount: 0,
                 prev: NIL,
                 next: NIL,
@@ -210,13 +289,16 @@ impl KvPool {
         slot.published = publish;
         slot.hash = hash;
         match self.by_hash.entry(hash) {
-            std::collections::hash_map::Entry::Occupied(_) => {
+            Entry::Occupied(_) => {
                 self.duplicates.entry(hash).or_default().push_back(id);
                 return id;
             }
-            std::collections::hash_map::Entry::Vacant(entry) => {
+            Entry::Vacant(entry) => {
                 entry.insert(id);
             }
+        }
+        if self.watch_next == Some(hash) {
+            self.watch_changes += 1;
         }
         if publish {
             self.record_stored(hash, parent);
@@ -251,6 +333,8 @@ impl KvPool {
         }
         self.active -= 1;
         if slot.registered {
+            let watched = slot.watch == self.watch_stamp;
+            self.watch_changes += u64::from(watched);
             self.inactive += 1;
             self.lru_push_tail(id);
         } else {
@@ -307,6 +391,38 @@ impl KvPool {
         self.check_lru(inactive)
     }
 
+    /// Asserts that `other` holds exactly the same blocks, index, LRU order and events, the
+    /// watch bookkeeping aside (tests comparing two ways to reach a state).
+    #[cfg(test)]
+    pub(crate) fn assert_same_state(&self, other: &KvPool) {
+        let slots = |p: &KvPool| {
+            let fields = |s: &Slot| {
+                (
+                    s.hash,
+                    s.registered,
+                    s.published,
+                    s.refcount,
+                    s.prev,
+                    s.next,
+                )
+            };
+            p.slots.iter().map(fields).collect::<Vec<_>>()
+        };
+        let index = |p: &KvPool| {
+            let mut v: Vec<_> = p.by_hash.iter().map(|(&h, &id)| (h, id)).collect();
+            v.sort_unstable();
+            let mut d: Vec<_> = p.duplicates.iter().map(|(&h, q)| (h, q.clone())).collect();
+            d.sort_unstable();
+            (v, d)
+        };
+        assert_eq!(slots(self), slots(other), "block slots differ");
+        assert_eq!(self.free, other.free, "free lists differ");
+        assert_eq!(index(self), index(other), "hash indexes differ");
+        let lru = |p: &KvPool| (p.lru_head, p.lru_tail, p.active, p.inactive, p.capacity);
+        assert_eq!(lru(self), lru(other), "LRU or counts differ");
+        assert_eq!(self.events, other.events, "pending events differ");
+    }
+
     fn check_lru(&self, inactive: u64) -> Result<(), String> {
         let (mut n, mut prev, mut cur) = (0u64, NIL, self.lru_head);
         while cur != NIL {
@@ -331,6 +447,7 @@ impl KvPool {
 
     fn add_ref(&mut self, id: BlockId) {
         if self.slots[id as usize].refcount == 0 {
+            self.note_watched(id);
             self.lru_unlink(id);
             self.inactive -= 1;
             self.active += 1;
@@ -354,24 +471,47 @@ impl KvPool {
     /// was published) only with its last copy; evicting the primary promotes the oldest
     /// duplicate.
     fn forget_copy(&mut self, hash: SeqHash, id: BlockId, published: bool) {
-        let dups = self.duplicates.get_mut(&hash);
-        if self.by_hash.get(&hash) == Some(&id) {
-            match dups.and_then(|d| d.pop_front()) {
-                Some(next) => {
-                    self.by_hash.insert(hash, next);
+        // Most hashes have one copy: the duplicates map, usually empty, is not probed then,
+        // and the index is probed once.
+        let mut dups = match self.duplicates.is_empty() {
+            true => None,
+            false => self.duplicates.get_mut(&hash),
+        };
+        let mut removed = false;
+        match self.by_hash.entry(hash) {
+            Entry::Occupied(mut primary) if *primary.get() == id => {
+                self.primary_changes += 1;
+                if self.slots[id as usize].watch == self.watch_stamp {
+                    self.watch_changes += 1;
                 }
-                None => {
-                    self.by_hash.remove(&hash);
-                    if published {
-                        self.record_removed(hash);
+                match dups.as_mut().and_then(|d| d.pop_front()) {
+                    Some(next) => {
+                        primary.insert(next);
+                    }
+                    None => {
+                        primary.remove();
+                        removed = true;
                     }
                 }
             }
-        } else if let Some(d) = dups {
-            d.retain(|&b| b != id);
+            _ => {
+                if let Some(d) = dups.as_mut() {
+                    d.retain(|&b| b != id);
+                }
+            }
         }
-        if self.duplicates.get(&hash).is_some_and(VecDeque::is_empty) {
+        if dups.is_some_and(|d| d.is_empty()) {
             self.duplicates.remove(&hash);
+        }
+        if removed && published {
+            self.record_removed(hash);
+        }
+    }
+
+    /// A change to block `id` that alters a watched probe's answer if the probe found it.
+    fn note_watched(&mut self, id: BlockId) {
+        if self.slots[id as usize].watch == self.watch_stamp {
+            self.watch_changes += 1;
         }
     }
 
@@ -633,6 +773,61 @@ mod tests {
         }
         pool.allocate().unwrap();
         assert!(drain(&mut pool).is_empty());
+    }
+
+    #[test]
+    fn a_watched_probe_lists_its_blocks_and_moves_only_on_changes_to_its_answer() {
+        let mut pool = KvPool::new(6, true);
+        let ids = store_chain(&mut pool, &[1, 2, 3]);
+        let other = store_chain(&mut pool, &[10]);
+        pool.release(ids[2]);
+        let mut found = Vec::new();
+        let m = pool.match_prefix_watched([1, 2, 3, 4, 5], 5, &mut found);
+        assert_eq!(
+            (m, found.as_slice()),
+            (pool.match_prefix([1, 2, 3, 4], 5), &ids[..])
+        );
+        assert_eq!(m.active_blocks, 2);
+        let (changes, primaries) = (pool.watch_changes(), pool.primary_changes());
+        // Unrelated to the answer: another chain, a second reference, a non-next hash.
+        pool.release(other[0]);
+        pool.acquire(1).unwrap();
+        pool.release(ids[0]);
+        let id = pool.allocate().unwrap();
+        pool.register(id, 5, Some(4), true);
+        assert_eq!(
+            pool.watch_changes(),
+            changes,
+            "nothing the answer depends on moved"
+        );
+        fn moved(pool: &mut KvPool, what: &str, step: &dyn Fn(&mut KvPool)) {
+            let before = pool.watch_changes();
+            step(pool);
+            assert!(pool.watch_changes() > before, "{what} must move the watch");
+        }
+        moved(&mut pool, "an inactive found block reused", &|p| {
+            p.acquire_id(ids[2]);
+        });
+        moved(&mut pool, "a found block going inactive", &|p| {
+            p.release(ids[2])
+        });
+        moved(&mut pool, "the next hash registered", &|p| {
+            let id = p.allocate().unwrap();
+            p.register(id, 4, Some(3), true);
+        });
+        assert_eq!(pool.primary_changes(), primaries, "no eviction yet");
+        // Full (1, 2, 3 and 4, 5 held; 10 and 3 inactive): the next allocations evict 10,
+        // which nobody watches, then 3, which the probe found.
+        let before = pool.watch_changes();
+        let a = pool.allocate().unwrap();
+        assert_eq!(pool.primary_changes(), primaries + 1);
+        assert_eq!(pool.watch_changes(), before, "evicting an unwatched block");
+        moved(&mut pool, "evicting a found block", &|p| {
+            p.allocate().unwrap();
+        });
+        assert!(!pool.contains(3) && pool.primary_changes() == primaries + 2);
+        pool.release(a);
+        pool.check_invariants().unwrap();
     }
 
     #[test]

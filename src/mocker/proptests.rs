@@ -1,6 +1,7 @@
 //! Property tests: random engines and request streams never panic, keep every invariant after
 //! every pass, publish consistent KV events, and finish every request in a bounded number of
-//! passes with exactly the tokens it asked for.
+//! passes with exactly the tokens it asked for; reusing the waiting head's prefix probe
+//! changes nothing.
 
 use super::config::{EngineArgs, PreemptionMode};
 use super::worker::{MockRequest, MockWorker, PassOutput};
@@ -8,6 +9,7 @@ use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEventData, RequestId, SeqHash, Token, WorkerWithDpRank};
 use crate::time::SimTime;
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use std::collections::{BTreeMap, BTreeSet};
 
 fn engine() -> impl Strategy<Value = EngineArgs> {
@@ -183,6 +185,149 @@ fn run(args: EngineArgs, specs: Vec<Spec>) {
     }
 }
 
+/// What a differential run met, summed, so a test can tell that it exercised what it checks.
+#[derive(Debug, Default)]
+struct Met {
+    probe_reuses: u64,
+    reused_admissions: u64,
+    preemptions: u64,
+    removed_blocks: u64,
+    quiet_passes: u64,
+    cancellations: u64,
+}
+
+/// Two ranks fed the same inputs: `fast` keeps the waiting head's prefix probe and hands
+/// the blocks it found on to allocation, `plain` looks every block up afresh.
+struct Twins {
+    fast: MockWorker,
+    plain: MockWorker,
+    outs: [PassOutput; 2],
+    ends: [Vec<SimTime>; 2],
+    met: Met,
+}
+
+impl Twins {
+    fn new(args: EngineArgs, publish_generated: bool) -> Twins {
+        let mut fast = MockWorker::new(args.clone(), WorkerWithDpRank::new(0, 0));
+        let mut plain = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        plain.set_plain_lookups();
+        for w in [&mut fast, &mut plain] {
+            w.set_publish_generated_blocks(publish_generated);
+        }
+        let (outs, ends) = (Default::default(), Default::default());
+        let met = Met::default();
+        Twins {
+            fast,
+            plain,
+            outs,
+            ends,
+            met,
+        }
+    }
+
+    fn add(&mut self, now: u64, req: &MockRequest) {
+        for w in [&mut self.fast, &mut self.plain] {
+            w.add_request(SimTime::from_ns(now), req.clone()).unwrap();
+        }
+    }
+
+    /// Cancels the waiting head (even `mv`) or the newest running request (odd).
+    fn cancel(&mut self, mv: u8) {
+        let victim = match mv % 2 {
+            0 => self.fast.waiting_ids().next(),
+            _ => self.fast.running_ids().last(),
+        };
+        if let Some(id) = victim {
+            let plain = self.plain.remove_request(id);
+            assert_eq!(self.fast.remove_request(id), plain);
+            self.met.cancellations += 1;
+        }
+    }
+
+    /// Plans a quiet run on both and applies part of it, or runs a formed pass, as `mv`
+    /// picks; returns when the step ends.
+    fn step(&mut self, now: u64, mv: u8) -> u64 {
+        let start = SimTime::from_ns(now);
+        let max_passes = 1 + usize::from(mv / 2 % 8);
+        let [fast_ends, plain_ends] = &mut self.ends;
+        self.fast.plan_quiet_passes(start, max_passes, fast_ends);
+        self.plain.plan_quiet_passes(start, max_passes, plain_ends);
+        assert_eq!(fast_ends, plain_ends, "quiet runs differ");
+        if !fast_ends.is_empty() && !mv.is_multiple_of(3) {
+            let count = 1 + usize::from(mv) % fast_ends.len();
+            let end = fast_ends[count - 1];
+            self.fast.apply_quiet_passes(count as u64, end);
+            self.plain.apply_quiet_passes(count as u64, end);
+            self.met.quiet_passes += count as u64;
+            return end.as_ns();
+        }
+        let [fast_out, plain_out] = &mut self.outs;
+        let end = self.fast.execute_pass(start, fast_out);
+        assert_eq!(end, self.plain.execute_pass(start, plain_out));
+        assert_eq!(fast_out, plain_out, "passes at {now} differ");
+        let reused = fast_out.admitted.iter().filter(|a| a.reused_tokens > 0);
+        self.met.reused_admissions += reused.count() as u64;
+        self.met.preemptions += fast_out.preempted.len() as u64;
+        for e in &fast_out.kv_events {
+            if let KvEventData::Removed { blocks } = &e.data {
+                self.met.removed_blocks += blocks.len() as u64;
+            }
+        }
+        end.as_ns()
+    }
+}
+
+/// Runs one stream through [`Twins`]. `moves` picks each step: a formed pass or a planned
+/// quiet run (part of it applied), after cancelling the waiting head or the newest running
+/// request first on some. After every step both ranks must have produced the same output
+/// (admissions, reused tokens, events, preemptions, quiet-run ends) and hold the same state
+/// (requests, blocks, pool index, LRU order).
+fn run_both(args: EngineArgs, specs: &[Spec], moves: &[u8], publish_generated: bool) -> Met {
+    let bs = args.block_size;
+    let mut twins = Twins::new(args, publish_generated);
+    let mut arrivals = Vec::new();
+    let mut t = 0u64;
+    for (i, (gap, segs, out)) in specs.iter().enumerate() {
+        t += gap;
+        arrivals.push((t, build(i as u64, segs, *out, bs)));
+    }
+    let (mut next, mut now) = (0usize, 0u64);
+    let work: u64 = arrivals
+        .iter()
+        .map(|(_, r)| 4 * (r.prompt_tokens + r.max_output_tokens))
+        .sum();
+    for step in 0..10_000 + work {
+        while next < arrivals.len() && arrivals[next].0 <= now {
+            twins.add(now, &arrivals[next].1);
+            next += 1;
+        }
+        let mv = moves[step as usize % moves.len()];
+        if mv.is_multiple_of(11) {
+            twins.cancel(mv);
+        }
+        if !twins.fast.has_work() {
+            match arrivals.get(next) {
+                Some(a) => now = a.0,
+                None => break,
+            }
+            continue;
+        }
+        now = twins.step(now, mv);
+        let fast = &twins.fast;
+        fast.check_invariants()
+            .unwrap_or_else(|e| panic!("after step {step} at {now}: {e}"));
+        fast.assert_same_state(&twins.plain);
+    }
+    assert!(!twins.fast.has_work(), "work left after the step budget");
+    assert_eq!(
+        twins.plain.probe_reuses(),
+        0,
+        "the plain rank keeps no probe"
+    );
+    twins.met.probe_reuses = twins.fast.probe_reuses();
+    twins.met
+}
+
 proptest! {
     // Failures print their minimal input; nothing is persisted outside src/mocker.
     #![proptest_config(ProptestConfig {
@@ -195,6 +340,56 @@ proptest! {
     fn random_streams_keep_invariants_and_finish(args in engine(), specs in requests()) {
         run(args, specs);
     }
+
+    #[test]
+    fn issue_14_reusing_prefix_probes_changes_nothing(
+        args in engine(),
+        specs in requests(),
+        moves in proptest::collection::vec(any::<u8>(), 1..64),
+        publish_generated in any::<bool>(),
+    ) {
+        run_both(args, &specs, &moves, publish_generated);
+    }
+}
+
+#[test]
+fn issue_14_the_probe_differential_meets_reuse_preemption_and_eviction() {
+    // The property above is only as good as what its streams reach: a fixed sample of them,
+    // on a pool small enough to preempt and evict, must reuse kept probes, admit with cached
+    // prefixes, preempt, evict published blocks, skip quiet passes and cancel.
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = (
+        requests(),
+        proptest::collection::vec(any::<u8>(), 1..64),
+        any::<bool>(),
+    );
+    let mut total = Met::default();
+    for _ in 0..64 {
+        let (specs, moves, publish) = strategy.new_tree(&mut runner).unwrap().current();
+        let args = EngineArgs {
+            block_size: 16,
+            num_gpu_blocks: 48,
+            max_num_seqs: 4,
+            max_num_batched_tokens: 256,
+            ..EngineArgs::default()
+        };
+        let met = run_both(args, &specs, &moves, publish);
+        total.probe_reuses += met.probe_reuses;
+        total.reused_admissions += met.reused_admissions;
+        total.preemptions += met.preemptions;
+        total.removed_blocks += met.removed_blocks;
+        total.quiet_passes += met.quiet_passes;
+        total.cancellations += met.cancellations;
+    }
+    let counts = [
+        total.probe_reuses,
+        total.reused_admissions,
+        total.preemptions,
+        total.removed_blocks,
+        total.quiet_passes,
+        total.cancellations,
+    ];
+    assert!(counts.iter().all(|&n| n > 0), "{total:?}");
 }
 
 #[test]

@@ -309,6 +309,26 @@ enum Decision {
     Reject(RejectReason),
 }
 
+/// The waiting head's last prefix probe, kept so that asking again (every formed pass and
+/// every quiet-run plan while the head waits) costs no walk of its prefix while nothing the
+/// answer depends on has changed, and so that admitting it takes the blocks the probe found
+/// without looking each up again.
+#[derive(Debug, Default)]
+struct HeadProbe {
+    /// The request probed; None when no probe is kept.
+    slot: Option<Slot>,
+    /// The probe's block limit (see `prefix_hit`).
+    limit: u64,
+    /// What it found.
+    hit: PrefixMatch,
+    /// The blocks of the hit's leading blocks, in chain order.
+    ids: Vec<BlockId>,
+    /// The pool's `watch_changes` when the probe was made: its answer stands while equal.
+    changes: u64,
+    /// The pool's `primary_changes` when `ids` were last known to be what lookups find.
+    primaries: u64,
+}
+
 /// Mutable state of one pass being formed.
 struct PassState {
     budget: u64,
@@ -344,6 +364,12 @@ pub struct MockWorker {
     /// Decode durations of recent batches (see `decode_duration`): the rank's own, or one
     /// shared by the ranks of a pool (same engine).
     decode_memo: Rc<RefCell<DecodeMemo>>,
+    head_probe: HeadProbe,
+    /// Keep and hand on prefix probes (`head_probe`); off only to check that it changes
+    /// nothing.
+    reuse_probes: bool,
+    /// Admission decisions answered from the kept probe.
+    probe_reuses: u64,
 }
 
 /// Decode-step durations by batch, remembered for one engine configuration: the duration is
@@ -464,6 +490,9 @@ impl MockWorker {
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
             decode_memo: Rc::new(RefCell::new(decode_memo)),
+            head_probe: HeadProbe::default(),
+            reuse_probes: true,
+            probe_reuses: 0,
         }
     }
 
@@ -474,6 +503,14 @@ impl MockWorker {
     /// simulator's quiet-pass skipping relies on.
     pub fn set_publish_generated_blocks(&mut self, publish: bool) {
         self.publish_generated_blocks = publish;
+    }
+
+    /// Looks every cached block up afresh instead of reusing the waiting head's last probe
+    /// and the blocks it found: the plain path the reuse must match exactly.
+    #[cfg(test)]
+    pub(crate) fn set_plain_lookups(&mut self) {
+        self.reuse_probes = false;
+        self.head_probe.slot = None;
     }
 
     /// A hint: make room for `blocks` cached blocks up front (see [`KvPool::reserve`]).
@@ -516,6 +553,12 @@ impl MockWorker {
     /// Cached KV blocks held by nobody.
     pub fn inactive_blocks(&self) -> u64 {
         self.pool.inactive_blocks()
+    }
+
+    /// Admission decisions answered from the waiting head's kept prefix probe instead of a
+    /// fresh walk of its prefix.
+    pub fn probe_reuses(&self) -> u64 {
+        self.probe_reuses
     }
 
     /// Preemptions since the rank started.
@@ -647,6 +690,9 @@ impl MockWorker {
 
     /// Frees the slot of a request that left the rank (it holds no blocks any more).
     fn forget(&mut self, slot: Slot) {
+        if self.head_probe.slot == Some(slot) {
+            self.head_probe.slot = None;
+        }
         let r = self.req_mut(slot);
         r.live = false;
         let id = r.id;
@@ -1030,6 +1076,9 @@ impl MockWorker {
     /// block-aligned sequence reuses all but its last block (1.6.1: 960 of 1024 tokens); a
     /// request with nothing to generate (`max_output_tokens` 0) reuses every cached full
     /// block (1.6.1: all 192 tokens of a cached 3-block prompt, and no prefill).
+    ///
+    /// The answer and the blocks found are kept in `head_probe` and reused while the pool
+    /// reports no change that could alter them (a waiting request's sequence is fixed).
     fn prefix_hit(&mut self, slot: Slot) -> PrefixMatch {
         if !self.args.enable_prefix_caching {
             return PrefixMatch::default();
@@ -1041,9 +1090,32 @@ impl MockWorker {
             true => r.seq_len() / bs,
             false => (r.seq_len() - 1) / bs,
         };
+        let probe = &mut self.head_probe;
+        if !self.reuse_probes {
+            ensure_hashes(r, limit as usize);
+            let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
+            return self.pool.match_prefix(hashes, limit);
+        }
+        if probe.slot == Some(slot)
+            && probe.limit == limit
+            && probe.changes == self.pool.watch_changes()
+        {
+            self.probe_reuses += 1;
+            probe.primaries = self.pool.primary_changes();
+            #[cfg(test)]
+            check_probe(&self.pool, r, probe);
+            return probe.hit;
+        }
         ensure_hashes(r, limit as usize);
         let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
-        self.pool.match_prefix(hashes, limit)
+        probe.hit = self
+            .pool
+            .match_prefix_watched(hashes, limit, &mut probe.ids);
+        probe.slot = Some(slot);
+        probe.limit = limit;
+        probe.changes = self.pool.watch_changes();
+        probe.primaries = self.pool.primary_changes();
+        probe.hit
     }
 
     /// Schedules one request's next tokens. `cached_tokens` is Some for a request being
@@ -1105,6 +1177,8 @@ impl MockWorker {
             pass.batch.total_prefix += prompt_before;
         }
         if cached_tokens.is_some() {
+            // Admitted: its probe is spent (it now holds the blocks, which changes them).
+            self.head_probe.slot = None;
             let readmission = r.phase == RequestPhase::Preempted;
             r.phase = RequestPhase::Running;
             r.max_reused = r.max_reused.max(cached);
@@ -1155,9 +1229,23 @@ impl MockWorker {
         );
         let reuse_end = want.min(cached_blocks as usize);
         ensure_hashes(r, reuse_end);
+        // The blocks the admission probe found, if they are still what lookups would find.
+        let probe = &self.head_probe;
+        let found = match probe.slot == Some(slot)
+            && probe.ids.len() >= reuse_end
+            && probe.primaries == self.pool.primary_changes()
+        {
+            true => &probe.ids[..reuse_end],
+            false => &[][..],
+        };
+        #[cfg(test)]
+        check_found(&self.pool, r, found);
         let mut inactive_hits = 0;
         for index in have..reuse_end {
-            inactive_hits += u64::from(self.pool.is_inactive(block_hash(r, index)));
+            inactive_hits += u64::from(match found.get(index) {
+                Some(&id) => self.pool.refcount(id) == 0,
+                None => self.pool.is_inactive(block_hash(r, index)),
+            });
         }
         let fresh = (want - have.max(reuse_end).min(want)) as u64;
         if fresh > self.pool.free_blocks() + self.pool.inactive_blocks() - inactive_hits {
@@ -1166,10 +1254,15 @@ impl MockWorker {
         // One block per iteration, up to `want`: bounded.
         while r.blocks.len() < want {
             let index = r.blocks.len();
-            let reused = if (index as u64) < cached_blocks {
-                self.pool.acquire(block_hash(r, index))
-            } else {
-                None
+            // Every found block is taken before any fresh one (which may evict), so the found
+            // ids stay valid through the loop.
+            let reused = match found.get(index) {
+                Some(&id) => {
+                    self.pool.acquire_id(id);
+                    Some(id)
+                }
+                None if (index as u64) < cached_blocks => self.pool.acquire(block_hash(r, index)),
+                None => None,
             };
             match reused {
                 Some(block) => {
@@ -1412,6 +1505,30 @@ impl MockWorker {
         }
     }
 
+    /// Asserts that `other` is in exactly the same state: queues, every live request's
+    /// progress and blocks, and the pool (tests comparing two ways to reach a state).
+    #[cfg(test)]
+    pub(crate) fn assert_same_state(&self, other: &MockWorker) {
+        self.pool.assert_same_state(&other.pool);
+        assert_eq!(self.waiting, other.waiting, "waiting queues differ");
+        assert_eq!(self.running, other.running, "running queues differ");
+        assert_eq!(
+            self.free_slots, other.free_slots,
+            "free request slots differ"
+        );
+        let progress = |w: &MockWorker| {
+            let live = w.reqs.iter().filter(|r| r.live);
+            live.map(|r| {
+                let counts = (r.generated, r.computed, r.registered, r.preemptions);
+                (r.id, r.phase, counts, r.max_reused, r.blocks.clone())
+            })
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(progress(self), progress(other), "requests differ");
+        assert_eq!(self.next_event_id, other.next_event_id);
+        assert_eq!(self.preemptions_total, other.preemptions_total);
+    }
+
     fn check_request(&self, r: &Req) -> Result<(), String> {
         let id = r.id;
         if r.computed > r.seq_len() {
@@ -1455,6 +1572,30 @@ fn ensure_hashes(r: &mut Req, count: usize) {
         bytes[16..].copy_from_slice(b"gen-blk\0");
         let local = xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, hashing::XXH3_SEED);
         r.gen_hashes.push(hashing::chain(parent, local));
+    }
+}
+
+/// Test builds check every reused probe against a fresh one.
+#[cfg(test)]
+fn check_probe(pool: &KvPool, r: &Req, probe: &HeadProbe) {
+    let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
+    assert_eq!(
+        pool.match_prefix(hashes, probe.limit),
+        probe.hit,
+        "a kept probe differs from a fresh one"
+    );
+    check_found(pool, r, &probe.ids);
+}
+
+/// Test builds check that handed-on block ids are what lookups find.
+#[cfg(test)]
+fn check_found(pool: &KvPool, r: &Req, found: &[BlockId]) {
+    for (index, &id) in found.iter().enumerate() {
+        assert_eq!(
+            pool.lookup(block_hash(r, index)),
+            Some(id),
+            "a handed-on block is not what a lookup finds"
+        );
     }
 }
 
@@ -1866,6 +2007,100 @@ mod tests {
             w.check_invariants().unwrap();
         }
         assert!(!w.has_work(), "request 1 ran to its end");
+    }
+
+    /// A request of `runs` (token, count) whose hashes use 16-token blocks.
+    fn tokens_req(id: u64, runs: &[(u32, usize)], output: u64) -> MockRequest {
+        let tokens: Vec<u32> = runs
+            .iter()
+            .flat_map(|&(t, n)| std::iter::repeat_n(t, n))
+            .collect();
+        MockRequest {
+            id: RequestId(id),
+            prompt_tokens: tokens.len() as u64,
+            prompt_hashes: hashing::sequence_hashes(&tokens, 16).into(),
+            max_output_tokens: output,
+        }
+    }
+
+    /// 16-token blocks, 8 of them: request 0 of [`tokens_req`] `(5, 48), (6, 60)` holds 7
+    /// while it runs, leaving one.
+    fn small_pool_args() -> EngineArgs {
+        args_with(|a| {
+            a.block_size = 16;
+            a.num_gpu_blocks = 8;
+        })
+    }
+
+    #[test]
+    fn issue_14_a_waiting_heads_probe_is_reused_until_its_blocks_change() {
+        let mut fast = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
+        let mut plain = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
+        plain.set_plain_lookups();
+        let (mut out, mut plain_out) = (PassOutput::default(), PassOutput::default());
+        let mut now = SimTime::ZERO;
+        let mut admitted = None;
+        // Request 1 shares request 0's first 3 blocks but needs 3 more: it waits until
+        // request 0 completes (releasing the blocks it found), then reuses those 48 tokens.
+        // Bounded: request 0 needs 21 passes.
+        for pass in 0..40 {
+            let arrivals = match pass {
+                0 => vec![tokens_req(0, &[(5, 48), (6, 60)], 20)],
+                1 => vec![tokens_req(1, &[(5, 48), (8, 40)], 2)],
+                _ => vec![],
+            };
+            for req in arrivals {
+                fast.add_request(now, req.clone()).unwrap();
+                plain.add_request(now, req).unwrap();
+            }
+            if !fast.has_work() {
+                break;
+            }
+            let end = fast.execute_pass(now, &mut out);
+            assert_eq!(end, plain.execute_pass(now, &mut plain_out));
+            assert_eq!(out, plain_out, "pass {pass}");
+            fast.assert_same_state(&plain);
+            if let Some(a) = out.admitted.iter().find(|a| a.id == RequestId(1)) {
+                admitted = Some((pass, a.reused_tokens, fast.probe_reuses()));
+            }
+            now = end;
+        }
+        assert!(!fast.has_work());
+        // Request 0 completes in pass 19. Request 1 is asked about in every pass from 1 on:
+        // its prefix is walked in pass 1, answered from the kept probe in passes 2 to 19
+        // (request 0's decoding touches none of its blocks), and walked again in pass 20,
+        // once the blocks it found went inactive.
+        assert_eq!(admitted, Some((20, 48, 18)));
+    }
+
+    #[test]
+    fn issue_14_a_cancelled_heads_probe_is_not_reused_for_the_request_taking_its_slot() {
+        let mut w = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
+        let mut out = PassOutput::default();
+        w.add_request(SimTime::ZERO, tokens_req(0, &[(5, 48), (6, 60)], 20))
+            .unwrap();
+        let mut now = w.execute_pass(SimTime::ZERO, &mut out);
+        // Request 1 shares nothing and needs 3 blocks of the 1 left: it waits, and its
+        // probe (no block found) is kept.
+        w.add_request(now, tokens_req(1, &[(7, 48)], 2)).unwrap();
+        now = w.execute_pass(now, &mut out);
+        assert!(out.admitted.is_empty());
+        assert_eq!(
+            w.remove_request(RequestId(1)).map(|v| v.phase),
+            Some(RequestPhase::Waiting)
+        );
+        // Request 2 takes its slot with a sequence just as long, 2 of whose 3 blocks request 0
+        // holds: it needs one more block, which is free. Nothing in the pool changed, so only
+        // forgetting request 1's probe stops its answer (wait) being given to request 2.
+        w.add_request(now, tokens_req(2, &[(5, 48)], 2)).unwrap();
+        w.execute_pass(now, &mut out);
+        let admitted: Vec<_> = out
+            .admitted
+            .iter()
+            .map(|a| (a.id, a.reused_tokens))
+            .collect();
+        assert_eq!(admitted, vec![(RequestId(2), 32)]);
+        w.check_invariants().unwrap();
     }
 
     fn run_all(w: &mut MockWorker, mut now: u64) -> Vec<(u64, PassOutput)> {
