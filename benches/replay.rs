@@ -334,7 +334,7 @@ fn main() {
             assert!(status.success(), "routersim replay failed");
         });
         print!(
-            "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; routersim pipeline {:.0} ms, process {:.0} ms",
+            "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; routersim pipeline {:.1} ms, process {:.1} ms",
             case.name,
             result.records.len(),
             case.workers,

@@ -20,12 +20,13 @@ use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{
-    self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool,
+    self, Arrival, InvariantViolation, PromptHashes, RouterMode, SimConfig, SimResult,
+    TransportDelays, WorkerPool,
 };
 use crate::time::{SimDuration, SimTime};
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader};
-use crate::workload::{RequestSpec, jitter_arrivals};
+use crate::workload::{RequestSpec, UniformBlockHashes, jitter_arrivals};
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -537,7 +538,7 @@ fn replay_trace(
         TraceReader::new(open_trace(path)?, &name, block_size).with_speedup_ratio(speedup_ratio);
     // The simulator only borrows the pass, so its verdict can be read after the run.
     let mut rows = OnePass::new(reader, order);
-    let result = sim::run(config.clone(), &mut rows);
+    let result = run_reading_ahead(config, &mut rows);
     match rows.verdict() {
         PassVerdict::Valid => result.map_err(RunError::Bug),
         PassVerdict::Invalid(e) => Err(RunError::Input(e.to_string())),
@@ -550,6 +551,47 @@ fn replay_trace(
             sim::run(config.clone(), sorted).map_err(RunError::Bug)
         }
     }
+}
+
+/// Rows the reader thread hands on in one message, so that the hand-off costs little per row.
+const READ_AHEAD_BATCH_ROWS: usize = 64;
+
+/// Batches the reader thread may be ahead of the simulation: bounds the memory read ahead.
+const READ_AHEAD_BATCHES: usize = 4;
+
+/// Runs `config` over the rows of `rows`, which a second thread reads, validates and hashes
+/// (each prompt's block hashes) ahead of the simulation, in order: that work leaves the
+/// simulation's critical path, and nothing else changes. The reader stops at the end of
+/// the rows, or when the simulation stops taking them; its pass's verdict is then what it
+/// read, a few batches beyond the simulation at most (which only decides earlier what the
+/// fallback scan would decide).
+fn run_reading_ahead<R: std::io::BufRead + Send>(
+    config: &SimConfig,
+    rows: &mut OnePass<R>,
+) -> Result<SimResult, InvariantViolation> {
+    let block_size = config.block_size();
+    std::thread::scope(|scope| {
+        let (batches, arrivals) = std::sync::mpsc::sync_channel(READ_AHEAD_BATCHES);
+        scope.spawn(move || {
+            let mut known = UniformBlockHashes::default();
+            let mut batch = Vec::with_capacity(READ_AHEAD_BATCH_ROWS);
+            for spec in rows {
+                let hashes = spec.block_hashes_with(block_size, &mut known).into();
+                let hashes = Some(PromptHashes { block_size, hashes });
+                batch.push(Arrival { spec, hashes });
+                if batch.len() == READ_AHEAD_BATCH_ROWS {
+                    let full =
+                        std::mem::replace(&mut batch, Vec::with_capacity(READ_AHEAD_BATCH_ROWS));
+                    if batches.send(full).is_err() {
+                        return; // the simulation stopped taking rows
+                    }
+                }
+            }
+            // The last, partial batch; the simulation may have stopped already.
+            let _ = batches.send(batch);
+        });
+        sim::run_arrivals(config.clone(), arrivals.into_iter().flatten())
+    })
 }
 
 /// The requests of a trace `summary` validated, in arrival order, timestamps divided by

@@ -43,7 +43,7 @@ use crate::scheduling::scheduler::{
     Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
 };
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
-use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
+use crate::scheduling::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{RequestSpec, UniformBlockHashes};
 use rand::RngExt;
@@ -499,9 +499,31 @@ struct System {
     uniform_hashes: UniformBlockHashes,
 }
 
+/// A request on its way into a run, with its prompt's block hashes if they were computed
+/// ahead (by a reader thread, off the simulation's critical path). Hashes computed for
+/// another block size than the run's are computed again.
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    pub spec: RequestSpec,
+    pub hashes: Option<PromptHashes>,
+}
+
+/// [`RequestSpec::block_hashes`] of a prompt, for `block_size`.
+#[derive(Clone, Debug)]
+pub struct PromptHashes {
+    pub block_size: u64,
+    pub hashes: Arc<[SeqHash]>,
+}
+
+impl From<RequestSpec> for Arrival {
+    fn from(spec: RequestSpec) -> Arrival {
+        Arrival { spec, hashes: None }
+    }
+}
+
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
 /// issues the next request whenever one ends.
-struct Feed<I: Iterator<Item = RequestSpec>> {
+struct Feed<I: Iterator<Item = Arrival>> {
     requests: std::iter::Peekable<I>,
     closed: Option<ClosedLoop>,
     /// Requests issued so far (closed loop).
@@ -510,7 +532,7 @@ struct Feed<I: Iterator<Item = RequestSpec>> {
     clock: SimTime,
 }
 
-impl<I: Iterator<Item = RequestSpec>> Feed<I> {
+impl<I: Iterator<Item = Arrival>> Feed<I> {
     fn new(requests: I, closed: Option<ClosedLoop>) -> Self {
         Feed {
             requests: requests.peekable(),
@@ -523,7 +545,7 @@ impl<I: Iterator<Item = RequestSpec>> Feed<I> {
     /// When the next request arrives, `ended` requests having ended so far.
     fn next_time(&mut self, ended: u64) -> Option<SimTime> {
         match self.closed {
-            None => self.requests.peek().map(|r| r.arrival),
+            None => self.requests.peek().map(|r| r.spec.arrival),
             Some(closed) => self
                 .can_issue(closed, self.clock, ended)
                 .then_some(self.clock),
@@ -531,18 +553,18 @@ impl<I: Iterator<Item = RequestSpec>> Feed<I> {
     }
 
     /// The next request arriving at `now`, if any (a closed loop's with `now` as arrival).
-    fn next_at(&mut self, now: SimTime, ended: u64) -> Option<RequestSpec> {
+    fn next_at(&mut self, now: SimTime, ended: u64) -> Option<Arrival> {
         self.clock = now;
         let Some(closed) = self.closed else {
-            return self.requests.next_if(|r| r.arrival == now);
+            return self.requests.next_if(|r| r.spec.arrival == now);
         };
         if !self.can_issue(closed, now, ended) {
             return None;
         }
-        let mut spec = self.requests.next()?;
-        spec.arrival = now;
+        let mut next = self.requests.next()?;
+        next.spec.arrival = now;
         self.issued += 1;
-        Some(spec)
+        Some(next)
     }
 
     /// Whether a closed loop may issue at `now`: a slot is free, issuing has not stopped,
@@ -601,7 +623,15 @@ pub fn run(
     config: SimConfig,
     requests: impl Iterator<Item = RequestSpec>,
 ) -> Result<SimResult, InvariantViolation> {
-    run_with(config, requests, Stepping::SkipQuiet)
+    run_arrivals(config, requests.map(Arrival::from))
+}
+
+/// [`run`] over arrivals whose prompts may come hashed already (see [`Arrival`]).
+pub fn run_arrivals(
+    config: SimConfig,
+    arrivals: impl Iterator<Item = Arrival>,
+) -> Result<SimResult, InvariantViolation> {
+    simulate(config, arrivals, Stepping::SkipQuiet, false).map(|(result, _)| result)
 }
 
 /// [`run`], stepping workers as `stepping` says.
@@ -610,7 +640,7 @@ pub fn run_with(
     requests: impl Iterator<Item = RequestSpec>,
     stepping: Stepping,
 ) -> Result<SimResult, InvariantViolation> {
-    simulate(config, requests, stepping, false).map(|(result, _)| result)
+    simulate(config, requests.map(Arrival::from), stepping, false).map(|(result, _)| result)
 }
 
 /// Every KV event the router applied, with when (kept only when asked: for tests).
@@ -628,7 +658,7 @@ pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
 
 fn simulate(
     config: SimConfig,
-    requests: impl Iterator<Item = RequestSpec>,
+    requests: impl Iterator<Item = Arrival>,
     stepping: Stepping,
     log_kv: bool,
 ) -> Result<(SimResult, KvLog), InvariantViolation> {
@@ -821,13 +851,13 @@ impl System {
         &mut self,
         now: SimTime,
         engine: &mut Engine<Event>,
-        requests: &mut Feed<impl Iterator<Item = RequestSpec>>,
+        requests: &mut Feed<impl Iterator<Item = Arrival>>,
     ) -> Result<(), StopReason> {
         while engine.queue().peek_time() == Some(now) {
             engine.step(self)?;
         }
-        while let Some(spec) = requests.next_at(now, self.ended) {
-            self.arrive(now, spec, engine.queue());
+        while let Some(arrival) = requests.next_at(now, self.ended) {
+            self.arrive(now, arrival, engine.queue());
         }
         for rank in std::mem::take(&mut self.starts_due) {
             self.start_pass(now, rank, engine.queue());
@@ -836,11 +866,16 @@ impl System {
         Ok(())
     }
 
-    fn arrive(&mut self, now: SimTime, spec: RequestSpec, queue: &mut EventQueue<Event>) {
+    fn arrive(&mut self, now: SimTime, arrival: Arrival, queue: &mut EventQueue<Event>) {
         let id = RequestId(self.records.len() as u64);
-        let hashes: Arc<[u64]> = spec
-            .block_hashes_with(self.config.block_size(), &mut self.uniform_hashes)
-            .into();
+        let block_size = self.config.block_size();
+        let spec = arrival.spec;
+        let hashes: Arc<[u64]> = match arrival.hashes {
+            Some(hashed) if hashed.block_size == block_size => hashed.hashes,
+            _ => spec
+                .block_hashes_with(block_size, &mut self.uniform_hashes)
+                .into(),
+        };
         self.records.push(RequestRecord {
             row: spec.row,
             policy_class: spec.policy_class.clone(),
@@ -1820,8 +1855,13 @@ policy_classes:
         seed: u64,
     ) -> Result<(), TestCaseError> {
         let run = |stepping| {
-            simulate(config.clone(), requests(case).into_iter(), stepping, true)
-                .map_err(|v| TestCaseError::fail(format!("{v}")))
+            simulate(
+                config.clone(),
+                requests(case).into_iter().map(Arrival::from),
+                stepping,
+                true,
+            )
+            .map_err(|v| TestCaseError::fail(format!("{v}")))
         };
         let (skipped, skipped_kv) = run(Stepping::SkipQuiet)?;
         let (stepped, stepped_kv) = run(Stepping::PassByPass)?;

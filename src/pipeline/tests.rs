@@ -258,8 +258,9 @@ fn issue_14_an_invalid_last_row_is_still_an_error_naming_its_line() {
 #[test]
 fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     // The last row is 1.5e12 ms after the first: within the bound as recorded, not slowed
-    // down a thousandfold.
-    let mut rows = sorted_trace(50);
+    // down a thousandfold. Far more rows than the reader thread reads ahead of the run, so
+    // a run stopped early leaves the pass undecided.
+    let mut rows = sorted_trace(2000);
     rows.push(
         r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
             .to_string(),
@@ -273,7 +274,7 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     };
     let scanned = scan_trace(path, *block_size, 1e-3).unwrap_err();
     assert!(
-        scanned.to_string().contains(":51: field `timestamp`"),
+        scanned.to_string().contains(":2001: field `timestamp`"),
         "{scanned}"
     );
     let slowed = spec.clone().with_replay_modes(None, 1e-3);
@@ -288,6 +289,31 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
         "the pass, then a scan for the rows the run did not read"
     );
     let reference = two_pass(&limited);
+    assert_eq!(
+        crate::report::requests_csv(&output.result),
+        crate::report::requests_csv(&reference.result)
+    );
+}
+
+#[test]
+fn issue_14_a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_trace() {
+    // 51 rows: fewer than the reader thread reads ahead, so it reaches the end (and so
+    // validates every row) although the run stops at 1 s; the result is the two-pass one.
+    let mut rows = sorted_trace(50);
+    rows.push(
+        r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
+            .to_string(),
+    );
+    let (_dir, mut limited) = replay_spec(&rows.join("\n"));
+    limited.config.limits.max_time = SimTime::from_ns(1_000_000_000);
+    let (output, opens) = execute_counting_opens(&limited);
+    let output = output.unwrap();
+    assert_eq!(opens, 1, "the pass read every row: no scan");
+    let reference = two_pass(&limited);
+    assert!(
+        output.result.records.len() < rows.len(),
+        "the run stopped early"
+    );
     assert_eq!(
         crate::report::requests_csv(&output.result),
         crate::report::requests_csv(&reference.result)
