@@ -1251,6 +1251,8 @@ impl MockWorker {
         if fresh > self.pool.free_blocks() + self.pool.inactive_blocks() - inactive_hits {
             return false;
         }
+        // One allocation for a prefill chunk's blocks, not one per doubling.
+        r.blocks.reserve(want - have);
         // One block per iteration, up to `want`: bounded.
         while r.blocks.len() < want {
             let index = r.blocks.len();
