@@ -257,15 +257,9 @@ fn issue_14_an_invalid_last_row_is_still_an_error_naming_its_line() {
 
 #[test]
 fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
-    // The last row is 1.5e12 ms after the first: within the bound as recorded, not slowed
-    // down a thousandfold. Far more rows than the reader thread reads ahead of the run, so
-    // a run stopped early leaves the pass undecided.
-    let mut rows = sorted_trace(2000);
-    rows.push(
-        r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
-            .to_string(),
-    );
-    let (_dir, spec) = replay_spec(&rows.join("\n"));
+    // Far more rows than the reader thread reads ahead of the run, so a run stopped early
+    // leaves the pass undecided.
+    let (_dir, spec) = replay_spec(&with_a_far_last_row(sorted_trace(2000)).join("\n"));
     let RequestSource::Trace {
         path, block_size, ..
     } = &spec.source
@@ -299,11 +293,7 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
 fn issue_14_a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_trace() {
     // 51 rows: fewer than the reader thread reads ahead, so it reaches the end (and so
     // validates every row) although the run stops at 1 s; the result is the two-pass one.
-    let mut rows = sorted_trace(50);
-    rows.push(
-        r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
-            .to_string(),
-    );
+    let rows = with_a_far_last_row(sorted_trace(50));
     let (_dir, mut limited) = replay_spec(&rows.join("\n"));
     limited.config.limits.max_time = SimTime::from_ns(1_000_000_000);
     let (output, opens) = execute_counting_opens(&limited);
@@ -318,4 +308,14 @@ fn issue_14_a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_tra
         crate::report::requests_csv(&output.result),
         crate::report::requests_csv(&reference.result)
     );
+}
+
+/// `rows` and a last row 1.5e12 ms after the first: within the time bound as recorded, not
+/// slowed down a thousandfold.
+fn with_a_far_last_row(mut rows: Vec<String>) -> Vec<String> {
+    rows.push(
+        r#"{"timestamp": 1.5e12, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#
+            .to_string(),
+    );
+    rows
 }
