@@ -39,6 +39,9 @@ struct Slot {
     next: u32,
 }
 
+/// Emptied event block lists a pool keeps for reuse.
+const SPARE_BLOCK_LISTS: usize = 64;
+
 /// How much of a block-hash chain the pool already holds.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrefixMatch {
@@ -64,6 +67,9 @@ pub struct KvPool {
     inactive: u64,
     events_enabled: bool,
     events: Vec<KvEventData>,
+    /// Emptied block lists of applied events, for the next events to fill (bounded by
+    /// [`SPARE_BLOCK_LISTS`]).
+    spare_block_lists: Vec<Vec<SeqHash>>,
     /// The stamp of the current watched probe: the blocks it found carry it.
     watch_stamp: u16,
     /// The hash just past the watched prefix, whose registration would lengthen it.
@@ -95,6 +101,7 @@ impl KvPool {
             inactive: 0,
             events_enabled,
             events: Vec::new(),
+            spare_block_lists: Vec::new(),
             watch_stamp: 0,
             watch_next: None,
             watch_changes: 0,
@@ -342,6 +349,29 @@ impl KvPool {
         }
     }
 
+    /// Takes back the block lists of events the router has applied, so that later events
+    /// reuse their memory instead of allocating afresh.
+    pub fn recycle_events(&mut self, events: impl Iterator<Item = KvEventData>) {
+        for data in events {
+            let (KvEventData::Stored { mut blocks, .. } | KvEventData::Removed { mut blocks }) =
+                data
+            else {
+                continue;
+            };
+            if self.spare_block_lists.len() < SPARE_BLOCK_LISTS {
+                blocks.clear();
+                self.spare_block_lists.push(blocks);
+            }
+        }
+    }
+
+    /// An empty block list for a new event.
+    fn new_block_list(&mut self) -> Vec<SeqHash> {
+        self.spare_block_lists
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(EVENT_BLOCKS_CAPACITY))
+    }
+
     /// Moves the recorded events into `out` (appending), leaving the pool's buffer empty.
     pub fn drain_events_into(&mut self, out: &mut Vec<KvEventData>) {
         out.append(&mut self.events);
@@ -563,7 +593,7 @@ impl KvPool {
             blocks.push(hash);
             return;
         }
-        let mut blocks = Vec::with_capacity(EVENT_BLOCKS_CAPACITY);
+        let mut blocks = self.new_block_list();
         blocks.push(hash);
         self.events.push(KvEventData::Stored { parent, blocks });
     }
@@ -576,7 +606,7 @@ impl KvPool {
             blocks.push(hash);
             return;
         }
-        let mut blocks = Vec::with_capacity(EVENT_BLOCKS_CAPACITY);
+        let mut blocks = self.new_block_list();
         blocks.push(hash);
         self.events.push(KvEventData::Removed { blocks });
     }
@@ -590,6 +620,34 @@ mod tests {
         let mut out = Vec::new();
         pool.drain_events_into(&mut out);
         out
+    }
+
+    #[test]
+    fn recycled_event_lists_carry_only_their_new_blocks_and_are_kept_bounded() {
+        let mut pool = KvPool::new(8, true);
+        store_chain(&mut pool, &[1, 2, 3]);
+        let first = drain(&mut pool);
+        pool.recycle_events(first.into_iter());
+        assert_eq!(pool.spare_block_lists.len(), 1);
+        let id = pool.allocate().unwrap();
+        pool.register(id, 9, None, true);
+        let second = drain(&mut pool);
+        assert_eq!(
+            second,
+            vec![KvEventData::Stored {
+                parent: None,
+                blocks: vec![9]
+            }]
+        );
+        assert!(
+            pool.spare_block_lists.is_empty(),
+            "the spare list was reused"
+        );
+        let many =
+            (0..2 * SPARE_BLOCK_LISTS as u64).map(|h| KvEventData::Removed { blocks: vec![h] });
+        pool.recycle_events(many.chain([KvEventData::Cleared]));
+        assert_eq!(pool.spare_block_lists.len(), SPARE_BLOCK_LISTS);
+        assert!(pool.spare_block_lists.iter().all(Vec::is_empty));
     }
 
     /// Allocates and registers a chain of blocks, as a prefill would.

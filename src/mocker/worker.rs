@@ -707,6 +707,9 @@ impl MockWorker {
             now >= self.last_pass_end,
             "a pass started before the previous one ended"
         );
+        // The previous pass's events have been applied by now: their lists are reused.
+        self.pool
+            .recycle_events(out.kv_events.drain(..).map(|event| event.data));
         out.clear();
         self.scheduled.clear();
         let mut pass = PassState {

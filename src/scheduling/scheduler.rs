@@ -31,6 +31,7 @@ use super::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::rng::{self, SimRng};
 use crate::time::SimTime;
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -1023,13 +1024,13 @@ impl Scheduler {
 
     /// The block identities booked for a request: its real hashes when the router assumes KV
     /// reuse, otherwise identities unique to the request; none when block tracking is off.
-    fn tracked_hashes(&self, request: &SchedulingRequest) -> Vec<SeqHash> {
+    fn tracked_hashes<'r>(&self, request: &'r SchedulingRequest) -> Cow<'r, [SeqHash]> {
         let router = &self.config.router;
         if !router.router_track_active_blocks {
-            return Vec::new();
+            return Cow::Borrowed(&[]);
         }
         if router.router_assume_kv_reuse {
-            return request.block_hashes.to_vec();
+            return Cow::Borrowed(&request.block_hashes);
         }
         (0..request.block_hashes.len() as u64)
             .map(|i| super::hashing::chain(Some(request.id.0 ^ 0x5eed_0000_0000_0000), i))
