@@ -340,8 +340,7 @@ impl KvPool {
         }
         self.active -= 1;
         if slot.registered {
-            let watched = slot.watch == self.watch_stamp;
-            self.watch_changes += u64::from(watched);
+            self.note_watched(id);
             self.inactive += 1;
             self.lru_push_tail(id);
         } else {

@@ -1096,8 +1096,7 @@ impl MockWorker {
         let probe = &mut self.head_probe;
         if !self.reuse_probes {
             ensure_hashes(r, limit as usize);
-            let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
-            return self.pool.match_prefix(hashes, limit);
+            return self.pool.match_prefix(known_hashes(r), limit);
         }
         if probe.slot == Some(slot)
             && probe.limit == limit
@@ -1110,10 +1109,9 @@ impl MockWorker {
             return probe.hit;
         }
         ensure_hashes(r, limit as usize);
-        let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
         probe.hit = self
             .pool
-            .match_prefix_watched(hashes, limit, &mut probe.ids);
+            .match_prefix_watched(known_hashes(r), limit, &mut probe.ids);
         probe.slot = Some(slot);
         probe.limit = limit;
         probe.changes = self.pool.watch_changes();
@@ -1562,6 +1560,12 @@ impl MockWorker {
     }
 }
 
+/// The request's full-block hashes derived so far, prompt blocks first (see
+/// [`ensure_hashes`]).
+fn known_hashes(r: &Req) -> impl Iterator<Item = SeqHash> + '_ {
+    r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied()
+}
+
 /// Makes sure the first `count` full-block hashes of a request exist, deriving hashes of
 /// blocks that hold generated tokens (unique to the request: Dynamo's output tokens are
 /// random, so nobody else can match them).
@@ -1583,9 +1587,8 @@ fn ensure_hashes(r: &mut Req, count: usize) {
 /// Test builds check every reused probe against a fresh one.
 #[cfg(test)]
 fn check_probe(pool: &KvPool, r: &Req, probe: &HeadProbe) {
-    let hashes = r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied();
     assert_eq!(
-        pool.match_prefix(hashes, probe.limit),
+        pool.match_prefix(known_hashes(r), probe.limit),
         probe.hit,
         "a kept probe differs from a fresh one"
     );
