@@ -1232,7 +1232,7 @@ impl System {
         }
         let slot = &mut self.ranks[rank];
         slot.output = output;
-        slot.output.clear();
+        slot.worker.take_back(&mut slot.output);
         if slot.worker.has_work() {
             self.starts_due.insert(rank);
         }

@@ -6,12 +6,14 @@
 //! *registered* under a sequence hash (a full, computed block that other requests can reuse).
 //! A registered block whose refcount drops to zero stays cached as *inactive* at the tail of an
 //! intrusive LRU list; allocation evicts from the head. Every operation is O(1) expected
-//! (one `FxHashMap` probe at most), and nothing allocates per token.
+//! (one hash-table probe at most), and nothing allocates per token.
 
 use crate::scheduling::types::{KvEventData, SeqHash};
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
 
 /// Index of a block slot in the pool.
 pub type BlockId = u32;
@@ -57,8 +59,11 @@ pub struct KvPool {
     capacity: u64,
     slots: Vec<Slot>,
     free: Vec<BlockId>,
-    /// The primary copy of each registered hash: the one prefix lookups find.
-    by_hash: FxHashMap<SeqHash, BlockId>,
+    /// The primary copy of each registered hash (the one prefix lookups find), as a block id
+    /// hashed by its slot's hash: 4 bytes an entry rather than 16, so that the index of a
+    /// full pool stays in the caches (a lookup that finds a block reads its slot anyway, and
+    /// an eviction compares ids alone). See [`Self::primary`].
+    by_hash: HashTable<BlockId>,
     /// Further copies of a hash, oldest first (two requests computed the same block).
     duplicates: FxHashMap<SeqHash, VecDeque<BlockId>>,
     lru_head: u32,
@@ -70,6 +75,10 @@ pub struct KvPool {
     /// Emptied block lists of applied events, for the next events to fill (bounded by
     /// [`SPARE_BLOCK_LISTS`]).
     spare_block_lists: Vec<Vec<SeqHash>>,
+    /// Registrations, then evictions, the caller expects next ([`Self::expect`]): the event
+    /// lists that record them make room for all at once instead of doubling again and again.
+    expected_stored: usize,
+    expected_removed: usize,
     /// The stamp of the current watched probe: the blocks it found carry it.
     watch_stamp: u16,
     /// The hash just past the watched prefix, whose registration would lengthen it.
@@ -93,7 +102,7 @@ impl KvPool {
             capacity,
             slots: Vec::new(),
             free: Vec::new(),
-            by_hash: FxHashMap::default(),
+            by_hash: HashTable::new(),
             duplicates: FxHashMap::default(),
             lru_head: NIL,
             lru_tail: NIL,
@@ -102,6 +111,8 @@ impl KvPool {
             events_enabled,
             events: Vec::new(),
             spare_block_lists: Vec::new(),
+            expected_stored: 0,
+            expected_removed: 0,
             watch_stamp: 0,
             watch_next: None,
             watch_changes: 0,
@@ -114,8 +125,11 @@ impl KvPool {
     pub fn reserve(&mut self, blocks: u64) {
         let room = blocks.min(self.capacity) as usize;
         self.slots.reserve(room.saturating_sub(self.slots.len()));
+        let slots = &self.slots;
         self.by_hash
-            .reserve(room.saturating_sub(self.by_hash.len()));
+            .reserve(room.saturating_sub(self.by_hash.len()), |&id| {
+                slot_hash(slots, id)
+            });
     }
 
     /// Total blocks the pool may hold.
@@ -145,14 +159,13 @@ impl KvPool {
 
     /// True if the block registered under `hash` is cached but held by nobody.
     pub fn is_inactive(&self, hash: SeqHash) -> bool {
-        self.by_hash
-            .get(&hash)
-            .is_some_and(|&id| self.slots[id as usize].refcount == 0)
+        self.primary(hash)
+            .is_some_and(|id| self.slots[id as usize].refcount == 0)
     }
 
     /// True if a block is registered under `hash` (active or inactive).
     pub fn contains(&self, hash: SeqHash) -> bool {
-        self.by_hash.contains_key(&hash)
+        self.primary(hash).is_some()
     }
 
     /// The longest run of leading `hashes` the pool holds, looking at most at `max_blocks`.
@@ -166,7 +179,7 @@ impl KvPool {
             .into_iter()
             .take(usize::try_from(max_blocks).unwrap_or(usize::MAX))
         {
-            let Some(&id) = self.by_hash.get(&hash) else {
+            let Some(id) = self.primary(hash) else {
                 break;
             };
             m.blocks += 1;
@@ -197,7 +210,7 @@ impl KvPool {
             .into_iter()
             .take(usize::try_from(max_blocks).unwrap_or(usize::MAX))
         {
-            let Some(&id) = self.by_hash.get(&hash) else {
+            let Some(id) = self.primary(hash) else {
                 self.watch_next = Some(hash);
                 break;
             };
@@ -210,6 +223,14 @@ impl KvPool {
             ids.push(id);
         }
         m
+    }
+
+    /// The primary copy of `hash`, if the pool holds it.
+    fn primary(&self, hash: SeqHash) -> Option<BlockId> {
+        let slots = &self.slots;
+        self.by_hash
+            .find(hash_of(hash), |&id| slots[id as usize].hash == hash)
+            .copied()
     }
 
     /// Moves whenever the answer of the last [`Self::match_prefix_watched`] may have changed.
@@ -225,13 +246,13 @@ impl KvPool {
 
     /// The block lookups find under `hash`, if any.
     pub fn lookup(&self, hash: SeqHash) -> Option<BlockId> {
-        self.by_hash.get(&hash).copied()
+        self.primary(hash)
     }
 
     /// Takes a reference to the registered block `hash`, reactivating it if it was inactive.
     /// None if the pool does not hold it.
     pub fn acquire(&mut self, hash: SeqHash) -> Option<BlockId> {
-        let id = *self.by_hash.get(&hash)?;
+        let id = self.primary(hash)?;
         self.add_ref(id);
         Some(id)
     }
@@ -295,7 +316,13 @@ impl KvPool {
         slot.registered = true;
         slot.published = publish;
         slot.hash = hash;
-        match self.by_hash.entry(hash) {
+        let slots = &self.slots;
+        let entry = self.by_hash.entry(
+            hash_of(hash),
+            |&other| slots[other as usize].hash == hash,
+            |&other| slot_hash(slots, other),
+        );
+        match entry {
             Entry::Occupied(_) => {
                 self.duplicates.entry(hash).or_default().push_back(id);
                 return id;
@@ -348,6 +375,14 @@ impl KvPool {
         }
     }
 
+    /// A hint: about `registrations` blocks will be registered and `evictions` evicted next
+    /// (a prefill chunk's), so the event lists recording them make room for that many at
+    /// once. Only memory depends on it.
+    pub fn expect(&mut self, registrations: usize, evictions: usize) {
+        self.expected_stored = registrations;
+        self.expected_removed = evictions;
+    }
+
     /// Takes back the block lists of events the router has applied, so that later events
     /// reuse their memory instead of allocating afresh.
     pub fn recycle_events(&mut self, events: impl Iterator<Item = KvEventData>) {
@@ -389,7 +424,7 @@ impl KvPool {
             if s.registered {
                 registered += 1;
                 let id = i as BlockId;
-                let primary = self.by_hash.get(&s.hash) == Some(&id);
+                let primary = self.primary(s.hash) == Some(id);
                 let duplicate = self
                     .duplicates
                     .get(&s.hash)
@@ -438,7 +473,11 @@ impl KvPool {
             p.slots.iter().map(fields).collect::<Vec<_>>()
         };
         let index = |p: &KvPool| {
-            let mut v: Vec<_> = p.by_hash.iter().map(|(&h, &id)| (h, id)).collect();
+            let mut v: Vec<_> = p
+                .by_hash
+                .iter()
+                .map(|&id| (p.slots[id as usize].hash, id))
+                .collect();
             v.sort_unstable();
             let mut d: Vec<_> = p.duplicates.iter().map(|(&h, q)| (h, q.clone())).collect();
             d.sort_unstable();
@@ -507,15 +546,15 @@ impl KvPool {
             false => self.duplicates.get_mut(&hash),
         };
         let mut removed = false;
-        match self.by_hash.entry(hash) {
-            Entry::Occupied(mut primary) if *primary.get() == id => {
+        match self.by_hash.find_entry(hash_of(hash), |&other| other == id) {
+            Ok(mut primary) => {
                 self.primary_changes += 1;
                 if self.slots[id as usize].watch == self.watch_stamp {
                     self.watch_changes += 1;
                 }
                 match dups.as_mut().and_then(|d| d.pop_front()) {
                     Some(next) => {
-                        primary.insert(next);
+                        *primary.get_mut() = next;
                     }
                     None => {
                         primary.remove();
@@ -523,7 +562,7 @@ impl KvPool {
                     }
                 }
             }
-            _ => {
+            Err(_) => {
                 if let Some(d) = dups.as_mut() {
                     d.retain(|&b| b != id);
                 }
@@ -585,14 +624,18 @@ impl KvPool {
         if !self.events_enabled {
             return;
         }
+        let expected = std::mem::take(&mut self.expected_stored);
+        self.expected_stored = expected.saturating_sub(1);
         if let Some(KvEventData::Stored { blocks, .. }) = self.events.last_mut()
             && parent.is_some()
             && blocks.last().copied() == parent
         {
+            blocks.reserve(expected);
             blocks.push(hash);
             return;
         }
         let mut blocks = self.new_block_list();
+        blocks.reserve(expected);
         blocks.push(hash);
         self.events.push(KvEventData::Stored { parent, blocks });
     }
@@ -601,14 +644,28 @@ impl KvPool {
         if !self.events_enabled {
             return;
         }
+        let expected = std::mem::take(&mut self.expected_removed);
+        self.expected_removed = expected.saturating_sub(1);
         if let Some(KvEventData::Removed { blocks }) = self.events.last_mut() {
+            blocks.reserve(expected);
             blocks.push(hash);
             return;
         }
         let mut blocks = self.new_block_list();
+        blocks.reserve(expected);
         blocks.push(hash);
         self.events.push(KvEventData::Removed { blocks });
     }
+}
+
+/// The hash by which `by_hash` files a block registered under `hash`.
+fn hash_of(hash: SeqHash) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(hash)
+}
+
+/// [`hash_of`] the hash block `id` is registered under.
+fn slot_hash(slots: &[Slot], id: BlockId) -> u64 {
+    hash_of(slots[id as usize].hash)
 }
 
 #[cfg(test)]

@@ -707,10 +707,7 @@ impl MockWorker {
             now >= self.last_pass_end,
             "a pass started before the previous one ended"
         );
-        // The previous pass's events have been applied by now: their lists are reused.
-        self.pool
-            .recycle_events(out.kv_events.drain(..).map(|event| event.data));
-        out.clear();
+        self.take_back(out);
         self.scheduled.clear();
         let mut pass = PassState {
             budget: self.args.max_num_batched_tokens,
@@ -733,6 +730,14 @@ impl MockWorker {
         let end = self.pass_end(now, &pass.batch, &decode);
         self.last_pass_end = end;
         end
+    }
+
+    /// Empties a pass's output once it has been applied, taking back its KV events' block
+    /// lists for the next events to fill.
+    pub fn take_back(&mut self, out: &mut PassOutput) {
+        self.pool
+            .recycle_events(out.kv_events.drain(..).map(|event| event.data));
+        out.clear();
     }
 
     /// When a pass starting at `now` ends: the prefill part for `prefill`, then the decode
@@ -1252,8 +1257,10 @@ impl MockWorker {
         if fresh > self.pool.free_blocks() + self.pool.inactive_blocks() - inactive_hits {
             return false;
         }
-        // One allocation for a prefill chunk's blocks, not one per doubling.
+        // One allocation for a prefill chunk's blocks, not one per doubling; the chunk's
+        // registrations and evictions are about as many.
         r.blocks.reserve(want - have);
+        self.pool.expect(want - have, fresh as usize);
         // One block per iteration, up to `want`: bounded.
         while r.blocks.len() < want {
             let index = r.blocks.len();
