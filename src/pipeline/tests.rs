@@ -259,7 +259,7 @@ fn issue_14_an_invalid_last_row_is_still_an_error_naming_its_line() {
 fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     // Far more rows than the reader thread reads ahead of the run, so a run stopped early
     // leaves the pass undecided.
-    let (_dir, spec) = replay_spec(&with_a_far_last_row(sorted_trace(2000)).join("\n"));
+    let (_dir, spec) = replay_spec(&with_a_far_last_row(sorted_trace(4000)).join("\n"));
     let RequestSource::Trace {
         path, block_size, ..
     } = &spec.source
@@ -268,7 +268,7 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     };
     let scanned = scan_trace(path, *block_size, 1e-3).unwrap_err();
     assert!(
-        scanned.to_string().contains(":2001: field `timestamp`"),
+        scanned.to_string().contains(":4001: field `timestamp`"),
         "{scanned}"
     );
     let slowed = spec.clone().with_replay_modes(None, 1e-3);
