@@ -20,3 +20,8 @@ pub mod sweep;
 pub mod time;
 pub mod workload;
 pub mod yaml;
+
+/// Every binary of the crate (the CLI, tests, benches) allocates through mimalloc: thread-local
+/// free lists, no lock when one thread frees what another allocated (see Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
