@@ -7,14 +7,15 @@
 //!   (890 to 118,753 tokens, mean about 8.3k), heavy prefix reuse (shared system prompts and
 //!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers.
 //!
-//! Each case is timed three ways, best of 5 runs each (`ROUTERSIM_BENCH_RUNS` to change;
-//! routersim's sides run on for at least 2 s, as each of Dynamo's runs takes seconds):
-//! routersim's pipeline (`pipeline::execute` in this process: reading the trace, simulating,
-//! computing the metrics; the like-for-like counterpart of Dynamo's timer), routersim's whole
-//! process (`routersim replay ... --quiet`: start-up, the same, and writing its CSVs), and
-//! Dynamo's own replay time (`sim_wall_ms` of `../shared/tools/dynosim`, or of the script
-//! `ROUTERSIM_DYNOSIM` names; `ROUTERSIM_DYNOSIM=off` skips it). Each line ends with the
-//! ratios Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4]`.
+//! Each case is timed three ways: routersim's pipeline (`pipeline::execute` in this process:
+//! reading the trace, simulating, computing the metrics; the like-for-like counterpart of
+//! Dynamo's timer), routersim's whole process (`routersim replay ... --quiet`: start-up, the
+//! same, and writing its CSVs), and Dynamo's own replay time (`sim_wall_ms` of
+//! `../shared/tools/dynosim`, or of the script `ROUTERSIM_DYNOSIM` names;
+//! `ROUTERSIM_DYNOSIM=off` skips it). The three take turns, in 5 rounds
+//! (`ROUTERSIM_BENCH_RUNS` to change), so that a burst of load from the machine's neighbours
+//! falls on both sides alike; each side counts its best run. Each line ends with the ratios
+//! Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4]`.
 
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, LogNormal};
@@ -27,16 +28,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// Timed runs per side unless `ROUTERSIM_BENCH_RUNS` says otherwise; the best counts (the
-/// machine is shared: noise only adds time, and both sides get as many tries).
-const RUNS: usize = 5;
+/// Rounds unless `ROUTERSIM_BENCH_RUNS` says otherwise. Each round times each side; the best
+/// run of each counts (the machine is shared: noise only adds time).
+const ROUNDS: usize = 5;
 
-fn runs() -> usize {
+fn rounds() -> usize {
     std::env::var("ROUTERSIM_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
-        .unwrap_or(RUNS)
+        .unwrap_or(ROUNDS)
 }
 
 #[derive(Copy, Clone)]
@@ -206,21 +207,21 @@ fn write_mooncake_trace(path: &Path) -> String {
     )
 }
 
-/// routersim's runs of one case go on until they have taken this long (and number at least
-/// [`runs`]): a short case's few runs would otherwise all fall in one burst of load from the
-/// machine's neighbours, while each of Dynamo's runs takes seconds.
-const MIN_MEASURE_S: f64 = 2.0;
+/// In each round, routersim's runs of one side go on until they have taken this long: one
+/// run of a short case would measure one instant of the machine's load, while each of
+/// Dynamo's runs takes seconds.
+const ROUND_MEASURE_S: f64 = 0.4;
 
-/// Most timed runs of one case on routersim's side.
-const MAX_RUNS: usize = 200;
+/// Most timed runs of one side in one round.
+const MAX_RUNS_PER_ROUND: usize = 50;
 
-/// Best wall time of `f` in ms, over at least [`runs`] runs and [`MIN_MEASURE_S`].
+/// Best wall time of `f` in ms, over at least one run and [`ROUND_MEASURE_S`].
 fn best_ms(mut f: impl FnMut()) -> f64 {
     let measuring = Instant::now();
     let mut best = f64::INFINITY;
-    // One run per iteration, at most MAX_RUNS: bounded.
-    for run in 0..MAX_RUNS {
-        if run >= runs() && measuring.elapsed().as_secs_f64() >= MIN_MEASURE_S {
+    // One run per iteration, at most MAX_RUNS_PER_ROUND: bounded.
+    for run in 0..MAX_RUNS_PER_ROUND {
+        if run > 0 && measuring.elapsed().as_secs_f64() >= ROUND_MEASURE_S {
             break;
         }
         let started = Instant::now();
@@ -242,29 +243,25 @@ fn dynosim() -> Option<PathBuf> {
     }
 }
 
-/// Dynamo's own replay time (`sim_wall_ms`), best of [`runs`].
+/// Dynamo's own replay time (`sim_wall_ms`) of one run.
 fn dynamo_ms(script: &Path, trace: &Path, workers: u32, out: &Path) -> Option<f64> {
-    let mut best = f64::INFINITY;
-    for _ in 0..runs() {
-        let output = Command::new(script)
-            .arg("--trace")
-            .arg(trace)
-            .args(["--workers", &workers.to_string(), "--out"])
-            .arg(out)
-            .output()
-            .ok()?;
-        if !output.status.success() {
-            eprintln!(
-                "dynosim failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            return None;
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let summary: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
-        best = best.min(summary["sim_wall_ms"].as_f64()?);
+    let output = Command::new(script)
+        .arg("--trace")
+        .arg(trace)
+        .args(["--workers", &workers.to_string(), "--out"])
+        .arg(out)
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        eprintln!(
+            "dynosim failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return None;
     }
-    Some(best)
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
+    summary["sim_wall_ms"].as_f64()
 }
 
 fn main() {
@@ -310,29 +307,41 @@ fn main() {
             seed: 0,
         };
         let spec = RunSpec::from_replay(&setup);
-        let mut result = None;
-        let pipeline_ms = best_ms(|| {
-            result = Some(
-                pipeline::execute(&spec)
-                    .expect("the bench trace replays")
-                    .result,
-            );
-        });
-        let result = result.unwrap();
         let out = root.join("target/bench-out").join(case.name);
         let dynamo_csv = root.join(format!("target/bench-out/{}-dynamo.csv", case.name));
-        let process_ms = best_ms(|| {
-            let status = Command::new(env!("CARGO_BIN_EXE_routersim"))
-                .arg("replay")
-                .arg("--trace")
-                .arg(&trace)
-                .args(["--workers", &case.workers.to_string(), "--quiet", "--force"])
-                .arg("--out")
-                .arg(&out)
-                .status()
-                .expect("routersim runs");
-            assert!(status.success(), "routersim replay failed");
-        });
+        let mut result = None;
+        let (mut pipeline_ms, mut process_ms) = (f64::INFINITY, f64::INFINITY);
+        let mut dynamo: Option<f64> = None;
+        let mut dynamo_failed = false;
+        // One round per iteration: bounded.
+        for _ in 0..rounds() {
+            pipeline_ms = pipeline_ms.min(best_ms(|| {
+                result = Some(
+                    pipeline::execute(&spec)
+                        .expect("the bench trace replays")
+                        .result,
+                );
+            }));
+            process_ms = process_ms.min(best_ms(|| {
+                let status = Command::new(env!("CARGO_BIN_EXE_routersim"))
+                    .arg("replay")
+                    .arg("--trace")
+                    .arg(&trace)
+                    .args(["--workers", &case.workers.to_string(), "--quiet", "--force"])
+                    .arg("--out")
+                    .arg(&out)
+                    .status()
+                    .expect("routersim runs");
+                assert!(status.success(), "routersim replay failed");
+            }));
+            if let Some(script) = dynosim.as_deref().filter(|_| !dynamo_failed) {
+                match dynamo_ms(script, &trace, case.workers, &dynamo_csv) {
+                    Some(ms) => dynamo = Some(dynamo.map_or(ms, |best| best.min(ms))),
+                    None => dynamo_failed = true,
+                }
+            }
+        }
+        let result = result.expect("at least one round");
         print!(
             "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; routersim pipeline {:.1} ms, process {:.1} ms",
             case.name,
@@ -343,10 +352,7 @@ fn main() {
             pipeline_ms,
             process_ms,
         );
-        match dynosim
-            .as_deref()
-            .and_then(|script| dynamo_ms(script, &trace, case.workers, &dynamo_csv))
-        {
+        match dynamo.filter(|_| !dynamo_failed) {
             Some(dynamo) => println!(
                 "; Dynamo {:.0} ms: {:.1}x pipeline, {:.1}x process",
                 dynamo,
