@@ -361,6 +361,8 @@ pub struct MockWorker {
     event_scratch: Vec<KvEventData>,
     /// Block boundaries of a quiet run: (pass, step) pairs.
     growth_scratch: Vec<(u64, u64)>,
+    /// Per pass of a planned quiet run, the requests growing into a fresh block then.
+    growth_counts: Vec<u64>,
     /// Decode durations of recent batches (see `decode_duration`): the rank's own, or one
     /// shared by the ranks of a pool (same engine).
     decode_memo: Rc<RefCell<DecodeMemo>>,
@@ -489,6 +491,7 @@ impl MockWorker {
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
+            growth_counts: Vec::new(),
             decode_memo: Rc::new(RefCell::new(decode_memo)),
             head_probe: HeadProbe::default(),
             reuse_probes: true,
@@ -832,26 +835,33 @@ impl MockWorker {
     /// quiet.
     fn passes_with_blocks(&mut self, passes: u64) -> u64 {
         let bs = self.args.block_size;
-        // Request i grows into a fresh block at passes first_i, first_i + bs, ...
-        let grows_at = |computed: u64| (bs - computed % bs) % bs;
         let n = self.running.len() as u64;
         let worst = n * passes.div_ceil(bs);
         let spare = self.pool.free_blocks() + self.pool.silent_evictions(worst);
         if worst <= spare {
             return passes;
         }
-        let mut growths = std::mem::take(&mut self.growth_scratch);
-        growths.clear();
+        // How many requests grow into a fresh block at each pass of the run: request i does
+        // at passes first_i, first_i + bs, ... (counted, not listed and sorted: a full pool
+        // plans this way at every pass it forms).
+        let mut growths_at = std::mem::take(&mut self.growth_counts);
+        growths_at.clear();
+        growths_at.resize(passes as usize, 0);
         for &slot in &self.running {
-            let first = grows_at(self.req(slot).computed);
+            let first = (bs - self.req(slot).computed % bs) % bs;
             // One growth per iteration, fewer than `passes`: bounded.
-            growths.extend((first..passes).step_by(bs as usize).map(|j| (j, 0)));
+            for j in (first..passes).step_by(bs as usize) {
+                growths_at[j as usize] += 1;
+            }
         }
-        growths.sort_unstable();
         // The pass of the first growth beyond the spare blocks ends the run before it.
-        let passes = growths.get(spare as usize).map_or(passes, |&(j, _)| j);
-        self.growth_scratch = growths;
-        passes
+        let mut grown = 0;
+        let end = growths_at.iter().position(|&count| {
+            grown += count;
+            grown > spare
+        });
+        self.growth_counts = growths_at;
+        end.map_or(passes, |j| j as u64)
     }
 
     /// How many passes from now are quiet as far as requests and admission go (see
@@ -2086,6 +2096,60 @@ mod tests {
         // (request 0's decoding touches none of its blocks), and walked again in pass 20,
         // once the blocks it found went inactive.
         assert_eq!(admitted, Some((20, 48, 18)));
+    }
+
+    #[test]
+    fn issue_14_a_full_pool_plans_its_quiet_run_up_to_the_growth_it_has_no_block_for() {
+        // 16-token blocks, 8 of them: three decoding requests hold two each and two are free,
+        // nothing is inactive. They grow into a fresh block at their 5th, 9th and 13th
+        // decode steps from here (prompts of 28, 24 and 20 tokens), so the third growth
+        // finds no block: that pass preempts, and the planned run must end just before it
+        // (not earlier: the passes up to it are quiet).
+        let rank = WorkerWithDpRank::new(0, 0);
+        let (mut planner, mut stepper) = (
+            MockWorker::new(small_pool_args(), rank),
+            MockWorker::new(small_pool_args(), rank),
+        );
+        for w in [&mut planner, &mut stepper] {
+            w.set_publish_generated_blocks(false);
+            for (id, prompt) in [(0, 28), (1, 24), (2, 20)] {
+                let req = tokens_req(id, &[(10 + id as u32, prompt)], 60);
+                w.add_request(SimTime::ZERO, req).unwrap();
+            }
+        }
+        let (mut out, mut stepper_out) = (PassOutput::default(), PassOutput::default());
+        let mut now = SimTime::ZERO;
+        let mut ends = Vec::new();
+        // The prefill pass, then a run can be planned: bounded by 4 passes.
+        for _ in 0..4 {
+            planner.plan_quiet_passes(now, 64, &mut ends);
+            if !ends.is_empty() {
+                break;
+            }
+            let end = planner.execute_pass(now, &mut out);
+            assert_eq!(end, stepper.execute_pass(now, &mut stepper_out));
+            now = end;
+        }
+        assert_eq!(
+            (
+                planner.running_len(),
+                planner.active_blocks(),
+                planner.inactive_blocks()
+            ),
+            (3, 6, 0)
+        );
+        assert_eq!(ends.len(), 12, "the run ends before the third growth");
+        for (pass, &end) in ends.iter().enumerate() {
+            assert_eq!(stepper.execute_pass(now, &mut stepper_out), end);
+            let quiet = stepper_out.preempted.is_empty() && stepper_out.kv_events.is_empty();
+            assert!(quiet, "pass {pass} of the run is quiet");
+            now = end;
+        }
+        stepper.execute_pass(now, &mut stepper_out);
+        assert!(
+            !stepper_out.preempted.is_empty(),
+            "the pass after the run preempts"
+        );
     }
 
     #[test]
