@@ -383,6 +383,12 @@ impl KvPool {
         self.expected_removed = evictions;
     }
 
+    /// Emptied event block lists kept for reuse (tests).
+    #[cfg(test)]
+    pub(crate) fn spare_block_lists(&self) -> usize {
+        self.spare_block_lists.len()
+    }
+
     /// Takes back the block lists of events the router has applied, so that later events
     /// reuse their memory instead of allocating afresh.
     pub fn recycle_events(&mut self, events: impl Iterator<Item = KvEventData>) {
@@ -624,8 +630,7 @@ impl KvPool {
         if !self.events_enabled {
             return;
         }
-        let expected = std::mem::take(&mut self.expected_stored);
-        self.expected_stored = expected.saturating_sub(1);
+        let expected = take_one(&mut self.expected_stored);
         if let Some(KvEventData::Stored { blocks, .. }) = self.events.last_mut()
             && parent.is_some()
             && blocks.last().copied() == parent
@@ -644,8 +649,7 @@ impl KvPool {
         if !self.events_enabled {
             return;
         }
-        let expected = std::mem::take(&mut self.expected_removed);
-        self.expected_removed = expected.saturating_sub(1);
+        let expected = take_one(&mut self.expected_removed);
         if let Some(KvEventData::Removed { blocks }) = self.events.last_mut() {
             blocks.reserve(expected);
             blocks.push(hash);
@@ -656,6 +660,13 @@ impl KvPool {
         blocks.push(hash);
         self.events.push(KvEventData::Removed { blocks });
     }
+}
+
+/// What an expectation counter still expects, counting this one off.
+fn take_one(expected: &mut usize) -> usize {
+    let now = *expected;
+    *expected = now.saturating_sub(1);
+    now
 }
 
 /// The hash by which `by_hash` files a block registered under `hash`.

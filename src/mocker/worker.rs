@@ -2099,6 +2099,23 @@ mod tests {
     }
 
     #[test]
+    fn issue_14_an_applied_pass_output_gives_its_event_lists_back_to_the_pool() {
+        let mut w = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
+        w.add_request(SimTime::ZERO, tokens_req(0, &[(5, 48)], 4))
+            .unwrap();
+        let mut out = PassOutput::default();
+        w.execute_pass(SimTime::ZERO, &mut out);
+        assert!(!out.kv_events.is_empty(), "the prefill stores its blocks");
+        assert_eq!(w.pool.spare_block_lists(), 0);
+        w.take_back(&mut out);
+        assert!(out.kv_events.is_empty() && out.tokens.is_empty());
+        assert!(
+            w.pool.spare_block_lists() > 0,
+            "the lists are kept for the next events"
+        );
+    }
+
+    #[test]
     fn issue_14_a_full_pool_plans_its_quiet_run_up_to_the_growth_it_has_no_block_for() {
         // 16-token blocks, 8 of them: three decoding requests hold two each and two are free,
         // nothing is inactive. They grow into a fresh block at their 5th, 9th and 13th
