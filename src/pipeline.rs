@@ -31,7 +31,7 @@ use rand::Rng;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -496,6 +496,24 @@ fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
         .map_err(|e| RunError::Input(format!("{}: cannot read the trace: {e}", path.display())))
 }
 
+/// About how many rows `trace` holds: its length over the mean length of the whole rows in
+/// its first buffer (peeked, not consumed). 0 when nothing can be told (an empty file, an unreadable
+/// one, a first row longer than the buffer).
+fn estimated_rows(trace: &mut BufReader<File>) -> usize {
+    let file_bytes = trace.get_ref().metadata().map_or(0, |m| m.len());
+    let Ok(head) = trace.fill_buf() else {
+        return 0; // reading again reports the error where it belongs
+    };
+    // The whole rows at the head: up to its last line end.
+    let Some(last_end) = head.iter().rposition(|&byte| byte == b'\n') else {
+        return 0;
+    };
+    let head = &head[..=last_end];
+    let head_rows = head.iter().filter(|&&byte| byte == b'\n').count() as u64;
+    let estimate = file_bytes.saturating_mul(head_rows) / head.len() as u64;
+    usize::try_from(estimate).unwrap_or(usize::MAX)
+}
+
 /// Validates a whole trace whose timestamps are divided by `speedup_ratio`; returns its
 /// summary (origin, whether it is sorted).
 fn scan_trace(
@@ -534,11 +552,12 @@ fn replay_trace(
         RowOrder::File => 1.0,
     };
     let name = path.display().to_string();
-    let reader =
-        TraceReader::new(open_trace(path)?, &name, block_size).with_speedup_ratio(speedup_ratio);
+    let mut file = open_trace(path)?;
+    let expected_rows = estimated_rows(&mut file);
+    let reader = TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
     // The simulator only borrows the pass, so its verdict can be read after the run.
     let mut rows = OnePass::new(reader, order);
-    let result = run_reading_ahead(config, &mut rows);
+    let result = run_reading_ahead(config, &mut rows, expected_rows);
     match rows.verdict() {
         PassVerdict::Valid => result.map_err(RunError::Bug),
         PassVerdict::Invalid(e) => Err(RunError::Input(e.to_string())),
@@ -570,9 +589,10 @@ const READ_AHEAD_BATCHES: usize = 4;
 
 /// [`sim::run_arrivals`] on `rows` parsed, validated and hashed by a second thread ahead of
 /// the simulation, in order: that work leaves the simulation's critical path.
-fn run_reading_ahead<R: std::io::BufRead + Send>(
+fn run_reading_ahead<R: BufRead + Send>(
     config: &SimConfig,
     rows: &mut OnePass<R>,
+    expected_rows: usize,
 ) -> Result<SimResult, InvariantViolation> {
     let block_size = config.block_size();
     std::thread::scope(|scope| {
@@ -599,7 +619,11 @@ fn run_reading_ahead<R: std::io::BufRead + Send>(
             // The last, partial batch; the simulation may have stopped already.
             let _ = batches.send(batch);
         });
-        sim::run_arrivals(config.clone(), arrivals.into_iter().flatten())
+        sim::run_arrivals(
+            config.clone(),
+            arrivals.into_iter().flatten(),
+            expected_rows,
+        )
     })
 }
 

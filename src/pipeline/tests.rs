@@ -319,3 +319,48 @@ fn with_a_far_last_row(mut rows: Vec<String>) -> Vec<String> {
     );
     rows
 }
+
+/// `rows` rows of one length each (fixed-width timestamps and hash ids), in time order.
+fn same_length_rows(rows: u64) -> String {
+    (0..rows)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {i:>6}, "input_length": 64, "output_length": 2, "hash_ids": [{i:>6}]}}"#
+            ) + "\n"
+        })
+        .collect()
+}
+
+/// `estimated_rows` of a trace file holding `text`.
+fn estimate_of(text: &str) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, text).unwrap();
+    estimated_rows(&mut open_trace(&path).unwrap())
+}
+
+#[test]
+fn a_traces_row_count_is_estimated_from_its_first_rows() {
+    // Rows of one length: exact, whether the head holds some of them or all.
+    assert_eq!(estimate_of(&same_length_rows(5_000)), 5_000);
+    assert_eq!(estimate_of(&same_length_rows(3)), 3);
+    // Rows of mixed lengths: near.
+    let mixed = sorted_trace(2_000).join("\n") + "\n";
+    let estimate = estimate_of(&mixed);
+    assert!((1_500..=2_500).contains(&estimate), "{estimate}");
+    // Nothing to tell from: no guess.
+    assert_eq!(estimate_of(""), 0);
+    assert_eq!(
+        estimate_of(&format!("{{\"x\": \"{}\"}}", "y".repeat(20_000))),
+        0
+    );
+}
+
+#[test]
+fn a_replay_reserves_its_records_once() {
+    // Grown by doubling, the table of 1,000 records would hold 1,024.
+    let (_dir, spec) = replay_spec(&same_length_rows(1_000));
+    let output = execute(&spec).unwrap();
+    assert_eq!(output.result.records.len(), 1_000);
+    assert_eq!(output.result.records.capacity(), 1_000);
+}
