@@ -497,20 +497,19 @@ fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
 }
 
 /// About how many rows `trace` holds: its length over the mean length of the whole rows in
-/// its first buffer (peeked, not consumed). 0 when nothing can be told (an empty file, an unreadable
-/// one, a first row longer than the buffer).
+/// its first buffer (peeked, not consumed). 0 when nothing can be told (an empty file, an
+/// unreadable one, a first row longer than the buffer).
 fn estimated_rows(trace: &mut BufReader<File>) -> usize {
     let file_bytes = trace.get_ref().metadata().map_or(0, |m| m.len());
     let Ok(head) = trace.fill_buf() else {
         return 0; // reading again reports the error where it belongs
     };
-    // The whole rows at the head: up to its last line end.
+    // The whole rows at the head end at its last line end.
     let Some(last_end) = head.iter().rposition(|&byte| byte == b'\n') else {
         return 0;
     };
-    let head = &head[..=last_end];
     let head_rows = head.iter().filter(|&&byte| byte == b'\n').count() as u64;
-    let estimate = file_bytes.saturating_mul(head_rows) / head.len() as u64;
+    let estimate = file_bytes.saturating_mul(head_rows) / (last_end as u64 + 1);
     usize::try_from(estimate).unwrap_or(usize::MAX)
 }
 

@@ -618,8 +618,8 @@ fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
     blocks.min(RESERVED_BLOCKS) as usize
 }
 
-/// The most request records a run reserves room for before its requests arrive (216 MB);
-/// a run with more grows its table as they come.
+/// The most request records a run reserves room for before its requests arrive (about
+/// 220 MB); a run with more grows its table as they come.
 const MAX_RESERVED_RECORDS: usize = 1 << 20;
 
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
