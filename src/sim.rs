@@ -1797,12 +1797,12 @@ policy_classes:
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-        /// VOPR-style with faults (issue 13): random down windows, joins, cancellations and
+        /// VOPR-style with faults: random down windows, joins, cancellations and
         /// migration limits, every checker after every event (no booking or flight survives
         /// its request, nothing on a down worker, each end counted once); every request
         /// ends exactly once, and a rerun is identical.
         #[test]
-        fn issue_13_random_faults_conserve_requests_and_keep_invariants(
+        fn random_faults_conserve_requests_and_keep_invariants(
             case in case(), f in fault_case(), seed in 0u64..1000,
         ) {
             let mut config = config(&case, seed);
@@ -1993,7 +1993,7 @@ policy_classes:
         /// Issue 14: skipping quiet passes changes no record, on decode-heavy systems with
         /// every engine knob, delay and policy drawn at random.
         #[test]
-        fn issue_14_skipping_quiet_passes_changes_no_record(
+        fn skipping_quiet_passes_changes_no_record(
             case in quiet_case(), seed in 0u64..1000, jitter in prop::bool::weighted(0.2)
         ) {
             same_skipping_or_not(&case, seed, jitter)?;
@@ -2003,7 +2003,7 @@ policy_classes:
         /// pools of different models side by side: the planned ends come from the same
         /// duration function as formed passes, and the pools' busy time is the same too.
         #[test]
-        fn issue_14_skipping_is_exact_under_every_timing_model_and_pool(
+        fn skipping_is_exact_under_every_timing_model_and_pool(
             case in quiet_case(), first in timing_model(), second in timing_model(),
             seed in 0u64..1000,
         ) {
@@ -2015,7 +2015,7 @@ policy_classes:
 
         /// The same on the general random systems and on preemption storms.
         #[test]
-        fn issue_14_skipping_is_exact_on_random_and_storm_systems(
+        fn skipping_is_exact_on_random_and_storm_systems(
             case in prop_oneof![case(), storm_case()], seed in 0u64..1000
         ) {
             same_skipping_or_not(&case, seed, false)?;
@@ -2065,7 +2065,7 @@ policy_classes:
     /// Room made at start is bounded for the whole fleet: 4,096 ranks of a large pool touched
     /// 200 MB before their first request when each pool reserved a full cache.
     #[test]
-    fn issue_14_a_large_fleet_reserves_a_bounded_room_in_all() {
+    fn a_large_fleet_reserves_a_bounded_room_in_all() {
         assert_eq!(
             reserved_blocks_per_rank(32),
             32_768,
@@ -2091,7 +2091,7 @@ policy_classes:
     /// pass (the same events as [`Stepping::PassByPass`]); the same run without its faults
     /// skips.
     #[test]
-    fn issue_14_runs_with_faults_step_pass_by_pass() {
+    fn runs_with_faults_step_pass_by_pass() {
         let case = two_long_decodes_and_a_late_arrival(2, true);
         let mut config = config(&case, 3);
         assert!(skips_quiet_passes(&config, Stepping::SkipQuiet));
@@ -2127,7 +2127,7 @@ policy_classes:
     }
 
     #[test]
-    fn issue_14_a_decode_run_takes_few_events_and_a_mid_run_dispatch_cuts_it() {
+    fn a_decode_run_takes_few_events_and_a_mid_run_dispatch_cuts_it() {
         // One worker: two long decodes, a third request arriving in the middle of their run.
         let case = two_long_decodes_and_a_late_arrival(1, false);
         let config = config(&case, 3);

@@ -342,7 +342,7 @@ proptest! {
     }
 
     #[test]
-    fn issue_14_reusing_prefix_probes_changes_nothing(
+    fn reusing_prefix_probes_changes_nothing(
         args in engine(),
         specs in requests(),
         moves in proptest::collection::vec(any::<u8>(), 1..64),
@@ -353,7 +353,7 @@ proptest! {
 }
 
 #[test]
-fn issue_14_the_probe_differential_meets_reuse_preemption_and_eviction() {
+fn the_probe_differential_meets_reuse_preemption_and_eviction() {
     // The property above is only as good as what its streams reach: a fixed sample of them,
     // on a pool small enough to preempt and evict, must reuse kept probes, admit with cached
     // prefixes, preempt, evict published blocks, skip quiet passes and cancel.

@@ -1930,7 +1930,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_12_a_request_with_nothing_to_generate_reuses_its_whole_cached_prompt() {
+    fn a_request_with_nothing_to_generate_reuses_its_whole_cached_prompt() {
         // 1.6.1: a 192-token (3-block) prompt already cached, with output 0, reuses all 192
         // tokens and completes at its admission, with no prefill; one token to generate keeps
         // the last block for recompute (128 reused, a 64-token prefill).
@@ -2000,7 +2000,7 @@ mod tests {
     /// Runs passes back to back from `now` until the rank is idle, returning each pass's
     /// end (ns) and output.
     #[test]
-    fn issue_13_a_removed_request_frees_its_blocks_and_slot_and_the_rest_run() {
+    fn a_removed_request_frees_its_blocks_and_slot_and_the_rest_run() {
         let args = args_with(|a| a.max_num_seqs = 1);
         let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
         for id in 0..2 {
@@ -2058,7 +2058,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_14_a_waiting_heads_probe_is_reused_until_its_blocks_change() {
+    fn a_waiting_heads_probe_is_reused_until_its_blocks_change() {
         let mut fast = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
         let mut plain = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
         plain.set_plain_lookups();
@@ -2099,7 +2099,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_14_an_applied_pass_output_gives_its_event_lists_back_to_the_pool() {
+    fn an_applied_pass_output_gives_its_event_lists_back_to_the_pool() {
         let mut w = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
         w.add_request(SimTime::ZERO, tokens_req(0, &[(5, 48)], 4))
             .unwrap();
@@ -2116,7 +2116,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_14_a_full_pool_plans_its_quiet_run_up_to_the_growth_it_has_no_block_for() {
+    fn a_full_pool_plans_its_quiet_run_up_to_the_growth_it_has_no_block_for() {
         // 16-token blocks, 8 of them: three decoding requests hold two each and two are free,
         // nothing is inactive. They grow into a fresh block at their 5th, 9th and 13th
         // decode steps from here (prompts of 28, 24 and 20 tokens), so the third growth
@@ -2170,7 +2170,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_14_a_cancelled_heads_probe_is_not_reused_for_the_request_taking_its_slot() {
+    fn a_cancelled_heads_probe_is_not_reused_for_the_request_taking_its_slot() {
         let mut w = MockWorker::new(small_pool_args(), WorkerWithDpRank::new(0, 0));
         let mut out = PassOutput::default();
         w.add_request(SimTime::ZERO, tokens_req(0, &[(5, 48), (6, 60)], 20))

@@ -235,7 +235,7 @@ fn an_unsorted_trace_replays_sorted_as_before() {
 /// Issue 14 (replays read their trace once): an invalid row that the run reaches only at the
 /// end is still refused with the words the scan used before anything ran.
 #[test]
-fn issue_14_an_invalid_last_row_is_still_an_error_naming_its_line() {
+fn an_invalid_last_row_is_still_an_error_naming_its_line() {
     let mut rows = sorted_trace(300);
     rows.push(r#"{"timestamp": 9000, "input_length": 5, "hash_ids": [1]}"#.to_string());
     let (_dir, spec) = replay_spec(&rows.join("\n"));
@@ -290,7 +290,7 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
 }
 
 #[test]
-fn issue_14_a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_trace() {
+fn a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_trace() {
     // 51 rows: fewer than the reader thread reads ahead, so it reaches the end (and so
     // validates every row) although the run stops at 1 s; the result is the two-pass one.
     let rows = with_a_far_last_row(sorted_trace(50));

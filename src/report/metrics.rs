@@ -1110,7 +1110,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_10_requests_without_class_count_in_default() {
+    fn requests_without_class_count_in_default() {
         // Round-robin mode never asks the router, so no record carries a resolved class.
         let unresolved = |row| RequestRecord {
             class_index: None,

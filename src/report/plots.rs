@@ -506,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_13_completions_by_time_marks_fault_windows_and_joins() {
+    fn completions_by_time_marks_fault_windows_and_joins() {
         use crate::report::chart::tests::svg_has_text;
         use crate::report::test_support::ms;
         // Completions at 1..=100 ms; the x axis ends at 100 ms.

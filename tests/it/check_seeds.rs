@@ -1,4 +1,4 @@
-//! `check --seeds N` as a CI gate (issue 10): one seed can pass by luck, N replications with
+//! `check --seeds N` as a CI gate: one seed can pass by luck, N replications with
 //! the sweep's seeds cannot; each line names the worst value and the seed that gave it.
 
 use assert_cmd::Command;

@@ -61,7 +61,7 @@ fn replay_writes_requests_and_summary() {
 /// Issue 14: plots cost more than the replay itself, so `replay` draws them only with
 /// `--plots`; a rerun without it removes the plots an earlier run drew.
 #[test]
-fn issue_14_replay_draws_plots_only_when_asked() {
+fn replay_draws_plots_only_when_asked() {
     let tmp = tempfile::tempdir().unwrap();
     let trace = tmp.path().join("t.jsonl");
     fs::write(&trace, format!("{GOOD_ROW}\n{GOOD_ROW}\n")).unwrap();

@@ -1,4 +1,4 @@
-//! Faults end to end (issue 13): a worker lost and back, migration, client cancellation,
+//! Faults end to end: a worker lost and back, migration, client cancellation,
 //! and the errors a bad `faults:` entry gives.
 
 use assert_cmd::Command;
@@ -72,7 +72,7 @@ fn rows_where(rows: &[Row], keep: impl Fn(&Row) -> bool) -> BTreeSet<String> {
 }
 
 #[test]
-fn issue_13_a_worker_down_aborts_what_it_ran_and_serves_again_after() {
+fn a_worker_down_aborts_what_it_ran_and_serves_again_after() {
     let tmp = tempfile::tempdir().unwrap();
     let base = run(tmp.path(), "base", DOWN);
     let down = run(tmp.path(), "down", &format!("{DOWN}{WINDOW}"));
@@ -113,7 +113,7 @@ fn issue_13_a_worker_down_aborts_what_it_ran_and_serves_again_after() {
 }
 
 #[test]
-fn issue_13_with_a_migration_limit_every_request_of_the_window_completes() {
+fn with_a_migration_limit_every_request_of_the_window_completes() {
     let tmp = tempfile::tempdir().unwrap();
     let text =
         format!("{DOWN}{WINDOW}").replace("workers: {", "router: {migration_limit: 3}\nworkers: {");
@@ -134,7 +134,7 @@ fn issue_13_with_a_migration_limit_every_request_of_the_window_completes() {
 }
 
 #[test]
-fn issue_13_cancelled_requests_end_exactly_after_ms_after_arrival() {
+fn cancelled_requests_end_exactly_after_ms_after_arrival() {
     let tmp = tempfile::tempdir().unwrap();
     let rows = run(tmp.path(), "cancel", CANCEL);
     let cancelled: Vec<&Row> = rows.iter().filter(|r| r["status"] == "cancelled").collect();
@@ -165,7 +165,7 @@ fn issue_13_cancelled_requests_end_exactly_after_ms_after_arrival() {
 }
 
 #[test]
-fn issue_13_a_bad_fault_exits_2_naming_file_line_and_field() {
+fn a_bad_fault_exits_2_naming_file_line_and_field() {
     let tmp = tempfile::tempdir().unwrap();
     let cases = [
         (
@@ -212,7 +212,7 @@ fn issue_13_a_bad_fault_exits_2_naming_file_line_and_field() {
 }
 
 #[test]
-fn issue_13_a_worker_up_joins_the_default_pool_and_takes_work() {
+fn a_worker_up_joins_the_default_pool_and_takes_work() {
     let tmp = tempfile::tempdir().unwrap();
     let text = DOWN.replace("count: 2,", "count: 1,")
         + "faults:\n  - {worker_up: {pool: default, at_ms: 3000}}\n";
@@ -245,7 +245,7 @@ fn check(dir: &Path, file: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 #[test]
-fn issue_13_count_status_gates_check_and_flips_with_its_bound() {
+fn count_status_gates_check_and_flips_with_its_bound() {
     let tmp = tempfile::tempdir().unwrap();
     let rows = run(tmp.path(), "cancel", CANCEL);
     let cancelled = rows_where(&rows, |r| r["status"] == "cancelled").len();
@@ -279,7 +279,7 @@ fn issue_13_count_status_gates_check_and_flips_with_its_bound() {
 }
 
 #[test]
-fn issue_13_migrations_figure_counts_the_moves_of_a_lost_worker() {
+fn migrations_figure_counts_the_moves_of_a_lost_worker() {
     let tmp = tempfile::tempdir().unwrap();
     let with_limit =
         format!("{DOWN}{WINDOW}").replace("workers: {", "router: {migration_limit: 3}\nworkers: {");
@@ -313,7 +313,7 @@ fn issue_13_migrations_figure_counts_the_moves_of_a_lost_worker() {
 }
 
 #[test]
-fn issue_13_a_bad_count_status_exits_2_naming_file_line_and_field() {
+fn a_bad_count_status_exits_2_naming_file_line_and_field() {
     let tmp = tempfile::tempdir().unwrap();
     for (expect, field) in [
         (

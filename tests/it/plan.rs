@@ -1,4 +1,4 @@
-//! `routersim plan` end to end (issue 11): the answer agrees with `check` on both sides of the
+//! `routersim plan` end to end: the answer agrees with `check` on both sides of the
 //! boundary, `--for` makes a table, and the exit codes say answer / nothing feasible / bad input.
 
 use assert_cmd::Command;

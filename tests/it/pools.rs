@@ -1,4 +1,4 @@
-//! Worker pools end to end (issue 12): a two-pool run's result files show each pool's own
+//! Worker pools end to end: a two-pool run's result files show each pool's own
 //! TTFT, `--set` resizes a pool, and a replay is one `default` pool.
 
 use assert_cmd::Command;
@@ -171,7 +171,7 @@ fn a_replay_is_one_default_pool() {
 /// Issue 12's acceptance case: pools timed by fixed models of 10 and 100 ms prefill under
 /// round robin; five requests see exactly 10 ms to first token and five exactly 100 ms.
 #[test]
-fn issue_12_fixed_prefill_pools_give_each_pool_its_own_exact_ttft() {
+fn fixed_prefill_pools_give_each_pool_its_own_exact_ttft() {
     let tmp = tempfile::tempdir().unwrap();
     let scenario = "name: fixed-pools
 router: {router_mode: round_robin}

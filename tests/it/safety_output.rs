@@ -1,4 +1,4 @@
-//! Output safety end to end (issue 9): no command deletes or overwrites a file it did not
+//! Output safety end to end: no command deletes or overwrites a file it did not
 //! write, refusals happen before any work and leave nothing behind, reruns keep user files.
 
 use assert_cmd::Command;

@@ -1,4 +1,4 @@
-//! Calibrated timing end to end (issue 12): profile-interpolated and fixed timing through
+//! Calibrated timing end to end: profile-interpolated and fixed timing through
 //! `routersim replay` and `run`, on single requests whose times are computed by hand, and the
 //! exit-2 errors of bad profiles.
 

@@ -1,4 +1,4 @@
-//! The request lifecycle (issue 13): "dispatched" on dispatch, cancellation in every state, and
+//! The request lifecycle: "dispatched" on dispatch, cancellation in every state, and
 //! a random-operation check that no booking survives its request and each request ends once.
 
 use super::tests::{TWO_CLASSES, decisions, dispatched, request, scheduler, t, workers};
@@ -69,7 +69,7 @@ fn assert_nothing_booked(s: &Scheduler) {
 use AdmissionStatus::{Aborted, Completed, Dispatched};
 
 #[test]
-fn issue_13_dispatched_is_heard_on_dispatch_not_on_booking() {
+fn dispatched_is_heard_on_dispatch_not_on_booking() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 10);
     s.handle_arrival(t(0), request(0, "premium", 512));
@@ -101,7 +101,7 @@ fn issue_13_dispatched_is_heard_on_dispatch_not_on_booking() {
 }
 
 #[test]
-fn issue_13_cancel_while_queued_for_a_policy_leaves_the_queue_at_once() {
+fn cancel_while_queued_for_a_policy_leaves_the_queue_at_once() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
     for id in 0..5 {
@@ -129,7 +129,7 @@ fn issue_13_cancel_while_queued_for_a_policy_leaves_the_queue_at_once() {
 }
 
 #[test]
-fn issue_13_cancel_of_a_deferred_request_does_not_release_another() {
+fn cancel_of_a_deferred_request_does_not_release_another() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "regular", 1);
     for id in 0..3 {
@@ -157,7 +157,7 @@ fn issue_13_cancel_of_a_deferred_request_does_not_release_another() {
 }
 
 #[test]
-fn issue_13_cancel_of_a_plain_queued_request_ends_it_once() {
+fn cancel_of_a_plain_queued_request_ends_it_once() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     for id in 0..6 {
         s.handle_arrival(t(0), request(id, "premium", 512));
@@ -190,7 +190,7 @@ fn issue_13_cancel_of_a_plain_queued_request_ends_it_once() {
 }
 
 #[test]
-fn issue_13_cancel_after_booking_rolls_back() {
+fn cancel_after_booking_rolls_back() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
     for id in 0..5 {
@@ -219,7 +219,7 @@ fn issue_13_cancel_after_booking_rolls_back() {
 }
 
 #[test]
-fn issue_13_cancel_before_the_dispatch_is_polled_withdraws_it() {
+fn cancel_before_the_dispatch_is_polled_withdraws_it() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
     s.handle_arrival(t(0), request(0, "premium", 512));
@@ -234,7 +234,7 @@ fn issue_13_cancel_before_the_dispatch_is_polled_withdraws_it() {
 }
 
 #[test]
-fn issue_13_cancel_before_the_reject_is_polled_withdraws_it() {
+fn cancel_before_the_reject_is_polled_withdraws_it() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
     // 0..=3 dispatch at once, 4 and 5 fill the queue (limit 2), 6 is refused.
@@ -257,7 +257,7 @@ fn issue_13_cancel_before_the_reject_is_polled_withdraws_it() {
 }
 
 #[test]
-fn issue_13_cancel_while_running_frees_the_booking_and_aborts_once() {
+fn cancel_while_running_frees_the_booking_and_aborts_once() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
     s.handle_arrival(t(0), request(0, "premium", 512));
@@ -279,7 +279,7 @@ fn issue_13_cancel_while_running_frees_the_booking_and_aborts_once() {
 }
 
 #[test]
-fn issue_13_cancel_after_the_response_completed_is_a_no_op() {
+fn cancel_after_the_response_completed_is_a_no_op() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 100);
     for id in 0..7 {
@@ -312,7 +312,7 @@ fn issue_13_cancel_after_the_response_completed_is_a_no_op() {
 }
 
 #[test]
-fn issue_13_a_policy_never_hears_dispatched_then_aborted_for_a_request_that_never_ran() {
+fn a_policy_never_hears_dispatched_then_aborted_for_a_request_that_never_ran() {
     let mut s = scheduler(Some(TWO_CLASSES), 2);
     let log = record(&mut s, "premium", 100);
     let pinned = |id: u64, worker: u64| {
@@ -337,7 +337,7 @@ fn issue_13_a_policy_never_hears_dispatched_then_aborted_for_a_request_that_neve
 }
 
 #[test]
-fn issue_13_a_departed_worker_releases_its_bookings_and_aborts_them_once() {
+fn a_departed_worker_releases_its_bookings_and_aborts_them_once() {
     let mut s = scheduler(Some(TWO_CLASSES), 2);
     let log = record(&mut s, "premium", 100);
     for id in 0..4 {
@@ -363,7 +363,7 @@ fn issue_13_a_departed_worker_releases_its_bookings_and_aborts_them_once() {
 }
 
 #[test]
-fn issue_13_finished_for_a_waiting_request_withdraws_it() {
+fn finished_for_a_waiting_request_withdraws_it() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "regular", 1);
     s.handle_arrival(t(0), request(0, "regular", 64));
@@ -645,7 +645,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn issue_13_random_lifecycles_leave_no_booking_and_end_each_request_once(
+    fn random_lifecycles_leave_no_booking_and_end_each_request_once(
         ops in prop::collection::vec(op_strategy(), 1..120),
     ) {
         let mut h = Harness::new();
@@ -657,7 +657,7 @@ proptest! {
 }
 
 #[test]
-fn issue_13_queue_entries_pinned_to_a_departed_worker_are_refused_with_a_typed_reason() {
+fn queue_entries_pinned_to_a_departed_worker_are_refused_with_a_typed_reason() {
     let mut s = scheduler(Some(TWO_CLASSES), 2);
     let gone = WorkerWithDpRank::new(1, 0);
     for id in 0..7 {
