@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Runs Dynamo 1.6.1 (via /work/shared/tools/dynosim, one worker) on every fidelity fixture
+# Runs Dynamo 1.6.1 (through tools/dynamo-replay, one worker) on every fidelity fixture
 # and stores its outputs next to the inputs: dynamo.csv and dynamo.trace.jsonl, with the extra
 # flags of replay_args.txt when a fixture has one. Each fixture is
 # run twice and the two CSVs must be identical (one worker is deterministic in 1.6.1).
+# DYNAMO_REPLAY names another driver with the same flags.
 # Usage: tools/run_fidelity_fixtures.sh [FIXTURE_ROOT] [NAME...]
 set -euo pipefail
 root=${1:-tests/fixtures/fidelity}
 shift || true
-dynosim=${DYNOSIM:-/work/shared/tools/dynosim}
+replay=${DYNAMO_REPLAY:-$(dirname "${BASH_SOURCE[0]}")/dynamo-replay}
 names=("$@")
 if [[ ${#names[@]} -eq 0 ]]; then
   names=()
   for d in "$root"/*/; do names+=("$(basename "$d")"); done
 fi
-dynosim=$(cd "$(dirname "$dynosim")" && pwd)/$(basename "$dynosim")
+replay=$(cd "$(dirname "$replay")" && pwd)/$(basename "$replay")
 for name in "${names[@]}"; do
   d=$root/$name
   # Run inside the fixture, so that a relative profile path in engine.json (a
@@ -24,8 +25,8 @@ for name in "${names[@]}"; do
   # Dynamo's other replay modes (closed loop, arrival speed-up): flags on one line.
   if [[ -f $d/replay_args.txt ]]; then read -r -a extra <"$d/replay_args.txt"; args+=("${extra[@]}"); fi
   tmp=$(mktemp -d)
-  (cd "$d" && "$dynosim" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out")
-  (cd "$d" && "$dynosim" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out")
+  (cd "$d" && "$replay" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out")
+  (cd "$d" && "$replay" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out")
   cmp -s "$tmp/a.csv" "$tmp/b.csv" || { echo "$name: two runs differ" >&2; exit 1; }
   cp "$tmp/a.csv" "$d/dynamo.csv"
   cp "$tmp/a.trace.jsonl" "$d/dynamo.trace.jsonl"
