@@ -316,7 +316,8 @@ mod tests {
         (weighted, RunMetrics::compute(&result, &quanta))
     }
 
-    /// Dynamo's nine assertions of tests/router/test_policy_class.py (spec/mock-worker.md §4).
+    /// The nine assertions of Dynamo's policy-class test
+    /// (docs/scheduling.md#the-policy-class-test).
     const EQUAL_ARM: &str = "
 - {prefix_count: {class: premium, n: 320}, within: [140, 180]}
 - {remaining_when_done: {class: regular, done: premium}, at_most: 20}

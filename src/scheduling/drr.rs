@@ -621,8 +621,8 @@ impl<T> PolicyQueue<T> {
 
     // ----- checker -------------------------------------------------------------------------
 
-    /// Checks the queue invariants (spec §8 items 1-3 and 5): `pending_count` and every
-    /// class's totals equal the resident entries; a class with nothing ready has no credit;
+    /// Checks the queue invariants (docs/scheduling.md#queue-invariants): `pending_count` and
+    /// every class's totals equal the resident entries; a class with nothing ready has no credit;
     /// lane storage is consistent; every deficit equals credit earned minus costs charged
     /// minus credit forfeited. Meant to run after every step in tests and debug runs.
     pub fn check_invariants(&self) -> Result<(), String> {

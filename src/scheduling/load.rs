@@ -472,7 +472,7 @@ impl LoadTracker {
     }
 
     /// Recomputes every counter from the bookings and checks each rank's block trie
-    /// (spec §8 items 14-16).
+    /// (docs/scheduling.md#load-invariants).
     ///
     /// O(bookings + segments); for tests and debug runs. The error says what disagrees.
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -849,7 +849,8 @@ impl Scheduler {
         }
     }
 
-    /// Is every rank this request may use over its class's busy threshold? (§5.2)
+    /// Is every rank this request may use over its class's busy threshold?
+    /// (docs/scheduling.md#busy-thresholds)
     fn all_ranks_busy(
         &self,
         class_index: usize,
@@ -866,7 +867,8 @@ impl Scheduler {
         )
     }
 
-    /// Re-examines the queues after capacity may have changed (§5.3).
+    /// Re-examines the queues after capacity may have changed
+    /// (docs/scheduling.md#draining-the-queues).
     fn update(&mut self, now: SimTime, rank: Option<WorkerWithDpRank>) {
         if self.queue.pending_count() == 0 || !self.config.profile.any_queueing_enabled() {
             return;
@@ -912,7 +914,8 @@ impl Scheduler {
         }
     }
 
-    /// The one admission path (§5.4): project, select, book, respond.
+    /// The one admission path (docs/scheduling.md#the-admission-path): project, select,
+    /// book, respond.
     ///
     /// A queued request (`queued` = when it was queued and its snapshot) books the uncached
     /// tokens of its snapshot, measured when it was queued: Dynamo 1.6.1 does not re-measure
@@ -1135,7 +1138,7 @@ impl Scheduler {
     }
 }
 
-/// The busy test of §5.2 for one request of one class.
+/// The busy test (docs/scheduling.md#busy-thresholds) for one request of one class.
 fn all_ranks_busy(
     profile: &PolicyProfile,
     workers: &WorkerSet,

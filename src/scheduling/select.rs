@@ -200,7 +200,7 @@ impl fmt::Display for SelectError {
 impl std::error::Error for SelectError {}
 
 // ---------------------------------------------------------------------------------------------
-// Eligibility (spec §6.1)
+// Eligibility (docs/scheduling.md#eligibility)
 // ---------------------------------------------------------------------------------------------
 
 /// The ranks the request may be routed to, in (worker_id, dp_rank) order.
@@ -267,7 +267,7 @@ fn validate_pin(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cost and pick (spec §6.2, §6.3)
+// Cost and pick (docs/scheduling.md#cost-and-pick)
 // ---------------------------------------------------------------------------------------------
 
 /// Everything one selection reads. Slices are sorted by rank, as [`eligible_ranks`],
@@ -627,7 +627,7 @@ fn softmax_weights(scores: &[Scored<'_>], temperature: f64) -> Vec<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cache estimate for the queue snapshot (spec §2.1)
+// The queue snapshot's cache estimate (docs/scheduling.md#cached-tokens-and-the-queue-snapshot)
 // ---------------------------------------------------------------------------------------------
 
 /// The effective cached tokens a queued request is classified and costed with.

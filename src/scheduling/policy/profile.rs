@@ -127,7 +127,8 @@ pub struct CacheBucket {
     pub name: String,
 }
 
-/// A validated profile: classes in YAML order plus the lookup tables of §1.4.
+/// A validated profile: classes in YAML order plus the lookup tables of class resolution
+/// (docs/scheduling.md#class-resolution).
 ///
 /// Build one with [`PolicyConfig::from_yaml_str`](super::PolicyConfig::from_yaml_str) or
 /// [`PolicyProfile::synthetic`]; every instance satisfies the schema's rules.
@@ -149,9 +150,10 @@ pub struct PolicyProfile {
 }
 
 impl PolicyProfile {
-    /// The profile used when no YAML profile applies (§1.5): one class `default`, quantum 1,
-    /// `queue_policy` from `--router-queue-policy`, frac threshold from
-    /// `--router-queue-threshold` (`None` = never queues), no limits. Always resolved directly.
+    /// The profile used when no YAML profile applies (docs/scheduling.md#the-default-class):
+    /// one class `default`, quantum 1, `queue_policy` from `--router-queue-policy`, frac
+    /// threshold from `--router-queue-threshold` (`None` = never queues), no limits. Always
+    /// resolved directly.
     ///
     /// # Panics
     /// If `router_queue_threshold_frac` is NaN, infinite or negative: validate user input first.
@@ -232,9 +234,10 @@ impl PolicyProfile {
         self.direct_class_index(requested).is_none()
     }
 
-    /// The class index for a request (§1.4): an explicit class name wins; otherwise the named
-    /// family if it is one, else the default family (a matrix class name is *not* a shortcut),
-    /// and the last bucket whose `min_tokens <= uncached_tokens`.
+    /// The class index for a request (docs/scheduling.md#class-resolution): an explicit class
+    /// name wins; otherwise the named family if it is one, else the default family (a matrix
+    /// class name is *not* a shortcut), and the last bucket whose `min_tokens <=
+    /// uncached_tokens`.
     pub fn resolve_class_index(&self, requested: Option<&str>, uncached_tokens: u64) -> usize {
         if let Some(direct) = self.direct_class_index(requested) {
             return direct;
