@@ -1,6 +1,6 @@
 //! Engine arguments of a mock worker: Dynamo 1.6.1's canonical engine JSON, defaults, validation.
 //!
-//! Dynamo's offline replay (and `tools/dynosim`) takes an engine launch config shaped
+//! Dynamo's offline replay (and `tools/dynamo-replay`) takes an engine launch config shaped
 //! `{"engine": {...}, "dp_size": 1, ...}`. [`EngineLaunchConfig`] and [`EngineSection`] accept
 //! exactly the keys 1.6.1 accepts (an unknown key is an error naming it), keys that do not change
 //! an aggregated vLLM worker are accepted and ignored, and keys selecting behaviour this mocker

@@ -1,6 +1,6 @@
 //! Request-by-request parity with Dynamo 1.6.1's offline replay on whole traces.
 //!
-//! Each fixture is a `tools/dynosim` run: the time-tagged trace it replayed and the per-request
+//! Each fixture is a `tools/dynamo-replay` run: the tagged trace it replayed and the per-request
 //! CSV it wrote. The mock worker must reproduce every admit, first-token and completion time
 //! (to the nanosecond Dynamo prints) and every reused-token count.
 //!

@@ -5,7 +5,7 @@
 //! and returns the pass end, with the tokens, completions and KV events it delivers then.
 //!
 //! Matching Dynamo 1.6.1 request by request (to the ns) is this module's contract; the
-//! behaviours of 1.6.1 that differ from the written spec are listed in `worker`'s docs.
+//! behaviours of 1.6.1 that differ from other revisions are listed in `worker`'s docs.
 
 #![deny(missing_docs)]
 

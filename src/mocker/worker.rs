@@ -19,8 +19,9 @@
 //!    context of requests that had already produced a token (1.6.1 charges a request's first
 //!    token no decode time); every request whose known tokens are all computed gets a token.
 //!
-//! Where Dynamo 1.6.1 differs from `spec/mock-worker.md`, this follows 1.6.1 (each point was
-//! measured with `tools/dynosim` and is pinned by a test here or a parity fixture):
+//! Where Dynamo 1.6.1 differs from its other revisions, this follows 1.6.1 (each point was
+//! measured with `tools/dynamo-replay` and is pinned by a test here or a parity fixture; see
+//! docs/mock-worker.md#where-161-differs-from-other-revisions):
 //! - A request whose prefill completes in a pass gets its first token at that pass end with no
 //!   decode time of its own. The decode term covers only ready requests that had already
 //!   generated a token (including a readmitted request whose recompute ends in the pass), with
