@@ -61,8 +61,8 @@ pub fn run_files(
 
 use crate::sim::{RequestRecord, SimResult};
 
-/// Columns of `requests.csv` (a contract: the first thirteen match `tools/dynosim`; later ones
-/// are only ever appended).
+/// Columns of `requests.csv` (a contract: the first thirteen match the CSV of
+/// `tools/dynamo-replay`; later ones are only ever appended).
 pub const REQUEST_COLUMNS: [&str; 18] = [
     "row",
     "policy_class",

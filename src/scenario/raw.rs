@@ -102,7 +102,7 @@ pub struct RawRouter {
     pub knobs: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The router's worker choice, with dynosim's `--router-mode` names.
+/// The router's worker choice, with Dynamo's `--router-mode` names.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RawRouterMode {

@@ -58,7 +58,7 @@ pub struct Burst {
     /// The creation order of burst requests across groups.
     pub order: BurstOrder,
     /// Release stagger in creation order: request `m` of the burst arrives at
-    /// `at + m * spacing_ns` (Dynamo's dynosim tags simultaneous rows 1 ns apart).
+    /// `at + m * spacing_ns` (tools/dynamo-replay tags simultaneous rows 1 ns apart).
     pub spacing_ns: u64,
 }
 

@@ -883,7 +883,7 @@ mod tests {
     }
 
     /// Dynamo 1.6.1 divides the rebased f64 milliseconds by the ratio; routersim rounds the
-    /// quotient to the nearest ns. dynosim's probe: tagged timestamps 2e-6 (the origin) and
+    /// quotient to the nearest ns. Dynamo's probe: tagged timestamps 2e-6 (the origin) and
     /// 30.000003 ms with ratio 3 arrive at 0 and 10.000000333... ms.
     #[test]
     fn a_speedup_divides_the_rebased_milliseconds_and_rounds_to_the_ns() {
