@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Differential check of tools/dynamo_model.py against Dynamo 1.6.1: builds small random
 one-worker cases (seeded: random engine limits, tiny KV pools that force preemption, prefix
-groups, random policy-class YAMLs with FCFS/WSPT, thresholds, priorities), runs dynosim on
-each and compares every row with the model. Used to validate docs/fidelity-notes.md; the
-same cases can be pointed at routersim's replay later (each case dir holds trace.jsonl,
-engine.json, policy.yaml and Dynamo's dynamo.csv).
+groups, random policy-class YAMLs with FCFS/WSPT, thresholds, priorities), runs Dynamo
+(through tools/dynamo-replay) on each and compares every row with the model. Used to validate
+docs/fidelity-notes.md; the same cases can be pointed at routersim's replay later (each case
+dir holds trace.jsonl, engine.json, policy.yaml and Dynamo's dynamo.csv).
 Usage: differential_fuzz.py OUT_DIR FIRST_SEED COUNT [--no-policy]
 """
 import json
@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DYNOSIM = os.environ.get("DYNOSIM", "/work/shared/tools/dynosim")
+# DYNAMO_REPLAY names another driver with the same flags.
+DYNAMO_REPLAY = os.environ.get("DYNAMO_REPLAY", os.path.join(HERE, "dynamo-replay"))
 
 
 def random_policy(rng):
@@ -81,13 +82,13 @@ def main():
         with open(os.path.join(d, "trace.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
         json.dump(engine, open(os.path.join(d, "engine.json"), "w"))
-        args = [DYNOSIM, "--trace", f"{d}/trace.jsonl", "--engine", f"{d}/engine.json", "--out", f"{d}/dynamo.csv"]
+        args = [DYNAMO_REPLAY, "--trace", f"{d}/trace.jsonl", "--engine", f"{d}/engine.json", "--out", f"{d}/dynamo.csv"]
         if policy:
             open(os.path.join(d, "policy.yaml"), "w").write(policy)
             args += ["--policy", f"{d}/policy.yaml"]
         run = subprocess.run(args, capture_output=True, text=True)
         if run.returncode:
-            print(seed, "dynosim failed:", (run.stderr.strip().splitlines() or ["?"])[-1][:120])
+            print(seed, "dynamo-replay failed:", (run.stderr.strip().splitlines() or ["?"])[-1][:120])
             continue
         check = subprocess.run([sys.executable, os.path.join(HERE, "dynamo_model.py"), d],
                                capture_output=True, text=True)

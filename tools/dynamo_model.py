@@ -85,7 +85,7 @@ class Router:
         return entry
 
     def pop_next(self):
-        """One DRR arbitration (spec/scheduling-core.md §4); None if nothing can dispatch."""
+        """One DRR arbitration (docs/scheduling.md#deficit-round-robin); None if nothing can dispatch."""
         if self.pending == 0:
             self.carry = None
             return None

@@ -2,12 +2,13 @@
 """Generates the inputs of the fidelity fixtures (tests/fixtures/fidelity/<name>/: trace.jsonl,
 policy.yaml, engine.json) deterministically from fixed seeds, so the fixtures can be rebuilt
 and audited. Dynamo's outputs (dynamo.csv, dynamo.trace.jsonl) come from
-tools/run_fidelity_fixtures.sh, which runs /work/shared/tools/dynosim on these inputs.
+tools/run_fidelity_fixtures.sh, which runs tools/dynamo-replay on these inputs.
 
 Timestamps are whole microseconds and start at 0 (Dynamo rebases arrivals to the minimum
-timestamp, and dynosim adds row_index ns, so tagged times stay on the ns grid).
+timestamp, and tools/dynamo-replay adds row_index ns, so tagged times stay on the ns grid).
 A fixture replayed in one of Dynamo's other replay modes (closed loop, arrival speed-up) has a
-replay_args.txt: the extra flags, on one line, that both dynosim and `routersim replay` get.
+replay_args.txt: the extra flags, on one line, that both tools/dynamo-replay and `routersim replay`
+get.
 Usage: gen_fidelity_traces.py OUT_ROOT   (writes OUT_ROOT/<fixture>/...)
 """
 import json
@@ -272,7 +273,7 @@ FIXTURES = {
     "priorities-long-output": priorities_long_output,
     "premium-weighted": lambda: (premium_rows(), premium_policy(128), PREMIUM_ENGINE),
     "premium-equal": lambda: (premium_rows(), premium_policy(512), PREMIUM_ENGINE),
-    # Dynamo's other replay modes; the flags go to dynosim and to `routersim replay` alike.
+    # Dynamo's other replay modes; the flags go to tools/dynamo-replay and `routersim replay` alike.
     "closed-prefix-sharing": with_args(closed_prefix_sharing, "--replay-concurrency 6"),
     "closed-classes": with_args(classes_wspt, "--replay-concurrency 24"),
     "closed-memory-pressure": with_args(memory_pressure, "--replay-concurrency 10"),
