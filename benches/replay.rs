@@ -11,8 +11,8 @@
 //! reading the trace, simulating, computing the metrics; the like-for-like counterpart of
 //! Dynamo's timer), routersim's whole process (`routersim replay ... --quiet`: start-up, the
 //! same, and writing its CSVs), and Dynamo's own replay time (`sim_wall_ms` of
-//! `../shared/tools/dynosim`, or of the script `ROUTERSIM_DYNOSIM` names;
-//! `ROUTERSIM_DYNOSIM=off` skips it). The three take turns, in 5 rounds
+//! `tools/dynamo-replay`, or of the driver `ROUTERSIM_DYNAMO_REPLAY` names;
+//! `ROUTERSIM_DYNAMO_REPLAY=off` skips it). The three take turns, in 5 rounds
 //! (`ROUTERSIM_BENCH_RUNS` to change), so that a burst of load from the machine's neighbours
 //! falls on both sides alike; each side counts its best run. Each line ends with the ratios
 //! Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4]`.
@@ -231,15 +231,13 @@ fn best_ms(mut f: impl FnMut()) -> f64 {
     best
 }
 
-/// The dynosim script to compare against, if any.
-fn dynosim() -> Option<PathBuf> {
-    match std::env::var_os("ROUTERSIM_DYNOSIM") {
+/// The driver of Dynamo's replay to compare against, if any: the repository's own unless
+/// `ROUTERSIM_DYNAMO_REPLAY` names another (or is `off`).
+fn dynamo_replay() -> Option<PathBuf> {
+    match std::env::var_os("ROUTERSIM_DYNAMO_REPLAY") {
         Some(v) if v == "off" => None,
         Some(v) => Some(PathBuf::from(v)),
-        None => {
-            let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/dynosim");
-            default.exists().then_some(default)
-        }
+        None => Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/dynamo-replay")),
     }
 }
 
@@ -254,7 +252,7 @@ fn dynamo_ms(script: &Path, trace: &Path, workers: u32, out: &Path) -> Option<f6
         .ok()?;
     if !output.status.success() {
         eprintln!(
-            "dynosim failed: {}",
+            "dynamo-replay failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
         return None;
@@ -272,9 +270,9 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target/bench-traces");
     std::fs::create_dir_all(&dir).unwrap();
-    let dynosim = dynosim();
-    if dynosim.is_none() {
-        println!("(no dynosim: routersim numbers only)");
+    let dynamo_replay = dynamo_replay();
+    if dynamo_replay.is_none() {
+        println!("(no Dynamo side: routersim numbers only)");
     }
     for case in CASES
         .iter()
@@ -334,7 +332,7 @@ fn main() {
                     .expect("routersim runs");
                 assert!(status.success(), "routersim replay failed");
             }));
-            if let Some(script) = dynosim.as_deref().filter(|_| !dynamo_failed) {
+            if let Some(script) = dynamo_replay.as_deref().filter(|_| !dynamo_failed) {
                 match dynamo_ms(script, &trace, case.workers, &dynamo_csv) {
                     Some(ms) => dynamo = Some(dynamo.map_or(ms, |best| best.min(ms))),
                     None => dynamo_failed = true,
