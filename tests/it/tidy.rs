@@ -1,4 +1,5 @@
-//! Tidy: the layer rule of DESIGN.md and the names banned for determinism.
+//! Tidy: the layer rule (docs/architecture.md), the names banned for determinism, and that the
+//! repository's text names nothing outside the repository.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -196,4 +197,111 @@ fn every_source_file_says_what_it_owns() {
         missing.is_empty(),
         "files without a //! header: {missing:?}"
     );
+}
+
+/// Where the repository's own text lives (comments, docs, scripts, data): what a citation of
+/// something outside the repository is looked for in.
+const OWN_TEXT: [&str; 8] = [
+    "src",
+    "tests",
+    "benches",
+    "tools",
+    "docs",
+    "scenarios",
+    ".ci",
+    "README.md",
+];
+
+/// Names of what a clone of the repository does not have: the design notes, the folder of
+/// behaviour specs and the sign of their numbered sections, the shared folder beside the
+/// repository, and absolute paths of the machine it was written on. Spelled in pieces, so
+/// that this list is not itself a citation.
+const OUTSIDE_NAMES: [&str; 5] = [
+    concat!("DESIGN", ".md"),
+    concat!("spec", "/"),
+    concat!("..", "/shared"),
+    concat!("/", "work/"),
+    "\u{a7}",
+];
+
+/// Every file under `path` (or `path` itself), sorted.
+fn files_under(path: &Path, out: &mut Vec<PathBuf>) {
+    if path.is_file() {
+        out.push(path.to_path_buf());
+        return;
+    }
+    let mut entries: Vec<PathBuf> = fs::read_dir(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .map(|entry| entry.expect("dir entry").path())
+        .collect();
+    entries.sort();
+    for entry in entries {
+        files_under(&entry, out);
+    }
+}
+
+/// The outside names `line` mentions. A name counts where no word character is glued to its
+/// front: a folder whose name merely ends in one of them is not it, nor is a relative path.
+fn outside_names_in(line: &str) -> Vec<&'static str> {
+    let glued = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    OUTSIDE_NAMES
+        .into_iter()
+        .filter(|name| {
+            line.match_indices(name)
+                .any(|(at, _)| line[..at].chars().next_back().is_none_or(|c| !glued(c)))
+        })
+        .collect()
+}
+
+#[test]
+fn no_text_names_anything_outside_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for own in OWN_TEXT {
+        files_under(&root.join(own), &mut files);
+    }
+    let mut citations = Vec::new();
+    for file in &files {
+        // Binary files (profiles, plots) hold no prose.
+        let Ok(text) = String::from_utf8(fs::read(file).unwrap()) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            for name in outside_names_in(line) {
+                let shown = file.strip_prefix(root).unwrap_or(file).display();
+                citations.push(format!("{shown}:{}: names {name}", i + 1));
+            }
+        }
+    }
+    assert!(
+        files.len() > 100,
+        "only {} files found: the walk is broken",
+        files.len()
+    );
+    assert!(
+        citations.is_empty(),
+        "text naming what a clone does not have (describe it in docs/ and name that):\n{}",
+        citations.join("\n")
+    );
+}
+
+#[test]
+fn each_outside_name_is_caught_and_look_alikes_are_not() {
+    for name in OUTSIDE_NAMES {
+        for line in [
+            name.to_string(),
+            format!("// as {name}x says"),
+            format!("(`{name}`)"),
+        ] {
+            assert_eq!(outside_names_in(&line), [name], "{line}");
+        }
+    }
+    for clean in [
+        "docs/scheduling.md#busy-thresholds",
+        concat!("a res", "pec/ of the ins", "pec/ dir"),
+        concat!("lib/w", "ork/x and MY_DESIGN", ".md"),
+        "tools/dynamo-replay --trace t.jsonl",
+    ] {
+        assert!(outside_names_in(clean).is_empty(), "{clean}");
+    }
 }
