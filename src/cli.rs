@@ -1,4 +1,5 @@
-//! The command line: clap commands, and the mapping of errors to exit codes (0, 1, 2).
+//! The command line: clap commands, and the mapping of errors to exit codes: 0 ok, 1 an
+//! expectation failed, 2 bad input or usage, 3 the simulator caught a bug in itself.
 
 use crate::bounds::{
     MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_REQUESTS, MAX_SWEEP_RUNS,

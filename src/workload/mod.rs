@@ -1,4 +1,5 @@
-//! Request sources: mooncake traces and (later) synthetic workloads, as one request stream.
+//! Request sources: mooncake traces (`trace`) and synthetic workloads (`synth`), as one request
+//! stream.
 
 pub mod synth;
 pub mod trace;
