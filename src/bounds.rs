@@ -1,11 +1,12 @@
-//! The documented upper bounds on what an input may ask for, and the capped readers that keep
-//! a huge or endless input file (e.g. `/dev/zero`) from being read into memory.
+//! The documented upper bounds on what an input may ask for, and the one door through which
+//! routersim opens a file to read it: regular files only (a FIFO, a device such as
+//! `/dev/zero`, a socket or a directory is refused without blocking), read through a size cap.
 //!
 //! Every bound here is listed in docs/scenarios.md ("Limits and bounds") and, for sweeps, in
 //! docs/sweeps.md. Each is checked where the input is validated, and an input beyond it is an
 //! input error (exit 2) naming the file and field.
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, BufRead, Read};
 use std::path::Path;
 
@@ -42,37 +43,117 @@ pub const MIN_SPEEDUP_RATIO: f64 = 1e-3;
 pub const MAX_SWEEP_RUNS: u64 = 100_000;
 /// Most sweep threads per available core.
 pub const MAX_JOBS_PER_CORE: usize = 4;
+/// Largest output marker (`.routersim-output.json`) or stage marker routersim reads, in bytes
+/// (1 MiB; its own list a few dozen files in a few KiB).
+pub const MAX_MARKER_BYTES: u64 = 1 << 20;
+/// The head of an existing `--junit` file read to find routersim's signature, in bytes.
+pub const JUNIT_SIGNATURE_SCAN_BYTES: u64 = 4096;
+/// Longest name in an output path (`--out`, `--junit`), in bytes: the file-name limit of the
+/// common file systems (NAME_MAX).
+pub const MAX_FILE_NAME_BYTES: usize = 255;
 
-/// Reads the whole file at `path` as UTF-8, refusing one larger than `cap_bytes` after
-/// reading at most `cap_bytes + 1` bytes (so an endless file is refused quickly).
+/// Opens `path` for reading if it is a regular file (a link to one is followed). A FIFO, a
+/// device, a socket or a directory is an `InvalidInput` error saying what it is, and opening
+/// never blocks: the type is checked before the open, and the open itself is non-blocking
+/// (a FIFO swapped in between opens at once, without a writer) and checked again on the handle.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    require_regular(&fs::metadata(path)?)?;
+    let file = open_without_blocking(path)?;
+    require_regular(&file.metadata()?)?;
+    Ok(file)
+}
+
+#[cfg(unix)]
+fn open_without_blocking(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK changes nothing for the regular file this must be: its reads never block.
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_without_blocking(path: &Path) -> io::Result<File> {
+    File::open(path)
+}
+
+fn require_regular(meta: &fs::Metadata) -> io::Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "it is {}, not a regular file",
+            special_file_kind(&meta.file_type())
+        ),
+    ))
+}
+
+/// What a file that is not a regular file is, in words.
+fn special_file_kind(kind: &fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_char_device() {
+            return "a character device";
+        }
+        if kind.is_block_device() {
+            return "a block device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    "a special file"
+}
+
+/// Reads the whole regular file at `path` ([`open_regular`]) as UTF-8, refusing one larger
+/// than `cap_bytes` after reading at most `cap_bytes + 1` bytes (so a file that grows without
+/// end is refused quickly).
 pub fn read_to_string_capped(path: &Path, cap_bytes: u64) -> io::Result<String> {
     let mut text = String::new();
-    File::open(path)?
-        .take(cap_bytes + 1)
-        .read_to_string(&mut text)?;
+    open_capped(path, cap_bytes)?.read_to_string(&mut text)?;
     if text.len() as u64 > cap_bytes {
-        return Err(too_large(format!(
-            "the file is larger than {}, the most routersim reads",
-            format_bytes(cap_bytes)
-        )));
+        return Err(file_too_large(cap_bytes));
     }
     Ok(text)
 }
 
-/// Reads the whole file at `path` as bytes, refusing one larger than `cap_bytes` after
-/// reading at most `cap_bytes + 1` bytes.
+/// Reads the whole regular file at `path` ([`open_regular`]) as bytes, refusing one larger
+/// than `cap_bytes` after reading at most `cap_bytes + 1` bytes.
 pub fn read_bytes_capped(path: &Path, cap_bytes: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    File::open(path)?
-        .take(cap_bytes + 1)
-        .read_to_end(&mut bytes)?;
+    open_capped(path, cap_bytes)?.read_to_end(&mut bytes)?;
     if bytes.len() as u64 > cap_bytes {
-        return Err(too_large(format!(
-            "the file is larger than {}, the most routersim reads",
-            format_bytes(cap_bytes)
-        )));
+        return Err(file_too_large(cap_bytes));
     }
     Ok(bytes)
+}
+
+/// The regular file at `path`, to be read through a cap of `cap_bytes` (+1 to tell a file
+/// at the cap from a larger one). One already larger is refused before a byte is read; the
+/// cap still holds for one that grows while it is read.
+fn open_capped(path: &Path, cap_bytes: u64) -> io::Result<io::Take<File>> {
+    let file = open_regular(path)?;
+    if file.metadata()?.len() > cap_bytes {
+        return Err(file_too_large(cap_bytes));
+    }
+    Ok(file.take(cap_bytes + 1))
+}
+
+fn file_too_large(cap_bytes: u64) -> io::Error {
+    too_large(format!(
+        "the file is larger than {}, the most routersim reads",
+        format_bytes(cap_bytes)
+    ))
 }
 
 /// Reads one line (through `\n`, or to end of input) into `buf`, which is cleared first.
@@ -136,20 +217,62 @@ mod tests {
         assert!(error.to_string().contains("larger than 3 bytes"), "{error}");
     }
 
+    #[cfg(unix)]
     #[test]
-    fn dev_zero_is_refused_quickly() {
+    fn dev_zero_is_refused_as_a_device_without_reading_it() {
         let path = Path::new("/dev/zero");
         if !path.exists() {
             return;
         }
-        let error = read_to_string_capped(path, MAX_INPUT_FILE_BYTES).unwrap_err();
-        assert!(error.to_string().contains("larger than 4 MiB"), "{error}");
+        for error in [
+            read_to_string_capped(path, MAX_INPUT_FILE_BYTES).unwrap_err(),
+            read_bytes_capped(path, MAX_INPUT_FILE_BYTES).unwrap_err(),
+            open_regular(path).unwrap_err(),
+        ] {
+            assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
+            assert!(error.to_string().contains("character device"), "{error}");
+        }
+        // A link to it is no way around the check.
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("zero.yaml");
+        std::os::unix::fs::symlink(path, &link).unwrap();
+        let error = read_to_string_capped(&link, MAX_INPUT_FILE_BYTES).unwrap_err();
+        assert!(error.to_string().contains("character device"), "{error}");
+        // A line reader over an endless stream is still bounded.
         let mut reader = BufReader::new(File::open(path).unwrap());
         let error = read_line_capped(&mut reader, &mut String::new(), 1024).unwrap_err();
         assert!(
             error.to_string().contains("longer than 1024 bytes"),
             "{error}"
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("p.npz");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return; // no mkfifo here: the case cannot be built
+        }
+        // Without a writer, a blocking open of the FIFO would never return.
+        let error = read_bytes_capped(&fifo, MAX_PROFILE_FILE_BYTES).unwrap_err();
+        assert!(error.to_string().contains("FIFO"), "{error}");
+        assert!(open_regular(&fifo).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_is_refused_and_a_link_to_a_regular_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = read_to_string_capped(dir.path(), MAX_INPUT_FILE_BYTES).unwrap_err();
+        assert!(error.to_string().contains("a directory"), "{error}");
+        let file = dir.path().join("s.yaml");
+        std::fs::write(&file, "name: s").unwrap();
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_to_string_capped(&link, 7).unwrap(), "name: s");
     }
 
     #[test]

@@ -491,7 +491,7 @@ thread_local! {
 fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
     #[cfg(test)]
     TRACE_OPENS.with(|opens| opens.set(opens.get() + 1));
-    File::open(path)
+    crate::bounds::open_regular(path)
         .map(BufReader::new)
         .map_err(|e| RunError::Input(format!("{}: cannot read the trace: {e}", path.display())))
 }

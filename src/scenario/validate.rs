@@ -23,7 +23,6 @@ use crate::workload::synth::{
 use crate::workload::trace;
 use crate::yaml::{self, Document, NodeKind};
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
@@ -535,7 +534,7 @@ fn trace_workload(
     let arrival_speedup_ratio = arrival_speedup_ratio(source, raw)?;
     let path = source.resolve(file);
     let name = path.display().to_string();
-    let reader = File::open(&path)
+    let reader = bounds::open_regular(&path)
         .map(BufReader::new)
         .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
     trace::scan_scaled(reader, &name, block_size, arrival_speedup_ratio).map_err(|e| {

@@ -431,11 +431,11 @@ fn dev_zero_as_scenario_is_refused() {
     with_dev_zero(|| {
         refused_cli(
             &["run", "/dev/zero", "--out", "out"],
-            &["/dev/zero", "larger than 4 MiB"],
+            &["/dev/zero", "character device, not a regular file"],
         );
         refused_cli(
             &["validate", "/dev/zero"],
-            &["/dev/zero", "larger than 4 MiB"],
+            &["/dev/zero", "character device, not a regular file"],
         );
     });
 }
@@ -453,11 +453,15 @@ fn dev_zero_as_policy_is_refused() {
                 "--out",
                 "out",
             ],
-            &["/dev/zero", "larger than 4 MiB"],
+            &["/dev/zero", "character device, not a regular file"],
         );
         refused_extra(
             "router: {policy: /dev/zero}",
-            &["router.policy", "/dev/zero", "larger than 4 MiB"],
+            &[
+                "router.policy",
+                "/dev/zero",
+                "character device, not a regular file",
+            ],
         );
     });
 }
@@ -475,7 +479,7 @@ fn dev_zero_as_engine_is_refused() {
                 "--out",
                 "out",
             ],
-            &["--engine /dev/zero", "larger than 4 MiB"],
+            &["--engine /dev/zero", "character device, not a regular file"],
         );
         refused_cli(
             &[
@@ -487,7 +491,7 @@ fn dev_zero_as_engine_is_refused() {
                 "--out",
                 "out",
             ],
-            &["--router /dev/zero", "larger than 4 MiB"],
+            &["--router /dev/zero", "character device, not a regular file"],
         );
     });
 }
@@ -497,7 +501,7 @@ fn dev_zero_as_trace_is_refused() {
     with_dev_zero(|| {
         refused_cli(
             &["replay", "--trace", "/dev/zero", "--out", "out"],
-            &["/dev/zero:1", "longer than 1 MiB"],
+            &["/dev/zero", "character device, not a regular file"],
         );
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("s.yaml");
@@ -510,7 +514,11 @@ fn dev_zero_as_trace_is_refused() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains("/dev/zero:1"), "{stderr}");
+        assert!(
+            stderr.contains("workload.trace: cannot read /dev/zero")
+                && stderr.contains("character device"),
+            "{stderr}"
+        );
     });
 }
 
@@ -634,4 +642,128 @@ fn replay_huge_trace_block_size_is_refused() {
         ],
         &["--trace-block-size 100000000", "65536"],
     );
+}
+
+/// Runs `routersim ARGS` in `dir` with a 30 s limit (a blocked open would never return);
+/// asserts exit 2 and every `expected` string in stderr.
+fn refused_quickly_in(dir: &Path, args: &[&str], expected: &[&str]) {
+    let started = Instant::now();
+    let output = routersim()
+        .current_dir(dir)
+        .args(args)
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    for e in expected {
+        assert!(
+            stderr.contains(e),
+            "{args:?}: {stderr:?} should contain {e:?}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "refused quickly"
+    );
+}
+
+/// Makes a FIFO at `path`; false where mkfifo is missing (then the case cannot be built).
+fn make_fifo(path: &Path) -> bool {
+    std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn a_fifo_as_the_profile_path_is_refused_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("p.npz");
+    if !make_fifo(&fifo) {
+        return;
+    }
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/calibrated-profile.yaml");
+    let set = format!("workers.engine.planner_profile_data={}", fifo.display());
+    refused_quickly_in(
+        tmp.path(),
+        &["validate", scenario.to_str().unwrap(), "--set", &set],
+        &["p.npz", "FIFO"],
+    );
+}
+
+#[test]
+fn a_fifo_as_a_scenario_policy_engine_or_trace_is_refused_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("t.jsonl"), format!("{ROW}\n")).unwrap();
+    if !make_fifo(&tmp.path().join("p")) {
+        return;
+    }
+    fs::write(
+        tmp.path().join("s.yaml"),
+        scenario("router: {policy: p}", &[GROUP.to_string()]),
+    )
+    .unwrap();
+    fs::write(tmp.path().join("t.yaml"), "name: t\nworkload: {trace: p}\n").unwrap();
+    for args in [
+        &["run", "p", "--out", "out"][..],
+        &["validate", "s.yaml"],
+        &["validate", "t.yaml"],
+        &["replay", "--trace", "p", "--out", "out"],
+        &[
+            "replay", "--trace", "t.jsonl", "--engine", "p", "--out", "out",
+        ],
+        &[
+            "replay", "--trace", "t.jsonl", "--router", "p", "--out", "out",
+        ],
+        &[
+            "replay", "--trace", "t.jsonl", "--policy", "p", "--out", "out",
+        ],
+    ] {
+        refused_quickly_in(tmp.path(), args, &["FIFO (named pipe), not a regular file"]);
+    }
+    assert!(!tmp.path().join("out").exists(), "nothing may be written");
+}
+
+#[test]
+fn links_to_dev_zero_are_refused_as_devices() {
+    if !Path::new("/dev/zero").exists() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("t.jsonl"), format!("{ROW}\n")).unwrap();
+    for name in ["z.yaml", "z.jsonl", "z.json", "z.npz"] {
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join(name)).unwrap();
+    }
+    let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/calibrated-profile.yaml");
+    let set = format!(
+        "workers.engine.planner_profile_data={}",
+        tmp.path().join("z.npz").display()
+    );
+    for args in [
+        &["run", "z.yaml", "--out", "out"][..],
+        &["replay", "--trace", "z.jsonl", "--out", "out"],
+        &[
+            "replay", "--trace", "t.jsonl", "--engine", "z.json", "--out", "out",
+        ],
+        &[
+            "replay", "--trace", "t.jsonl", "--policy", "z.yaml", "--out", "out",
+        ],
+        &["validate", profile.to_str().unwrap(), "--set", &set],
+    ] {
+        refused_quickly_in(tmp.path(), args, &["character device, not a regular file"]);
+    }
+    assert!(!tmp.path().join("out").exists(), "nothing may be written");
+}
+
+#[test]
+fn a_directory_where_a_file_is_expected_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::create_dir(tmp.path().join("d")).unwrap();
+    for args in [
+        &["run", "d", "--out", "out"][..],
+        &["replay", "--trace", "d", "--out", "out"],
+    ] {
+        refused_quickly_in(tmp.path(), args, &["d", "a directory, not a regular file"]);
+    }
 }
