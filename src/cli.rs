@@ -404,6 +404,10 @@ fn limit_outcome(result: &sim::SimResult, seed: u64) -> Option<ExpectationOutcom
 fn check(args: &CheckArgs) -> Result<(), CliError> {
     let overrides = parse_overrides(&args.set)?;
     check_replication_args(args)?;
+    if let Some(junit) = &args.junit {
+        // Before any run: a report that cannot be written must not cost a whole check.
+        output::claim_file(junit, output::JUNIT_SIGNATURE).map_err(input)?;
+    }
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;

@@ -1,34 +1,42 @@
 //! The one place that writes result files, and the rules that keep a user's files safe.
 //!
 //! An output directory is routersim's alone. A command writes into it only when it does not
-//! exist, is empty, or holds a previous routersim output (recognised by the marker file
-//! [`MARKER`], which lists the files routersim wrote there). A rerun replaces exactly those
-//! files and leaves everything else in the directory untouched. Any other directory is refused
-//! before work starts ([`claim`]), as are `.`, `..`, `/`, the home directory, their ancestors,
-//! and any directory that contains one of the command's input files.
+//! exist, is empty, or holds a previous routersim output: the marker file [`MARKER`] names the
+//! command that wrote it and lists every file it wrote with its size and content hash
+//! ([`proof`]). A rerun replaces or removes a listed file only while it is still byte for byte
+//! what routersim wrote; a listed file that was edited, replaced or turned into a link or a
+//! folder stops the command (exit 2) before any work, naming the file, with or without
+//! `--force`. Every other file in the directory is left untouched. A marker that does not
+//! parse, names an unknown command, or is an older routersim's (bare names, no hashes) proves
+//! nothing, so its directory is refused like any other non-empty directory, as are `.`, `..`,
+//! `/`, the home directory, their ancestors, and any directory that contains one of the
+//! command's input files ([`claim`]).
 //!
-//! Files are first written into a stage beside the target (`.NAME.routersim-stage-PID`), then
-//! moved in. The stage is removed on every exit path: errors (a drop guard), and SIGINT or
-//! SIGTERM (a handler that removes registered stages and exits 130). A killed process may leave
-//! a stage behind; the next write beside it removes stages whose process is gone, and nothing
-//! else.
+//! Files are first written into a stage beside the target (`.NAME.routersim-stage-PID`, see
+//! [`stage`]), then moved in. The stage is removed on every exit path: errors (a drop guard),
+//! and SIGINT or SIGTERM (a handler that removes registered stages and exits 130). A killed
+//! process may leave a stage behind; the next write beside it removes such a stage only if
+//! every entry in it proves to be what routersim staged there, and nothing else.
 
+mod proof;
+mod stage;
+
+use crate::bounds::{self, MAX_FILE_NAME_BYTES};
+use proof::{OnDisk, Proof, Proofs, Unproven};
+use stage::{Stage, lock_stages, stage_base};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Mutex, Once};
 
 /// The marker file in every routersim output directory: which command wrote it, and which
-/// files (and so which files a rerun may replace).
+/// files with which sizes and content hashes (and so which files a rerun may replace).
 pub const MARKER: &str = ".routersim-output.json";
 
-/// The file inside a stage that proves the stage is routersim's.
-const STAGE_MARKER: &str = ".routersim-stage";
-
-/// The infix of stage names: `.NAME.routersim-stage-PID`.
-const STAGE_INFIX: &str = ".routersim-stage-";
+/// The marker a replace puts in place first: the old files' and the new files' proofs, so an
+/// interrupted replace still leaves every routersim file provably routersim's.
+const INTERIM_MARKER: &str = ".routersim-output.interim.json";
 
 /// What a single-file output (`--junit`) must contain for routersim to replace it.
 pub const JUNIT_SIGNATURE: &str = "<testsuites name=\"routersim check\"";
@@ -48,6 +56,13 @@ pub enum OutputKind {
 }
 
 impl OutputKind {
+    const ALL: [OutputKind; 4] = [
+        OutputKind::Run,
+        OutputKind::Replay,
+        OutputKind::Sweep,
+        OutputKind::Plan,
+    ];
+
     /// The name stored in the marker.
     pub fn label(self) -> &'static str {
         match self {
@@ -56,6 +71,11 @@ impl OutputKind {
             OutputKind::Sweep => "sweep",
             OutputKind::Plan => "plan",
         }
+    }
+
+    /// The kind a marker names, if it is one routersim writes.
+    fn from_label(label: &str) -> Option<OutputKind> {
+        OutputKind::ALL.into_iter().find(|k| k.label() == label)
     }
 }
 
@@ -96,13 +116,20 @@ enum Existing {
     Absent,
     /// An empty directory.
     Empty,
-    /// A previous routersim output: the command that wrote it, the files its marker lists,
-    /// and every entry present.
+    /// A previous routersim output: the command that wrote it, its files still there (each
+    /// proven to hold what routersim wrote), and every entry present.
     Previous {
-        kind: String,
-        listed: BTreeSet<String>,
+        kind: OutputKind,
+        owned: Proofs,
         present: BTreeSet<String>,
     },
+}
+
+/// A marker read from disk: the command it names and the files it vouches for.
+#[derive(Debug, PartialEq, Eq)]
+struct Marker {
+    kind: OutputKind,
+    proofs: Proofs,
 }
 
 /// Checks that `dir` may receive an output of `kind`, before any work starts. `inputs` are the
@@ -132,21 +159,27 @@ pub fn write_dir<S: AsRef<str>>(
     claim(dir, kind, &[], false)?.write(files)
 }
 
+/// Names routersim keeps for itself inside an output directory or a stage.
+fn is_reserved_name(name: &str) -> bool {
+    [MARKER, INTERIM_MARKER, stage::STAGE_MARKER].contains(&name)
+}
+
 impl OutputTarget {
     /// Checks the target again (it may have changed while the command worked) and what it
-    /// holds.
+    /// holds, proving each file its marker lists.
     fn inspect(&self) -> Result<Existing, OutputError> {
         check_location(&self.dir, &self.inputs)?;
         let existing = existing(&self.dir)?;
         if let Existing::Previous { kind, .. } = &existing
-            && kind != self.kind.label()
+            && *kind != self.kind
             && !self.force
         {
             return Err(refused(
                 &self.dir,
                 format!(
-                    "it holds the output of `routersim {kind}`, not of `routersim {}` \
+                    "it holds the output of `routersim {}`, not of `routersim {}` \
                      (pass --force to replace routersim's files there)",
+                    kind.label(),
                     self.kind.label()
                 ),
             ));
@@ -157,36 +190,41 @@ impl OutputTarget {
     /// Writes `files` (name, bytes) into the directory: all of them appear, replacing the
     /// previous output's files; files routersim did not write are never touched.
     pub fn write<S: AsRef<str>>(&self, files: &[(S, Vec<u8>)]) -> Result<(), OutputError> {
-        let names: BTreeSet<String> = files.iter().map(|(n, _)| n.as_ref().to_string()).collect();
-        for name in &names {
+        let mut staged: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(n, b)| (n.as_ref(), b.as_slice()))
+            .collect();
+        for (name, _) in &staged {
             assert!(
-                is_plain_file_name(name) && name != MARKER,
+                is_plain_file_name(name) && !is_reserved_name(name),
                 "bad output name {name:?}"
             );
         }
+        let proofs = proof::proofs_of(staged.iter().copied());
+        assert_eq!(proofs.len(), staged.len(), "an output name twice");
         let existing = self.inspect()?;
-        if let Existing::Previous {
-            listed, present, ..
-        } = &existing
-            && let Some(clash) = names
-                .iter()
-                .find(|n| present.contains(*n) && !listed.contains(*n))
+        if let Existing::Previous { owned, present, .. } = &existing
+            && let Some(clash) = proofs
+                .keys()
+                .find(|n| present.contains(*n) && !owned.contains_key(*n))
         {
             return Err(refused(
                 &self.dir,
                 format!("it holds `{clash}`, which routersim did not write"),
             ));
         }
+        let marker = marker_json(self.kind, &proofs);
+        let interim = match &existing {
+            Existing::Previous { owned, .. } => marker_json(self.kind, &union(owned, &proofs)),
+            Existing::Absent | Existing::Empty => Vec::new(),
+        };
+        staged.push((MARKER, &marker));
+        if let Existing::Previous { .. } = existing {
+            staged.push((INTERIM_MARKER, &interim));
+        }
         let parent = parent_of(&self.dir);
         fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
-        let stage = Stage::create(&parent, &stage_base(&self.dir))?;
-        for (name, bytes) in files {
-            let path = stage.path.join(name.as_ref());
-            fs::write(&path, bytes).map_err(|e| io_error(&path, "write", e))?;
-        }
-        let marker = marker_json(self.kind, &names);
-        let marker_path = stage.path.join(MARKER);
-        fs::write(&marker_path, &marker).map_err(|e| io_error(&marker_path, "write", e))?;
+        let stage = Stage::create(&parent, &stage_base(&self.dir), &staged)?;
         pause_for_interrupt_tests();
         let _no_interrupt = lock_stages();
         match existing {
@@ -195,37 +233,37 @@ impl OutputTarget {
                 fs::remove_dir(&self.dir).map_err(|e| io_error(&self.dir, "replace", e))?;
                 stage.rename_whole(&self.dir)
             }
-            Existing::Previous { listed, .. } => {
-                self.replace_files(&stage.path, &listed, &names, &marker)
-            }
+            Existing::Previous { owned, .. } => self.replace_files(&stage.path, &owned, &proofs),
         }
     }
 
     /// Moves the staged files into a directory that holds a previous output (and maybe files
-    /// of the user's). The marker lists the union of old and new names until the end, so an
-    /// interrupted replace still leaves every routersim file recognisable.
+    /// of the user's). The interim marker lists the old and the new proofs until the end, so
+    /// an interrupted replace still leaves every routersim file provably routersim's.
     fn replace_files(
         &self,
         stage: &Path,
-        listed: &BTreeSet<String>,
-        names: &BTreeSet<String>,
-        marker: &[u8],
+        owned: &Proofs,
+        proofs: &Proofs,
     ) -> Result<(), OutputError> {
-        let union: BTreeSet<String> = listed.union(names).cloned().collect();
-        let interim = stage.join(".interim-marker");
-        fs::write(&interim, marker_json(self.kind, &union))
-            .map_err(|e| io_error(&interim, "write", e))?;
-        rename(&interim, &self.dir.join(MARKER))?;
-        for old in listed.difference(names) {
-            remove_own_file(&self.dir.join(old))?;
+        rename(&stage.join(INTERIM_MARKER), &self.dir.join(MARKER))?;
+        for (old, old_proofs) in owned.iter().filter(|(n, _)| !proofs.contains_key(*n)) {
+            remove_own_file(&self.dir, old, old_proofs)?;
         }
-        for name in names {
+        for name in proofs.keys() {
             rename(&stage.join(name), &self.dir.join(name))?;
         }
-        let final_marker = stage.join(MARKER);
-        debug_assert_eq!(fs::read(&final_marker).ok().as_deref(), Some(marker));
-        rename(&final_marker, &self.dir.join(MARKER))
+        rename(&stage.join(MARKER), &self.dir.join(MARKER))
     }
+}
+
+/// The proofs of both lists, name by name.
+fn union(a: &Proofs, b: &Proofs) -> Proofs {
+    let mut all = a.clone();
+    for (name, set) in b {
+        all.entry(name.clone()).or_default().extend(set);
+    }
+    all
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), OutputError> {
@@ -247,14 +285,14 @@ fn pause_for_interrupt_tests() {
     }
 }
 
-/// Removes a file routersim listed in its marker, if it is still a regular file (a user may
-/// have replaced it with a directory or a link: then it is theirs).
-fn remove_own_file(path: &Path) -> Result<(), OutputError> {
-    match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_file() => {
-            fs::remove_file(path).map_err(|e| io_error(path, "remove", e))
-        }
-        _ => Ok(()),
+/// Removes the previous output's file `name`, proven once more just before (it was proven
+/// when the target was inspected; a file edited since is kept and stops the write).
+fn remove_own_file(dir: &Path, name: &str, proofs: &BTreeSet<Proof>) -> Result<(), OutputError> {
+    let path = dir.join(name);
+    match proof::on_disk(&path, proofs).map_err(|e| io_error(&path, "inspect", e))? {
+        OnDisk::Absent => Ok(()),
+        OnDisk::Ours(_) => fs::remove_file(&path).map_err(|e| io_error(&path, "remove", e)),
+        OnDisk::Changed(why) => Err(not_routersims(dir, name, why)),
     }
 }
 
@@ -267,43 +305,77 @@ pub fn is_plain_file_name(name: &str) -> bool {
 }
 
 /// The marker's bytes: deterministic, so reruns produce identical directories.
-fn marker_json(kind: OutputKind, names: &BTreeSet<String>) -> Vec<u8> {
+fn marker_json(kind: OutputKind, proofs: &Proofs) -> Vec<u8> {
     let value = serde_json::json!({
         "routersim_output": kind.label(),
-        "files": names.iter().collect::<Vec<_>>(),
+        "files": proof::proofs_json(proofs),
     });
-    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of strings");
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of strings and numbers");
     bytes.push(b'\n');
     bytes
 }
 
-/// The largest marker routersim reads; its own are a few hundred bytes.
-const MARKER_MAX_BYTES: u64 = 1 << 20;
-
-/// Reads a marker: (kind, listed files). Names that are not plain file names are ignored, so
-/// an edited marker cannot point routersim at files outside the directory.
-fn read_marker(dir: &Path) -> Result<(String, BTreeSet<String>), OutputError> {
+/// Reads the marker of `dir`: a regular file (not a link) of at most
+/// [`bounds::MAX_MARKER_BYTES`] in routersim's format, naming a command routersim has.
+/// Anything else makes `dir` a directory routersim cannot prove is its own.
+fn read_marker(dir: &Path) -> Result<Marker, OutputError> {
     let path = dir.join(MARKER);
-    let mut text = String::new();
-    fs::File::open(&path)
-        .and_then(|f| f.take(MARKER_MAX_BYTES).read_to_string(&mut text))
-        .map_err(|e| io_error(&path, "read", e))?;
-    let unreadable = || {
+    let meta = fs::symlink_metadata(&path).map_err(|e| io_error(&path, "inspect", e))?;
+    let foreign = |why: &str| {
         refused(
             dir,
-            format!("its {MARKER} is not a routersim marker (remove it if it is yours)"),
+            format!(
+                "its {MARKER} {why}, so nothing there is provably routersim's \
+                 (--force does not change this); choose a new or empty directory"
+            ),
         )
     };
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| unreadable())?;
-    let kind = value["routersim_output"].as_str().ok_or_else(unreadable)?;
-    let files = value["files"].as_array().ok_or_else(unreadable)?;
-    let listed = files
-        .iter()
-        .filter_map(|f| f.as_str())
-        .filter(|f| is_plain_file_name(f) && *f != MARKER)
-        .map(String::from)
-        .collect();
-    Ok((kind.to_string(), listed))
+    if !meta.is_file() {
+        return Err(foreign("is not a regular file"));
+    }
+    let text = bounds::read_to_string_capped(&path, bounds::MAX_MARKER_BYTES)
+        .map_err(|e| io_error(&path, "read", e))?;
+    let not_ours = || foreign("is not a marker routersim wrote");
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| not_ours())?;
+    let object = value
+        .as_object()
+        .filter(|o| o.len() == 2)
+        .ok_or_else(not_ours)?;
+    let label = object
+        .get("routersim_output")
+        .and_then(|v| v.as_str())
+        .ok_or_else(not_ours)?;
+    let kind = OutputKind::from_label(label).ok_or_else(|| {
+        foreign(&format!(
+            "names `routersim {label}`, which writes no output"
+        ))
+    })?;
+    let files = object.get("files").ok_or_else(not_ours)?;
+    let allowed = |name: &str| is_plain_file_name(name) && !is_reserved_name(name);
+    let proofs = proof::parse_proofs(files, allowed).map_err(|why| match why {
+        Unproven::OldFormat => refused(
+            dir,
+            format!(
+                "its {MARKER} comes from an older routersim that recorded no sizes or hashes, \
+                 so routersim cannot tell its files there from yours; move or delete the \
+                 directory (keeping any file of yours in it), then run again"
+            ),
+        ),
+        Unproven::Malformed => not_ours(),
+    })?;
+    Ok(Marker { kind, proofs })
+}
+
+/// Why `name` in `dir` stops the write: it is not what routersim wrote there.
+fn not_routersims(dir: &Path, name: &str, why: &str) -> OutputError {
+    refused(
+        dir,
+        format!(
+            "`{name}` is listed in its {MARKER} but is no longer the file routersim wrote \
+             there ({why}); routersim never overwrites or removes it, with or without --force: \
+             move it out of the directory (or choose another), then run again"
+        ),
+    )
 }
 
 /// What `dir` holds now.
@@ -339,12 +411,29 @@ fn existing(dir: &Path) -> Result<Existing, OutputError> {
             ),
         ));
     }
-    let (kind, listed) = read_marker(dir)?;
+    let marker = read_marker(dir)?;
     Ok(Existing::Previous {
-        kind,
-        listed,
+        kind: marker.kind,
+        owned: proven_files(dir, &marker.proofs)?,
         present,
     })
+}
+
+/// The listed files still in `dir`, each with the one content it was proven to hold. A
+/// listed file that is gone is simply not there; one that changed stops everything.
+fn proven_files(dir: &Path, listed: &Proofs) -> Result<Proofs, OutputError> {
+    let mut owned = Proofs::new();
+    for (name, proofs) in listed {
+        let path = dir.join(name);
+        match proof::on_disk(&path, proofs).map_err(|e| io_error(&path, "inspect", e))? {
+            OnDisk::Absent => {}
+            OnDisk::Ours(found) => {
+                owned.insert(name.clone(), BTreeSet::from([found]));
+            }
+            OnDisk::Changed(why) => return Err(not_routersims(dir, name, why)),
+        }
+    }
+    Ok(owned)
 }
 
 /// Refuses directories whose loss or mixing would hurt: the file-system root, the home
@@ -363,6 +452,7 @@ fn check_location(dir: &Path, inputs: &[PathBuf]) -> Result<PathBuf, OutputError
             "name a directory of its own (not `.`, `..` or `/`)",
         ));
     }
+    check_name_length(dir)?;
     let resolved = resolve(dir)?;
     let cwd = std::env::current_dir()
         .and_then(fs::canonicalize)
@@ -392,6 +482,23 @@ fn check_location(dir: &Path, inputs: &[PathBuf]) -> Result<PathBuf, OutputError
         }
     }
     Ok(resolved)
+}
+
+/// Refuses a path with a component longer than a file name may be, before any work (the
+/// stage beside it is made to fit, see [`stage_base`]).
+fn check_name_length(path: &Path) -> Result<(), OutputError> {
+    match path
+        .components()
+        .map(|c| c.as_os_str().len())
+        .find(|len| *len > MAX_FILE_NAME_BYTES)
+    {
+        Some(len) => Err(OutputError(format!(
+            "refusing to write {}: a name in it is {len} bytes long, more than the \
+             {MAX_FILE_NAME_BYTES} bytes a file name may have",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The absolute path `dir` stands for: its longest existing ancestor resolved (links and
@@ -434,139 +541,24 @@ fn parent_of(path: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-/// The stage name prefix for `target`: `.NAME.routersim-stage-`.
-fn stage_base(target: &Path) -> String {
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    format!(".{name}{STAGE_INFIX}")
-}
-
-/// The stages of this process, removed by the SIGINT/SIGTERM handler.
-static STAGES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-static HANDLER: Once = Once::new();
-
-fn lock_stages() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    STAGES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Installs (once) the handler that removes this process's stages on SIGINT or SIGTERM. It
-/// takes the stage lock, so a commit in progress finishes first.
-fn install_interrupt_handler() {
-    HANDLER.call_once(|| {
-        let _ = ctrlc::set_handler(|| {
-            for stage in lock_stages().iter() {
-                remove_stage(stage);
-            }
-            std::process::exit(130);
-        });
-    });
-}
-
-/// A staging directory beside the target; removed when dropped, whatever happened.
-struct Stage {
-    path: PathBuf,
-}
-
-impl Stage {
-    fn create(parent: &Path, base: &str) -> Result<Stage, OutputError> {
-        install_interrupt_handler();
-        remove_stale_stages(parent, base);
-        let path = parent.join(format!("{base}{}", std::process::id()));
-        if path.exists() {
-            remove_stage(&path);
-        }
-        // Registered before it exists, under the lock, so an interrupt never misses it.
-        let mut stages = lock_stages();
-        stages.push(path.clone());
-        let made = fs::create_dir(&path).and_then(|()| fs::write(path.join(STAGE_MARKER), b""));
-        drop(stages);
-        let stage = Stage { path };
-        made.map_err(|e| io_error(&stage.path, "create the stage", e))?;
-        Ok(stage)
-    }
-}
-
-impl Stage {
-    /// Turns the whole stage into `dir` (which does not exist), without its proof file.
-    fn rename_whole(&self, dir: &Path) -> Result<(), OutputError> {
-        let proof = self.path.join(STAGE_MARKER);
-        fs::remove_file(&proof).map_err(|e| io_error(&proof, "remove", e))?;
-        rename(&self.path, dir)
-    }
-}
-
-impl Drop for Stage {
-    fn drop(&mut self) {
-        let mut stages = lock_stages();
-        stages.retain(|s| s != &self.path);
-        remove_stage(&self.path);
-    }
-}
-
-/// Removes a stage of routersim's: its regular files, then the directory itself. Anything
-/// else inside (a user's subdirectory) keeps the stage in place.
-fn remove_stage(path: &Path) {
-    if !path.join(STAGE_MARKER).exists() && path.exists() {
-        // Not (or not yet) proven ours: only an empty directory may go.
-        let _ = fs::remove_dir(path);
-        return;
-    }
-    if let Ok(entries) = fs::read_dir(path) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_file()) {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-    }
-    let _ = fs::remove_dir(path);
-}
-
-/// Removes stages beside a target that a process no longer running left behind.
-fn remove_stale_stages(parent: &Path, base: &str) {
-    let Ok(entries) = fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(base).and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid != std::process::id() && !process_is_running(pid) {
-            let path = entry.path();
-            if path.join(STAGE_MARKER).is_file() {
-                remove_stage(&path);
-            }
-        }
-    }
-}
-
-/// Whether process `pid` is alive. Without `/proc` nothing can be known: assume it is, so a
-/// stage is never taken from a live process.
-fn process_is_running(pid: u32) -> bool {
-    let proc = Path::new("/proc");
-    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+/// Checks, before any work, that `path` may receive a single-file output ([`write_file`]):
+/// it does not exist, or is a regular file holding `signature`, and a stage fits beside it.
+pub fn claim_file(path: &Path, signature: &str) -> Result<(), OutputError> {
+    check_name_length(path)?;
+    check_single_file(path, signature)
 }
 
 /// Writes one file (e.g. the `--junit` report) whole or not at all: into a staged sibling
 /// first, then renamed over `path`. An existing file is replaced only if it contains
 /// `signature` (routersim wrote it); anything else at `path` is refused.
 pub fn write_file(path: &Path, bytes: &[u8], signature: &str) -> Result<(), OutputError> {
-    check_single_file(path, signature)?;
+    claim_file(path, signature)?;
     let parent = parent_of(path);
     fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
-    let stage = Stage::create(&parent, &stage_base(path))?;
-    let staged = stage.path.join("file");
-    fs::write(&staged, bytes).map_err(|e| io_error(&staged, "write", e))?;
+    let stage = Stage::create(&parent, &stage_base(path), &[("file", bytes)])?;
     let _no_interrupt = lock_stages();
-    rename(&staged, path)
+    rename(&stage.path.join("file"), path)
 }
-
-/// The largest prefix of an existing single-file output read to find its signature.
-const SIGNATURE_SCAN_BYTES: u64 = 4096;
 
 fn check_single_file(path: &Path, signature: &str) -> Result<(), OutputError> {
     let meta = match fs::symlink_metadata(path) {
@@ -579,10 +571,14 @@ fn check_single_file(path: &Path, signature: &str) -> Result<(), OutputError> {
     if !meta.is_file() {
         return Err(refuse("it is not a regular file"));
     }
-    let mut head = String::new();
-    let _ =
-        fs::File::open(path).and_then(|f| f.take(SIGNATURE_SCAN_BYTES).read_to_string(&mut head));
-    match head.contains(signature) {
+    let mut head = Vec::new();
+    bounds::open_regular(path)
+        .and_then(|f| {
+            f.take(bounds::JUNIT_SIGNATURE_SCAN_BYTES)
+                .read_to_end(&mut head)
+        })
+        .map_err(|e| io_error(path, "read", e))?;
+    match String::from_utf8_lossy(&head).contains(signature) {
         true => Ok(()),
         false => Err(refuse("routersim did not write it")),
     }

@@ -1,5 +1,6 @@
 //! Output safety: what routersim may write where, and that a user's files survive everything.
 
+use super::stage::{STAGE_INFIX, STAGE_MARKER};
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -22,6 +23,16 @@ fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
+/// The names the marker of `dir` lists.
+fn listed(dir: &Path) -> BTreeSet<String> {
+    read_marker(dir).unwrap().proofs.into_keys().collect()
+}
+
+/// Proofs of (name, bytes) pairs, a name possibly twice.
+fn proofs_of(entries: &[(&str, &[u8])]) -> Proofs {
+    proof::proofs_of(entries.iter().copied())
+}
+
 #[test]
 fn a_new_directory_gets_the_files_and_a_marker_and_no_stage_is_left() {
     let tmp = tempfile::tempdir().unwrap();
@@ -29,8 +40,14 @@ fn a_new_directory_gets_the_files_and_a_marker_and_no_stage_is_left() {
     write_dir(&out, OutputKind::Run, &files(&["x.csv", "y.csv"])).unwrap();
     assert_eq!(entries(&out), set(&["x.csv", "y.csv", MARKER]));
     assert_eq!(entries(out.parent().unwrap()), set(&["out"]));
-    let (kind, listed) = read_marker(&out).unwrap();
-    assert_eq!((kind.as_str(), listed), ("run", set(&["x.csv", "y.csv"])));
+    let marker = read_marker(&out).unwrap();
+    assert_eq!(
+        marker,
+        Marker {
+            kind: OutputKind::Run,
+            proofs: proofs_of(&[("x.csv", b"x.csv bytes"), ("y.csv", b"y.csv bytes")]),
+        }
+    );
 }
 
 #[test]
@@ -45,7 +62,7 @@ fn a_rerun_replaces_only_its_own_files_and_keeps_the_users() {
         set(&["x.csv", "new.png", "notes.txt", MARKER])
     );
     assert_eq!(fs::read_to_string(out.join("notes.txt")).unwrap(), "mine");
-    assert_eq!(read_marker(&out).unwrap().1, set(&["x.csv", "new.png"]));
+    assert_eq!(listed(&out), set(&["x.csv", "new.png"]));
     assert_eq!(entries(tmp.path()), set(&["out"]), "no stage is left");
 }
 
@@ -112,15 +129,17 @@ fn a_user_file_with_an_output_name_is_never_overwritten() {
 }
 
 #[test]
-fn a_listed_file_the_user_replaced_by_a_directory_is_kept() {
+fn a_listed_file_the_user_replaced_by_a_directory_stops_the_write_and_is_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     write_dir(&out, OutputKind::Run, &files(&["x.csv", "old.csv"])).unwrap();
     fs::remove_file(out.join("old.csv")).unwrap();
     fs::create_dir(out.join("old.csv")).unwrap();
     fs::write(out.join("old.csv/kept"), "mine").unwrap();
-    write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+    let e = write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap_err();
+    assert!(e.0.contains("`old.csv`"), "{e}");
     assert!(out.join("old.csv/kept").exists());
+    assert_eq!(fs::read(out.join("x.csv")).unwrap(), b"x.csv bytes");
 }
 
 #[test]
@@ -129,9 +148,15 @@ fn an_edited_marker_cannot_point_outside_the_directory() {
     let out = tmp.path().join("out");
     fs::create_dir(&out).unwrap();
     fs::write(tmp.path().join("victim"), "mine").unwrap();
-    let marker = r#"{"routersim_output": "run", "files": ["../victim", "/etc/passwd", "."]}"#;
-    fs::write(out.join(MARKER), marker).unwrap();
-    write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+    let proof = proof::proofs_json(&proofs_of(&[("x", b"mine")]))[0].clone();
+    for name in ["../victim", "/etc/passwd", ".", MARKER, STAGE_MARKER] {
+        let mut entry = proof.clone();
+        entry["name"] = name.into();
+        let marker = serde_json::json!({"routersim_output": "run", "files": [entry]});
+        fs::write(out.join(MARKER), marker.to_string()).unwrap();
+        let e = claim(&out, OutputKind::Run, &[], true).unwrap_err();
+        assert!(e.0.contains("not a marker routersim wrote"), "{name}: {e}");
+    }
     assert_eq!(
         fs::read_to_string(tmp.path().join("victim")).unwrap(),
         "mine"
@@ -139,13 +164,145 @@ fn an_edited_marker_cannot_point_outside_the_directory() {
 }
 
 #[test]
-fn a_foreign_marker_is_refused() {
+fn a_marker_that_does_not_parse_is_a_foreign_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     fs::create_dir(&out).unwrap();
-    fs::write(out.join(MARKER), "not json").unwrap();
-    let e = write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap_err();
-    assert!(e.0.contains("not a routersim marker"), "{e}");
+    for text in [
+        "not json",
+        "[]",
+        r#"{"routersim_output": "run"}"#,
+        r#"{"routersim_output": "run", "files": [], "extra": 1}"#,
+    ] {
+        fs::write(out.join(MARKER), text).unwrap();
+        for force in [false, true] {
+            let e = claim(&out, OutputKind::Run, &[], force).unwrap_err();
+            assert!(e.0.contains("not a marker routersim wrote"), "{text}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_hand_written_old_format_marker_never_costs_the_user_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("notes.txt"), "precious\n").unwrap();
+    let marker = r#"{"files": ["notes.txt"], "routersim_output": "run"}"#;
+    fs::write(out.join(MARKER), marker).unwrap();
+    for force in [false, true] {
+        let e = claim(&out, OutputKind::Run, &[], force).unwrap_err();
+        assert!(
+            e.0.contains("older routersim") && e.0.contains("move or delete the directory"),
+            "{e}"
+        );
+        let e = write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap_err();
+        assert!(e.0.contains("older routersim"), "{e}");
+    }
+    assert_eq!(entries(&out), set(&["notes.txt", MARKER]));
+    assert_eq!(
+        fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "precious\n"
+    );
+}
+
+#[test]
+fn a_marker_naming_an_unknown_command_is_refused_even_with_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("notes.txt"), "precious").unwrap();
+    let listing = proof::proofs_json(&proofs_of(&[("notes.txt", b"precious")]));
+    let marker = serde_json::json!({"routersim_output": "tune", "files": listing});
+    fs::write(out.join(MARKER), marker.to_string()).unwrap();
+    let e = claim(&out, OutputKind::Run, &[], true).unwrap_err();
+    assert!(e.0.contains("`routersim tune`"), "{e}");
+    assert_eq!(
+        fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "precious"
+    );
+}
+
+#[test]
+fn an_output_file_edited_after_the_run_is_never_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    write_dir(&out, OutputKind::Run, &files(&["x.csv", "y.csv"])).unwrap();
+    fs::write(out.join("y.csv"), "y.csv bytes, and my note").unwrap();
+    for force in [false, true] {
+        let e = claim(&out, OutputKind::Run, &[], force).unwrap_err();
+        assert!(
+            e.0.contains("`y.csv`") && e.0.contains("size changed"),
+            "{e}"
+        );
+    }
+    // The same size with other bytes is caught by the hash.
+    fs::write(out.join("y.csv"), "Y.csv bytes").unwrap();
+    let e = claim(&out, OutputKind::Run, &[], true).unwrap_err();
+    assert!(
+        e.0.contains("`y.csv`") && e.0.contains("content changed"),
+        "{e}"
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("y.csv")).unwrap(),
+        "Y.csv bytes"
+    );
+}
+
+#[test]
+fn an_output_file_edited_between_claim_and_write_is_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    write_dir(&out, OutputKind::Run, &files(&["x.csv", "old.csv"])).unwrap();
+    let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+    fs::write(out.join("old.csv"), "edited while the run ran").unwrap();
+    let e = target.write(&files(&["x.csv"])).unwrap_err();
+    assert!(e.0.contains("`old.csv`"), "{e}");
+    assert_eq!(
+        fs::read_to_string(out.join("old.csv")).unwrap(),
+        "edited while the run ran"
+    );
+    assert_eq!(entries(tmp.path()), set(&["out"]), "no stage is left");
+}
+
+#[test]
+fn a_deleted_output_file_is_no_obstacle_to_a_rerun() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    write_dir(&out, OutputKind::Run, &files(&["x.csv", "y.csv"])).unwrap();
+    fs::remove_file(out.join("y.csv")).unwrap();
+    write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+    assert_eq!(entries(&out), set(&["x.csv", MARKER]));
+    assert_eq!(listed(&out), set(&["x.csv"]));
+}
+
+#[test]
+fn an_interrupted_replace_leaves_every_file_provable() {
+    // A replace in progress lists the old and the new content of each name: whichever a
+    // killed replace left in place, the next run proves it and goes on.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+    let old_and_new = proofs_of(&[("x.csv", b"x.csv bytes"), ("x.csv", b"new"), ("n", b"n")]);
+    fs::write(out.join(MARKER), marker_json(OutputKind::Run, &old_and_new)).unwrap();
+    for bytes in [&b"x.csv bytes"[..], b"new"] {
+        fs::write(out.join("x.csv"), bytes).unwrap();
+        write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+        fs::write(out.join(MARKER), marker_json(OutputKind::Run, &old_and_new)).unwrap();
+    }
+    fs::write(out.join("x.csv"), "neither").unwrap();
+    assert!(write_dir(&out, OutputKind::Run, &files(&["x.csv"])).is_err());
+}
+
+#[test]
+fn a_marker_that_is_a_link_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+    fs::rename(out.join(MARKER), tmp.path().join("m.json")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("m.json"), out.join(MARKER)).unwrap();
+    let e = claim(&out, OutputKind::Run, &[], true).unwrap_err();
+    assert!(e.0.contains("not a regular file"), "{e}");
 }
 
 #[test]
@@ -204,29 +361,152 @@ fn a_path_climbing_out_of_a_missing_directory_is_refused() {
     assert!(e.0.contains("climbs"), "{e}");
 }
 
+/// A stage folder `name` in `parent` holding `files`, with a stage marker listing `listed`
+/// (or the raw `marker` text).
+fn fake_stage(
+    parent: &Path,
+    name: &str,
+    files: &[(&str, &[u8])],
+    marker: Option<&[(&str, &[u8])]>,
+) -> PathBuf {
+    let stage = parent.join(name);
+    fs::create_dir(&stage).unwrap();
+    for (file, bytes) in files {
+        fs::write(stage.join(file), bytes).unwrap();
+    }
+    let text = match marker {
+        Some(listed) => serde_json::json!({
+            "routersim_stage": true,
+            "files": proof::proofs_json(&proofs_of(listed)),
+        })
+        .to_string(),
+        None => String::new(),
+    };
+    fs::write(stage.join(STAGE_MARKER), text).unwrap();
+    stage
+}
+
 #[test]
-fn stale_stages_of_dead_processes_are_removed_and_nothing_else() {
+fn a_dead_processs_stage_is_removed_only_when_every_entry_proves_routersims() {
     let tmp = tempfile::tempdir().unwrap();
-    let dead = tmp.path().join(".out.routersim-stage-4000000000");
-    fs::create_dir(&dead).unwrap();
-    fs::write(dead.join(STAGE_MARKER), "").unwrap();
-    fs::write(dead.join("requests.csv"), "half").unwrap();
-    let unproven = tmp.path().join(".out.routersim-stage-4000000001");
-    fs::create_dir(&unproven).unwrap();
-    fs::write(unproven.join("mine"), "mine").unwrap();
-    let other_target = tmp.path().join(".other.routersim-stage-4000000000");
-    fs::create_dir(&other_target).unwrap();
-    fs::write(other_target.join(STAGE_MARKER), "").unwrap();
+    let root = tmp.path();
+    let staged: &[(&str, &[u8])] = &[("requests.csv", b"rows"), (MARKER, b"{}")];
+    // A stage whose move had begun: one listed file is gone already.
+    let proven = fake_stage(
+        root,
+        ".out.routersim-stage-4000000000",
+        &staged[..1],
+        Some(staged),
+    );
+    let extra = fake_stage(
+        root,
+        ".out.routersim-stage-4000000001",
+        &[("requests.csv", b"rows"), ("mine.txt", b"mine")],
+        Some(staged),
+    );
+    let edited = fake_stage(
+        root,
+        ".out.routersim-stage-4000000002",
+        &[("requests.csv", b"ROWS")],
+        Some(staged),
+    );
+    let half = fake_stage(
+        root,
+        ".out.routersim-stage-4000000003",
+        &[("requests.csv", b"ro")],
+        Some(staged),
+    );
+    let bare = fake_stage(
+        root,
+        ".out.routersim-stage-4000000004",
+        &[("notes.txt", b"mine")],
+        None,
+    );
+    let nested = fake_stage(root, ".out.routersim-stage-4000000005", &[], Some(staged));
+    fs::create_dir(nested.join("sub")).unwrap();
+    let other_target = fake_stage(
+        root,
+        ".other.routersim-stage-4000000000",
+        &staged[..1],
+        Some(staged),
+    );
+    let outside = |paths: Vec<String>, skip: &Path| -> BTreeSet<String> {
+        let skip = skip.to_string_lossy().into_owned();
+        paths
+            .into_iter()
+            .filter(|p| !p.starts_with(&skip))
+            .collect()
+    };
+    let before = outside(walk(root), &proven);
+    write_dir(&root.join("out"), OutputKind::Run, &files(&["x.csv"])).unwrap();
+    assert!(
+        !proven.exists(),
+        "a proven stage of a dead process is removed"
+    );
+    assert_eq!(
+        outside(walk(root), &root.join("out")),
+        before,
+        "every unproven stage is left exactly as it was"
+    );
+    for stage in [&extra, &edited, &half, &bare, &nested, &other_target] {
+        assert!(stage.join(STAGE_MARKER).exists(), "{}", stage.display());
+    }
+}
+
+#[test]
+fn a_stage_that_is_a_link_is_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = fake_stage(
+        tmp.path(),
+        "elsewhere",
+        &[("f", b"f")],
+        Some(&[("f", b"f")]),
+    );
+    let link = tmp.path().join(".out.routersim-stage-4000000000");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
     write_dir(&tmp.path().join("out"), OutputKind::Run, &files(&["x.csv"])).unwrap();
-    assert!(!dead.exists(), "a dead process's stage is removed");
-    assert!(
-        unproven.join("mine").exists(),
-        "a stage without proof is kept"
+    assert!(elsewhere.join("f").exists() && link.exists());
+}
+
+#[test]
+fn a_target_name_of_240_bytes_gets_a_stage_that_fits() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in [
+        "a".repeat(240),
+        "é".repeat(120),
+        "b".repeat(MAX_FILE_NAME_BYTES),
+    ] {
+        let out = tmp.path().join(&name);
+        let base = stage_base(&out);
+        assert!(
+            base.len() + 10 <= MAX_FILE_NAME_BYTES,
+            "{} bytes",
+            base.len()
+        );
+        assert_eq!(base, stage_base(&out), "the same stage name each time");
+        write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+        write_dir(&out, OutputKind::Run, &files(&["x.csv"])).unwrap();
+        assert_eq!(entries(&out), set(&["x.csv", MARKER]));
+    }
+    assert_ne!(
+        stage_base(&tmp.path().join("c".repeat(240))),
+        stage_base(&tmp.path().join(format!("{}d", "c".repeat(239)))),
+        "names alike in their first bytes get stages of their own"
     );
-    assert!(
-        other_target.exists(),
-        "another target's stage is not touched"
-    );
+    assert_eq!(stage_base(Path::new("x/out")), ".out.routersim-stage-");
+}
+
+#[test]
+fn a_name_longer_than_a_file_name_may_be_is_refused_at_claim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp
+        .path()
+        .join("a".repeat(MAX_FILE_NAME_BYTES + 1))
+        .join("x");
+    let e = claim(&out, OutputKind::Run, &[], false).unwrap_err();
+    assert!(e.0.contains("256 bytes"), "{e}");
+    let e = claim_file(&tmp.path().join("j".repeat(300)), JUNIT_SIGNATURE).unwrap_err();
+    assert!(e.0.contains("300 bytes"), "{e}");
 }
 
 #[test]
