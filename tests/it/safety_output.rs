@@ -51,12 +51,10 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
     out
 }
 
-/// Runs `cmd` in `cwd`; returns (exit code, stderr).
+/// Runs `args` in `cwd`; returns (exit code, stderr).
 fn run_in(cwd: &Path, args: &[&str]) -> (i32, String) {
-    let out = routersim().current_dir(cwd).args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (out.status.code().unwrap_or(-1), stderr)
+    let (code, _, stderr) = run_out(cwd, args);
+    (code, stderr)
 }
 
 /// Asserts that `args` run in `cwd` exit 2 naming `names`, and change nothing under `root`.
@@ -438,4 +436,151 @@ proptest! {
             .filter(|p| p.to_string_lossy().contains("routersim-stage")).collect();
         prop_assert!(stages.is_empty(), "{:?}", stages);
     }
+}
+
+/// A bundled scenario, by file name.
+fn bundled(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name)
+}
+
+/// Runs `args` in `cwd`; returns (exit code, stdout, stderr).
+fn run_out(cwd: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = routersim()
+        .current_dir(cwd)
+        .args(args)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code().unwrap_or(-1), stdout, stderr)
+}
+
+#[test]
+fn a_hand_written_marker_listing_a_users_file_never_deletes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = bundled("premium-vs-regular-weighted.yaml");
+    let scenario = scenario.to_str().unwrap();
+    let out = tmp.path().join("out");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("notes.txt"), "precious\n").unwrap();
+    for (command, hint) in [("run", "older routersim"), ("tune", "`routersim tune`")] {
+        let marker = format!(r#"{{"files": ["notes.txt"], "routersim_output": "{command}"}}"#);
+        fs::write(out.join(".routersim-output.json"), &marker).unwrap();
+        for force in [&[][..], &["--force"]] {
+            let args = [&["run", scenario, "--out", "out", "--quiet"], force].concat();
+            assert_refused(tmp.path(), tmp.path(), &args, &["out", hint]);
+        }
+    }
+    assert_eq!(
+        fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "precious\n"
+    );
+}
+
+#[test]
+fn a_fake_stale_stage_beside_the_target_keeps_its_files() {
+    let (tmp, _) = experiment();
+    let fake = tmp.path().join(".y.routersim-stage-4000000");
+    fs::create_dir(&fake).unwrap();
+    fs::write(fake.join(".routersim-stage"), "").unwrap();
+    fs::write(fake.join("thesis.tex"), "three years").unwrap();
+    let before = snapshot(&fake);
+    let (code, stderr) = run_in(tmp.path(), &["run", "exp/s.yaml", "--quiet", "--out", "y"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        snapshot(&fake),
+        before,
+        "a folder routersim cannot prove is its own"
+    );
+    assert!(tmp.path().join("y/requests.csv").exists());
+}
+
+#[test]
+fn an_output_file_edited_after_the_run_stops_the_rerun_before_the_simulation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = bundled("premium-vs-regular-weighted.yaml");
+    let scenario = scenario.to_str().unwrap();
+    let (code, _, stderr) = run_out(tmp.path(), &["run", scenario, "--out", "out", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let classes = tmp.path().join("out/classes.csv");
+    let mut edited = fs::read(&classes).unwrap();
+    edited.extend_from_slice(b"my note\n");
+    fs::write(&classes, &edited).unwrap();
+    let before = snapshot(tmp.path());
+    for force in [&[][..], &["--force"]] {
+        // Without --quiet a run that started would print its summary: nothing is printed.
+        let args = [&["run", scenario, "--out", "out"], force].concat();
+        let (code, stdout, stderr) = run_out(tmp.path(), &args);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("`classes.csv`"), "{stderr}");
+        assert_eq!(stdout, "", "refused before the simulation");
+        assert_eq!(snapshot(tmp.path()), before);
+    }
+    assert_eq!(fs::read(&classes).unwrap(), edited);
+}
+
+#[test]
+fn a_240_byte_out_name_is_written_and_rewritten() {
+    let (tmp, _) = experiment();
+    let name = "r".repeat(240);
+    for _ in 0..2 {
+        let (code, stderr) = run_in(
+            tmp.path(),
+            &["run", "exp/s.yaml", "--quiet", "--out", &name],
+        );
+        assert_eq!(code, 0, "{stderr}");
+    }
+    assert!(tmp.path().join(&name).join("requests.csv").exists());
+    assert!(
+        stages_in(tmp.path()).is_empty(),
+        "{:?}",
+        stages_in(tmp.path())
+    );
+}
+
+#[test]
+fn an_out_name_too_long_for_a_file_name_is_refused_before_the_run() {
+    let (tmp, _) = experiment();
+    let name = "r".repeat(256);
+    let before = snapshot(tmp.path());
+    let (code, stdout, stderr) = run_out(tmp.path(), &["run", "exp/s.yaml", "--out", &name]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("256 bytes"), "{stderr}");
+    assert_eq!(stdout, "", "refused before the run");
+    assert_eq!(snapshot(tmp.path()), before);
+}
+
+#[test]
+fn junit_over_a_users_file_is_refused_before_any_scenario_runs() {
+    let (tmp, _) = experiment();
+    let (code, stdout, stderr) = run_out(
+        tmp.path(),
+        &["check", "exp/s.yaml", "--junit", "exp/notes.txt"],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("notes.txt"), "{stderr}");
+    assert_eq!(stdout, "", "no scenario was checked");
+}
+
+#[test]
+fn the_readme_run_over_the_committed_results_leaves_them_byte_identical() {
+    // As on a fresh clone: the committed output, then the README's command, which writes
+    // into results/premium-vs-regular-weighted/.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let committed = root.join("results/premium-vs-regular-weighted");
+    let copy = tmp.path().join("results/premium-vs-regular-weighted");
+    fs::create_dir_all(&copy).unwrap();
+    for entry in fs::read_dir(&committed).unwrap().flatten() {
+        fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+    }
+    let before = snapshot(tmp.path());
+    let scenario = bundled("premium-vs-regular-weighted.yaml");
+    let (code, _, stderr) = run_out(tmp.path(), &["run", scenario.to_str().unwrap(), "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(snapshot(tmp.path()), before);
 }

@@ -59,6 +59,27 @@ const FILE_IO: [&str; 8] = [
     "read_bytes_capped",
 ];
 
+/// Calls that open a file to read it. Outside `bounds` (and tests) none may appear: every
+/// read goes through `bounds::open_regular` and a size cap.
+const OPENS_FOR_READING: [&str; 4] = [
+    "File::open",
+    "fs::read(",
+    "fs::read_to_string(",
+    "OpenOptions",
+];
+
+/// Test-only files, which read fixtures directly.
+const TEST_FILES: [&str; 4] = [
+    "tests.rs",
+    "test_support.rs",
+    "proptests.rs",
+    "dynamo_parity.rs",
+];
+
+/// Files still reading without `bounds`: a shard's `sweep.json` and `sweep.csv` are read
+/// whole. Moving them to the capped reader empties this list.
+const UNCAPPED_READERS: [&str; 1] = ["sweep/shard.rs"];
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("src is readable") {
         let path = entry.expect("dir entry").path();
@@ -157,6 +178,48 @@ fn low_layers_do_no_file_io() {
         violations.is_empty(),
         "file IO below layer {}:\n{}",
         NO_FILE_IO_UP_TO_LAYER + 1,
+        violations.join("\n")
+    );
+}
+
+/// Whether `line` calls `call` itself (not a longer name ending in it, as `NpzFile::open`).
+fn calls(line: &str, call: &str) -> bool {
+    line.match_indices(call).any(|(at, _)| {
+        !line[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+#[test]
+fn every_read_goes_through_bounds() {
+    let (src, files) = source_files();
+    let mut violations = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let exempt = rel == "bounds.rs"
+            || TEST_FILES.iter().any(|t| rel.ends_with(t))
+            || UNCAPPED_READERS.contains(&rel.as_str());
+        if exempt {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        // An inline test module at the end of a file may read fixtures.
+        let lines = text.lines().take_while(|l| l.trim() != "mod tests {");
+        for (i, line) in lines.enumerate() {
+            for call in OPENS_FOR_READING.iter().filter(|call| calls(line, call)) {
+                violations.push(format!("{}:{}: {call}", file.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "files opened for reading outside bounds::open_regular:\n{}",
         violations.join("\n")
     );
 }
