@@ -13,6 +13,7 @@ mod safety_hang;
 mod safety_output;
 mod scenarios;
 mod stability;
+mod support;
 mod sweep;
 mod tidy;
 mod timing;

@@ -1,7 +1,6 @@
 //! `routersim plan` end to end: the answer agrees with `check` on both sides of the
 //! boundary, `--for` makes a table, and the exit codes say answer / nothing feasible / bad input.
 
-use assert_cmd::Command;
 use std::fs;
 use std::path::Path;
 
@@ -32,16 +31,7 @@ expect:
 ";
 
 fn routersim(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::cargo_bin("routersim")
-        .unwrap()
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (out.status.code().unwrap_or(-1), stdout, stderr)
+    crate::support::run_in_dir(dir, args)
 }
 
 fn setup() -> tempfile::TempDir {

@@ -1,6 +1,7 @@
 //! Output safety end to end: no command deletes or overwrites a file it did not
 //! write, refusals happen before any work and leave nothing behind, reruns keep user files.
 
+use crate::support::run_in_dir;
 use assert_cmd::Command;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -53,7 +54,7 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
 
 /// Runs `args` in `cwd`; returns (exit code, stderr).
 fn run_in(cwd: &Path, args: &[&str]) -> (i32, String) {
-    let (code, _, stderr) = run_out(cwd, args);
+    let (code, _, stderr) = run_in_dir(cwd, args);
     (code, stderr)
 }
 
@@ -445,20 +446,6 @@ fn bundled(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs `args` in `cwd`; returns (exit code, stdout, stderr).
-fn run_out(cwd: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = routersim()
-        .current_dir(cwd)
-        .args(args)
-        .timeout(std::time::Duration::from_secs(120))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (out.status.code().unwrap_or(-1), stdout, stderr)
-}
-
 #[test]
 fn a_hand_written_marker_listing_a_users_file_never_deletes_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -504,7 +491,7 @@ fn an_output_file_edited_after_the_run_stops_the_rerun_before_the_simulation() {
     let tmp = tempfile::tempdir().unwrap();
     let scenario = bundled("premium-vs-regular-weighted.yaml");
     let scenario = scenario.to_str().unwrap();
-    let (code, _, stderr) = run_out(tmp.path(), &["run", scenario, "--out", "out", "--quiet"]);
+    let (code, _, stderr) = run_in_dir(tmp.path(), &["run", scenario, "--out", "out", "--quiet"]);
     assert_eq!(code, 0, "{stderr}");
     let classes = tmp.path().join("out/classes.csv");
     let mut edited = fs::read(&classes).unwrap();
@@ -514,7 +501,7 @@ fn an_output_file_edited_after_the_run_stops_the_rerun_before_the_simulation() {
     for force in [&[][..], &["--force"]] {
         // Without --quiet a run that started would print its summary: nothing is printed.
         let args = [&["run", scenario, "--out", "out"], force].concat();
-        let (code, stdout, stderr) = run_out(tmp.path(), &args);
+        let (code, stdout, stderr) = run_in_dir(tmp.path(), &args);
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("`classes.csv`"), "{stderr}");
         assert_eq!(stdout, "", "refused before the simulation");
@@ -547,7 +534,7 @@ fn an_out_name_too_long_for_a_file_name_is_refused_before_the_run() {
     let (tmp, _) = experiment();
     let name = "r".repeat(256);
     let before = snapshot(tmp.path());
-    let (code, stdout, stderr) = run_out(tmp.path(), &["run", "exp/s.yaml", "--out", &name]);
+    let (code, stdout, stderr) = run_in_dir(tmp.path(), &["run", "exp/s.yaml", "--out", &name]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("256 bytes"), "{stderr}");
     assert_eq!(stdout, "", "refused before the run");
@@ -557,7 +544,7 @@ fn an_out_name_too_long_for_a_file_name_is_refused_before_the_run() {
 #[test]
 fn junit_over_a_users_file_is_refused_before_any_scenario_runs() {
     let (tmp, _) = experiment();
-    let (code, stdout, stderr) = run_out(
+    let (code, stdout, stderr) = run_in_dir(
         tmp.path(),
         &["check", "exp/s.yaml", "--junit", "exp/notes.txt"],
     );
@@ -580,7 +567,7 @@ fn the_readme_run_over_the_committed_results_leaves_them_byte_identical() {
     }
     let before = snapshot(tmp.path());
     let scenario = bundled("premium-vs-regular-weighted.yaml");
-    let (code, _, stderr) = run_out(tmp.path(), &["run", scenario.to_str().unwrap(), "--quiet"]);
+    let (code, _, stderr) = run_in_dir(tmp.path(), &["run", scenario.to_str().unwrap(), "--quiet"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(snapshot(tmp.path()), before);
 }
