@@ -882,14 +882,17 @@ struct PlanArgs {
     /// Find the largest feasible value of this `--set` path (e.g. workload.rate_per_s).
     #[arg(long, value_name = "PATH")]
     maximize: Option<String>,
-    /// The range searched, inclusive: LO..HI.
+    /// The range searched, inclusive: LO..HI. Both ends are probed first; the scenario must
+    /// take both.
     #[arg(long, value_name = "LO..HI")]
     range: String,
     /// Replications per probe, with the seeds `sweep --seeds N` uses; a probe is feasible
-    /// only if every expectation holds on every seed.
+    /// only if every expectation holds on every seed. At most 100,000 runs in all: up to 96
+    /// probes x the seeds (x the `--for` values).
     #[arg(long, default_value_t = 1)]
     seeds: u32,
-    /// Relative precision of a real parameter's answer.
+    /// Relative precision of a real parameter's answer, at least 4.44e-16 (what a double
+    /// resolves).
     #[arg(long, default_value_t = 0.01)]
     precision: f64,
     /// Override a scenario field for every probe (repeatable).
@@ -960,8 +963,8 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         precision: args.precision,
         allow_overload: args.allow_overload,
     };
-    plan::validate(&options)?;
     let table = args.for_values.as_deref().map(parse_for).transpose()?;
+    let searches = plan_searches(&options, table)?;
     let out = args
         .out
         .clone()
@@ -969,7 +972,15 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
         .map_err(input)?;
     let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
-    let rows = plan_rows(&options, table, &pool)?;
+    let rows = searches
+        .into_iter()
+        .map(|(for_value, options)| {
+            Ok(plan::output::PlanRow {
+                plan: plan::plan(&options, &pool)?,
+                for_value,
+            })
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
     let mut files = vec![
         ("plan.json".to_string(), plan::output::plan_json(&rows)),
         ("plan.csv".to_string(), plan::output::plan_csv(&rows)),
@@ -996,28 +1007,31 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     }
 }
 
-/// One search, or one per `--for` value (each with that value set).
-fn plan_rows(
+/// One search of a plan: its `--for` (path, value), if any, and its options.
+type PlanSearch = (Option<(String, String)>, plan::PlanOptions);
+
+/// One search, or one per `--for` value (each with that value set), each checked before any
+/// runs: the seeds of every search within a plan's bound, and every range's ends.
+fn plan_searches(
     options: &plan::PlanOptions,
     table: Option<(String, Vec<String>)>,
-    pool: &rayon::ThreadPool,
-) -> Result<Vec<plan::output::PlanRow>, CliError> {
-    let Some((path, values)) = table else {
-        let plan = plan::plan(options, pool)?;
-        return Ok(vec![plan::output::PlanRow {
-            for_value: None,
-            plan,
-        }]);
+) -> Result<Vec<PlanSearch>, CliError> {
+    let searches = match table {
+        None => vec![(None, options.clone())],
+        Some((path, values)) => {
+            let flag = format!("--for {path}=...");
+            plan::checks::check_not_searched(&flag, &path, &options.parameter)?;
+            plan::checks::check_run_count(values.len(), options.seeds)?;
+            let at = |value: String| {
+                let mut at = options.clone();
+                at.overrides.push((path.clone(), value.clone()));
+                (Some((path.clone(), value)), at)
+            };
+            values.into_iter().map(at).collect()
+        }
     };
-    values
-        .into_iter()
-        .map(|value| {
-            let mut at = options.clone();
-            at.overrides.push((path.clone(), value.clone()));
-            Ok(plan::output::PlanRow {
-                plan: plan::plan(&at, pool)?,
-                for_value: Some((path.clone(), value)),
-            })
-        })
-        .collect()
+    for (_, options) in &searches {
+        plan::check(options)?;
+    }
+    Ok(searches)
 }

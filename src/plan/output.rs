@@ -59,7 +59,16 @@ fn relative_margin(o: &ExpectationOutcome) -> f64 {
     o.bound.margin(value) / scale.max(1e-12)
 }
 
-fn probe_json(probe: &Probe) -> Value {
+/// A parameter value in `plan.json`: an integer parameter's whole numbers as JSON integers
+/// (so `--set PATH=$(jq .answer plan.json)` takes them back), anything else as a number.
+fn value_json(plan: &Plan, value: f64) -> Value {
+    match plan.integer && value.fract() == 0.0 && value.abs() <= super::checks::MAX_INTEGER_END {
+        true => json!(value as i64),
+        false => json!(value),
+    }
+}
+
+fn probe_json(plan: &Plan, probe: &Probe) -> Value {
     let expectations: Vec<Value> = worst(probe)
         .iter()
         .map(|o| {
@@ -68,7 +77,7 @@ fn probe_json(probe: &Probe) -> Value {
         })
         .collect();
     json!({
-        "value": probe.value,
+        "value": value_json(plan, probe.value),
         "feasible": probe.feasible,
         "overloaded": probe.overloaded(),
         "stability_unjudged": probe.unjudged(),
@@ -81,19 +90,23 @@ fn plan_json_value(row: &PlanRow) -> Value {
     let contradictions: Vec<Value> = plan
         .contradictions
         .iter()
-        .map(|(feasible, infeasible)| json!({"feasible": feasible, "infeasible": infeasible}))
+        .map(|(feasible, infeasible)| {
+            json!({"feasible": value_json(plan, *feasible),
+                   "infeasible": value_json(plan, *infeasible)})
+        })
         .collect();
+    let value = |v: Option<f64>| v.map(|v| value_json(plan, v));
     json!({
         "parameter": plan.parameter,
         "goal": plan.goal.name(),
-        "range": [plan.range.0, plan.range.1],
+        "range": [value_json(plan, plan.range.0), value_json(plan, plan.range.1)],
         "integer": plan.integer,
         "for": row.for_value.as_ref().map(|(p, v)| json!({"parameter": p, "value": v})),
-        "answer": plan.answer,
-        "bracket": {"infeasible": plan.bracket.0, "feasible": plan.bracket.1},
+        "answer": value(plan.answer),
+        "bracket": {"infeasible": value(plan.bracket.0), "feasible": value(plan.bracket.1)},
         "binding": binding(plan),
         "non_monotone": contradictions,
-        "probes": plan.probes.iter().map(probe_json).collect::<Vec<_>>(),
+        "probes": plan.probes.iter().map(|p| probe_json(plan, p)).collect::<Vec<_>>(),
     })
 }
 
@@ -327,7 +340,7 @@ pub fn describe(row: &PlanRow) -> String {
             format_value(plan.range.1)
         ),
     };
-    if let Some(probe) = plan.bracket.0.and_then(|b| plan.probe_at(b)) {
+    for probe in failing_shown(plan) {
         out += &format!(
             "; {} = {} fails: {}",
             plan.parameter,
@@ -335,14 +348,56 @@ pub fn describe(row: &PlanRow) -> String {
             verdicts(probe, true)
         );
     }
-    for (feasible, infeasible) in &plan.contradictions {
-        out += &format!(
-            "\n  warning: not monotone: {} passes but {} fails",
-            format_value(*feasible),
-            format_value(*infeasible)
-        );
+    for line in monotonicity_warnings(plan) {
+        out += &format!("\n  warning: not monotone: {line}");
     }
     out + "\n"
+}
+
+/// One line per probe that fails where monotonicity says it should pass: `16 passes but 1
+/// fails`, or `2 to 54.5 (9 probes) pass but 1 fails`.
+fn monotonicity_warnings(plan: &Plan) -> Vec<String> {
+    let mut failing: Vec<f64> = plan.contradictions.iter().map(|c| c.1).collect();
+    failing.sort_by(f64::total_cmp);
+    failing.dedup();
+    let line = |infeasible: f64| {
+        let passing: Vec<f64> = plan
+            .contradictions
+            .iter()
+            .filter(|c| c.1 == infeasible)
+            .map(|c| c.0)
+            .collect();
+        let (low, high) = (passing[0], passing[passing.len() - 1]);
+        let passes = match passing.len() {
+            1 => format!("{} passes", format_value(low)),
+            n => format!(
+                "{} to {} ({n} probes) pass",
+                format_value(low),
+                format_value(high)
+            ),
+        };
+        format!("{passes} but {} fails", format_value(infeasible))
+    };
+    failing.into_iter().map(line).collect()
+}
+
+/// The failing probes the terminal answer shows: the infeasible side of the bracket, or,
+/// when nothing is feasible, both ends of the range (the lowest and highest probes).
+fn failing_shown(plan: &Plan) -> Vec<&Probe> {
+    if plan.answer.is_some() {
+        return Vec::from_iter(plan.bracket.0.and_then(|b| plan.probe_at(b)));
+    }
+    let lowest = plan
+        .probes
+        .iter()
+        .min_by(|a, b| a.value.total_cmp(&b.value));
+    let highest = plan
+        .probes
+        .iter()
+        .max_by(|a, b| a.value.total_cmp(&b.value));
+    let mut ends: Vec<&Probe> = lowest.into_iter().chain(highest).collect();
+    ends.dedup_by(|a, b| a.value == b.value);
+    ends
 }
 
 /// The worst verdicts of a probe (only the failing ones when `failing`), plus overload.

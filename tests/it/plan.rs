@@ -273,3 +273,261 @@ fn minimize_a_pool_count_agrees_with_check_on_both_sides() {
     assert_eq!(check(answer), 0, "check passes at the answer");
     assert_eq!(check(answer - 1), 1, "check fails one below");
 }
+
+/// The bundled two-tenant scenario (with its SLOs), as a path from the test's directory.
+fn bundled_two_tenants() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/capacity-two-tenants.yaml")
+        .display()
+        .to_string()
+}
+
+/// `check` of the bundled two-tenant scenario with `sets` (`PATH=VALUE` each): its exit code.
+fn check_bundled(dir: &Path, sets: &[String]) -> i32 {
+    let scenario = bundled_two_tenants();
+    let mut args = vec!["check".to_string(), scenario];
+    for set in sets {
+        args.extend(["--set".to_string(), set.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    routersim(dir, &args).0
+}
+
+#[test]
+fn maximize_answers_a_feasible_far_end_when_the_low_end_fails() {
+    let tmp = setup();
+    let scenario = bundled_two_tenants();
+    let args = [
+        "plan",
+        &scenario,
+        "--maximize",
+        "workers.count",
+        "--range",
+        "1..16",
+        "--out",
+        "p",
+    ];
+    let (code, stdout, stderr) = routersim(tmp.path(), &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let plan = plan_json(tmp.path(), "p");
+    assert_eq!(plan["answer"], 16, "{plan}");
+    let verdict = |v: u64| {
+        plan["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["value"] == v)
+            .map(|p| p["feasible"].as_bool().unwrap())
+    };
+    assert_eq!((verdict(1), verdict(16)), (Some(false), Some(true)));
+    assert_eq!(check_bundled(tmp.path(), &["workers.count=16".into()]), 0);
+    assert_eq!(check_bundled(tmp.path(), &["workers.count=1".into()]), 1);
+    assert_eq!(
+        plan["non_monotone"],
+        serde_json::json!([{"feasible": 16, "infeasible": 1}])
+    );
+    assert!(
+        stdout.contains("warning: not monotone: 16 passes but 1 fails"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn maximize_finds_the_highest_rate_when_the_lowest_is_too_short_to_judge() {
+    let tmp = setup();
+    let scenario = bundled_two_tenants();
+    let short = "workload.duration_s=30".to_string();
+    let search = |range: &str, out: &str| {
+        let args = [
+            "plan",
+            &scenario,
+            "--set",
+            &short,
+            "--maximize",
+            "workload.rate_per_s",
+            "--range",
+            range,
+            "--out",
+            out,
+        ];
+        let (code, stdout, stderr) = routersim(tmp.path(), &args);
+        assert_eq!(code, 0, "{range}: {stdout}{stderr}");
+        (plan_json(tmp.path(), out), stdout)
+    };
+    let (plan, stdout) = search("1..400", "wide");
+    let answer = plan["answer"].as_f64().unwrap();
+    let above = plan["bracket"]["infeasible"].as_f64().unwrap();
+    let rate = |r: f64| format!("workload.rate_per_s={r}");
+    assert_eq!(check_bundled(tmp.path(), &[short.clone(), rate(answer)]), 0);
+    assert_eq!(check_bundled(tmp.path(), &[short.clone(), rate(above)]), 1);
+    // Rate 1 is too short to judge: the plan says it fails, as check does, and warns.
+    assert_eq!(check_bundled(tmp.path(), &[short.clone(), rate(1.0)]), 1);
+    assert_eq!(plan["probes"][0]["value"], 1.0);
+    assert_eq!(plan["probes"][0]["feasible"], false);
+    assert!(
+        plan["non_monotone"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["infeasible"] == 1.0),
+        "{plan}"
+    );
+    assert!(stdout.contains("pass but 1 fails"), "{stdout}");
+    // The same search from a judged low end agrees to the precision.
+    let (narrow, _) = search("10..400", "narrow");
+    let narrow = narrow["answer"].as_f64().unwrap();
+    assert!(
+        (answer - narrow).abs() <= 0.02 * answer,
+        "{answer} vs {narrow}"
+    );
+}
+
+#[test]
+fn an_integer_answer_is_written_as_an_integer_that_check_takes_back() {
+    let tmp = setup();
+    let args = [
+        "plan",
+        "s.yaml",
+        "--minimize",
+        "workers.count",
+        "--range",
+        "1..64",
+        "--out",
+        "p",
+    ];
+    let (code, stdout, stderr) = routersim(tmp.path(), &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let plan = plan_json(tmp.path(), "p");
+    let is_integer = |v: &serde_json::Value| v.is_u64();
+    assert!(is_integer(&plan["answer"]), "{}", plan["answer"]);
+    assert!(is_integer(&plan["bracket"]["feasible"]));
+    assert!(is_integer(&plan["bracket"]["infeasible"]));
+    assert!(plan["range"].as_array().unwrap().iter().all(is_integer));
+    assert!(
+        plan["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| is_integer(&p["value"]))
+    );
+    // As a script feeds it back: the answer's JSON text, unchanged.
+    let set = format!("workers.count={}", plan["answer"]);
+    let (code, _, stderr) = routersim(tmp.path(), &["check", "s.yaml", "--set", &set]);
+    assert_eq!(code, 0, "{set}: {stderr}");
+}
+
+/// `plan s.yaml ARGS --out o`: exit code 2 with a message containing every `needles`, and
+/// nothing written.
+fn refused(dir: &Path, args: &[&str], needles: &[&str]) {
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = routersim(
+        dir,
+        &[&["plan", "s.yaml"][..], args, &["--out", "o"]].concat(),
+    );
+    assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+    for needle in needles {
+        assert!(stderr.contains(needle), "{args:?}: {needle:?} in {stderr}");
+    }
+    assert!(!dir.join("o").exists(), "{args:?}: nothing written");
+    let elapsed_s = started.elapsed().as_secs_f64();
+    assert!(elapsed_s < 10.0, "{args:?}: refused after {elapsed_s:.1} s");
+}
+
+#[test]
+fn plan_seeds_past_the_sweep_bound_are_refused_before_any_run() {
+    let tmp = setup();
+    let search = ["--minimize", "workers.count", "--range", "1..16"];
+    refused(
+        tmp.path(),
+        &[&search[..], &["--seeds", "4294967295"]].concat(),
+        &["--seeds 4294967295", "100000"],
+    );
+    refused(
+        tmp.path(),
+        &[&search[..], &["--seeds", "1000", "--for", "seed=1,2"]].concat(),
+        &["--seeds 1000", "2 searches (--for)", "100000"],
+    );
+}
+
+#[test]
+fn a_precision_finer_than_a_double_resolves_is_refused() {
+    let tmp = setup();
+    let search = [
+        "--maximize",
+        "workload.groups.standard.arrival.poisson.rate_per_s",
+        "--range",
+        "10..400",
+        "--precision",
+    ];
+    for precision in ["1e-16", "1e-300"] {
+        refused(
+            tmp.path(),
+            &[&search[..], &[precision]].concat(),
+            &[
+                &format!("--precision {precision}"),
+                "10..400",
+                "4.440892098500626e-16",
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_real_range_whose_far_end_exceeds_a_bound_is_refused_at_once() {
+    let tmp = setup();
+    two_tenants_without_slos(tmp.path());
+    let (code, _, stderr) = routersim(
+        tmp.path(),
+        &[
+            "plan",
+            "t.yaml",
+            "--maximize",
+            "workload.rate_per_s",
+            "--range",
+            "1..1e18",
+            "--out",
+            "o",
+        ],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--range 1..1e18: its far end 1e18 is refused")
+            && stderr.contains("at most 1000000"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("o").exists());
+}
+
+#[test]
+fn a_search_that_means_nothing_is_refused() {
+    let tmp = setup();
+    refused(
+        tmp.path(),
+        &["--maximize", "name", "--range", "1..16"],
+        &["--maximize name: not a number"],
+    );
+    let rate = "workload.groups.standard.arrival.poisson.rate_per_s";
+    let for_rate = format!("{rate}=1,2");
+    refused(
+        tmp.path(),
+        &["--maximize", rate, "--range", "1..400", "--for", &for_rate],
+        &["--for", &format!("sets {rate}, the path the plan searches")],
+    );
+    refused(
+        tmp.path(),
+        &[
+            "--minimize",
+            "workers.count",
+            "--range",
+            "1..16",
+            "--set",
+            "workers.count=3",
+        ],
+        &["--set workers.count=3: sets workers.count"],
+    );
+    refused(
+        tmp.path(),
+        &["--minimize", "workers.count", "--range", "1..1e18"],
+        &["2^52"],
+    );
+}
