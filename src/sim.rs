@@ -435,18 +435,6 @@ struct RankSlot {
     epoch: u64,
 }
 
-/// What a request in flight needs to be (re)sent: its prompt as the worker sees it and what
-/// the router needs to route it again after a migration.
-struct InFlight {
-    hashes: Arc<[u64]>,
-    prompt_tokens: u64,
-    output_tokens: u64,
-    policy_class: Option<String>,
-    priority: f64,
-    strict_priority: u32,
-    pinned: Option<WorkerWithDpRank>,
-}
-
 /// Fault state: which workers are down, what the router has heard, what was lost.
 #[derive(Default)]
 struct FaultState {
@@ -470,9 +458,7 @@ struct System {
     config: SimConfig,
     router: Scheduler,
     ranks: Vec<RankSlot>,
-    records: Vec<RequestRecord>,
-    /// Requests in flight, by id: what the worker needs once it is dispatched.
-    in_flight: rustc_hash::FxHashMap<RequestId, InFlight>,
+    ledger: Ledger,
     faults: FaultState,
     round_robin_next: usize,
     /// Ranks to start a pass at the end of the current instant (phase 3).
@@ -484,14 +470,10 @@ struct System {
     /// When each request's latest worker-to-router message lands, so jitter never reorders
     /// one request's tokens.
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
-    /// Requests that completed or were rejected so far (a closed loop issues one per end).
-    ended: u64,
-    /// The latest instant a request was admitted, got its first token or ended: the makespan
-    /// so far.
-    last_change: SimTime,
-    /// Passes `(rank, start, end)` that ended after `last_change` was last raised: the only
-    /// ones that may reach past the makespan (and then only in a run a limit stopped).
-    passes_since_change: Vec<(usize, SimTime, SimTime)>,
+    /// Passes `(rank, start, end, epoch)` that ended since the ledger's change epoch was
+    /// last bumped (all of one epoch): the only ones that may reach past the makespan (and
+    /// then only in a run a limit stopped).
+    passes_since_change: Vec<(usize, SimTime, SimTime, u64)>,
     /// Workers skip quiet passes (see [`skips_quiet_passes`]).
     skip_quiet: bool,
     kv_log: Option<KvLog>,
@@ -725,16 +707,13 @@ fn simulate(
         faults,
         router,
         ranks,
-        records: Vec::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
-        in_flight: Default::default(),
+        ledger: Ledger::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
         round_robin_next: 0,
         starts_due: BTreeSet::new(),
         tick_scheduled: false,
         violation: None,
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
-        ended: 0,
-        last_change: SimTime::ZERO,
         passes_since_change: Vec::new(),
         skip_quiet,
         kv_log: log_kv.then(Vec::new),
@@ -748,7 +727,7 @@ fn simulate(
         if let Some(v) = system.violation.take() {
             return Err(v);
         }
-        let next_arrival = requests.next_time(system.ended);
+        let next_arrival = requests.next_time(system.ledger.ended());
         let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
             break StopReason::Drained;
         };
@@ -772,14 +751,7 @@ fn simulate(
             }
         }
     }
-    // The makespan: the last moment a request changed state (a trailing no-op tick does not
-    // count).
-    let end_time = system
-        .records
-        .iter()
-        .filter_map(|r| r.completion.or(r.first_token).or(r.admit))
-        .max()
-        .unwrap_or(SimTime::ZERO);
+    let end_time = system.ledger.makespan();
     system.finish(stop_reason, end_time)?;
     let pools = system.pool_usage(end_time);
     let classes = system.router.profile().classes();
@@ -789,7 +761,7 @@ fn simulate(
         fault_marks: std::mem::take(&mut system.faults.marks),
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
         class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
-        records: system.records,
+        records: system.ledger.into_records(),
         stop_reason,
         events: engine.events_processed(),
         end_time,
@@ -880,7 +852,7 @@ impl System {
         while engine.queue().peek_time() == Some(now) {
             engine.step(self)?;
         }
-        while let Some(arrival) = requests.next_at(now, self.ended) {
+        while let Some(arrival) = requests.next_at(now, self.ledger.ended()) {
             self.arrive(now, arrival, engine.queue());
         }
         for rank in std::mem::take(&mut self.starts_due) {
@@ -891,7 +863,6 @@ impl System {
     }
 
     fn arrive(&mut self, now: SimTime, arrival: Arrival, queue: &mut EventQueue<Event>) {
-        let id = RequestId(self.records.len() as u64);
         let block_size = self.config.block_size();
         let spec = arrival.spec;
         let hashes: Arc<[u64]> = match arrival.hashes {
@@ -900,35 +871,9 @@ impl System {
                 .block_hashes_with(block_size, &mut self.uniform_hashes)
                 .into(),
         };
-        self.records.push(RequestRecord {
-            row: spec.row,
-            policy_class: spec.policy_class.clone(),
-            class_index: None,
-            arrival: now,
-            dispatched: None,
-            admit: None,
-            first_token: None,
-            completion: None,
-            rank: None,
-            path: None,
-            input_tokens: spec.input_tokens,
-            output_tokens: spec.output_tokens,
-            reused_input_tokens: 0,
-            tokens_received: 0,
-            status: Status::Pending,
-            migrations: 0,
-        });
-        self.draw_cancel(now, id, spec.policy_class.as_deref(), queue);
-        let in_flight = InFlight {
-            hashes,
-            prompt_tokens: spec.input_tokens,
-            output_tokens: spec.output_tokens,
-            policy_class: spec.policy_class,
-            priority: spec.priority,
-            strict_priority: spec.strict_priority,
-            pinned: spec.pinned_worker,
-        };
-        self.in_flight.insert(id, in_flight);
+        let class = spec.policy_class.clone();
+        let id = self.ledger.open(now, spec, hashes);
+        self.draw_cancel(now, id, class.as_deref(), queue);
         self.route(now, id, queue);
         self.schedule_tick(now, queue);
     }
@@ -936,7 +881,7 @@ impl System {
     /// Hands request `id` (in flight) to the router: the KV router decides, round robin
     /// sends it to the next rank of a worker the router believes up.
     fn route(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(f) = self.in_flight.get(&id) else {
+        let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
         match self.config.router_mode {
@@ -963,14 +908,13 @@ impl System {
                     .map(|k| (self.round_robin_next + k) % n)
                     .find(|&r| known(&self.ranks[r]))
                 else {
-                    self.end_request(now, id, Status::Rejected("no_endpoints".into()));
+                    self.end(now, id, Status::Rejected("no_endpoints".into()));
                     return;
                 };
                 self.round_robin_next = rank + 1;
-                let record = &mut self.records[id.0 as usize];
-                record.dispatched = Some(now);
-                record.rank = Some(self.ranks[rank].id);
-                record.path = Some(Path::Immediate);
+                let rank_id = self.ranks[rank].id;
+                self.ledger
+                    .dispatched(now, id, rank_id, Path::Immediate, None);
                 self.send_to_worker(now, rank, id, queue);
             }
         }
@@ -981,11 +925,8 @@ impl System {
         while let Some(decision) = self.router.poll_decision() {
             match decision {
                 Decision::Dispatch(d) => {
-                    let record = &mut self.records[d.id.0 as usize];
-                    record.dispatched = Some(now);
-                    record.rank = Some(d.rank);
-                    record.path = Some(d.path);
-                    record.class_index = Some(d.class_index);
+                    let class = Some(d.class_index);
+                    self.ledger.dispatched(now, d.id, d.rank, d.path, class);
                     let rank = self.rank_index(d.rank);
                     self.send_to_worker(now, rank, d.id, queue);
                 }
@@ -994,13 +935,9 @@ impl System {
                     class_index,
                     error,
                 } => {
-                    self.note_change(now);
-                    let record = &mut self.records[id.0 as usize];
-                    record.class_index = class_index;
-                    record.completion = Some(now);
-                    record.status = Status::Rejected(rejection_label(&error));
-                    self.ended += 1;
-                    self.in_flight.remove(&id);
+                    self.ledger.set_class(id, class_index);
+                    let status = Status::Rejected(rejection_label(&error));
+                    self.end(now, id, status);
                 }
             }
         }
@@ -1030,7 +967,7 @@ impl System {
         if delay == SimDuration::ZERO {
             self.deliver(now, rank, id, queue);
         } else {
-            let attempt = self.records[id.0 as usize].migrations;
+            let attempt = self.ledger.attempt(id);
             let request = id;
             let event = Event::Deliver {
                 rank,
@@ -1042,7 +979,7 @@ impl System {
     }
 
     fn deliver(&mut self, now: SimTime, rank: usize, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(f) = self.in_flight.get(&id) else {
+        let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
         let request = MockRequest {
@@ -1070,6 +1007,16 @@ impl System {
             // RequestGuard reports it after the backend accepts). The caller drains.
             self.router.handle_dispatched(now, id);
         }
+    }
+
+    /// Ends request `id` at `now` with `status`: every end passes here. The ledger records
+    /// it (a second end is a bug); the request's transport ordering is forgotten.
+    fn end(&mut self, now: SimTime, id: RequestId, status: Status) {
+        if let Err(message) = self.ledger.finish(now, id, status) {
+            self.fail(now, message);
+            return;
+        }
+        self.last_delivery.remove(&id);
     }
 
     /// One message's extra transport delay (zero, drawing nothing, when jitter is off).
@@ -1116,12 +1063,11 @@ impl System {
         slot.in_pass = true;
         slot.pass_start = now;
         for admitted in &slot.output.admitted {
-            let record = &mut self.records[admitted.id.0 as usize];
-            record.admit.get_or_insert(now);
-            record.reused_input_tokens = admitted.reported_reused_tokens;
+            let reused = admitted.reported_reused_tokens;
+            self.ledger.admitted(now, admitted.id, reused);
         }
         if !slot.output.admitted.is_empty() {
-            self.note_change(now);
+            self.ledger.note_change(now);
         }
         let epoch = self.ranks[rank].epoch;
         queue.schedule(end, Event::PassEnd { rank, epoch });
@@ -1161,7 +1107,7 @@ impl System {
         slot.worker.apply_quiet_passes(count as u64, last_end);
         slot.quiet_ends.drain(..count);
         for id in slot.worker.running_ids() {
-            self.records[id.0 as usize].tokens_received += count as u64;
+            self.ledger.credit(id, count as u64);
         }
     }
 
@@ -1172,7 +1118,16 @@ impl System {
         slot.busy = slot
             .busy
             .saturating_add(now.saturating_since(slot.pass_start));
-        self.passes_since_change.push((rank, slot.pass_start, now));
+        let epoch = self.ledger.change_epoch();
+        if self
+            .passes_since_change
+            .last()
+            .is_some_and(|p| p.3 != epoch)
+        {
+            self.passes_since_change.clear();
+        }
+        self.passes_since_change
+            .push((rank, slot.pass_start, now, epoch));
     }
 
     fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
@@ -1198,16 +1153,11 @@ impl System {
         }
         for rejection in &output.rejected {
             let id = rejection.id;
-            if self.records[id.0 as usize].status != Status::Pending {
+            if !self.ledger.is_pending(id) {
                 continue; // cancelled while the pass ran
             }
-            self.note_change(now);
-            let record = &mut self.records[id.0 as usize];
-            record.completion = Some(now);
-            record.status = Status::Rejected(rejection.reason.label().to_string());
-            self.ended += 1;
-            self.in_flight.remove(&id);
-            self.last_delivery.remove(&id);
+            let status = Status::Rejected(rejection.reason.label().to_string());
+            self.end(now, id, status);
             self.router.handle_finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
         }
@@ -1219,7 +1169,7 @@ impl System {
         for (id, first, completed) in tokens.chain(finished_empty) {
             if direct && !first && !completed {
                 // A token in the middle of a stream only counts: the router hears nothing.
-                self.records[id.0 as usize].tokens_received += 1;
+                self.ledger.credit(id, 1);
                 continue;
             }
             let delay = self
@@ -1233,7 +1183,7 @@ impl System {
                 .copied()
                 .unwrap_or(SimTime::ZERO);
             let at = now.saturating_add(delay).max(earliest);
-            let attempt = self.records[id.0 as usize].migrations;
+            let attempt = self.ledger.attempt(id);
             if at == now {
                 self.receive_tokens(now, id, attempt, first, completed);
                 self.drain_router(now, queue);
@@ -1280,42 +1230,15 @@ impl System {
         first: bool,
         completed: bool,
     ) {
-        let record = &self.records[id.0 as usize];
-        if record.status != Status::Pending || record.migrations != attempt {
+        let Some(receipt) = self.ledger.receive(now, id, attempt, first, completed) else {
             return;
-        }
-        let resumed = record.migrations > 0 && record.first_token.is_some();
-        if (first && !resumed) || completed {
-            self.note_change(now);
-        }
-        let record = &mut self.records[id.0 as usize];
-        if first {
-            record.first_token.get_or_insert(now);
-        }
-        let output_tokens = self.in_flight.get(&id).map_or(0, |f| f.output_tokens);
-        if first || !completed || output_tokens > 0 {
-            record.tokens_received += 1;
-        }
-        if first {
+        };
+        if receipt.first {
             self.router.handle_first_token(now, id);
         }
-        if completed {
-            let record = &mut self.records[id.0 as usize];
-            record.completion = Some(now);
-            record.status = Status::Completed;
-            self.ended += 1;
-            self.in_flight.remove(&id);
+        if receipt.completed {
             self.last_delivery.remove(&id);
             self.router.handle_finished(now, id, Outcome::Completed);
-        }
-    }
-
-    /// A request was admitted, got its first token or ended at `now`: the makespan is at
-    /// least `now`, so every pass that has ended so far lies within it.
-    fn note_change(&mut self, now: SimTime) {
-        if now > self.last_change {
-            self.last_change = now;
-            self.passes_since_change.clear();
         }
     }
 
@@ -1331,7 +1254,8 @@ impl System {
             }
             busy_ns[slot.pool] += u128::from(busy.as_ns());
         }
-        for &(rank, start, end) in &self.passes_since_change {
+        let epoch = self.ledger.change_epoch();
+        for &(rank, start, end, _) in self.passes_since_change.iter().filter(|p| p.3 == epoch) {
             let past = end.saturating_since(start.max(makespan)).as_ns();
             let pool = &mut busy_ns[self.ranks[rank].pool];
             *pool = pool.saturating_sub(u128::from(past));
@@ -1385,15 +1309,7 @@ impl System {
     fn finish(&mut self, stop_reason: StopReason, now: SimTime) -> Result<(), InvariantViolation> {
         self.check(now);
         if stop_reason == StopReason::Drained {
-            let unfinished = self
-                .records
-                .iter()
-                .filter(|r| r.status == Status::Pending)
-                .count();
-            if unfinished > 0 {
-                let message = format!(
-                    "{unfinished} requests neither completed, rejected, cancelled nor aborted"
-                );
+            if let Err(message) = self.ledger.check_all_ended() {
                 self.fail(now, message);
             }
             // Everything that ran has been freed: no booking, queue entry or worker state left.
@@ -1476,7 +1392,7 @@ impl Model for System {
                 request,
                 attempt,
             } => {
-                if self.records[request.0 as usize].migrations == attempt {
+                if self.ledger.attempt(request) == attempt {
                     self.deliver(now, rank, request, queue);
                 }
                 self.drain_router(now, queue);
@@ -1518,6 +1434,9 @@ impl Model for System {
 }
 
 mod faults;
+mod ledger;
+
+use ledger::Ledger;
 
 #[cfg(test)]
 mod pool_tests;

@@ -59,26 +59,6 @@ impl System {
         }
     }
 
-    /// Ends a request that did not complete (rejected by the router with no decision,
-    /// cancelled, aborted) at `now`.
-    pub(super) fn end_request(&mut self, now: SimTime, id: RequestId, status: Status) {
-        let record = &mut self.records[id.0 as usize];
-        if record.status != Status::Pending {
-            let message = format!(
-                "request {id} ended twice ({:?}, then {status:?})",
-                record.status
-            );
-            self.fail(now, message);
-            return;
-        }
-        record.completion = Some(now);
-        record.status = status;
-        self.ended += 1;
-        self.in_flight.remove(&id);
-        self.last_delivery.remove(&id);
-        self.note_change(now);
-    }
-
     /// The ranks of worker `worker`.
     fn ranks_of(&self, worker: u64) -> std::ops::Range<usize> {
         let start = self.ranks.partition_point(|r| r.id.worker_id < worker);
@@ -166,7 +146,7 @@ impl System {
     /// Request `id` (in its current attempt) is lost on `worker`: resolved when the router
     /// hears the worker is down.
     fn lost_on(&mut self, worker: u64, id: RequestId) {
-        let attempt = self.records[id.0 as usize].migrations;
+        let attempt = self.ledger.attempt(id);
         self.faults
             .lost
             .entry(worker)
@@ -189,7 +169,7 @@ impl System {
         self.drain_router(now, queue);
         let lost = self.faults.lost.remove(&worker).unwrap_or_default();
         for (id, attempt) in lost {
-            if self.records[id.0 as usize].migrations == attempt {
+            if self.ledger.attempt(id) == attempt {
                 self.lose(now, id, queue);
             }
         }
@@ -199,24 +179,18 @@ impl System {
     /// Request `id` lost its worker: re-routed if its migrations allow (keeping the tokens
     /// its client received: they join its prompt), aborted otherwise.
     fn lose(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let record = &self.records[id.0 as usize];
-        if record.status != Status::Pending {
+        if !self.ledger.is_pending(id) {
             return;
         }
-        if record.migrations >= self.config.migration_limit {
-            self.end_request(now, id, Status::Aborted(REASON_WORKER_DOWN.into()));
+        if self.ledger.attempt(id) >= self.config.migration_limit {
+            self.end(now, id, Status::Aborted(REASON_WORKER_DOWN.into()));
             return;
         }
-        let generated = record.tokens_received;
-        let (input, output) = (record.input_tokens, record.output_tokens);
         let block_size = self.config.block_size();
-        self.records[id.0 as usize].migrations += 1;
+        self.ledger.migrate(id, |hashes, prompt_tokens| {
+            migrated_hashes(hashes, id, prompt_tokens / block_size)
+        });
         self.last_delivery.remove(&id);
-        if let Some(f) = self.in_flight.get_mut(&id) {
-            f.prompt_tokens = input + generated;
-            f.output_tokens = output.saturating_sub(generated);
-            f.hashes = migrated_hashes(&f.hashes, id, f.prompt_tokens / block_size);
-        }
         self.route(now, id, queue);
     }
 
@@ -282,12 +256,12 @@ impl System {
     /// The client gives up on request `id` (if it has not ended): it ends now, the router
     /// rolls it back, and the worker holding it drops it after the transport delay.
     pub(super) fn cancel(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let record = &self.records[id.0 as usize];
+        let record = self.ledger.record(id);
         if record.status != Status::Pending {
             return;
         }
         let rank = record.rank.filter(|_| record.dispatched.is_some());
-        self.end_request(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
+        self.end(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
         if self.config.router_mode == RouterMode::KvRouter {
             self.router.handle_cancel(now, id);
             self.drain_router(now, queue);
@@ -324,30 +298,9 @@ impl System {
         {
             return Err(format!("{} is down but holds work", slot.id));
         }
-        let mut ended = 0;
-        for (index, r) in self.records.iter().enumerate() {
-            if r.status == Status::Pending {
-                continue;
-            }
-            ended += 1;
-            let id = RequestId(index as u64);
-            if let Some(state) = self.router.request_state(id) {
-                return Err(format!(
-                    "request {id} ended {:?} but the router holds it: {state:?}",
-                    r.status
-                ));
-            }
-            if self.in_flight.contains_key(&id) {
-                return Err(format!("request {id} ended but is still in flight"));
-            }
-        }
-        if ended != self.ended {
-            return Err(format!(
-                "{ended} requests ended but {} ends were counted",
-                self.ended
-            ));
-        }
-        Ok(())
+        let router = &self.router;
+        self.ledger
+            .check(|id| router.request_state(id).map(|state| format!("{state:?}")))
     }
 
     /// The workers that joined, by pool index.
