@@ -38,10 +38,7 @@ use crate::mocker::{EngineArgs, MockRequest};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{
-    Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
-};
-use crate::scheduling::select::RequestConstraints;
+use crate::scheduling::scheduler::{Outcome, Path, SchedulerConfig};
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{RequestSpec, UniformBlockHashes};
@@ -420,19 +417,16 @@ struct FaultState {
 
 struct System {
     config: SimConfig,
-    router: Scheduler,
+    router: RouterDriver,
     fleet: WorkerFleet,
     ledger: Ledger,
     faults: FaultState,
-    round_robin_next: usize,
-    tick_scheduled: bool,
     violation: Option<InvariantViolation>,
     /// Draws the transport jitter.
     transport_rng: SimRng,
     /// When each request's latest worker-to-router message lands, so jitter never reorders
     /// one request's tokens.
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
-    kv_log: Option<KvLog>,
     /// Local hashes of the prompts' one-token blocks seen so far.
     uniform_hashes: UniformBlockHashes,
 }
@@ -601,9 +595,14 @@ fn simulate(
         });
     }
     let skip_quiet = skips_quiet_passes(&config, stepping);
-    let workers = worker_set(&config.pools);
-    let mut router = Scheduler::new(config.scheduler_config(), workers, SimTime::ZERO);
-    router.reserve_cached_blocks(cached_blocks_hint(&config.pools));
+    let router = RouterDriver::new(
+        config.router_mode,
+        config.scheduler_config(),
+        worker_set(&config.pools),
+        cached_blocks_hint(&config.pools),
+        config.tick_interval,
+        log_kv,
+    );
     let fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
     let faults = FaultState {
         cancel_rngs: (0..config.faults.len())
@@ -616,12 +615,9 @@ fn simulate(
         router,
         fleet,
         ledger: Ledger::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
-        round_robin_next: 0,
-        tick_scheduled: false,
         violation: None,
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
-        kv_log: log_kv.then(Vec::new),
         uniform_hashes: UniformBlockHashes::default(),
         config,
     };
@@ -656,8 +652,8 @@ fn simulate(
     let pools = system
         .fleet
         .pool_usage(end_time, system.ledger.change_epoch());
-    let classes = system.router.profile().classes();
-    let kv_log = system.kv_log.take().unwrap_or_default();
+    let kv_log = system.router.take_kv_log();
+    let classes = system.router.core().profile().classes();
     let result = SimResult {
         pools,
         fault_marks: system.fleet.take_marks(),
@@ -723,70 +719,36 @@ impl System {
         self.schedule_tick(now, queue);
     }
 
-    /// Hands request `id` (in flight) to the router: the KV router decides, round robin
-    /// sends it to the next rank of a worker the router believes up.
+    /// Hands request `id` (in flight) to the router and acts on what it decides.
     fn route(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
         let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
-        match self.config.router_mode {
-            RouterMode::KvRouter => {
-                let request = SchedulingRequest {
-                    id,
-                    policy_class: f.policy_class.clone(),
-                    isl_tokens: f.prompt_tokens,
-                    block_hashes: f.hashes.clone(),
-                    priority: f.priority,
-                    strict_priority: f.strict_priority,
-                    constraints: RequestConstraints {
-                        pinned: f.pinned,
-                        ..RequestConstraints::default()
-                    },
-                };
-                self.router.handle_arrival(now, request);
-                self.drain_router(now, queue);
-            }
-            RouterMode::RoundRobin => {
-                let known = |rank| {
-                    self.router
-                        .workers()
-                        .contains_rank(self.fleet.rank_id(rank))
-                };
-                let n = self.fleet.rank_count();
-                let Some(rank) = (0..n)
-                    .map(|k| (self.round_robin_next + k) % n)
-                    .find(|&r| known(r))
-                else {
-                    self.end(now, id, Status::Rejected("no_endpoints".into()));
-                    return;
-                };
-                self.round_robin_next = rank + 1;
-                let rank_id = self.fleet.rank_id(rank);
-                self.ledger
-                    .dispatched(now, id, rank_id, Path::Immediate, None);
-                self.send_to_worker(now, rank, id, queue);
-            }
-        }
+        self.router.route(now, id, f);
+        self.drain_router(now, queue);
     }
 
     /// Acts on every decision the router made.
     fn drain_router(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
         while let Some(decision) = self.router.poll_decision() {
             match decision {
-                Decision::Dispatch(d) => {
-                    let class = Some(d.class_index);
-                    self.ledger.dispatched(now, d.id, d.rank, d.path, class);
-                    let rank = self.rank_index(d.rank);
-                    self.send_to_worker(now, rank, d.id, queue);
+                RouterDecision::Dispatch {
+                    id,
+                    rank,
+                    path,
+                    class_index,
+                } => {
+                    self.ledger.dispatched(now, id, rank, path, class_index);
+                    let rank = self.rank_index(rank);
+                    self.send_to_worker(now, rank, id, queue);
                 }
-                Decision::Reject {
+                RouterDecision::Reject {
                     id,
                     class_index,
-                    error,
+                    reason,
                 } => {
                     self.ledger.set_class(id, class_index);
-                    let status = Status::Rejected(rejection_label(&error));
-                    self.end(now, id, status);
+                    self.end(now, id, Status::Rejected(reason));
                 }
             }
         }
@@ -848,11 +810,8 @@ impl System {
                 return;
             }
         }
-        if self.config.router_mode == RouterMode::KvRouter {
-            // The worker accepted it: only now is the request dispatched (Dynamo's
-            // RequestGuard reports it after the backend accepts). The caller drains.
-            self.router.handle_dispatched(now, id);
-        }
+        // The caller drains.
+        self.router.dispatched(now, id);
     }
 
     /// Ends request `id` at `now` with `status`: every end passes here. The ledger records
@@ -900,7 +859,7 @@ impl System {
         if !output.kv_events.is_empty() {
             if lag == SimDuration::ZERO {
                 for event in &output.kv_events {
-                    self.kv_to_router(now, event);
+                    self.router.kv_event(now, event);
                 }
             } else {
                 queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
@@ -913,7 +872,7 @@ impl System {
             }
             let status = Status::Rejected(rejection.reason.label().to_string());
             self.end(now, id, status);
-            self.router.handle_finished(now, id, Outcome::Aborted);
+            self.router.finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
         }
         let finished_empty = output.finished_empty.iter().map(|&id| (id, false, true));
@@ -962,13 +921,6 @@ impl System {
         self.fleet.give_back(rank, output);
     }
 
-    fn kv_to_router(&mut self, now: SimTime, event: &KvEvent) {
-        self.router.handle_kv_event(now, event);
-        if let Some(log) = &mut self.kv_log {
-            log.push((now, event.clone()));
-        }
-    }
-
     /// A token (or the end of a stream) reaches the router and the client.
     /// Tokens of an earlier attempt (before a migration) or of a request that already ended
     /// (cancelled) are dropped.
@@ -984,34 +936,28 @@ impl System {
             return;
         };
         if receipt.first {
-            self.router.handle_first_token(now, id);
+            self.router.first_token(now, id);
         }
         if receipt.completed {
             self.last_delivery.remove(&id);
-            self.router.handle_finished(now, id, Outcome::Completed);
+            self.router.finished(now, id, Outcome::Completed);
         }
     }
 
     /// Keeps one periodic recheck scheduled while requests wait in the router's queues.
     fn schedule_tick(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
-        if self.tick_scheduled || self.router.pending_count() == 0 {
-            return;
+        if let Some(at) = self.router.tick_due(now) {
+            queue.schedule(at, Event::Tick);
         }
-        let interval = self.config.tick_interval.as_ns().max(1);
-        let next = (now.as_ns() / interval + 1).saturating_mul(interval);
-        self.tick_scheduled = true;
-        queue.schedule(SimTime::from_ns(next), Event::Tick);
     }
 
     fn check(&mut self, now: SimTime) {
         let router = &self.router;
         let result = router
+            .core()
             .check_invariants()
             .and_then(|()| self.fleet.check())
-            .and_then(|()| {
-                let held = |id| router.request_state(id).map(|state| format!("{state:?}"));
-                self.ledger.check(held)
-            });
+            .and_then(|()| self.ledger.check(|id| router.holds(id)));
         if let Err(message) = result
             && self.violation.is_none()
         {
@@ -1031,11 +977,7 @@ impl System {
                 self.fail(now, message);
             }
             // Everything that ran has been freed: no booking, queue entry or worker state left.
-            let (active, pending) = (self.router.active_count(), self.router.pending_count());
-            if active + pending > 0 {
-                let message = format!(
-                    "the router still holds {active} bookings and {pending} queued requests"
-                );
+            if let Err(message) = self.router.check_drained() {
                 self.fail(now, message);
             }
             if let Err(message) = self.fleet.check_drained() {
@@ -1047,10 +989,6 @@ impl System {
             None => Ok(()),
         }
     }
-}
-
-fn rejection_label(error: &SchedulerError) -> String {
-    error.kind().to_string()
 }
 
 impl Model for System {
@@ -1087,23 +1025,24 @@ impl Model for System {
             Event::Drop { rank, request } => self.drop_request(rank, request),
             Event::Kv(events) => {
                 for event in &events {
-                    self.kv_to_router(now, event);
+                    self.router.kv_event(now, event);
                 }
                 self.drain_router(now, queue);
             }
             Event::Tick => {
-                self.tick_scheduled = false;
-                self.router.handle_tick(now);
+                self.router.tick(now);
                 self.drain_router(now, queue);
             }
         }
     }
 }
 
+mod driver;
 mod faults;
 mod fleet;
 mod ledger;
 
+use driver::{RouterDecision, RouterDriver};
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint, worker_set};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};

@@ -88,9 +88,7 @@ impl System {
     ) {
         let worker = self.fleet.rank_id(rank).worker_id;
         if self.faults.router_knows_down.contains(&worker) {
-            if self.config.router_mode == RouterMode::KvRouter {
-                self.router.handle_delivery_failed(now, id);
-            }
+            self.router.delivery_failed(now, id);
             self.lose(now, id, queue);
         } else {
             self.lost_on(worker, id);
@@ -117,9 +115,7 @@ impl System {
         queue: &mut EventQueue<Event>,
     ) {
         self.faults.router_knows_down.insert(worker);
-        let mut set = self.router.workers().clone();
-        set.remove(worker);
-        self.router.handle_workers(now, set);
+        self.router.worker_gone(now, worker);
         self.drain_router(now, queue);
         let lost = self.faults.lost.remove(&worker).unwrap_or_default();
         for (id, attempt) in lost {
@@ -180,9 +176,7 @@ impl System {
         let Some(pool) = self.fleet.pool_of(worker) else {
             return;
         };
-        let mut set = self.router.workers().clone();
-        set.insert(worker, worker_config(pool));
-        self.router.handle_workers(now, set);
+        self.router.worker_joined(now, worker, worker_config(pool));
         self.drain_router(now, queue);
     }
 
@@ -195,10 +189,8 @@ impl System {
         }
         let rank = record.rank.filter(|_| record.dispatched.is_some());
         self.end(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
-        if self.config.router_mode == RouterMode::KvRouter {
-            self.router.handle_cancel(now, id);
-            self.drain_router(now, queue);
-        }
+        self.router.cancel(now, id);
+        self.drain_router(now, queue);
         let Some(rank) = rank.and_then(|r| self.fleet.rank_index(r)) else {
             return;
         };

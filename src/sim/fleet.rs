@@ -230,11 +230,6 @@ impl WorkerFleet {
             .collect()
     }
 
-    /// Ranks in the fleet (up or down).
-    pub fn rank_count(&self) -> usize {
-        self.ranks.len()
-    }
-
     /// The rank at `index`.
     pub fn rank_id(&self, index: usize) -> WorkerWithDpRank {
         self.ranks[index].id
