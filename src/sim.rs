@@ -1837,6 +1837,21 @@ policy_classes:
         );
     }
 
+    /// The parts can move to another thread (a driver in wall-clock time, runs on a pool):
+    /// a worker, the scheduling core with its admission policies, and the fleet, driver and
+    /// ledger are `Send` (this fails to compile otherwise).
+    #[test]
+    fn the_parts_of_the_system_are_send() {
+        fn send<T: Send>() {}
+        send::<crate::mocker::MockWorker>();
+        send::<Box<dyn crate::mocker::Worker>>();
+        send::<crate::scheduling::scheduler::Scheduler>();
+        send::<Box<dyn crate::scheduling::admission::AdmissionPolicy>>();
+        send::<WorkerFleet>();
+        send::<RouterDriver>();
+        send::<Ledger>();
+    }
+
     #[test]
     fn an_invariant_violation_names_the_seed() {
         let v = InvariantViolation {

@@ -4,14 +4,11 @@
 
 use super::ledger::Ledger;
 use super::{FaultMark, PoolUsage, WorkerPool};
-use crate::mocker::worker::DecodeMemo;
-use crate::mocker::{MockRequest, MockWorker, PassOutput};
+use crate::mocker::{DecodeMemo, MockRequest, MockWorker, PassOutput, Worker};
 use crate::scheduling::select::{WorkerConfig, WorkerSet};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
-use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::rc::Rc;
 
 /// Most slots the decode-duration table a pool's ranks share grows to (1.5 MiB).
 const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
@@ -79,7 +76,7 @@ struct RankSlot {
     id: WorkerWithDpRank,
     /// The index of the rank's pool in the fleet's pools.
     pool: usize,
-    worker: MockWorker,
+    worker: Box<dyn Worker>,
     /// A pass (or a run of quiet passes) is running: its end is scheduled.
     in_pass: bool,
     /// When the running pass (or quiet run) started.
@@ -125,7 +122,7 @@ pub(super) struct WorkerFleet {
     ranks: Vec<RankSlot>,
     /// One table of decode durations per pool: its ranks run one engine, and contexts recur
     /// across them.
-    decode_memos: Vec<Rc<RefCell<DecodeMemo>>>,
+    decode_memos: Vec<DecodeMemo>,
     /// Workers skip quiet passes (see `sim::skips_quiet_passes`).
     skip_quiet: bool,
     /// Blocks each worker makes room for when it is built.
@@ -151,10 +148,7 @@ impl WorkerFleet {
     pub fn new(pools: Vec<WorkerPool>, skip_quiet: bool) -> WorkerFleet {
         let decode_memos = pools
             .iter()
-            .map(|pool| {
-                let memo = DecodeMemo::new(pool.engine.clone(), SHARED_DECODE_MEMO_SLOTS);
-                Rc::new(RefCell::new(memo))
-            })
+            .map(|pool| DecodeMemo::new(pool.engine.clone(), SHARED_DECODE_MEMO_SLOTS))
             .collect();
         let ranks: usize = pools
             .iter()
@@ -183,13 +177,13 @@ impl WorkerFleet {
     }
 
     /// Builds a worker rank of pool `pool`: the one place workers are made, with their
-    /// set-up (room for blocks, KV events as skipping needs them, the pool's decode table).
-    fn build(&self, pool: usize, id: WorkerWithDpRank) -> MockWorker {
+    /// set-up (room for blocks, KV events as skipping needs them; the pool's decode table is
+    /// lent to each of its passes).
+    fn build(&self, pool: usize, id: WorkerWithDpRank) -> Box<dyn Worker> {
         let mut worker = MockWorker::new(self.pools[pool].engine.clone(), id);
         worker.reserve_blocks(self.reserved_per_rank);
         worker.set_publish_generated_blocks(!self.skip_quiet);
-        worker.share_decode_memo(&self.decode_memos[pool]);
-        worker
+        Box::new(worker)
     }
 
     /// Adds the empty, up ranks of worker `worker` of pool `pool` (ids only grow, so the
@@ -223,7 +217,7 @@ impl WorkerFleet {
     /// Each rank with its pool's index and the batch token budget its worker runs with.
     #[cfg(test)]
     pub fn rank_budgets(&self) -> Vec<(WorkerWithDpRank, usize, u64)> {
-        let budget = |s: &RankSlot| s.worker.args().max_num_batched_tokens;
+        let budget = |s: &RankSlot| s.worker.load().max_batched_tokens;
         self.ranks
             .iter()
             .map(|s| (s.id, s.pool, budget(s)))
@@ -293,9 +287,12 @@ impl WorkerFleet {
             return Ok(None);
         }
         let rank = index;
-        if self.skip_quiet {
+        let memo = &mut self.decode_memos[slot.pool];
+        if self.skip_quiet
+            && let Some(quiet) = slot.worker.quiet_runs()
+        {
             let ends = &mut slot.quiet_ends;
-            slot.worker.plan_quiet_passes(now, QUIET_RUN_PASSES, ends);
+            quiet.plan_quiet_run(now, QUIET_RUN_PASSES, memo, ends);
             if let Some(&at) = ends.last() {
                 slot.in_pass = true;
                 slot.pass_start = now;
@@ -303,7 +300,7 @@ impl WorkerFleet {
                 return Ok(Some(PassEndAt { at, rank, epoch }));
             }
         }
-        let at = slot.worker.execute_pass(now, &mut slot.output);
+        let at = slot.worker.start_pass(now, memo, &mut slot.output);
         check_pass_progress(slot, now, at)?;
         slot.in_pass = true;
         slot.pass_start = now;
@@ -352,11 +349,14 @@ impl WorkerFleet {
     fn apply_quiet(&mut self, index: usize, count: usize, ledger: &mut Ledger) {
         let slot = &mut self.ranks[index];
         let last_end = slot.quiet_ends[count - 1];
-        slot.worker.apply_quiet_passes(count as u64, last_end);
+        let quiet = slot
+            .worker
+            .quiet_runs()
+            .expect("only a quiet rank plans runs");
+        quiet.apply_quiet_run(count as u64, last_end);
         slot.quiet_ends.drain(..count);
-        for id in slot.worker.running_ids() {
-            ledger.credit(id, count as u64);
-        }
+        slot.worker
+            .for_each_running(&mut |id| ledger.credit(id, count as u64));
     }
 
     /// The rank's pass (or quiet run) ended at `now`: its time counts as busy.
@@ -463,10 +463,10 @@ impl WorkerFleet {
             let finished = out.tokens.iter().map(|t| t.id);
             let ended = out.finished_empty.iter().copied();
             let refused = out.rejected.iter().map(|r| r.id);
-            let held: BTreeSet<RequestId> = slot
-                .worker
-                .waiting_ids()
-                .chain(slot.worker.running_ids())
+            let mut holds = Vec::new();
+            slot.worker.held_requests(&mut holds);
+            let held: BTreeSet<RequestId> = holds
+                .into_iter()
                 .chain(finished.chain(ended).chain(refused))
                 .collect();
             self.preemptions_lost += slot.worker.preemptions_total();
@@ -619,21 +619,18 @@ fn check_pass_progress(slot: &mut RankSlot, now: SimTime, end: SimTime) -> Resul
     if computed || !out.rejected.is_empty() {
         return Ok(());
     }
+    let load = slot.worker.load();
     if out.preempted.is_empty() {
-        let running: Vec<_> = slot
-            .worker
-            .running_ids()
-            .filter_map(|id| slot.worker.request(id))
-            .collect();
+        let mut running = Vec::new();
+        let worker = &slot.worker;
+        worker.for_each_running(&mut |id| running.extend(worker.request(id)));
         return Err(format!(
             "{} holds {} waiting and {} running requests but its pass at {now} did nothing; running: {running:?}",
-            slot.id,
-            slot.worker.waiting_len(),
-            slot.worker.running_len()
+            slot.id, load.waiting, load.running
         ));
     }
     slot.empty_passes += 1;
-    if slot.empty_passes > slot.worker.args().max_num_seqs {
+    if slot.empty_passes > load.max_running {
         return Err(format!(
             "{} ran {} passes in a row at {now} that only preempted",
             slot.id, slot.empty_passes
