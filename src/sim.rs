@@ -34,22 +34,16 @@
 //! no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
-use crate::mocker::worker::DecodeMemo;
-use crate::mocker::{EngineArgs, MockRequest, MockWorker, PassOutput};
+use crate::mocker::{EngineArgs, MockRequest};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{
-    Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
-};
-use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
+use crate::scheduling::scheduler::{Outcome, Path, SchedulerConfig};
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{RequestSpec, UniformBlockHashes};
 use rand::RngExt;
-use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// How the router picks workers.
@@ -410,43 +404,6 @@ enum Event {
     Tick,
 }
 
-/// One worker rank and its pass in flight.
-struct RankSlot {
-    id: WorkerWithDpRank,
-    /// The index of the rank's pool in `SimConfig::pools`.
-    pool: usize,
-    worker: MockWorker,
-    /// A pass (or a run of quiet passes) is running: its PassEnd is scheduled.
-    in_pass: bool,
-    /// When the running pass (or quiet run) started.
-    pass_start: SimTime,
-    /// Time spent in passes that have ended.
-    busy: SimDuration,
-    /// The ends of the quiet passes planned and not yet applied (empty: the pass running,
-    /// if any, is an ordinary one, its results in `output`).
-    quiet_ends: Vec<SimTime>,
-    output: PassOutput,
-    /// Passes in a row at `empty_at` that computed nothing and only preempted.
-    empty_passes: u64,
-    empty_at: SimTime,
-    /// The worker is down (a fault): it holds nothing and receives nothing.
-    down: bool,
-    /// Bumped when the rank goes down, so the PassEnd of its lost pass is ignored.
-    epoch: u64,
-}
-
-/// What a request in flight needs to be (re)sent: its prompt as the worker sees it and what
-/// the router needs to route it again after a migration.
-struct InFlight {
-    hashes: Arc<[u64]>,
-    prompt_tokens: u64,
-    output_tokens: u64,
-    policy_class: Option<String>,
-    priority: f64,
-    strict_priority: u32,
-    pinned: Option<WorkerWithDpRank>,
-}
-
 /// Fault state: which workers are down, what the router has heard, what was lost.
 #[derive(Default)]
 struct FaultState {
@@ -456,45 +413,20 @@ struct FaultState {
     lost: std::collections::BTreeMap<u64, Vec<(RequestId, u32)>>,
     /// One draw stream per cancel fault, in fault order.
     cancel_rngs: Vec<SimRng>,
-    /// Workers that joined, with their pool.
-    joined: Vec<(u64, usize)>,
-    /// Worker faults as they happened, for the result.
-    marks: Vec<FaultMark>,
-    /// The next free worker id.
-    next_worker: u64,
-    /// Preemptions of worker states discarded when their worker went down.
-    preemptions_lost: u64,
 }
 
 struct System {
     config: SimConfig,
-    router: Scheduler,
-    ranks: Vec<RankSlot>,
-    records: Vec<RequestRecord>,
-    /// Requests in flight, by id: what the worker needs once it is dispatched.
-    in_flight: rustc_hash::FxHashMap<RequestId, InFlight>,
+    router: RouterDriver,
+    fleet: WorkerFleet,
+    ledger: Ledger,
     faults: FaultState,
-    round_robin_next: usize,
-    /// Ranks to start a pass at the end of the current instant (phase 3).
-    starts_due: BTreeSet<usize>,
-    tick_scheduled: bool,
     violation: Option<InvariantViolation>,
     /// Draws the transport jitter.
     transport_rng: SimRng,
     /// When each request's latest worker-to-router message lands, so jitter never reorders
     /// one request's tokens.
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
-    /// Requests that completed or were rejected so far (a closed loop issues one per end).
-    ended: u64,
-    /// The latest instant a request was admitted, got its first token or ended: the makespan
-    /// so far.
-    last_change: SimTime,
-    /// Passes `(rank, start, end)` that ended after `last_change` was last raised: the only
-    /// ones that may reach past the makespan (and then only in a run a limit stopped).
-    passes_since_change: Vec<(usize, SimTime, SimTime)>,
-    /// Workers skip quiet passes (see [`skips_quiet_passes`]).
-    skip_quiet: bool,
-    kv_log: Option<KvLog>,
     /// Local hashes of the prompts' one-token blocks seen so far.
     uniform_hashes: UniformBlockHashes,
 }
@@ -587,37 +519,6 @@ pub enum Stepping {
     PassByPass,
 }
 
-/// Most slots the decode-duration table a pool's ranks share grows to (1.5 MiB).
-const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
-
-/// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
-/// planning of its later passes (in the bench's replays, 25 to 45% of those planned, at tens
-/// of ns each); a longer run just ends and plans the next.
-const QUIET_RUN_PASSES: usize = 64;
-
-/// Blocks the router's index and the ranks' pools make room for at start, in all: a full
-/// cache for a fleet of the bench's size (32 ranks of 16,384 blocks), spread thinner over a
-/// larger fleet, whose tables then grow as they fill. Bounds what a run of a huge fleet
-/// touches before its first request.
-const RESERVED_BLOCKS: u64 = 1 << 20;
-
-/// Each of `ranks` ranks' share of [`RESERVED_BLOCKS`].
-fn reserved_blocks_per_rank(ranks: usize) -> u64 {
-    RESERVED_BLOCKS / (ranks as u64).max(1)
-}
-
-/// The most blocks the pools' caches can hold together, up to [`RESERVED_BLOCKS`].
-fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
-    let blocks: u64 = pools
-        .iter()
-        .map(|p| {
-            let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
-            ranks.saturating_mul(p.engine.num_gpu_blocks)
-        })
-        .fold(0, u64::saturating_add);
-    blocks.min(RESERVED_BLOCKS) as usize
-}
-
 /// The most request records a run reserves room for before its requests arrive (about
 /// 220 MB); a run with more grows its table as they come.
 const MAX_RESERVED_RECORDS: usize = 1 << 20;
@@ -694,50 +595,29 @@ fn simulate(
         });
     }
     let skip_quiet = skips_quiet_passes(&config, stepping);
-    let workers = worker_set(&config.pools);
-    let mut router = Scheduler::new(config.scheduler_config(), workers.clone(), SimTime::ZERO);
-    router.reserve_cached_blocks(cached_blocks_hint(&config.pools));
-    let mut ranks = rank_slots(&config.pools);
-    // One table of decode durations per pool: its ranks run one engine, and contexts recur
-    // across them.
-    let decode_memos: Vec<_> = config
-        .pools
-        .iter()
-        .map(|pool| {
-            let memo = DecodeMemo::new(pool.engine.clone(), SHARED_DECODE_MEMO_SLOTS);
-            Rc::new(RefCell::new(memo))
-        })
-        .collect();
-    let reserved_per_rank = reserved_blocks_per_rank(ranks.len());
-    for slot in &mut ranks {
-        slot.worker.reserve_blocks(reserved_per_rank);
-        slot.worker.set_publish_generated_blocks(!skip_quiet);
-        slot.worker.share_decode_memo(&decode_memos[slot.pool]);
-    }
+    let router = RouterDriver::new(
+        config.router_mode,
+        config.scheduler_config(),
+        worker_set(&config.pools),
+        cached_blocks_hint(&config.pools),
+        config.tick_interval,
+        log_kv,
+    );
+    let fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
     let faults = FaultState {
         cancel_rngs: (0..config.faults.len())
             .map(|k| rng::stream(config.seed, &format!("faults/cancel/{k}")))
             .collect(),
-        next_worker: workers.worker_count() as u64,
         ..FaultState::default()
     };
     let mut system = System {
         faults,
         router,
-        ranks,
-        records: Vec::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
-        in_flight: Default::default(),
-        round_robin_next: 0,
-        starts_due: BTreeSet::new(),
-        tick_scheduled: false,
+        fleet,
+        ledger: Ledger::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
         violation: None,
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
-        ended: 0,
-        last_change: SimTime::ZERO,
-        passes_since_change: Vec::new(),
-        skip_quiet,
-        kv_log: log_kv.then(Vec::new),
         uniform_hashes: UniformBlockHashes::default(),
         config,
     };
@@ -748,7 +628,7 @@ fn simulate(
         if let Some(v) = system.violation.take() {
             return Err(v);
         }
-        let next_arrival = requests.next_time(system.ended);
+        let next_arrival = requests.next_time(system.ledger.ended());
         let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
             break StopReason::Drained;
         };
@@ -765,101 +645,34 @@ fn simulate(
             StopReason::TimeLimit => system.config.limits.max_time,
             _ => engine.now(),
         };
-        for rank in 0..system.ranks.len() {
-            let done = system.ranks[rank].quiet_ends.partition_point(|&e| e <= at);
-            if done > 0 {
-                system.apply_quiet(rank, done);
-            }
-        }
+        system.fleet.apply_quiet_until(at, &mut system.ledger);
     }
-    // The makespan: the last moment a request changed state (a trailing no-op tick does not
-    // count).
-    let end_time = system
-        .records
-        .iter()
-        .filter_map(|r| r.completion.or(r.first_token).or(r.admit))
-        .max()
-        .unwrap_or(SimTime::ZERO);
+    let end_time = system.ledger.makespan();
     system.finish(stop_reason, end_time)?;
-    let pools = system.pool_usage(end_time);
-    let classes = system.router.profile().classes();
-    let kv_log = system.kv_log.take().unwrap_or_default();
+    let pools = system
+        .fleet
+        .pool_usage(end_time, system.ledger.change_epoch());
+    let kv_log = system.router.take_kv_log();
+    let classes = system.router.core().profile().classes();
     let result = SimResult {
         pools,
-        fault_marks: std::mem::take(&mut system.faults.marks),
+        fault_marks: system.fleet.take_marks(),
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
         class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
-        records: system.records,
+        records: system.ledger.into_records(),
         stop_reason,
         events: engine.events_processed(),
         end_time,
-        preemptions: system.faults.preemptions_lost
-            + system
-                .ranks
-                .iter()
-                .map(|r| r.worker.preemptions_total())
-                .sum::<u64>(),
+        preemptions: system.fleet.preemptions(),
     };
     Ok((result, kv_log))
 }
 
-/// The aggregated workers of `pools`, ids assigned pool by pool from 0, each as the router
-/// discovers it: its pool's DP ranks and batch token budget (which busy fractions multiply).
-pub fn worker_set(pools: &[WorkerPool]) -> WorkerSet {
-    let mut set = WorkerSet::default();
-    for (id, _, pool) in worker_pools(pools) {
-        set.insert(id, worker_config(pool));
+/// Schedules the end of a pass just started or cut, if any.
+fn schedule_pass_end(queue: &mut EventQueue<Event>, end: Option<PassEndAt>) {
+    if let Some(PassEndAt { at, rank, epoch }) = end {
+        queue.schedule(at, Event::PassEnd { rank, epoch });
     }
-    set
-}
-
-/// How the router discovers one worker of `pool`.
-fn worker_config(pool: &WorkerPool) -> WorkerConfig {
-    WorkerConfig {
-        dp_start: 0,
-        dp_size: pool.engine.dp_size,
-        max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
-        ..WorkerConfig::default()
-    }
-}
-
-/// Every worker id with its pool's index and the pool, in id order (pool by pool).
-fn worker_pools(pools: &[WorkerPool]) -> impl Iterator<Item = (u64, usize, &WorkerPool)> {
-    pools
-        .iter()
-        .enumerate()
-        .flat_map(|(index, pool)| std::iter::repeat_n((index, pool), pool.count as usize))
-        .zip(0u64..)
-        .map(|((index, pool), id)| (id, index, pool))
-}
-
-/// One slot per rank of every worker, in (worker_id, dp_rank) order (the order of
-/// [`WorkerSet::ranks`]), each running its pool's engine.
-fn rank_slots(pools: &[WorkerPool]) -> Vec<RankSlot> {
-    worker_pools(pools)
-        .flat_map(|(worker, index, pool)| worker_slots(worker, index, pool))
-        .collect()
-}
-
-/// The rank slots of worker `worker` of pool `pool` (index `index`), empty and up.
-fn worker_slots(worker: u64, index: usize, pool: &WorkerPool) -> impl Iterator<Item = RankSlot> {
-    (0..pool.engine.dp_size).map(move |dp_rank| {
-        let id = WorkerWithDpRank::new(worker, dp_rank);
-        RankSlot {
-            id,
-            pool: index,
-            worker: MockWorker::new(pool.engine.clone(), id),
-            in_pass: false,
-            pass_start: SimTime::ZERO,
-            busy: SimDuration::ZERO,
-            quiet_ends: Vec::new(),
-            output: PassOutput::default(),
-            empty_passes: 0,
-            empty_at: SimTime::ZERO,
-            down: false,
-            epoch: 0,
-        }
-    })
 }
 
 fn min_time(a: Option<SimTime>, b: Option<SimTime>) -> Option<SimTime> {
@@ -880,10 +693,10 @@ impl System {
         while engine.queue().peek_time() == Some(now) {
             engine.step(self)?;
         }
-        while let Some(arrival) = requests.next_at(now, self.ended) {
+        while let Some(arrival) = requests.next_at(now, self.ledger.ended()) {
             self.arrive(now, arrival, engine.queue());
         }
-        for rank in std::mem::take(&mut self.starts_due) {
+        for rank in self.fleet.take_starts_due() {
             self.start_pass(now, rank, engine.queue());
         }
         self.schedule_tick(now, engine.queue());
@@ -891,7 +704,6 @@ impl System {
     }
 
     fn arrive(&mut self, now: SimTime, arrival: Arrival, queue: &mut EventQueue<Event>) {
-        let id = RequestId(self.records.len() as u64);
         let block_size = self.config.block_size();
         let spec = arrival.spec;
         let hashes: Arc<[u64]> = match arrival.hashes {
@@ -900,107 +712,43 @@ impl System {
                 .block_hashes_with(block_size, &mut self.uniform_hashes)
                 .into(),
         };
-        self.records.push(RequestRecord {
-            row: spec.row,
-            policy_class: spec.policy_class.clone(),
-            class_index: None,
-            arrival: now,
-            dispatched: None,
-            admit: None,
-            first_token: None,
-            completion: None,
-            rank: None,
-            path: None,
-            input_tokens: spec.input_tokens,
-            output_tokens: spec.output_tokens,
-            reused_input_tokens: 0,
-            tokens_received: 0,
-            status: Status::Pending,
-            migrations: 0,
-        });
-        self.draw_cancel(now, id, spec.policy_class.as_deref(), queue);
-        let in_flight = InFlight {
-            hashes,
-            prompt_tokens: spec.input_tokens,
-            output_tokens: spec.output_tokens,
-            policy_class: spec.policy_class,
-            priority: spec.priority,
-            strict_priority: spec.strict_priority,
-            pinned: spec.pinned_worker,
-        };
-        self.in_flight.insert(id, in_flight);
+        let class = spec.policy_class.clone();
+        let id = self.ledger.open(now, spec, hashes);
+        self.draw_cancel(now, id, class.as_deref(), queue);
         self.route(now, id, queue);
         self.schedule_tick(now, queue);
     }
 
-    /// Hands request `id` (in flight) to the router: the KV router decides, round robin
-    /// sends it to the next rank of a worker the router believes up.
+    /// Hands request `id` (in flight) to the router and acts on what it decides.
     fn route(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(f) = self.in_flight.get(&id) else {
+        let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
-        match self.config.router_mode {
-            RouterMode::KvRouter => {
-                let request = SchedulingRequest {
-                    id,
-                    policy_class: f.policy_class.clone(),
-                    isl_tokens: f.prompt_tokens,
-                    block_hashes: f.hashes.clone(),
-                    priority: f.priority,
-                    strict_priority: f.strict_priority,
-                    constraints: RequestConstraints {
-                        pinned: f.pinned,
-                        ..RequestConstraints::default()
-                    },
-                };
-                self.router.handle_arrival(now, request);
-                self.drain_router(now, queue);
-            }
-            RouterMode::RoundRobin => {
-                let known = |slot: &RankSlot| self.router.workers().contains_rank(slot.id);
-                let n = self.ranks.len();
-                let Some(rank) = (0..n)
-                    .map(|k| (self.round_robin_next + k) % n)
-                    .find(|&r| known(&self.ranks[r]))
-                else {
-                    self.end_request(now, id, Status::Rejected("no_endpoints".into()));
-                    return;
-                };
-                self.round_robin_next = rank + 1;
-                let record = &mut self.records[id.0 as usize];
-                record.dispatched = Some(now);
-                record.rank = Some(self.ranks[rank].id);
-                record.path = Some(Path::Immediate);
-                self.send_to_worker(now, rank, id, queue);
-            }
-        }
+        self.router.route(now, id, f);
+        self.drain_router(now, queue);
     }
 
     /// Acts on every decision the router made.
     fn drain_router(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
         while let Some(decision) = self.router.poll_decision() {
             match decision {
-                Decision::Dispatch(d) => {
-                    let record = &mut self.records[d.id.0 as usize];
-                    record.dispatched = Some(now);
-                    record.rank = Some(d.rank);
-                    record.path = Some(d.path);
-                    record.class_index = Some(d.class_index);
-                    let rank = self.rank_index(d.rank);
-                    self.send_to_worker(now, rank, d.id, queue);
+                RouterDecision::Dispatch {
+                    id,
+                    rank,
+                    path,
+                    class_index,
+                } => {
+                    self.ledger.dispatched(now, id, rank, path, class_index);
+                    let rank = self.rank_index(rank);
+                    self.send_to_worker(now, rank, id, queue);
                 }
-                Decision::Reject {
+                RouterDecision::Reject {
                     id,
                     class_index,
-                    error,
+                    reason,
                 } => {
-                    self.note_change(now);
-                    let record = &mut self.records[id.0 as usize];
-                    record.class_index = class_index;
-                    record.completion = Some(now);
-                    record.status = Status::Rejected(rejection_label(&error));
-                    self.ended += 1;
-                    self.in_flight.remove(&id);
+                    self.ledger.set_class(id, class_index);
+                    self.end(now, id, Status::Rejected(reason));
                 }
             }
         }
@@ -1010,8 +758,8 @@ impl System {
     }
 
     fn rank_index(&self, rank: WorkerWithDpRank) -> usize {
-        self.ranks
-            .binary_search_by_key(&rank, |r| r.id)
+        self.fleet
+            .rank_index(rank)
             .expect("the router only dispatches to known ranks")
     }
 
@@ -1030,7 +778,7 @@ impl System {
         if delay == SimDuration::ZERO {
             self.deliver(now, rank, id, queue);
         } else {
-            let attempt = self.records[id.0 as usize].migrations;
+            let attempt = self.ledger.attempt(id);
             let request = id;
             let event = Event::Deliver {
                 rank,
@@ -1042,7 +790,7 @@ impl System {
     }
 
     fn deliver(&mut self, now: SimTime, rank: usize, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(f) = self.in_flight.get(&id) else {
+        let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
         let request = MockRequest {
@@ -1051,25 +799,29 @@ impl System {
             prompt_hashes: f.hashes.clone(),
             max_output_tokens: f.output_tokens,
         };
-        if self.ranks[rank].down {
+        if self.fleet.is_down(rank) {
             self.deliver_to_down(now, rank, id, queue);
             return;
         }
-        self.settle(now, rank, queue);
-        let slot = &mut self.ranks[rank];
-        if let Err(e) = slot.worker.add_request(now, request) {
-            let message = format!("{}: {e}", slot.id);
+        match self.fleet.deliver(now, rank, request, &mut self.ledger) {
+            Ok(end) => schedule_pass_end(queue, end),
+            Err(message) => {
+                self.fail(now, message);
+                return;
+            }
+        }
+        // The caller drains.
+        self.router.dispatched(now, id);
+    }
+
+    /// Ends request `id` at `now` with `status`: every end passes here. The ledger records
+    /// it (a second end is a bug); the request's transport ordering is forgotten.
+    fn end(&mut self, now: SimTime, id: RequestId, status: Status) {
+        if let Err(message) = self.ledger.finish(now, id, status) {
             self.fail(now, message);
             return;
         }
-        if !slot.in_pass {
-            self.starts_due.insert(rank);
-        }
-        if self.config.router_mode == RouterMode::KvRouter {
-            // The worker accepted it: only now is the request dispatched (Dynamo's
-            // RequestGuard reports it after the backend accepts). The caller drains.
-            self.router.handle_dispatched(now, id);
-        }
+        self.last_delivery.remove(&id);
     }
 
     /// One message's extra transport delay (zero, drawing nothing, when jitter is off).
@@ -1092,105 +844,22 @@ impl System {
     }
 
     fn start_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        let slot = &mut self.ranks[rank];
-        if slot.in_pass || !slot.worker.has_work() {
-            return;
-        }
-        if self.skip_quiet {
-            let ends = &mut slot.quiet_ends;
-            slot.worker.plan_quiet_passes(now, QUIET_RUN_PASSES, ends);
-            if let Some(&end) = ends.last() {
-                slot.in_pass = true;
-                slot.pass_start = now;
-                let epoch = slot.epoch;
-                queue.schedule(end, Event::PassEnd { rank, epoch });
-                return;
-            }
-        }
-        let end = slot.worker.execute_pass(now, &mut slot.output);
-        if let Err(message) = check_pass_progress(slot, now, end) {
-            self.fail(now, message);
-            return;
-        }
-        let slot = &mut self.ranks[rank];
-        slot.in_pass = true;
-        slot.pass_start = now;
-        for admitted in &slot.output.admitted {
-            let record = &mut self.records[admitted.id.0 as usize];
-            record.admit.get_or_insert(now);
-            record.reused_input_tokens = admitted.reported_reused_tokens;
-        }
-        if !slot.output.admitted.is_empty() {
-            self.note_change(now);
-        }
-        let epoch = self.ranks[rank].epoch;
-        queue.schedule(end, Event::PassEnd { rank, epoch });
-    }
-
-    /// Before an input reaches a rank in a quiet run at `now`: applies the passes over by
-    /// then, and cuts the run after the pass in progress (whose end gets a fresh event, the
-    /// old one going stale with a new epoch), so the input joins the next pass as it would
-    /// pass by pass. A rank whose run ended at `now` (its end event not handled yet) becomes
-    /// idle.
-    fn settle(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        let slot = &mut self.ranks[rank];
-        let done = slot.quiet_ends.partition_point(|&end| end <= now);
-        if done > 0 {
-            self.apply_quiet(rank, done);
-        }
-        let slot = &mut self.ranks[rank];
-        let planned = slot.quiet_ends.len();
-        if done == 0 && planned <= 1 {
-            return; // no run, or its last pass is in progress: its event stands
-        }
-        slot.epoch += 1;
-        if planned == 0 {
-            self.close_pass(now, rank);
-            return;
-        }
-        slot.quiet_ends.truncate(1);
-        let (end, epoch) = (slot.quiet_ends[0], slot.epoch);
-        queue.schedule(end, Event::PassEnd { rank, epoch });
-    }
-
-    /// Applies a rank's first `count` planned quiet passes: its running requests each get
-    /// `count` tokens.
-    fn apply_quiet(&mut self, rank: usize, count: usize) {
-        let slot = &mut self.ranks[rank];
-        let last_end = slot.quiet_ends[count - 1];
-        slot.worker.apply_quiet_passes(count as u64, last_end);
-        slot.quiet_ends.drain(..count);
-        for id in slot.worker.running_ids() {
-            self.records[id.0 as usize].tokens_received += count as u64;
+        match self.fleet.start_pass(now, rank, &mut self.ledger) {
+            Ok(end) => schedule_pass_end(queue, end),
+            Err(message) => self.fail(now, message),
         }
     }
 
-    /// The rank's pass (or quiet run) ended at `now`: its time counts as busy.
-    fn close_pass(&mut self, now: SimTime, rank: usize) {
-        let slot = &mut self.ranks[rank];
-        slot.in_pass = false;
-        slot.busy = slot
-            .busy
-            .saturating_add(now.saturating_since(slot.pass_start));
-        self.passes_since_change.push((rank, slot.pass_start, now));
-    }
-
-    fn end_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        if !self.ranks[rank].quiet_ends.is_empty() {
-            self.apply_quiet(rank, self.ranks[rank].quiet_ends.len());
-            self.close_pass(now, rank);
-            if self.ranks[rank].worker.has_work() {
-                self.starts_due.insert(rank);
-            }
-            return;
-        }
-        let output = std::mem::take(&mut self.ranks[rank].output);
-        self.close_pass(now, rank);
+    fn end_pass(&mut self, now: SimTime, rank: usize, epoch: u64, queue: &mut EventQueue<Event>) {
+        let output = match self.fleet.end_pass(now, rank, epoch, &mut self.ledger) {
+            PassEnded::Formed(output) => output,
+            PassEnded::Stale | PassEnded::Quiet => return,
+        };
         let lag = self.config.delays.kv_event_lag;
         if !output.kv_events.is_empty() {
             if lag == SimDuration::ZERO {
                 for event in &output.kv_events {
-                    self.kv_to_router(now, event);
+                    self.router.kv_event(now, event);
                 }
             } else {
                 queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
@@ -1198,17 +867,12 @@ impl System {
         }
         for rejection in &output.rejected {
             let id = rejection.id;
-            if self.records[id.0 as usize].status != Status::Pending {
+            if !self.ledger.is_pending(id) {
                 continue; // cancelled while the pass ran
             }
-            self.note_change(now);
-            let record = &mut self.records[id.0 as usize];
-            record.completion = Some(now);
-            record.status = Status::Rejected(rejection.reason.label().to_string());
-            self.ended += 1;
-            self.in_flight.remove(&id);
-            self.last_delivery.remove(&id);
-            self.router.handle_finished(now, id, Outcome::Aborted);
+            let status = Status::Rejected(rejection.reason.label().to_string());
+            self.end(now, id, status);
+            self.router.finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
         }
         let finished_empty = output.finished_empty.iter().map(|&id| (id, false, true));
@@ -1219,7 +883,7 @@ impl System {
         for (id, first, completed) in tokens.chain(finished_empty) {
             if direct && !first && !completed {
                 // A token in the middle of a stream only counts: the router hears nothing.
-                self.records[id.0 as usize].tokens_received += 1;
+                self.ledger.credit(id, 1);
                 continue;
             }
             let delay = self
@@ -1233,7 +897,7 @@ impl System {
                 .copied()
                 .unwrap_or(SimTime::ZERO);
             let at = now.saturating_add(delay).max(earliest);
-            let attempt = self.records[id.0 as usize].migrations;
+            let attempt = self.ledger.attempt(id);
             if at == now {
                 self.receive_tokens(now, id, attempt, first, completed);
                 self.drain_router(now, queue);
@@ -1254,19 +918,7 @@ impl System {
                 );
             }
         }
-        let slot = &mut self.ranks[rank];
-        slot.output = output;
-        slot.worker.take_back(&mut slot.output);
-        if slot.worker.has_work() {
-            self.starts_due.insert(rank);
-        }
-    }
-
-    fn kv_to_router(&mut self, now: SimTime, event: &KvEvent) {
-        self.router.handle_kv_event(now, event);
-        if let Some(log) = &mut self.kv_log {
-            log.push((now, event.clone()));
-        }
+        self.fleet.give_back(rank, output);
     }
 
     /// A token (or the end of a stream) reaches the router and the client.
@@ -1280,96 +932,32 @@ impl System {
         first: bool,
         completed: bool,
     ) {
-        let record = &self.records[id.0 as usize];
-        if record.status != Status::Pending || record.migrations != attempt {
+        let Some(receipt) = self.ledger.receive(now, id, attempt, first, completed) else {
             return;
+        };
+        if receipt.first {
+            self.router.first_token(now, id);
         }
-        let resumed = record.migrations > 0 && record.first_token.is_some();
-        if (first && !resumed) || completed {
-            self.note_change(now);
-        }
-        let record = &mut self.records[id.0 as usize];
-        if first {
-            record.first_token.get_or_insert(now);
-        }
-        let output_tokens = self.in_flight.get(&id).map_or(0, |f| f.output_tokens);
-        if first || !completed || output_tokens > 0 {
-            record.tokens_received += 1;
-        }
-        if first {
-            self.router.handle_first_token(now, id);
-        }
-        if completed {
-            let record = &mut self.records[id.0 as usize];
-            record.completion = Some(now);
-            record.status = Status::Completed;
-            self.ended += 1;
-            self.in_flight.remove(&id);
+        if receipt.completed {
             self.last_delivery.remove(&id);
-            self.router.handle_finished(now, id, Outcome::Completed);
+            self.router.finished(now, id, Outcome::Completed);
         }
-    }
-
-    /// A request was admitted, got its first token or ended at `now`: the makespan is at
-    /// least `now`, so every pass that has ended so far lies within it.
-    fn note_change(&mut self, now: SimTime) {
-        if now > self.last_change {
-            self.last_change = now;
-            self.passes_since_change.clear();
-        }
-    }
-
-    /// Each pool's workers and pass time within `[0, makespan]`: every rank's ended passes,
-    /// less what those that ended after the makespan ran past it, plus the part of a pass
-    /// still running (only after a limit) that lies before it.
-    fn pool_usage(&self, makespan: SimTime) -> Vec<PoolUsage> {
-        let mut busy_ns: Vec<u128> = vec![0; self.config.pools.len()];
-        for slot in &self.ranks {
-            let mut busy = slot.busy;
-            if slot.in_pass {
-                busy = busy.saturating_add(makespan.saturating_since(slot.pass_start));
-            }
-            busy_ns[slot.pool] += u128::from(busy.as_ns());
-        }
-        for &(rank, start, end) in &self.passes_since_change {
-            let past = end.saturating_since(start.max(makespan)).as_ns();
-            let pool = &mut busy_ns[self.ranks[rank].pool];
-            *pool = pool.saturating_sub(u128::from(past));
-        }
-        let mut first_worker = 0;
-        let mut usage = Vec::with_capacity(self.config.pools.len());
-        for (index, (pool, busy_ns)) in self.config.pools.iter().zip(busy_ns).enumerate() {
-            usage.push(PoolUsage {
-                joined_workers: self.joined_workers(index),
-                name: pool.name.clone(),
-                first_worker,
-                workers: pool.count,
-                dp_size: pool.engine.dp_size,
-                busy_ns,
-            });
-            first_worker += u64::from(pool.count);
-        }
-        usage
     }
 
     /// Keeps one periodic recheck scheduled while requests wait in the router's queues.
     fn schedule_tick(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
-        if self.tick_scheduled || self.router.pending_count() == 0 {
-            return;
+        if let Some(at) = self.router.tick_due(now) {
+            queue.schedule(at, Event::Tick);
         }
-        let interval = self.config.tick_interval.as_ns().max(1);
-        let next = (now.as_ns() / interval + 1).saturating_mul(interval);
-        self.tick_scheduled = true;
-        queue.schedule(SimTime::from_ns(next), Event::Tick);
     }
 
     fn check(&mut self, now: SimTime) {
-        let result = self.router.check_invariants().and_then(|()| {
-            self.ranks
-                .iter()
-                .try_for_each(|r| r.worker.check_invariants())
-                .and_then(|()| self.check_faults())
-        });
+        let router = &self.router;
+        let result = router
+            .core()
+            .check_invariants()
+            .and_then(|()| self.fleet.check())
+            .and_then(|()| self.ledger.check(|id| router.holds(id)));
         if let Err(message) = result
             && self.violation.is_none()
         {
@@ -1385,27 +973,14 @@ impl System {
     fn finish(&mut self, stop_reason: StopReason, now: SimTime) -> Result<(), InvariantViolation> {
         self.check(now);
         if stop_reason == StopReason::Drained {
-            let unfinished = self
-                .records
-                .iter()
-                .filter(|r| r.status == Status::Pending)
-                .count();
-            if unfinished > 0 {
-                let message = format!(
-                    "{unfinished} requests neither completed, rejected, cancelled nor aborted"
-                );
+            if let Err(message) = self.ledger.check_all_ended() {
                 self.fail(now, message);
             }
             // Everything that ran has been freed: no booking, queue entry or worker state left.
-            let (active, pending) = (self.router.active_count(), self.router.pending_count());
-            if active + pending > 0 {
-                let message = format!(
-                    "the router still holds {active} bookings and {pending} queued requests"
-                );
+            if let Err(message) = self.router.check_drained() {
                 self.fail(now, message);
             }
-            if let Some(slot) = self.ranks.iter().find(|r| r.worker.has_work()) {
-                let message = format!("{} still has work after the run", slot.id);
+            if let Err(message) = self.fleet.check_drained() {
                 self.fail(now, message);
             }
         }
@@ -1414,56 +989,6 @@ impl System {
             None => Ok(()),
         }
     }
-}
-
-/// A rank's liveness rule, checked after every pass it starts. A pass may compute tokens in
-/// 0 ns (1.6.1 charges no time for recomputing a preempted request's generated tokens) and
-/// still be progress. A pass that changed nothing
-/// while the rank holds work would leave it stuck for good. A pass that computed nothing but
-/// rejected or preempted is progress: the next pass, at the same instant, sees the changed
-/// queues. Such passes admit nobody, so the running batch never grows during a streak of
-/// them, and each preempting one shrinks it: a correct rank has at most `max_num_seqs`
-/// preempt-only passes in a row at one instant (and rejections end when requests run out).
-/// Err is a bug in the worker model.
-fn check_pass_progress(slot: &mut RankSlot, now: SimTime, end: SimTime) -> Result<(), String> {
-    let out = &slot.output;
-    let computed = end > now
-        || out.scheduled_tokens > 0
-        || !out.tokens.is_empty()
-        || !out.admitted.is_empty()
-        || !out.finished_empty.is_empty();
-    if computed || slot.empty_at != now {
-        slot.empty_at = now;
-        slot.empty_passes = 0;
-    }
-    if computed || !out.rejected.is_empty() {
-        return Ok(());
-    }
-    if out.preempted.is_empty() {
-        let running: Vec<_> = slot
-            .worker
-            .running_ids()
-            .filter_map(|id| slot.worker.request(id))
-            .collect();
-        return Err(format!(
-            "{} holds {} waiting and {} running requests but its pass at {now} did nothing; running: {running:?}",
-            slot.id,
-            slot.worker.waiting_len(),
-            slot.worker.running_len()
-        ));
-    }
-    slot.empty_passes += 1;
-    if slot.empty_passes > slot.worker.args().max_num_seqs {
-        return Err(format!(
-            "{} ran {} passes in a row at {now} that only preempted",
-            slot.id, slot.empty_passes
-        ));
-    }
-    Ok(())
-}
-
-fn rejection_label(error: &SchedulerError) -> String {
-    error.kind().to_string()
 }
 
 impl Model for System {
@@ -1476,16 +1001,12 @@ impl Model for System {
                 request,
                 attempt,
             } => {
-                if self.records[request.0 as usize].migrations == attempt {
+                if self.ledger.attempt(request) == attempt {
                     self.deliver(now, rank, request, queue);
                 }
                 self.drain_router(now, queue);
             }
-            Event::PassEnd { rank, epoch } => {
-                if self.ranks[rank].epoch == epoch {
-                    self.end_pass(now, rank, queue);
-                }
-            }
+            Event::PassEnd { rank, epoch } => self.end_pass(now, rank, epoch, queue),
             Event::Tokens {
                 request,
                 attempt,
@@ -1504,20 +1025,28 @@ impl Model for System {
             Event::Drop { rank, request } => self.drop_request(rank, request),
             Event::Kv(events) => {
                 for event in &events {
-                    self.kv_to_router(now, event);
+                    self.router.kv_event(now, event);
                 }
                 self.drain_router(now, queue);
             }
             Event::Tick => {
-                self.tick_scheduled = false;
-                self.router.handle_tick(now);
+                self.router.tick(now);
                 self.drain_router(now, queue);
             }
         }
     }
 }
 
+mod driver;
 mod faults;
+mod fleet;
+mod ledger;
+
+use driver::{RouterDecision, RouterDriver};
+use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint, worker_set};
+#[cfg(test)]
+use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
+use ledger::Ledger;
 
 #[cfg(test)]
 mod pool_tests;
@@ -2306,6 +1835,21 @@ policy_classes:
             status,
             vec![&Status::Completed, &outgrew, &Status::Completed]
         );
+    }
+
+    /// The parts can move to another thread (a driver in wall-clock time, runs on a pool):
+    /// a worker, the scheduling core with its admission policies, and the fleet, driver and
+    /// ledger are `Send` (this fails to compile otherwise).
+    #[test]
+    fn the_parts_of_the_system_are_send() {
+        fn send<T: Send>() {}
+        send::<crate::mocker::MockWorker>();
+        send::<Box<dyn crate::mocker::Worker>>();
+        send::<crate::scheduling::scheduler::Scheduler>();
+        send::<Box<dyn crate::scheduling::admission::AdmissionPolicy>>();
+        send::<WorkerFleet>();
+        send::<RouterDriver>();
+        send::<Ledger>();
     }
 
     #[test]

@@ -11,9 +11,11 @@
 
 pub mod config;
 pub mod kv_pool;
+pub mod memo;
 pub mod profile;
 mod profile_dir;
 pub mod timing;
+pub mod traits;
 pub mod worker;
 
 #[cfg(test)]
@@ -25,8 +27,10 @@ mod test_support;
 
 pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};
 pub use kv_pool::{BlockId, KvPool, PrefixMatch};
+pub use memo::DecodeMemo;
 pub use profile::{ProfileError, TimingProfile};
 pub use timing::TimingModel;
+pub use traits::{QuietRuns, Worker, WorkerLoad};
 pub use worker::{
     AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RejectReason, Rejection,
     RequestPhase, RequestView, TokenOut,

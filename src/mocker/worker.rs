@@ -58,15 +58,15 @@
 
 use super::config::{ConfigError, EngineArgs, PreemptionMode};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch};
+use super::memo::{DECODE_MEMO_FIRST_SLOTS, DecodeMemo, HeadProbe};
 use super::timing;
+use super::traits::{QuietRuns, Worker, WorkerLoad};
 use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
-use crate::time::{SimDuration, SimTime};
+use crate::time::SimTime;
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// A request as the worker receives it.
@@ -310,26 +310,6 @@ enum Decision {
     Reject(RejectReason),
 }
 
-/// The waiting head's last prefix probe, kept so that asking again (every formed pass and
-/// every quiet-run plan while the head waits) costs no walk of its prefix while nothing the
-/// answer depends on has changed, and so that admitting it takes the blocks the probe found
-/// without looking each up again.
-#[derive(Debug, Default)]
-struct HeadProbe {
-    /// The request probed; None when no probe is kept.
-    slot: Option<Slot>,
-    /// The probe's block limit (see `prefix_hit`).
-    limit: u64,
-    /// What it found.
-    hit: PrefixMatch,
-    /// The blocks of the hit's leading blocks, in chain order.
-    ids: Vec<BlockId>,
-    /// The pool's `watch_changes` when the probe was made: its answer stands while equal.
-    changes: u64,
-    /// The pool's `primary_changes` when `ids` were last known to be what lookups find.
-    primaries: u64,
-}
-
 /// Mutable state of one pass being formed.
 struct PassState {
     budget: u64,
@@ -364,94 +344,15 @@ pub struct MockWorker {
     growth_scratch: Vec<(u64, u64)>,
     /// Per pass of a planned quiet run, the requests growing into a fresh block then.
     growth_counts: Vec<u64>,
-    /// Decode durations of recent batches (see `decode_duration`): the rank's own, or one
-    /// shared by the ranks of a pool (same engine).
-    decode_memo: Rc<RefCell<DecodeMemo>>,
+    /// Decode durations of recent batches, for passes run without one lent (see
+    /// [`MockWorker::execute_pass`]); made on first use.
+    own_memo: Option<Box<DecodeMemo>>,
     head_probe: HeadProbe,
     /// Keep and hand on prefix probes (`head_probe`); off only to check that it changes
     /// nothing.
     reuse_probes: bool,
     /// Admission decisions answered from the kept probe.
     probe_reuses: u64,
-}
-
-/// Decode-step durations by batch, remembered for one engine configuration: the duration is
-/// a function of the batch (request count and context tokens) alone, the same batches recur
-/// across passes and ranks, and converting the model's milliseconds to whole ns the way
-/// 1.6.1 does costs more than the rest of a quiet pass. A direct-mapped table; a miss
-/// computes and replaces.
-///
-/// It starts small and grows only while it pays: in a run of like requests (the same batches
-/// recur on many ranks) a larger table keeps more of them, while long varied prompts almost
-/// never repeat a batch, and touching a large table's fresh memory would cost more than it
-/// saves.
-#[derive(Debug)]
-pub struct DecodeMemo {
-    args: EngineArgs,
-    /// (context + 1, request count, duration): a context key of 0 marks an empty slot.
-    /// Allocated on first use.
-    slots: Vec<(u64, u64, SimDuration)>,
-    /// The most slots the table grows to.
-    max_slots: usize,
-    /// Lookups, hits, and misses that replaced another batch, since the size last changed.
-    lookups: u32,
-    hits: u32,
-    replaced: u32,
-}
-
-/// Slots a table starts with.
-const DECODE_MEMO_FIRST_SLOTS: usize = 1024;
-
-impl DecodeMemo {
-    /// A table growing to at most `max_slots` slots (24 bytes each) for ranks running `args`.
-    pub fn new(args: EngineArgs, max_slots: usize) -> DecodeMemo {
-        DecodeMemo {
-            args,
-            slots: Vec::new(),
-            max_slots: max_slots.max(1),
-            lookups: 0,
-            hits: 0,
-            replaced: 0,
-        }
-    }
-
-    fn get(&mut self, decode: &timing::DecodeBatch) -> SimDuration {
-        if decode.count == 0 {
-            return SimDuration::ZERO;
-        }
-        if self.slots.is_empty() {
-            self.resize(DECODE_MEMO_FIRST_SLOTS.min(self.max_slots));
-        }
-        self.lookups += 1;
-        let key = decode.active_kv_tokens.wrapping_add(1);
-        let slot = (decode.active_kv_tokens % self.slots.len() as u64) as usize;
-        let (known, count, duration) = self.slots[slot];
-        if known == key && count == decode.count && key != 0 {
-            self.hits += 1;
-            return duration;
-        }
-        self.replaced += u32::from(known != 0);
-        let duration = timing::decode_duration(decode, &self.args);
-        self.slots[slot] = (key, decode.count, duration);
-        if self.lookups as usize >= 16 * self.slots.len() {
-            self.review_size();
-        }
-        duration
-    }
-
-    /// Quadruples the table if a quarter of the lookups hit (batches do recur) and an eighth
-    /// replaced another batch (it is too small to keep them).
-    fn review_size(&mut self) {
-        let (lookups, hits, replaced) = (self.lookups, self.hits, self.replaced);
-        (self.lookups, self.hits, self.replaced) = (0, 0, 0);
-        if hits >= lookups / 4 && replaced >= lookups / 8 && self.slots.len() < self.max_slots {
-            self.resize((4 * self.slots.len()).min(self.max_slots));
-        }
-    }
-
-    fn resize(&mut self, slots: usize) {
-        self.slots = vec![(0, 0, SimDuration::ZERO); slots];
-    }
 }
 
 /// Slots of a rank's own table of decode durations (a rank outside a simulator's pools:
@@ -473,7 +374,6 @@ impl MockWorker {
             "MockWorker::new needs validated EngineArgs"
         );
         let pool = KvPool::new(args.num_gpu_blocks, args.enable_prefix_caching);
-        let decode_memo = DecodeMemo::new(args.clone(), OWN_DECODE_MEMO_SLOTS);
         MockWorker {
             args,
             rank,
@@ -493,7 +393,7 @@ impl MockWorker {
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
             growth_counts: Vec::new(),
-            decode_memo: Rc::new(RefCell::new(decode_memo)),
+            own_memo: None,
             head_probe: HeadProbe::default(),
             reuse_probes: true,
             probe_reuses: 0,
@@ -514,7 +414,7 @@ impl MockWorker {
     #[cfg(test)]
     pub(crate) fn set_plain_lookups(&mut self) {
         self.reuse_probes = false;
-        self.head_probe.slot = None;
+        self.head_probe.clear();
     }
 
     /// A hint: make room for `blocks` cached blocks up front (see [`KvPool::reserve`]).
@@ -694,9 +594,7 @@ impl MockWorker {
 
     /// Frees the slot of a request that left the rank (it holds no blocks any more).
     fn forget(&mut self, slot: Slot) {
-        if self.head_probe.slot == Some(slot) {
-            self.head_probe.slot = None;
-        }
+        self.head_probe.forget(slot);
         let r = self.req_mut(slot);
         r.live = false;
         let id = r.id;
@@ -706,7 +604,31 @@ impl MockWorker {
 
     /// Forms and runs one pass starting at `now`, fills `out` (cleared first) and returns the
     /// pass end, when everything in `out` is delivered. With no work it returns `now`.
+    /// Decode durations come from the rank's own table (see [`Self::execute_pass_with`]).
     pub fn execute_pass(&mut self, now: SimTime, out: &mut PassOutput) -> SimTime {
+        self.with_own_memo(|w, memo| w.execute_pass_with(now, memo, out))
+    }
+
+    /// Runs `f` with the rank's own table of decode durations.
+    fn with_own_memo<R>(&mut self, f: impl FnOnce(&mut Self, &mut DecodeMemo) -> R) -> R {
+        let mut memo = match self.own_memo.take() {
+            Some(memo) => memo,
+            None => Box::new(DecodeMemo::new(self.args.clone(), OWN_DECODE_MEMO_SLOTS)),
+        };
+        let result = f(self, &mut memo);
+        self.own_memo = Some(memo);
+        result
+    }
+
+    /// [`Self::execute_pass`] with decode durations from `memo`, a table for this rank's
+    /// engine (one a pool's ranks share).
+    pub fn execute_pass_with(
+        &mut self,
+        now: SimTime,
+        memo: &mut DecodeMemo,
+        out: &mut PassOutput,
+    ) -> SimTime {
+        debug_assert!(memo.is_for(&self.args), "a decode table of another engine");
         debug_assert!(
             now >= self.last_pass_end,
             "a pass started before the previous one ended"
@@ -731,7 +653,7 @@ impl MockWorker {
         let decode = self.emit_tokens(out);
         out.decode_kv_tokens = decode.active_kv_tokens;
         self.publish_events(out);
-        let end = self.pass_end(now, &pass.batch, &decode);
+        let end = self.pass_end(now, &pass.batch, &decode, memo);
         self.last_pass_end = end;
         end
     }
@@ -749,27 +671,15 @@ impl MockWorker {
     /// are computed, for formed and for quiet passes alike, so every model (polynomial, fixed,
     /// profile) times a quiet run exactly as it times the passes one by one.
     fn pass_end(
-        &mut self,
+        &self,
         now: SimTime,
         prefill: &timing::PrefillBatch,
         decode: &timing::DecodeBatch,
+        memo: &mut DecodeMemo,
     ) -> SimTime {
         let prefill = timing::prefill_duration(prefill, &self.args);
-        let decode = self.decode_duration(decode);
+        let decode = memo.get(decode);
         now.saturating_add(prefill).saturating_add(decode)
-    }
-
-    /// `timing::decode_duration`, remembered (see [`DecodeMemo`]).
-    fn decode_duration(&mut self, decode: &timing::DecodeBatch) -> SimDuration {
-        self.decode_memo.borrow_mut().get(decode)
-    }
-
-    /// Remembers decode durations in `memo`, shared with other ranks, if it is for this
-    /// rank's engine (otherwise the rank keeps its own).
-    pub fn share_decode_memo(&mut self, memo: &Rc<RefCell<DecodeMemo>>) {
-        if memo.borrow().args == self.args {
-            self.decode_memo = Rc::clone(memo);
-        }
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -784,173 +694,6 @@ impl MockWorker {
             out.rejected.push(Rejection { id, reason });
             self.stalls_broken += 1;
         }
-    }
-
-    // ----- quiet passes -----
-
-    /// Plans the run of *quiet* passes that starts at `start`: pushes onto `ends` (cleared
-    /// first) the end of each, at most `max_passes` of them, each pass starting where the
-    /// previous one ends. Empty when the next pass is not quiet.
-    ///
-    /// A quiet pass is one whose only effect is one more token for every running request:
-    /// every running request is decoding (exactly one token to compute, with a token already
-    /// produced), none of them finishes, nobody is admitted (the waiting queue is empty, the
-    /// batch is full, or its head must wait for blocks: with chunked prefill, a head that
-    /// must wait keeps waiting while blocks are only taken), the budget covers one token
-    /// each, every block a request grows into comes from free blocks or evicts a block no
-    /// KV event was published for (so no KV event and no preemption), and the pass takes
-    /// time. Its duration is [`Self::pass_end`] of the same decode batch `execute_pass`
-    /// would charge, so the planned ends are exactly those of the passes `execute_pass`
-    /// would run. Apply them with [`Self::apply_quiet_passes`].
-    pub fn plan_quiet_passes(
-        &mut self,
-        start: SimTime,
-        max_passes: usize,
-        ends: &mut Vec<SimTime>,
-    ) {
-        ends.clear();
-        let Some(limit) = self.quiet_pass_limit() else {
-            return;
-        };
-        let passes = self.passes_with_blocks(limit.min(max_passes as u64));
-        let n = self.running.len() as u64;
-        let decode_kv_tokens: u64 = self.running.iter().map(|&s| self.req(s).seq_len()).sum();
-        let mut now = start;
-        // One pass per iteration, up to `passes`: bounded.
-        for j in 0..passes {
-            let decode = timing::DecodeBatch {
-                count: n,
-                active_kv_tokens: decode_kv_tokens + j * n,
-            };
-            let end = self.pass_end(now, &timing::PrefillBatch::default(), &decode);
-            if end <= now {
-                break;
-            }
-            ends.push(end);
-            now = end;
-        }
-    }
-
-    /// How many of the next `passes` decode passes find every block they grow into among the
-    /// free blocks or the evictions that publish nothing: the pass needing one more is not
-    /// quiet.
-    fn passes_with_blocks(&mut self, passes: u64) -> u64 {
-        let bs = self.args.block_size;
-        let n = self.running.len() as u64;
-        let worst = n * passes.div_ceil(bs);
-        let spare = self.pool.free_blocks() + self.pool.silent_evictions(worst);
-        if worst <= spare {
-            return passes;
-        }
-        // How many requests grow into a fresh block at each pass of the run: request i does
-        // at passes first_i, first_i + bs, ... (counted, not listed and sorted: a full pool
-        // plans this way at every pass it forms).
-        let mut growths_at = std::mem::take(&mut self.growth_counts);
-        growths_at.clear();
-        growths_at.resize(passes as usize, 0);
-        for &slot in &self.running {
-            let first = (bs - self.req(slot).computed % bs) % bs;
-            // One growth per iteration, fewer than `passes`: bounded.
-            for j in (first..passes).step_by(bs as usize) {
-                growths_at[j as usize] += 1;
-            }
-        }
-        // The pass of the first growth beyond the spare blocks ends the run before it.
-        let mut grown = 0;
-        let end = growths_at.iter().position(|&count| {
-            grown += count;
-            grown > spare
-        });
-        self.growth_counts = growths_at;
-        end.map_or(passes, |j| j as u64)
-    }
-
-    /// How many passes from now are quiet as far as requests and admission go (see
-    /// [`Self::plan_quiet_passes`]), or None if the next one is not.
-    fn quiet_pass_limit(&mut self) -> Option<u64> {
-        let n = self.running.len() as u64;
-        if n == 0 || n > self.args.max_num_batched_tokens {
-            return None;
-        }
-        let mut limit = u64::MAX;
-        // Newest first: a request still in its prefill is among the latest admitted.
-        for &s in self.running.iter().rev() {
-            let r = self.req(s);
-            if r.generated == 0 || r.computed + 1 != r.seq_len() {
-                return None;
-            }
-            // The pass giving the last token completes the request: it is not quiet.
-            let mut left = r.max_output_tokens.saturating_sub(r.generated + 1);
-            if let Some(m) = self.args.max_model_len {
-                left = left.min(m.saturating_sub(r.seq_len() + 1));
-            }
-            limit = limit.min(left);
-        }
-        if limit == 0 {
-            return None;
-        }
-        // Last, as it walks the head's prefix: the batch checks above fail more often.
-        if let Some(&head) = self.waiting.front()
-            && n < self.args.max_num_seqs
-        {
-            // Without chunking a shrinking prefix hit could turn a wait into a rejection.
-            if !self.args.enable_chunked_prefill {
-                return None;
-            }
-            if !matches!(self.decide_admission(head), Decision::Wait) {
-                return None;
-            }
-        }
-        Some(limit)
-    }
-
-    /// Applies the first `count` passes of the run [`Self::plan_quiet_passes`] planned (the
-    /// rank's state has not changed since, but for requests added to the waiting queue),
-    /// the last of which ends at `last_end`: every running request gets `count` tokens and
-    /// grows its blocks, exactly as `count` calls of `execute_pass` would leave it.
-    pub fn apply_quiet_passes(&mut self, count: u64, last_end: SimTime) {
-        let bs = self.args.block_size;
-        // Only block boundaries touch the pool: request i grows into a fresh block at passes
-        // j with (computed_i + j) % bs == 0 and fills one when (computed_i + j + 1) % bs == 0.
-        // They happen in pass order, then running order, growth before filling, as pass by
-        // pass; everything else is one more token each.
-        let mut steps = std::mem::take(&mut self.growth_scratch);
-        steps.clear();
-        for (i, &slot) in self.running.iter().enumerate() {
-            let computed = self.req(slot).computed;
-            let grow = (bs - computed % bs) % bs;
-            let fill = bs - 1 - computed % bs;
-            // One boundary per iteration, fewer than `count`: bounded.
-            steps.extend(
-                (grow..count)
-                    .step_by(bs as usize)
-                    .map(|j| (j, 2 * i as u64)),
-            );
-            steps.extend(
-                (fill..count)
-                    .step_by(bs as usize)
-                    .map(|j| (j, 2 * i as u64 + 1)),
-            );
-        }
-        steps.sort_unstable();
-        for &(j, step) in &steps {
-            let slot = self.running[(step / 2) as usize];
-            let computed = self.req(slot).computed + j;
-            if step % 2 == 0 {
-                let block = self.pool.allocate();
-                let block = block.expect("a planned quiet pass finds its blocks");
-                self.req_mut(slot).blocks.push(block);
-            } else {
-                self.register_computed(slot, computed + 1);
-            }
-        }
-        self.growth_scratch = steps;
-        for i in 0..self.running.len() {
-            let r = &mut self.reqs[self.running[i] as usize];
-            r.computed += count;
-            r.generated += count;
-        }
-        self.last_pass_end = last_end;
     }
 
     // ----- pass formation -----
@@ -1109,30 +852,19 @@ impl MockWorker {
             true => r.seq_len() / bs,
             false => (r.seq_len() - 1) / bs,
         };
-        let probe = &mut self.head_probe;
         if !self.reuse_probes {
             ensure_hashes(r, limit as usize);
             return self.pool.match_prefix(known_hashes(r), limit);
         }
-        if probe.slot == Some(slot)
-            && probe.limit == limit
-            && probe.changes == self.pool.watch_changes()
-        {
+        if let Some(hit) = self.head_probe.answer(slot, limit, &self.pool) {
             self.probe_reuses += 1;
-            probe.primaries = self.pool.primary_changes();
             #[cfg(test)]
-            check_probe(&self.pool, r, probe);
-            return probe.hit;
+            check_probe(&self.pool, r, &self.head_probe);
+            return hit;
         }
         ensure_hashes(r, limit as usize);
-        probe.hit = self
-            .pool
-            .match_prefix_watched(known_hashes(r), limit, &mut probe.ids);
-        probe.slot = Some(slot);
-        probe.limit = limit;
-        probe.changes = self.pool.watch_changes();
-        probe.primaries = self.pool.primary_changes();
-        probe.hit
+        self.head_probe
+            .probe(slot, limit, known_hashes(r), &mut self.pool)
     }
 
     /// Schedules one request's next tokens. `cached_tokens` is Some for a request being
@@ -1195,7 +927,7 @@ impl MockWorker {
         }
         if cached_tokens.is_some() {
             // Admitted: its probe is spent (it now holds the blocks, which changes them).
-            self.head_probe.slot = None;
+            self.head_probe.clear();
             let readmission = r.phase == RequestPhase::Preempted;
             r.phase = RequestPhase::Running;
             r.max_reused = r.max_reused.max(cached);
@@ -1247,14 +979,7 @@ impl MockWorker {
         let reuse_end = want.min(cached_blocks as usize);
         ensure_hashes(r, reuse_end);
         // The blocks the admission probe found, if they are still what lookups would find.
-        let probe = &self.head_probe;
-        let found = match probe.slot == Some(slot)
-            && probe.ids.len() >= reuse_end
-            && probe.primaries == self.pool.primary_changes()
-        {
-            true => &probe.ids[..reuse_end],
-            false => &[][..],
-        };
+        let found = self.head_probe.found(slot, reuse_end, &self.pool);
         #[cfg(test)]
         check_found(&self.pool, r, found);
         let mut inactive_hits = 0;
@@ -1605,12 +1330,13 @@ fn ensure_hashes(r: &mut Req, count: usize) {
 /// Test builds check every reused probe against a fresh one.
 #[cfg(test)]
 fn check_probe(pool: &KvPool, r: &Req, probe: &HeadProbe) {
+    let (limit, hit, ids) = probe.kept();
     assert_eq!(
-        pool.match_prefix(known_hashes(r), probe.limit),
-        probe.hit,
+        pool.match_prefix(known_hashes(r), limit),
+        hit,
         "a kept probe differs from a fresh one"
     );
-    check_found(pool, r, &probe.ids);
+    check_found(pool, r, ids);
 }
 
 /// Test builds check that handed-on block ids are what lookups find.
@@ -1639,6 +1365,68 @@ fn block_hash(r: &Req, index: usize) -> SeqHash {
     }
 }
 
+mod quiet;
+
+impl Worker for MockWorker {
+    fn rank(&self) -> WorkerWithDpRank {
+        self.rank
+    }
+
+    fn add_request(&mut self, now: SimTime, request: MockRequest) -> Result<(), AddRequestError> {
+        MockWorker::add_request(self, now, request)
+    }
+
+    fn remove_request(&mut self, id: RequestId) -> Option<RequestView> {
+        MockWorker::remove_request(self, id)
+    }
+
+    fn has_work(&self) -> bool {
+        MockWorker::has_work(self)
+    }
+
+    fn start_pass(&mut self, now: SimTime, memo: &mut DecodeMemo, out: &mut PassOutput) -> SimTime {
+        self.execute_pass_with(now, memo, out)
+    }
+
+    fn take_back(&mut self, out: &mut PassOutput) {
+        MockWorker::take_back(self, out);
+    }
+
+    fn held_requests(&self, out: &mut Vec<RequestId>) {
+        out.extend(self.waiting_ids().chain(self.running_ids()));
+    }
+
+    fn for_each_running(&self, f: &mut dyn FnMut(RequestId)) {
+        self.running_ids().for_each(f);
+    }
+
+    fn request(&self, id: RequestId) -> Option<RequestView> {
+        MockWorker::request(self, id)
+    }
+
+    fn load(&self) -> WorkerLoad {
+        WorkerLoad {
+            waiting: self.waiting_len(),
+            running: self.running_len(),
+            active_blocks: self.active_blocks(),
+            max_running: self.args.max_num_seqs,
+            max_batched_tokens: self.args.max_num_batched_tokens,
+        }
+    }
+
+    fn preemptions_total(&self) -> u64 {
+        self.preemptions_total
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        MockWorker::check_invariants(self)
+    }
+
+    fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
+        Some(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Expected times are Dynamo 1.6.1's own (offline replay of the same trace, one worker,
@@ -1655,76 +1443,6 @@ mod tests {
 
     fn times(s: &Seen) -> (Option<u64>, Option<u64>, Option<u64>) {
         (s.admit_ns, s.first_ns, s.done_ns)
-    }
-
-    #[test]
-    fn the_decode_memo_answers_as_the_timing_model_even_when_slots_collide() {
-        let args = EngineArgs::default();
-        let mut memo = DecodeMemo::new(args.clone(), 8);
-        let batches = [
-            (1, 1025),
-            (2, 1025),
-            (1, 1033),
-            (1, 1025),
-            (0, 0),
-            (3, 8),
-            (2, 1025),
-        ];
-        for (count, active_kv_tokens) in batches.into_iter().chain([(1, u64::MAX), (1, 7)]) {
-            let batch = timing::DecodeBatch {
-                count,
-                active_kv_tokens,
-            };
-            assert_eq!(
-                memo.get(&batch),
-                timing::decode_duration(&batch, &args),
-                "{count} requests, {active_kv_tokens} tokens"
-            );
-        }
-    }
-
-    #[test]
-    fn the_decode_memo_grows_only_while_batches_recur_and_never_past_its_most() {
-        let batch = |active_kv_tokens| timing::DecodeBatch {
-            count: 1,
-            active_kv_tokens,
-        };
-        // Ever new contexts (long varied prompts): no hits, the table stays small.
-        let mut varied = DecodeMemo::new(EngineArgs::default(), 1 << 16);
-        for tokens in 0..100_000 {
-            varied.get(&batch(tokens));
-        }
-        assert_eq!(varied.slots.len(), DECODE_MEMO_FIRST_SLOTS);
-        // 1,536 contexts over and over: a third hit, two thirds evict each other.
-        let mut recurring = DecodeMemo::new(EngineArgs::default(), 4 * DECODE_MEMO_FIRST_SLOTS);
-        for _ in 0..100 {
-            for tokens in 0..1536 {
-                recurring.get(&batch(tokens));
-            }
-        }
-        assert_eq!(
-            recurring.slots.len(),
-            4 * DECODE_MEMO_FIRST_SLOTS,
-            "grew, to its most"
-        );
-        let len = recurring.slots.len() as u64;
-        for tokens in 0..1536u64 {
-            let (key, _, _) = recurring.slots[(tokens % len) as usize];
-            assert_eq!(key, tokens + 1, "every recurring batch is kept");
-        }
-    }
-
-    #[test]
-    fn a_shared_decode_memo_is_used_only_for_the_same_engine() {
-        let args = EngineArgs::default();
-        let shared = Rc::new(RefCell::new(DecodeMemo::new(args.clone(), 64)));
-        let mut same = MockWorker::new(args.clone(), WorkerWithDpRank::new(0, 0));
-        same.share_decode_memo(&shared);
-        assert!(Rc::ptr_eq(&same.decode_memo, &shared));
-        let fast = args_with(|a| a.speedup_ratio = 2.0);
-        let mut other = MockWorker::new(fast, WorkerWithDpRank::new(1, 0));
-        other.share_decode_memo(&shared);
-        assert!(!Rc::ptr_eq(&other.decode_memo, &shared));
     }
 
     #[test]

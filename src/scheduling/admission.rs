@@ -42,8 +42,9 @@ pub struct ArrivalInfo {
     pub strict_priority: u32,
 }
 
-/// A per-class admission policy. Implementations must be deterministic.
-pub trait AdmissionPolicy: std::fmt::Debug {
+/// A per-class admission policy. Implementations must be deterministic, and `Send` so that a
+/// scheduler can move to another thread (a driver running in wall-clock time).
+pub trait AdmissionPolicy: Send + std::fmt::Debug {
     /// Decides what happens to an arriving request of this policy's class.
     fn on_arrival(&mut self, now: SimTime, request: &ArrivalInfo) -> AdmissionDecision;
 

@@ -11,6 +11,7 @@ pub mod indexer;
 pub mod load;
 pub mod policy;
 pub mod request;
+pub mod round_robin;
 pub mod router_config;
 pub mod scheduler;
 pub mod select;

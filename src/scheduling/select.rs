@@ -122,6 +122,20 @@ impl WorkerSet {
         })
     }
 
+    /// The ranks after `rank`, in (worker_id, dp_rank) order.
+    pub fn ranks_after(
+        &self,
+        rank: WorkerWithDpRank,
+    ) -> impl Iterator<Item = WorkerWithDpRank> + '_ {
+        let from = self.workers.range(rank.worker_id..);
+        from.flat_map(|(&worker, config)| {
+            config
+                .dp_ranks()
+                .map(move |dp_rank| WorkerWithDpRank::new(worker, dp_rank))
+        })
+        .skip_while(move |r| *r <= rank)
+    }
+
     /// Number of workers (not ranks): queue limits scale by this.
     pub fn worker_count(&self) -> usize {
         self.workers.len()

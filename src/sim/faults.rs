@@ -8,6 +8,7 @@
 //! worker drops it after `router_to_worker`.
 
 use super::*;
+use fleet::worker_config;
 
 /// Reason recorded for a request lost with its worker and not migrated.
 pub const REASON_WORKER_DOWN: &str = "worker_down";
@@ -59,78 +60,11 @@ impl System {
         }
     }
 
-    /// Ends a request that did not complete (rejected by the router with no decision,
-    /// cancelled, aborted) at `now`.
-    pub(super) fn end_request(&mut self, now: SimTime, id: RequestId, status: Status) {
-        let record = &mut self.records[id.0 as usize];
-        if record.status != Status::Pending {
-            let message = format!(
-                "request {id} ended twice ({:?}, then {status:?})",
-                record.status
-            );
-            self.fail(now, message);
-            return;
-        }
-        record.completion = Some(now);
-        record.status = status;
-        self.ended += 1;
-        self.in_flight.remove(&id);
-        self.last_delivery.remove(&id);
-        self.note_change(now);
-    }
-
-    /// The ranks of worker `worker`.
-    fn ranks_of(&self, worker: u64) -> std::ops::Range<usize> {
-        let start = self.ranks.partition_point(|r| r.id.worker_id < worker);
-        let end = self.ranks.partition_point(|r| r.id.worker_id <= worker);
-        start..end
-    }
-
-    /// Worker `worker` stops: its pass in flight is lost, its state is discarded (it returns,
-    /// if ever, with an empty cache), and what it held waits for the router to hear.
+    /// Worker `worker` stops: the fleet loses what it held, which waits for the router to
+    /// hear.
     pub(super) fn worker_down(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
-        self.faults.marks.push(FaultMark::WorkerDown {
-            worker,
-            from: now,
-            until: None,
-        });
-        for rank in self.ranks_of(worker) {
-            let slot = &mut self.ranks[rank];
-            if slot.down {
-                continue;
-            }
-            if slot.in_pass {
-                slot.busy = slot
-                    .busy
-                    .saturating_add(now.saturating_since(slot.pass_start));
-                slot.in_pass = false;
-            }
-            slot.epoch += 1;
-            slot.down = true;
-            // What it holds, and what its lost pass finished (the worker already let go of
-            // those, but their ends never leave it). In id order.
-            let out = &slot.output;
-            let finished = out.tokens.iter().map(|t| t.id);
-            let ended = out.finished_empty.iter().copied();
-            let refused = out.rejected.iter().map(|r| r.id);
-            let held: BTreeSet<RequestId> = slot
-                .worker
-                .waiting_ids()
-                .chain(slot.worker.running_ids())
-                .chain(finished.chain(ended).chain(refused))
-                .collect();
-            self.faults.preemptions_lost += slot.worker.preemptions_total();
-            let args = slot.worker.args().clone();
-            debug_assert!(
-                slot.quiet_ends.is_empty(),
-                "runs with faults step pass by pass"
-            );
-            slot.worker = MockWorker::new(args, slot.id);
-            slot.output.clear();
-            self.starts_due.remove(&rank);
-            for id in held {
-                self.lost_on(worker, id);
-            }
+        for id in self.fleet.worker_down(now, worker) {
+            self.lost_on(worker, id);
         }
         let delay = self.config.delays.worker_to_router;
         if delay == SimDuration::ZERO {
@@ -152,11 +86,9 @@ impl System {
         id: RequestId,
         queue: &mut EventQueue<Event>,
     ) {
-        let worker = self.ranks[rank].id.worker_id;
+        let worker = self.fleet.rank_id(rank).worker_id;
         if self.faults.router_knows_down.contains(&worker) {
-            if self.config.router_mode == RouterMode::KvRouter {
-                self.router.handle_delivery_failed(now, id);
-            }
+            self.router.delivery_failed(now, id);
             self.lose(now, id, queue);
         } else {
             self.lost_on(worker, id);
@@ -166,7 +98,7 @@ impl System {
     /// Request `id` (in its current attempt) is lost on `worker`: resolved when the router
     /// hears the worker is down.
     fn lost_on(&mut self, worker: u64, id: RequestId) {
-        let attempt = self.records[id.0 as usize].migrations;
+        let attempt = self.ledger.attempt(id);
         self.faults
             .lost
             .entry(worker)
@@ -183,13 +115,11 @@ impl System {
         queue: &mut EventQueue<Event>,
     ) {
         self.faults.router_knows_down.insert(worker);
-        let mut set = self.router.workers().clone();
-        set.remove(worker);
-        self.router.handle_workers(now, set);
+        self.router.worker_gone(now, worker);
         self.drain_router(now, queue);
         let lost = self.faults.lost.remove(&worker).unwrap_or_default();
         for (id, attempt) in lost {
-            if self.records[id.0 as usize].migrations == attempt {
+            if self.ledger.attempt(id) == attempt {
                 self.lose(now, id, queue);
             }
         }
@@ -199,57 +129,30 @@ impl System {
     /// Request `id` lost its worker: re-routed if its migrations allow (keeping the tokens
     /// its client received: they join its prompt), aborted otherwise.
     fn lose(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let record = &self.records[id.0 as usize];
-        if record.status != Status::Pending {
+        if !self.ledger.is_pending(id) {
             return;
         }
-        if record.migrations >= self.config.migration_limit {
-            self.end_request(now, id, Status::Aborted(REASON_WORKER_DOWN.into()));
+        if self.ledger.attempt(id) >= self.config.migration_limit {
+            self.end(now, id, Status::Aborted(REASON_WORKER_DOWN.into()));
             return;
         }
-        let generated = record.tokens_received;
-        let (input, output) = (record.input_tokens, record.output_tokens);
         let block_size = self.config.block_size();
-        self.records[id.0 as usize].migrations += 1;
+        self.ledger.migrate(id, |hashes, prompt_tokens| {
+            migrated_hashes(hashes, id, prompt_tokens / block_size)
+        });
         self.last_delivery.remove(&id);
-        if let Some(f) = self.in_flight.get_mut(&id) {
-            f.prompt_tokens = input + generated;
-            f.output_tokens = output.saturating_sub(generated);
-            f.hashes = migrated_hashes(&f.hashes, id, f.prompt_tokens / block_size);
-        }
         self.route(now, id, queue);
     }
 
     /// A down worker returns with empty ranks; the router hears after the delay.
     pub(super) fn worker_back(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
-        // Down windows of one worker never overlap (validation), so the open one is its last.
-        let open = self.faults.marks.iter_mut().rev().find_map(|m| match m {
-            FaultMark::WorkerDown {
-                worker: w, until, ..
-            } if *w == worker => Some(until),
-            _ => None,
-        });
-        if let Some(until) = open {
-            *until = Some(now);
-        }
-        for rank in self.ranks_of(worker) {
-            self.ranks[rank].down = false;
-        }
+        self.fleet.worker_back(now, worker);
         self.announce(now, worker, queue);
     }
 
     /// A new worker of pool `pool` joins with the next free id.
     pub(super) fn worker_join(&mut self, now: SimTime, pool: usize, queue: &mut EventQueue<Event>) {
-        let worker = self.faults.next_worker;
-        self.faults.next_worker += 1;
-        self.faults.joined.push((worker, pool));
-        self.faults.marks.push(FaultMark::WorkerUp {
-            worker,
-            pool: self.config.pools[pool].name.clone(),
-            at: now,
-        });
-        let slots: Vec<RankSlot> = worker_slots(worker, pool, &self.config.pools[pool]).collect();
-        self.ranks.extend(slots);
+        let worker = self.fleet.join(now, pool);
         self.announce(now, worker, queue);
     }
 
@@ -270,30 +173,25 @@ impl System {
         queue: &mut EventQueue<Event>,
     ) {
         self.faults.router_knows_down.remove(&worker);
-        let Some(pool) = self.ranks.get(self.ranks_of(worker).start).map(|r| r.pool) else {
+        let Some(pool) = self.fleet.pool_of(worker) else {
             return;
         };
-        let mut set = self.router.workers().clone();
-        set.insert(worker, worker_config(&self.config.pools[pool]));
-        self.router.handle_workers(now, set);
+        self.router.worker_joined(now, worker, worker_config(pool));
         self.drain_router(now, queue);
     }
 
     /// The client gives up on request `id` (if it has not ended): it ends now, the router
     /// rolls it back, and the worker holding it drops it after the transport delay.
     pub(super) fn cancel(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let record = &self.records[id.0 as usize];
+        let record = self.ledger.record(id);
         if record.status != Status::Pending {
             return;
         }
         let rank = record.rank.filter(|_| record.dispatched.is_some());
-        self.end_request(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
-        if self.config.router_mode == RouterMode::KvRouter {
-            self.router.handle_cancel(now, id);
-            self.drain_router(now, queue);
-        }
-        let Some(rank) = rank.and_then(|r| self.ranks.binary_search_by_key(&r, |s| s.id).ok())
-        else {
+        self.end(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
+        self.router.cancel(now, id);
+        self.drain_router(now, queue);
+        let Some(rank) = rank.and_then(|r| self.fleet.rank_index(r)) else {
             return;
         };
         let delay = self.config.delays.router_to_worker;
@@ -307,57 +205,7 @@ impl System {
 
     /// A cancellation reaches a rank: it frees what the request holds there, if anything.
     pub(super) fn drop_request(&mut self, rank: usize, id: RequestId) {
-        debug_assert!(
-            self.ranks[rank].quiet_ends.is_empty(),
-            "runs with faults step pass by pass"
-        );
-        let _ = self.ranks[rank].worker.remove_request(id);
-    }
-
-    /// The fault checkers (after every event in checked runs): nothing on a down worker,
-    /// nothing booked or queued for a request that ended, and every end counted once.
-    pub(super) fn check_faults(&self) -> Result<(), String> {
-        if let Some(slot) = self
-            .ranks
-            .iter()
-            .find(|r| r.down && (r.worker.has_work() || r.in_pass))
-        {
-            return Err(format!("{} is down but holds work", slot.id));
-        }
-        let mut ended = 0;
-        for (index, r) in self.records.iter().enumerate() {
-            if r.status == Status::Pending {
-                continue;
-            }
-            ended += 1;
-            let id = RequestId(index as u64);
-            if let Some(state) = self.router.request_state(id) {
-                return Err(format!(
-                    "request {id} ended {:?} but the router holds it: {state:?}",
-                    r.status
-                ));
-            }
-            if self.in_flight.contains_key(&id) {
-                return Err(format!("request {id} ended but is still in flight"));
-            }
-        }
-        if ended != self.ended {
-            return Err(format!(
-                "{ended} requests ended but {} ends were counted",
-                self.ended
-            ));
-        }
-        Ok(())
-    }
-
-    /// The workers that joined, by pool index.
-    pub(super) fn joined_workers(&self, pool: usize) -> Vec<u64> {
-        self.faults
-            .joined
-            .iter()
-            .filter(|(_, p)| *p == pool)
-            .map(|(w, _)| *w)
-            .collect()
+        self.fleet.drop_request(rank, id);
     }
 }
 

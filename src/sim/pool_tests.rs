@@ -76,11 +76,7 @@ fn worker_ids_go_pool_by_pool_each_with_its_pools_ranks_and_budget() {
         workers,
         vec![(0, 1, Some(8192)), (1, 1, Some(8192)), (2, 2, Some(512))]
     );
-    let slots = rank_slots(&pools);
-    let ranks: Vec<(WorkerWithDpRank, usize, u64)> = slots
-        .iter()
-        .map(|s| (s.id, s.pool, s.worker.args().max_num_batched_tokens))
-        .collect();
+    let ranks = WorkerFleet::new(pools, false).rank_budgets();
     assert_eq!(
         ranks,
         vec![

@@ -6,10 +6,9 @@ use super::*;
 use crate::scheduling::admission::ConcurrencyCap;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
-type Log = Rc<RefCell<Vec<(u64, AdmissionStatus)>>>;
+type Log = Arc<Mutex<Vec<(u64, AdmissionStatus)>>>;
 
 /// A concurrency cap that records every status it hears.
 #[derive(Debug)]
@@ -24,7 +23,7 @@ impl AdmissionPolicy for Recorder {
     }
 
     fn on_status(&mut self, now: SimTime, id: RequestId, status: AdmissionStatus) {
-        self.log.borrow_mut().push((id.0, status));
+        self.log.lock().unwrap().push((id.0, status));
         self.cap.on_status(now, id, status);
     }
 
@@ -46,7 +45,8 @@ fn record(s: &mut Scheduler, class: &str, limit: usize) -> Log {
 
 /// What the policy heard about request `id`, in order.
 fn heard(log: &Log, id: u64) -> Vec<AdmissionStatus> {
-    log.borrow()
+    log.lock()
+        .unwrap()
         .iter()
         .filter(|(r, _)| *r == id)
         .map(|(_, status)| *status)
@@ -298,13 +298,13 @@ fn cancel_after_the_response_completed_is_a_no_op() {
     s.handle_finished(t(2), RequestId(0), Outcome::Completed);
     let queued = dispatched(&decisions(&mut s));
     assert_eq!(queued, vec![(4, Path::Queued)]);
-    let before = log.borrow().clone();
+    let before = log.lock().unwrap().clone();
     let booked = s.load().request_count();
     // The completed request and the refused one are over: cancelling them does nothing.
     s.handle_cancel(t(3), RequestId(0));
     s.handle_cancel(t(3), RequestId(6));
     assert!(decisions(&mut s).is_empty());
-    assert_eq!(*log.borrow(), before);
+    assert_eq!(*log.lock().unwrap(), before);
     assert_eq!(heard(&log, 0), vec![Dispatched, Completed]);
     assert_eq!(heard(&log, 6), vec![Aborted]);
     assert_eq!(s.load().request_count(), booked);
@@ -549,7 +549,7 @@ impl Harness {
     /// one terminal status per ended request it admitted, after `Dispatched` only if it ran.
     fn check(&self) -> Result<(), TestCaseError> {
         self.s.check_invariants().map_err(TestCaseError::fail)?;
-        let log = self.log.borrow();
+        let log = self.log.lock().unwrap();
         let mut live_premium = 0;
         for (i, &seen) in self.seen.iter().enumerate() {
             let id = RequestId(i as u64);

@@ -1,0 +1,98 @@
+//! What a simulator asks of a worker rank: [`Worker`], which every worker kind implements
+//! (requests go in, a pass starts and ends, and what the pass delivers at its end: token
+//! edges, finished and refused requests, KV events), and [`QuietRuns`], the optional
+//! capability of skipping through passes nobody outside the rank can observe.
+
+use super::memo::DecodeMemo;
+use super::worker::{AddRequestError, MockRequest, PassOutput, RequestView};
+use crate::scheduling::types::{RequestId, WorkerWithDpRank};
+use crate::time::SimTime;
+
+/// What a rank holds, as a router or a checker may read it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerLoad {
+    /// Requests queued (including preempted ones).
+    pub waiting: usize,
+    /// Requests in the running batch.
+    pub running: usize,
+    /// KV blocks held by requests.
+    pub active_blocks: u64,
+    /// The most requests the running batch holds.
+    pub max_running: u64,
+    /// The most tokens one pass computes.
+    pub max_batched_tokens: u64,
+}
+
+/// One worker rank, driven pass by pass in virtual time. Add requests with
+/// [`Worker::add_request`]; when the rank is idle and has work, start a pass with
+/// [`Worker::start_pass`], which returns when it ends; everything in the pass's
+/// [`PassOutput`] is delivered at that end, then handed back with [`Worker::take_back`].
+/// Requests that arrive while a pass runs join the next one.
+pub trait Worker: Send + std::fmt::Debug {
+    /// Which worker and rank this is (stamped on its KV events).
+    fn rank(&self) -> WorkerWithDpRank;
+
+    /// Queues a request (`now` is its arrival); it joins the next pass.
+    fn add_request(&mut self, now: SimTime, request: MockRequest) -> Result<(), AddRequestError>;
+
+    /// Takes request `id` off the rank at once, wherever it is, freeing what it holds
+    /// (a client's cancellation); `None` if the rank does not hold it.
+    fn remove_request(&mut self, id: RequestId) -> Option<RequestView>;
+
+    /// True while the rank holds a request: the caller must run another pass.
+    fn has_work(&self) -> bool;
+
+    /// Forms and runs one pass starting at `now`, fills `out` (cleared first) and returns
+    /// the pass end. `memo` is the table of decode durations of the rank's engine, which the
+    /// ranks of one pool share.
+    fn start_pass(&mut self, now: SimTime, memo: &mut DecodeMemo, out: &mut PassOutput) -> SimTime;
+
+    /// Empties a pass's output once it has been delivered, taking back what the rank reuses.
+    fn take_back(&mut self, out: &mut PassOutput);
+
+    /// Appends the ids of every request the rank holds (waiting or running).
+    fn held_requests(&self, out: &mut Vec<RequestId>);
+
+    /// Calls `f` with each running request's id, in running order.
+    fn for_each_running(&self, f: &mut dyn FnMut(RequestId));
+
+    /// A snapshot of a held request, for diagnostics.
+    fn request(&self, id: RequestId) -> Option<RequestView>;
+
+    /// What the rank holds now.
+    fn load(&self) -> WorkerLoad;
+
+    /// Preemptions since the rank started.
+    fn preemptions_total(&self) -> u64;
+
+    /// The rank's own bookkeeping checks (Err: a bug in the worker model).
+    fn check_invariants(&self) -> Result<(), String>;
+
+    /// The rank's quiet-run capability, if it has one.
+    fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
+        None
+    }
+}
+
+/// Skipping quiet passes: a run of passes whose only effect is one more token for every
+/// running request (no admission, completion, first token, preemption or published KV
+/// event) is planned at once and applied at once, instead of pass by pass. Nothing outside
+/// the rank sees such a pass but its tokens, so the result is the same.
+pub trait QuietRuns {
+    /// Plans the run of quiet passes that starts at `start`: pushes onto `ends` (cleared
+    /// first) the end of each, at most `max_passes`, each starting where the previous one
+    /// ends (decode durations from `memo`, as [`Worker::start_pass`] times them). Empty when
+    /// the next pass is not quiet.
+    fn plan_quiet_run(
+        &mut self,
+        start: SimTime,
+        max_passes: usize,
+        memo: &mut DecodeMemo,
+        ends: &mut Vec<SimTime>,
+    );
+
+    /// Applies the first `passes` passes of the run last planned (nothing changed since but
+    /// requests added to the waiting queue), the last of which ends at `last_end`: every
+    /// running request gets `passes` tokens, as that many passes would give it.
+    fn apply_quiet_run(&mut self, passes: u64, last_end: SimTime);
+}

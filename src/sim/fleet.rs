@@ -1,0 +1,640 @@
+//! The worker fleet: every rank of every pool, the passes they run (or the runs of quiet
+//! passes they skip through), their pass time, and workers going down, coming back and
+//! joining. The only place workers are built, so every worker gets the same set-up.
+
+use super::ledger::Ledger;
+use super::{FaultMark, PoolUsage, WorkerPool};
+use crate::mocker::{DecodeMemo, MockRequest, MockWorker, PassOutput, Worker};
+use crate::scheduling::select::{WorkerConfig, WorkerSet};
+use crate::scheduling::types::{RequestId, WorkerWithDpRank};
+use crate::time::{SimDuration, SimTime};
+use std::collections::BTreeSet;
+
+/// Most slots the decode-duration table a pool's ranks share grows to (1.5 MiB).
+const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
+
+/// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
+/// planning of its later passes (in the bench's replays, 25 to 45% of those planned, at tens
+/// of ns each); a longer run just ends and plans the next.
+const QUIET_RUN_PASSES: usize = 64;
+
+/// Blocks the router's index and the ranks' pools make room for at start, in all: a full
+/// cache for a fleet of the bench's size (32 ranks of 16,384 blocks), spread thinner over a
+/// larger fleet, whose tables then grow as they fill. Bounds what a run of a huge fleet
+/// touches before its first request.
+pub(super) const RESERVED_BLOCKS: u64 = 1 << 20;
+
+/// Each of `ranks` ranks' share of [`RESERVED_BLOCKS`].
+pub(super) fn reserved_blocks_per_rank(ranks: usize) -> u64 {
+    RESERVED_BLOCKS / (ranks as u64).max(1)
+}
+
+/// The most blocks the pools' caches can hold together, up to [`RESERVED_BLOCKS`].
+pub(super) fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
+    let blocks: u64 = pools
+        .iter()
+        .map(|p| {
+            let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
+            ranks.saturating_mul(p.engine.num_gpu_blocks)
+        })
+        .fold(0, u64::saturating_add);
+    blocks.min(RESERVED_BLOCKS) as usize
+}
+
+/// The aggregated workers of `pools`, ids assigned pool by pool from 0, each as the router
+/// discovers it: its pool's DP ranks and batch token budget (which busy fractions multiply).
+pub(super) fn worker_set(pools: &[WorkerPool]) -> WorkerSet {
+    let mut set = WorkerSet::default();
+    for (id, _, pool) in worker_pools(pools) {
+        set.insert(id, worker_config(pool));
+    }
+    set
+}
+
+/// How the router discovers one worker of `pool`.
+pub(super) fn worker_config(pool: &WorkerPool) -> WorkerConfig {
+    WorkerConfig {
+        dp_start: 0,
+        dp_size: pool.engine.dp_size,
+        max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
+        ..WorkerConfig::default()
+    }
+}
+
+/// Every worker id with its pool's index and the pool, in id order (pool by pool).
+fn worker_pools(pools: &[WorkerPool]) -> impl Iterator<Item = (u64, usize, &WorkerPool)> {
+    pools
+        .iter()
+        .enumerate()
+        .flat_map(|(index, pool)| std::iter::repeat_n((index, pool), pool.count as usize))
+        .zip(0u64..)
+        .map(|((index, pool), id)| (id, index, pool))
+}
+
+/// One worker rank and its pass in flight.
+struct RankSlot {
+    id: WorkerWithDpRank,
+    /// The index of the rank's pool in the fleet's pools.
+    pool: usize,
+    worker: Box<dyn Worker>,
+    /// A pass (or a run of quiet passes) is running: its end is scheduled.
+    in_pass: bool,
+    /// When the running pass (or quiet run) started.
+    pass_start: SimTime,
+    /// Time spent in passes that have ended.
+    busy: SimDuration,
+    /// The ends of the quiet passes planned and not yet applied (empty: the pass running,
+    /// if any, is an ordinary one, its results in `output`).
+    quiet_ends: Vec<SimTime>,
+    output: PassOutput,
+    /// Passes in a row at `empty_at` that computed nothing and only preempted.
+    empty_passes: u64,
+    empty_at: SimTime,
+    /// The worker is down (a fault): it holds nothing and receives nothing.
+    down: bool,
+    /// Bumped when the rank goes down or its quiet run is cut, so the end of its lost pass
+    /// (or of the run as first planned) is ignored.
+    epoch: u64,
+}
+
+/// A pass end to schedule: rank `rank`'s pass (or quiet run) of epoch `epoch` ends at `at`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct PassEndAt {
+    pub at: SimTime,
+    pub rank: usize,
+    pub epoch: u64,
+}
+
+/// What the end of a rank's pass left to deliver.
+pub(super) enum PassEnded {
+    /// The end was stale (see [`RankSlot::epoch`]): nothing happened.
+    Stale,
+    /// A run of quiet passes ended: its tokens are counted, nothing else leaves the worker.
+    Quiet,
+    /// A formed pass ended: its output is delivered now, then handed back with
+    /// [`WorkerFleet::give_back`].
+    Formed(PassOutput),
+}
+
+/// Every rank of a run, in (worker_id, dp_rank) order (the order of [`WorkerSet::ranks`]).
+pub(super) struct WorkerFleet {
+    pools: Vec<WorkerPool>,
+    ranks: Vec<RankSlot>,
+    /// One table of decode durations per pool: its ranks run one engine, and contexts recur
+    /// across them.
+    decode_memos: Vec<DecodeMemo>,
+    /// Workers skip quiet passes (see `sim::skips_quiet_passes`).
+    skip_quiet: bool,
+    /// Blocks each worker makes room for when it is built.
+    reserved_per_rank: u64,
+    /// Ranks to start a pass at the end of the current instant (phase 3).
+    starts_due: BTreeSet<usize>,
+    /// Passes `(rank, start, end, epoch)` that ended since the ledger's change epoch was
+    /// last bumped (all of one epoch): the only ones that may reach past the makespan (and
+    /// then only in a run a limit stopped).
+    passes_since_change: Vec<(usize, SimTime, SimTime, u64)>,
+    /// Workers that joined, with their pool.
+    joined: Vec<(u64, usize)>,
+    /// Worker faults as they happened, for the result.
+    marks: Vec<FaultMark>,
+    /// The next free worker id.
+    next_worker: u64,
+    /// Preemptions of worker states discarded when their worker went down.
+    preemptions_lost: u64,
+}
+
+impl WorkerFleet {
+    /// The workers of `pools`, every rank empty and up.
+    pub fn new(pools: Vec<WorkerPool>, skip_quiet: bool) -> WorkerFleet {
+        let decode_memos = pools
+            .iter()
+            .map(|pool| DecodeMemo::new(pool.engine.clone(), SHARED_DECODE_MEMO_SLOTS))
+            .collect();
+        let ranks: usize = pools
+            .iter()
+            .map(|p| p.count as usize * p.engine.dp_size as usize)
+            .sum();
+        let mut fleet = WorkerFleet {
+            decode_memos,
+            skip_quiet,
+            reserved_per_rank: reserved_blocks_per_rank(ranks),
+            ranks: Vec::new(),
+            starts_due: BTreeSet::new(),
+            passes_since_change: Vec::new(),
+            joined: Vec::new(),
+            marks: Vec::new(),
+            next_worker: worker_pools(&pools).count() as u64,
+            preemptions_lost: 0,
+            pools,
+        };
+        let workers: Vec<(u64, usize)> = worker_pools(&fleet.pools)
+            .map(|(id, index, _)| (id, index))
+            .collect();
+        for (worker, pool) in workers {
+            fleet.add_worker(worker, pool);
+        }
+        fleet
+    }
+
+    /// Builds a worker rank of pool `pool`: the one place workers are made, with their
+    /// set-up (room for blocks, KV events as skipping needs them; the pool's decode table is
+    /// lent to each of its passes).
+    fn build(&self, pool: usize, id: WorkerWithDpRank) -> Box<dyn Worker> {
+        let mut worker = MockWorker::new(self.pools[pool].engine.clone(), id);
+        worker.reserve_blocks(self.reserved_per_rank);
+        worker.set_publish_generated_blocks(!self.skip_quiet);
+        Box::new(worker)
+    }
+
+    /// Adds the empty, up ranks of worker `worker` of pool `pool` (ids only grow, so the
+    /// ranks stay in id order).
+    fn add_worker(&mut self, worker: u64, pool: usize) {
+        for dp_rank in 0..self.pools[pool].engine.dp_size {
+            let id = WorkerWithDpRank::new(worker, dp_rank);
+            let slot = RankSlot {
+                id,
+                pool,
+                worker: self.build(pool, id),
+                in_pass: false,
+                pass_start: SimTime::ZERO,
+                busy: SimDuration::ZERO,
+                quiet_ends: Vec::new(),
+                output: PassOutput::default(),
+                empty_passes: 0,
+                empty_at: SimTime::ZERO,
+                down: false,
+                epoch: 0,
+            };
+            self.ranks.push(slot);
+        }
+    }
+
+    /// The index of rank `rank`, if the fleet has it.
+    pub fn rank_index(&self, rank: WorkerWithDpRank) -> Option<usize> {
+        self.ranks.binary_search_by_key(&rank, |r| r.id).ok()
+    }
+
+    /// Each rank with its pool's index and the batch token budget its worker runs with.
+    #[cfg(test)]
+    pub fn rank_budgets(&self) -> Vec<(WorkerWithDpRank, usize, u64)> {
+        let budget = |s: &RankSlot| s.worker.load().max_batched_tokens;
+        self.ranks
+            .iter()
+            .map(|s| (s.id, s.pool, budget(s)))
+            .collect()
+    }
+
+    /// The rank at `index`.
+    pub fn rank_id(&self, index: usize) -> WorkerWithDpRank {
+        self.ranks[index].id
+    }
+
+    /// Whether the worker of the rank at `index` is down.
+    pub fn is_down(&self, index: usize) -> bool {
+        self.ranks[index].down
+    }
+
+    /// The indexes of worker `worker`'s ranks.
+    fn ranks_of(&self, worker: u64) -> std::ops::Range<usize> {
+        let start = self.ranks.partition_point(|r| r.id.worker_id < worker);
+        let end = self.ranks.partition_point(|r| r.id.worker_id <= worker);
+        start..end
+    }
+
+    /// The pool of worker `worker`, if the fleet has it.
+    pub fn pool_of(&self, worker: u64) -> Option<&WorkerPool> {
+        let slot = self.ranks.get(self.ranks_of(worker).start)?;
+        Some(&self.pools[slot.pool])
+    }
+
+    /// Request `request` reaches the rank at `index` (up) at `now`: it joins the rank's next
+    /// pass. A quiet run in progress is settled first, which may end it at a new instant
+    /// (returned, to schedule). Err (a bug) if the worker refuses the request.
+    pub fn deliver(
+        &mut self,
+        now: SimTime,
+        index: usize,
+        request: MockRequest,
+        ledger: &mut Ledger,
+    ) -> Result<Option<PassEndAt>, String> {
+        let end = self.settle(now, index, ledger);
+        let slot = &mut self.ranks[index];
+        if let Err(e) = slot.worker.add_request(now, request) {
+            return Err(format!("{}: {e}", slot.id));
+        }
+        if !slot.in_pass {
+            self.starts_due.insert(index);
+        }
+        Ok(end)
+    }
+
+    /// The ranks due to start a pass at the end of this instant, in rank order.
+    pub fn take_starts_due(&mut self) -> BTreeSet<usize> {
+        std::mem::take(&mut self.starts_due)
+    }
+
+    /// Starts a pass (or a run of quiet passes) on the rank at `index` at `now`, if it has
+    /// work and none running; returns its end. Admissions are recorded in `ledger`. Err (a
+    /// bug) if the pass breaks the rank's liveness rule.
+    pub fn start_pass(
+        &mut self,
+        now: SimTime,
+        index: usize,
+        ledger: &mut Ledger,
+    ) -> Result<Option<PassEndAt>, String> {
+        let slot = &mut self.ranks[index];
+        if slot.in_pass || !slot.worker.has_work() {
+            return Ok(None);
+        }
+        let rank = index;
+        let memo = &mut self.decode_memos[slot.pool];
+        if self.skip_quiet
+            && let Some(quiet) = slot.worker.quiet_runs()
+        {
+            let ends = &mut slot.quiet_ends;
+            quiet.plan_quiet_run(now, QUIET_RUN_PASSES, memo, ends);
+            if let Some(&at) = ends.last() {
+                slot.in_pass = true;
+                slot.pass_start = now;
+                let epoch = slot.epoch;
+                return Ok(Some(PassEndAt { at, rank, epoch }));
+            }
+        }
+        let at = slot.worker.start_pass(now, memo, &mut slot.output);
+        check_pass_progress(slot, now, at)?;
+        slot.in_pass = true;
+        slot.pass_start = now;
+        for admitted in &slot.output.admitted {
+            ledger.admitted(now, admitted.id, admitted.reported_reused_tokens);
+        }
+        if !slot.output.admitted.is_empty() {
+            ledger.note_change(now);
+        }
+        let epoch = slot.epoch;
+        Ok(Some(PassEndAt { at, rank, epoch }))
+    }
+
+    /// Before an input reaches a rank in a quiet run at `now`: applies the passes over by
+    /// then, and cuts the run after the pass in progress (whose end is returned afresh, the
+    /// old one going stale with a new epoch), so the input joins the next pass as it would
+    /// pass by pass. A rank whose run ended at `now` (its end event not handled yet) becomes
+    /// idle.
+    fn settle(&mut self, now: SimTime, index: usize, ledger: &mut Ledger) -> Option<PassEndAt> {
+        let slot = &mut self.ranks[index];
+        let done = slot.quiet_ends.partition_point(|&end| end <= now);
+        if done > 0 {
+            self.apply_quiet(index, done, ledger);
+        }
+        let slot = &mut self.ranks[index];
+        let planned = slot.quiet_ends.len();
+        if done == 0 && planned <= 1 {
+            return None; // no run, or its last pass is in progress: its end stands
+        }
+        slot.epoch += 1;
+        if planned == 0 {
+            self.close_pass(now, index, ledger);
+            return None;
+        }
+        slot.quiet_ends.truncate(1);
+        let (at, epoch) = (slot.quiet_ends[0], slot.epoch);
+        Some(PassEndAt {
+            at,
+            rank: index,
+            epoch,
+        })
+    }
+
+    /// Applies a rank's first `count` planned quiet passes: its running requests each get
+    /// `count` tokens.
+    fn apply_quiet(&mut self, index: usize, count: usize, ledger: &mut Ledger) {
+        let slot = &mut self.ranks[index];
+        let last_end = slot.quiet_ends[count - 1];
+        let quiet = slot
+            .worker
+            .quiet_runs()
+            .expect("only a quiet rank plans runs");
+        quiet.apply_quiet_run(count as u64, last_end);
+        slot.quiet_ends.drain(..count);
+        slot.worker
+            .for_each_running(&mut |id| ledger.credit(id, count as u64));
+    }
+
+    /// The rank's pass (or quiet run) ended at `now`: its time counts as busy.
+    fn close_pass(&mut self, now: SimTime, index: usize, ledger: &Ledger) {
+        let slot = &mut self.ranks[index];
+        slot.in_pass = false;
+        slot.busy = slot
+            .busy
+            .saturating_add(now.saturating_since(slot.pass_start));
+        let epoch = ledger.change_epoch();
+        if self
+            .passes_since_change
+            .last()
+            .is_some_and(|p| p.3 != epoch)
+        {
+            self.passes_since_change.clear();
+        }
+        let pass = (index, slot.pass_start, now, epoch);
+        self.passes_since_change.push(pass);
+    }
+
+    /// The end of epoch `epoch` of the rank at `index`'s pass is due at `now`.
+    pub fn end_pass(
+        &mut self,
+        now: SimTime,
+        index: usize,
+        epoch: u64,
+        ledger: &mut Ledger,
+    ) -> PassEnded {
+        if self.ranks[index].epoch != epoch {
+            return PassEnded::Stale;
+        }
+        if !self.ranks[index].quiet_ends.is_empty() {
+            self.apply_quiet(index, self.ranks[index].quiet_ends.len(), ledger);
+            self.close_pass(now, index, ledger);
+            if self.ranks[index].worker.has_work() {
+                self.starts_due.insert(index);
+            }
+            return PassEnded::Quiet;
+        }
+        let output = std::mem::take(&mut self.ranks[index].output);
+        self.close_pass(now, index, ledger);
+        PassEnded::Formed(output)
+    }
+
+    /// Hands a formed pass's delivered output back to its rank (its lists are reused), and
+    /// marks the rank to start its next pass if it has work.
+    pub fn give_back(&mut self, index: usize, output: PassOutput) {
+        let slot = &mut self.ranks[index];
+        slot.output = output;
+        slot.worker.take_back(&mut slot.output);
+        if slot.worker.has_work() {
+            self.starts_due.insert(index);
+        }
+    }
+
+    /// A run a limit stopped at `at`: the quiet passes over by then count, as they would
+    /// pass by pass.
+    pub fn apply_quiet_until(&mut self, at: SimTime, ledger: &mut Ledger) {
+        for index in 0..self.ranks.len() {
+            let done = self.ranks[index].quiet_ends.partition_point(|&e| e <= at);
+            if done > 0 {
+                self.apply_quiet(index, done, ledger);
+            }
+        }
+    }
+
+    /// A cancellation reaches the rank at `index`: it frees what the request holds there,
+    /// if anything.
+    pub fn drop_request(&mut self, index: usize, id: RequestId) {
+        debug_assert!(
+            self.ranks[index].quiet_ends.is_empty(),
+            "runs with faults step pass by pass"
+        );
+        let _ = self.ranks[index].worker.remove_request(id);
+    }
+
+    /// Worker `worker` stops at `now`: its passes in flight are lost, its state is discarded
+    /// (it returns, if ever, with an empty cache). Returns the requests it held, rank by rank
+    /// in id order: what it was running or queueing, and what its lost passes finished (the
+    /// worker already let go of those, but their ends never leave it).
+    pub fn worker_down(&mut self, now: SimTime, worker: u64) -> Vec<RequestId> {
+        self.marks.push(FaultMark::WorkerDown {
+            worker,
+            from: now,
+            until: None,
+        });
+        let mut lost = Vec::new();
+        for index in self.ranks_of(worker) {
+            if self.ranks[index].down {
+                continue;
+            }
+            let fresh = self.build(self.ranks[index].pool, self.ranks[index].id);
+            let slot = &mut self.ranks[index];
+            if slot.in_pass {
+                slot.busy = slot
+                    .busy
+                    .saturating_add(now.saturating_since(slot.pass_start));
+                slot.in_pass = false;
+            }
+            slot.epoch += 1;
+            slot.down = true;
+            let out = &slot.output;
+            let finished = out.tokens.iter().map(|t| t.id);
+            let ended = out.finished_empty.iter().copied();
+            let refused = out.rejected.iter().map(|r| r.id);
+            let mut holds = Vec::new();
+            slot.worker.held_requests(&mut holds);
+            let held: BTreeSet<RequestId> = holds
+                .into_iter()
+                .chain(finished.chain(ended).chain(refused))
+                .collect();
+            self.preemptions_lost += slot.worker.preemptions_total();
+            debug_assert!(
+                slot.quiet_ends.is_empty(),
+                "runs with faults step pass by pass"
+            );
+            slot.worker = fresh;
+            slot.output.clear();
+            self.starts_due.remove(&index);
+            lost.extend(held);
+        }
+        lost
+    }
+
+    /// Down worker `worker` returns at `now` with empty ranks.
+    pub fn worker_back(&mut self, now: SimTime, worker: u64) {
+        // Down windows of one worker never overlap (validation), so the open one is its last.
+        let open = self.marks.iter_mut().rev().find_map(|m| match m {
+            FaultMark::WorkerDown {
+                worker: w, until, ..
+            } if *w == worker => Some(until),
+            _ => None,
+        });
+        if let Some(until) = open {
+            *until = Some(now);
+        }
+        for index in self.ranks_of(worker) {
+            self.ranks[index].down = false;
+        }
+    }
+
+    /// A new worker of pool `pool` joins at `now` with the next free id; returns the id.
+    pub fn join(&mut self, now: SimTime, pool: usize) -> u64 {
+        let worker = self.next_worker;
+        self.next_worker += 1;
+        self.joined.push((worker, pool));
+        self.marks.push(FaultMark::WorkerUp {
+            worker,
+            pool: self.pools[pool].name.clone(),
+            at: now,
+        });
+        self.add_worker(worker, pool);
+        worker
+    }
+
+    /// The fleet's checkers: every worker's own, and nothing on a down worker.
+    pub fn check(&self) -> Result<(), String> {
+        for slot in &self.ranks {
+            slot.worker.check_invariants()?;
+        }
+        match self
+            .ranks
+            .iter()
+            .find(|r| r.down && (r.worker.has_work() || r.in_pass))
+        {
+            Some(slot) => Err(format!("{} is down but holds work", slot.id)),
+            None => Ok(()),
+        }
+    }
+
+    /// At the end of a drained run: Err unless every worker is empty.
+    pub fn check_drained(&self) -> Result<(), String> {
+        match self.ranks.iter().find(|r| r.worker.has_work()) {
+            Some(slot) => Err(format!("{} still has work after the run", slot.id)),
+            None => Ok(()),
+        }
+    }
+
+    /// Preemptions over every rank, including those of worker states lost when their worker
+    /// went down.
+    pub fn preemptions(&self) -> u64 {
+        let live: u64 = self
+            .ranks
+            .iter()
+            .map(|r| r.worker.preemptions_total())
+            .sum();
+        self.preemptions_lost + live
+    }
+
+    /// The worker faults as they happened.
+    pub fn take_marks(&mut self) -> Vec<FaultMark> {
+        std::mem::take(&mut self.marks)
+    }
+
+    /// Each pool's workers and pass time within `[0, makespan]`: every rank's ended passes,
+    /// less what those that ended after the makespan ran past it (only those of the ledger's
+    /// last change epoch `epoch` can), plus the part of a pass still running (only after a
+    /// limit) that lies before it.
+    pub fn pool_usage(&self, makespan: SimTime, epoch: u64) -> Vec<PoolUsage> {
+        let mut busy_ns: Vec<u128> = vec![0; self.pools.len()];
+        for slot in &self.ranks {
+            let mut busy = slot.busy;
+            if slot.in_pass {
+                busy = busy.saturating_add(makespan.saturating_since(slot.pass_start));
+            }
+            busy_ns[slot.pool] += u128::from(busy.as_ns());
+        }
+        let recent = self.passes_since_change.iter().filter(|p| p.3 == epoch);
+        for &(index, start, end, _) in recent {
+            let past = end.saturating_since(start.max(makespan)).as_ns();
+            let pool = &mut busy_ns[self.ranks[index].pool];
+            *pool = pool.saturating_sub(u128::from(past));
+        }
+        let mut first_worker = 0;
+        let mut usage = Vec::with_capacity(self.pools.len());
+        for (index, (pool, busy_ns)) in self.pools.iter().zip(busy_ns).enumerate() {
+            usage.push(PoolUsage {
+                joined_workers: self.joined_workers(index),
+                name: pool.name.clone(),
+                first_worker,
+                workers: pool.count,
+                dp_size: pool.engine.dp_size,
+                busy_ns,
+            });
+            first_worker += u64::from(pool.count);
+        }
+        usage
+    }
+
+    /// The workers that joined pool `pool`.
+    fn joined_workers(&self, pool: usize) -> Vec<u64> {
+        self.joined
+            .iter()
+            .filter(|(_, p)| *p == pool)
+            .map(|(w, _)| *w)
+            .collect()
+    }
+}
+
+/// A rank's liveness rule, checked after every pass it starts. A pass may compute tokens in
+/// 0 ns (1.6.1 charges no time for recomputing a preempted request's generated tokens) and
+/// still be progress. A pass that changed nothing while the rank holds work would leave it
+/// stuck for good. A pass that computed nothing but rejected or preempted is progress: the
+/// next pass, at the same instant, sees the changed queues. Such passes admit nobody, so the
+/// running batch never grows during a streak of them, and each preempting one shrinks it: a
+/// correct rank has at most `max_num_seqs` preempt-only passes in a row at one instant (and
+/// rejections end when requests run out). Err is a bug in the worker model.
+fn check_pass_progress(slot: &mut RankSlot, now: SimTime, end: SimTime) -> Result<(), String> {
+    let out = &slot.output;
+    let computed = end > now
+        || out.scheduled_tokens > 0
+        || !out.tokens.is_empty()
+        || !out.admitted.is_empty()
+        || !out.finished_empty.is_empty();
+    if computed || slot.empty_at != now {
+        slot.empty_at = now;
+        slot.empty_passes = 0;
+    }
+    if computed || !out.rejected.is_empty() {
+        return Ok(());
+    }
+    let load = slot.worker.load();
+    if out.preempted.is_empty() {
+        let mut running = Vec::new();
+        let worker = &slot.worker;
+        worker.for_each_running(&mut |id| running.extend(worker.request(id)));
+        return Err(format!(
+            "{} holds {} waiting and {} running requests but its pass at {now} did nothing; running: {running:?}",
+            slot.id, load.waiting, load.running
+        ));
+    }
+    slot.empty_passes += 1;
+    if slot.empty_passes > load.max_running {
+        return Err(format!(
+            "{} ran {} passes in a row at {now} that only preempted",
+            slot.id, slot.empty_passes
+        ));
+    }
+    Ok(())
+}

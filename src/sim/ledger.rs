@@ -1,0 +1,298 @@
+//! The ledger of a run: every request's record, what a request in flight needs to be (re)sent,
+//! and the one way a request ends ([`Ledger::finish`]), which owns conservation: each request
+//! ends once, and the ends counted are the records that ended.
+
+use super::{RequestRecord, Status};
+use crate::scheduling::scheduler::Path;
+use crate::scheduling::types::{RequestId, WorkerWithDpRank};
+use crate::time::SimTime;
+use crate::workload::RequestSpec;
+use std::sync::Arc;
+
+/// What a request in flight needs to be (re)sent: its prompt as the worker sees it and what
+/// the router needs to route it again after a migration.
+pub(super) struct InFlight {
+    pub hashes: Arc<[u64]>,
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+    pub policy_class: Option<String>,
+    pub priority: f64,
+    pub strict_priority: u32,
+    pub pinned: Option<WorkerWithDpRank>,
+}
+
+/// What a token message reaching the client did to its request (see [`Ledger::receive`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct Receipt {
+    /// The message carried the request's first token (the router releases its prefill load).
+    pub first: bool,
+    /// The message ended the request's stream: it completed.
+    pub completed: bool,
+}
+
+/// The records of a run's requests, in arrival order (a request's id is its index).
+pub(super) struct Ledger {
+    records: Vec<RequestRecord>,
+    /// Requests in flight, by id: what the worker needs once it is dispatched.
+    in_flight: rustc_hash::FxHashMap<RequestId, InFlight>,
+    /// Requests that ended so far (a closed loop issues one per end).
+    ended: u64,
+    /// The latest instant a request was admitted, got its first token or ended: the makespan
+    /// so far.
+    last_change: SimTime,
+    /// Bumped each time `last_change` is raised: pass times recorded under an older epoch
+    /// lie within the makespan.
+    change_epoch: u64,
+}
+
+impl Ledger {
+    /// An empty ledger with room for `records` requests.
+    pub fn with_capacity(records: usize) -> Ledger {
+        Ledger {
+            records: Vec::with_capacity(records),
+            in_flight: Default::default(),
+            ended: 0,
+            last_change: SimTime::ZERO,
+            change_epoch: 0,
+        }
+    }
+
+    /// Records request `spec` arriving at `now` with prompt block hashes `hashes`; returns
+    /// its id.
+    pub fn open(&mut self, now: SimTime, spec: RequestSpec, hashes: Arc<[u64]>) -> RequestId {
+        let id = RequestId(self.records.len() as u64);
+        self.records.push(RequestRecord {
+            row: spec.row,
+            policy_class: spec.policy_class.clone(),
+            class_index: None,
+            arrival: now,
+            dispatched: None,
+            admit: None,
+            first_token: None,
+            completion: None,
+            rank: None,
+            path: None,
+            input_tokens: spec.input_tokens,
+            output_tokens: spec.output_tokens,
+            reused_input_tokens: 0,
+            tokens_received: 0,
+            status: Status::Pending,
+            migrations: 0,
+        });
+        let in_flight = InFlight {
+            hashes,
+            prompt_tokens: spec.input_tokens,
+            output_tokens: spec.output_tokens,
+            policy_class: spec.policy_class,
+            priority: spec.priority,
+            strict_priority: spec.strict_priority,
+            pinned: spec.pinned_worker,
+        };
+        self.in_flight.insert(id, in_flight);
+        id
+    }
+
+    pub fn record(&self, id: RequestId) -> &RequestRecord {
+        &self.records[id.0 as usize]
+    }
+
+    pub fn into_records(self) -> Vec<RequestRecord> {
+        self.records
+    }
+
+    /// What request `id` needs to be sent, while it is in flight.
+    pub fn in_flight(&self, id: RequestId) -> Option<&InFlight> {
+        self.in_flight.get(&id)
+    }
+
+    /// Whether request `id` has not ended.
+    pub fn is_pending(&self, id: RequestId) -> bool {
+        self.record(id).status == Status::Pending
+    }
+
+    /// Times request `id` was moved off a lost worker: the attempt its messages belong to.
+    pub fn attempt(&self, id: RequestId) -> u32 {
+        self.record(id).migrations
+    }
+
+    /// Requests that ended so far.
+    pub fn ended(&self) -> u64 {
+        self.ended
+    }
+
+    /// See `change_epoch`.
+    pub fn change_epoch(&self) -> u64 {
+        self.change_epoch
+    }
+
+    /// The router sent request `id` to `rank` at `now`, the way `path` says.
+    pub fn dispatched(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        rank: WorkerWithDpRank,
+        path: Path,
+        class_index: Option<usize>,
+    ) {
+        let record = &mut self.records[id.0 as usize];
+        record.dispatched = Some(now);
+        record.rank = Some(rank);
+        record.path = Some(path);
+        if class_index.is_some() {
+            record.class_index = class_index;
+        }
+    }
+
+    /// The class the router put request `id` in (`None`: it could not tell).
+    pub fn set_class(&mut self, id: RequestId, class_index: Option<usize>) {
+        self.records[id.0 as usize].class_index = class_index;
+    }
+
+    /// A worker admitted request `id` in a pass starting at `now`, reusing
+    /// `reused_input_tokens` of its prompt (as the worker reports it).
+    pub fn admitted(&mut self, now: SimTime, id: RequestId, reused_input_tokens: u64) {
+        let record = &mut self.records[id.0 as usize];
+        record.admit.get_or_insert(now);
+        record.reused_input_tokens = reused_input_tokens;
+    }
+
+    /// Request `id` got `tokens` tokens in the middle of its stream (the router hears
+    /// nothing of them).
+    pub fn credit(&mut self, id: RequestId, tokens: u64) {
+        self.records[id.0 as usize].tokens_received += tokens;
+    }
+
+    /// A token message of attempt `attempt` (or the end of the stream) reaches the client at
+    /// `now`. `None`: dropped, as it belongs to an earlier attempt (before a migration) or to
+    /// a request that already ended (cancelled). A completing message ends the request.
+    pub fn receive(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        attempt: u32,
+        first: bool,
+        completed: bool,
+    ) -> Option<Receipt> {
+        let record = &self.records[id.0 as usize];
+        if record.status != Status::Pending || record.migrations != attempt {
+            return None;
+        }
+        let resumed = record.migrations > 0 && record.first_token.is_some();
+        if (first && !resumed) || completed {
+            self.note_change(now);
+        }
+        let output_tokens = self.in_flight.get(&id).map_or(0, |f| f.output_tokens);
+        let record = &mut self.records[id.0 as usize];
+        if first {
+            record.first_token.get_or_insert(now);
+        }
+        if first || !completed || output_tokens > 0 {
+            record.tokens_received += 1;
+        }
+        if completed {
+            self.finish(now, id, Status::Completed)
+                .expect("a pending request ends once");
+        }
+        Some(Receipt { first, completed })
+    }
+
+    /// Request `id` ends at `now` with `status`: the one way a request ends. Err (a bug) if
+    /// it had ended already.
+    pub fn finish(&mut self, now: SimTime, id: RequestId, status: Status) -> Result<(), String> {
+        let record = &mut self.records[id.0 as usize];
+        if record.status != Status::Pending {
+            return Err(format!(
+                "request {id} ended twice ({:?}, then {status:?})",
+                record.status
+            ));
+        }
+        record.completion = Some(now);
+        record.status = status;
+        self.ended += 1;
+        self.in_flight.remove(&id);
+        self.note_change(now);
+        Ok(())
+    }
+
+    /// Request `id` moves off a lost worker with the tokens its client received so far,
+    /// which join its prompt (its new block hashes from `hashes_for`, given the old ones and
+    /// the new prompt length).
+    pub fn migrate(&mut self, id: RequestId, hashes_for: impl FnOnce(&[u64], u64) -> Arc<[u64]>) {
+        let record = &mut self.records[id.0 as usize];
+        let generated = record.tokens_received;
+        let (input, output) = (record.input_tokens, record.output_tokens);
+        record.migrations += 1;
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.prompt_tokens = input + generated;
+            f.output_tokens = output.saturating_sub(generated);
+            f.hashes = hashes_for(&f.hashes, f.prompt_tokens);
+        }
+    }
+
+    /// A request was admitted, got its first token or ended at `now`: the makespan is at
+    /// least `now`.
+    pub fn note_change(&mut self, now: SimTime) {
+        if now > self.last_change {
+            self.last_change = now;
+            self.change_epoch += 1;
+        }
+    }
+
+    /// The makespan: the last moment a request changed state (a trailing no-op tick does not
+    /// count).
+    pub fn makespan(&self) -> SimTime {
+        self.records
+            .iter()
+            .filter_map(|r| r.completion.or(r.first_token).or(r.admit))
+            .max()
+            .unwrap_or(SimTime::ZERO)
+    }
+
+    /// Conservation, checked after every event in checked runs: every ended request has
+    /// left the flight table and the router (`held_by_router` says what the router holds
+    /// of a request), and every end was counted once.
+    pub fn check(
+        &self,
+        held_by_router: impl Fn(RequestId) -> Option<String>,
+    ) -> Result<(), String> {
+        let mut ended = 0;
+        for (index, r) in self.records.iter().enumerate() {
+            if r.status == Status::Pending {
+                continue;
+            }
+            ended += 1;
+            let id = RequestId(index as u64);
+            if let Some(state) = held_by_router(id) {
+                return Err(format!(
+                    "request {id} ended {:?} but the router holds it: {state}",
+                    r.status
+                ));
+            }
+            if self.in_flight.contains_key(&id) {
+                return Err(format!("request {id} ended but is still in flight"));
+            }
+        }
+        if ended != self.ended {
+            return Err(format!(
+                "{ended} requests ended but {} ends were counted",
+                self.ended
+            ));
+        }
+        Ok(())
+    }
+
+    /// At the end of a drained run: Err unless every request ended.
+    pub fn check_all_ended(&self) -> Result<(), String> {
+        let unfinished = self
+            .records
+            .iter()
+            .filter(|r| r.status == Status::Pending)
+            .count();
+        match unfinished {
+            0 => Ok(()),
+            n => Err(format!(
+                "{n} requests neither completed, rejected, cancelled nor aborted"
+            )),
+        }
+    }
+}
