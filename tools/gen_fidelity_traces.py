@@ -260,6 +260,241 @@ def closed_prefix_sharing():
     return rows, None, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
 
 
+# ----- sessions: multi-turn conversations (session_id; later turns carry delay) ------------
+
+def conversation_turns(rng, ids, first_isl, turns, new_tokens, osl_range, system=()):
+    """(isl, osl, hash_ids) of each turn of one conversation: turn k's prompt is turn k-1's
+    prompt, its output and new tokens, so it repeats the ids of turn k-1's full blocks (a
+    partial last block changes once the output is appended, so it gets a fresh id)."""
+    system = list(system)
+    isl = max(first_isl, len(system) * BLOCK + 1)
+    ids_now = system + ids.take(hash_count(isl) - len(system))
+    out = []
+    for k in range(turns):
+        osl = rng.randint(*osl_range)
+        out.append((isl, osl, ids_now))
+        kept = ids_now[: isl // BLOCK]
+        isl = isl + osl + rng.randint(*new_tokens)
+        ids_now = kept + ids.take(hash_count(isl) - len(kept))
+    return out
+
+
+def session_rows(name, start_ms, turns, think_ms, extra=None):
+    """Rows of one session: the first turn at start_ms, each later one `delay` after the turn
+    before (think_ms(k) for turn k), with the fields extra(k) gives."""
+    rows = []
+    for k, (isl, osl, h) in enumerate(turns):
+        r = {"session_id": name, "input_length": isl, "output_length": osl, "hash_ids": h}
+        if k == 0:
+            r["timestamp"] = start_ms
+        else:
+            r["delay"] = think_ms(k)
+        if extra is not None:
+            r.update(extra(k))
+        rows.append(r)
+    return rows
+
+
+def interleave(rng, sessions):
+    """One file from the sessions' rows: each session's rows keep their order, sessions
+    interleave (a session's turns need not be contiguous in the file)."""
+    queues = [list(rows) for rows in sessions if rows]
+    out = []
+    while queues:
+        q = rng.choice(queues[: 3])
+        out.append(q.pop(0))
+        if not q:
+            queues.remove(q)
+    return out
+
+
+def sessions_prefix_reuse():
+    """Conversations whose later turns repeat the earlier prompt: prefix reuse across turns,
+    a pool small enough that idle conversations lose blocks, shared system prompts, and later
+    turns timed three ways (delay, none = 0, a timestamp the delay is inferred from)."""
+    rng = random.Random(9101)
+    ids = Ids(9_100_000)
+    systems = [ids.take(rng.randint(1, 3)) for _ in range(3)]
+    sessions = []
+    for i, start in enumerate(poisson_times_ms(rng, 45, 6.0)):
+        system = rng.choice(systems) if rng.random() < 0.5 else ()
+        turns = conversation_turns(rng, ids, rng.randint(200, 2500), rng.randint(2, 6),
+                                   (20, 700), (1, 40), system)
+        rows = session_rows(f"conv-{i}", start, turns, lambda k: round(rng.uniform(5, 400), 3))
+        for k, r in enumerate(rows[1:], 1):
+            u = rng.random()
+            if u < 0.15:
+                del r["delay"]
+            elif u < 0.3:
+                # A timestamp instead of a delay: the delay is inferred from the latest
+                # earlier timestamp of the session (the first turn's here).
+                del r["delay"]
+                r["timestamp"] = round(start + rng.uniform(0, 50) + 2000.0 * k, 3)
+        sessions.append(rows)
+    return interleave(rng, sessions), None, {"engine": {"backend": "vllm", "worker_type": "aggregated",
+                                                  "num_gpu_blocks": 700}}
+
+
+SESSION_POLICY = """\
+# sessions-classes-drr fixture: chat, agent and batch families x two cache buckets; a later
+# turn of a conversation is mostly cached, so it lands in the `cached` bucket of its family.
+# No queue limits: in Dynamo 1.6.1's offline replay a queue rejection aborts the whole run.
+default_policy_family: batch
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: cached
+  - min_tokens: 1024
+    bucket: uncached
+policy_classes:
+  - name: chat_cached
+    policy_family: chat
+    cache_bucket: cached
+    queue_policy: fcfs
+    quantum: 2048
+    prefill_busy_threshold: 3072
+  - name: chat_uncached
+    policy_family: chat
+    cache_bucket: uncached
+    queue_policy: fcfs
+    quantum: 2048
+    prefill_busy_threshold: 3072
+  - name: agent_cached
+    policy_family: agent
+    cache_bucket: cached
+    queue_policy: wspt
+    quantum: 1024
+    prefill_busy_threshold: 2048
+  - name: agent_uncached
+    policy_family: agent
+    cache_bucket: uncached
+    queue_policy: wspt
+    quantum: 1024
+    prefill_busy_threshold: 2048
+  - name: batch_cached
+    policy_family: batch
+    cache_bucket: cached
+    queue_policy: fcfs
+    quantum: 256
+    prefill_busy_threshold: 1024
+  - name: batch_uncached
+    policy_family: batch
+    cache_bucket: uncached
+    queue_policy: wspt
+    quantum: 512
+    prefill_busy_threshold: 1024
+"""
+
+
+def sessions_classes_drr():
+    """Chat conversations, agent loops (many quick turns, growing context) and plain batch
+    rows under DRR: each turn is classified from its own row, so a few later turns change
+    family or drop it (the default family), and some carry a priority."""
+    rng = random.Random(9202)
+    ids = Ids(9_200_000)
+    sessions = []
+    for i, start in enumerate(poisson_times_ms(rng, 30, 4.0)):
+        turns = conversation_turns(rng, ids, rng.randint(300, 1500), rng.randint(2, 5),
+                                   (30, 300), (5, 60))
+
+        def chat_extra(k):
+            u = rng.random()
+            extra = {"policy_class": "chat"}
+            if k > 0 and u < 0.1:
+                extra["policy_class"] = "batch"
+            elif k > 0 and u < 0.15:
+                del extra["policy_class"]
+            if rng.random() < 0.15:
+                extra["priority"] = rng.randint(1, 3)
+            return extra
+        sessions.append(session_rows(f"chat-{i}", start, turns,
+                                     lambda k: round(rng.uniform(100, 1500), 3), extra=chat_extra))
+    for i, start in enumerate(poisson_times_ms(rng, 15, 2.0)):
+        turns = conversation_turns(rng, ids, rng.randint(1500, 3000), rng.randint(6, 12),
+                                   (50, 400), (10, 80))
+        sessions.append(session_rows(f"agent-{i}", start, turns,
+                                     lambda k: round(rng.uniform(0, 30), 3),
+                                     extra=lambda k: {"policy_class": "agent"}))
+    for start in poisson_times_ms(rng, 120, 12.0):
+        isl = rng.randint(200, 4000)
+        sessions.append([row(start, isl, rng.randint(1, 30), ids.take(hash_count(isl)),
+                             policy_class="batch")])
+    return interleave(rng, sessions), SESSION_POLICY, {"engine": {"backend": "vllm",
+                                                                 "worker_type": "aggregated",
+                                                                 "max_num_seqs": 16}}
+
+
+def sessions_closed_loop():
+    """Sessions and plain rows in a closed loop: a session holds its slot through its think
+    times; timestamps (shuffled) are ignored, sessions take slots in first-appearance order."""
+    rng = random.Random(9303)
+    ids = Ids(9_300_000)
+    times = poisson_times_ms(rng, 70, 10.0)
+    rng.shuffle(times)
+    sessions = []
+    for i, start in enumerate(times):
+        if rng.random() < 0.35:
+            isl = rng.randint(100, 3000)
+            sessions.append([row(start, isl, rng.randint(1, 40), ids.take(hash_count(isl)))])
+            continue
+        turns = conversation_turns(rng, ids, rng.randint(200, 2000), rng.randint(2, 5),
+                                   (20, 500), (1, 40))
+        sessions.append(session_rows(f"s{i}", start, turns,
+                                     lambda k: round(rng.uniform(0, 200), 3)))
+    return interleave(rng, sessions), None, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
+
+
+def sessions_speedup():
+    """Conversations under an arrival speed-up: session starts and delays are both divided."""
+    rng = random.Random(9404)
+    ids = Ids(9_400_000)
+    sessions = []
+    for i, start in enumerate(poisson_times_ms(rng, 40, 3.0)):
+        turns = conversation_turns(rng, ids, rng.randint(200, 2500), rng.randint(2, 5),
+                                   (20, 600), (1, 40))
+        sessions.append(session_rows(f"u{i}", start, turns,
+                                     lambda k: round(rng.uniform(10, 800), 3)))
+    return interleave(rng, sessions), None, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
+
+
+def sessions_mixed_plain():
+    """Plain rows and sessions in one file: plain rows are one-turn sessions named
+    `request_<line>`; a session named after an earlier plain row's line joins it as its next
+    turn; the empty string is a session id; `delay_ms` is `delay`'s other name; a later turn
+    with neither field follows the turn before at once; one session has a single turn."""
+    rng = random.Random(9505)
+    ids = Ids(9_500_000)
+    sessions = []
+    for i, start in enumerate(poisson_times_ms(rng, 25, 4.0)):
+        turns = conversation_turns(rng, ids, rng.randint(200, 2000), rng.randint(2, 4),
+                                   (20, 400), (1, 30))
+        name = "" if i == 3 else f"m{i}"
+        if i == 5:
+            turns = turns[:1]
+        rows = session_rows(name, start, turns, lambda k: round(rng.uniform(0, 300), 3))
+        for r in rows[1:]:
+            u = rng.random()
+            if u < 0.2:
+                r["delay_ms"] = r.pop("delay")
+            elif u < 0.3:
+                del r["delay"]
+        sessions.append(rows)
+    plain = []
+    for start in poisson_times_ms(rng, 80, 16.0):
+        isl = rng.randint(50, 3000)
+        plain.append([row(start, isl, rng.randint(1, 40), ids.take(hash_count(isl)))])
+    everyone = sorted(sessions + plain, key=lambda rows: rows[0]["timestamp"])
+    rows = interleave(rng, everyone)
+    # A session whose id is the implicit name of an earlier plain row (1-based line): it
+    # continues that row's one-turn session.
+    line = next(i for i, r in enumerate(rows) if "session_id" not in r and i > 10) + 1
+    first = rows[line - 1]
+    rows.append({"session_id": f"request_{line}", "delay": 25.0,
+                 "input_length": first["input_length"] + 100, "output_length": 3,
+                 "hash_ids": first["hash_ids"][: first["input_length"] // BLOCK]
+                 + ids.take(hash_count(first["input_length"] + 100) - first["input_length"] // BLOCK)})
+    return rows, None, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
+
+
 def with_args(build, args):
     """A fixture built by `build` and replayed with extra flags (replay_args.txt)."""
     return lambda: build()[:3] + (args,)
@@ -280,6 +515,12 @@ FIXTURES = {
     "speedup-prefix-sharing": with_args(prefix_sharing, "--arrival-speedup-ratio 3"),
     "speedup-priorities": with_args(priorities_long_output, "--arrival-speedup-ratio 2.5"),
     "slowdown-chunked": with_args(chunked_long, "--arrival-speedup-ratio 0.5"),
+    # Multi-turn sessions (session_id, delay): Dynamo's session driver.
+    "sessions-prefix-reuse": sessions_prefix_reuse,
+    "sessions-classes-drr": sessions_classes_drr,
+    "sessions-closed-loop": with_args(sessions_closed_loop, "--replay-concurrency 4"),
+    "sessions-speedup": with_args(sessions_speedup, "--arrival-speedup-ratio 2"),
+    "sessions-mixed-plain": sessions_mixed_plain,
 }
 
 
