@@ -50,10 +50,10 @@ fn check_at(dir: &Path, workers: u64) -> i32 {
     routersim(dir, &["check", "s.yaml", "--seeds", "2", "--set", &set]).0
 }
 
-#[test]
-fn minimize_workers_agrees_with_check_on_both_sides() {
-    let tmp = setup();
-    let args = [
+/// `plan s.yaml --minimize workers.count --range 1..64 EXTRA --out p`, which must answer:
+/// its plan.json and stdout.
+fn fewest_workers(dir: &Path, extra: &[&str]) -> (serde_json::Value, String) {
+    let search = [
         "plan",
         "s.yaml",
         "--minimize",
@@ -61,12 +61,16 @@ fn minimize_workers_agrees_with_check_on_both_sides() {
         "--range",
         "1..64",
     ];
-    let (code, stdout, stderr) = routersim(
-        tmp.path(),
-        &[&args[..], &["--seeds", "2", "--out", "p"]].concat(),
-    );
+    let args = [&search[..], extra, &["--out", "p"]].concat();
+    let (code, stdout, stderr) = routersim(dir, &args);
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let plan = plan_json(tmp.path(), "p");
+    (plan_json(dir, "p"), stdout)
+}
+
+#[test]
+fn minimize_workers_agrees_with_check_on_both_sides() {
+    let tmp = setup();
+    let (plan, stdout) = fewest_workers(tmp.path(), &["--seeds", "2"]);
     let answer = plan["answer"].as_f64().unwrap() as u64;
     assert!(answer > 1, "{plan}");
     assert_eq!(
@@ -385,19 +389,7 @@ fn maximize_finds_the_highest_rate_when_the_lowest_is_too_short_to_judge() {
 #[test]
 fn an_integer_answer_is_written_as_an_integer_that_check_takes_back() {
     let tmp = setup();
-    let args = [
-        "plan",
-        "s.yaml",
-        "--minimize",
-        "workers.count",
-        "--range",
-        "1..64",
-        "--out",
-        "p",
-    ];
-    let (code, stdout, stderr) = routersim(tmp.path(), &args);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    let plan = plan_json(tmp.path(), "p");
+    let (plan, _) = fewest_workers(tmp.path(), &[]);
     let is_integer = |v: &serde_json::Value| v.is_u64();
     assert!(is_integer(&plan["answer"]), "{}", plan["answer"]);
     assert!(is_integer(&plan["bracket"]["feasible"]));
