@@ -681,14 +681,24 @@ fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
 }
 
 fn set_ideal_shares(classes: &mut [ClassMetrics]) {
-    let active_quanta: u64 = classes
-        .iter()
-        .filter(|c| c.requests > 0)
-        .map(|c| c.quantum_tokens)
-        .sum();
+    let active_quanta = quanta_sum(
+        classes
+            .iter()
+            .filter(|c| c.requests > 0)
+            .map(|c| c.quantum_tokens),
+    );
     for c in classes.iter_mut().filter(|c| c.requests > 0) {
         c.ideal_share = c.quantum_tokens as f64 / active_quanta as f64;
     }
+}
+
+/// The sum of `quanta` in 128-bit integers. A quantum may be any `u64` from 1 (as Dynamo's
+/// `usize`), so two near 2^63 overflow a `u64` sum; a `u128` holds 2^64 of them. Each
+/// quantum's share of it is then finite and at most 1, and the shares add up to 1 to within
+/// a few rounding errors: rounding is monotone, so `q as f64 <= sum as f64` whenever
+/// `q <= sum`.
+pub fn quanta_sum(quanta: impl IntoIterator<Item = u64>) -> u128 {
+    quanta.into_iter().map(u128::from).sum()
 }
 
 fn since(later: Option<SimTime>, earlier: SimTime) -> Option<u64> {
@@ -900,10 +910,11 @@ pub fn backlog_windows(
 /// in proportion to their quanta.
 fn credit(w: &mut BacklogWindow, backlog: &[u64], quanta: &[u64], d: &SweepEvent) {
     w.service_tokens[d.class] += d.tokens;
-    let active_quanta: u64 = (0..backlog.len())
-        .filter(|&c| backlog[c] > 0)
-        .map(|c| quanta[c])
-        .sum();
+    let active_quanta = quanta_sum(
+        (0..backlog.len())
+            .filter(|&c| backlog[c] > 0)
+            .map(|c| quanta[c]),
+    );
     let mut ideal_tokens = vec![0.0; backlog.len()];
     for c in (0..backlog.len()).filter(|&c| backlog[c] > 0) {
         ideal_tokens[c] = d.tokens as f64 * quanta[c] as f64 / active_quanta as f64;
@@ -1206,6 +1217,61 @@ mod tests {
             if let Some(j) = m.jain_index() {
                 proptest::prop_assert!(j > 0.0 && j <= 1.0 + 1e-12, "jain {}", j);
             }
+        }
+    }
+
+    /// A quantum anywhere in what validation accepts (1 to 2^64 - 1), weighted to the
+    /// extremes where a `u64` sum overflows.
+    fn any_accepted_quantum() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            1 => 1..=u64::MAX,
+            1 => (0u64..1024).prop_map(|d| u64::MAX - d),
+            1 => (0u64..1024).prop_map(|d| (1u64 << 63) + d),
+            1 => 1u64..1024,
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ideal_shares_are_finite_and_add_up_to_one_for_every_accepted_quantum(
+            quanta in proptest::collection::vec(any_accepted_quantum(), 3),
+            specs in proptest::collection::vec((0usize..3, 0u64..50, 0u64..20, 1u64..30, 0u8..5), 1..40),
+        ) {
+            let records = specs.into_iter().zip(0u64..).map(|(s, row)| random_record(row, s)).collect();
+            let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &quanta);
+            let active: Vec<&ClassMetrics> = m.classes.iter().filter(|c| c.requests > 0).collect();
+            let sum: f64 = active.iter().map(|c| c.ideal_share).sum();
+            proptest::prop_assert!((sum - 1.0).abs() <= 1e-12, "ideal shares add up to {}", sum);
+            for c in &m.classes {
+                proptest::prop_assert!((0.0..=1.0).contains(&c.ideal_share), "{}: {}", c.name, c.ideal_share);
+                proptest::prop_assert!(c.backlogged_ideal_tokens.is_finite());
+            }
+            for w in &m.windows {
+                let served: u64 = w.service_tokens.iter().sum();
+                let ideal: f64 = w.ideal_tokens.iter().sum();
+                proptest::prop_assert!((served as f64 - ideal).abs() <= 1e-9 * served.max(1) as f64);
+            }
+        }
+    }
+
+    #[test]
+    fn ideal_shares_of_quanta_past_2_pow_63_stay_exact() {
+        let records = vec![
+            done(0, P, Path::Queued, [0, 1, 2]),
+            done(1, R, Path::Queued, [0, 1, 2]),
+        ];
+        for (quanta, want) in [
+            ([1u64 << 63, 1 << 63], [0.5, 0.5]),
+            ([u64::MAX, u64::MAX], [0.5, 0.5]),
+            ([u64::MAX, 1], [1.0, 1.0 / u64::MAX as f64]),
+        ] {
+            let m = RunMetrics::compute(&result_of(&["p", "r"], records.clone()), &quanta);
+            assert_eq!(
+                [m.classes[P].ideal_share, m.classes[R].ideal_share],
+                want,
+                "{quanta:?}"
+            );
         }
     }
 

@@ -135,6 +135,16 @@ struct ClassState<T> {
 }
 
 impl<T> ClassState<T> {
+    /// Adds credit, saturating at `u64::MAX` as Dynamo's `usize` deficit does. Within the
+    /// input bounds it never saturates, whatever the quantum (any `u64` from 1): a class
+    /// earns only while `deficit < cost <= 2^24` tokens (the token bound), and its deficit
+    /// starts from 0 after every reset. So the first quantum after a reset adds to 0, and
+    /// a later one comes only once the class has been charged all but 2^24 of what it earned:
+    /// for a quantum above 2^45 that is more than 2^21 dispatches of 2^24 tokens, twice the
+    /// request bound; for a smaller one `deficit + quantum < 2^46`. (Were it ever to
+    /// saturate, the class would hold `u64::MAX` as Dynamo's would, and pay.) The bulk step
+    /// has its own bound ([`PolicyQueue::grant_bulk_credit`]). The property test against the
+    /// exact (128-bit) reference model checks this over the whole quantum range.
     fn earn(&mut self, credit_tokens: u64) {
         let before = self.deficit_tokens;
         self.deficit_tokens = before.saturating_add(credit_tokens);
@@ -529,11 +539,25 @@ impl<T> PolicyQueue<T> {
     }
 
     /// Every class with a candidate earns `rounds` quanta; blocked classes earn nothing.
+    ///
+    /// This never saturates for costs up to 2^63 tokens (the token bound keeps them at most
+    /// 2^24): each class here earned a quantum in the ring scan and still could not pay, so
+    /// `quantum <= deficit < cost`, and `rounds` is at most its own need
+    /// `ceil((cost - deficit) / quantum)`, so `deficit + quantum × rounds < cost + quantum <
+    /// 2 × cost`. The assertion checks that bound.
     fn grant_bulk_credit(&mut self, rounds: u64) {
         for (class, candidate) in self.classes.iter_mut().zip(&self.candidates) {
-            if candidate.is_some() {
-                let credit_tokens = class.config.quantum_tokens.saturating_mul(rounds);
-                class.earn(credit_tokens);
+            if let Some((_, cost)) = *candidate {
+                let quantum_tokens = class.config.quantum_tokens;
+                let exact_tokens = u128::from(class.deficit_tokens)
+                    + u128::from(quantum_tokens) * u128::from(rounds);
+                assert!(
+                    cost > 1 << 63 || exact_tokens < 2 * u128::from(cost),
+                    "bulk credit of class {:?} overran its bound: deficit {} + {rounds} x {quantum_tokens} for cost {cost}",
+                    class.config.name,
+                    class.deficit_tokens
+                );
+                class.earn(quantum_tokens.saturating_mul(rounds));
             }
         }
     }

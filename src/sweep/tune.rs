@@ -14,7 +14,7 @@
 use super::run::thread_pool;
 use crate::bounds::MAX_SWEEP_RUNS;
 use crate::pipeline::{self, RunError, RunSpec};
-use crate::report::metrics::RunMetrics;
+use crate::report::metrics::{RunMetrics, quanta_sum};
 use crate::scenario::Scenario;
 use rayon::prelude::*;
 use std::fmt::Write as _;
@@ -319,7 +319,7 @@ pub fn tune(options: &TuneOptions) -> Result<TuneOutcome, RunError> {
 
 /// The smallest quanta (by sum) within tolerance, else the trial with the least error.
 fn choose(trials: &[Trial], tolerance: f64) -> &Trial {
-    let sum = |t: &Trial| t.quanta.iter().sum::<u64>();
+    let sum = |t: &Trial| quanta_sum(t.quanta.iter().copied());
     trials
         .iter()
         .filter(|t| t.error <= tolerance)
@@ -682,5 +682,8 @@ mod tests {
             vec![1024, 256],
             "else the closest"
         );
+        // Two quanta of 2^63 add up to 2^64: a u64 sum wraps to 0 and would win.
+        let huge = vec![trial(vec![1 << 63, 1 << 63], 0.01), trial(vec![3, 1], 0.01)];
+        assert_eq!(choose(&huge, 0.02).quanta, vec![3, 1]);
     }
 }

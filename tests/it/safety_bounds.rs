@@ -766,4 +766,46 @@ fn a_directory_where_a_file_is_expected_is_refused() {
     ] {
         refused_quickly_in(tmp.path(), args, &["d", "a directory, not a regular file"]);
     }
+/// The `ideal_share` column of `classes.csv` after `run --set` of both quanta to `quantum`.
+fn ideal_shares_with_both_quanta(quantum: &str) -> Vec<f64> {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/premium-vs-regular-weighted.yaml");
+    let out = tmp.path().join("out");
+    let output = routersim()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .args([
+            "--set",
+            &format!("router.policy_classes.premium.quantum={quantum}"),
+        ])
+        .args([
+            "--set",
+            &format!("router.policy_classes.regular.quantum={quantum}"),
+        ])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let csv = fs::read_to_string(out.join("classes.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = header.iter().position(|h| *h == "ideal_share").unwrap();
+    lines
+        .map(|l| l.split(',').nth(column).unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn quanta_past_2_pow_63_give_finite_ideal_shares_adding_to_one() {
+    for quantum in ["9223372036854775808", "18446744073709551615"] {
+        assert_eq!(
+            ideal_shares_with_both_quanta(quantum),
+            [0.5, 0.5],
+            "both quanta at {quantum}"
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! Randomised checks: the real queue against a plain reference model, and DRR fairness.
+//! Randomised checks: the real queue against a plain reference model (exact 128-bit credit),
+//! and DRR fairness.
 
 use super::*;
 use proptest::prelude::*;
@@ -46,10 +47,10 @@ enum Op {
     Drain,
 }
 
-fn op_strategy() -> impl Strategy<Value = Op> {
+fn op_strategy(raw_isl_tokens: BoxedStrategy<u64>) -> impl Strategy<Value = Op> {
     let enqueue = (
         any::<Index>(),
-        0..80u64,
+        raw_isl_tokens,
         0..30u64,
         prop::option::of(0..WORKERS),
         0..2u32,
@@ -81,9 +82,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn class_strategy() -> impl Strategy<Value = ClassQueueConfig> {
+fn class_strategy(quantum_tokens: BoxedStrategy<u64>) -> impl Strategy<Value = ClassQueueConfig> {
     (
-        1..25u64,
+        quantum_tokens,
         prop_oneof![Just(QueuePolicy::Fcfs), Just(QueuePolicy::Wspt)],
         prop::option::of(0..6u64),
         prop::option::of(0..150u64),
@@ -118,7 +119,8 @@ struct ModelClass {
     deferred: Vec<(DeferredId, ModelEntry)>,
     /// Workers whose lane was found blocked and not rechecked since.
     blocked: Vec<u64>,
-    deficit: u64,
+    /// Exact: the real queue saturates at `u64::MAX` (as Dynamo does), the model never does.
+    deficit: u128,
 }
 
 impl ModelClass {
@@ -334,7 +336,7 @@ impl Model {
         if let Some(c) = carried {
             let cand = self.classes[c].next_dispatchable(busy, calls);
             if let Some((p, cost)) = cand
-                && cost <= self.classes[c].deficit
+                && u128::from(cost) <= self.classes[c].deficit
             {
                 return Some(self.pop_candidate(c, p, cost));
             }
@@ -354,32 +356,33 @@ impl Model {
                 }
                 continue;
             };
-            if cost <= self.classes[i].deficit {
+            if u128::from(cost) <= self.classes[i].deficit {
                 return Some(self.pop_candidate(i, p, cost));
             }
-            self.classes[i].deficit += self.classes[i].config.quantum_tokens;
-            if cost <= self.classes[i].deficit {
+            self.classes[i].deficit += u128::from(self.classes[i].config.quantum_tokens);
+            if u128::from(cost) <= self.classes[i].deficit {
                 return Some(self.pop_candidate(i, p, cost));
             }
         }
-        let mut rounds: Option<u64> = None;
+        let mut rounds: Option<u128> = None;
         for i in 0..n {
             if let Some((_, cost)) = candidates[i] {
-                let q = self.classes[i].config.quantum_tokens;
-                let need = (cost - self.classes[i].deficit).div_ceil(q);
+                let q = u128::from(self.classes[i].config.quantum_tokens);
+                let need = (u128::from(cost) - self.classes[i].deficit).div_ceil(q);
                 rounds = Some(rounds.map_or(need, |r| r.min(need)));
             }
         }
         let rounds = rounds?;
         for i in 0..n {
             if candidates[i].is_some() {
-                self.classes[i].deficit += self.classes[i].config.quantum_tokens * rounds;
+                self.classes[i].deficit +=
+                    u128::from(self.classes[i].config.quantum_tokens) * rounds;
             }
         }
         for offset in 0..n {
             let i = (self.cursor + offset) % n;
             if let Some((p, cost)) = candidates[i]
-                && cost <= self.classes[i].deficit
+                && u128::from(cost) <= self.classes[i].deficit
             {
                 return Some(self.pop_candidate(i, p, cost));
             }
@@ -393,7 +396,7 @@ impl Model {
         let at = class.head_at(placement).expect("model candidate exists");
         let entry = class.remove_ready_at(at);
         assert_eq!(entry.snapshot.cost_tokens, cost);
-        class.deficit -= cost;
+        class.deficit -= u128::from(cost);
         if class.ready.is_empty() {
             class.deficit = 0;
         } else if class.deficit > 0 {
@@ -593,8 +596,9 @@ impl Harness {
         prop_assert_eq!(self.real.round_cursor(), self.model.cursor);
         prop_assert_eq!(self.real.carry_class(), self.model.carry);
         for (index, class) in self.model.classes.iter().enumerate() {
+            // Equal to the exact deficit: the queue's u64 credit never saturated.
             prop_assert_eq!(
-                self.real.deficit(index),
+                u128::from(self.real.deficit(index)),
                 class.deficit,
                 "deficit of class {}",
                 index
@@ -612,29 +616,63 @@ proptest! {
 
     #[test]
     fn queue_matches_reference_model(
-        configs in prop::collection::vec(class_strategy(), 1..5),
-        ops in prop::collection::vec(op_strategy(), 1..150),
+        configs in prop::collection::vec(class_strategy((1..25u64).boxed()), 1..5),
+        ops in prop::collection::vec(op_strategy((0..80u64).boxed()), 1..150),
     ) {
-        let mut harness = Harness::new(&configs);
-        for op in &ops {
-            harness.apply(op)?;
-        }
-        // Drain everything: afterwards every counter and deficit is zero.
-        harness.apply(&Op::RecheckAll)?;
-        harness.busy = vec![false; WORKERS as usize];
-        let ids: Vec<DeferredId> = harness.live_deferred.clone();
-        for id in ids {
-            prop_assert!(harness.real.make_ready(id, None));
-            prop_assert!(harness.model.make_ready(id, None));
-        }
-        harness.live_deferred.clear();
-        harness.apply(&Op::Drain)?;
-        prop_assert_eq!(harness.real.pending_count(), 0);
-        for class in 0..harness.real.num_classes() {
-            prop_assert_eq!(harness.real.deficit(class), 0);
-            prop_assert_eq!(harness.real.class_stats(class), ClassStats::default());
-        }
+        run_against_model(&configs, &ops)?;
     }
+
+    /// Quanta anywhere in what validation accepts (up to 2^64 - 1, as Dynamo's `usize`) and
+    /// costs up to the token bound: the queue's u64 credit never saturates, so it keeps the
+    /// exact (128-bit) model's deficits and makes every one of its decisions.
+    #[test]
+    fn credit_matches_exact_arithmetic_for_every_accepted_quantum(
+        configs in prop::collection::vec(class_strategy(accepted_quantum()), 1..5),
+        ops in prop::collection::vec(op_strategy(accepted_cost()), 1..150),
+    ) {
+        run_against_model(&configs, &ops)?;
+    }
+}
+
+/// A quantum validation accepts (1 to 2^64 - 1), weighted to the ends where a deficit plus
+/// a quantum passes `u64::MAX` and where bulk credit multiplies a small quantum.
+fn accepted_quantum() -> BoxedStrategy<u64> {
+    prop_oneof![
+        1..=u64::MAX,
+        (0..1u64 << 25).prop_map(|d| u64::MAX - d),
+        (0..64u64).prop_map(|d| (1 << 63) + d),
+        1..25u64,
+    ]
+    .boxed()
+}
+
+/// A request size up to the token bound (costs are at most it).
+fn accepted_cost() -> BoxedStrategy<u64> {
+    prop_oneof![0..80u64, 0..=crate::bounds::MAX_TOKENS].boxed()
+}
+
+/// Applies `ops` to the queue and the model, then drains both: afterwards every counter and
+/// deficit is zero.
+fn run_against_model(configs: &[ClassQueueConfig], ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut harness = Harness::new(configs);
+    for op in ops {
+        harness.apply(op)?;
+    }
+    harness.apply(&Op::RecheckAll)?;
+    harness.busy = vec![false; WORKERS as usize];
+    let ids: Vec<DeferredId> = harness.live_deferred.clone();
+    for id in ids {
+        prop_assert!(harness.real.make_ready(id, None));
+        prop_assert!(harness.model.make_ready(id, None));
+    }
+    harness.live_deferred.clear();
+    harness.apply(&Op::Drain)?;
+    prop_assert_eq!(harness.real.pending_count(), 0);
+    for class in 0..harness.real.num_classes() {
+        prop_assert_eq!(harness.real.deficit(class), 0);
+        prop_assert_eq!(harness.real.class_stats(class), ClassStats::default());
+    }
+    Ok(())
 }
 
 /// One fairness run: every class always backlogged and dispatchable.
