@@ -766,6 +766,8 @@ fn a_directory_where_a_file_is_expected_is_refused() {
     ] {
         refused_quickly_in(tmp.path(), args, &["d", "a directory, not a regular file"]);
     }
+}
+
 /// The `ideal_share` column of `classes.csv` after `run --set` of both quanta to `quantum`.
 fn ideal_shares_with_both_quanta(quantum: &str) -> Vec<f64> {
     let tmp = tempfile::tempdir().unwrap();
