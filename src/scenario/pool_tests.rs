@@ -54,8 +54,8 @@ fn pools_are_read_in_file_order_each_with_its_own_engine() {
     assert_eq!(config.capacity_seqs(), 384);
     let described = scenario.describe();
     assert!(
-        described.contains("pool h100: 4 x dp 1 (worker ids 0..=3)")
-            && described.contains("pool a100: 2 x dp 2 (worker ids 4..=5)"),
+        described.contains("pool h100: 4 x dp 1 (workers 0 to 3)")
+            && described.contains("pool a100: 2 x dp 2 (workers 4 to 5)"),
         "{described}"
     );
 }
@@ -250,5 +250,8 @@ fn pins_address_workers_across_pools() {
         e.field_path, "workload.groups.g.pinned_worker.worker_id",
         "{e}"
     );
-    assert!(e.message.contains("only 6 workers"), "{e}");
+    assert_eq!(
+        e.message, "unknown worker 6: the run has workers 0 to 5",
+        "the range `validate` prints for the pools, both ends included"
+    );
 }

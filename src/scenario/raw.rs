@@ -169,9 +169,9 @@ impl<'de> Visitor<'de> for RouterVisitor {
 #[serde(deny_unknown_fields)]
 pub struct RawWorkers {
     /// Number of workers (default 1).
-    pub count: Option<u32>,
+    pub count: Option<u64>,
     /// Data-parallel ranks per worker (default 1), as Dynamo's top-level `dp_size`.
-    pub dp_size: Option<u32>,
+    pub dp_size: Option<u64>,
     /// Engine arguments with Dynamo 1.6.1's names (`max_num_seqs`, `block_size`, ...).
     pub engine: Option<EngineSection>,
     /// Named pools of workers, each with its own engine; worker ids go pool by pool.
@@ -185,9 +185,9 @@ pub struct RawPool {
     /// The pool's name (addresses it in `--set` paths and names it in the results).
     pub name: Option<String>,
     /// Number of workers in the pool (required).
-    pub count: Option<u32>,
+    pub count: Option<u64>,
     /// Data-parallel ranks per worker of this pool (default 1).
-    pub dp_size: Option<u32>,
+    pub dp_size: Option<u64>,
     /// The pool's engine arguments (Dynamo 1.6.1's names).
     #[serde(default)]
     pub engine: EngineSection,

@@ -3,19 +3,19 @@
 
 use super::overrides;
 use super::raw::{
-    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawPin, RawProcess,
-    RawRouter, RawRouterMode, RawScenario, RawWorkers, RawWorkload,
+    RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawLimits, RawPin,
+    RawProcess, RawRouter, RawRouterMode, RawScenario, RawWorkers, RawWorkload,
 };
 use super::{Scenario, ScenarioError, Workload};
 use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_RANKS, MAX_REQUESTS};
-use crate::engine::Limits;
+use crate::engine::{DEFAULT_MAX_TIME_NS, Limits};
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
-use crate::report::expect::{Expectation, RawExpectation};
+use crate::report::expect::{Expectation, RawExpectation, number};
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::sim::{ClosedLoop, DEFAULT_POOL, Fault, RouterMode, TransportDelays, WorkerPool};
-use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
+use crate::time::{MAX_INPUT_NS, NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
     SharedPrefix, SynthError, SynthWorkload,
@@ -134,7 +134,7 @@ fn build(
     let delays = delays(source, &raw)?;
     let closed_loop = closed_loop(source, &raw.workload)?;
     let warmup = warmup(source, &raw.workload)?;
-    let faults = faults(source, &raw, &pools)?;
+    let faults = faults(source, &raw, &pools, &limits)?;
     Ok(Scenario {
         faults,
         migration_limit: raw.router.migration_limit.unwrap_or(0),
@@ -204,7 +204,7 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         let engine = engine_args(source, "workers", engine, raw.dp_size)?;
         let count = raw.count.unwrap_or(1);
         check_ranks(source, count, engine.dp_size)?;
-        return Ok(vec![WorkerPool::unnamed(count, engine)]);
+        return Ok(vec![WorkerPool::unnamed(within_ranks(count), engine)]);
     };
     let plain = [
         ("count", raw.count.is_some()),
@@ -228,10 +228,13 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         let count = match raw_pool.count {
             None => return Err(source.at(&at, "a pool needs `count`: how many workers it has")),
             Some(0) => return Err(source.at(&format!("{at}.count"), "must be positive")),
+            Some(count) if count > MAX_RANKS => {
+                return Err(source.at(&format!("{at}.count"), more_than_max_ranks(count)));
+            }
             Some(count) => count,
         };
         let engine = engine_args(source, &at, raw_pool.engine.clone(), raw_pool.dp_size)?;
-        ranks += u64::from(count) * u64::from(engine.dp_size);
+        ranks += count * u64::from(engine.dp_size);
         if ranks > MAX_RANKS {
             return Err(source.at(
                 &format!("{at}.count"),
@@ -243,7 +246,7 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         check_block_size(source, &at, &engine, pools.first())?;
         pools.push(WorkerPool {
             name,
-            count,
+            count: within_ranks(count),
             engine,
         });
     }
@@ -314,17 +317,14 @@ fn check_block_size(
 }
 
 /// `workers.count`, `workers.dp_size` and their product are at most [`MAX_RANKS`].
-fn check_ranks(source: &Source, count: u32, dp_size: u32) -> Result<(), ScenarioError> {
+fn check_ranks(source: &Source, count: u64, dp_size: u32) -> Result<(), ScenarioError> {
     if count == 0 {
         return Err(source.at("workers.count", "must be positive"));
     }
-    if u64::from(count) > MAX_RANKS {
-        return Err(source.at(
-            "workers.count",
-            format!("{count} is more than the {MAX_RANKS} worker ranks a run may have"),
-        ));
+    if count > MAX_RANKS {
+        return Err(source.at("workers.count", more_than_max_ranks(count)));
     }
-    if u64::from(count) * u64::from(dp_size) > MAX_RANKS {
+    if count * u64::from(dp_size) > MAX_RANKS {
         return Err(source.at(
             "workers.dp_size",
             format!(
@@ -333,6 +333,16 @@ fn check_ranks(source: &Source, count: u32, dp_size: u32) -> Result<(), Scenario
         ));
     }
     Ok(())
+}
+
+/// The error of a worker count or `dp_size` above [`MAX_RANKS`] on its own.
+fn more_than_max_ranks(n: u64) -> String {
+    format!("{n} is more than a run may have: at most {MAX_RANKS} worker ranks")
+}
+
+/// A worker count or `dp_size` already checked to be at most [`MAX_RANKS`].
+fn within_ranks(n: u64) -> u32 {
+    u32::try_from(n).expect("checked against MAX_RANKS")
 }
 
 /// The KvRouterConfig knobs, each checked on its own so an error names its key.
@@ -418,7 +428,7 @@ fn engine_args(
     source: &Source,
     at: &str,
     engine: EngineSection,
-    dp_size: Option<u32>,
+    dp_size: Option<u64>,
 ) -> Result<EngineArgs, ScenarioError> {
     let engine_error = |e: ConfigError| match e {
         ConfigError::Invalid { field, reason } => {
@@ -440,13 +450,10 @@ fn engine_args(
         if dp_size == 0 {
             return Err(source.at(&field, "must be positive"));
         }
-        if u64::from(dp_size) > MAX_RANKS {
-            return Err(source.at(
-                &field,
-                format!("{dp_size} is more than the {MAX_RANKS} worker ranks a run may have"),
-            ));
+        if dp_size > MAX_RANKS {
+            return Err(source.at(&field, more_than_max_ranks(dp_size)));
         }
-        args.dp_size = dp_size;
+        args.dp_size = within_ranks(dp_size);
     }
     Ok(args)
 }
@@ -871,7 +878,11 @@ fn pinned_rank(
     }
     Err(source.at(
         &format!("{path}.worker_id"),
-        format!("there are only {first_worker} workers (ids from 0)"),
+        format!(
+            "unknown worker {}: the run has {}",
+            pin.worker_id,
+            worker_ids(0, first_worker)
+        ),
     ))
 }
 
@@ -1024,18 +1035,22 @@ fn delays(source: &Source, raw: &RawScenario) -> Result<TransportDelays, Scenari
 
 /// `faults:` resolved: worker ids and pools checked against the pools, a cancel's `group`
 /// to the class its requests ask for (a synthetic group's `class`, which no other group may
-/// share; with a trace, `group` names a policy class), times within bounds, and no two down
-/// windows of one worker overlapping.
+/// share; with a trace, `group` names a policy class), times within the time bound and the
+/// run's `limits.max_time_ms` (a fault past it could never act), and no two down windows of
+/// one worker overlapping.
 fn faults(
     source: &Source,
     raw: &RawScenario,
     pools: &[WorkerPool],
+    limits: &Limits,
 ) -> Result<Vec<Fault>, ScenarioError> {
     let workers: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
     let mut out = Vec::with_capacity(raw.faults.len());
     let mut windows: Vec<(u64, SimTime, Option<SimTime>, usize)> = Vec::new();
     for (i, f) in raw.faults.iter().enumerate() {
         let at = |field: &str| format!("faults[{i}].{field}");
+        let time_ms =
+            |field: &str, ms: f64| fault_time_ms(source, &raw.limits, limits, &at(field), ms);
         let set = [
             f.worker_down.is_some(),
             f.cancel.is_some(),
@@ -1052,16 +1067,17 @@ fn faults(
                 return Err(source.at(
                     &at("worker_down.worker"),
                     format!(
-                        "unknown worker {}: the run has workers 0..{workers}",
-                        d.worker
+                        "unknown worker {}: the run has {}",
+                        d.worker,
+                        worker_ids(0, workers)
                     ),
                 ));
             }
-            let start = time_ms(source, &at("worker_down.at_ms"), d.at_ms)?;
+            let start = time_ms("worker_down.at_ms", d.at_ms)?;
             let until = match d.until_ms {
                 None => None,
                 Some(ms) => {
-                    let until = time_ms(source, &at("worker_down.until_ms"), ms)?;
+                    let until = time_ms("worker_down.until_ms", ms)?;
                     if until <= start {
                         return Err(source.at(
                             &at("worker_down.until_ms"),
@@ -1092,7 +1108,8 @@ fn faults(
             if !(0.0..=1.0).contains(&c.fraction) {
                 return Err(source.at(&at("cancel.fraction"), "must be in [0, 1]"));
             }
-            let after = duration_ms(source, &at("cancel.after_ms"), c.after_ms)?;
+            let after = time_ms("cancel.after_ms", c.after_ms)?;
+            let after = SimDuration::from_ns(after.as_ns());
             out.push(Fault::Cancel {
                 class,
                 fraction: c.fraction,
@@ -1111,7 +1128,7 @@ fn faults(
                     ),
                 ));
             };
-            let start = time_ms(source, &at("worker_up.at_ms"), u.at_ms)?;
+            let start = time_ms("worker_up.at_ms", u.at_ms)?;
             out.push(Fault::WorkerUp { pool, at: start });
         }
     }
@@ -1136,6 +1153,37 @@ fn faults(
         ));
     }
     Ok(out)
+}
+
+/// A fault's time at `path`: within the time bound, and at most the run's time limit
+/// (`limits.max_time_ms`, after overrides), past which no event runs. The error names the limit
+/// and where it comes from.
+fn fault_time_ms(
+    source: &Source,
+    raw: &RawLimits,
+    limits: &Limits,
+    path: &str,
+    ms: f64,
+) -> Result<SimTime, ScenarioError> {
+    let time = time_ms(source, path, ms)?;
+    if time <= limits.max_time {
+        return Ok(time);
+    }
+    let limit_ms = number(limits.max_time.as_ns() as f64 / NS_PER_MS as f64);
+    let whose = match raw.max_time_ms {
+        Some(_) => "limits.max_time_ms".to_string(),
+        None => format!(
+            "the default limits.max_time_ms, {} days",
+            DEFAULT_MAX_TIME_NS / (24 * 3600 * NS_PER_SEC)
+        ),
+    };
+    Err(source.at(
+        path,
+        format!(
+            "{} ms is past the run's time limit, {limit_ms} ms ({whose}): no event runs after it, so this fault could never act",
+            number(ms)
+        ),
+    ))
 }
 
 /// The class a cancel's `group` acts on: a synthetic group's `class` (unshared), or with a
@@ -1238,17 +1286,28 @@ fn describe_workers(scenario: &Scenario) -> String {
     );
     let mut first = 0u64;
     for pool in &scenario.pools {
-        let last = first + u64::from(pool.count) - 1;
+        let next = first + u64::from(pool.count);
         out.push_str(&format!(
-            "  pool {}: {} x dp {} (worker ids {first}..={last}); {}\n",
+            "  pool {}: {} x dp {} ({}); {}\n",
             pool.name,
             pool.count,
             pool.engine.dp_size,
+            worker_ids(first, next),
             engine(&pool.engine)
         ));
-        first = last + 1;
+        first = next;
     }
     out
+}
+
+/// The worker ids `first..next` in the one wording every message and `validate` use:
+/// `worker 4` for one, `workers 0 to 3` for more (both ends included).
+fn worker_ids(first: u64, next: u64) -> String {
+    match next.saturating_sub(first) {
+        0 => "no workers".to_string(),
+        1 => format!("worker {first}"),
+        _ => format!("workers {first} to {}", next - 1),
+    }
 }
 
 fn on_off(flag: bool) -> &'static str {

@@ -211,6 +211,80 @@ fn a_bad_fault_exits_2_naming_file_line_and_field() {
     }
 }
 
+/// Fault times past the run's time limit could never act: `run` and `check` refuse them at
+/// once (exit 2, naming file, line, field and the limit), before any work or output.
+#[test]
+fn fault_times_past_the_time_limit_exit_2_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let down = format!("{DOWN}{WINDOW}");
+    let cases: [(String, &[&str], &str); 6] = [
+        (
+            CANCEL.replace("after_ms: 300", "after_ms: 3000000000"),
+            &[],
+            "cancel.yaml:20: faults.0.cancel.after_ms: 3000000000 ms is past the run's time limit, 2592000000 ms (the default limits.max_time_ms, 30 days)",
+        ),
+        (
+            down.replace("at_ms: 2000", "at_ms: 2600000000"),
+            &[],
+            "faults.0.worker_down.at_ms: 2600000000 ms is past the run's time limit, 2592000000 ms",
+        ),
+        (
+            down.clone(),
+            &["--set", "limits.max_time_ms=5000"],
+            "cancel.yaml:11: faults.0.worker_down.until_ms: 6000 ms is past the run's time limit, 5000 ms (limits.max_time_ms)",
+        ),
+        (
+            format!("{down}limits: {{max_time_ms: 1500}}\n"),
+            &[],
+            "faults.0.worker_down.at_ms: 2000 ms is past the run's time limit, 1500 ms (limits.max_time_ms)",
+        ),
+        (
+            format!("{DOWN}faults:\n  - {{worker_up: {{pool: default, at_ms: 3000}}}}\n"),
+            &["--set", "limits.max_time_ms=2999.5"],
+            "faults.0.worker_up.at_ms: 3000 ms is past the run's time limit, 2999.5 ms",
+        ),
+        (
+            CANCEL.replace("after_ms: 300", "after_ms: 1e300"),
+            &[],
+            "faults.0.cancel.after_ms: 1e300 ms is beyond the latest time routersim simulates",
+        ),
+    ];
+    for (text, args, expected) in cases {
+        fs::write(tmp.path().join("cancel.yaml"), &text).unwrap();
+        for command in [
+            &["run", "cancel.yaml", "--out", "o"][..],
+            &["check", "cancel.yaml"],
+        ] {
+            let started = std::time::Instant::now();
+            let out = Command::cargo_bin("routersim")
+                .unwrap()
+                .current_dir(tmp.path())
+                .args(command)
+                .args(args)
+                .timeout(std::time::Duration::from_secs(60))
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+            assert!(
+                stderr.contains(expected),
+                "{command:?}: expected {expected:?} in {stderr}"
+            );
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            assert!(!tmp.path().join("o").exists());
+        }
+    }
+    // At the limit a fault still acts: the bound is inclusive.
+    let at_limit = format!("{down}limits: {{max_time_ms: 6000}}\n");
+    fs::write(tmp.path().join("cancel.yaml"), &at_limit).unwrap();
+    Command::cargo_bin("routersim")
+        .unwrap()
+        .current_dir(tmp.path())
+        .args(["validate", "cancel.yaml"])
+        .assert()
+        .success();
+}
+
 #[test]
 fn a_worker_up_joins_the_default_pool_and_takes_work() {
     let tmp = tempfile::tempdir().unwrap();
