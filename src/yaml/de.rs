@@ -81,6 +81,11 @@ fn describe(error: &serde_saphyr::Error, scalar: Option<&str>) -> String {
         Some(text) => format!("{message}, got `{text}`"),
         None => message,
     };
+    // A number beyond the type says the bound; anything else, what the type takes.
+    let invalid = |ty: &str| match scalar.and_then(|text| out_of_range(ty, text)) {
+        Some(message) => message,
+        None => got(format!("expected {}", type_words(ty))),
+    };
     match error {
         E::SerdeUnknownVariant {
             variant, expected, ..
@@ -88,9 +93,9 @@ fn describe(error: &serde_saphyr::Error, scalar: Option<&str>) -> String {
         E::SerdeUnknownField { field, .. } => format!("unknown field `{field}`"),
         E::DuplicateMappingKey { key: Some(key), .. } => format!("duplicate key `{key}`"),
         E::DuplicateMappingKey { key: None, .. } => "duplicate key".to_string(),
-        E::InvalidScalar { ty, .. } => got(format!("expected {}", type_words(ty))),
+        E::InvalidScalar { ty, .. } => invalid(ty),
         E::SerdeInvalidType { expected, .. } | E::SerdeInvalidValue { expected, .. } => {
-            got(format!("expected {}", type_words(expected)))
+            invalid(expected)
         }
         E::SerdeMissingField { field, .. } => format!("missing field `{field}`"),
         // Messages of the schema's own checks (e.g. a custom visitor), already in words.
@@ -110,6 +115,50 @@ fn one_of(expected: &[&str]) -> String {
         [only] => format!(", expected `{only}`"),
         many => format!(", expected one of {}", many.join(", ")),
     }
+}
+
+/// The smallest and largest value of an integer type, by its Rust name.
+fn integer_range(ty: &str) -> Option<(i128, u128)> {
+    Some(match ty {
+        "u8" => (0, u8::MAX.into()),
+        "u16" => (0, u16::MAX.into()),
+        "u32" => (0, u32::MAX.into()),
+        "u64" | "usize" => (0, u64::MAX.into()),
+        "i8" => (i8::MIN.into(), i8::MAX as u128),
+        "i16" => (i16::MIN.into(), i16::MAX as u128),
+        "i32" => (i32::MIN.into(), i32::MAX as u128),
+        "i64" | "isize" => (i64::MIN.into(), i64::MAX as u128),
+        _ => None?,
+    })
+}
+
+/// For a number `text` beyond what integer type `ty` holds (e.g. `5000000000` for a `u32`,
+/// `1e29` for a `u64`), a message that says the bound; `None` for anything else (a word, a
+/// fraction, a negative number for an unsigned type), which the type's words describe.
+pub(super) fn out_of_range(ty: &str, text: &str) -> Option<String> {
+    let (min, max) = integer_range(ty)?;
+    let value: f64 = text
+        .trim()
+        .trim_start_matches('+')
+        .replace('_', "")
+        .parse()
+        .ok()?;
+    let largest = match max {
+        max if max == u128::from(u64::MAX) => format!("{max} (2^64 - 1)"),
+        max => max.to_string(),
+    };
+    // `max as f64 + 1.0` is the first whole number past `max` (2^64 exactly for u64::MAX).
+    if value >= max as f64 + 1.0 {
+        return Some(format!(
+            "`{text}` is more than {largest}, the largest whole number this field can hold"
+        ));
+    }
+    if min < 0 && value <= min as f64 - 1.0 {
+        return Some(format!(
+            "`{text}` is less than {min}, the smallest whole number this field can hold"
+        ));
+    }
+    None
 }
 
 /// A Rust type name as a user reads it (`u64` is "a whole number >= 0").

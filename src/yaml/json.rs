@@ -2,7 +2,7 @@
 //! YAML: the field path (by `serde_path_to_error`), line, column and a message in words.
 
 use super::Error;
-use super::de::type_words;
+use super::de::{out_of_range, type_words};
 use serde::de::DeserializeOwned;
 
 /// `text` as a `T`, strictly as JSON (duplicate keys and unknown fields as `T` refuses them).
@@ -66,7 +66,12 @@ fn in_words(message: &str) -> String {
         .or_else(|| message.strip_prefix("invalid value: "))
         .and_then(|rest| rest.rsplit_once(", expected "))
     {
-        return format!("expected {}, got {got}", type_words(expected));
+        // serde_json quotes the value: integer `5000000000`, floating point `1e29`.
+        let number = got.split('`').nth(1);
+        return match number.and_then(|text| out_of_range(expected, text)) {
+            Some(message) => message,
+            None => format!("expected {}, got {got}", type_words(expected)),
+        };
     }
     match message.find(", expected one of") {
         Some(cut) if message.starts_with("unknown field") => message[..cut].to_string(),

@@ -232,6 +232,54 @@ fn typed_errors_name_line_path_and_value_in_words() {
     );
 }
 
+#[derive(Debug, serde::Deserialize)]
+#[allow(dead_code, reason = "only parsed for its errors")]
+struct Small {
+    #[serde(default)]
+    limit: u32,
+    #[serde(default)]
+    level: i8,
+}
+
+#[test]
+fn whole_numbers_beyond_their_type_name_the_largest_it_holds() {
+    let error = typed_error("name: a\ncount: 1e29\n");
+    assert_eq!(
+        error.message,
+        "`1e29` is more than 18446744073709551615 (2^64 - 1), the largest whole number this field can hold"
+    );
+    let error = typed_error("name: a\ncount: 18446744073709551616\n");
+    assert!(
+        error.message.contains("more than 18446744073709551615"),
+        "{error}"
+    );
+    let small = |text: &str| Document::parse(text).deserialize::<Small>().unwrap_err();
+    assert_eq!(
+        small("limit: 5000000000\n").message,
+        "`5000000000` is more than 4294967295, the largest whole number this field can hold"
+    );
+    assert_eq!(
+        small("level: -200\n").message,
+        "`-200` is less than -128, the smallest whole number this field can hold"
+    );
+    // What is not a number beyond the type keeps the type's words, a negative one too.
+    assert_eq!(
+        small("limit: -1\n").message,
+        "expected a whole number >= 0, got `-1`"
+    );
+    assert_eq!(
+        small("limit: 2.5\n").message,
+        "expected a whole number >= 0, got `2.5`"
+    );
+    let error = from_json_str::<Small>(r#"{"limit": 5000000000}"#).unwrap_err();
+    assert!(error.message.contains("more than 4294967295"), "{error}");
+    let error = from_json_str::<Small>(r#"{"limit": -1}"#).unwrap_err();
+    assert_eq!(
+        error.message,
+        "expected a whole number >= 0, got integer `-1`"
+    );
+}
+
 #[test]
 fn duplicate_keys_give_no_library_advice() {
     let error = typed_error("name: a\nname: b\n");
