@@ -21,6 +21,10 @@ pub const MAX_PROFILE_POINTS: u64 = 1 << 20;
 /// `decode_ms` may not exceed it, and an interpolated value is clamped to it, so every pass
 /// divided by the smallest speedup ratio stays far inside the time bound.
 pub const MAX_STEP_MS: f64 = 86_400_000.0;
+/// Largest magnitude of a trace timestamp, in ms (1e15 ms, about 31,700 years: epoch
+/// milliseconds are about 1.7e12). The span of a trace's timestamps must also fit the time
+/// bound (`time::MAX_INPUT_NS`).
+pub const MAX_TRACE_TIMESTAMP_MS: f64 = 1e15;
 /// Longest line of a trace, in bytes (1 MiB: about 100,000 hash ids).
 pub const MAX_TRACE_LINE_BYTES: u64 = 1 << 20;
 /// Most worker ranks of a run (`workers.count × dp_size`, or summed over `workers.pools`; and

@@ -2,8 +2,8 @@
 
 use super::{PromptSpec, RequestSpec};
 use crate::bounds::{
-    MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, MIN_SPEEDUP_RATIO,
-    read_line_capped,
+    MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, MAX_TRACE_TIMESTAMP_MS,
+    MIN_SPEEDUP_RATIO, read_line_capped,
 };
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, SimTime};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -333,8 +333,15 @@ impl<R: BufRead> TraceReader<R> {
             _ => return Ok(0.0),
         };
         match v.as_f64() {
-            Some(ms) if (-1e15..1e15).contains(&ms) => Ok(ms),
-            _ => Err(self.error(Some(name), "must be a number of milliseconds")),
+            Some(ms) if ms.abs() <= MAX_TRACE_TIMESTAMP_MS => Ok(ms),
+            Some(ms) => Err(self.error(
+                Some(name),
+                format!(
+                    "{ms:?} ms is beyond the timestamps routersim reads, from -{MAX_TRACE_TIMESTAMP_MS:e} to {MAX_TRACE_TIMESTAMP_MS:e} ms (and the latest may be at most {} ms, about 146 years, after the earliest: the time bound)",
+                    MAX_INPUT_NS / NS_PER_MS
+                ),
+            )),
+            None => Err(self.error(Some(name), "must be a number of milliseconds")),
         }
     }
 
@@ -349,17 +356,23 @@ impl<R: BufRead> TraceReader<R> {
             (_, v) if v.is_present() => (b_name, v),
             _ => return Ok(None),
         };
-        v.as_u64()
-            .map(Some)
-            .ok_or_else(|| self.error(Some(name), "must be a non-negative integer"))
+        match *v {
+            Field::Unsigned(n) => Ok(Some(n)),
+            // serde_json reads an integer past u64 as a float.
+            Field::Float(x) if x >= MAX_TOKENS as f64 && x.fract() == 0.0 => Err(self.error(
+                Some(name),
+                format!("{x:?} tokens is more than the {MAX_TOKENS} a request may have"),
+            )),
+            _ => Err(self.error(Some(name), "must be a non-negative integer")),
+        }
     }
 
     fn hash_ids(&self, obj: &mut RawRow) -> Result<Vec<u64>, TraceError> {
         let field = Some("hash_ids");
         match obj.hash_ids.take() {
             None => Err(self.error(field, "missing")),
-            Some(None) => Err(self.error(field, "must be a list of non-negative integers")),
-            Some(Some(ids)) => Ok(ids),
+            Some(Err(bad)) => Err(self.error(field, bad.message())),
+            Some(Ok(ids)) => Ok(ids),
         }
     }
 
@@ -409,7 +422,13 @@ impl<R: BufRead> TraceReader<R> {
                 Ok(_) => {}
                 Err(e) => return Some(Err(self.error(None, format!("cannot read: {e}")))),
             }
-            let text = self.buf.trim();
+            // A UTF-8 byte-order mark may open the file, as editors on Windows write it (a
+            // scenario file may open with one too).
+            let line = match self.line_no {
+                1 => self.buf.strip_prefix('\u{feff}').unwrap_or(&self.buf),
+                _ => &self.buf,
+            };
+            let text = line.trim();
             if text.is_empty() {
                 continue;
             }
@@ -541,8 +560,8 @@ struct RawRow {
     input_tokens: Field,
     output_length: Field,
     output_tokens: Field,
-    /// `None` when absent; `Some(None)` when not a list of non-negative integers.
-    hash_ids: Option<Option<Vec<u64>>>,
+    /// `None` when absent; `Some(Err(_))` when not a list of hash ids.
+    hash_ids: Option<Result<Vec<u64>, BadIds>>,
     policy_class: Field,
     priority: Field,
     strict_priority: Field,
@@ -760,8 +779,50 @@ impl<'de> Deserialize<'de> for Field {
     }
 }
 
-/// `hash_ids`: the ids, or None if the value is not a list of non-negative integers.
-struct HashIds(Option<Vec<u64>>);
+/// The largest hash id (ids are `u64`, as Dynamo's).
+const MAX_HASH_ID: u64 = u64::MAX;
+
+/// Why a `hash_ids` value is not a list of hash ids.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BadIds {
+    /// Not a list at all.
+    NotAList,
+    /// Element `index` is a whole number above [`MAX_HASH_ID`] (serde_json reads it as a float).
+    TooLarge { index: usize, value: f64 },
+    /// Element `index` is negative.
+    Negative { index: usize },
+    /// Element `index` is not an integer (a fraction, a string, ...).
+    NotAnId { index: usize },
+}
+
+impl BadIds {
+    fn message(self) -> String {
+        let ids = format!("hash ids are whole numbers from 0 to {MAX_HASH_ID} (2^64 - 1)");
+        match self {
+            BadIds::NotAList => format!("must be a list of hash ids: {ids}"),
+            BadIds::TooLarge { index, value } => format!(
+                "hash_ids[{index}] = {value:?} is more than {MAX_HASH_ID} (2^64 - 1), the largest hash id"
+            ),
+            BadIds::Negative { index } => format!("hash_ids[{index}] is negative: {ids}"),
+            BadIds::NotAnId { index } => format!("hash_ids[{index}] is not an integer: {ids}"),
+        }
+    }
+
+    /// Why element `index`, which is not a hash id, is not one.
+    fn element(index: usize, item: &Field) -> BadIds {
+        match *item {
+            Field::Float(value) if value >= MAX_HASH_ID as f64 && value.fract() == 0.0 => {
+                BadIds::TooLarge { index, value }
+            }
+            Field::Signed(_) => BadIds::Negative { index },
+            Field::Float(value) if value < 0.0 => BadIds::Negative { index },
+            _ => BadIds::NotAnId { index },
+        }
+    }
+}
+
+/// `hash_ids`: the ids, or why the value is not a list of hash ids.
+struct HashIds(Result<Vec<u64>, BadIds>);
 
 impl<'de> Deserialize<'de> for HashIds {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -774,38 +835,39 @@ impl<'de> Deserialize<'de> for HashIds {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HashIds, A::Error> {
                 // serde_json gives no length: start with room for a typical prompt's ids.
                 let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(32).min(1024));
-                let mut all_ids = true;
+                let mut bad = None;
                 // One element per iteration: bounded by the line's length.
                 while let Some(item) = seq.next_element::<Field>()? {
-                    match item.as_u64() {
-                        Some(id) if all_ids => ids.push(id),
-                        _ => all_ids = false,
+                    match (item.as_u64(), bad) {
+                        (_, Some(_)) => {}
+                        (Some(id), None) => ids.push(id),
+                        (None, None) => bad = Some(BadIds::element(ids.len(), &item)),
                     }
                 }
-                Ok(HashIds(all_ids.then_some(ids)))
+                Ok(HashIds(bad.map_or(Ok(ids), Err)))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HashIds, A::Error> {
                 // One entry per iteration: bounded by the line's length.
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
             fn visit_unit<E>(self) -> Result<HashIds, E> {
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
             fn visit_bool<E>(self, _: bool) -> Result<HashIds, E> {
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
             fn visit_i64<E>(self, _: i64) -> Result<HashIds, E> {
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
             fn visit_u64<E>(self, _: u64) -> Result<HashIds, E> {
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
             fn visit_f64<E>(self, _: f64) -> Result<HashIds, E> {
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
             fn visit_str<E>(self, _: &str) -> Result<HashIds, E> {
-                Ok(HashIds(None))
+                Ok(HashIds(Err(BadIds::NotAList)))
             }
         }
         d.deserialize_any(IdsVisitor)
@@ -987,6 +1049,71 @@ mod tests {
                 "{line}: {e} should contain {expected}"
             );
         }
+    }
+
+    const OK_ROW: &str =
+        r#"{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#;
+
+    #[test]
+    fn a_byte_order_mark_may_open_a_trace() {
+        let rows = read(&format!("\u{feff}{OK_ROW}\n{OK_ROW}\n"));
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(Result::is_ok), "{rows:?}");
+        assert!(scan(format!("\u{feff}{OK_ROW}").as_bytes(), "t", 512).is_ok());
+        // Only the file's first bytes may be one: later it is a stray character.
+        let e = first_error(&format!("{OK_ROW}\n\u{feff}{OK_ROW}\n"));
+        assert!(e.starts_with("t.jsonl:2: not valid JSON"), "{e}");
+    }
+
+    #[test]
+    fn hash_ids_above_the_largest_say_so_not_that_they_are_negative() {
+        let row = |ids: &str| OK_ROW.replace("[1]", ids);
+        let e = first_error(&row("[1, 18446744073709551616]"));
+        assert!(
+            e.contains("hash_ids[1] = 1.8446744073709552e19 is more than 18446744073709551615 (2^64 - 1), the largest hash id"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("non-negative") && !e.contains("negative"),
+            "{e}"
+        );
+        let e = first_error(&row("[1, 2, -3]"));
+        assert!(
+            e.contains(
+                "hash_ids[2] is negative: hash ids are whole numbers from 0 to 18446744073709551615"
+            ),
+            "{e}"
+        );
+        let e = first_error(&row("[0.5]"));
+        assert!(e.contains("hash_ids[0] is not an integer"), "{e}");
+        let e = first_error(&row("7"));
+        assert!(e.contains("`hash_ids`: must be a list of hash ids"), "{e}");
+        let max = read(&row("[18446744073709551615]"));
+        assert!(max[0].is_ok(), "2^64 - 1 is a hash id");
+    }
+
+    #[test]
+    fn a_timestamp_beyond_the_readable_ones_names_the_bounds() {
+        let e = first_error(&OK_ROW.replace("\"timestamp\": 0", "\"timestamp\": 1e300"));
+        assert!(
+            e.starts_with("t.jsonl:1: field `timestamp`: 1e300 ms is beyond the timestamps routersim reads, from -1e15 to 1e15 ms"),
+            "{e}"
+        );
+        assert!(e.contains("4611686018427 ms"), "the time bound: {e}");
+        let edge = OK_ROW.replace("\"timestamp\": 0", "\"timestamp\": -1e15");
+        assert!(read(&edge)[0].is_ok());
+    }
+
+    #[test]
+    fn a_length_above_every_integer_is_too_many_tokens() {
+        let e = first_error(&OK_ROW.replace(
+            "\"input_length\": 5",
+            "\"input_length\": 18446744073709551616",
+        ));
+        assert!(
+            e.contains("`input_length`: 1.8446744073709552e19 tokens is more than the 16777216 a request may have"),
+            "{e}"
+        );
     }
 
     #[test]
