@@ -562,7 +562,7 @@ fn positive_ms(field: &str, v: f64) -> Result<f64, ExpectationError> {
         true => Ok(v),
         false => Err(invalid(
             field,
-            format!("must be a finite number of ms > 0, got {v}"),
+            format!("must be a finite number of ms > 0, got {}", number(v)),
         )),
     }
 }
@@ -914,16 +914,42 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
     }
 }
 
-/// A number as people write it: integers without a fraction, others to at most 4 decimals.
+/// A number as people write it, the one form of every bound, figure and number of a message:
+/// whole numbers below 1e15 without a fraction; magnitudes from 1e-4 to 1e15 in fixed point
+/// with at least 4 decimals and at least 4 significant digits; smaller and larger ones in
+/// scientific notation with up to 5 significant digits (`1e-6`, `1.5e300`). Trailing zeros
+/// are dropped.
 pub fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    let magnitude = v.abs();
+    if !(1e-4..1e15).contains(&magnitude) {
+        let scientific = format!("{v:.4e}");
+        let (mantissa, exponent) = scientific
+            .split_once('e')
+            .expect("LowerExp writes an exponent");
+        return format!("{}e{exponent}", without_trailing_zeros(mantissa));
+    }
+    if v.fract() == 0.0 {
         return format!("{v:.0}");
     }
-    let fixed = format!("{v:.4}");
-    let trimmed = fixed.trim_end_matches('0').trim_end_matches('.');
-    match trimmed {
-        "-0" => "0".to_string(),
-        _ => trimmed.to_string(),
+    // Zeros between the point and the first significant digit (0.0123 has one).
+    let leading_zeros = (-magnitude.log10().floor() - 1.0).max(0.0) as usize;
+    without_trailing_zeros(&format!("{v:.*}", 4 + leading_zeros))
+}
+
+/// `1.2500` as `1.25`, `2.0000` as `2`.
+fn without_trailing_zeros(fixed: &str) -> String {
+    match fixed.contains('.') {
+        true => fixed
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string(),
+        false => fixed.to_string(),
     }
 }
 
@@ -1482,7 +1508,27 @@ mod tests {
         assert_eq!(number(-3.0), "-3");
         assert_eq!(number(0.05), "0.05");
         assert_eq!(number(0.123456), "0.1235");
-        assert_eq!(number(-0.00001), "0");
+        assert_eq!(number(-0.00001), "-1e-5");
+        assert_eq!(number(-0.0), "0");
+    }
+
+    #[test]
+    fn tiny_and_huge_bounds_print_in_scientific_notation() {
+        assert_eq!(Bound::AtMost(0.000001).to_string(), "at most 1e-6");
+        assert_eq!(Bound::AtLeast(1e300).to_string(), "at least 1e300");
+        assert_eq!(number(1.23456789e20), "1.2346e20");
+        assert_eq!(number(-2.5e-7), "-2.5e-7");
+        assert_eq!(number(1e15), "1e15");
+        assert_eq!(number(999_999_999_999_999.0), "999999999999999");
+    }
+
+    #[test]
+    fn small_fractions_keep_four_significant_digits() {
+        assert_eq!(number(0.0123456), "0.01235");
+        assert_eq!(number(0.00012345), "0.0001234");
+        assert_eq!(number(0.0001), "0.0001");
+        assert_eq!(number(1234.56789), "1234.5679");
+        assert_eq!(number(0.99999), "1");
         assert_eq!(ordinal(1), "1st");
         assert_eq!(ordinal(12), "12th");
         assert_eq!(ordinal(22), "22nd");

@@ -155,18 +155,27 @@ impl Stability {
         shortfall > SERVED_SHORTFALL_FRAC * arrived && shortfall > self.slack_requests()
     }
 
-    /// The warning `run` and `check` print for an overloaded run; `None` otherwise.
+    /// The warning `run` and `check` print for an overloaded run; `None` otherwise. It says
+    /// which test found the overload: a run whose completions fell behind while fewer requests
+    /// stayed in the system (many ended unserved) did not grow.
     pub fn warning(&self) -> Option<String> {
-        (self.overloaded == Some(true)).then(|| {
-            format!(
-                "warning: overloaded: requests in the system grew from {:.1} to {:.1} (mean, \
-                 first vs second half of the arrival window); served {:.1} of {:.1} req/s \
-                 offered",
-                self.in_system_first_half,
-                self.in_system_second_half,
-                self.served_rps,
-                self.offered_rps
-            )
+        let first = number(self.in_system_first_half);
+        let second = number(self.in_system_second_half);
+        let served = format!(
+            "served {} of {} req/s offered",
+            number(self.served_rps),
+            number(self.offered_rps)
+        );
+        (self.overloaded == Some(true)).then(|| match self.grew() {
+            true => format!(
+                "warning: overloaded: requests in the system grew from {first} to {second} \
+                 (mean, first vs second half of the arrival window); {served}"
+            ),
+            false => format!(
+                "warning: overloaded: completions fell behind arrivals: {served} over the \
+                 second half of the arrival window (requests in the system: {first}, then \
+                 {second}, mean per half)"
+            ),
         })
     }
 
@@ -310,6 +319,32 @@ mod tests {
             "nothing piles up: rejected requests leave at once"
         );
         assert!(s.fell_behind());
+    }
+
+    #[test]
+    fn an_overload_without_growth_is_not_called_growth() {
+        // Most of the second half is rejected at once: the system empties while completions
+        // fall behind arrivals, so the warning says that, with the small means unrounded.
+        let mut records = run(100, 10, |_| 5);
+        for r in records.iter_mut().skip(50).filter(|r| r.row % 4 != 0) {
+            r.status = Status::Rejected("queue_full".into());
+            r.completion = Some(r.arrival);
+        }
+        let s = Stability::measure(&records, 0);
+        assert!(s.fell_behind() && !s.grew(), "{s:?}");
+        let warning = s.warning().unwrap();
+        assert!(
+            warning.starts_with("warning: overloaded: completions fell behind arrivals: served "),
+            "{warning}"
+        );
+        assert!(!warning.contains("grew"), "{warning}");
+        let second = number(s.in_system_second_half);
+        assert!(s.in_system_second_half < s.in_system_first_half, "{s:?}");
+        assert_ne!(second, format!("{:.1}", s.in_system_second_half), "{s:?}");
+        assert!(
+            warning.contains(&format!("then {second}, mean per half")),
+            "{warning}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod check_seeds;
 mod cli;
 mod faults;
 mod fidelity;
+mod input_messages;
 mod plan;
 mod pools;
 mod rate;
