@@ -143,9 +143,10 @@ pub fn read_bytes_capped(path: &Path, cap_bytes: u64) -> io::Result<Vec<u8>> {
 }
 
 /// The regular file at `path`, to be read through a cap of `cap_bytes` (+1 to tell a file
-/// at the cap from a larger one). One already larger is refused before a byte is read; the
-/// cap still holds for one that grows while it is read.
-fn open_capped(path: &Path, cap_bytes: u64) -> io::Result<io::Take<File>> {
+/// at the cap from a larger one: a reader that finds the `Take`'s limit at 0 read past the
+/// cap). One already larger is refused before a byte is read; the cap still holds for one
+/// that grows while it is read.
+pub fn open_capped(path: &Path, cap_bytes: u64) -> io::Result<io::Take<File>> {
     let file = open_regular(path)?;
     if file.metadata()?.len() > cap_bytes {
         return Err(file_too_large(cap_bytes));
@@ -153,7 +154,8 @@ fn open_capped(path: &Path, cap_bytes: u64) -> io::Result<io::Take<File>> {
     Ok(file.take(cap_bytes + 1))
 }
 
-fn file_too_large(cap_bytes: u64) -> io::Error {
+/// The error of a file larger than `cap_bytes`.
+pub fn file_too_large(cap_bytes: u64) -> io::Error {
     too_large(format!(
         "the file is larger than {}, the most routersim reads",
         format_bytes(cap_bytes)

@@ -95,17 +95,27 @@ impl Grid {
             .iter()
             .map(|s| Axis::parse(s))
             .collect::<Result<Vec<_>, _>>()?;
-        for (i, axis) in axes.iter().enumerate() {
-            if axes[..i].iter().any(|a| a.path == axis.path) {
+        let grid = Grid { axes };
+        grid.check()?;
+        Ok(grid)
+    }
+
+    /// What every grid holds, parsed or read back from a `sweep.json`: each path once, each
+    /// axis with a value, and at most [`MAX_POINTS`] points.
+    pub fn check(&self) -> Result<(), RunError> {
+        for (i, axis) in self.axes.iter().enumerate() {
+            if self.axes[..i].iter().any(|a| a.path == axis.path) {
                 return Err(RunError::Input(format!(
                     "{}: given twice with --set",
                     axis.path
                 )));
             }
+            if axis.values.is_empty() {
+                return Err(RunError::Input(format!("{}: no values", axis.path)));
+            }
         }
-        let grid = Grid { axes };
         let mut count: usize = 1;
-        for axis in &grid.axes {
+        for axis in &self.axes {
             count = count
                 .checked_mul(axis.values.len())
                 .filter(|&c| c <= MAX_POINTS)
@@ -113,7 +123,7 @@ impl Grid {
                     RunError::Input(format!("more than {MAX_POINTS} points in the sweep"))
                 })?;
         }
-        Ok(grid)
+        Ok(())
     }
 
     /// How many points the product has (1 without axes).

@@ -20,6 +20,7 @@ pub mod grid;
 pub mod plots;
 pub mod run;
 pub mod shard;
+pub mod shard_check;
 pub mod stats;
 pub mod table;
 pub mod tune;

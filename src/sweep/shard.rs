@@ -4,10 +4,14 @@
 //! points' rows). [`read_shards`] checks that the shards belong to one sweep and cover every
 //! run exactly once, so the merged files equal an unsharded sweep's byte for byte.
 
+use super::grid::MAX_POINTS;
 use super::grid::{Grid, ShardSpec};
 use super::run::Row;
+use super::shard_check::{self, RowSource};
 use super::table;
+use crate::bounds::{self, MAX_INPUT_FILE_BYTES, MAX_REQUESTS};
 use crate::pipeline::RunError;
+use crate::time::MAX_INPUT_NS;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -58,9 +62,48 @@ impl Manifest {
                 Self::FORMAT
             )));
         }
+        manifest
+            .grid
+            .check()
+            .map_err(|e| RunError::Input(format!("{source}: field `grid`: {e}")))?;
         super::grid::check_run_count(manifest.grid.point_count(), manifest.replications)
             .map_err(|e| RunError::Input(format!("{source}: {e}")))?;
+        manifest
+            .check_fields()
+            .map_err(|what| RunError::Input(format!("{source}: {what}")))?;
         Ok(manifest)
+    }
+
+    /// The fields a sweep of this manifest could have written: at least one replication and
+    /// one class, a shard that is one of its N, and the jitter and first-N within their
+    /// bounds.
+    fn check_fields(&self) -> Result<(), String> {
+        if self.replications == 0 {
+            return Err("field `replications`: 0, a sweep runs at least 1".into());
+        }
+        if self.class_names.is_empty() {
+            return Err("field `class_names`: empty, a sweep has at least one class".into());
+        }
+        if let Some(spec) = self.shard
+            && (spec.index == 0 || spec.index > spec.count || spec.count > MAX_POINTS)
+        {
+            return Err(format!(
+                "field `shard`: {}/{} is not shard K of N with 1 <= K <= N <= {MAX_POINTS}",
+                spec.index, spec.count
+            ));
+        }
+        if self.arrival_jitter_ns > MAX_INPUT_NS {
+            return Err(format!(
+                "field `arrival_jitter_ns`: {} is more than {MAX_INPUT_NS} ns",
+                self.arrival_jitter_ns
+            ));
+        }
+        match self.prefix_n {
+            Some(n) if n > MAX_REQUESTS => Err(format!(
+                "field `prefix_n`: {n} is more than the {MAX_REQUESTS} requests a run may have"
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -73,8 +116,9 @@ pub fn shard_files(manifest: &Manifest, rows: &[Row]) -> Vec<(String, Vec<u8>)> 
 }
 
 /// Reads shard directories into the whole sweep's manifest (without shard) and its rows
-/// sorted by (point, replication). Errors (exit 2) if they are not all N shards of one sweep
-/// or do not hold every run exactly once.
+/// sorted by (point, replication). Errors (exit 2) if they are not all N shards of one sweep,
+/// do not hold every run exactly once, or hold a value no sweep of their manifest writes
+/// ([`shard_check`]).
 pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), RunError> {
     let mut shards = Vec::new();
     for dir in dirs {
@@ -87,14 +131,28 @@ pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), RunError> {
         shard: None,
         ..first.clone()
     };
-    let count = first.shard.map_or(0, |s| s.count);
+    check_one_sweep(&whole, &shards, dirs)?;
+    let mut runs: Vec<(Row, RowSource)> = shards.into_iter().flat_map(|(_, rows)| rows).collect();
+    runs.sort_by_key(|(r, _)| (r.point, r.replication));
+    check_complete(&whole, &runs)?;
+    shard_check::check_seeds(&whole, &runs)?;
+    Ok((whole, runs.into_iter().map(|(row, _)| row).collect()))
+}
+
+/// Every shard is one of the same N shards of `whole`, each given once, none missing.
+fn check_one_sweep(
+    whole: &Manifest,
+    shards: &[(Manifest, Vec<(Row, RowSource)>)],
+    dirs: &[PathBuf],
+) -> Result<(), RunError> {
+    let count = shards[0].0.shard.map_or(0, |s| s.count);
     let mut seen = vec![false; count];
     for ((manifest, _), dir) in shards.iter().zip(dirs) {
         let spec = manifest.shard.expect("read_shard checked");
         if (Manifest {
             shard: None,
             ..manifest.clone()
-        }) != whole
+        }) != *whole
             || spec.count != count
         {
             return Err(RunError::Input(format!(
@@ -111,63 +169,99 @@ pub fn read_shards(dirs: &[PathBuf]) -> Result<(Manifest, Vec<Row>), RunError> {
             )));
         }
     }
-    if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(RunError::Input(format!(
+    match seen.iter().position(|s| !s) {
+        Some(missing) => Err(RunError::Input(format!(
             "merge: shard {}/{count} is missing",
             missing + 1
-        )));
+        ))),
+        None => Ok(()),
     }
-    let mut rows: Vec<Row> = shards.into_iter().flat_map(|(_, rows)| rows).collect();
-    rows.sort_by_key(|r| (r.point, r.replication));
-    check_complete(&whole, &rows)?;
-    Ok((whole, rows))
 }
 
-fn read_shard(dir: &Path) -> Result<(Manifest, Vec<Row>), RunError> {
-    let read = |name: &str| {
-        let path = dir.join(name);
-        std::fs::read(&path)
-            .map_err(|e| RunError::Input(format!("{}: cannot read: {e}", path.display())))
-            .map(|bytes| (bytes, path.display().to_string()))
+/// Reads one shard directory: its manifest through [`MAX_INPUT_FILE_BYTES`], its rows
+/// through the most its manifest allows ([`shard_check::max_rows_csv_bytes`]), each row
+/// checked ([`shard_check::check_row`]) and in the shard's points.
+fn read_shard(dir: &Path) -> Result<(Manifest, Vec<(Row, RowSource)>), RunError> {
+    let unreadable = |path: &Path, e: std::io::Error| {
+        RunError::Input(format!("{}: cannot read: {e}", path.display()))
     };
-    let (json, json_name) = read("sweep.json")?;
+    let json_path = dir.join("sweep.json");
+    let json_name = json_path.display().to_string();
+    let json = bounds::read_bytes_capped(&json_path, MAX_INPUT_FILE_BYTES)
+        .map_err(|e| unreadable(&json_path, e))?;
     let manifest = Manifest::from_json(&json, &json_name)?;
     let Some(spec) = manifest.shard else {
         return Err(RunError::Input(format!(
             "{json_name}: not a shard (no \"shard\")"
         )));
     };
-    let (csv, csv_name) = read("sweep.csv")?;
-    let rows = table::parse_rows_csv(&manifest, &csv, &csv_name)?;
-    if let Some(stray) = rows.iter().find(|r| !spec.contains(r.point)) {
-        return Err(RunError::Input(format!(
-            "{csv_name}: point {} does not belong to shard {}/{}",
-            stray.point, spec.index, spec.count
-        )));
+    let runs = shard_runs(&manifest, spec);
+    let csv_path = dir.join("sweep.csv");
+    let file = name_of(&csv_path);
+    let cap_bytes = shard_check::max_rows_csv_bytes(&manifest, runs);
+    let mut input =
+        bounds::open_capped(&csv_path, cap_bytes).map_err(|e| unreadable(&csv_path, e))?;
+    let parsed = table::parse_rows_csv(&manifest, &mut input, &file, runs);
+    if input.limit() == 0 {
+        // It grew past the cap while it was read: whatever was parsed is not the file.
+        return Err(unreadable(&csv_path, bounds::file_too_large(cap_bytes)));
+    }
+    let mut rows = Vec::new();
+    for (row, line) in parsed? {
+        let at = RowSource {
+            file: file.clone(),
+            line,
+        };
+        shard_check::check_row(&manifest, &row, &at)?;
+        if !spec.contains(row.point) {
+            return Err(RunError::Input(format!(
+                "{file}:{line}: column `point`: point {} does not belong to shard {}/{}",
+                row.point, spec.index, spec.count
+            )));
+        }
+        rows.push((row, at));
     }
     Ok((manifest, rows))
 }
 
-/// Every (point, replication) exactly once, with the point's values.
-fn check_complete(manifest: &Manifest, rows: &[Row]) -> Result<(), RunError> {
-    let reps = manifest.replications as usize;
-    let expected = manifest.grid.point_count() * reps;
-    if rows.len() != expected {
-        return Err(RunError::Input(format!(
-            "merge: {} runs, the sweep has {expected}",
-            rows.len()
-        )));
-    }
-    for (i, row) in rows.iter().enumerate() {
-        let (point, replication) = (i / reps, (i % reps) as u32);
-        if (row.point, row.replication) != (point, replication)
-            || row.values != manifest.grid.values(point)
-        {
+fn name_of(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// The runs shard `spec` of `manifest` holds: its points times the replications.
+fn shard_runs(manifest: &Manifest, spec: ShardSpec) -> usize {
+    let points = manifest.grid.point_count();
+    let mine = points / spec.count + usize::from(spec.index - 1 < points % spec.count);
+    mine * manifest.replications as usize
+}
+
+/// Every (point, replication) exactly once. `runs` is sorted by (point, replication), and
+/// each row was checked against the manifest, so a gap or a repeat is all that is left.
+fn check_complete(manifest: &Manifest, runs: &[(Row, RowSource)]) -> Result<(), RunError> {
+    for pair in runs.windows(2) {
+        let ((a, at_a), (b, at_b)) = (&pair[0], &pair[1]);
+        if (a.point, a.replication) == (b.point, b.replication) {
             return Err(RunError::Input(format!(
-                "merge: run {i} is point {} replication {}, expected point {point} replication {replication}",
-                row.point, row.replication
+                "{}:{}: point {} replication {} is also at {}:{}",
+                at_b.file, at_b.line, b.point, b.replication, at_a.file, at_a.line
             )));
         }
+    }
+    let reps = manifest.replications as usize;
+    let expected = manifest.grid.point_count() * reps;
+    if runs.len() != expected {
+        let missing = (0..expected)
+            .find(|&i| {
+                runs.get(i)
+                    .is_none_or(|(r, _)| (r.point, r.replication as usize) != (i / reps, i % reps))
+            })
+            .expect("fewer runs than expected, none repeated: one is missing");
+        return Err(RunError::Input(format!(
+            "merge: {} runs, the sweep has {expected}: point {} replication {} is in no shard",
+            runs.len(),
+            missing / reps,
+            missing % reps
+        )));
     }
     Ok(())
 }

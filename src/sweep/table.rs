@@ -122,15 +122,17 @@ fn finish(out: csv::Writer<Vec<u8>>) -> Vec<u8> {
     out.into_inner().expect("writing CSV to memory cannot fail")
 }
 
-/// Reads `sweep.csv` bytes written by [`rows_csv`] for `manifest` (`source` names the file in
-/// errors).
+/// Reads a `sweep.csv` written by [`rows_csv`] for `manifest` (`source` names the file in
+/// errors), with each row's line. More than `max_rows` rows is an error as soon as the next
+/// one is read, so a file far longer than its manifest allows is never read whole.
 pub fn parse_rows_csv(
     manifest: &Manifest,
-    bytes: &[u8],
+    input: impl std::io::Read,
     source: &str,
-) -> Result<Vec<Row>, RunError> {
+    max_rows: usize,
+) -> Result<Vec<(Row, usize)>, RunError> {
     let bad = |line: usize, what: String| RunError::Input(format!("{source}:{line}: {what}"));
-    let mut reader = csv::Reader::from_reader(bytes);
+    let mut reader = csv::Reader::from_reader(input);
     let header: Vec<String> = reader
         .headers()
         .map_err(|e| bad(1, e.to_string()))?
@@ -144,50 +146,65 @@ pub fn parse_rows_csv(
     let mut rows = Vec::new();
     for (i, record) in reader.records().enumerate() {
         let line = i + 2;
+        if i == max_rows {
+            return Err(bad(
+                line,
+                format!("more rows than the {max_rows} runs sweep.json gives this file"),
+            ));
+        }
         let record = record.map_err(|e| bad(line, e.to_string()))?;
         let fields: Vec<&str> = record.iter().collect();
-        let row = parse_row(&fields, axes).map_err(|what| bad(line, what))?;
-        rows.push(row);
+        let row = parse_row(&fields, &header, axes).map_err(|what| bad(line, what))?;
+        rows.push((row, line));
     }
     Ok(rows)
 }
 
-fn parse_row(fields: &[&str], axes: usize) -> Result<Row, String> {
-    let int = |text: &str| {
-        text.parse::<u64>()
-            .map_err(|_| format!("not an integer: {text:?}"))
+/// One record of `sweep.csv` (as wide as `header`, which the reader checks) as a row; an
+/// error names the column.
+fn parse_row(fields: &[&str], header: &[String], axes: usize) -> Result<Row, String> {
+    let cell = |i: usize| (fields[i], &header[i]);
+    let int = |i: usize| {
+        let (text, column) = cell(i);
+        text.parse::<u64>().map_err(|_| {
+            format!("column `{column}`: not a whole number from 0 to 2^64 - 1: {text:?}")
+        })
     };
-    let float = |text: &str| {
+    let float = |i: usize| {
+        let (text, column) = cell(i);
         text.parse::<f64>()
-            .map_err(|_| format!("not a number: {text:?}"))
+            .map_err(|_| format!("column `{column}`: not a number: {text:?}"))
     };
-    let optional = |text: &str| match text {
+    let optional = |i: usize| match fields[i] {
         "" => Ok(None),
-        t => float(t).map(Some),
+        _ => float(i).map(Some),
     };
     let fixed = 1 + axes + 3;
     let per_class = 1 + ClassMetric::ALL.len();
-    let classes = fields[fixed..]
-        .chunks(per_class)
+    let classes = (fixed..fields.len())
+        .step_by(per_class)
         .map(|c| {
             Ok(ClassRow {
-                ideal_share: float(c[0])?,
-                completed: int(c[1])?,
-                share_first_n: optional(c[2])?,
-                backlogged_token_share: optional(c[3])?,
-                ttft_ms_p50: optional(c[4])?,
-                ttft_ms_p99: optional(c[5])?,
-                e2e_ms_p50: optional(c[6])?,
-                e2e_ms_p99: optional(c[7])?,
+                ideal_share: float(c)?,
+                completed: int(c + 1)?,
+                share_first_n: optional(c + 2)?,
+                backlogged_token_share: optional(c + 3)?,
+                ttft_ms_p50: optional(c + 4)?,
+                ttft_ms_p99: optional(c + 5)?,
+                e2e_ms_p50: optional(c + 6)?,
+                e2e_ms_p99: optional(c + 7)?,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let replication = int(axes + 1)?;
     Ok(Row {
-        point: int(fields[0])? as usize,
+        point: usize::try_from(int(0)?).map_err(|_| "column `point`: too large".to_string())?,
         values: fields[1..=axes].iter().map(|v| v.to_string()).collect(),
-        replication: u32::try_from(int(fields[axes + 1])?).map_err(|e| e.to_string())?,
-        seed: int(fields[axes + 2])?,
-        prefix_n: int(fields[axes + 3])?,
+        replication: u32::try_from(replication).map_err(|_| {
+            format!("column `replication`: {replication} is more than 4,294,967,295")
+        })?,
+        seed: int(axes + 2)?,
+        prefix_n: int(axes + 3)?,
         classes,
     })
 }
@@ -306,7 +323,8 @@ pub(crate) mod tests {
                 rows.push(Row {
                     point,
                     replication,
-                    seed: u64::MAX - replication as u64,
+                    // As a sweep derives them, so a merge believes them.
+                    seed: crate::pipeline::replication_seeds(u64::MAX, 2)[replication as usize],
                     values: vec![(point + 1).to_string()],
                     prefix_n: 320,
                     classes: vec![class(Some(share), 10), class(None, 3)],
@@ -322,7 +340,22 @@ pub(crate) mod tests {
         let bytes = rows_csv(&m, &rows);
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.starts_with("point,router.policy_classes.b.quantum,replication,seed,prefix_n,a.ideal_share,a.completed,a.share_first_n,"));
-        assert_eq!(parse_rows_csv(&m, &bytes, "x.csv").unwrap(), rows);
+        let back = parse_rows_csv(&m, &bytes[..], "x.csv", rows.len()).unwrap();
+        assert_eq!(
+            back.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
+            rows
+        );
+        assert_eq!(
+            back.iter().map(|&(_, line)| line).collect::<Vec<_>>(),
+            [2, 3, 4, 5]
+        );
+        let short = parse_rows_csv(&m, &bytes[..], "x.csv", 3).unwrap_err();
+        assert!(
+            short
+                .to_string()
+                .starts_with("x.csv:5: more rows than the 3 runs"),
+            "{short}"
+        );
     }
 
     #[test]
@@ -330,12 +363,16 @@ pub(crate) mod tests {
         let bytes = rows_csv(&manifest(), &rows());
         let mut other = manifest();
         other.class_names[1] = "c".into();
-        let err = parse_rows_csv(&other, &bytes, "x.csv").unwrap_err();
+        let err = parse_rows_csv(&other, &bytes[..], "x.csv", 4).unwrap_err();
         assert!(matches!(err, RunError::Input(_)), "{err}");
         assert!(err.to_string().starts_with("x.csv:1:"), "{err}");
         let garbled = String::from_utf8(bytes).unwrap().replacen("320", "lots", 1);
-        let err = parse_rows_csv(&manifest(), garbled.as_bytes(), "x.csv").unwrap_err();
-        assert!(err.to_string().contains("x.csv:2: not an integer"), "{err}");
+        let err = parse_rows_csv(&manifest(), garbled.as_bytes(), "x.csv", 4).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("x.csv:2: column `prefix_n`: not a whole number"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -251,3 +251,199 @@ workload:
     );
     assert!(!stdout.contains("NaN") && !stderr.contains("NaN"));
 }
+
+/// Two shards of a small sweep (2 points x 2 seeds, one point each) under `tmp`, for
+/// tampering with: `shard-1` holds point 0, `shard-2` point 1.
+fn two_shards(tmp: &Path) -> [PathBuf; 2] {
+    let scenario = scenario();
+    [1, 2].map(|k| {
+        let dir = tmp.join(format!("shard-{k}"));
+        let (code, _, stderr) = run(&[
+            "sweep",
+            scenario.to_str().unwrap(),
+            "--set",
+            "router.policy_classes.regular.quantum=64,512",
+            "--seeds",
+            "2",
+            "--quiet",
+            "--shard",
+            &format!("{k}/2"),
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        dir
+    })
+}
+
+/// Merges `shards` into `tmp/merged`; returns (exit code, stderr).
+fn merge(tmp: &Path, shards: &[PathBuf]) -> (i32, String) {
+    let merged = tmp.join("merged");
+    let mut args = vec!["merge"];
+    args.extend(shards.iter().map(|d| d.to_str().unwrap()));
+    args.extend(["--out", merged.to_str().unwrap()]);
+    let (code, _, stderr) = run(&args);
+    (code, stderr)
+}
+
+/// Replaces the `column` cell of data line `line` (1-based, after the header) of `csv`.
+fn edit_cell(csv: &Path, line: usize, column: &str, value: &str) {
+    let text = std::fs::read_to_string(csv).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let index = lines[0].split(',').position(|c| c == column).unwrap();
+    let mut cells: Vec<&str> = lines[line].split(',').collect();
+    cells[index] = value;
+    lines[line] = cells.join(",");
+    std::fs::write(csv, lines.join("\n") + "\n").unwrap();
+}
+
+/// A tampered shard's bad cell, and the words merge must say about it (after the file,
+/// line and column, which every case names).
+fn assert_merge_refuses(column: &str, value: &str, words: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    let csv = shards[1].join("sweep.csv");
+    edit_cell(&csv, 2, column, value);
+    let (code, stderr) = merge(tmp.path(), &shards);
+    assert_eq!(code, 2, "{column}={value}: {stderr}");
+    let place = format!("{}:3: column `{column}`: ", csv.display());
+    assert!(stderr.contains(&place), "{column}={value}: {stderr}");
+    assert!(stderr.contains(words), "{column}={value}: {stderr}");
+    assert!(!tmp.path().join("merged/sweep-summary.csv").exists());
+}
+
+#[test]
+fn merge_refuses_a_share_that_is_not_a_number_from_0_to_1() {
+    assert_merge_refuses("premium.share_first_n", "NaN", "NaN is not a share");
+    assert_merge_refuses("premium.share_first_n", "-5", "-5 is not a share");
+    assert_merge_refuses("regular.ideal_share", "1.5", "1.5 is not a share");
+    assert_merge_refuses(
+        "regular.backlogged_token_share",
+        "inf",
+        "inf is not a share",
+    );
+}
+
+#[test]
+fn merge_refuses_a_negative_or_infinite_latency_and_an_impossible_count() {
+    assert_merge_refuses("premium.ttft_ms_p99", "-1", "must be finite and at least 0");
+    assert_merge_refuses("regular.e2e_ms_p50", "inf", "must be finite and at least 0");
+    assert_merge_refuses(
+        "premium.completed",
+        "2000000",
+        "more than the 1000000 requests",
+    );
+    assert_merge_refuses("premium.completed", "-3", "not a whole number");
+}
+
+#[test]
+fn merge_refuses_a_seed_no_sweep_of_the_manifest_runs() {
+    assert_merge_refuses("seed", "7", "is not the seed of point 1 replication 1");
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    let csv = shards[1].join("sweep.csv");
+    edit_cell(&csv, 1, "seed", "7");
+    let (code, stderr) = merge(tmp.path(), &shards);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("column `seed`: 7 is not the seed of point 1 replication 0")
+            && stderr.contains("as no axis varies `seed`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn merge_names_the_axis_value_a_shard_row_changed() {
+    assert_merge_refuses(
+        "router.policy_classes.regular.quantum",
+        "65",
+        "`65` is not point 1's value, which sweep.json says is `512`",
+    );
+    assert_merge_refuses(
+        "replication",
+        "5",
+        "5 is not below the sweep's 2 replications",
+    );
+    assert_merge_refuses("prefix_n", "99999999", "more than the 1000000 requests");
+}
+
+#[test]
+fn merge_names_both_places_of_a_run_given_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    let csv = shards[1].join("sweep.csv");
+    edit_cell(&csv, 2, "replication", "0");
+    let (code, stderr) = merge(tmp.path(), &shards);
+    assert_eq!(code, 2, "{stderr}");
+    let wanted = format!(
+        "{0}:3: point 1 replication 0 is also at {0}:2",
+        csv.display()
+    );
+    assert!(stderr.contains(&wanted), "{stderr}");
+}
+
+#[test]
+fn merge_reads_no_shard_file_past_its_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    for name in ["sweep.json", "sweep.csv"] {
+        let path = shards[0].join(name);
+        let saved = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+            let (code, stderr) = merge(tmp.path(), &shards);
+            assert_eq!(code, 2, "{name} -> /dev/zero: {stderr}");
+            assert!(stderr.contains("a character device"), "{stderr}");
+            std::fs::remove_file(&path).unwrap();
+        }
+        // A sparse file of 300 MB costs no disk, and would cost 300 MB of memory if read.
+        let huge = std::fs::File::create(&path).unwrap();
+        huge.set_len(300 << 20).unwrap();
+        let (code, stderr) = merge(tmp.path(), &shards);
+        assert_eq!(code, 2, "{name} of 300 MB: {stderr}");
+        assert!(stderr.contains("is larger than"), "{stderr}");
+        std::fs::write(&path, saved).unwrap();
+    }
+    assert_eq!(merge(tmp.path(), &shards).0, 0);
+}
+
+#[test]
+fn merge_refuses_a_manifest_no_sweep_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    let json = shards[0].join("sweep.json");
+    let text = std::fs::read_to_string(&json).unwrap();
+    for (from, to, words) in [
+        (
+            "\"replications\": 2",
+            "\"replications\": 0",
+            "field `replications`: 0",
+        ),
+        (
+            "\"index\": 1",
+            "\"index\": 0",
+            "field `shard`: 0/2 is not shard K of N",
+        ),
+        (
+            "\"index\": 1",
+            "\"index\": 9",
+            "field `shard`: 9/2 is not shard K of N",
+        ),
+        (
+            "\"arrival_jitter_ns\": 0",
+            "\"arrival_jitter_ns\": 18446744073709551615",
+            "field `arrival_jitter_ns`",
+        ),
+    ] {
+        assert!(text.contains(from), "{from} in {text}");
+        std::fs::write(&json, text.replacen(from, to, 1)).unwrap();
+        let (code, stderr) = merge(tmp.path(), &shards);
+        assert_eq!(code, 2, "{to}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: {words}", json.display())),
+            "{stderr}"
+        );
+    }
+}

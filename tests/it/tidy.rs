@@ -76,10 +76,6 @@ const TEST_FILES: [&str; 4] = [
     "dynamo_parity.rs",
 ];
 
-/// Files still reading without `bounds`: a shard's `sweep.json` and `sweep.csv` are read
-/// whole. Moving them to the capped reader empties this list.
-const UNCAPPED_READERS: [&str; 1] = ["sweep/shard.rs"];
-
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("src is readable") {
         let path = entry.expect("dir entry").path();
@@ -202,9 +198,7 @@ fn every_read_goes_through_bounds() {
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        let exempt = rel == "bounds.rs"
-            || TEST_FILES.iter().any(|t| rel.ends_with(t))
-            || UNCAPPED_READERS.contains(&rel.as_str());
+        let exempt = rel == "bounds.rs" || TEST_FILES.iter().any(|t| rel.ends_with(t));
         if exempt {
             continue;
         }
