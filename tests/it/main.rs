@@ -13,6 +13,7 @@ mod safety_bounds;
 mod safety_hang;
 mod safety_output;
 mod scenarios;
+mod shape;
 mod stability;
 mod support;
 mod sweep;

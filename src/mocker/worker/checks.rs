@@ -1,0 +1,113 @@
+//! The rank's checker, beside the model: every request in exactly one queue, blocks held as
+//! computed tokens need, refcounts as requests hold them, capacity and batch limits kept.
+
+use super::*;
+
+impl MockWorker {
+    /// Verifies the rank's bookkeeping: every request in exactly one queue with a matching
+    /// phase, waiting requests holding no KV, running requests holding exactly the blocks their
+    /// computed tokens need, block refcounts equal to the references requests hold, active +
+    /// inactive within capacity, running within `max_num_seqs`. O(requests + blocks).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.pool.check_invariants()?;
+        if self.running.len() as u64 > self.args.max_num_seqs {
+            return Err(format!("{} running > max_num_seqs", self.running.len()));
+        }
+        if self.waiting.len() + self.running.len() != self.slot_of.len() {
+            return Err("a live request is in no queue, or in two".to_string());
+        }
+        if self.slot_of.len() + self.free_slots.len() != self.reqs.len() {
+            return Err("a request slot is neither live nor free".to_string());
+        }
+        let mut seen = FxHashSet::default();
+        let mut refs: FxHashMap<BlockId, u32> = FxHashMap::default();
+        for &slot in self.waiting.iter().chain(&self.running) {
+            let r = self
+                .reqs
+                .get(slot as usize)
+                .ok_or(format!("queued slot {slot} unknown"))?;
+            let id = r.id;
+            if !seen.insert(id) {
+                return Err(format!("request {id} queued twice"));
+            }
+            if !r.live || self.slot_of.get(&id) != Some(&slot) {
+                return Err(format!("request {id} is not live in slot {slot}"));
+            }
+            self.check_request(r)?;
+            for &b in &r.blocks {
+                *refs.entry(b).or_default() += 1;
+            }
+        }
+        for &slot in &self.running {
+            let r = self.req(slot);
+            if r.phase != RequestPhase::Running {
+                return Err(format!("request {} in running but not Running", r.id));
+            }
+        }
+        if refs.len() as u64 != self.pool.active_blocks() {
+            return Err(format!(
+                "requests hold {} distinct blocks, pool has {} active",
+                refs.len(),
+                self.pool.active_blocks()
+            ));
+        }
+        match refs.iter().find(|&(&b, &n)| self.pool.refcount(b) != n) {
+            Some((b, n)) => Err(format!(
+                "block {b}: {n} holders, refcount {}",
+                self.pool.refcount(*b)
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Asserts that `other` is in exactly the same state: queues, every live request's
+    /// progress and blocks, and the pool (tests comparing two ways to reach a state).
+    #[cfg(test)]
+    pub(crate) fn assert_same_state(&self, other: &MockWorker) {
+        self.pool.assert_same_state(&other.pool);
+        assert_eq!(self.waiting, other.waiting, "waiting queues differ");
+        assert_eq!(self.running, other.running, "running queues differ");
+        assert_eq!(
+            self.free_slots, other.free_slots,
+            "free request slots differ"
+        );
+        let progress = |w: &MockWorker| {
+            let live = w.reqs.iter().filter(|r| r.live);
+            live.map(|r| {
+                let counts = (r.generated, r.computed, r.registered, r.preemptions);
+                (r.id, r.phase, counts, r.max_reused, r.blocks.clone())
+            })
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(progress(self), progress(other), "requests differ");
+        assert_eq!(self.next_event_id, other.next_event_id);
+        assert_eq!(self.preemptions_total, other.preemptions_total);
+    }
+
+    fn check_request(&self, r: &Req) -> Result<(), String> {
+        let id = r.id;
+        if r.computed > r.seq_len() {
+            return Err(format!("request {id} computed beyond its sequence"));
+        }
+        if r.registered > r.blocks.len() {
+            return Err(format!("request {id} registered more blocks than it holds"));
+        }
+        match r.phase {
+            RequestPhase::Running => {
+                let want = r.computed.div_ceil(self.args.block_size);
+                if r.blocks.len() as u64 != want {
+                    return Err(format!(
+                        "request {id} holds {} blocks, needs {want}",
+                        r.blocks.len()
+                    ));
+                }
+            }
+            RequestPhase::Waiting | RequestPhase::Preempted => {
+                if !r.blocks.is_empty() || r.computed != 0 {
+                    return Err(format!("waiting request {id} holds KV"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! What a mock rank takes and gives: the request it receives, why it refuses one, and
+//! everything a pass delivers at its end (tokens, admissions, rejections, KV events).
+
+use crate::scheduling::types::{KvEvent, RequestId, SeqHash};
+use std::fmt;
+use std::sync::Arc;
+
+/// A request as the worker receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MockRequest {
+    /// The caller's id; must be unique among the rank's live requests.
+    pub id: RequestId,
+    /// Prompt length in tokens (at least 1).
+    pub prompt_tokens: u64,
+    /// Sequence hashes of the prompt's full engine blocks (`prompt_tokens / block_size` of
+    /// them), as `scheduling::hashing::sequence_hashes` computes them.
+    pub prompt_hashes: Arc<[SeqHash]>,
+    /// Tokens to generate; 0 completes the request after its prefill without a token.
+    pub max_output_tokens: u64,
+}
+
+/// Why a request was refused by [`MockWorker::add_request`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AddRequestError {
+    /// A live request already has this id.
+    DuplicateId(RequestId),
+    /// The prompt is empty.
+    EmptyPrompt(RequestId),
+    /// `prompt_hashes` does not have one hash per full block of the prompt.
+    HashCountMismatch {
+        /// The request.
+        id: RequestId,
+        /// Full blocks in its prompt.
+        expected: u64,
+        /// Hashes given.
+        got: u64,
+    },
+}
+
+impl fmt::Display for AddRequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddRequestError::DuplicateId(id) => write!(f, "request {id} is already on this rank"),
+            AddRequestError::EmptyPrompt(id) => write!(f, "request {id} has an empty prompt"),
+            AddRequestError::HashCountMismatch { id, expected, got } => write!(
+                f,
+                "request {id}: {got} prompt block hashes given, its prompt has {expected} full blocks"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AddRequestError {}
+
+/// Why a rank refused a request for good. Each is certain when it is decided: the request
+/// could never be served on this rank, whatever else happens.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The prompt is at least `max_model_len` tokens (1.6.1 rejects it too).
+    PromptOverMaxModelLen,
+    /// The prompt needs more blocks than the pool holds (1.6.1's terminal Reject).
+    PromptOverPool,
+    /// Prompt plus output would need more blocks than the pool holds, even running alone
+    /// (1.6.1 serves it until it outgrows the pool, then aborts its replay).
+    SequenceOverPool,
+    /// Chunked prefill is off and the uncached prompt exceeds `max_num_batched_tokens`
+    /// (1.6.1 aborts its replay).
+    PromptOverTokenBudget,
+    /// The stall safety net fired: a bug in the admission rules, never expected.
+    Stalled,
+}
+
+impl RejectReason {
+    /// The stable name written to `requests.csv`'s `reason` column.
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectReason::PromptOverMaxModelLen => "prompt_exceeds_max_model_len",
+            RejectReason::PromptOverPool => "prompt_exceeds_kv_pool",
+            RejectReason::SequenceOverPool => "sequence_exceeds_kv_pool",
+            RejectReason::PromptOverTokenBudget => "prompt_exceeds_token_budget",
+            RejectReason::Stalled => "worker_stalled",
+        }
+    }
+}
+
+/// A request refused for good, delivered at the end of the pass that decided it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The refused request.
+    pub id: RequestId,
+    /// Why.
+    pub reason: RejectReason,
+}
+
+/// One output token, delivered at the end of the pass that produced it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TokenOut {
+    /// The request that produced it.
+    pub id: RequestId,
+    /// The request's first token ever (its time to first token).
+    pub first: bool,
+    /// The request's last token: it has left the worker.
+    pub completed: bool,
+}
+
+/// A request moved from waiting to running in a pass (at the pass start).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// The admitted request.
+    pub id: RequestId,
+    /// Prompt-and-output tokens found in the prefix cache and not recomputed this time.
+    pub reused_tokens: u64,
+    /// The largest `reused_tokens` over all of this request's admissions so far: what 1.6.1
+    /// reports as the request's `reused_input_tokens`.
+    pub reported_reused_tokens: u64,
+    /// True when the request had been preempted before.
+    pub readmission: bool,
+}
+
+/// Everything one pass produced. Reused across passes: `execute_pass` clears it first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassOutput {
+    /// Tokens, in running order.
+    pub tokens: Vec<TokenOut>,
+    /// Requests that finished without producing any token (`max_output_tokens` 0).
+    pub finished_empty: Vec<RequestId>,
+    /// Requests refused for good, with why.
+    pub rejected: Vec<Rejection>,
+    /// Admissions at this pass's start, in admission order.
+    pub admitted: Vec<Admitted>,
+    /// Requests preempted during this pass (back in the waiting queue).
+    pub preempted: Vec<RequestId>,
+    /// KV events of this pass, in the order they happened (empty when prefix caching is off).
+    pub kv_events: Vec<KvEvent>,
+    /// Uncached prompt tokens the pass's prefill computed (the polynomial's `T`).
+    pub prefill_tokens: u64,
+    /// Tokens the pass computed for all its requests (prompt, recomputed output, decode),
+    /// net of preempted work. Can be positive in a 0 ns pass: 1.6.1 charges no time for
+    /// recomputing generated tokens.
+    pub scheduled_tokens: u64,
+    /// Context tokens the pass's decode step was charged for (0 if no decode time).
+    pub decode_kv_tokens: u64,
+}
+
+impl PassOutput {
+    /// Empties every list, keeping capacity.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.finished_empty.clear();
+        self.rejected.clear();
+        self.admitted.clear();
+        self.preempted.clear();
+        self.kv_events.clear();
+        self.prefill_tokens = 0;
+        self.scheduled_tokens = 0;
+        self.decode_kv_tokens = 0;
+    }
+}
+
+/// Where a live request is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RequestPhase {
+    /// Queued, never admitted.
+    Waiting,
+    /// Queued again after a preemption (will recompute).
+    Preempted,
+    /// In the running batch.
+    Running,
+}
+
+/// A read-only snapshot of one live request, for debugging and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestView {
+    /// The request.
+    pub id: RequestId,
+    /// Which queue it is in.
+    pub phase: RequestPhase,
+    /// Prompt length.
+    pub prompt_tokens: u64,
+    /// Tokens it asked for.
+    pub max_output_tokens: u64,
+    /// Tokens produced so far (kept across preemptions).
+    pub generated_tokens: u64,
+    /// Tokens whose KV is computed (including reused prefix).
+    pub computed_tokens: u64,
+    /// KV blocks the request holds.
+    pub held_blocks: u64,
+    /// Times it was preempted.
+    pub preemptions: u32,
+}
