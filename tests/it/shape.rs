@@ -82,3 +82,101 @@ fn the_worker_builder_really_builds_workers() {
         "src/{WORKER_BUILDER} no longer builds workers: update WORKER_BUILDER"
     );
 }
+
+/// The most lines a file in src/ has outside its tests.
+const MAX_FILE_LINES: usize = 1200;
+
+/// The most lines a function has, its signature and closing brace included.
+const MAX_FUNCTION_LINES: usize = 80;
+
+#[test]
+fn no_file_in_src_outgrows_its_bound() {
+    let long: Vec<String> = source_files()
+        .into_iter()
+        .filter(|(rel, _)| !is_test_file(rel))
+        .map(|(rel, text)| (rel, code_lines(&text).count()))
+        .filter(|&(_, lines)| lines > MAX_FILE_LINES)
+        .map(|(rel, lines)| format!("src/{rel}: {lines} lines outside its tests"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines (split them by topic):\n{}",
+        long.join("\n")
+    );
+}
+
+/// Each function of `text` as (first line, name, lines): from its `fn` line to the first
+/// closing brace at the same indent (rustfmt's layout).
+fn functions(text: &str) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let signature = [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ]
+        .iter()
+        .fold(code, |rest, prefix| {
+            rest.strip_prefix(prefix).unwrap_or(rest)
+        });
+        let Some(rest) = signature.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // A declaration without a body (a trait's) ends at its `;` before any brace opens.
+        let opens = lines[i..]
+            .iter()
+            .position(|l| l.contains('{') || l.trim_end().ends_with(';'));
+        if opens.is_none_or(|o| !lines[i + o].contains('{')) {
+            continue;
+        }
+        if code.contains('{') && code.trim_end().ends_with('}') {
+            found.push((i + 1, name, 1));
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[i..].iter().position(|l| *l == close) {
+            found.push((i + 1, name, end + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_in_src_outgrows_its_bound() {
+    let mut long = Vec::new();
+    for (rel, text) in source_files() {
+        for (line, name, lines) in functions(&text) {
+            if lines > MAX_FUNCTION_LINES {
+                long.push(format!("src/{rel}:{line}: fn {name}: {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them into steps that name themselves):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_measure_counts_from_fn_to_its_closing_brace() {
+    let text = "impl A {\n    /// Doc.\n    pub fn short(&self) -> u8 {\n        1\n    }\n\n    fn decl(&self);\n    fn one(&self) -> u8 { 1 }\n}\nfn free() {\n    let x = {\n        2\n    };\n}\n";
+    assert_eq!(
+        functions(text),
+        vec![
+            (3, "short".to_string(), 3),
+            (8, "one".to_string(), 1),
+            (10, "free".to_string(), 5)
+        ]
+    );
+}
