@@ -38,7 +38,7 @@ use crate::mocker::{EngineArgs, MockRequest};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{Outcome, Path, SchedulerConfig};
+use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, Outcome, Path, SchedulerConfig};
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{RequestSpec, UniformBlockHashes};
@@ -162,8 +162,6 @@ pub struct SimConfig {
     pub router_mode: RouterMode,
     pub delays: TransportDelays,
     pub limits: Limits,
-    /// The router's periodic recheck (Dynamo: 60 s).
-    pub tick_interval: SimDuration,
     /// Run every checker after every event (slow; for tests).
     pub check_every_event: bool,
     /// The run's only seed: workload draws, the router's tie-breaks, transport jitter.
@@ -186,6 +184,7 @@ impl SimConfig {
             profile: self.profile.clone(),
             block_size_tokens: self.block_size(),
             seed: self.seed,
+            tick_interval: DEFAULT_TICK_INTERVAL,
         }
     }
 
@@ -600,7 +599,6 @@ fn simulate(
         config.scheduler_config(),
         worker_set(&config.pools),
         cached_blocks_hint(&config.pools),
-        config.tick_interval,
         log_kv,
     );
     let fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
@@ -699,7 +697,7 @@ impl System {
         for rank in self.fleet.take_starts_due() {
             self.start_pass(now, rank, engine.queue());
         }
-        self.schedule_tick(now, engine.queue());
+        self.schedule_tick(engine.queue());
         Ok(())
     }
 
@@ -716,7 +714,7 @@ impl System {
         let id = self.ledger.open(now, spec, hashes);
         self.draw_cancel(now, id, class.as_deref(), queue);
         self.route(now, id, queue);
-        self.schedule_tick(now, queue);
+        self.schedule_tick(queue);
     }
 
     /// Hands request `id` (in flight) to the router and acts on what it decides.
@@ -944,9 +942,9 @@ impl System {
         }
     }
 
-    /// Keeps one periodic recheck scheduled while requests wait in the router's queues.
-    fn schedule_tick(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
-        if let Some(at) = self.router.tick_due(now) {
+    /// Schedules the router's periodic recheck when it needs one and none is scheduled.
+    fn schedule_tick(&mut self, queue: &mut EventQueue<Event>) {
+        if let Some(at) = self.router.tick_due() {
             queue.schedule(at, Event::Tick);
         }
     }
@@ -1177,7 +1175,6 @@ policy_classes:
                 max_events: 2_000_000,
                 ..Limits::default()
             },
-            tick_interval: SimDuration::from_ms(60_000),
             check_every_event: true,
             seed,
             closed_loop: None,

@@ -26,7 +26,6 @@ fn config(pools: Vec<WorkerPool>, mode: RouterMode, policy: Option<&str>) -> Sim
         router_mode: mode,
         delays: TransportDelays::default(),
         limits: Limits::default(),
-        tick_interval: SimDuration::from_ms(60_000),
         check_every_event: true,
         seed: 1,
         closed_loop: None,
