@@ -135,16 +135,16 @@ impl SchedulingRequest {
 
 /// Which way a request reached a worker.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Path {
+pub enum DispatchPath {
     Immediate,
     Queued,
 }
 
-impl fmt::Display for Path {
+impl fmt::Display for DispatchPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Path::Immediate => "immediate",
-            Path::Queued => "queued",
+            DispatchPath::Immediate => "immediate",
+            DispatchPath::Queued => "queued",
         })
     }
 }
@@ -212,7 +212,7 @@ pub struct Dispatch {
     pub id: RequestId,
     pub rank: WorkerWithDpRank,
     pub class_index: usize,
-    pub path: Path,
+    pub path: DispatchPath,
     /// The router's view of the prompt tokens the rank already holds.
     pub cached_tokens: u64,
     pub overlap_blocks: u32,
@@ -528,7 +528,7 @@ impl Scheduler {
                 now,
                 request,
                 class_index,
-                Path::Immediate,
+                DispatchPath::Immediate,
                 None,
                 policy_tracked,
             );
@@ -882,7 +882,7 @@ impl Scheduler {
                 now,
                 request,
                 entry.class_index,
-                Path::Queued,
+                DispatchPath::Queued,
                 queued,
                 entry.payload.policy_tracked,
             );
@@ -900,7 +900,7 @@ impl Scheduler {
         now: SimTime,
         request: SchedulingRequest,
         class_index: usize,
-        path: Path,
+        path: DispatchPath,
         queued: Option<(SimTime, QueueSnapshot)>,
         policy_tracked: bool,
     ) {
@@ -1213,7 +1213,7 @@ policy_classes:
         std::iter::from_fn(|| s.poll_decision()).collect()
     }
 
-    pub(super) fn dispatched(d: &[Decision]) -> Vec<(u64, Path)> {
+    pub(super) fn dispatched(d: &[Decision]) -> Vec<(u64, DispatchPath)> {
         d.iter()
             .filter_map(|d| match d {
                 Decision::Dispatch(x) => Some((x.id.0, x.path)),
@@ -1261,7 +1261,10 @@ policy_classes:
         let mut s = scheduler(Some(TWO_CLASSES), 1);
         assert_eq!(s.poll_timeout(), None);
         s.handle_arrival(t(3), request(0, "premium", 512));
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(0, Path::Immediate)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(0, DispatchPath::Immediate)]
+        );
         assert_eq!(
             s.poll_timeout(),
             None,
@@ -1299,7 +1302,10 @@ policy_classes:
         let mut s = scheduler(Some(TWO_CLASSES), 1);
         one_busy_worker_and_one_queued(&mut s, t(0));
         s.handle_first_token(t(10), RequestId(0));
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(4, Path::Queued)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(4, DispatchPath::Queued)]
+        );
         assert_eq!(s.poll_timeout(), None);
         // Waiting again later: the next grid point after then, not the one first due.
         one_busy_worker_and_one_queued_again(&mut s, t(70_000));
@@ -1336,7 +1342,7 @@ policy_classes:
         decisions(&mut s);
         s.handle_first_token(t(10), RequestId(0));
         let d = decisions(&mut s);
-        assert_eq!(dispatched(&d), vec![(4, Path::Queued)]);
+        assert_eq!(dispatched(&d), vec![(4, DispatchPath::Queued)]);
         match &d[0] {
             Decision::Dispatch(x) => assert_eq!(x.queued_at, Some(t(0))),
             other => panic!("{other:?}"),
@@ -1361,7 +1367,10 @@ policy_classes:
         assert_eq!(s.pending_count(), 2);
         // Another class's backlog does not hold a regular request back.
         s.handle_arrival(t(1), request(6, "regular", 512));
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(6, Path::Immediate)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(6, DispatchPath::Immediate)]
+        );
         // The next update drains in FCFS order within the class.
         s.handle_tick(t(2));
         let order: Vec<u64> = dispatched(&decisions(&mut s)).iter().map(|x| x.0).collect();
@@ -1411,7 +1420,7 @@ policy_classes:
         s.handle_arrival(t(0), request(9, "x", 512));
         s.handle_arrival(t(0), request(9, "x", 1024));
         let d = decisions(&mut s);
-        assert_eq!(dispatched(&d), vec![(9, Path::Immediate)]);
+        assert_eq!(dispatched(&d), vec![(9, DispatchPath::Immediate)]);
         assert!(matches!(
             d[1],
             Decision::Reject {
@@ -1426,7 +1435,10 @@ policy_classes:
         // Once finished, the id may be used again.
         s.handle_finished(t(1), RequestId(9), Outcome::Completed);
         s.handle_arrival(t(2), request(9, "x", 64));
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(9, Path::Immediate)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(9, DispatchPath::Immediate)]
+        );
     }
 
     #[test]
@@ -1499,7 +1511,10 @@ policy_classes:
         for id in 0..4 {
             s.handle_finished(t(2), RequestId(id), Outcome::Completed);
         }
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(5, Path::Queued)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(5, DispatchPath::Queued)]
+        );
         assert_eq!(s.pending_count(), 0);
         s.check_invariants().unwrap();
     }
@@ -1546,11 +1561,17 @@ policy_classes:
             .unwrap();
         s.handle_arrival(t(0), request(0, "regular", 64));
         s.handle_arrival(t(0), request(1, "regular", 64));
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(0, Path::Immediate)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(0, DispatchPath::Immediate)]
+        );
         assert_eq!(s.pending_count(), 1, "the deferred request waits");
         assert!(!s.has_backlog(1), "deferred requests are not backlog");
         s.handle_finished(t(1), RequestId(0), Outcome::Completed);
-        assert_eq!(dispatched(&decisions(&mut s)), vec![(1, Path::Queued)]);
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(1, DispatchPath::Queued)]
+        );
         assert!(
             s.set_admission_policy("nope", Box::new(ConcurrencyCap::new(1)))
                 .is_err()

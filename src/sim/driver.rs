@@ -11,7 +11,7 @@ use super::ledger::InFlight;
 use super::{KvLog, RouterMode};
 use crate::scheduling::round_robin::RoundRobin;
 use crate::scheduling::scheduler::{
-    Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulingRequest,
+    Decision, DispatchPath, Outcome, Scheduler, SchedulerConfig, SchedulingRequest,
 };
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
@@ -26,7 +26,7 @@ pub(super) enum RouterDecision {
     Dispatch {
         id: RequestId,
         rank: WorkerWithDpRank,
-        path: Path,
+        path: DispatchPath,
         class_index: Option<usize>,
     },
     /// Request `id` is refused for good, for `reason`.
@@ -103,7 +103,7 @@ impl RouterDriver {
                     Some(rank) => RouterDecision::Dispatch {
                         id,
                         rank,
-                        path: Path::Immediate,
+                        path: DispatchPath::Immediate,
                         class_index: None,
                     },
                     None => RouterDecision::Reject {

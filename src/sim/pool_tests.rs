@@ -159,8 +159,14 @@ fn busy_fractions_multiply_each_workers_own_budget() {
             .map(|r| r.path.unwrap())
             .collect::<Vec<_>>()
     };
-    assert_eq!(paths(0), vec![Path::Immediate, Path::Immediate]);
-    assert_eq!(paths(1), vec![Path::Immediate, Path::Queued]);
+    assert_eq!(
+        paths(0),
+        vec![DispatchPath::Immediate, DispatchPath::Immediate]
+    );
+    assert_eq!(
+        paths(1),
+        vec![DispatchPath::Immediate, DispatchPath::Queued]
+    );
 }
 
 #[test]
