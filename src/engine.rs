@@ -16,7 +16,7 @@ use std::collections::BinaryHeap;
 pub enum StopReason {
     /// No events remain.
     Drained,
-    /// The next event lies after the time bound given to `run_until` / the limits.
+    /// The next event lies after the limits' horizon ([`Limits::max_time`]).
     TimeLimit,
     /// The event budget is spent.
     EventLimit,
@@ -203,16 +203,8 @@ impl<E> Engine<E> {
 
     /// Processes the next event if it lies within the limits; otherwise says why not.
     pub fn step<M: Model<Event = E>>(&mut self, model: &mut M) -> Result<(), StopReason> {
-        self.step_until(model, self.limits.max_time)
-    }
-
-    fn step_until<M: Model<Event = E>>(
-        &mut self,
-        model: &mut M,
-        until: SimTime,
-    ) -> Result<(), StopReason> {
         let next = self.queue.peek_time().ok_or(StopReason::Drained)?;
-        if next > until.min(self.limits.max_time) {
+        if next > self.limits.max_time {
             return Err(StopReason::TimeLimit);
         }
         if self.events_processed >= self.limits.max_events {
@@ -234,18 +226,15 @@ impl<E> Engine<E> {
         Ok(())
     }
 
-    /// Runs every event at or before `until` (and within the limits).
-    pub fn run_until<M: Model<Event = E>>(&mut self, model: &mut M, until: SimTime) -> StopReason {
+    /// Steps until no events remain or a limit is reached (the simulator steps itself,
+    /// between its own phases of an instant).
+    #[cfg(test)]
+    fn run<M: Model<Event = E>>(&mut self, model: &mut M) -> StopReason {
         loop {
-            if let Err(reason) = self.step_until(model, until) {
+            if let Err(reason) = self.step(model) {
                 return reason;
             }
         }
-    }
-
-    /// Runs until no events remain or a limit is reached.
-    pub fn run<M: Model<Event = E>>(&mut self, model: &mut M) -> StopReason {
-        self.run_until(model, SimTime::MAX)
     }
 }
 
@@ -308,8 +297,9 @@ mod tests {
         assert_eq!(engine.run(&mut m), StopReason::TimeLimit);
         assert_eq!(m.0.last(), Some(&(20, 48)));
         assert_eq!(
-            engine.run_until(&mut m, SimTime::from_ns(10)),
-            StopReason::TimeLimit
+            engine.run(&mut m),
+            StopReason::TimeLimit,
+            "and stays stopped"
         );
     }
 

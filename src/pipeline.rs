@@ -173,7 +173,6 @@ impl RunSpec {
             router_mode: setup.router_mode,
             delays: TransportDelays::default(),
             limits: Default::default(),
-            tick_interval: scenario::TICK_INTERVAL,
             check_every_event: false,
             seed: setup.seed,
             closed_loop: None,

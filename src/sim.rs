@@ -38,7 +38,7 @@ use crate::mocker::{EngineArgs, MockRequest};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{Outcome, Path, SchedulerConfig};
+use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, DispatchPath, Outcome, SchedulerConfig};
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{RequestSpec, UniformBlockHashes};
@@ -162,8 +162,6 @@ pub struct SimConfig {
     pub router_mode: RouterMode,
     pub delays: TransportDelays,
     pub limits: Limits,
-    /// The router's periodic recheck (Dynamo: 60 s).
-    pub tick_interval: SimDuration,
     /// Run every checker after every event (slow; for tests).
     pub check_every_event: bool,
     /// The run's only seed: workload draws, the router's tie-breaks, transport jitter.
@@ -186,6 +184,7 @@ impl SimConfig {
             profile: self.profile.clone(),
             block_size_tokens: self.block_size(),
             seed: self.seed,
+            tick_interval: DEFAULT_TICK_INTERVAL,
         }
     }
 
@@ -275,7 +274,7 @@ pub struct RequestRecord {
     pub completion: Option<SimTime>,
     pub rank: Option<WorkerWithDpRank>,
     /// `None` for a request the router rejected.
-    pub path: Option<Path>,
+    pub path: Option<DispatchPath>,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub reused_input_tokens: u64,
@@ -381,8 +380,7 @@ enum Event {
     Tokens {
         request: RequestId,
         attempt: u32,
-        first: bool,
-        completed: bool,
+        edge: TokenEdge,
     },
     /// A worker stops (fault).
     WorkerDown { worker: u64 },
@@ -600,7 +598,6 @@ fn simulate(
         config.scheduler_config(),
         worker_set(&config.pools),
         cached_blocks_hint(&config.pools),
-        config.tick_interval,
         log_kv,
     );
     let fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
@@ -699,7 +696,7 @@ impl System {
         for rank in self.fleet.take_starts_due() {
             self.start_pass(now, rank, engine.queue());
         }
-        self.schedule_tick(now, engine.queue());
+        self.schedule_tick(engine.queue());
         Ok(())
     }
 
@@ -716,7 +713,7 @@ impl System {
         let id = self.ledger.open(now, spec, hashes);
         self.draw_cancel(now, id, class.as_deref(), queue);
         self.route(now, id, queue);
-        self.schedule_tick(now, queue);
+        self.schedule_tick(queue);
     }
 
     /// Hands request `id` (in flight) to the router and acts on what it decides.
@@ -875,13 +872,19 @@ impl System {
             self.router.finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
         }
-        let finished_empty = output.finished_empty.iter().map(|&id| (id, false, true));
-        let tokens = output.tokens.iter().map(|t| (t.id, t.first, t.completed));
+        let finished_empty = output
+            .finished_empty
+            .iter()
+            .map(|&id| (id, TokenEdge::Last));
+        let tokens = output
+            .tokens
+            .iter()
+            .map(|t| (t.id, TokenEdge::of(t.first, t.completed)));
         let direct = self.config.delays.worker_to_router == SimDuration::ZERO
             && self.config.delays.jitter == SimDuration::ZERO
             && !self.config.check_every_event;
-        for (id, first, completed) in tokens.chain(finished_empty) {
-            if direct && !first && !completed {
+        for (id, edge) in tokens.chain(finished_empty) {
+            if direct && edge == TokenEdge::Middle {
                 // A token in the middle of a stream only counts: the router hears nothing.
                 self.ledger.credit(id, 1);
                 continue;
@@ -899,10 +902,10 @@ impl System {
             let at = now.saturating_add(delay).max(earliest);
             let attempt = self.ledger.attempt(id);
             if at == now {
-                self.receive_tokens(now, id, attempt, first, completed);
+                self.receive_tokens(now, id, attempt, edge);
                 self.drain_router(now, queue);
             } else {
-                if completed {
+                if edge.is_last() {
                     self.last_delivery.remove(&id);
                 } else {
                     self.last_delivery.insert(id, at);
@@ -912,8 +915,7 @@ impl System {
                     Event::Tokens {
                         request: id,
                         attempt,
-                        first,
-                        completed,
+                        edge,
                     },
                 );
             }
@@ -924,29 +926,22 @@ impl System {
     /// A token (or the end of a stream) reaches the router and the client.
     /// Tokens of an earlier attempt (before a migration) or of a request that already ended
     /// (cancelled) are dropped.
-    fn receive_tokens(
-        &mut self,
-        now: SimTime,
-        id: RequestId,
-        attempt: u32,
-        first: bool,
-        completed: bool,
-    ) {
-        let Some(receipt) = self.ledger.receive(now, id, attempt, first, completed) else {
+    fn receive_tokens(&mut self, now: SimTime, id: RequestId, attempt: u32, edge: TokenEdge) {
+        if !self.ledger.receive(now, id, attempt, edge) {
             return;
-        };
-        if receipt.first {
+        }
+        if edge.is_first() {
             self.router.first_token(now, id);
         }
-        if receipt.completed {
+        if edge.is_last() {
             self.last_delivery.remove(&id);
             self.router.finished(now, id, Outcome::Completed);
         }
     }
 
-    /// Keeps one periodic recheck scheduled while requests wait in the router's queues.
-    fn schedule_tick(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
-        if let Some(at) = self.router.tick_due(now) {
+    /// Schedules the router's periodic recheck when it needs one and none is scheduled.
+    fn schedule_tick(&mut self, queue: &mut EventQueue<Event>) {
+        if let Some(at) = self.router.tick_due() {
             queue.schedule(at, Event::Tick);
         }
     }
@@ -1010,10 +1005,9 @@ impl Model for System {
             Event::Tokens {
                 request,
                 attempt,
-                first,
-                completed,
+                edge,
             } => {
-                self.receive_tokens(now, request, attempt, first, completed);
+                self.receive_tokens(now, request, attempt, edge);
                 self.drain_router(now, queue);
             }
             Event::WorkerDown { worker } => self.worker_down(now, worker, queue),
@@ -1046,7 +1040,7 @@ use driver::{RouterDecision, RouterDriver};
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint, worker_set};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
-use ledger::Ledger;
+use ledger::{Ledger, TokenEdge};
 
 #[cfg(test)]
 mod pool_tests;
@@ -1177,7 +1171,6 @@ policy_classes:
                 max_events: 2_000_000,
                 ..Limits::default()
             },
-            tick_interval: SimDuration::from_ms(60_000),
             check_every_event: true,
             seed,
             closed_loop: None,

@@ -293,7 +293,7 @@ mod tests {
     use super::*;
     use crate::report::expect::RawExpectation;
     use crate::report::test_support::{done, result_of, run_fixture};
-    use crate::scheduling::scheduler::Path;
+    use crate::scheduling::scheduler::DispatchPath;
     use crate::sim::Status;
 
     const RUN: RunFacts = RunFacts {
@@ -423,7 +423,14 @@ mod tests {
         let records = classes
             .iter()
             .enumerate()
-            .map(|(row, &class)| done(row as u64, class, Path::Queued, [0, 0, row as u64 + 1]))
+            .map(|(row, &class)| {
+                done(
+                    row as u64,
+                    class,
+                    DispatchPath::Queued,
+                    [0, 0, row as u64 + 1],
+                )
+            })
             .collect();
         RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])
     }
@@ -477,7 +484,7 @@ mod tests {
             .enumerate()
             .map(|(row, (class, status, migrations))| {
                 let row = row as u64;
-                let mut r = done(row, class, Path::Queued, [0, 0, row + 1]);
+                let mut r = done(row, class, DispatchPath::Queued, [0, 0, row + 1]);
                 if status != Status::Completed {
                     (r.first_token, r.path) = (None, None);
                 }
@@ -527,7 +534,14 @@ mod tests {
     /// `n` requests 10 ms apart on one class, each taking `service(i)` ms.
     fn open_loop_run(n: u64, service: impl Fn(u64) -> u64) -> RunMetrics {
         let records = (0..n)
-            .map(|i| done(i, 0, Path::Queued, [10 * i, 10 * i, 10 * i + service(i)]))
+            .map(|i| {
+                done(
+                    i,
+                    0,
+                    DispatchPath::Queued,
+                    [10 * i, 10 * i, 10 * i + service(i)],
+                )
+            })
             .collect();
         RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])
     }

@@ -24,7 +24,7 @@
 use super::pools::{PoolMetrics, pool_metrics};
 use super::slo::SloRecords;
 use super::stability::Stability;
-use crate::scheduling::scheduler::Path;
+use crate::scheduling::scheduler::DispatchPath;
 use crate::sim::{FaultMark, RequestRecord, SimResult, Status};
 use crate::time::SimTime;
 
@@ -663,8 +663,8 @@ fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
         c.requests += 1;
         c.migrations += u64::from(r.migrations);
         match r.path {
-            Some(Path::Immediate) => c.immediate += 1,
-            Some(Path::Queued) => c.queued += 1,
+            Some(DispatchPath::Immediate) => c.immediate += 1,
+            Some(DispatchPath::Queued) => c.queued += 1,
             None => {}
         }
         match r.status {
@@ -839,7 +839,7 @@ fn sweep_events(
         let Some(class) = r.class_index.filter(|&c| c < class_count) else {
             continue;
         };
-        if r.path != Some(Path::Queued) {
+        if r.path != Some(DispatchPath::Queued) {
             continue;
         }
         let until = r.dispatched.unwrap_or(end.max(r.arrival));
@@ -938,22 +938,22 @@ mod tests {
 
     /// Premium (quantum 3) and regular (quantum 1): two immediate, four queued, one rejected.
     fn small_run() -> SimResult {
-        let mut rejected = done(5, P, Path::Queued, [3, 3, 3]);
+        let mut rejected = done(5, P, DispatchPath::Queued, [3, 3, 3]);
         rejected.path = None;
         rejected.dispatched = None;
         rejected.first_token = None;
         rejected.status = Status::Rejected("queue_full".into());
-        let mut long_output = done(6, R, Path::Queued, [2, 30, 40]);
+        let mut long_output = done(6, R, DispatchPath::Queued, [2, 30, 40]);
         long_output.first_token = Some(ms(32));
         long_output.output_tokens = 5;
         result_of(
             &["premium", "regular"],
             vec![
-                done(0, P, Path::Immediate, [0, 0, 10]),
-                done(1, R, Path::Immediate, [0, 0, 10]),
-                done(2, P, Path::Queued, [1, 10, 20]),
-                done(3, R, Path::Queued, [1, 20, 30]),
-                done(4, P, Path::Queued, [2, 10, 20]),
+                done(0, P, DispatchPath::Immediate, [0, 0, 10]),
+                done(1, R, DispatchPath::Immediate, [0, 0, 10]),
+                done(2, P, DispatchPath::Queued, [1, 10, 20]),
+                done(3, R, DispatchPath::Queued, [1, 20, 30]),
+                done(4, P, DispatchPath::Queued, [2, 10, 20]),
                 rejected,
                 long_output,
             ],
@@ -1099,10 +1099,10 @@ mod tests {
     fn ideal_follows_the_backlogged_set() {
         // Three classes, quanta 2:1:1. A and B backlogged from 0 to 10, C joins from 5 to 10.
         let records = vec![
-            done(0, 0, Path::Queued, [0, 10, 11]),
-            done(1, 1, Path::Queued, [0, 10, 11]),
-            done(2, 2, Path::Queued, [5, 10, 11]),
-            done(3, 0, Path::Queued, [0, 4, 11]),
+            done(0, 0, DispatchPath::Queued, [0, 10, 11]),
+            done(1, 1, DispatchPath::Queued, [0, 10, 11]),
+            done(2, 2, DispatchPath::Queued, [5, 10, 11]),
+            done(3, 0, DispatchPath::Queued, [0, 4, 11]),
         ];
         let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &[2, 1, 1]);
         assert_eq!(m.windows.len(), 1);
@@ -1125,7 +1125,7 @@ mod tests {
         // Round-robin mode never asks the router, so no record carries a resolved class.
         let unresolved = |row| RequestRecord {
             class_index: None,
-            ..done(row, 0, Path::Immediate, [0, 0, 10 + row])
+            ..done(row, 0, DispatchPath::Immediate, [0, 0, 10 + row])
         };
         let result = result_of(&["default"], (0..10).map(unresolved).collect());
         let m = RunMetrics::compute(&result, &[1]);
@@ -1159,9 +1159,9 @@ mod tests {
         (class, arrival, wait, service, kind): (usize, u64, u64, u64, u8),
     ) -> RequestRecord {
         let path = if wait == 0 {
-            Path::Immediate
+            DispatchPath::Immediate
         } else {
-            Path::Queued
+            DispatchPath::Queued
         };
         let mut r = done(
             row,
@@ -1258,8 +1258,8 @@ mod tests {
     #[test]
     fn ideal_shares_of_quanta_past_2_pow_63_stay_exact() {
         let records = vec![
-            done(0, P, Path::Queued, [0, 1, 2]),
-            done(1, R, Path::Queued, [0, 1, 2]),
+            done(0, P, DispatchPath::Queued, [0, 1, 2]),
+            done(1, R, DispatchPath::Queued, [0, 1, 2]),
         ];
         for (quanta, want) in [
             ([1u64 << 63, 1 << 63], [0.5, 0.5]),

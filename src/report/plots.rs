@@ -474,15 +474,15 @@ mod tests {
     use crate::report::chart::{PlotFormat, Scale, render};
     use crate::report::expect::RawExpectation;
     use crate::report::test_support::{done, result_of, weighted_metrics as weighted};
-    use crate::scheduling::scheduler::Path;
+    use crate::scheduling::scheduler::DispatchPath;
 
     #[test]
     fn in_system_chart_shades_the_second_half_and_names_the_verdict() {
         use crate::report::test_support::{done, result_of};
-        use crate::scheduling::scheduler::Path;
+        use crate::scheduling::scheduler::DispatchPath;
         // 100 arrivals 10 ms apart into one 15 ms server: the backlog grows.
         let records = (0..100)
-            .map(|i| done(i, 0, Path::Queued, [10 * i, 10 * i, 15 * (i + 1)]))
+            .map(|i| done(i, 0, DispatchPath::Queued, [10 * i, 10 * i, 15 * (i + 1)]))
             .collect();
         let m = RunMetrics::compute(&result_of(&["a"], records), &[1]);
         let chart = in_system_over_time(&m);
@@ -511,7 +511,7 @@ mod tests {
         use crate::report::test_support::ms;
         // Completions at 1..=100 ms; the x axis ends at 100 ms.
         let records = (0..100)
-            .map(|i| done(i, 0, Path::Queued, [0, 0, i + 1]))
+            .map(|i| done(i, 0, DispatchPath::Queued, [0, 0, i + 1]))
             .collect();
         let mut result = result_of(&["a"], records);
         let quiet = RunMetrics::compute(&result, &[1]);
@@ -628,7 +628,14 @@ mod tests {
     /// Two classes served on arrival, never queued: never backlogged together.
     fn unsaturated() -> RunMetrics {
         let records = (0..6)
-            .map(|row| done(row, row as usize % 2, Path::Immediate, [row, row, row + 3]))
+            .map(|row| {
+                done(
+                    row,
+                    row as usize % 2,
+                    DispatchPath::Immediate,
+                    [row, row, row + 3],
+                )
+            })
             .collect();
         RunMetrics::compute(&result_of(&["gold", "standard"], records), &[4, 1])
     }

@@ -141,7 +141,7 @@ pub fn pool_name(result: &SimResult, worker_id: u64) -> &str {
 mod tests {
     use super::*;
     use crate::report::test_support::{done, ms, result_of};
-    use crate::scheduling::scheduler::Path;
+    use crate::scheduling::scheduler::DispatchPath;
     use crate::scheduling::types::WorkerWithDpRank;
     use crate::sim::PoolUsage;
 
@@ -160,13 +160,13 @@ mod tests {
     /// router rejected; the run lasts 100 ms.
     fn two_pool_run() -> SimResult {
         let on = |row, worker: u64, reused, completion| {
-            let mut r = done(row, 0, Path::Immediate, [0, 0, completion]);
+            let mut r = done(row, 0, DispatchPath::Immediate, [0, 0, completion]);
             r.rank = Some(WorkerWithDpRank::new(worker, 0));
             r.first_token = Some(ms(completion / 2));
             r.reused_input_tokens = reused;
             r
         };
-        let mut rejected = done(3, 0, Path::Immediate, [0, 0, 5]);
+        let mut rejected = done(3, 0, DispatchPath::Immediate, [0, 0, 5]);
         rejected.path = None;
         rejected.status = Status::Rejected("queue_full".into());
         let mut pending = on(4, 1, 0, 100);

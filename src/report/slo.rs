@@ -141,22 +141,22 @@ impl RunMetrics {
 mod tests {
     use super::*;
     use crate::report::test_support::{done, result_of};
-    use crate::scheduling::scheduler::Path;
+    use crate::scheduling::scheduler::DispatchPath;
 
     /// Premium: TTFT 10, 20, 30, 40 ms (e2e = TTFT + 5) and one rejected; regular: one.
     fn run() -> RunMetrics {
         let mut records: Vec<RequestRecord> = (0..4)
             .map(|i| {
-                let mut r = done(i, 0, Path::Queued, [0, 0, 10 * (i + 1) + 5]);
+                let mut r = done(i, 0, DispatchPath::Queued, [0, 0, 10 * (i + 1) + 5]);
                 r.first_token = Some(crate::report::test_support::ms(10 * (i + 1)));
                 r.output_tokens = 10;
                 r
             })
             .collect();
-        let mut rejected = done(4, 0, Path::Queued, [0, 0, 1]);
+        let mut rejected = done(4, 0, DispatchPath::Queued, [0, 0, 1]);
         rejected.status = Status::Rejected("queue_full".into());
         records.push(rejected);
-        records.push(done(5, 1, Path::Immediate, [100, 100, 1000]));
+        records.push(done(5, 1, DispatchPath::Immediate, [100, 100, 1000]));
         RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])
     }
 
@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn attainment_of_a_class_without_requests_is_unmeasured() {
-        let records = vec![done(0, 0, Path::Immediate, [0, 0, 10])];
+        let records = vec![done(0, 0, DispatchPath::Immediate, [0, 0, 10])];
         let m = RunMetrics::compute(&result_of(&["a", "b"], records), &[1, 1]);
         assert_eq!(m.attainment(1, bounds(Some(1), None)), None);
     }

@@ -257,7 +257,7 @@ fn mean_over(curve: &[(SimTime, u64)], from: SimTime, to: SimTime) -> f64 {
 mod tests {
     use super::*;
     use crate::report::test_support::{done, ms};
-    use crate::scheduling::scheduler::Path;
+    use crate::scheduling::scheduler::DispatchPath;
 
     /// `n` requests arriving every `gap` ms, each taking `service(i)` ms.
     fn run(n: u64, gap: u64, service: impl Fn(u64) -> u64) -> Vec<RequestRecord> {
@@ -267,7 +267,7 @@ mod tests {
                 done(
                     i,
                     0,
-                    Path::Immediate,
+                    DispatchPath::Immediate,
                     [arrival, arrival, arrival + service(i)],
                 )
             })

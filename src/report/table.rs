@@ -121,9 +121,16 @@ mod tests {
     #[test]
     fn first_n_columns_only_where_classes_were_backlogged_together() {
         use crate::report::test_support::{done, result_of};
-        use crate::scheduling::scheduler::Path;
+        use crate::scheduling::scheduler::DispatchPath;
         let served_on_arrival = (0..4)
-            .map(|row| done(row, row as usize % 2, Path::Immediate, [row, row, row + 1]))
+            .map(|row| {
+                done(
+                    row,
+                    row as usize % 2,
+                    DispatchPath::Immediate,
+                    [row, row, row + 1],
+                )
+            })
             .collect();
         let result = result_of(&["gold", "standard"], served_on_arrival);
         let table = class_table(&RunMetrics::compute(&result, &[4, 1]));

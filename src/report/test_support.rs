@@ -6,7 +6,7 @@ use crate::mocker::EngineArgs;
 use crate::pipeline::{self, ReplaySetup, RunOutput, RunSpec};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::Path;
+use crate::scheduling::scheduler::DispatchPath;
 use crate::sim::{RequestRecord, RouterMode, SimResult, Status};
 use crate::time::SimTime;
 use crate::workload::trace;
@@ -19,7 +19,7 @@ pub fn ms(v: u64) -> SimTime {
 
 /// A completed request of `class` with one output token: arrival, dispatch, first token and
 /// completion in ms (first token = completion), 100 uncached input tokens.
-pub fn done(row: u64, class: usize, path: Path, times_ms: [u64; 3]) -> RequestRecord {
+pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> RequestRecord {
     let [arrival, dispatched, completion] = times_ms;
     RequestRecord {
         row,

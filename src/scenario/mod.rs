@@ -72,9 +72,6 @@ use crate::time::SimDuration;
 use crate::workload::synth::SynthWorkload;
 use std::path::{Path, PathBuf};
 
-/// The router's periodic recheck, as Dynamo's (60 s).
-pub const TICK_INTERVAL: SimDuration = SimDuration::from_ms(60_000);
-
 /// A validated scenario: everything a run needs except the seed it is run with.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -298,7 +295,6 @@ impl Scenario {
             router_mode: self.router_mode,
             delays: self.delays,
             limits: self.limits,
-            tick_interval: TICK_INTERVAL,
             check_every_event: false,
             seed,
             closed_loop: self.closed_loop,

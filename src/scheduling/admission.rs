@@ -57,20 +57,9 @@ pub trait AdmissionPolicy: Send + std::fmt::Debug {
     }
 }
 
-/// The default: every request bypasses the hook.
-#[derive(Debug, Default)]
-pub struct NoAdmissionPolicy;
-
-impl AdmissionPolicy for NoAdmissionPolicy {
-    fn on_arrival(&mut self, _: SimTime, _: &ArrivalInfo) -> AdmissionDecision {
-        AdmissionDecision::Bypass
-    }
-
-    fn on_status(&mut self, _: SimTime, _: RequestId, _: AdmissionStatus) {}
-}
-
 /// A small concurrency cap, used in tests: at most `limit` of its requests in flight at once;
 /// the rest are deferred and released one by one as earlier ones end.
+#[cfg(test)]
 #[derive(Debug)]
 pub struct ConcurrencyCap {
     limit: usize,
@@ -79,6 +68,7 @@ pub struct ConcurrencyCap {
     release: std::collections::VecDeque<RequestId>,
 }
 
+#[cfg(test)]
 impl ConcurrencyCap {
     pub fn new(limit: usize) -> Self {
         ConcurrencyCap {
@@ -90,6 +80,7 @@ impl ConcurrencyCap {
     }
 }
 
+#[cfg(test)]
 impl AdmissionPolicy for ConcurrencyCap {
     fn on_arrival(&mut self, _: SimTime, request: &ArrivalInfo) -> AdmissionDecision {
         if self.in_flight < self.limit {

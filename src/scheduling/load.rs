@@ -26,7 +26,7 @@
 use super::types::{RequestId, SeqHash, WorkerId, WorkerWithDpRank};
 use crate::time::SimTime;
 use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Why a booking was refused.
@@ -543,10 +543,44 @@ fn check_trie(
     ending: &FxHashMap<SegmentId, u32>,
 ) -> Result<(), String> {
     let slots = state.segments.len();
-    let free: std::collections::BTreeSet<SegmentId> = state.free_ids.iter().copied().collect();
+    let free: BTreeSet<SegmentId> = state.free_ids.iter().copied().collect();
     if free.len() != state.free_ids.len() || free.iter().any(|&id| id as usize >= slots) {
         return Err(format!("{rank}: the free slot list is not a set of slots"));
     }
+    let blocks = check_segments(rank, state, ending, &free)?;
+    if let Some(id) = ending.keys().find(|id| free.contains(id)) {
+        return Err(format!("{rank}: a booking ends at free segment {id}"));
+    }
+    if let Some(id) = ending.keys().find(|&&id| id as usize >= slots) {
+        return Err(format!(
+            "{rank}: a booking ends at segment {id}, past the slab"
+        ));
+    }
+    check_rooted(rank, state)?;
+    let live = slots - free.len();
+    if state.edges.len() != live {
+        return Err(format!(
+            "{rank}: {} edges for {live} live segments",
+            state.edges.len()
+        ));
+    }
+    if state.live_blocks != blocks {
+        return Err(format!(
+            "{rank}: {} live blocks counted, segments hold {blocks}",
+            state.live_blocks
+        ));
+    }
+    Ok(())
+}
+
+/// Checks each segment of `state` (see [`check_trie`]) but whether it reaches a root;
+/// returns the blocks the live ones hold.
+fn check_segments(
+    rank: WorkerWithDpRank,
+    state: &RankState,
+    ending: &FxHashMap<SegmentId, u32>,
+    free: &BTreeSet<SegmentId>,
+) -> Result<u64, String> {
     let mut children: FxHashMap<SegmentId, u32> = FxHashMap::default();
     let mut blocks = 0u64;
     for (index, segment) in state.segments.iter().enumerate() {
@@ -591,17 +625,14 @@ fn check_trie(
             return Err(format!("{rank}: segment {id} is live but nothing holds it"));
         }
     }
-    if let Some(id) = ending.keys().find(|id| free.contains(id)) {
-        return Err(format!("{rank}: a booking ends at free segment {id}"));
-    }
-    if let Some(id) = ending.keys().find(|&&id| id as usize >= slots) {
-        return Err(format!(
-            "{rank}: a booking ends at segment {id}, past the slab"
-        ));
-    }
-    // Every walk up from a live segment (through live parents, checked above) reaches a root:
-    // each is walked from once, up to a root or a segment already known to reach one; a walk
-    // longer than the slab is a cycle.
+    Ok(blocks)
+}
+
+/// Every walk up from a live segment (through live parents, checked by [`check_segments`])
+/// reaches a root: each is walked from once, up to a root or a segment already known to
+/// reach one; a walk longer than the slab is a cycle.
+fn check_rooted(rank: WorkerWithDpRank, state: &RankState) -> Result<(), String> {
+    let slots = state.segments.len();
     let mut rooted = vec![false; slots];
     for start in (0..slots).filter(|&index| !state.segments[index].hashes.is_empty()) {
         let mut path = Vec::new();
@@ -616,19 +647,6 @@ fn check_trie(
         for index in path {
             rooted[index] = true;
         }
-    }
-    let live = slots - free.len();
-    if state.edges.len() != live {
-        return Err(format!(
-            "{rank}: {} edges for {live} live segments",
-            state.edges.len()
-        ));
-    }
-    if state.live_blocks != blocks {
-        return Err(format!(
-            "{rank}: {} live blocks counted, segments hold {blocks}",
-            state.live_blocks
-        ));
     }
     Ok(())
 }

@@ -480,85 +480,93 @@ mod tests {
         assert_eq!(zero.effective_overlap_score_credit(), 0.0);
     }
 
+    /// Validation refuses `cfg`, and its error names `field`.
+    fn refused_naming(cfg: RouterConfig, field: &str) {
+        let err = cfg.validate().unwrap_err();
+        assert_eq!(err.field, field);
+        assert!(err.to_string().contains(field), "{err}");
+    }
+
     #[test]
-    fn validation_names_the_bad_field() {
-        let cases: Vec<(RouterConfig, &str)> = vec![
-            (
-                RouterConfig {
-                    overlap_score_credit: -1.0,
-                    ..Default::default()
-                },
-                "overlap_score_credit",
-            ),
-            (
-                RouterConfig {
-                    prefill_load_scale: f64::NAN,
-                    ..Default::default()
-                },
-                "prefill_load_scale",
-            ),
-            (
-                RouterConfig {
-                    router_temperature: f64::INFINITY,
-                    ..Default::default()
-                },
-                "router_temperature",
-            ),
-            (
-                RouterConfig {
-                    host_cache_hit_weight: 1.5,
-                    ..Default::default()
-                },
-                "host_cache_hit_weight",
-            ),
-            (
-                RouterConfig {
-                    shared_cache_multiplier: Some(-0.1),
-                    ..Default::default()
-                },
-                "shared_cache_multiplier",
-            ),
-            (
-                RouterConfig {
-                    router_queue_threshold: Some(-1.0),
-                    ..Default::default()
-                },
-                "router_queue_threshold",
-            ),
-            (
-                RouterConfig {
-                    router_prefill_load_model: "aic".into(),
-                    ..Default::default()
-                },
-                "router_prefill_load_model",
-            ),
-            (
-                RouterConfig {
-                    router_track_output_blocks: true,
-                    ..Default::default()
-                },
-                "router_track_output_blocks",
-            ),
-            (
-                RouterConfig {
-                    router_event_threads: Some(0),
-                    ..Default::default()
-                },
-                "router_event_threads",
-            ),
-            (
-                RouterConfig {
-                    shared_cache_type: Some("hicahe".into()),
-                    ..Default::default()
-                },
-                "shared_cache_type",
-            ),
-        ];
-        for (cfg, field) in cases {
-            let err = cfg.validate().unwrap_err();
-            assert_eq!(err.field, field);
-            assert!(err.to_string().contains(field));
-        }
+    fn validation_names_the_number_out_of_range() {
+        refused_naming(
+            RouterConfig {
+                overlap_score_credit: -1.0,
+                ..Default::default()
+            },
+            "overlap_score_credit",
+        );
+        refused_naming(
+            RouterConfig {
+                prefill_load_scale: f64::NAN,
+                ..Default::default()
+            },
+            "prefill_load_scale",
+        );
+        refused_naming(
+            RouterConfig {
+                router_temperature: f64::INFINITY,
+                ..Default::default()
+            },
+            "router_temperature",
+        );
+        refused_naming(
+            RouterConfig {
+                host_cache_hit_weight: 1.5,
+                ..Default::default()
+            },
+            "host_cache_hit_weight",
+        );
+        refused_naming(
+            RouterConfig {
+                shared_cache_multiplier: Some(-0.1),
+                ..Default::default()
+            },
+            "shared_cache_multiplier",
+        );
+        refused_naming(
+            RouterConfig {
+                router_queue_threshold: Some(-1.0),
+                ..Default::default()
+            },
+            "router_queue_threshold",
+        );
+    }
+
+    #[test]
+    fn validation_names_the_unsupported_setting() {
+        refused_naming(
+            RouterConfig {
+                router_prefill_load_model: "aic".into(),
+                ..Default::default()
+            },
+            "router_prefill_load_model",
+        );
+        refused_naming(
+            RouterConfig {
+                router_track_output_blocks: true,
+                ..Default::default()
+            },
+            "router_track_output_blocks",
+        );
+        refused_naming(
+            RouterConfig {
+                router_event_threads: Some(0),
+                ..Default::default()
+            },
+            "router_event_threads",
+        );
+        refused_naming(
+            RouterConfig {
+                shared_cache_type: Some("hicahe".into()),
+                ..Default::default()
+            },
+            "shared_cache_type",
+        );
+    }
+
+    #[test]
+    fn validation_accepts_an_unbounded_threshold_and_a_credit_above_one() {
         let unbounded = RouterConfig {
             router_queue_threshold: Some(f64::INFINITY),
             overlap_score_credit: 2.0,

@@ -2,7 +2,7 @@
 //!
 //! Three steps, all side-effect free (the only state touched is the caller's RNG):
 //! 1. [`eligible_ranks`]: which (worker, dp_rank) targets a request may go to (allow-list,
-//!    fencing, required taints, pin validation, the overload set), with Dynamo's error choice.
+//!    fencing, required taints, pin validation), with Dynamo's error choice.
 //! 2. [`select_worker`]: Dynamo's default cost per candidate from the projected loads
 //!    ([`RankLoad`]) and the indexer's prefix overlaps, then argmin with seeded uniform
 //!    tie-breaking (temperature 0) or a softmax draw (temperature > 0).
@@ -173,7 +173,7 @@ impl RequestConstraints {
             .is_none_or(|allowed| allowed.contains(&worker))
     }
 
-    /// Allowed and carrying the required taints (fencing and overload not considered).
+    /// Allowed and carrying the required taints (fencing not considered).
     fn admits(&self, worker: WorkerId, config: &WorkerConfig) -> bool {
         self.allows_worker(worker) && config.has_all_taints(&self.required_taints)
     }
@@ -188,10 +188,6 @@ impl RequestConstraints {
 pub enum SelectError {
     /// No worker can take the request (none known, none allowed/matching, or a bad pin).
     NoEndpoints,
-    /// Candidates exist, but every one of them is in the overload set.
-    AllEligibleWorkersOverloaded,
-    /// The pinned rank is valid but its worker is overloaded.
-    PinnedWorkerOverloaded(WorkerWithDpRank),
     /// The pinned rank's worker is not in the request's allow-list.
     PinnedWorkerNotAllowed(WorkerWithDpRank),
 }
@@ -200,10 +196,6 @@ impl fmt::Display for SelectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SelectError::NoEndpoints => f.write_str("no worker endpoints available"),
-            SelectError::AllEligibleWorkersOverloaded => {
-                f.write_str("all eligible workers are overloaded")
-            }
-            SelectError::PinnedWorkerOverloaded(rank) => write!(f, "pinned {rank} is overloaded"),
             SelectError::PinnedWorkerNotAllowed(rank) => {
                 write!(f, "pinned {rank} is not in the allowed worker set")
             }
@@ -219,27 +211,19 @@ impl std::error::Error for SelectError {}
 
 /// The ranks the request may be routed to, in (worker_id, dp_rank) order.
 ///
-/// `overloaded` is the overload set of worker ids (pass `None` for the queue's busy check,
-/// which ignores overload). A pin is validated in the order allow-list, fencing, existence and
-/// rank range, required taints, overload, and yields exactly the pinned rank.
+/// A pin is validated in the order allow-list, fencing, existence and rank range, required
+/// taints, and yields exactly the pinned rank.
 pub fn eligible_ranks(
     workers: &WorkerSet,
     constraints: &RequestConstraints,
-    overloaded: Option<&BTreeSet<WorkerId>>,
 ) -> Result<Vec<WorkerWithDpRank>, SelectError> {
-    let is_overloaded = |worker: WorkerId| overloaded.is_some_and(|set| set.contains(&worker));
     if let Some(pin) = constraints.pinned {
-        return validate_pin(workers, constraints, pin, is_overloaded(pin.worker_id));
+        return validate_pin(workers, constraints, pin);
     }
     // One rank per worker is the common layout: one allocation instead of repeated growth.
     let mut ranks = Vec::with_capacity(workers.worker_count());
-    let mut overloaded_rank_exists = false;
     for (worker, config) in workers.iter() {
-        if config.fenced || !constraints.admits(worker, config) || config.dp_ranks().is_empty() {
-            continue;
-        }
-        if is_overloaded(worker) {
-            overloaded_rank_exists = true;
+        if config.fenced || !constraints.admits(worker, config) {
             continue;
         }
         ranks.extend(
@@ -248,10 +232,10 @@ pub fn eligible_ranks(
                 .map(|dp_rank| WorkerWithDpRank::new(worker, dp_rank)),
         );
     }
-    match (ranks.is_empty(), overloaded_rank_exists) {
-        (false, _) => Ok(ranks),
-        (true, true) => Err(SelectError::AllEligibleWorkersOverloaded),
-        (true, false) => Err(SelectError::NoEndpoints),
+    if ranks.is_empty() {
+        Err(SelectError::NoEndpoints)
+    } else {
+        Ok(ranks)
     }
 }
 
@@ -259,7 +243,6 @@ fn validate_pin(
     workers: &WorkerSet,
     constraints: &RequestConstraints,
     pin: WorkerWithDpRank,
-    pin_overloaded: bool,
 ) -> Result<Vec<WorkerWithDpRank>, SelectError> {
     if !constraints.allows_worker(pin.worker_id) {
         return Err(SelectError::PinnedWorkerNotAllowed(pin));
@@ -273,9 +256,6 @@ fn validate_pin(
     };
     if !config.has_all_taints(&constraints.required_taints) {
         return Err(SelectError::NoEndpoints);
-    }
-    if pin_overloaded {
-        return Err(SelectError::PinnedWorkerOverloaded(pin));
     }
     Ok(vec![pin])
 }
@@ -647,8 +627,8 @@ fn softmax_weights(scores: &[Scored<'_>], temperature: f64) -> Vec<f64> {
 /// The effective cached tokens a queued request is classified and costed with.
 ///
 /// Pinned: the pinned rank's overlap (0 if it has none). Otherwise the best overlap over the
-/// ranks of known workers the request is allowed on (allow-list and required taints; the
-/// overload set and fencing are ignored), 0 if none. Not clamped to the ISL: the queue
+/// ranks of known workers the request is allowed on (allow-list and required taints; fencing
+/// is ignored), 0 if none. Not clamped to the ISL: the queue
 /// snapshot does that.
 pub fn best_cached_tokens(
     workers: &WorkerSet,
@@ -706,7 +686,7 @@ mod tests {
         set
     }
 
-    fn overload(workers: &[WorkerId]) -> BTreeSet<WorkerId> {
+    fn ids(workers: &[WorkerId]) -> BTreeSet<WorkerId> {
         workers.iter().copied().collect()
     }
 
@@ -739,7 +719,7 @@ mod tests {
     #[test]
     fn unconstrained_request_may_use_every_rank() {
         let set = three_workers();
-        let ranks = eligible_ranks(&set, &RequestConstraints::default(), None).unwrap();
+        let ranks = eligible_ranks(&set, &RequestConstraints::default()).unwrap();
         assert_eq!(ranks, set.ranks().collect::<Vec<_>>());
     }
 
@@ -747,12 +727,12 @@ mod tests {
     fn allow_list_taints_and_fencing_filter_workers() {
         let mut set = three_workers();
         let constraints = RequestConstraints {
-            allowed_workers: Some(overload(&[1, 2])),
+            allowed_workers: Some(ids(&[1, 2])),
             required_taints: vec!["gpu".into()],
             ..RequestConstraints::default()
         };
         assert_eq!(
-            eligible_ranks(&set, &constraints, None).unwrap(),
+            eligible_ranks(&set, &constraints).unwrap(),
             vec![rank(1, 0), rank(1, 1), rank(2, 0)]
         );
         set.insert(
@@ -763,61 +743,30 @@ mod tests {
             },
         );
         assert_eq!(
-            eligible_ranks(&set, &constraints, None).unwrap(),
+            eligible_ranks(&set, &constraints).unwrap(),
             vec![rank(2, 0)]
         );
         let fast_only = RequestConstraints {
             required_taints: vec!["fast".into(), "gpu".into()],
             ..RequestConstraints::default()
         };
-        assert_eq!(
-            eligible_ranks(&set, &fast_only, None).unwrap(),
-            vec![rank(2, 0)]
-        );
+        assert_eq!(eligible_ranks(&set, &fast_only).unwrap(), vec![rank(2, 0)]);
     }
 
     #[test]
-    fn overloaded_workers_are_skipped() {
+    fn no_eligible_worker_is_no_endpoints() {
         let set = three_workers();
-        let all = RequestConstraints::default();
-        let ranks = eligible_ranks(&set, &all, Some(&overload(&[1, 3]))).unwrap();
-        assert_eq!(ranks, vec![rank(2, 0)]);
-    }
-
-    #[test]
-    fn all_eligible_overloaded_is_its_own_error() {
-        let set = three_workers();
-        let gpu = RequestConstraints {
-            required_taints: vec!["gpu".into()],
-            ..RequestConstraints::default()
-        };
-        assert_eq!(
-            eligible_ranks(&set, &gpu, Some(&overload(&[1, 2]))),
-            Err(SelectError::AllEligibleWorkersOverloaded)
-        );
-        // Worker 3 is overloaded but not eligible anyway: that is plain NoEndpoints.
         let missing_taint = RequestConstraints {
             required_taints: vec!["tpu".into()],
             ..RequestConstraints::default()
         };
         assert_eq!(
-            eligible_ranks(&set, &missing_taint, Some(&overload(&[3]))),
+            eligible_ranks(&set, &missing_taint),
             Err(SelectError::NoEndpoints)
         );
         assert_eq!(
-            eligible_ranks(&WorkerSet::new(), &RequestConstraints::default(), None),
+            eligible_ranks(&WorkerSet::new(), &RequestConstraints::default()),
             Err(SelectError::NoEndpoints)
-        );
-    }
-
-    #[test]
-    fn the_busy_check_ignores_overload() {
-        let set = three_workers();
-        let all = RequestConstraints::default();
-        assert_eq!(eligible_ranks(&set, &all, None).unwrap().len(), 5);
-        assert_eq!(
-            eligible_ranks(&set, &all, Some(&overload(&[1, 2, 3]))),
-            Err(SelectError::AllEligibleWorkersOverloaded)
         );
     }
 
@@ -825,36 +774,39 @@ mod tests {
     fn valid_pin_yields_exactly_the_pin() {
         let set = three_workers();
         assert_eq!(
-            eligible_ranks(&set, &pinned(rank(3, 3)), Some(&overload(&[1]))),
+            eligible_ranks(&set, &pinned(rank(3, 3))),
             Ok(vec![rank(3, 3)])
+        );
+        assert_eq!(
+            eligible_ranks(&set, &pinned(rank(1, 1))),
+            Ok(vec![rank(1, 1)])
         );
     }
 
     #[test]
     fn pin_is_validated_allow_list_first() {
         let set = three_workers();
-        // Not allowed, also overloaded and out of range: the allow-list wins.
+        // Not allowed and out of range: the allow-list wins.
         let constraints = RequestConstraints {
-            allowed_workers: Some(overload(&[2])),
+            allowed_workers: Some(ids(&[2])),
             ..pinned(rank(1, 9))
         };
         assert_eq!(
-            eligible_ranks(&set, &constraints, Some(&overload(&[1]))),
+            eligible_ranks(&set, &constraints),
             Err(SelectError::PinnedWorkerNotAllowed(rank(1, 9)))
         );
     }
 
     #[test]
-    fn pin_failures_before_overload_are_no_endpoints() {
+    fn pin_failures_are_no_endpoints() {
         let mut set = three_workers();
-        let busy = overload(&[1, 2, 3, 4]);
-        // Unknown worker, rank out of range, missing taint: NoEndpoints even when overloaded.
+        // Unknown worker, rank out of range, missing taint, fenced worker: NoEndpoints.
         assert_eq!(
-            eligible_ranks(&set, &pinned(rank(4, 0)), Some(&busy)),
+            eligible_ranks(&set, &pinned(rank(4, 0))),
             Err(SelectError::NoEndpoints)
         );
         assert_eq!(
-            eligible_ranks(&set, &pinned(rank(3, 0)), Some(&busy)),
+            eligible_ranks(&set, &pinned(rank(3, 0))),
             Err(SelectError::NoEndpoints)
         );
         let needs_fast = RequestConstraints {
@@ -862,7 +814,7 @@ mod tests {
             ..pinned(rank(1, 0))
         };
         assert_eq!(
-            eligible_ranks(&set, &needs_fast, Some(&busy)),
+            eligible_ranks(&set, &needs_fast),
             Err(SelectError::NoEndpoints)
         );
         set.insert(
@@ -873,21 +825,8 @@ mod tests {
             },
         );
         assert_eq!(
-            eligible_ranks(&set, &pinned(rank(2, 0)), Some(&busy)),
+            eligible_ranks(&set, &pinned(rank(2, 0))),
             Err(SelectError::NoEndpoints)
-        );
-    }
-
-    #[test]
-    fn overloaded_valid_pin_is_pinned_worker_overloaded() {
-        let set = three_workers();
-        assert_eq!(
-            eligible_ranks(&set, &pinned(rank(1, 1)), Some(&overload(&[1]))),
-            Err(SelectError::PinnedWorkerOverloaded(rank(1, 1)))
-        );
-        assert_eq!(
-            eligible_ranks(&set, &pinned(rank(1, 1)), None),
-            Ok(vec![rank(1, 1)])
         );
     }
 
@@ -1406,7 +1345,7 @@ mod tests {
     // --- cache estimate for the queue ---------------------------------------------------------
 
     #[test]
-    fn best_cached_tokens_respects_pin_allow_list_and_taints_but_not_overload() {
+    fn best_cached_tokens_respects_pin_allow_list_and_taints() {
         let set = three_workers();
         let overlaps = [
             (rank(1, 1), 2),
@@ -1426,7 +1365,7 @@ mod tests {
         };
         assert_eq!(best_cached_tokens(&set, &gpu, &overlaps, 64), 3 * 64);
         let only_one = RequestConstraints {
-            allowed_workers: Some(overload(&[1])),
+            allowed_workers: Some(ids(&[1])),
             ..Default::default()
         };
         assert_eq!(best_cached_tokens(&set, &only_one, &overlaps, 64), 2 * 64);

@@ -11,11 +11,11 @@ use super::ledger::InFlight;
 use super::{KvLog, RouterMode};
 use crate::scheduling::round_robin::RoundRobin;
 use crate::scheduling::scheduler::{
-    Decision, Outcome, Path, Scheduler, SchedulerConfig, SchedulingRequest,
+    Decision, DispatchPath, Outcome, Scheduler, SchedulerConfig, SchedulingRequest,
 };
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
-use crate::time::{SimDuration, SimTime};
+use crate::time::SimTime;
 use std::collections::VecDeque;
 
 /// What the router decided about a request: the caller acts on each, in order.
@@ -26,7 +26,7 @@ pub(super) enum RouterDecision {
     Dispatch {
         id: RequestId,
         rank: WorkerWithDpRank,
-        path: Path,
+        path: DispatchPath,
         class_index: Option<usize>,
     },
     /// Request `id` is refused for good, for `reason`.
@@ -47,10 +47,8 @@ pub(super) struct RouterDriver {
     round_robin: RoundRobin,
     /// Round robin's decisions, polled before the core's.
     decisions: VecDeque<RouterDecision>,
-    /// A periodic recheck is scheduled (see [`RouterDriver::tick_due`]).
+    /// A periodic recheck is scheduled and has not run yet (see [`RouterDriver::tick_due`]).
     tick_scheduled: bool,
-    /// The router's periodic recheck interval.
-    tick_interval: SimDuration,
     /// Every KV event the router applied, with when (kept only when asked: for tests).
     kv_log: Option<KvLog>,
 }
@@ -63,7 +61,6 @@ impl RouterDriver {
         config: SchedulerConfig,
         workers: WorkerSet,
         cached_blocks: usize,
-        tick_interval: SimDuration,
         log_kv: bool,
     ) -> RouterDriver {
         let mut core = Scheduler::new(config, workers, SimTime::ZERO);
@@ -74,7 +71,6 @@ impl RouterDriver {
             round_robin: RoundRobin::default(),
             decisions: VecDeque::new(),
             tick_scheduled: false,
-            tick_interval,
             kv_log: log_kv.then(Vec::new),
         }
     }
@@ -107,7 +103,7 @@ impl RouterDriver {
                     Some(rank) => RouterDecision::Dispatch {
                         id,
                         rank,
-                        path: Path::Immediate,
+                        path: DispatchPath::Immediate,
                         class_index: None,
                     },
                     None => RouterDecision::Reject {
@@ -205,16 +201,16 @@ impl RouterDriver {
         self.core.handle_tick(now);
     }
 
-    /// When the next periodic recheck must run, if one must be scheduled now: one is kept
-    /// scheduled while requests wait in the router's queues.
-    pub fn tick_due(&mut self, now: SimTime) -> Option<SimTime> {
-        if self.tick_scheduled || self.core.pending_count() == 0 {
+    /// When the next periodic recheck must run, if one must be scheduled now: when the core
+    /// needs one ([`Scheduler::poll_timeout`]) and none is scheduled. A scheduled recheck is
+    /// never taken back: it runs even if the queues emptied meanwhile.
+    pub fn tick_due(&mut self) -> Option<SimTime> {
+        if self.tick_scheduled {
             return None;
         }
-        let interval = self.tick_interval.as_ns().max(1);
-        let next = (now.as_ns() / interval + 1).saturating_mul(interval);
+        let at = self.core.poll_timeout()?;
         self.tick_scheduled = true;
-        Some(SimTime::from_ns(next))
+        Some(at)
     }
 
     /// What the router holds of request `id`, if anything (for the conservation checker).

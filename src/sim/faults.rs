@@ -123,7 +123,7 @@ impl System {
                 self.lose(now, id, queue);
             }
         }
-        self.schedule_tick(now, queue);
+        self.schedule_tick(queue);
     }
 
     /// Request `id` lost its worker: re-routed if its migrations allow (keeping the tokens

@@ -3,7 +3,7 @@
 //! ends once, and the ends counted are the records that ended.
 
 use super::{RequestRecord, Status};
-use crate::scheduling::scheduler::Path;
+use crate::scheduling::scheduler::DispatchPath;
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
 use crate::workload::RequestSpec;
@@ -21,13 +21,40 @@ pub(super) struct InFlight {
     pub pinned: Option<WorkerWithDpRank>,
 }
 
-/// What a token message reaching the client did to its request (see [`Ledger::receive`]).
+/// Where a token message falls in its request's stream: the edges are what the router hears
+/// (a first token releases the prefill load, the last one frees the booking).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) struct Receipt {
-    /// The message carried the request's first token (the router releases its prefill load).
-    pub first: bool,
-    /// The message ended the request's stream: it completed.
-    pub completed: bool,
+pub(super) enum TokenEdge {
+    /// The request's first token; more follow.
+    First,
+    /// A token between the first and the last: the router hears nothing of it.
+    Middle,
+    /// The end of the stream: it completed (with a last token, or none for an empty output).
+    Last,
+    /// A first token that also ends the stream.
+    FirstAndLast,
+}
+
+impl TokenEdge {
+    /// The edge of a message that is (or not) the `first` token and (or not) `completed`.
+    pub fn of(first: bool, completed: bool) -> TokenEdge {
+        match (first, completed) {
+            (true, false) => TokenEdge::First,
+            (false, false) => TokenEdge::Middle,
+            (false, true) => TokenEdge::Last,
+            (true, true) => TokenEdge::FirstAndLast,
+        }
+    }
+
+    /// The message carries the request's first token.
+    pub fn is_first(self) -> bool {
+        matches!(self, TokenEdge::First | TokenEdge::FirstAndLast)
+    }
+
+    /// The message ends the request's stream.
+    pub fn is_last(self) -> bool {
+        matches!(self, TokenEdge::Last | TokenEdge::FirstAndLast)
+    }
 }
 
 /// The records of a run's requests, in arrival order (a request's id is its index).
@@ -131,7 +158,7 @@ impl Ledger {
         now: SimTime,
         id: RequestId,
         rank: WorkerWithDpRank,
-        path: Path,
+        path: DispatchPath,
         class_index: Option<usize>,
     ) {
         let record = &mut self.records[id.0 as usize];
@@ -162,21 +189,16 @@ impl Ledger {
         self.records[id.0 as usize].tokens_received += tokens;
     }
 
-    /// A token message of attempt `attempt` (or the end of the stream) reaches the client at
-    /// `now`. `None`: dropped, as it belongs to an earlier attempt (before a migration) or to
-    /// a request that already ended (cancelled). A completing message ends the request.
-    pub fn receive(
-        &mut self,
-        now: SimTime,
-        id: RequestId,
-        attempt: u32,
-        first: bool,
-        completed: bool,
-    ) -> Option<Receipt> {
+    /// A token message of attempt `attempt` (or the end of the stream), at `edge` of its
+    /// stream, reaches the client at `now`. False: dropped, as it belongs to an earlier
+    /// attempt (before a migration) or to a request that already ended (cancelled). The last
+    /// message ends the request.
+    pub fn receive(&mut self, now: SimTime, id: RequestId, attempt: u32, edge: TokenEdge) -> bool {
         let record = &self.records[id.0 as usize];
         if record.status != Status::Pending || record.migrations != attempt {
-            return None;
+            return false;
         }
+        let (first, completed) = (edge.is_first(), edge.is_last());
         let resumed = record.migrations > 0 && record.first_token.is_some();
         if (first && !resumed) || completed {
             self.note_change(now);
@@ -193,7 +215,7 @@ impl Ledger {
             self.finish(now, id, Status::Completed)
                 .expect("a pending request ends once");
         }
-        Some(Receipt { first, completed })
+        true
     }
 
     /// Request `id` ends at `now` with `status`: the one way a request ends. Err (a bug) if
@@ -294,5 +316,20 @@ impl Ledger {
                 "{n} requests neither completed, rejected, cancelled nor aborted"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TokenEdge;
+
+    #[test]
+    fn a_token_edge_is_the_first_the_last_both_or_neither() {
+        for (first, last) in [(false, false), (true, false), (false, true), (true, true)] {
+            let edge = TokenEdge::of(first, last);
+            assert_eq!((edge.is_first(), edge.is_last()), (first, last), "{edge:?}");
+        }
+        assert_eq!(TokenEdge::of(false, false), TokenEdge::Middle);
+        assert_eq!(TokenEdge::of(true, true), TokenEdge::FirstAndLast);
     }
 }

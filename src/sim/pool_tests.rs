@@ -26,7 +26,6 @@ fn config(pools: Vec<WorkerPool>, mode: RouterMode, policy: Option<&str>) -> Sim
         router_mode: mode,
         delays: TransportDelays::default(),
         limits: Limits::default(),
-        tick_interval: SimDuration::from_ms(60_000),
         check_every_event: true,
         seed: 1,
         closed_loop: None,
@@ -160,8 +159,14 @@ fn busy_fractions_multiply_each_workers_own_budget() {
             .map(|r| r.path.unwrap())
             .collect::<Vec<_>>()
     };
-    assert_eq!(paths(0), vec![Path::Immediate, Path::Immediate]);
-    assert_eq!(paths(1), vec![Path::Immediate, Path::Queued]);
+    assert_eq!(
+        paths(0),
+        vec![DispatchPath::Immediate, DispatchPath::Immediate]
+    );
+    assert_eq!(
+        paths(1),
+        vec![DispatchPath::Immediate, DispatchPath::Queued]
+    );
 }
 
 #[test]

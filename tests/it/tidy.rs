@@ -1,5 +1,6 @@
-//! Tidy: the layer rule (docs/architecture.md), the names banned for determinism, and that the
-//! repository's text names nothing outside the repository.
+//! Tidy: the layer rule (docs/architecture.md), the names banned for determinism, the one
+//! driver of the scheduling core, and that the repository's text names nothing outside the
+//! repository.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -360,5 +361,96 @@ fn each_outside_name_is_caught_and_look_alikes_are_not() {
         "tools/dynamo-replay --trace t.jsonl",
     ] {
         assert!(outside_names_in(clean).is_empty(), "{clean}");
+    }
+}
+
+/// The one file outside `scheduling/` that feeds the scheduling core its inputs
+/// (docs/scheduling.md#the-state-machine): the rest of the simulator goes through it.
+const CORE_DRIVER: &str = "sim/driver.rs";
+
+/// The scheduling core's inputs: the `handle_*` methods `Scheduler` defines (before its tests).
+fn core_inputs(src: &Path) -> Vec<String> {
+    let text = fs::read_to_string(src.join("scheduling/scheduler.rs")).unwrap();
+    let inputs: Vec<String> = text
+        .lines()
+        .take_while(|l| l.trim() != "mod tests {")
+        .filter_map(|l| l.trim().strip_prefix("pub fn handle_"))
+        .filter_map(|rest| rest.split_once('('))
+        .map(|(name, _)| format!("handle_{name}"))
+        .collect();
+    assert!(
+        inputs.len() > 5,
+        "only {inputs:?} found: the scan is broken"
+    );
+    inputs
+}
+
+/// The core inputs `line` calls as methods (`.handle_tick(`): not a definition, nor another
+/// type's method whose name merely starts the same (`Model::handle(`, `.handle_ticks(`).
+fn core_input_calls_in<'a>(line: &str, inputs: &'a [String]) -> Vec<&'a str> {
+    inputs
+        .iter()
+        .filter(|input| line.contains(&format!(".{input}(")))
+        .map(String::as_str)
+        .collect()
+}
+
+#[test]
+fn only_the_driver_calls_the_scheduling_core_inputs() {
+    let (src, files) = source_files();
+    let inputs = core_inputs(&src);
+    let mut violations = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let exempt = rel.starts_with("scheduling/")
+            || rel == CORE_DRIVER
+            || TEST_FILES.iter().any(|t| rel.ends_with(t))
+            || rel.ends_with("_tests.rs");
+        if exempt {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        // An inline test module at the end of a file may drive a core of its own.
+        let lines = text.lines().take_while(|l| l.trim() != "mod tests {");
+        for (i, line) in lines.enumerate() {
+            for input in core_input_calls_in(line, &inputs) {
+                violations.push(format!("{}:{}: {input}", file.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "the scheduling core's inputs called outside {CORE_DRIVER}:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn each_core_input_call_is_caught_and_look_alikes_are_not() {
+    let (src, _) = source_files();
+    let inputs = core_inputs(&src);
+    for input in ["handle_tick", "handle_arrival", "handle_finished"] {
+        assert!(
+            inputs.iter().any(|i| i == input),
+            "{input} not in {inputs:?}"
+        );
+    }
+    for line in [
+        "self.core.handle_tick(now);",
+        "        router.core_mut().handle_arrival(now, request)",
+    ] {
+        assert_eq!(core_input_calls_in(line, &inputs).len(), 1, "{line}");
+    }
+    for clean in [
+        "model.handle(now, event, &mut self.queue);",
+        "pub fn handle_tick(&mut self, now: SimTime) {",
+        "self.handle_ticks(now);",
+        "// the core's handle_tick runs at poll_timeout",
+    ] {
+        assert!(core_input_calls_in(clean, &inputs).is_empty(), "{clean}");
     }
 }

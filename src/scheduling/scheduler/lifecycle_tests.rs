@@ -73,7 +73,10 @@ fn dispatched_is_heard_on_dispatch_not_on_booking() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     let log = record(&mut s, "premium", 10);
     s.handle_arrival(t(0), request(0, "premium", 512));
-    assert_eq!(dispatched(&decisions(&mut s)), vec![(0, Path::Immediate)]);
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(0, DispatchPath::Immediate)]
+    );
     let booked = RequestState::Booked {
         rank: RANK0,
         class_index: 0,
@@ -135,7 +138,10 @@ fn cancel_of_a_deferred_request_does_not_release_another() {
     for id in 0..3 {
         s.handle_arrival(t(0), request(id, "regular", 64));
     }
-    assert_eq!(dispatched(&decisions(&mut s)), vec![(0, Path::Immediate)]);
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(0, DispatchPath::Immediate)]
+    );
     assert_eq!(s.pending_count(), 2, "1 and 2 are deferred by the cap");
     // 2 never held the cap's one slot: cancelling it must not hand 0's slot to 1.
     s.handle_cancel(t(1), RequestId(2));
@@ -147,13 +153,19 @@ fn cancel_of_a_deferred_request_does_not_release_another() {
     assert_eq!(heard(&log, 2), vec![Aborted]);
     s.handle_dispatched(t(1), RequestId(0));
     s.handle_finished(t(2), RequestId(0), Outcome::Completed);
-    assert_eq!(dispatched(&decisions(&mut s)), vec![(1, Path::Queued)]);
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(1, DispatchPath::Queued)]
+    );
     s.handle_dispatched(t(2), RequestId(1));
     s.handle_cancel(t(3), RequestId(1));
     assert_eq!(heard(&log, 1), vec![Dispatched, Aborted]);
     // Every slot came back: a new request runs at once.
     s.handle_arrival(t(4), request(3, "regular", 64));
-    assert_eq!(dispatched(&decisions(&mut s)), vec![(3, Path::Immediate)]);
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(3, DispatchPath::Immediate)]
+    );
 }
 
 #[test]
@@ -172,19 +184,11 @@ fn cancel_of_a_plain_queued_request_ends_it_once() {
     );
     s.handle_cancel(t(1), RequestId(4));
     assert!(decisions(&mut s).is_empty());
-    // Shutdown refuses only the request still alive: 4 already ended.
-    s.handle_shutdown(t(2));
-    let d = decisions(&mut s);
-    assert!(
-        matches!(
-            d[..],
-            [Decision::Reject {
-                id: RequestId(5),
-                error: SchedulerError::SubscriberShutdown,
-                ..
-            }]
-        ),
-        "{d:?}"
+    // When room frees, only the request still alive is booked: 4 already ended.
+    s.handle_first_token(t(2), RequestId(0));
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(5, DispatchPath::Queued)]
     );
     s.check_invariants().unwrap();
 }
@@ -203,7 +207,10 @@ fn cancel_after_booking_rolls_back() {
     assert_eq!(heard(&log, 1), vec![Aborted], "never dispatched");
     assert_eq!(s.load().rank_of(RequestId(1)), None);
     // The freed capacity (1536 tokens is not busy) admits the queued request at once.
-    assert_eq!(dispatched(&decisions(&mut s)), vec![(4, Path::Queued)]);
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(4, DispatchPath::Queued)]
+    );
     assert_eq!(s.load().active_prefill_tokens(RANK0), 2048);
     assert_eq!(s.active_count(), 4);
     // Late reports for the cancelled request change nothing.
@@ -226,7 +233,10 @@ fn cancel_before_the_dispatch_is_polled_withdraws_it() {
     s.handle_arrival(t(0), request(1, "regular", 512));
     // The caller has not acted on either decision yet; 0's client goes away.
     s.handle_cancel(t(0), RequestId(0));
-    assert_eq!(dispatched(&decisions(&mut s)), vec![(1, Path::Immediate)]);
+    assert_eq!(
+        dispatched(&decisions(&mut s)),
+        vec![(1, DispatchPath::Immediate)]
+    );
     assert_eq!(heard(&log, 0), vec![Aborted]);
     assert_eq!(s.load().rank_of(RequestId(0)), None);
     assert_eq!(s.load().active_prefill_tokens(RANK0), 512);
@@ -297,7 +307,7 @@ fn cancel_after_the_response_completed_is_a_no_op() {
     s.handle_dispatched(t(1), RequestId(0));
     s.handle_finished(t(2), RequestId(0), Outcome::Completed);
     let queued = dispatched(&decisions(&mut s));
-    assert_eq!(queued, vec![(4, Path::Queued)]);
+    assert_eq!(queued, vec![(4, DispatchPath::Queued)]);
     let before = log.lock().unwrap().clone();
     let booked = s.load().request_count();
     // The completed request and the refused one are over: cancelling them does nothing.
