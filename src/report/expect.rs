@@ -36,6 +36,7 @@
 
 use super::metrics::LatencyMetric;
 use super::slo::ThroughputMetric;
+use crate::sim::EndStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -167,39 +168,14 @@ pub struct MigrationsFigure {
     pub class: Option<String>,
 }
 
-/// How a request ended, as `count_status` names it. `pending` (a run stopped by a limit) is
-/// left out on purpose: a gate on requests a limit cut off would judge the limit, not the
-/// system.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum EndStatus {
-    Completed,
-    Rejected,
-    Cancelled,
-    Aborted,
-}
-
-impl EndStatus {
-    pub const ALL: [EndStatus; 4] = [
-        EndStatus::Completed,
-        EndStatus::Rejected,
-        EndStatus::Cancelled,
-        EndStatus::Aborted,
-    ];
-
-    /// The name as `requests.csv`'s `status` column writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            EndStatus::Completed => "completed",
-            EndStatus::Rejected => "rejected",
-            EndStatus::Cancelled => "cancelled",
-            EndStatus::Aborted => "aborted",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<EndStatus> {
-        EndStatus::ALL.into_iter().find(|s| s.name() == name)
-    }
-}
+/// The ends `count_status` can count. `pending` (a run stopped by a limit) is left out on
+/// purpose: a gate on requests a limit cut off would judge the limit, not the system.
+pub const COUNTABLE_ENDS: [EndStatus; 4] = [
+    EndStatus::Completed,
+    EndStatus::Rejected,
+    EndStatus::Cancelled,
+    EndStatus::Aborted,
+];
 
 /// What an expectation measures on a run. Classes are names from the scenario's class table:
 /// a companion's run may order its classes differently, so evaluation looks them up by name.
@@ -589,8 +565,9 @@ fn parse_count_status(
     class_names: &[String],
 ) -> Result<Figure, ExpectationError> {
     let class = optional_class("count_status.class", f.class.as_deref(), class_names)?;
-    let status = EndStatus::parse(&f.status).ok_or_else(|| {
-        let known = EndStatus::ALL.map(EndStatus::name).join(", ");
+    let countable = EndStatus::parse(&f.status).filter(|s| COUNTABLE_ENDS.contains(s));
+    let status = countable.ok_or_else(|| {
+        let known = COUNTABLE_ENDS.map(EndStatus::label).join(", ");
         let message = format!("unknown status `{}` (known: {known})", f.status);
         invalid("count_status.status", message)
     })?;
@@ -778,7 +755,7 @@ impl fmt::Display for Figure {
             Figure::Stable => write!(f, "stable (1 = kept up with the offered load)"),
             Figure::CountStatus { class, status } => {
                 let class = class.as_deref().unwrap_or("total");
-                write!(f, "{class} {} requests", status.name())
+                write!(f, "{class} {} requests", status.label())
             }
             Figure::Migrations { class } => {
                 let class = class.as_deref().unwrap_or("total");
@@ -907,7 +884,7 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
         }
         Figure::Stable => raw.stable = Some(true),
         Figure::CountStatus { class, status } => {
-            let status = status.name().to_string();
+            let status = status.label().to_string();
             raw.count_status = Some(CountStatusFigure { class, status })
         }
         Figure::Migrations { class } => raw.migrations = Some(MigrationsFigure { class }),
@@ -1459,8 +1436,13 @@ mod tests {
         assert_eq!(label(FAULT_FORMS[0]), "premium aborted requests");
         assert_eq!(label(FAULT_FORMS[1]), "total cancelled requests");
         assert_eq!(label(FAULT_FORMS[2]), "premium migrations");
-        for status in EndStatus::ALL {
-            assert_eq!(EndStatus::parse(status.name()), Some(status));
+        for status in COUNTABLE_ENDS {
+            let yaml = format!(
+                "{{count_status: {{status: {}}}, at_most: 0}}",
+                status.label()
+            );
+            let class = None;
+            assert_eq!(figure_of(&yaml), Figure::CountStatus { class, status });
         }
     }
 
