@@ -301,17 +301,18 @@ impl Expectation {
         raw: &RawExpectation,
         class_names: &[String],
     ) -> Result<Expectation, ExpectationError> {
-        let keys = figures_set(raw);
-        if keys.len() != 1 {
-            let found = describe_keys(&keys);
-            let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
-            return Err(invalid("", message));
-        }
-        if let Some(stable) = raw.stable {
-            return parse_stable(raw, stable);
-        }
+        let figure = match raw.figures()[..] {
+            [RawFigure::Stable(stable)] => return parse_stable(raw, stable),
+            [figure] => figure,
+            ref figures => {
+                let keys: Vec<&str> = figures.iter().map(|f| f.key()).collect();
+                let found = describe_keys(&keys);
+                let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
+                return Err(invalid("", message));
+            }
+        };
         let bound = parse_bound(raw)?;
-        let figure = parse_figure(raw, class_names)?;
+        let figure = parse_figure(figure, class_names)?;
         let companion = parse_companion(raw)?;
         check_bound_fits(&figure, bound, companion.is_some())?;
         Ok(Expectation {
@@ -349,25 +350,65 @@ impl Expectation {
     }
 }
 
-/// The figure keys that are set, by name.
-fn figures_set(e: &RawExpectation) -> Vec<&'static str> {
-    [
-        ("prefix_count", e.prefix_count.is_some()),
-        ("prefix_share", e.prefix_share.is_some()),
-        ("remaining_when_done", e.remaining_when_done.is_some()),
-        ("count_at", e.count_at.is_some()),
-        ("growth", e.growth.is_some()),
-        ("latency", e.latency.is_some()),
-        ("token_share", e.token_share.is_some()),
-        ("attainment", e.attainment.is_some()),
-        ("throughput", e.throughput.is_some()),
-        ("stable", e.stable.is_some()),
-        ("count_status", e.count_status.is_some()),
-        ("migrations", e.migrations.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(name, set)| set.then_some(name))
-    .collect()
+/// One figure as written: the figure key set in a [`RawExpectation`], with its fields.
+#[derive(Clone, Copy, Debug)]
+enum RawFigure<'a> {
+    PrefixCount(&'a PrefixCount),
+    PrefixShare(&'a PrefixCount),
+    RemainingWhenDone(&'a RemainingWhenDone),
+    CountAt(&'a CountAt),
+    Growth(&'a Growth),
+    Latency(&'a LatencyFigure),
+    TokenShare(&'a TokenShare),
+    Attainment(&'a AttainmentFigure),
+    Throughput(&'a ThroughputFigure),
+    Stable(bool),
+    CountStatus(&'a CountStatusFigure),
+    Migrations(&'a MigrationsFigure),
+}
+
+impl RawExpectation {
+    /// Every figure key that is set, in [`FIGURE_KEYS`] order (a valid entry has one).
+    fn figures(&self) -> Vec<RawFigure<'_>> {
+        use RawFigure as F;
+        [
+            self.prefix_count.as_ref().map(F::PrefixCount),
+            self.prefix_share.as_ref().map(F::PrefixShare),
+            self.remaining_when_done.as_ref().map(F::RemainingWhenDone),
+            self.count_at.as_ref().map(F::CountAt),
+            self.growth.as_ref().map(F::Growth),
+            self.latency.as_ref().map(F::Latency),
+            self.token_share.as_ref().map(F::TokenShare),
+            self.attainment.as_ref().map(F::Attainment),
+            self.throughput.as_ref().map(F::Throughput),
+            self.stable.map(F::Stable),
+            self.count_status.as_ref().map(F::CountStatus),
+            self.migrations.as_ref().map(F::Migrations),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+impl RawFigure<'_> {
+    /// The key the figure is written under.
+    fn key(self) -> &'static str {
+        match self {
+            RawFigure::PrefixCount(_) => "prefix_count",
+            RawFigure::PrefixShare(_) => "prefix_share",
+            RawFigure::RemainingWhenDone(_) => "remaining_when_done",
+            RawFigure::CountAt(_) => "count_at",
+            RawFigure::Growth(_) => "growth",
+            RawFigure::Latency(_) => "latency",
+            RawFigure::TokenShare(_) => "token_share",
+            RawFigure::Attainment(_) => "attainment",
+            RawFigure::Throughput(_) => "throughput",
+            RawFigure::Stable(_) => "stable",
+            RawFigure::CountStatus(_) => "count_status",
+            RawFigure::Migrations(_) => "migrations",
+        }
+    }
 }
 
 /// The bound keys that are set, by name.
@@ -429,62 +470,53 @@ fn finite(field: &str, v: f64) -> Result<f64, ExpectationError> {
     }
 }
 
-/// The one figure of `raw` (there is exactly one), its classes and counts checked.
-fn parse_figure(raw: &RawExpectation, class_names: &[String]) -> Result<Figure, ExpectationError> {
+/// The figure written, its classes and counts checked: one validator per kind.
+fn parse_figure(raw: RawFigure, class_names: &[String]) -> Result<Figure, ExpectationError> {
     let class = |field: &str, name: &str| known_class(field, name, class_names);
-    if let Some(f) = &raw.prefix_count {
-        let class = class("prefix_count.class", &f.class)?;
-        let n = at_least_one("prefix_count.n", f.n)?;
-        return Ok(Figure::PrefixCount { class, n });
-    }
-    if let Some(f) = &raw.prefix_share {
-        let class = class("prefix_share.class", &f.class)?;
-        let n = at_least_one("prefix_share.n", f.n)?;
-        return Ok(Figure::PrefixShare { class, n });
-    }
-    if let Some(f) = &raw.remaining_when_done {
-        return Ok(Figure::RemainingWhenDone {
-            class: class("remaining_when_done.class", &f.class)?,
-            done: class("remaining_when_done.done", &f.done)?,
-            k: f.k
-                .map(|k| at_least_one("remaining_when_done.k", k))
-                .transpose()?,
-        });
-    }
-    if let Some(f) = &raw.count_at {
-        return Ok(Figure::CountAt {
+    match raw {
+        RawFigure::PrefixCount(f) => Ok(Figure::PrefixCount {
+            class: class("prefix_count.class", &f.class)?,
+            n: at_least_one("prefix_count.n", f.n)?,
+        }),
+        RawFigure::PrefixShare(f) => Ok(Figure::PrefixShare {
+            class: class("prefix_share.class", &f.class)?,
+            n: at_least_one("prefix_share.n", f.n)?,
+        }),
+        RawFigure::RemainingWhenDone(f) => parse_remaining_when_done(f, class_names),
+        RawFigure::CountAt(f) => Ok(Figure::CountAt {
             class: class("count_at.class", &f.class)?,
             when: class("count_at.when", &f.when)?,
             k: at_least_one("count_at.k", f.k)?,
-        });
-    }
-    if let Some(f) = &raw.growth {
-        return parse_growth(f, class_names);
-    }
-    if let Some(f) = &raw.latency {
-        let class = class("latency.class", &f.class)?;
-        let metric = parse_metric(&f.metric)?;
-        return Ok(Figure::Latency { class, metric });
-    }
-    if let Some(f) = &raw.attainment {
-        return parse_attainment(f, class_names);
-    }
-    if let Some(f) = &raw.throughput {
-        return parse_throughput(f, class_names);
-    }
-    if let Some(f) = &raw.count_status {
-        return parse_count_status(f, class_names);
-    }
-    if let Some(f) = &raw.migrations {
-        let class = optional_class("migrations.class", f.class.as_deref(), class_names)?;
-        return Ok(Figure::Migrations { class });
-    }
-    match &raw.token_share {
-        Some(f) => Ok(Figure::TokenShare {
+        }),
+        RawFigure::Growth(f) => parse_growth(f, class_names),
+        RawFigure::Latency(f) => Ok(Figure::Latency {
+            class: class("latency.class", &f.class)?,
+            metric: parse_metric(&f.metric)?,
+        }),
+        RawFigure::TokenShare(f) => Ok(Figure::TokenShare {
             class: class("token_share.class", &f.class)?,
         }),
-        None => Err(invalid("", format!("needs a figure ({FIGURE_KEYS})"))),
+        RawFigure::Attainment(f) => parse_attainment(f, class_names),
+        RawFigure::Throughput(f) => parse_throughput(f, class_names),
+        RawFigure::Stable(_) => Ok(Figure::Stable),
+        RawFigure::CountStatus(f) => parse_count_status(f, class_names),
+        RawFigure::Migrations(f) => Ok(Figure::Migrations {
+            class: optional_class("migrations.class", f.class.as_deref(), class_names)?,
+        }),
     }
+}
+
+fn parse_remaining_when_done(
+    f: &RemainingWhenDone,
+    class_names: &[String],
+) -> Result<Figure, ExpectationError> {
+    Ok(Figure::RemainingWhenDone {
+        class: known_class("remaining_when_done.class", &f.class, class_names)?,
+        done: known_class("remaining_when_done.done", &f.done, class_names)?,
+        k: f.k
+            .map(|k| at_least_one("remaining_when_done.k", k))
+            .transpose()?,
+    })
 }
 
 /// `stable: true` is a figure and its own bound: a verdict has nothing to be compared with,
