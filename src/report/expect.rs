@@ -302,10 +302,10 @@ impl Expectation {
         class_names: &[String],
     ) -> Result<Expectation, ExpectationError> {
         let figure = match raw.figures()[..] {
-            [RawFigure::Stable(stable)] => return parse_stable(raw, stable),
-            [figure] => figure,
+            [(_, RawFigure::Stable(stable))] => return parse_stable(raw, stable),
+            [(_, figure)] => figure,
             ref figures => {
-                let keys: Vec<&str> = figures.iter().map(|f| f.key()).collect();
+                let keys: Vec<&str> = figures.iter().map(|&(key, _)| key).collect();
                 let found = describe_keys(&keys);
                 let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
                 return Err(invalid("", message));
@@ -368,46 +368,38 @@ enum RawFigure<'a> {
 }
 
 impl RawExpectation {
-    /// Every figure key that is set, in [`FIGURE_KEYS`] order (a valid entry has one).
-    fn figures(&self) -> Vec<RawFigure<'_>> {
+    /// Every figure that is set, with its key, in [`FIGURE_KEYS`] order (a valid entry has
+    /// exactly one).
+    fn figures(&self) -> Vec<(&'static str, RawFigure<'_>)> {
         use RawFigure as F;
-        [
-            self.prefix_count.as_ref().map(F::PrefixCount),
-            self.prefix_share.as_ref().map(F::PrefixShare),
-            self.remaining_when_done.as_ref().map(F::RemainingWhenDone),
-            self.count_at.as_ref().map(F::CountAt),
-            self.growth.as_ref().map(F::Growth),
-            self.latency.as_ref().map(F::Latency),
-            self.token_share.as_ref().map(F::TokenShare),
-            self.attainment.as_ref().map(F::Attainment),
-            self.throughput.as_ref().map(F::Throughput),
-            self.stable.map(F::Stable),
-            self.count_status.as_ref().map(F::CountStatus),
-            self.migrations.as_ref().map(F::Migrations),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    }
-}
-
-impl RawFigure<'_> {
-    /// The key the figure is written under.
-    fn key(self) -> &'static str {
-        match self {
-            RawFigure::PrefixCount(_) => "prefix_count",
-            RawFigure::PrefixShare(_) => "prefix_share",
-            RawFigure::RemainingWhenDone(_) => "remaining_when_done",
-            RawFigure::CountAt(_) => "count_at",
-            RawFigure::Growth(_) => "growth",
-            RawFigure::Latency(_) => "latency",
-            RawFigure::TokenShare(_) => "token_share",
-            RawFigure::Attainment(_) => "attainment",
-            RawFigure::Throughput(_) => "throughput",
-            RawFigure::Stable(_) => "stable",
-            RawFigure::CountStatus(_) => "count_status",
-            RawFigure::Migrations(_) => "migrations",
-        }
+        let figures = [
+            (
+                "prefix_count",
+                self.prefix_count.as_ref().map(F::PrefixCount),
+            ),
+            (
+                "prefix_share",
+                self.prefix_share.as_ref().map(F::PrefixShare),
+            ),
+            (
+                "remaining_when_done",
+                self.remaining_when_done.as_ref().map(F::RemainingWhenDone),
+            ),
+            ("count_at", self.count_at.as_ref().map(F::CountAt)),
+            ("growth", self.growth.as_ref().map(F::Growth)),
+            ("latency", self.latency.as_ref().map(F::Latency)),
+            ("token_share", self.token_share.as_ref().map(F::TokenShare)),
+            ("attainment", self.attainment.as_ref().map(F::Attainment)),
+            ("throughput", self.throughput.as_ref().map(F::Throughput)),
+            ("stable", self.stable.map(F::Stable)),
+            (
+                "count_status",
+                self.count_status.as_ref().map(F::CountStatus),
+            ),
+            ("migrations", self.migrations.as_ref().map(F::Migrations)),
+        ];
+        let set = figures.into_iter().filter_map(|(key, f)| Some((key, f?)));
+        set.collect()
     }
 }
 
