@@ -490,6 +490,7 @@ fn parse_figure(raw: RawFigure, class_names: &[String]) -> Result<Figure, Expect
         }),
         RawFigure::Attainment(f) => parse_attainment(f, class_names),
         RawFigure::Throughput(f) => parse_throughput(f, class_names),
+        // `Expectation::parse` takes `stable` first: it is its own bound.
         RawFigure::Stable(_) => Ok(Figure::Stable),
         RawFigure::CountStatus(f) => parse_count_status(f, class_names),
         RawFigure::Migrations(f) => Ok(Figure::Migrations {

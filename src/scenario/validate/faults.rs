@@ -266,3 +266,44 @@ fn cancel_class(
     }
     Ok(class.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::bounds::MAX_RANKS;
+    use crate::scenario::Scenario;
+    use std::path::Path;
+
+    /// The error a two-worker scenario with these `faults:` entries is.
+    fn error(faults: &str) -> String {
+        let text = format!(
+            "name: f\nworkers: {{count: 2}}\nworkload:\n  groups:\n    - {{name: g, count: 4, input_tokens: 64, output_tokens: 2}}\nfaults:\n{faults}"
+        );
+        let e = Scenario::from_text(Path::new("f.yaml"), &text, &[]).unwrap_err();
+        e.to_string()
+    }
+
+    #[test]
+    fn a_fault_entry_with_no_kind_or_two_is_an_error_at_the_entry() {
+        let both = "{worker_down: {worker: 0, at_ms: 1}, worker_up: {pool: default, at_ms: 2}}";
+        for entry in ["{}", both] {
+            assert_eq!(
+                error(&format!("  - {entry}\n")),
+                "f.yaml:7: faults.0: needs exactly one of worker_down, cancel, worker_up",
+                "{entry}"
+            );
+        }
+    }
+
+    #[test]
+    fn workers_joining_past_the_rank_bound_are_an_error_at_faults() {
+        let join = "  - {worker_up: {pool: default, at_ms: 1}}\n";
+        let message = format!("faults: workers joining would exceed {MAX_RANKS} ranks");
+        let at_bound = join.repeat(MAX_RANKS as usize - 2);
+        let text = format!(
+            "name: f\nworkers: {{count: 2}}\nworkload:\n  groups:\n    - {{name: g, count: 4, input_tokens: 64, output_tokens: 2}}\nfaults:\n{at_bound}"
+        );
+        assert!(Scenario::from_text(Path::new("f.yaml"), &text, &[]).is_ok());
+        let past = error(&join.repeat(MAX_RANKS as usize - 1));
+        assert!(past.ends_with(&message), "{past}");
+    }
+}
