@@ -364,7 +364,7 @@ fn stop_line(result: &sim::SimResult) -> Option<String> {
     Some(format!(
         "stopped early: {}; {} of {} requests unfinished",
         result.stop_reason,
-        result.count("pending"),
+        result.count(crate::sim::EndStatus::Pending),
         result.records.len()
     ))
 }
@@ -392,7 +392,7 @@ fn no_progress_error(result: &sim::SimResult) -> Result<(), CliError> {
 fn limit_outcome(result: &sim::SimResult, seed: u64) -> Option<ExpectationOutcome> {
     stop_line(result).map(|line| ExpectationOutcome {
         label: "unfinished requests (the run must reach its end)".to_string(),
-        measured: Some(result.count("pending") as f64),
+        measured: Some(result.count(crate::sim::EndStatus::Pending) as f64),
         bound: Bound::AtMost(0.0),
         passed: false,
         reason: Some(line),

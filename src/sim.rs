@@ -226,39 +226,6 @@ impl SimConfig {
     }
 }
 
-/// How a request ended.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Status {
-    /// Still in the system when the run stopped (only after a limit).
-    Pending,
-    Completed,
-    Rejected(String),
-    /// The client gave up (a `cancel` fault); the reason says why.
-    Cancelled(String),
-    /// Lost with its worker (and not migrated); the reason says why.
-    Aborted(String),
-}
-
-impl Status {
-    pub fn label(&self) -> &str {
-        match self {
-            Status::Pending => "pending",
-            Status::Completed => "completed",
-            Status::Rejected(_) => "rejected",
-            Status::Cancelled(_) => "cancelled",
-            Status::Aborted(_) => "aborted",
-        }
-    }
-
-    /// Why a request that did not complete ended (empty otherwise).
-    pub fn reason(&self) -> &str {
-        match self {
-            Status::Rejected(r) | Status::Cancelled(r) | Status::Aborted(r) => r,
-            Status::Pending | Status::Completed => "",
-        }
-    }
-}
-
 /// Everything recorded about one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RequestRecord {
@@ -336,10 +303,11 @@ impl SimResult {
         (worker_id - pool.first_worker < u64::from(pool.workers)).then_some(index)
     }
 
-    pub fn count(&self, status: &str) -> usize {
+    /// How many requests ended as `kind`.
+    pub fn count(&self, kind: EndStatus) -> usize {
         self.records
             .iter()
-            .filter(|r| r.status.label() == status)
+            .filter(|r| r.status.kind() == kind)
             .count()
     }
 }
@@ -742,10 +710,10 @@ impl System {
                 RouterDecision::Reject {
                     id,
                     class_index,
-                    reason,
+                    error,
                 } => {
                     self.ledger.set_class(id, class_index);
-                    self.end(now, id, Status::Rejected(reason));
+                    self.end(now, id, Status::Rejected(Rejection::Router(error)));
                 }
             }
         }
@@ -867,7 +835,7 @@ impl System {
             if !self.ledger.is_pending(id) {
                 continue; // cancelled while the pass ran
             }
-            let status = Status::Rejected(rejection.reason.label().to_string());
+            let status = Status::Rejected(Rejection::Worker(rejection.reason));
             self.end(now, id, status);
             self.router.finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
@@ -1035,12 +1003,14 @@ mod driver;
 mod faults;
 mod fleet;
 mod ledger;
+mod status;
 
 use driver::{RouterDecision, RouterDriver};
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint, worker_set};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
 use ledger::{Ledger, TokenEdge};
+pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 
 #[cfg(test)]
 mod pool_tests;
@@ -1048,7 +1018,7 @@ mod pool_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mocker::{PreemptionMode, TimingModel, TimingProfile};
+    use crate::mocker::{PreemptionMode, RejectReason, TimingModel, TimingProfile};
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::scheduling::types::KvEventData;
@@ -1226,7 +1196,7 @@ policy_classes:
                 Err(v) => return Err(TestCaseError::fail(format!("{v}"))),
             };
             prop_assert_eq!(result.stop_reason, StopReason::Drained);
-            let ended = result.count("completed") + result.count("rejected") + result.count("aborted");
+            let ended = result.count(EndStatus::Completed) + result.count(EndStatus::Rejected) + result.count(EndStatus::Aborted);
             prop_assert_eq!(ended, case.requests.len(), "conservation (seed {})", seed);
             for r in &result.records {
                 if r.status == Status::Completed {
@@ -1247,7 +1217,7 @@ policy_classes:
             let result = run(config(&case, seed), requests(&case).into_iter())
                 .map_err(|v| TestCaseError::fail(format!("{v}")))?;
             prop_assert_eq!(result.stop_reason, StopReason::Drained, "seed {}", seed);
-            prop_assert_eq!(result.count("pending"), 0, "seed {}", seed);
+            prop_assert_eq!(result.count(EndStatus::Pending), 0, "seed {}", seed);
             for r in &result.records {
                 check_storm_record(&case, r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
             }
@@ -1333,8 +1303,8 @@ policy_classes:
             let run_once = || run(config.clone(), requests(&case).into_iter());
             let result = run_once().map_err(|v| TestCaseError::fail(format!("{v}")))?;
             prop_assert_eq!(result.stop_reason, StopReason::Drained);
-            let ended: usize = ["completed", "rejected", "cancelled", "aborted"]
-                .iter()
+            let ended: usize = [EndStatus::Completed, EndStatus::Rejected, EndStatus::Cancelled, EndStatus::Aborted]
+                .into_iter()
                 .map(|s| result.count(s))
                 .sum();
             prop_assert_eq!(ended, case.requests.len(), "conservation (seed {})", seed);
@@ -1659,7 +1629,7 @@ policy_classes:
             run(Stepping::PassByPass).unwrap(),
         );
         assert_eq!(skipped.records, stepped.records);
-        assert_eq!(skipped.count("completed"), 3);
+        assert_eq!(skipped.count(EndStatus::Completed), 3);
         let third = &skipped.records[2];
         assert!(
             third.admit.unwrap() > third.arrival,
@@ -1713,7 +1683,7 @@ policy_classes:
         assert_eq!(bounded.stop_reason, StopReason::Drained);
         assert_eq!(bounded.records.len(), first_later);
         assert!(bounded.records.iter().all(|r| r.arrival < until));
-        assert_eq!(bounded.count("completed"), first_later);
+        assert_eq!(bounded.count(EndStatus::Completed), first_later);
     }
 
     /// What a storm run may do to one request: a worker rejection must name a true reason,
@@ -1727,7 +1697,7 @@ policy_classes:
         };
         let too_long = !case.chunked && r.input_tokens > case.max_num_batched_tokens;
         let why = match &r.status {
-            Status::Rejected(why) => why.as_str(),
+            Status::Rejected(why) => why.label(),
             Status::Completed => return Ok(()),
             other => return Err(format!("row {} ended {other:?}", r.row)),
         };
@@ -1794,7 +1764,7 @@ policy_classes:
             events: 500,
         };
         assert_eq!(result.stop_reason, expected);
-        assert_eq!(result.count("pending"), 1);
+        assert_eq!(result.count(EndStatus::Pending), 1);
         // The same run with time advancing drains.
         let result = small_run(|_| {}, limits, &[(64, 900)]).unwrap();
         assert_eq!(result.stop_reason, StopReason::Drained);
@@ -1813,7 +1783,7 @@ policy_classes:
             let result = small_run(|e| e.preemption_mode = mode, Limits::default(), &lengths)
                 .unwrap_or_else(|v| panic!("{v}"));
             assert_eq!(result.stop_reason, StopReason::Drained);
-            assert_eq!(result.count("completed"), 4, "fifo {fifo}");
+            assert_eq!(result.count(EndStatus::Completed), 4, "fifo {fifo}");
             assert!(result.preemptions > 0, "fifo {fifo}: no preemption");
         }
     }
@@ -1823,7 +1793,7 @@ policy_classes:
         let lengths = [(64, 700), (64, 2000), (64, 5)];
         let result = small_run(|_| {}, Limits::default(), &lengths).unwrap();
         let status: Vec<&Status> = result.records.iter().map(|r| &r.status).collect();
-        let outgrew = Status::Rejected("sequence_exceeds_kv_pool".into());
+        let outgrew = Status::Rejected(Rejection::Worker(RejectReason::SequenceOverPool));
         assert_eq!(
             status,
             vec![&Status::Completed, &outgrew, &Status::Completed]

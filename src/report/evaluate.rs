@@ -5,9 +5,10 @@
 //! (a class with fewer than `k` completions, no backlogged service, a companion that was not
 //! run) is a failure that says why.
 
-use super::expect::{Bound, EndStatus, Expectation, Figure};
+use super::expect::{Bound, Expectation, Figure};
 use super::metrics::RunMetrics;
 use super::slo::LatencyBounds;
+use crate::sim::EndStatus;
 use std::collections::BTreeMap;
 
 pub use super::expect::number;
@@ -228,14 +229,15 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
 /// Requests of `class` (every request for `None`) that ended with `status`. Counts cover the
 /// whole run, warmup included, as conservation does.
 fn count_status(m: &RunMetrics, class: Option<usize>, status: EndStatus) -> u64 {
-    let (completed, rejected, cancelled, aborted) = match class {
+    let (pending, completed, rejected, cancelled, aborted) = match class {
         Some(c) => {
             let c = &m.classes[c];
-            (c.completed, c.rejected, c.cancelled, c.aborted)
+            (c.pending, c.completed, c.rejected, c.cancelled, c.aborted)
         }
-        None => (m.completed, m.rejected, m.cancelled, m.aborted),
+        None => (m.pending, m.completed, m.rejected, m.cancelled, m.aborted),
     };
     match status {
+        EndStatus::Pending => pending,
         EndStatus::Completed => completed,
         EndStatus::Rejected => rejected,
         EndStatus::Cancelled => cancelled,
@@ -294,7 +296,7 @@ mod tests {
     use crate::report::expect::RawExpectation;
     use crate::report::test_support::{done, result_of, run_fixture};
     use crate::scheduling::scheduler::DispatchPath;
-    use crate::sim::Status;
+    use crate::sim::{AbortReason, CancelReason, Status};
 
     const RUN: RunFacts = RunFacts {
         seed: 7,
@@ -473,11 +475,11 @@ mod tests {
         // move), rejected, aborted.
         let ended = [
             (0, Status::Completed, 0),
-            (0, Status::Aborted("worker_down".into()), 0),
-            (0, Status::Cancelled("client_cancel".into()), 2),
+            (0, Status::Aborted(AbortReason::WorkerDown), 0),
+            (0, Status::Cancelled(CancelReason::ClientCancel), 2),
             (1, Status::Completed, 1),
-            (1, Status::Rejected("queue_full".into()), 0),
-            (1, Status::Aborted("worker_down".into()), 0),
+            (1, crate::report::test_support::rejected(), 0),
+            (1, Status::Aborted(AbortReason::WorkerDown), 0),
         ];
         let records = ended
             .into_iter()

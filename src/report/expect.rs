@@ -36,6 +36,7 @@
 
 use super::metrics::LatencyMetric;
 use super::slo::ThroughputMetric;
+use crate::sim::EndStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -167,39 +168,14 @@ pub struct MigrationsFigure {
     pub class: Option<String>,
 }
 
-/// How a request ended, as `count_status` names it. `pending` (a run stopped by a limit) is
-/// left out on purpose: a gate on requests a limit cut off would judge the limit, not the
-/// system.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum EndStatus {
-    Completed,
-    Rejected,
-    Cancelled,
-    Aborted,
-}
-
-impl EndStatus {
-    pub const ALL: [EndStatus; 4] = [
-        EndStatus::Completed,
-        EndStatus::Rejected,
-        EndStatus::Cancelled,
-        EndStatus::Aborted,
-    ];
-
-    /// The name as `requests.csv`'s `status` column writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            EndStatus::Completed => "completed",
-            EndStatus::Rejected => "rejected",
-            EndStatus::Cancelled => "cancelled",
-            EndStatus::Aborted => "aborted",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<EndStatus> {
-        EndStatus::ALL.into_iter().find(|s| s.name() == name)
-    }
-}
+/// The ends `count_status` can count. `pending` (a run stopped by a limit) is left out on
+/// purpose: a gate on requests a limit cut off would judge the limit, not the system.
+pub const COUNTABLE_ENDS: [EndStatus; 4] = [
+    EndStatus::Completed,
+    EndStatus::Rejected,
+    EndStatus::Cancelled,
+    EndStatus::Aborted,
+];
 
 /// What an expectation measures on a run. Classes are names from the scenario's class table:
 /// a companion's run may order its classes differently, so evaluation looks them up by name.
@@ -325,17 +301,18 @@ impl Expectation {
         raw: &RawExpectation,
         class_names: &[String],
     ) -> Result<Expectation, ExpectationError> {
-        let keys = figures_set(raw);
-        if keys.len() != 1 {
-            let found = describe_keys(&keys);
-            let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
-            return Err(invalid("", message));
-        }
-        if let Some(stable) = raw.stable {
-            return parse_stable(raw, stable);
-        }
+        let figure = match raw.figures()[..] {
+            [(_, RawFigure::Stable(stable))] => return parse_stable(raw, stable),
+            [(_, figure)] => figure,
+            ref figures => {
+                let keys: Vec<&str> = figures.iter().map(|&(key, _)| key).collect();
+                let found = describe_keys(&keys);
+                let message = format!("needs exactly one figure ({FIGURE_KEYS}), found {found}");
+                return Err(invalid("", message));
+            }
+        };
         let bound = parse_bound(raw)?;
-        let figure = parse_figure(raw, class_names)?;
+        let figure = parse_figure(figure, class_names)?;
         let companion = parse_companion(raw)?;
         check_bound_fits(&figure, bound, companion.is_some())?;
         Ok(Expectation {
@@ -373,25 +350,57 @@ impl Expectation {
     }
 }
 
-/// The figure keys that are set, by name.
-fn figures_set(e: &RawExpectation) -> Vec<&'static str> {
-    [
-        ("prefix_count", e.prefix_count.is_some()),
-        ("prefix_share", e.prefix_share.is_some()),
-        ("remaining_when_done", e.remaining_when_done.is_some()),
-        ("count_at", e.count_at.is_some()),
-        ("growth", e.growth.is_some()),
-        ("latency", e.latency.is_some()),
-        ("token_share", e.token_share.is_some()),
-        ("attainment", e.attainment.is_some()),
-        ("throughput", e.throughput.is_some()),
-        ("stable", e.stable.is_some()),
-        ("count_status", e.count_status.is_some()),
-        ("migrations", e.migrations.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(name, set)| set.then_some(name))
-    .collect()
+/// One figure as written: the figure key set in a [`RawExpectation`], with its fields.
+#[derive(Clone, Copy, Debug)]
+enum RawFigure<'a> {
+    PrefixCount(&'a PrefixCount),
+    PrefixShare(&'a PrefixCount),
+    RemainingWhenDone(&'a RemainingWhenDone),
+    CountAt(&'a CountAt),
+    Growth(&'a Growth),
+    Latency(&'a LatencyFigure),
+    TokenShare(&'a TokenShare),
+    Attainment(&'a AttainmentFigure),
+    Throughput(&'a ThroughputFigure),
+    Stable(bool),
+    CountStatus(&'a CountStatusFigure),
+    Migrations(&'a MigrationsFigure),
+}
+
+impl RawExpectation {
+    /// Every figure that is set, with its key, in [`FIGURE_KEYS`] order (a valid entry has
+    /// exactly one).
+    fn figures(&self) -> Vec<(&'static str, RawFigure<'_>)> {
+        use RawFigure as F;
+        let figures = [
+            (
+                "prefix_count",
+                self.prefix_count.as_ref().map(F::PrefixCount),
+            ),
+            (
+                "prefix_share",
+                self.prefix_share.as_ref().map(F::PrefixShare),
+            ),
+            (
+                "remaining_when_done",
+                self.remaining_when_done.as_ref().map(F::RemainingWhenDone),
+            ),
+            ("count_at", self.count_at.as_ref().map(F::CountAt)),
+            ("growth", self.growth.as_ref().map(F::Growth)),
+            ("latency", self.latency.as_ref().map(F::Latency)),
+            ("token_share", self.token_share.as_ref().map(F::TokenShare)),
+            ("attainment", self.attainment.as_ref().map(F::Attainment)),
+            ("throughput", self.throughput.as_ref().map(F::Throughput)),
+            ("stable", self.stable.map(F::Stable)),
+            (
+                "count_status",
+                self.count_status.as_ref().map(F::CountStatus),
+            ),
+            ("migrations", self.migrations.as_ref().map(F::Migrations)),
+        ];
+        let set = figures.into_iter().filter_map(|(key, f)| Some((key, f?)));
+        set.collect()
+    }
 }
 
 /// The bound keys that are set, by name.
@@ -453,62 +462,54 @@ fn finite(field: &str, v: f64) -> Result<f64, ExpectationError> {
     }
 }
 
-/// The one figure of `raw` (there is exactly one), its classes and counts checked.
-fn parse_figure(raw: &RawExpectation, class_names: &[String]) -> Result<Figure, ExpectationError> {
+/// The figure written, its classes and counts checked: one validator per kind.
+fn parse_figure(raw: RawFigure, class_names: &[String]) -> Result<Figure, ExpectationError> {
     let class = |field: &str, name: &str| known_class(field, name, class_names);
-    if let Some(f) = &raw.prefix_count {
-        let class = class("prefix_count.class", &f.class)?;
-        let n = at_least_one("prefix_count.n", f.n)?;
-        return Ok(Figure::PrefixCount { class, n });
-    }
-    if let Some(f) = &raw.prefix_share {
-        let class = class("prefix_share.class", &f.class)?;
-        let n = at_least_one("prefix_share.n", f.n)?;
-        return Ok(Figure::PrefixShare { class, n });
-    }
-    if let Some(f) = &raw.remaining_when_done {
-        return Ok(Figure::RemainingWhenDone {
-            class: class("remaining_when_done.class", &f.class)?,
-            done: class("remaining_when_done.done", &f.done)?,
-            k: f.k
-                .map(|k| at_least_one("remaining_when_done.k", k))
-                .transpose()?,
-        });
-    }
-    if let Some(f) = &raw.count_at {
-        return Ok(Figure::CountAt {
+    match raw {
+        RawFigure::PrefixCount(f) => Ok(Figure::PrefixCount {
+            class: class("prefix_count.class", &f.class)?,
+            n: at_least_one("prefix_count.n", f.n)?,
+        }),
+        RawFigure::PrefixShare(f) => Ok(Figure::PrefixShare {
+            class: class("prefix_share.class", &f.class)?,
+            n: at_least_one("prefix_share.n", f.n)?,
+        }),
+        RawFigure::RemainingWhenDone(f) => parse_remaining_when_done(f, class_names),
+        RawFigure::CountAt(f) => Ok(Figure::CountAt {
             class: class("count_at.class", &f.class)?,
             when: class("count_at.when", &f.when)?,
             k: at_least_one("count_at.k", f.k)?,
-        });
-    }
-    if let Some(f) = &raw.growth {
-        return parse_growth(f, class_names);
-    }
-    if let Some(f) = &raw.latency {
-        let class = class("latency.class", &f.class)?;
-        let metric = parse_metric(&f.metric)?;
-        return Ok(Figure::Latency { class, metric });
-    }
-    if let Some(f) = &raw.attainment {
-        return parse_attainment(f, class_names);
-    }
-    if let Some(f) = &raw.throughput {
-        return parse_throughput(f, class_names);
-    }
-    if let Some(f) = &raw.count_status {
-        return parse_count_status(f, class_names);
-    }
-    if let Some(f) = &raw.migrations {
-        let class = optional_class("migrations.class", f.class.as_deref(), class_names)?;
-        return Ok(Figure::Migrations { class });
-    }
-    match &raw.token_share {
-        Some(f) => Ok(Figure::TokenShare {
+        }),
+        RawFigure::Growth(f) => parse_growth(f, class_names),
+        RawFigure::Latency(f) => Ok(Figure::Latency {
+            class: class("latency.class", &f.class)?,
+            metric: parse_metric(&f.metric)?,
+        }),
+        RawFigure::TokenShare(f) => Ok(Figure::TokenShare {
             class: class("token_share.class", &f.class)?,
         }),
-        None => Err(invalid("", format!("needs a figure ({FIGURE_KEYS})"))),
+        RawFigure::Attainment(f) => parse_attainment(f, class_names),
+        RawFigure::Throughput(f) => parse_throughput(f, class_names),
+        // `Expectation::parse` takes `stable` first: it is its own bound.
+        RawFigure::Stable(_) => Ok(Figure::Stable),
+        RawFigure::CountStatus(f) => parse_count_status(f, class_names),
+        RawFigure::Migrations(f) => Ok(Figure::Migrations {
+            class: optional_class("migrations.class", f.class.as_deref(), class_names)?,
+        }),
     }
+}
+
+fn parse_remaining_when_done(
+    f: &RemainingWhenDone,
+    class_names: &[String],
+) -> Result<Figure, ExpectationError> {
+    Ok(Figure::RemainingWhenDone {
+        class: known_class("remaining_when_done.class", &f.class, class_names)?,
+        done: known_class("remaining_when_done.done", &f.done, class_names)?,
+        k: f.k
+            .map(|k| at_least_one("remaining_when_done.k", k))
+            .transpose()?,
+    })
 }
 
 /// `stable: true` is a figure and its own bound: a verdict has nothing to be compared with,
@@ -589,8 +590,9 @@ fn parse_count_status(
     class_names: &[String],
 ) -> Result<Figure, ExpectationError> {
     let class = optional_class("count_status.class", f.class.as_deref(), class_names)?;
-    let status = EndStatus::parse(&f.status).ok_or_else(|| {
-        let known = EndStatus::ALL.map(EndStatus::name).join(", ");
+    let countable = EndStatus::parse(&f.status).filter(|s| COUNTABLE_ENDS.contains(s));
+    let status = countable.ok_or_else(|| {
+        let known = COUNTABLE_ENDS.map(EndStatus::label).join(", ");
         let message = format!("unknown status `{}` (known: {known})", f.status);
         invalid("count_status.status", message)
     })?;
@@ -778,7 +780,7 @@ impl fmt::Display for Figure {
             Figure::Stable => write!(f, "stable (1 = kept up with the offered load)"),
             Figure::CountStatus { class, status } => {
                 let class = class.as_deref().unwrap_or("total");
-                write!(f, "{class} {} requests", status.name())
+                write!(f, "{class} {} requests", status.label())
             }
             Figure::Migrations { class } => {
                 let class = class.as_deref().unwrap_or("total");
@@ -907,7 +909,7 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
         }
         Figure::Stable => raw.stable = Some(true),
         Figure::CountStatus { class, status } => {
-            let status = status.name().to_string();
+            let status = status.label().to_string();
             raw.count_status = Some(CountStatusFigure { class, status })
         }
         Figure::Migrations { class } => raw.migrations = Some(MigrationsFigure { class }),
@@ -1459,8 +1461,13 @@ mod tests {
         assert_eq!(label(FAULT_FORMS[0]), "premium aborted requests");
         assert_eq!(label(FAULT_FORMS[1]), "total cancelled requests");
         assert_eq!(label(FAULT_FORMS[2]), "premium migrations");
-        for status in EndStatus::ALL {
-            assert_eq!(EndStatus::parse(status.name()), Some(status));
+        for status in COUNTABLE_ENDS {
+            let yaml = format!(
+                "{{count_status: {{status: {}}}, at_most: 0}}",
+                status.label()
+            );
+            let class = None;
+            assert_eq!(figure_of(&yaml), Figure::CountStatus { class, status });
         }
     }
 

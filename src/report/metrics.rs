@@ -25,7 +25,7 @@ use super::pools::{PoolMetrics, pool_metrics};
 use super::slo::SloRecords;
 use super::stability::Stability;
 use crate::scheduling::scheduler::DispatchPath;
-use crate::sim::{FaultMark, RequestRecord, SimResult, Status};
+use crate::sim::{EndStatus, FaultMark, RequestRecord, SimResult, Status};
 use crate::time::SimTime;
 
 /// One completion, in completion order.
@@ -406,12 +406,12 @@ impl RunMetrics {
             .unwrap_or(0);
         RunMetrics {
             requests: result.records.len() as u64,
-            completed: count_status(result, "completed"),
-            rejected: count_status(result, "rejected"),
-            aborted: count_status(result, "aborted"),
-            cancelled: count_status(result, "cancelled"),
+            completed: count_status(result, EndStatus::Completed),
+            rejected: count_status(result, EndStatus::Rejected),
+            aborted: count_status(result, EndStatus::Aborted),
+            cancelled: count_status(result, EndStatus::Cancelled),
             migrations: result.records.iter().map(|r| u64::from(r.migrations)).sum(),
-            pending: count_status(result, "pending"),
+            pending: count_status(result, EndStatus::Pending),
             makespan: result.end_time,
             events: result.events,
             preemptions: result.preemptions,
@@ -611,7 +611,7 @@ fn per_second(count: u64, span: SimTime) -> f64 {
     count as f64 / span.as_secs_f64()
 }
 
-fn count_status(result: &SimResult, status: &str) -> u64 {
+fn count_status(result: &SimResult, status: EndStatus) -> u64 {
     result.count(status) as u64
 }
 
@@ -942,7 +942,7 @@ mod tests {
         rejected.path = None;
         rejected.dispatched = None;
         rejected.first_token = None;
-        rejected.status = Status::Rejected("queue_full".into());
+        rejected.status = crate::report::test_support::rejected();
         let mut long_output = done(6, R, DispatchPath::Queued, [2, 30, 40]);
         long_output.first_token = Some(ms(32));
         long_output.output_tokens = 5;
@@ -1171,7 +1171,7 @@ mod tests {
         );
         r.input_tokens = 10 + service * 7;
         if kind == 0 {
-            r.status = Status::Rejected("queue_full".into());
+            r.status = crate::report::test_support::rejected();
             r.path = None;
             r.dispatched = None;
             r.first_token = None;

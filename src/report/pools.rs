@@ -168,7 +168,7 @@ mod tests {
         };
         let mut rejected = done(3, 0, DispatchPath::Immediate, [0, 0, 5]);
         rejected.path = None;
-        rejected.status = Status::Rejected("queue_full".into());
+        rejected.status = crate::report::test_support::rejected();
         let mut pending = on(4, 1, 0, 100);
         pending.status = Status::Pending;
         let mut result = result_of(

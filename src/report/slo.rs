@@ -154,7 +154,7 @@ mod tests {
             })
             .collect();
         let mut rejected = done(4, 0, DispatchPath::Queued, [0, 0, 1]);
-        rejected.status = Status::Rejected("queue_full".into());
+        rejected.status = crate::report::test_support::rejected();
         records.push(rejected);
         records.push(done(5, 1, DispatchPath::Immediate, [100, 100, 1000]));
         RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1])

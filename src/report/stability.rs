@@ -310,7 +310,7 @@ mod tests {
     fn rejections_count_as_not_served() {
         let mut records = run(100, 10, |_| 5);
         for r in records.iter_mut().skip(50).step_by(3) {
-            r.status = Status::Rejected("queue_full".into());
+            r.status = crate::report::test_support::rejected();
         }
         let s = Stability::measure(&records, 0);
         assert_eq!(s.overloaded, Some(true), "{s:?}");
@@ -327,7 +327,7 @@ mod tests {
         // fall behind arrivals, so the warning says that, with the small means unrounded.
         let mut records = run(100, 10, |_| 5);
         for r in records.iter_mut().skip(50).filter(|r| r.row % 4 != 0) {
-            r.status = Status::Rejected("queue_full".into());
+            r.status = crate::report::test_support::rejected();
             r.completion = Some(r.arrival);
         }
         let s = Stability::measure(&records, 0);

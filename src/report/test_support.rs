@@ -6,8 +6,8 @@ use crate::mocker::EngineArgs;
 use crate::pipeline::{self, ReplaySetup, RunOutput, RunSpec};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::DispatchPath;
-use crate::sim::{RequestRecord, RouterMode, SimResult, Status};
+use crate::scheduling::scheduler::{DispatchPath, SchedulerError};
+use crate::sim::{Rejection, RequestRecord, RouterMode, SimResult, Status};
 use crate::time::SimTime;
 use crate::workload::trace;
 use std::path::PathBuf;
@@ -15,6 +15,11 @@ use std::path::PathBuf;
 /// Milliseconds as a `SimTime`.
 pub fn ms(v: u64) -> SimTime {
     SimTime::from_ns(v * 1_000_000)
+}
+
+/// The status of a request the router refused (no worker to send it to).
+pub fn rejected() -> Status {
+    Status::Rejected(Rejection::Router(SchedulerError::NoEndpoints))
 }
 
 /// A completed request of `class` with one output token: arrival, dispatch, first token and

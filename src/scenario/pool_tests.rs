@@ -100,69 +100,105 @@ fn pools_beside_count_dp_size_or_engine_is_an_error_naming_the_field() {
     }
 }
 
+/// The first pool as `TWO_POOLS` writes it.
+const H100: &str =
+    "{name: h100, count: 4, engine: {max_num_seqs: 64, max_num_batched_tokens: 4096}}";
+
+/// Each `(replace, with, line, field, message part)`: `TWO_POOLS` with `replace` written as
+/// `with` is an error in `s.yaml` at that line and field, its message containing the part.
+fn assert_pool_errors(cases: &[(&str, &str, usize, &str, &str)]) {
+    for &(from, to, line, field, part) in cases {
+        let e = error(&TWO_POOLS.replace(from, to));
+        assert_eq!(e.file, "s.yaml");
+        assert_eq!(
+            (e.line, e.field_path.as_str()),
+            (Some(line), field),
+            "{to}: {e}"
+        );
+        assert!(e.message.contains(part), "{to}: {e}");
+    }
+}
+
 #[test]
-fn bad_pools_are_errors_naming_file_line_and_field() {
-    let h100 = "{name: h100, count: 4, engine: {max_num_seqs: 64, max_num_batched_tokens: 4096}}";
-    let cases = [
-        // (replace, with, line, field, message part)
+fn bad_pool_names_are_errors_naming_file_line_and_field() {
+    assert_pool_errors(&[
         (
-            h100,
+            H100,
             "{count: 4}",
             4,
             "workers.pools[0].name",
             "needs a `name`",
         ),
         (
-            h100,
+            H100,
             "{name: 4x, count: 4}",
             4,
             "workers.pools[0].name",
             "not a pool name",
         ),
         (
-            h100,
+            H100,
             "{name: a.b, count: 4}",
             4,
             "workers.pools[0].name",
             "not a pool name",
         ),
         (
-            h100,
+            H100,
             "{name: a100, count: 1}",
             5,
             "workers.pools[1].name",
             "named twice",
         ),
+    ]);
+}
+
+#[test]
+fn bad_pool_sizes_are_errors_naming_file_line_and_field() {
+    assert_pool_errors(&[
         (
-            h100,
+            H100,
             "{name: h100}",
             4,
             "workers.pools.h100",
             "needs `count`",
         ),
         (
-            h100,
+            H100,
             "{name: h100, count: 0}",
             4,
             "workers.pools.h100.count",
             "must be positive",
         ),
         (
-            h100,
+            H100,
             "{name: h100, count: 1, dp_size: 0}",
             4,
             "workers.pools.h100.dp_size",
             "must be positive",
         ),
         (
-            h100,
+            H100,
             "{name: h100, count: 1, size: 3}",
             4,
             "workers.pools.h100.size",
             "unknown field",
         ),
         (
-            h100,
+            H100,
+            "{name: h100, count: 4093}",
+            5,
+            "workers.pools.a100.count",
+            "4097 worker ranks",
+        ),
+    ]);
+}
+
+#[test]
+fn bad_pool_engines_are_errors_naming_file_line_and_field() {
+    assert_pool_errors(&[
+        (
+            H100,
             "{name: h100, count: 1, engine: {max_num_seqs: 0}}",
             4,
             "workers.pools.h100.engine.max_num_seqs",
@@ -175,24 +211,11 @@ fn bad_pools_are_errors_naming_file_line_and_field() {
             "workers.pools.a100.engine.block_size",
             "pool `h100` has 64",
         ),
-        (
-            h100,
-            "{name: h100, count: 4093}",
-            5,
-            "workers.pools.a100.count",
-            "4097 worker ranks",
-        ),
-    ];
-    for (from, to, line, field, part) in cases {
-        let e = error(&TWO_POOLS.replace(from, to));
-        assert_eq!(e.file, "s.yaml");
-        assert_eq!(
-            (e.line, e.field_path.as_str()),
-            (Some(line), field),
-            "{to}: {e}"
-        );
-        assert!(e.message.contains(part), "{to}: {e}");
-    }
+    ]);
+}
+
+#[test]
+fn an_empty_pool_list_is_an_error_at_workers_pools() {
     let e = error(
         &TWO_POOLS
             .replace("  pools:\n", "  pools: []\n")

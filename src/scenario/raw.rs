@@ -44,13 +44,38 @@ pub struct RawScenario {
     pub faults: Vec<RawFault>,
 }
 
-/// One entry of `faults:`; exactly one key is set.
+/// One entry of `faults:`; exactly one key is set. A struct of options rather than a serde
+/// enum, so that unknown keys and several keys give the messages they always gave; validation
+/// takes its one [`RawFault::kind`].
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawFault {
     pub worker_down: Option<RawWorkerDown>,
     pub cancel: Option<RawCancel>,
     pub worker_up: Option<RawWorkerUp>,
+}
+
+/// The one kind a `faults:` entry sets.
+#[derive(Clone, Copy, Debug)]
+pub enum RawFaultKind<'a> {
+    WorkerDown(&'a RawWorkerDown),
+    Cancel(&'a RawCancel),
+    WorkerUp(&'a RawWorkerUp),
+}
+
+impl RawFault {
+    /// The kinds' keys, in the order errors list them.
+    pub const KEYS: [&'static str; 3] = ["worker_down", "cancel", "worker_up"];
+
+    /// The kind set, or `None` when none or several are.
+    pub fn kind(&self) -> Option<RawFaultKind<'_>> {
+        match (&self.worker_down, &self.cancel, &self.worker_up) {
+            (Some(d), None, None) => Some(RawFaultKind::WorkerDown(d)),
+            (None, Some(c), None) => Some(RawFaultKind::Cancel(c)),
+            (None, None, Some(u)) => Some(RawFaultKind::WorkerUp(u)),
+            _ => None,
+        }
+    }
 }
 
 /// `{worker, at_ms, until_ms}`: a worker stops at `at_ms` (returns at `until_ms` if given).

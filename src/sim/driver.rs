@@ -11,7 +11,7 @@ use super::ledger::InFlight;
 use super::{KvLog, RouterMode};
 use crate::scheduling::round_robin::RoundRobin;
 use crate::scheduling::scheduler::{
-    Decision, DispatchPath, Outcome, Scheduler, SchedulerConfig, SchedulingRequest,
+    Decision, Outcome, DispatchPath, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
 };
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
@@ -29,16 +29,13 @@ pub(super) enum RouterDecision {
         path: DispatchPath,
         class_index: Option<usize>,
     },
-    /// Request `id` is refused for good, for `reason`.
+    /// Request `id` is refused for good, for `error`.
     Reject {
         id: RequestId,
         class_index: Option<usize>,
-        reason: String,
+        error: SchedulerError,
     },
 }
-
-/// The reason round robin refuses a request when no worker is known.
-const REASON_NO_ENDPOINTS: &str = "no_endpoints";
 
 /// A router: the scheduling core, or round robin over the workers the core knows of.
 pub(super) struct RouterDriver {
@@ -109,7 +106,8 @@ impl RouterDriver {
                     None => RouterDecision::Reject {
                         id,
                         class_index: None,
-                        reason: REASON_NO_ENDPOINTS.to_string(),
+                        // Round robin with no worker known: the core's reason for the same.
+                        error: SchedulerError::NoEndpoints,
                     },
                 };
                 self.decisions.push_back(decision);
@@ -136,7 +134,7 @@ impl RouterDriver {
             } => RouterDecision::Reject {
                 id,
                 class_index,
-                reason: error.kind().to_string(),
+                error,
             },
         })
     }

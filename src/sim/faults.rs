@@ -10,11 +10,6 @@
 use super::*;
 use fleet::worker_config;
 
-/// Reason recorded for a request lost with its worker and not migrated.
-pub const REASON_WORKER_DOWN: &str = "worker_down";
-/// Reason recorded for a request its client gave up on.
-pub const REASON_CLIENT_CANCEL: &str = "client_cancel";
-
 impl System {
     /// Schedules every worker fault's events (cancellations are drawn at arrival).
     pub(super) fn schedule_faults(&mut self, queue: &mut EventQueue<Event>) {
@@ -133,7 +128,7 @@ impl System {
             return;
         }
         if self.ledger.attempt(id) >= self.config.migration_limit {
-            self.end(now, id, Status::Aborted(REASON_WORKER_DOWN.into()));
+            self.end(now, id, Status::Aborted(AbortReason::WorkerDown));
             return;
         }
         let block_size = self.config.block_size();
@@ -188,7 +183,7 @@ impl System {
             return;
         }
         let rank = record.rank.filter(|_| record.dispatched.is_some());
-        self.end(now, id, Status::Cancelled(REASON_CLIENT_CANCEL.into()));
+        self.end(now, id, Status::Cancelled(CancelReason::ClientCancel));
         self.router.cancel(now, id);
         self.drain_router(now, queue);
         let Some(rank) = rank.and_then(|r| self.fleet.rank_index(r)) else {

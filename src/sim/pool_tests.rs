@@ -152,7 +152,7 @@ fn busy_fractions_multiply_each_workers_own_budget() {
             Some(BUSY_AT_HALF_BUDGET),
         );
         let result = run(config, pinned).unwrap();
-        assert_eq!(result.count("completed"), 2);
+        assert_eq!(result.count(EndStatus::Completed), 2);
         result
             .records
             .iter()

@@ -1,0 +1,145 @@
+//! The text `routersim validate` prints for a validated scenario.
+
+use super::worker_ids;
+use crate::mocker::EngineArgs;
+use crate::scenario::{Scenario, Workload};
+use crate::scheduling::policy;
+use crate::sim::DEFAULT_POOL;
+use crate::workload::synth::Arrival;
+
+/// The text `routersim validate` prints for a scenario.
+pub(in crate::scenario) fn describe(scenario: &Scenario) -> String {
+    let mut out = format!(
+        "scenario {} (seed {}, source {})\n",
+        scenario.name, scenario.seed, scenario.source_hash
+    );
+    match &scenario.policy {
+        Some(config) => out.push_str(&policy::describe(config)),
+        None => out.push_str("no policy: one synthetic class `default`\n"),
+    }
+    out.push_str(&describe_workers(scenario));
+    out.push_str(&describe_workload(&scenario.workload));
+    out.push_str(&format!("expectations: {}\n", scenario.expectations.len()));
+    for e in &scenario.expectations {
+        let json = serde_json::to_value(e).expect("expectations serialise");
+        let compact: serde_json::Map<_, _> = json
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.push_str(&format!("  {}\n", serde_json::Value::Object(compact)));
+    }
+    out
+}
+
+/// One line for the unnamed pool; a line per pool, with its worker ids, for named pools.
+fn describe_workers(scenario: &Scenario) -> String {
+    let engine = |e: &EngineArgs| {
+        format!(
+            "engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}",
+            e.block_size,
+            e.num_gpu_blocks,
+            e.max_num_seqs,
+            e.max_num_batched_tokens,
+            on_off(e.enable_prefix_caching),
+            on_off(e.enable_chunked_prefill)
+        )
+    };
+    if let [pool] = scenario.pools.as_slice()
+        && pool.name == DEFAULT_POOL
+    {
+        let e = &pool.engine;
+        return format!(
+            "workers: {} x dp {}, {:?} router; {}\n",
+            pool.count,
+            e.dp_size,
+            scenario.router_mode,
+            engine(e)
+        );
+    }
+    let total: u64 = scenario.pools.iter().map(|p| u64::from(p.count)).sum();
+    let mut out = format!(
+        "workers: {total} in {} pools, {:?} router\n",
+        scenario.pools.len(),
+        scenario.router_mode
+    );
+    let mut first = 0u64;
+    for pool in &scenario.pools {
+        let next = first + u64::from(pool.count);
+        out.push_str(&format!(
+            "  pool {}: {} x dp {} ({}); {}\n",
+            pool.name,
+            pool.count,
+            pool.engine.dp_size,
+            worker_ids(first, next),
+            engine(&pool.engine)
+        ));
+        first = next;
+    }
+    out
+}
+
+fn on_off(flag: bool) -> &'static str {
+    if flag { "on" } else { "off" }
+}
+
+fn describe_workload(workload: &Workload) -> String {
+    let synth = match workload {
+        Workload::Trace {
+            path,
+            block_size,
+            arrival_speedup_ratio,
+        } => {
+            let speedup = match *arrival_speedup_ratio == 1.0 {
+                true => String::new(),
+                false => format!(", timestamps divided by {arrival_speedup_ratio}"),
+            };
+            return format!(
+                "workload: trace {} ({} tokens per hash id{speedup})\n",
+                path.display(),
+                block_size
+            );
+        }
+        Workload::Synthetic(synth) => synth,
+    };
+    let total: u64 = synth.groups.iter().map(|g| g.count).sum();
+    let timed = synth
+        .groups
+        .iter()
+        .any(|g| matches!(g.arrival, Arrival::Timed { .. }));
+    // A rate-and-time group's count follows from its draws: only its expectation is known.
+    let total = match timed {
+        true => format!("about {total}"),
+        false => total.to_string(),
+    };
+    let mut out = format!(
+        "workload: {} groups, {} requests; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
+        synth.groups.len(),
+        total,
+        synth.burst.at,
+        synth.burst.order,
+        synth.burst.spacing_ns,
+        synth.tokens_per_hash
+    );
+    for g in &synth.groups {
+        out.push_str(&format!(
+            "  {}: class {}, {} requests, input tokens {}, output tokens {}, arrival {}, {}\n",
+            g.name,
+            g.class.as_deref().unwrap_or("-"),
+            match g.arrival {
+                Arrival::Timed { .. } => format!("about {}", g.count),
+                _ => g.count.to_string(),
+            },
+            g.input_tokens,
+            g.output_tokens,
+            g.arrival,
+            match &g.prefix {
+                None => "distinct prompts".to_string(),
+                Some(p) => format!("shared {}-token prefixes in {} groups", p.tokens, p.groups),
+            }
+        ));
+    }
+    out
+}

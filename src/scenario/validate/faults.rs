@@ -1,0 +1,309 @@
+//! `faults:` validated: each entry dispatched once to its kind's check (worker down,
+//! cancel, worker up), then the bounds over all of them.
+
+use super::{Source, time_ms, worker_ids};
+use crate::bounds::MAX_RANKS;
+use crate::engine::{DEFAULT_MAX_TIME_NS, Limits};
+use crate::report::expect::number;
+use crate::scenario::ScenarioError;
+use crate::scenario::raw::{
+    RawCancel, RawFault, RawFaultKind, RawGroup, RawLimits, RawScenario, RawWorkerDown, RawWorkerUp,
+};
+use crate::sim::{Fault, WorkerPool};
+use crate::time::{NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
+
+/// `faults:` resolved: worker ids and pools checked against the pools, a cancel's `group`
+/// to the class its requests ask for (a synthetic group's `class`, which no other group may
+/// share; with a trace, `group` names a policy class), times within the time bound and the
+/// run's `limits.max_time_ms` (a fault past it could never act), and no two down windows of
+/// one worker overlapping.
+pub(super) fn faults(
+    source: &Source,
+    raw: &RawScenario,
+    pools: &[WorkerPool],
+    limits: &Limits,
+) -> Result<Vec<Fault>, ScenarioError> {
+    let mut out = Vec::with_capacity(raw.faults.len());
+    let mut windows: Vec<DownWindow> = Vec::new();
+    for (index, f) in raw.faults.iter().enumerate() {
+        let entry = Entry {
+            source,
+            raw,
+            limits,
+            index,
+        };
+        let fault = match f.kind() {
+            None => {
+                let message = format!("needs exactly one of {}", RawFault::KEYS.join(", "));
+                return Err(source.at(&format!("faults[{index}]"), message));
+            }
+            Some(RawFaultKind::WorkerDown(d)) => worker_down(&entry, d, pools, &mut windows)?,
+            Some(RawFaultKind::Cancel(c)) => cancel(&entry, c)?,
+            Some(RawFaultKind::WorkerUp(u)) => worker_up(&entry, u, pools)?,
+        };
+        out.push(fault);
+    }
+    check_joined_ranks(source, pools, &out)?;
+    Ok(out)
+}
+
+/// The `faults:` entry being checked, and how to locate its errors.
+struct Entry<'a> {
+    source: &'a Source,
+    raw: &'a RawScenario,
+    limits: &'a Limits,
+    index: usize,
+}
+
+impl Entry<'_> {
+    /// The path of `field` inside this entry, e.g. `faults[2].worker_down.at_ms`.
+    fn path(&self, field: &str) -> String {
+        format!("faults[{}].{field}", self.index)
+    }
+
+    /// An error at `field` of this entry.
+    fn at(&self, field: &str, message: impl Into<String>) -> ScenarioError {
+        self.source.at(&self.path(field), message)
+    }
+
+    /// The time `ms` at `field`, checked as every fault time is.
+    fn time_ms(&self, field: &str, ms: f64) -> Result<SimTime, ScenarioError> {
+        let path = self.path(field);
+        fault_time_ms(self.source, &self.raw.limits, self.limits, &path, ms)
+    }
+}
+
+/// A worker's down window `[start, until)` (`None`: for the rest of the run), and the index
+/// of the entry that set it.
+struct DownWindow {
+    worker: u64,
+    start: SimTime,
+    until: Option<SimTime>,
+    index: usize,
+}
+
+/// `worker_down`: a known worker, `until_ms` after `at_ms`, and no overlap with another
+/// window of the same worker (kept in `windows`).
+fn worker_down(
+    entry: &Entry,
+    d: &RawWorkerDown,
+    pools: &[WorkerPool],
+    windows: &mut Vec<DownWindow>,
+) -> Result<Fault, ScenarioError> {
+    let workers: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
+    if d.worker >= workers {
+        let message = format!(
+            "unknown worker {}: the run has {}",
+            d.worker,
+            worker_ids(0, workers)
+        );
+        return Err(entry.at("worker_down.worker", message));
+    }
+    let start = entry.time_ms("worker_down.at_ms", d.at_ms)?;
+    let until = match d.until_ms {
+        None => None,
+        Some(ms) => {
+            let until = entry.time_ms("worker_down.until_ms", ms)?;
+            if until <= start {
+                let message = format!("must be after at_ms ({})", d.at_ms);
+                return Err(entry.at("worker_down.until_ms", message));
+            }
+            Some(until)
+        }
+    };
+    let overlaps = |w: &&DownWindow| {
+        w.worker == d.worker
+            && until.is_none_or(|until| w.start < until)
+            && w.until.is_none_or(|u| start < u)
+    };
+    if let Some(other) = windows.iter().find(overlaps) {
+        let message = format!(
+            "worker {} is already down then (faults[{}])",
+            d.worker, other.index
+        );
+        return Err(entry.at("worker_down.at_ms", message));
+    }
+    windows.push(DownWindow {
+        worker: d.worker,
+        start,
+        until,
+        index: entry.index,
+    });
+    Ok(Fault::WorkerDown {
+        worker: d.worker,
+        at: start,
+        until,
+    })
+}
+
+/// `cancel`: a group that resolves to a class, a fraction in [0, 1], a delay in range.
+fn cancel(entry: &Entry, c: &RawCancel) -> Result<Fault, ScenarioError> {
+    let group_path = entry.path("cancel.group");
+    let class = cancel_class(entry.source, entry.raw, &group_path, &c.group)?;
+    if !(0.0..=1.0).contains(&c.fraction) {
+        return Err(entry.at("cancel.fraction", "must be in [0, 1]"));
+    }
+    let after = entry.time_ms("cancel.after_ms", c.after_ms)?;
+    Ok(Fault::Cancel {
+        class,
+        fraction: c.fraction,
+        after: SimDuration::from_ns(after.as_ns()),
+    })
+}
+
+/// `worker_up`: a pool by name, a time in range.
+fn worker_up(entry: &Entry, u: &RawWorkerUp, pools: &[WorkerPool]) -> Result<Fault, ScenarioError> {
+    let Some(pool) = pools.iter().position(|p| p.name == u.pool) else {
+        let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+        let message = format!(
+            "unknown pool `{}`: the pools are {}",
+            u.pool,
+            names.join(", ")
+        );
+        return Err(entry.at("worker_up.pool", message));
+    };
+    let at = entry.time_ms("worker_up.at_ms", u.at_ms)?;
+    Ok(Fault::WorkerUp { pool, at })
+}
+
+/// Workers joining must keep the run within the rank bound, each join counted at the widest
+/// pool's `dp_size`.
+fn check_joined_ranks(
+    source: &Source,
+    pools: &[WorkerPool],
+    faults: &[Fault],
+) -> Result<(), ScenarioError> {
+    let joins = faults
+        .iter()
+        .filter(|f| matches!(f, Fault::WorkerUp { .. }))
+        .count() as u64;
+    let ranks: u64 = pools
+        .iter()
+        .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size.max(1)))
+        .sum::<u64>()
+        + joins
+            * pools
+                .iter()
+                .map(|p| u64::from(p.engine.dp_size.max(1)))
+                .max()
+                .unwrap_or(1);
+    if ranks > MAX_RANKS {
+        return Err(source.at(
+            "faults",
+            format!("workers joining would exceed {MAX_RANKS} ranks"),
+        ));
+    }
+    Ok(())
+}
+
+/// A fault's time at `path`: within the time bound, and at most the run's time limit
+/// (`limits.max_time_ms`, after overrides), past which no event runs. The error names the limit
+/// and where it comes from.
+fn fault_time_ms(
+    source: &Source,
+    raw: &RawLimits,
+    limits: &Limits,
+    path: &str,
+    ms: f64,
+) -> Result<SimTime, ScenarioError> {
+    let time = time_ms(source, path, ms)?;
+    if time <= limits.max_time {
+        return Ok(time);
+    }
+    let limit_ms = number(limits.max_time.as_ns() as f64 / NS_PER_MS as f64);
+    let whose = match raw.max_time_ms {
+        Some(_) => "limits.max_time_ms".to_string(),
+        None => format!(
+            "the default limits.max_time_ms, {} days",
+            DEFAULT_MAX_TIME_NS / (24 * 3600 * NS_PER_SEC)
+        ),
+    };
+    Err(source.at(
+        path,
+        format!(
+            "{} ms is past the run's time limit, {limit_ms} ms ({whose}): no event runs after it, so this fault could never act",
+            number(ms)
+        ),
+    ))
+}
+
+/// The class a cancel's `group` acts on: a synthetic group's `class` (unshared), or with a
+/// trace, a class name itself.
+fn cancel_class(
+    source: &Source,
+    raw: &RawScenario,
+    path: &str,
+    group: &str,
+) -> Result<String, ScenarioError> {
+    let groups: &[RawGroup] = raw.workload.groups.as_deref().unwrap_or(&[]);
+    if raw.workload.trace.is_some() {
+        return Ok(group.to_string());
+    }
+    let Some(g) = groups.iter().find(|g| g.name == group) else {
+        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        return Err(source.at(
+            path,
+            format!(
+                "unknown group `{group}`: the groups are {}",
+                names.join(", ")
+            ),
+        ));
+    };
+    let Some(class) = &g.class else {
+        return Err(source.at(path, format!("group `{group}` has no class to cancel by")));
+    };
+    if let Some(other) = groups
+        .iter()
+        .find(|o| o.name != group && o.class.as_ref() == Some(class))
+    {
+        return Err(source.at(
+            path,
+            format!(
+                "groups `{group}` and `{}` share class `{class}`: a cancel acts on a class",
+                other.name
+            ),
+        ));
+    }
+    Ok(class.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::bounds::MAX_RANKS;
+    use crate::scenario::Scenario;
+    use std::path::Path;
+
+    /// The error a two-worker scenario with these `faults:` entries is.
+    fn error(faults: &str) -> String {
+        let text = format!(
+            "name: f\nworkers: {{count: 2}}\nworkload:\n  groups:\n    - {{name: g, count: 4, input_tokens: 64, output_tokens: 2}}\nfaults:\n{faults}"
+        );
+        let e = Scenario::from_text(Path::new("f.yaml"), &text, &[]).unwrap_err();
+        e.to_string()
+    }
+
+    #[test]
+    fn a_fault_entry_with_no_kind_or_two_is_an_error_at_the_entry() {
+        let both = "{worker_down: {worker: 0, at_ms: 1}, worker_up: {pool: default, at_ms: 2}}";
+        for entry in ["{}", both] {
+            assert_eq!(
+                error(&format!("  - {entry}\n")),
+                "f.yaml:7: faults.0: needs exactly one of worker_down, cancel, worker_up",
+                "{entry}"
+            );
+        }
+    }
+
+    #[test]
+    fn workers_joining_past_the_rank_bound_are_an_error_at_faults() {
+        let join = "  - {worker_up: {pool: default, at_ms: 1}}\n";
+        let message = format!("faults: workers joining would exceed {MAX_RANKS} ranks");
+        let at_bound = join.repeat(MAX_RANKS as usize - 2);
+        let text = format!(
+            "name: f\nworkers: {{count: 2}}\nworkload:\n  groups:\n    - {{name: g, count: 4, input_tokens: 64, output_tokens: 2}}\nfaults:\n{at_bound}"
+        );
+        assert!(Scenario::from_text(Path::new("f.yaml"), &text, &[]).is_ok());
+        let past = error(&join.repeat(MAX_RANKS as usize - 1));
+        assert!(past.ends_with(&message), "{past}");
+    }
+}
