@@ -381,7 +381,7 @@ fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
             );
         }
     }
-    sim::run(spec.config.clone(), spec.requests()?).map_err(RunError::Bug)
+    sim::run(sim::Options::new(spec.config.clone()), spec.requests()?).map_err(RunError::Bug)
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is
@@ -566,7 +566,7 @@ fn replay_trace(
                 return result.map_err(RunError::Bug);
             }
             let sorted = trace_in_time_order(path, block_size, speedup_ratio, &summary)?;
-            sim::run(config.clone(), sorted).map_err(RunError::Bug)
+            sim::run(sim::Options::new(config.clone()), sorted).map_err(RunError::Bug)
         }
     }
 }
@@ -586,7 +586,7 @@ const READ_AHEAD_MAX_HASHES: usize = 1 << 15;
 /// (with the two limits above, to 4 of at most 256 KB of hashes each).
 const READ_AHEAD_BATCHES: usize = 4;
 
-/// [`sim::run_arrivals`] on `rows` parsed, validated and hashed by a second thread ahead of
+/// [`sim::run`] on `rows` parsed, validated and hashed by a second thread ahead of
 /// the simulation, in order: that work leaves the simulation's critical path.
 fn run_reading_ahead<R: BufRead + Send>(
     config: &SimConfig,
@@ -618,11 +618,8 @@ fn run_reading_ahead<R: BufRead + Send>(
             // The last, partial batch; the simulation may have stopped already.
             let _ = batches.send(batch);
         });
-        sim::run_arrivals(
-            config.clone(),
-            arrivals.into_iter().flatten(),
-            expected_rows,
-        )
+        let options = sim::Options::new(config.clone()).expecting(expected_rows);
+        sim::run(options, arrivals.into_iter().flatten())
     })
 }
 

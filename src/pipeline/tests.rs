@@ -158,7 +158,10 @@ fn two_pass(spec: &RunSpec) -> RunOutput {
             trace_in_time_order(path, *block_size, *arrival_speedup_ratio, &summary).unwrap()
         }
     };
-    measure(spec, sim::run(spec.config.clone(), requests).unwrap())
+    measure(
+        spec,
+        sim::run(sim::Options::new(spec.config.clone()), requests).unwrap(),
+    )
 }
 
 /// What a replay writes of `output` (requests.csv, the summary), and how its run ended.

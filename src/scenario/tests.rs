@@ -671,7 +671,8 @@ fn completion_classes(result: &crate::sim::SimResult) -> Vec<String> {
 fn weighted_scenario_reproduces_dynamo_255_65_with_239_left() {
     let scenario = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
     let requests = scenario.requests(0).unwrap();
-    let result = crate::sim::run(scenario.sim_config(0), requests.into_iter()).unwrap();
+    let result =
+        crate::sim::run(crate::sim::Options::new(scenario.sim_config(0)), requests).unwrap();
     let order = completion_classes(&result);
     assert_eq!(order.len(), 640);
     let premium_first = order[..320].iter().filter(|c| *c == "premium").count();
@@ -751,7 +752,8 @@ fn describe_lists_classes_workers_workload_and_expectations() {
 fn equal_scenario_reproduces_dynamo_160_160_with_0_left() {
     let scenario = Scenario::load(&bundled("premium-vs-regular-equal.yaml")).unwrap();
     let requests = scenario.requests(0).unwrap();
-    let result = crate::sim::run(scenario.sim_config(0), requests.into_iter()).unwrap();
+    let result =
+        crate::sim::run(crate::sim::Options::new(scenario.sim_config(0)), requests).unwrap();
     let order = completion_classes(&result);
     let premium_first = order[..320].iter().filter(|c| *c == "premium").count();
     assert_eq!(premium_first, 160);
