@@ -18,9 +18,7 @@ use crate::scenario::{self, Scenario, ScenarioError};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{
-    self, InvariantViolation, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool,
-};
+use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, WorkerPool};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::read_ahead::{self, PassEnd, ReadAhead};
 use crate::workload::synth::SynthWorkload;
@@ -156,7 +154,10 @@ impl RunSpec {
         };
         RunSpec {
             name: scenario.name().to_string(),
-            config: scenario.sim_config(seed),
+            config: SimConfig {
+                seed,
+                ..scenario.config().clone()
+            },
             source,
             arrival_jitter_ns: scenario.arrival_jitter_ns(),
             prefix_n: None,
@@ -173,14 +174,8 @@ impl RunSpec {
             profile: select_profile(&setup.router, setup.policy.as_ref(), None),
             pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
             router_mode: setup.router_mode,
-            delays: TransportDelays::default(),
-            limits: Default::default(),
-            tick_interval: scenario::TICK_INTERVAL,
-            check_every_event: false,
             seed: setup.seed,
-            closed_loop: None,
-            faults: Vec::new(),
-            migration_limit: 0,
+            ..SimConfig::default()
         };
         RunSpec {
             name: setup.trace.display().to_string(),

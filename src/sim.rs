@@ -177,6 +177,32 @@ pub struct SimConfig {
     pub migration_limit: u32,
 }
 
+/// The router's periodic recheck, as Dynamo's (60 s).
+pub const TICK_INTERVAL: SimDuration = SimDuration::from_ms(60_000);
+
+impl Default for SimConfig {
+    /// What every run starts from before its inputs say otherwise: one worker of the default
+    /// engine behind the default KV router without a policy file; no delays, faults,
+    /// migration or closed loop; the default limits; seed 0.
+    fn default() -> Self {
+        let router = RouterConfig::default();
+        SimConfig {
+            profile: crate::scheduling::scheduler::select_profile(&router, None, None),
+            router,
+            pools: vec![WorkerPool::unnamed(1, EngineArgs::default())],
+            router_mode: RouterMode::default(),
+            delays: TransportDelays::default(),
+            limits: Limits::default(),
+            tick_interval: TICK_INTERVAL,
+            check_every_event: false,
+            seed: 0,
+            closed_loop: None,
+            faults: Vec::new(),
+            migration_limit: 0,
+        }
+    }
+}
+
 impl SimConfig {
     /// The scheduler's configuration, derived so that seed and block size cannot disagree
     /// with the workers'.

@@ -14,7 +14,9 @@ use crate::report::expect::{Expectation, RawExpectation, number};
 use crate::scheduling::policy::{self, PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::types::WorkerWithDpRank;
-use crate::sim::{ClosedLoop, DEFAULT_POOL, Fault, RouterMode, TransportDelays, WorkerPool};
+use crate::sim::{
+    ClosedLoop, DEFAULT_POOL, Fault, RouterMode, SimConfig, TransportDelays, WorkerPool,
+};
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
@@ -135,30 +137,34 @@ fn build(
     let closed_loop = closed_loop(source, &raw.workload)?;
     let warmup = warmup(source, &raw.workload)?;
     let faults = faults(source, &raw, &pools, &limits)?;
-    Ok(Scenario {
-        faults,
-        migration_limit: raw.router.migration_limit.unwrap_or(0),
-        file: path.to_path_buf(),
-        name: raw.name,
-        seed: raw.seed,
-        model: raw.model,
-        source_hash,
-        policy,
-        policy_file: raw.router.policy.as_deref().map(|f| source.resolve(f)),
+    let config = SimConfig {
+        router,
+        profile,
+        pools,
         router_mode: match raw.router.router_mode {
             None | Some(RawRouterMode::KvRouter) => RouterMode::KvRouter,
             Some(RawRouterMode::RoundRobin) => RouterMode::RoundRobin,
         },
-        router,
-        pools,
+        delays,
+        limits,
+        seed: raw.seed,
+        closed_loop,
+        faults,
+        migration_limit: raw.router.migration_limit.unwrap_or(0),
+        ..SimConfig::default()
+    };
+    Ok(Scenario {
+        file: path.to_path_buf(),
+        name: raw.name,
+        source_hash,
+        policy,
+        policy_file: raw.router.policy.as_deref().map(|f| source.resolve(f)),
+        config,
         workload,
         expectations,
         companions,
         class_names,
-        limits,
-        delays,
         arrival_jitter_ns: raw.delays.arrival_jitter_ns,
-        closed_loop,
         warmup,
     })
 }
@@ -1230,7 +1236,9 @@ fn cancel_class(
 pub(super) fn describe(scenario: &Scenario) -> String {
     let mut out = format!(
         "scenario {} (seed {}, source {})\n",
-        scenario.name, scenario.seed, scenario.source_hash
+        scenario.name,
+        scenario.seed(),
+        scenario.source_hash
     );
     match &scenario.policy {
         Some(config) => out.push_str(&policy::describe(config)),
@@ -1266,7 +1274,8 @@ fn describe_workers(scenario: &Scenario) -> String {
             on_off(e.enable_chunked_prefill)
         )
     };
-    if let [pool] = scenario.pools.as_slice()
+    let (pools, router_mode) = (scenario.pools(), scenario.config().router_mode);
+    if let [pool] = pools
         && pool.name == DEFAULT_POOL
     {
         let e = &pool.engine;
@@ -1274,18 +1283,17 @@ fn describe_workers(scenario: &Scenario) -> String {
             "workers: {} x dp {}, {:?} router; {}\n",
             pool.count,
             e.dp_size,
-            scenario.router_mode,
+            router_mode,
             engine(e)
         );
     }
-    let total: u64 = scenario.pools.iter().map(|p| u64::from(p.count)).sum();
+    let total: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
     let mut out = format!(
-        "workers: {total} in {} pools, {:?} router\n",
-        scenario.pools.len(),
-        scenario.router_mode
+        "workers: {total} in {} pools, {router_mode:?} router\n",
+        pools.len(),
     );
     let mut first = 0u64;
-    for pool in &scenario.pools {
+    for pool in pools {
         let next = first + u64::from(pool.count);
         out.push_str(&format!(
             "  pool {}: {} x dp {} ({}); {}\n",
