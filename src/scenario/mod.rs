@@ -54,6 +54,7 @@
 //! [`Scenario::load`] / [`Scenario::load_with_overrides`], then [`Scenario::config`] and
 //! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
 
+pub mod bounds_check;
 pub mod error;
 mod overrides;
 pub mod raw;

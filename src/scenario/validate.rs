@@ -1,13 +1,14 @@
 //! From scenario text to a validated [`Scenario`]: overrides, parsing, and every semantic
 //! check, each error located at its file, line and field path.
 
+use super::bounds_check;
 use super::overrides;
 use super::raw::{
     RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawLimits, RawPin,
     RawProcess, RawRouter, RawRouterMode, RawScenario, RawWorkers, RawWorkload,
 };
 use super::{Scenario, ScenarioError, Workload};
-use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_RANKS, MAX_REQUESTS};
+use crate::bounds::{self, MAX_RANKS, MAX_REQUESTS};
 use crate::engine::{DEFAULT_MAX_TIME_NS, Limits};
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
 use crate::report::expect::{Expectation, RawExpectation, number};
@@ -209,8 +210,8 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         let engine = raw.engine.clone().unwrap_or_default();
         let engine = engine_args(source, "workers", engine, raw.dp_size)?;
         let count = raw.count.unwrap_or(1);
-        check_ranks(source, count, engine.dp_size)?;
-        return Ok(vec![WorkerPool::unnamed(within_ranks(count), engine)]);
+        let count = check_ranks(source, count, engine.dp_size)?;
+        return Ok(vec![WorkerPool::unnamed(count, engine)]);
     };
     let plain = [
         ("count", raw.count.is_some()),
@@ -231,16 +232,13 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
     for (index, raw_pool) in raw_pools.iter().enumerate() {
         let at = format!("workers.pools[{index}]");
         let name = pool_name(source, &at, raw_pool.name.as_deref(), &pools)?;
-        let count = match raw_pool.count {
-            None => return Err(source.at(&at, "a pool needs `count`: how many workers it has")),
-            Some(0) => return Err(source.at(&format!("{at}.count"), "must be positive")),
-            Some(count) if count > MAX_RANKS => {
-                return Err(source.at(&format!("{at}.count"), more_than_max_ranks(count)));
-            }
-            Some(count) => count,
+        let Some(count) = raw_pool.count else {
+            return Err(source.at(&at, "a pool needs `count`: how many workers it has"));
         };
+        let count = bounds_check::rank_count(count)
+            .map_err(|message| source.at(&format!("{at}.count"), message))?;
         let engine = engine_args(source, &at, raw_pool.engine.clone(), raw_pool.dp_size)?;
-        ranks += count * u64::from(engine.dp_size);
+        ranks += u64::from(count) * u64::from(engine.dp_size);
         if ranks > MAX_RANKS {
             return Err(source.at(
                 &format!("{at}.count"),
@@ -252,7 +250,7 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         check_block_size(source, &at, &engine, pools.first())?;
         pools.push(WorkerPool {
             name,
-            count: within_ranks(count),
+            count,
             engine,
         });
     }
@@ -323,32 +321,12 @@ fn check_block_size(
 }
 
 /// `workers.count`, `workers.dp_size` and their product are at most [`MAX_RANKS`].
-fn check_ranks(source: &Source, count: u64, dp_size: u32) -> Result<(), ScenarioError> {
-    if count == 0 {
-        return Err(source.at("workers.count", "must be positive"));
-    }
-    if count > MAX_RANKS {
-        return Err(source.at("workers.count", more_than_max_ranks(count)));
-    }
-    if count * u64::from(dp_size) > MAX_RANKS {
-        return Err(source.at(
-            "workers.dp_size",
-            format!(
-                "{count} workers x dp_size {dp_size} is more than the {MAX_RANKS} worker ranks a run may have"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The error of a worker count or `dp_size` above [`MAX_RANKS`] on its own.
-fn more_than_max_ranks(n: u64) -> String {
-    format!("{n} is more than a run may have: at most {MAX_RANKS} worker ranks")
-}
-
-/// A worker count or `dp_size` already checked to be at most [`MAX_RANKS`].
-fn within_ranks(n: u64) -> u32 {
-    u32::try_from(n).expect("checked against MAX_RANKS")
+fn check_ranks(source: &Source, count: u64, dp_size: u32) -> Result<u32, ScenarioError> {
+    let count =
+        bounds_check::rank_count(count).map_err(|message| source.at("workers.count", message))?;
+    bounds_check::worker_ranks(count, dp_size)
+        .map_err(|message| source.at("workers.dp_size", message))?;
+    Ok(count)
 }
 
 /// The KvRouterConfig knobs, each checked on its own so an error names its key.
@@ -452,14 +430,8 @@ fn engine_args(
     // A profile path is relative to the scenario file, as `router.policy` is.
     let mut args = engine.into_args_in(&source.dir).map_err(engine_error)?;
     if let Some(dp_size) = dp_size {
-        let field = format!("{at}.dp_size");
-        if dp_size == 0 {
-            return Err(source.at(&field, "must be positive"));
-        }
-        if dp_size > MAX_RANKS {
-            return Err(source.at(&field, more_than_max_ranks(dp_size)));
-        }
-        args.dp_size = within_ranks(dp_size);
+        args.dp_size = bounds_check::rank_count(dp_size)
+            .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
     }
     Ok(args)
 }
@@ -538,12 +510,8 @@ fn trace_workload(
     let block_size = raw
         .trace_block_size
         .unwrap_or(trace::DEFAULT_TRACE_BLOCK_SIZE);
-    if !(1..=MAX_BLOCK_TOKENS).contains(&block_size) {
-        return Err(source.at(
-            "workload.trace_block_size",
-            format!("must be from 1 to {MAX_BLOCK_TOKENS}, got {block_size}"),
-        ));
-    }
+    let block_size = bounds_check::trace_block_size(block_size)
+        .map_err(|message| source.at("workload.trace_block_size", message))?;
     let arrival_speedup_ratio = arrival_speedup_ratio(source, raw)?;
     let path = source.resolve(file);
     let name = path.display().to_string();
@@ -769,12 +737,8 @@ fn closed_loop(source: &Source, raw: &RawWorkload) -> Result<Option<ClosedLoop>,
     let Some(concurrency) = raw.concurrency else {
         return Ok(None);
     };
-    if !(1..=MAX_REQUESTS).contains(&concurrency) {
-        return Err(source.at(
-            "workload.concurrency",
-            format!("must be from 1 to {MAX_REQUESTS}, got {concurrency}"),
-        ));
-    }
+    let concurrency = bounds_check::concurrency(concurrency)
+        .map_err(|message| source.at("workload.concurrency", message))?;
     let issue_until = match raw.duration_s {
         None => None,
         Some(s) if !(s.is_finite() && s > 0.0) => {
@@ -786,7 +750,7 @@ fn closed_loop(source: &Source, raw: &RawWorkload) -> Result<Option<ClosedLoop>,
         Some(s) => Some(time_ms(source, "workload.duration_s", s * 1000.0)?),
     };
     Ok(Some(ClosedLoop {
-        concurrency: concurrency as u32,
+        concurrency,
         issue_until,
     }))
 }
