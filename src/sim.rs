@@ -1439,23 +1439,32 @@ policy_classes:
         case_with(8..400, 0..300, 16..2048)
     }
 
-    /// Runs `case` pass by pass and skipping quiet passes; everything the run reports must
-    /// be the same.
+    /// Runs `case` pass by pass and skipping quiet passes, its transport jitter kept only if
+    /// `jitter` says so; everything the run reports must be the same. A run with jitter (when
+    /// the case draws any) does not skip: asked to, it must step pass by pass, event for
+    /// event.
     fn same_skipping_or_not(case: &Case, seed: u64, jitter: bool) -> Result<(), TestCaseError> {
         let mut config = config(case, seed);
         if !jitter {
             config.delays.jitter = SimDuration::ZERO;
         }
-        same_records_either_way(case, config, seed)
+        let skips = skips_quiet_passes(&config, Stepping::SkipQuiet);
+        prop_assert_eq!(skips, config.delays.jitter == SimDuration::ZERO);
+        let (skipped_events, stepped_events) = same_records_either_way(case, config, seed)?;
+        if !skips {
+            prop_assert_eq!(skipped_events, stepped_events, "seed {}: jitter", seed);
+        }
+        Ok(())
     }
 
     /// Runs `config` over `case`'s requests pass by pass and skipping quiet passes; the
     /// records, the router's prompt-block KV stream and the pools' busy time must be the same.
+    /// Returns the events each took (skipping, then pass by pass).
     fn same_records_either_way(
         case: &Case,
         config: SimConfig,
         seed: u64,
-    ) -> Result<(), TestCaseError> {
+    ) -> Result<(u64, u64), TestCaseError> {
         let run = |stepping| {
             let options = Options::new(config.clone())
                 .with_stepping(stepping)
@@ -1482,7 +1491,7 @@ policy_classes:
         prop_assert_eq!(skipped.end_time, stepped.end_time);
         prop_assert_eq!(skipped.preemptions, stepped.preemptions);
         prop_assert_eq!(&skipped.pools, &stepped.pools, "seed {}", seed);
-        Ok(())
+        Ok((skipped.events, stepped.events))
     }
 
     /// Timing models for the skipping tests: the polynomial, a fixed one, and a profile whose
@@ -1565,8 +1574,9 @@ policy_classes:
     proptest! {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-        /// Issue 14: skipping quiet passes changes no record, on decode-heavy systems with
-        /// every engine knob, delay and policy drawn at random.
+        /// Skipping quiet passes changes no record, on decode-heavy systems with every
+        /// engine knob, delay and policy drawn at random; with transport jitter (a fifth of
+        /// the cases) skipping is off, and the run asked to skip steps pass by pass.
         #[test]
         fn skipping_quiet_passes_changes_no_record(
             case in quiet_case(), seed in 0u64..1000, jitter in prop::bool::weighted(0.2)
@@ -1703,6 +1713,35 @@ policy_classes:
         assert_eq!(faulty.records, plain.records);
         assert_eq!(faulty.records, faulty_stepped.records);
         assert_eq!(faulty.events, faulty_stepped.events, "faults: pass by pass");
+    }
+
+    /// Transport jitter (a delay drawn per message) turns skipping off: the skipping request
+    /// then steps pass by pass, the same records and event for event, while the same run
+    /// without jitter skips.
+    #[test]
+    fn with_transport_jitter_a_skipping_run_steps_pass_by_pass() {
+        let case = two_long_decodes_and_a_late_arrival(2, true);
+        let mut config = config(&case, 3);
+        let run_as = |config: &SimConfig, stepping| {
+            let options = Options::new(config.clone()).with_stepping(stepping);
+            run(options, requests(&case)).unwrap()
+        };
+        let plain = run_as(&config, Stepping::SkipQuiet);
+        let plain_stepped = run_as(&config, Stepping::PassByPass);
+        assert!(
+            plain.events * 5 < plain_stepped.events,
+            "without jitter it skips"
+        );
+        config.delays.jitter = SimDuration::from_ns(50_000);
+        assert!(!skips_quiet_passes(&config, Stepping::SkipQuiet));
+        let jittered = run_as(&config, Stepping::SkipQuiet);
+        let jittered_stepped = run_as(&config, Stepping::PassByPass);
+        assert_ne!(jittered.records, plain.records, "the jitter moved tokens");
+        assert_eq!(jittered.records, jittered_stepped.records);
+        assert_eq!(
+            jittered.events, jittered_stepped.events,
+            "jitter: pass by pass"
+        );
     }
 
     #[test]
