@@ -1,9 +1,7 @@
 //! The command line: clap commands, and the mapping of errors to exit codes: 0 ok, 1 an
 //! expectation failed, 2 bad input or usage, 3 the simulator caught a bug in itself.
 
-use crate::bounds::{
-    MAX_BLOCK_TOKENS, MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_REQUESTS, MAX_SWEEP_RUNS,
-};
+use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_SWEEP_RUNS};
 use crate::engine::StopReason;
 use crate::mocker::EngineArgs;
 use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
@@ -14,7 +12,7 @@ use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile,
 use crate::report::expect::Bound;
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind};
-use crate::scenario::{self, FileKind, Scenario};
+use crate::scenario::{self, FileKind, Scenario, bounds_check};
 use crate::scheduling::policy;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::{self, RouterMode};
@@ -534,17 +532,6 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
     Ok((value.to_string(), text))
 }
 
-/// `--replay-concurrency`: from 1 to [`MAX_REQUESTS`] (a trace has at most that many rows).
-fn replay_concurrency(args: &ReplayArgs) -> Result<Option<u32>, CliError> {
-    match args.replay_concurrency {
-        None => Ok(None),
-        Some(n) if (1..=MAX_REQUESTS).contains(&n) => Ok(Some(n as u32)),
-        Some(n) => Err(CliError::Input(format!(
-            "--replay-concurrency {n}: must be from 1 to {MAX_REQUESTS}"
-        ))),
-    }
-}
-
 /// The files a replay reads (`--engine` and `--router` may be inline JSON instead), with the
 /// engine's timing profile.
 fn replay_inputs(args: &ReplayArgs, engine: &EngineArgs) -> Vec<PathBuf> {
@@ -559,83 +546,83 @@ fn replay_inputs(args: &ReplayArgs, engine: &EngineArgs) -> Vec<PathBuf> {
     inputs
 }
 
-fn replay(args: &ReplayArgs) -> Result<(), CliError> {
-    if args.workers == 0 {
-        return Err(CliError::Input("--workers must be at least 1".into()));
-    }
-    if u64::from(args.workers) > MAX_RANKS {
-        return Err(CliError::Input(format!(
-            "--workers {}: must be at most {MAX_RANKS} (worker ranks are bounded)",
-            args.workers
-        )));
-    }
-    if !(1..=MAX_BLOCK_TOKENS).contains(&args.trace_block_size) {
-        return Err(CliError::Input(format!(
-            "--trace-block-size {}: must be from 1 to {MAX_BLOCK_TOKENS}",
-            args.trace_block_size
-        )));
-    }
-    let replay_concurrency = replay_concurrency(args)?;
+/// A bad value of `flag`: `message` (what [`bounds_check`] says) after the flag.
+fn flag_error(flag: &'static str) -> impl Fn(String) -> CliError {
+    move |message| CliError::Input(format!("{flag}: {message}"))
+}
+
+/// `replay`'s flags, checked against the bounds a scenario is checked against, and read:
+/// the setup, the closed loop's concurrency (if any) and the arrival speed-up ratio.
+fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), CliError> {
+    let workers = bounds_check::rank_count(args.workers.into()).map_err(flag_error("--workers"))?;
+    let trace_block_size = bounds_check::trace_block_size(args.trace_block_size)
+        .map_err(flag_error("--trace-block-size"))?;
+    let replay_concurrency = args
+        .replay_concurrency
+        .map(bounds_check::concurrency)
+        .transpose()
+        .map_err(flag_error("--replay-concurrency"))?;
     let arrival_speedup_ratio = trace::check_speedup_ratio(args.arrival_speedup_ratio)
-        .map_err(|e| CliError::Input(format!("--arrival-speedup-ratio: {e}")))?;
-    let engine = match &args.engine {
-        None => EngineArgs::default(),
-        Some(v) => {
-            let (name, text) = json_arg("--engine", v)?;
-            // A profile path in an engine file is relative to that file (inline JSON: to the
-            // current directory).
-            let base = match v.trim_start().starts_with('{') {
-                true => Path::new(""),
-                false => Path::new(v).parent().unwrap_or(Path::new("")),
-            };
-            EngineArgs::from_json_str_in(&text, base)
-                .map_err(|e| CliError::Input(format!("{name}: {e}")))?
-        }
-    };
-    if u64::from(args.workers) * u64::from(engine.dp_size) > MAX_RANKS {
-        return Err(CliError::Input(format!(
-            "--workers {} x dp_size {}: more than {MAX_RANKS} worker ranks",
-            args.workers, engine.dp_size
-        )));
-    }
-    let router = match &args.router {
-        None => RouterConfig::default(),
-        Some(v) => {
-            let (name, text) = json_arg("--router", v)?;
-            let config = RouterConfig::from_json_str(&text)
-                .map_err(|e| CliError::Input(format!("{name}: {e}")))?;
-            config
-                .validate()
-                .map_err(|e| CliError::Input(format!("{name}: {e}")))?;
-            config
-        }
-    };
+        .map_err(flag_error("--arrival-speedup-ratio"))?;
+    let engine = replay_engine(args)?;
+    bounds_check::worker_ranks(workers, engine.dp_size).map_err(flag_error("--workers"))?;
+    let router = replay_router(args)?;
     let policy = args
         .policy
         .as_deref()
         .map(scenario::load_policy_file)
         .transpose()
         .map_err(input)?;
-    let target = output::claim(
-        &args.out,
-        OutputKind::Replay,
-        &replay_inputs(args, &engine),
-        args.force,
-    )
-    .map_err(input)?;
     let setup = ReplaySetup {
         trace: args.trace.clone(),
-        trace_block_size: args.trace_block_size,
+        trace_block_size,
         policy,
         router,
         engine,
-        workers: args.workers,
+        workers,
         router_mode: match args.router_mode {
             RouterModeArg::KvRouter => RouterMode::KvRouter,
             RouterModeArg::RoundRobin => RouterMode::RoundRobin,
         },
         seed: args.seed,
     };
+    Ok((setup, replay_concurrency, arrival_speedup_ratio))
+}
+
+/// `--engine` (default: the default engine).
+fn replay_engine(args: &ReplayArgs) -> Result<EngineArgs, CliError> {
+    let Some(v) = &args.engine else {
+        return Ok(EngineArgs::default());
+    };
+    let (name, text) = json_arg("--engine", v)?;
+    // A profile path in an engine file is relative to that file (inline JSON: to the current
+    // directory).
+    let base = match v.trim_start().starts_with('{') {
+        true => Path::new(""),
+        false => Path::new(v).parent().unwrap_or(Path::new("")),
+    };
+    EngineArgs::from_json_str_in(&text, base).map_err(|e| CliError::Input(format!("{name}: {e}")))
+}
+
+/// `--router` (default: Dynamo's KvRouterConfig defaults).
+fn replay_router(args: &ReplayArgs) -> Result<RouterConfig, CliError> {
+    let Some(v) = &args.router else {
+        return Ok(RouterConfig::default());
+    };
+    let (name, text) = json_arg("--router", v)?;
+    let config =
+        RouterConfig::from_json_str(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?;
+    config
+        .validate()
+        .map_err(|e| CliError::Input(format!("{name}: {e}")))?;
+    Ok(config)
+}
+
+fn replay(args: &ReplayArgs) -> Result<(), CliError> {
+    let (setup, replay_concurrency, arrival_speedup_ratio) = replay_setup(args)?;
+    let inputs = replay_inputs(args, &setup.engine);
+    let target =
+        output::claim(&args.out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
     if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
         eprintln!(
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"

@@ -12,28 +12,28 @@
 //! or validating any file twice.
 
 use crate::mocker::EngineArgs;
-use crate::report::evaluate::{ExpectationOutcome, RunFacts, evaluate};
 use crate::report::metrics::RunMetrics;
 use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{
-    self, Arrival, InvariantViolation, PromptHashes, RouterMode, SimConfig, SimResult,
-    TransportDelays, WorkerPool,
-};
+use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, WorkerPool};
 use crate::time::{SimDuration, SimTime};
+use crate::workload::read_ahead::{self, PassEnd, ReadAhead};
 use crate::workload::synth::SynthWorkload;
-use crate::workload::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader};
-use crate::workload::{RequestSpec, UniformBlockHashes, jitter_arrivals};
+use crate::workload::trace::RowOrder;
+use crate::workload::{RequestSpec, jitter_arrivals};
 use rand::Rng;
-use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+mod judgement;
+mod request_cache;
+
+pub use judgement::{JudgedRun, Judgement};
+pub use request_cache::RequestCache;
 
 /// Where a run's requests come from.
 #[derive(Clone, Debug)]
@@ -154,7 +154,10 @@ impl RunSpec {
         };
         RunSpec {
             name: scenario.name().to_string(),
-            config: scenario.sim_config(seed),
+            config: SimConfig {
+                seed,
+                ..scenario.config().clone()
+            },
             source,
             arrival_jitter_ns: scenario.arrival_jitter_ns(),
             prefix_n: None,
@@ -171,13 +174,8 @@ impl RunSpec {
             profile: select_profile(&setup.router, setup.policy.as_ref(), None),
             pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
             router_mode: setup.router_mode,
-            delays: TransportDelays::default(),
-            limits: Default::default(),
-            check_every_event: false,
             seed: setup.seed,
-            closed_loop: None,
-            faults: Vec::new(),
-            migration_limit: 0,
+            ..SimConfig::default()
         };
         RunSpec {
             name: setup.trace.display().to_string(),
@@ -198,7 +196,8 @@ impl RunSpec {
     /// (`replay_concurrency`: keep that many requests in flight and issue the trace rows in
     /// file order as others end, each at that instant, ignoring timestamps), or an open loop
     /// whose timestamps are divided by `arrival_speedup_ratio` (validated by
-    /// [`trace::check_speedup_ratio`]). As in Dynamo 1.6.1, a closed loop ignores the ratio.
+    /// [`check_speedup_ratio`](crate::workload::trace::check_speedup_ratio)). As in Dynamo
+    /// 1.6.1, a closed loop ignores the ratio.
     pub fn with_replay_modes(
         mut self,
         replay_concurrency: Option<u32>,
@@ -270,72 +269,13 @@ impl RunSpec {
                 path,
                 block_size,
                 arrival_speedup_ratio,
-            } => {
-                let summary = scan_trace(path, *block_size, *arrival_speedup_ratio)?;
-                trace_in_time_order(path, *block_size, *arrival_speedup_ratio, &summary)?.collect()
-            }
+            } => read_ahead::time_ordered(path, *block_size, *arrival_speedup_ratio)
+                .map_err(RunError::Input)?
+                .collect(),
         };
         Ok(Box::new(
             jitter_arrivals(requests, seed, jitter).into_iter(),
         ))
-    }
-}
-
-/// Synthetic requests drawn once per (workload, seed): runs whose workload is equal (a search
-/// over `workers.count`, say) reuse the draw instead of generating the prompts again.
-#[derive(Debug, Default)]
-pub struct RequestCache {
-    entries: Mutex<Vec<CachedDraw>>,
-}
-
-/// One draw: the workload it came from, the seed, the requests.
-type CachedDraw = (Arc<SynthWorkload>, u64, Arc<Vec<RequestSpec>>);
-
-impl RequestCache {
-    /// Draws kept at most; the oldest goes first (a search's probes move on).
-    pub const MAX_DRAWS: usize = 16;
-
-    /// The requests of `(workload, seed)`: cached, or drawn by `draw` and kept.
-    fn draw(
-        &self,
-        workload: &Arc<SynthWorkload>,
-        seed: u64,
-        draw: impl FnOnce() -> Result<Vec<RequestSpec>, RunError>,
-    ) -> Result<Arc<Vec<RequestSpec>>, RunError> {
-        if let Some(hit) = self.find(workload, seed) {
-            return Ok(hit);
-        }
-        // Drawn outside the lock, so the seeds of one probe draw in parallel.
-        let drawn = Arc::new(draw()?);
-        let mut entries = self.lock();
-        if entries.len() >= Self::MAX_DRAWS {
-            entries.remove(0);
-        }
-        entries.push((workload.clone(), seed, drawn.clone()));
-        Ok(drawn)
-    }
-
-    fn find(&self, workload: &Arc<SynthWorkload>, seed: u64) -> Option<Arc<Vec<RequestSpec>>> {
-        self.lock()
-            .iter()
-            .find(|(w, s, _)| *s == seed && **w == **workload)
-            .map(|(_, _, requests)| requests.clone())
-    }
-
-    /// How many draws are kept.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether no draw is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<CachedDraw>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -380,7 +320,7 @@ fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
             );
         }
     }
-    sim::run(spec.config.clone(), spec.requests()?).map_err(RunError::Bug)
+    sim::run(sim::Options::new(spec.config.clone()), spec.requests()?).map_err(RunError::Bug)
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is
@@ -393,149 +333,9 @@ pub fn replication_seeds(base: u64, replications: u32) -> Vec<u64> {
         .collect()
 }
 
-/// A scenario resolved for judging: its own spec and its `minus:` companions, each loaded
-/// once.
-#[derive(Clone, Debug)]
-pub struct Judgement {
-    /// The scenario (its expectations, name, file).
-    pub scenario: Scenario,
-    /// Each companion, keyed as its `minus:` names it.
-    pub companions: BTreeMap<String, Scenario>,
-    /// Shared by every run of this judgement (and of others given the same cache).
-    pub request_cache: Option<Arc<RequestCache>>,
-}
-
-/// One replication of a judged scenario: its spec, its output and the verdicts.
-#[derive(Clone, Debug)]
-pub struct JudgedRun {
-    /// What ran (its seed is the replication's).
-    pub spec: RunSpec,
-    /// The result and metrics.
-    pub output: RunOutput,
-    /// Every expectation's verdict, in the scenario's order.
-    pub outcomes: Vec<ExpectationOutcome>,
-}
-
-impl Judgement {
-    /// Loads the companions `scenario`'s expectations name.
-    pub fn new(scenario: Scenario) -> Result<Judgement, RunError> {
-        let mut companions = BTreeMap::new();
-        for e in scenario.expectations() {
-            if let Some(name) = e.companion().map(|c| &c.file)
-                && !companions.contains_key(name)
-            {
-                let companion = Scenario::load(&scenario.companion_path(name))?;
-                companions.insert(name.clone(), companion);
-            }
-        }
-        Ok(Judgement {
-            scenario,
-            companions,
-            request_cache: None,
-        })
-    }
-
-    /// Runs replication `replication` of `replications` (seed `seed_override` instead of the
-    /// scenario's for a single run), its companions with their own replication seeds, and
-    /// evaluates the expectations.
-    pub fn run(
-        &self,
-        replication: u32,
-        replications: u32,
-        seed_override: Option<u64>,
-    ) -> Result<JudgedRun, RunError> {
-        let seed_of = |scenario: &Scenario| match seed_override {
-            Some(seed) => seed,
-            None => replication_seeds(scenario.seed(), replications)[replication as usize],
-        };
-        let with_cache = |mut spec: RunSpec| {
-            spec.request_cache = self.request_cache.clone();
-            spec
-        };
-        let spec = with_cache(RunSpec::from_scenario(
-            &self.scenario,
-            seed_of(&self.scenario),
-        ));
-        let output = execute(&spec)?;
-        let mut companion_metrics = BTreeMap::new();
-        for (name, companion) in &self.companions {
-            let companion_spec = with_cache(RunSpec::from_scenario(companion, seed_of(companion)));
-            companion_metrics.insert(name.clone(), execute(&companion_spec)?.metrics);
-        }
-        // Wall time is the caller's to measure (nothing below the CLI reads a clock).
-        let facts = RunFacts {
-            seed: spec.seed(),
-            wall_time_s: 0.0,
-        };
-        let outcomes = evaluate(
-            self.scenario.expectations(),
-            &output.metrics,
-            &companion_metrics,
-            facts,
-        );
-        Ok(JudgedRun {
-            spec,
-            output,
-            outcomes,
-        })
-    }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// How many times this thread opened a trace: tests check how often a replay reads one.
-    static TRACE_OPENS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-fn open_trace(path: &std::path::Path) -> Result<BufReader<File>, RunError> {
-    #[cfg(test)]
-    TRACE_OPENS.with(|opens| opens.set(opens.get() + 1));
-    crate::bounds::open_regular(path)
-        .map(BufReader::new)
-        .map_err(|e| RunError::Input(format!("{}: cannot read the trace: {e}", path.display())))
-}
-
-/// About how many rows `trace` holds: its length over the mean length of the whole rows in
-/// its first buffer (peeked, not consumed). 0 when nothing can be told (an empty file, an
-/// unreadable one, a first row longer than the buffer).
-fn estimated_rows(trace: &mut BufReader<File>) -> usize {
-    let file_bytes = trace.get_ref().metadata().map_or(0, |m| m.len());
-    let Ok(head) = trace.fill_buf() else {
-        return 0; // reading again reports the error where it belongs
-    };
-    // The whole rows at the head end at its last line end.
-    let Some(last_end) = head.iter().rposition(|&byte| byte == b'\n') else {
-        return 0;
-    };
-    let head_rows = head.iter().filter(|&&byte| byte == b'\n').count() as u64;
-    let estimate = file_bytes.saturating_mul(head_rows) / (last_end as u64 + 1);
-    usize::try_from(estimate).unwrap_or(usize::MAX)
-}
-
-/// Validates a whole trace whose timestamps are divided by `speedup_ratio`; returns its
-/// summary (origin, whether it is sorted).
-fn scan_trace(
-    path: &std::path::Path,
-    block_size: u64,
-    speedup_ratio: f64,
-) -> Result<trace::TraceSummary, RunError> {
-    let name = path.display().to_string();
-    trace::scan_scaled(open_trace(path)?, &name, block_size, speedup_ratio)
-        .map_err(|e| RunError::Input(e.to_string()))
-}
-
-/// Replays a trace, its rows in `order`, reading the file once when the bet of
-/// [`trace::OnePass`] holds (a valid trace, in time order for an open loop): the rows stream
-/// into the run as they are validated, and nothing is kept but the run's own records.
-///
-/// Otherwise the run's result is kept or thrown away once the trace is judged as a scan
-/// judges it before anything runs, so that every trace gets the result and the error text it
-/// got when the scan came first (what the CLI writes is written only after this returns):
-/// - an invalid row: the scan's error (the pass stopped at the row the scan stops at);
-/// - the pass stopped short (a row out of time order, or past the time bound) or the run
-///   stopped reading (a time limit, a closed loop's end of issue, a caught bug): a scan
-///   decides. Its error, if any; else a time-ordered trace's run stands (it had every row it
-///   asked for, with the scan's origin), and an unsorted one runs again on the sorted rows.
+/// Replays a trace, its rows in `order`, reading the file once (see [`ReadAhead`]): the run
+/// takes the rows as a second thread reads them, and stands, is made again on the sorted
+/// rows, or gives way to the trace's error once the trace is judged.
 fn replay_trace(
     config: &SimConfig,
     path: &std::path::Path,
@@ -543,109 +343,16 @@ fn replay_trace(
     speedup_ratio: f64,
     order: RowOrder,
 ) -> Result<SimResult, RunError> {
-    // A closed loop ignores timestamps, and so the speed-up (its time bound is checked as
-    // recorded).
-    let speedup_ratio = match order {
-        RowOrder::Time => speedup_ratio,
-        RowOrder::File => 1.0,
-    };
-    let name = path.display().to_string();
-    let mut file = open_trace(path)?;
-    let expected_rows = estimated_rows(&mut file);
-    let reader = TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
-    // The simulator only borrows the pass, so its verdict can be read after the run.
-    let mut rows = OnePass::new(reader, order);
-    let result = run_reading_ahead(config, &mut rows, expected_rows);
-    match rows.verdict() {
-        PassVerdict::Valid => result.map_err(RunError::Bug),
-        PassVerdict::Invalid(e) => Err(RunError::Input(e.to_string())),
-        PassVerdict::Undecided => {
-            let summary = scan_trace(path, block_size, speedup_ratio)?;
-            if summary.sorted || order == RowOrder::File {
-                return result.map_err(RunError::Bug);
-            }
-            let sorted = trace_in_time_order(path, block_size, speedup_ratio, &summary)?;
-            sim::run(config.clone(), sorted).map_err(RunError::Bug)
+    let mut rows = ReadAhead::start(path, block_size, speedup_ratio, order, config.block_size())
+        .map_err(RunError::Input)?;
+    let options = sim::Options::new(config.clone()).expecting(rows.expected_rows());
+    let result = sim::run(options, &mut rows);
+    match rows.finish().map_err(RunError::Input)? {
+        PassEnd::Stands => result.map_err(RunError::Bug),
+        PassEnd::RunAgain(sorted) => {
+            sim::run(sim::Options::new(config.clone()), sorted).map_err(RunError::Bug)
         }
     }
-}
-
-/// Rows in the reader thread's first message: few, so that the simulation starts at once.
-const READ_AHEAD_FIRST_ROWS: usize = 16;
-
-/// The most rows in one message. Messages double in size up to it, because each hand-off
-/// wakes the reader, blocked on a full channel, and a wake-up is a system call (15 µs on a
-/// VM): 100k rows in messages of 64 spent 2.5% of a run there.
-const READ_AHEAD_MAX_ROWS: usize = 256;
-
-/// A message also ends at this many block hashes, so that long prompts keep it small.
-const READ_AHEAD_MAX_HASHES: usize = 1 << 15;
-
-/// Messages the reader thread may be ahead of the simulation: bounds the memory read ahead
-/// (with the two limits above, to 4 of at most 256 KB of hashes each).
-const READ_AHEAD_BATCHES: usize = 4;
-
-/// [`sim::run_arrivals`] on `rows` parsed, validated and hashed by a second thread ahead of
-/// the simulation, in order: that work leaves the simulation's critical path.
-fn run_reading_ahead<R: BufRead + Send>(
-    config: &SimConfig,
-    rows: &mut OnePass<R>,
-    expected_rows: usize,
-) -> Result<SimResult, InvariantViolation> {
-    let block_size = config.block_size();
-    std::thread::scope(|scope| {
-        let (batches, arrivals) = std::sync::mpsc::sync_channel(READ_AHEAD_BATCHES);
-        scope.spawn(move || {
-            let mut known = UniformBlockHashes::default();
-            let mut rows_wanted = READ_AHEAD_FIRST_ROWS;
-            let mut batch = Vec::with_capacity(rows_wanted);
-            let mut batch_hashes = 0;
-            for spec in rows {
-                let hashes: Arc<[u64]> = spec.block_hashes_with(block_size, &mut known).into();
-                batch_hashes += hashes.len();
-                let hashes = Some(PromptHashes { block_size, hashes });
-                batch.push(Arrival { spec, hashes });
-                if batch.len() == rows_wanted || batch_hashes >= READ_AHEAD_MAX_HASHES {
-                    rows_wanted = (rows_wanted * 2).min(READ_AHEAD_MAX_ROWS);
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(rows_wanted));
-                    batch_hashes = 0;
-                    if batches.send(full).is_err() {
-                        return; // the simulation stopped taking rows
-                    }
-                }
-            }
-            // The last, partial batch; the simulation may have stopped already.
-            let _ = batches.send(batch);
-        });
-        sim::run_arrivals(
-            config.clone(),
-            arrivals.into_iter().flatten(),
-            expected_rows,
-        )
-    })
-}
-
-/// The requests of a trace `summary` validated, in arrival order, timestamps divided by
-/// `speedup_ratio`: streamed when the file is in time order, else read whole and sorted.
-fn trace_in_time_order(
-    path: &std::path::Path,
-    block_size: u64,
-    speedup_ratio: f64,
-    summary: &trace::TraceSummary,
-) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
-    let name = path.display().to_string();
-    let reader = TraceReader::new(open_trace(path)?, &name, block_size)
-        .with_origin_ms(summary.origin_ms)
-        .with_speedup_ratio(speedup_ratio);
-    // Every row was validated by the scan behind `summary`; a row failing now means the file
-    // changed under us, and the run ends its arrivals there (conservation still holds).
-    let rows = reader.map_while(Result::ok);
-    if summary.sorted {
-        return Ok(Box::new(rows));
-    }
-    let mut all: Vec<RequestSpec> = rows.collect();
-    all.sort_by_key(|r| (r.arrival, r.row));
-    Ok(Box::new(all.into_iter()))
 }
 
 #[cfg(test)]

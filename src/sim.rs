@@ -175,6 +175,28 @@ pub struct SimConfig {
     pub migration_limit: u32,
 }
 
+impl Default for SimConfig {
+    /// What every run starts from before its inputs say otherwise: one worker of the default
+    /// engine behind the default KV router without a policy file; no delays, faults,
+    /// migration or closed loop; the default limits; seed 0.
+    fn default() -> Self {
+        let router = RouterConfig::default();
+        SimConfig {
+            profile: crate::scheduling::scheduler::select_profile(&router, None, None),
+            router,
+            pools: vec![WorkerPool::unnamed(1, EngineArgs::default())],
+            router_mode: RouterMode::default(),
+            delays: TransportDelays::default(),
+            limits: Limits::default(),
+            check_every_event: false,
+            seed: 0,
+            closed_loop: None,
+            faults: Vec::new(),
+            migration_limit: 0,
+        }
+    }
+}
+
 impl SimConfig {
     /// The scheduler's configuration, derived so that seed and block size cannot disagree
     /// with the workers'.
@@ -477,9 +499,10 @@ impl<I: Iterator<Item = Arrival>> Feed<I> {
 
 /// How workers advance through their passes (see the module docs). Both give the same
 /// records; skipping is much faster on decode-heavy runs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum Stepping {
     /// Skip runs of quiet passes (the default).
+    #[default]
     SkipQuiet,
     /// Every pass is an event (the reference the skipping is tested against).
     PassByPass,
@@ -489,48 +512,48 @@ pub enum Stepping {
 /// 220 MB); a run with more grows its table as they come.
 const MAX_RESERVED_RECORDS: usize = 1 << 20;
 
-/// Runs a simulation over `requests` (in any order; equal arrival times keep row order).
-pub fn run(
-    config: SimConfig,
-    requests: impl Iterator<Item = RequestSpec>,
-) -> Result<SimResult, InvariantViolation> {
-    let expected_requests = requests.size_hint().0;
-    run_arrivals(config, requests.map(Arrival::from), expected_requests)
+/// What a run needs besides its requests: the configuration, and how to step it.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub config: SimConfig,
+    /// How workers advance through their passes (default: skipping quiet ones).
+    pub stepping: Stepping,
+    /// Records to reserve room for before the requests arrive: a guess, never a bound
+    /// (`None`: the lower bound of the requests' own size hint). Growing a table of 100k
+    /// records by doubling was 3% of such a run (copies, and fresh pages to fault in).
+    pub expected_requests: Option<usize>,
 }
 
-/// [`run`] over arrivals whose prompts may come hashed already (see [`Arrival`]), with room
-/// reserved for `expected_requests` records: a guess, never a bound. Growing a table of 100k
-/// records by doubling was 3% of such a run (copies, and fresh pages to fault in).
-pub fn run_arrivals(
-    config: SimConfig,
-    arrivals: impl Iterator<Item = Arrival>,
-    expected_requests: usize,
-) -> Result<SimResult, InvariantViolation> {
-    simulate(
-        config,
-        arrivals,
-        expected_requests,
-        Stepping::SkipQuiet,
-        false,
-    )
-    .map(|(result, _)| result)
+impl Options {
+    /// A run of `config`, skipping quiet passes, reserving what the requests' size hint says.
+    pub fn new(config: SimConfig) -> Options {
+        Options {
+            config,
+            stepping: Stepping::default(),
+            expected_requests: None,
+        }
+    }
+
+    /// The same, stepping workers as `stepping` says.
+    pub fn with_stepping(mut self, stepping: Stepping) -> Options {
+        self.stepping = stepping;
+        self
+    }
+
+    /// The same, reserving room for `expected_requests` records.
+    pub fn expecting(mut self, expected_requests: usize) -> Options {
+        self.expected_requests = Some(expected_requests);
+        self
+    }
 }
 
-/// [`run`], stepping workers as `stepping` says.
-pub fn run_with(
-    config: SimConfig,
-    requests: impl Iterator<Item = RequestSpec>,
-    stepping: Stepping,
+/// Runs a simulation over `requests` (in any order; equal arrival times keep row order):
+/// plain [`RequestSpec`]s, or [`Arrival`]s whose prompts may come hashed already.
+pub fn run<A: Into<Arrival>>(
+    options: Options,
+    requests: impl IntoIterator<Item = A>,
 ) -> Result<SimResult, InvariantViolation> {
-    let expected_requests = requests.size_hint().0;
-    simulate(
-        config,
-        requests.map(Arrival::from),
-        expected_requests,
-        stepping,
-        false,
-    )
-    .map(|(result, _)| result)
+    simulate(options, requests.into_iter().map(Into::into), false).map(|(result, _)| result)
 }
 
 /// Every KV event the router applied, with when (kept only when asked: for tests).
@@ -546,13 +569,45 @@ pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
         && config.faults.is_empty()
 }
 
+/// [`run`], keeping the router's KV events when `log_kv` says so.
 fn simulate(
-    config: SimConfig,
+    options: Options,
     requests: impl Iterator<Item = Arrival>,
-    expected_requests: usize,
-    stepping: Stepping,
     log_kv: bool,
 ) -> Result<(SimResult, KvLog), InvariantViolation> {
+    let expected_requests = options
+        .expected_requests
+        .unwrap_or_else(|| requests.size_hint().0);
+    let mut system = new_system(options.config, options.stepping, expected_requests, log_kv)?;
+    let mut engine = Engine::new(system.config.limits);
+    system.schedule_faults(engine.queue());
+    let mut requests = Feed::new(requests, system.config.closed_loop);
+    let stop_reason = loop {
+        if let Some(v) = system.violation.take() {
+            return Err(v);
+        }
+        let next_arrival = requests.next_time(system.ledger.ended());
+        let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
+            break StopReason::Drained;
+        };
+        if now > system.config.limits.max_time {
+            break StopReason::TimeLimit;
+        }
+        if let Err(reason) = system.run_instant(now, &mut engine, &mut requests) {
+            break reason;
+        }
+    };
+    finish_run(system, &engine, stop_reason)
+}
+
+/// The system at the start of a run of `config`, with room for `expected_requests` records;
+/// a pool list it cannot run is the caller's bug.
+fn new_system(
+    config: SimConfig,
+    stepping: Stepping,
+    expected_requests: usize,
+    log_kv: bool,
+) -> Result<System, InvariantViolation> {
     if let Err(message) = config.check_pools() {
         return Err(InvariantViolation {
             seed: config.seed,
@@ -575,7 +630,7 @@ fn simulate(
             .collect(),
         ..FaultState::default()
     };
-    let mut system = System {
+    Ok(System {
         faults,
         router,
         fleet,
@@ -585,25 +640,15 @@ fn simulate(
         last_delivery: Default::default(),
         uniform_hashes: UniformBlockHashes::default(),
         config,
-    };
-    let mut engine = Engine::new(system.config.limits);
-    system.schedule_faults(engine.queue());
-    let mut requests = Feed::new(requests, system.config.closed_loop);
-    let stop_reason = loop {
-        if let Some(v) = system.violation.take() {
-            return Err(v);
-        }
-        let next_arrival = requests.next_time(system.ledger.ended());
-        let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
-            break StopReason::Drained;
-        };
-        if now > system.config.limits.max_time {
-            break StopReason::TimeLimit;
-        }
-        if let Err(reason) = system.run_instant(now, &mut engine, &mut requests) {
-            break reason;
-        }
-    };
+    })
+}
+
+/// The result of a run that stopped for `stop_reason`, after the end-of-run checks.
+fn finish_run(
+    mut system: System,
+    engine: &Engine<Event>,
+    stop_reason: StopReason,
+) -> Result<(SimResult, KvLog), InvariantViolation> {
     if stop_reason.is_limit() {
         // Passes over by the stop count, as they would pass by pass.
         let at = match stop_reason {
@@ -1190,7 +1235,7 @@ policy_classes:
         /// every request ends completed or rejected, and a rerun is identical.
         #[test]
         fn random_systems_conserve_requests_and_keep_invariants(case in case(), seed in 0u64..1000) {
-            let run_once = || run(config(&case, seed), requests(&case).into_iter());
+            let run_once = || run(Options::new(config(&case, seed)), requests(&case));
             let result = match run_once() {
                 Ok(r) => r,
                 Err(v) => return Err(TestCaseError::fail(format!("{v}"))),
@@ -1214,7 +1259,7 @@ policy_classes:
         /// never fit, and every other request it was given completes.
         #[test]
         fn preemption_storms_make_progress(case in storm_case(), seed in 0u64..1000) {
-            let result = run(config(&case, seed), requests(&case).into_iter())
+            let result = run(Options::new(config(&case, seed)), requests(&case))
                 .map_err(|v| TestCaseError::fail(format!("{v}")))?;
             prop_assert_eq!(result.stop_reason, StopReason::Drained, "seed {}", seed);
             prop_assert_eq!(result.count(EndStatus::Pending), 0, "seed {}", seed);
@@ -1300,7 +1345,7 @@ policy_classes:
             let mut config = config(&case, seed);
             config.faults = faults(&case, &f);
             config.migration_limit = f.migration_limit;
-            let run_once = || run(config.clone(), requests(&case).into_iter());
+            let run_once = || run(Options::new(config.clone()), requests(&case));
             let result = run_once().map_err(|v| TestCaseError::fail(format!("{v}")))?;
             prop_assert_eq!(result.stop_reason, StopReason::Drained);
             let ended: usize = [EndStatus::Completed, EndStatus::Rejected, EndStatus::Cancelled, EndStatus::Aborted]
@@ -1353,32 +1398,38 @@ policy_classes:
         case_with(8..400, 0..300, 16..2048)
     }
 
-    /// Runs `case` pass by pass and skipping quiet passes; everything the run reports must
-    /// be the same.
+    /// Runs `case` pass by pass and skipping quiet passes, its transport jitter kept only if
+    /// `jitter` says so; everything the run reports must be the same. A run with jitter (when
+    /// the case draws any) does not skip: asked to, it must step pass by pass, event for
+    /// event.
     fn same_skipping_or_not(case: &Case, seed: u64, jitter: bool) -> Result<(), TestCaseError> {
         let mut config = config(case, seed);
         if !jitter {
             config.delays.jitter = SimDuration::ZERO;
         }
-        same_records_either_way(case, config, seed)
+        let skips = skips_quiet_passes(&config, Stepping::SkipQuiet);
+        prop_assert_eq!(skips, config.delays.jitter == SimDuration::ZERO);
+        let (skipped_events, stepped_events) = same_records_either_way(case, config, seed)?;
+        if !skips {
+            prop_assert_eq!(skipped_events, stepped_events, "seed {}: jitter", seed);
+        }
+        Ok(())
     }
 
     /// Runs `config` over `case`'s requests pass by pass and skipping quiet passes; the
     /// records, the router's prompt-block KV stream and the pools' busy time must be the same.
+    /// Returns the events each took (skipping, then pass by pass).
     fn same_records_either_way(
         case: &Case,
         config: SimConfig,
         seed: u64,
-    ) -> Result<(), TestCaseError> {
+    ) -> Result<(u64, u64), TestCaseError> {
         let run = |stepping| {
-            simulate(
-                config.clone(),
-                requests(case).into_iter().map(Arrival::from),
-                0,
-                stepping,
-                true,
-            )
-            .map_err(|v| TestCaseError::fail(format!("{v}")))
+            let options = Options::new(config.clone())
+                .with_stepping(stepping)
+                .expecting(0);
+            simulate(options, requests(case).into_iter().map(Arrival::from), true)
+                .map_err(|v| TestCaseError::fail(format!("{v}")))
         };
         let (skipped, skipped_kv) = run(Stepping::SkipQuiet)?;
         let (stepped, stepped_kv) = run(Stepping::PassByPass)?;
@@ -1399,7 +1450,7 @@ policy_classes:
         prop_assert_eq!(skipped.end_time, stepped.end_time);
         prop_assert_eq!(skipped.preemptions, stepped.preemptions);
         prop_assert_eq!(&skipped.pools, &stepped.pools, "seed {}", seed);
-        Ok(())
+        Ok((skipped.events, stepped.events))
     }
 
     /// Timing models for the skipping tests: the polynomial, a fixed one, and a profile whose
@@ -1482,8 +1533,9 @@ policy_classes:
     proptest! {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-        /// Issue 14: skipping quiet passes changes no record, on decode-heavy systems with
-        /// every engine knob, delay and policy drawn at random.
+        /// Skipping quiet passes changes no record, on decode-heavy systems with every
+        /// engine knob, delay and policy drawn at random; with transport jitter (a fifth of
+        /// the cases) skipping is off, and the run asked to skip steps pass by pass.
         #[test]
         fn skipping_quiet_passes_changes_no_record(
             case in quiet_case(), seed in 0u64..1000, jitter in prop::bool::weighted(0.2)
@@ -1523,7 +1575,7 @@ policy_classes:
         fn a_closed_loop_keeps_n_in_flight(case in case(), seed in 0u64..1000, n in 1u32..5) {
             let mut config = config(&case, seed);
             config.closed_loop = Some(ClosedLoop { concurrency: n, issue_until: None });
-            let result = run(config, requests(&case).into_iter())
+            let result = run(Options::new(config), requests(&case))
                 .map_err(|v| TestCaseError::fail(format!("{v}")))?;
             prop_assert_eq!(result.stop_reason, StopReason::Drained);
             prop_assert_eq!(result.records.len(), case.requests.len(), "every request issued");
@@ -1588,7 +1640,11 @@ policy_classes:
         let mut config = config(&case, 3);
         assert!(skips_quiet_passes(&config, Stepping::SkipQuiet));
         let run = |config: &SimConfig, stepping| {
-            run_with(config.clone(), requests(&case).into_iter(), stepping).unwrap()
+            run(
+                Options::new(config.clone()).with_stepping(stepping),
+                requests(&case),
+            )
+            .unwrap()
         };
         let plain = run(&config, Stepping::SkipQuiet);
         let plain_stepped = run(&config, Stepping::PassByPass);
@@ -1618,12 +1674,46 @@ policy_classes:
         assert_eq!(faulty.events, faulty_stepped.events, "faults: pass by pass");
     }
 
+    /// Transport jitter (a delay drawn per message) turns skipping off: the skipping request
+    /// then steps pass by pass, the same records and event for event, while the same run
+    /// without jitter skips.
+    #[test]
+    fn with_transport_jitter_a_skipping_run_steps_pass_by_pass() {
+        let case = two_long_decodes_and_a_late_arrival(2, true);
+        let mut config = config(&case, 3);
+        let run_as = |config: &SimConfig, stepping| {
+            let options = Options::new(config.clone()).with_stepping(stepping);
+            run(options, requests(&case)).unwrap()
+        };
+        let plain = run_as(&config, Stepping::SkipQuiet);
+        let plain_stepped = run_as(&config, Stepping::PassByPass);
+        assert!(
+            plain.events * 5 < plain_stepped.events,
+            "without jitter it skips"
+        );
+        config.delays.jitter = SimDuration::from_ns(50_000);
+        assert!(!skips_quiet_passes(&config, Stepping::SkipQuiet));
+        let jittered = run_as(&config, Stepping::SkipQuiet);
+        let jittered_stepped = run_as(&config, Stepping::PassByPass);
+        assert_ne!(jittered.records, plain.records, "the jitter moved tokens");
+        assert_eq!(jittered.records, jittered_stepped.records);
+        assert_eq!(
+            jittered.events, jittered_stepped.events,
+            "jitter: pass by pass"
+        );
+    }
+
     #[test]
     fn a_decode_run_takes_few_events_and_a_mid_run_dispatch_cuts_it() {
         // One worker: two long decodes, a third request arriving in the middle of their run.
         let case = two_long_decodes_and_a_late_arrival(1, false);
         let config = config(&case, 3);
-        let run = |stepping| run_with(config.clone(), requests(&case).into_iter(), stepping);
+        let run = |stepping| {
+            run(
+                Options::new(config.clone()).with_stepping(stepping),
+                requests(&case),
+            )
+        };
         let (skipped, stepped) = (
             run(Stepping::SkipQuiet).unwrap(),
             run(Stepping::PassByPass).unwrap(),
@@ -1670,7 +1760,7 @@ policy_classes:
                 ..r
             })
         };
-        let all = run(config.clone(), unpinned()).unwrap();
+        let all = run(Options::new(config.clone()), unpinned()).unwrap();
         assert_eq!(all.records.len(), 50);
         check_closed_loop(&all.records, 2).unwrap();
         // Stop issuing at a later issue instant: exactly the requests issued before it run.
@@ -1679,7 +1769,7 @@ policy_classes:
             .unwrap();
         let until = all.records[first_later].arrival;
         config.closed_loop = Some(closed(Some(until)));
-        let bounded = run(config, unpinned()).unwrap();
+        let bounded = run(Options::new(config), unpinned()).unwrap();
         assert_eq!(bounded.stop_reason, StopReason::Drained);
         assert_eq!(bounded.records.len(), first_later);
         assert!(bounded.records.iter().all(|r| r.arrival < until));
@@ -1748,7 +1838,7 @@ policy_classes:
                 ..r
             })
             .collect();
-        run(config, specs.into_iter())
+        run(Options::new(config), specs)
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! replays read once.
 
 use super::*;
+use crate::workload::read_ahead::tests::{same_length_rows, sorted_trace};
+use crate::workload::trace::{self, TraceReader};
 
 #[test]
 fn replication_zero_is_the_base_seed_and_the_rest_are_reproducible() {
@@ -120,22 +122,6 @@ fn an_open_loop_speedup_divides_the_trace_arrivals() {
     assert_eq!(arrivals(0.5), vec![100_000_000, 20_000_000, 0]);
 }
 
-/// A valid trace of `rows` rows in time order: fractional timestamps from a non-zero origin,
-/// some ties, prompts sharing prefixes.
-fn sorted_trace(rows: u64) -> Vec<String> {
-    (0..rows)
-        .map(|i| {
-            let timestamp_ms = 1000.25 + (i - i % 3) as f64 * 7.3;
-            let hash_ids: Vec<u64> = (0..1 + i % 4).map(|k| k + 10 * (i % 5)).collect();
-            format!(
-                r#"{{"timestamp": {timestamp_ms}, "input_length": {}, "output_length": {}, "hash_ids": {hash_ids:?}}}"#,
-                hash_ids.len() as u64 * 512 - i % 7,
-                1 + i % 20,
-            )
-        })
-        .collect()
-}
-
 /// `spec`'s run as it was made before a replay read its trace once: a scan, then a second
 /// read (streamed in file order for a closed loop, in time order for an open one).
 fn two_pass(spec: &RunSpec) -> RunOutput {
@@ -149,16 +135,16 @@ fn two_pass(spec: &RunSpec) -> RunOutput {
     };
     let requests: Box<dyn Iterator<Item = RequestSpec>> = match spec.config.closed_loop {
         Some(_) => {
-            scan_trace(path, *block_size, 1.0).unwrap();
-            let reader = TraceReader::new(open_trace(path).unwrap(), "t", *block_size);
-            Box::new(reader.map(Result::unwrap))
+            read_ahead::scan_trace(path, *block_size, 1.0).unwrap();
+            let file = read_ahead::open_trace(path).unwrap();
+            Box::new(TraceReader::new(file, "t", *block_size).map(Result::unwrap))
         }
-        None => {
-            let summary = scan_trace(path, *block_size, *arrival_speedup_ratio).unwrap();
-            trace_in_time_order(path, *block_size, *arrival_speedup_ratio, &summary).unwrap()
-        }
+        None => read_ahead::time_ordered(path, *block_size, *arrival_speedup_ratio).unwrap(),
     };
-    measure(spec, sim::run(spec.config.clone(), requests).unwrap())
+    measure(
+        spec,
+        sim::run(sim::Options::new(spec.config.clone()), requests).unwrap(),
+    )
 }
 
 /// What a replay writes of `output` (requests.csv, the summary), and how its run ended.
@@ -173,15 +159,11 @@ fn written(output: &RunOutput) -> (Vec<u8>, Vec<u8>, u64, SimTime) {
     )
 }
 
-fn trace_opens() -> u32 {
-    TRACE_OPENS.with(|opens| opens.get())
-}
-
 /// `execute(spec)` and how many times it opened the trace.
 fn execute_counting_opens(spec: &RunSpec) -> (Result<RunOutput, RunError>, u32) {
-    let before = trace_opens();
+    let before = read_ahead::trace_opens();
     let output = execute(spec);
-    (output, trace_opens() - before)
+    (output, read_ahead::trace_opens() - before)
 }
 
 /// The replay modes the one-pass tests run: open loops as recorded and three times faster,
@@ -266,7 +248,7 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     else {
         panic!("a trace replay");
     };
-    let scanned = scan_trace(path, *block_size, 1e-3).unwrap_err();
+    let scanned = RunError::Input(read_ahead::scan_trace(path, *block_size, 1e-3).unwrap_err());
     assert!(
         scanned.to_string().contains(":4001: field `timestamp`"),
         "{scanned}"
@@ -318,42 +300,6 @@ fn with_a_far_last_row(mut rows: Vec<String>) -> Vec<String> {
             .to_string(),
     );
     rows
-}
-
-/// `rows` rows of one length each (fixed-width timestamps and hash ids), in time order.
-fn same_length_rows(rows: u64) -> String {
-    (0..rows)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {i:>6}, "input_length": 64, "output_length": 2, "hash_ids": [{i:>6}]}}"#
-            ) + "\n"
-        })
-        .collect()
-}
-
-/// `estimated_rows` of a trace file holding `text`.
-fn estimate_of(text: &str) -> usize {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t.jsonl");
-    std::fs::write(&path, text).unwrap();
-    estimated_rows(&mut open_trace(&path).unwrap())
-}
-
-#[test]
-fn a_traces_row_count_is_estimated_from_its_first_rows() {
-    // Rows of one length: exact, whether the head holds some of them or all.
-    assert_eq!(estimate_of(&same_length_rows(5_000)), 5_000);
-    assert_eq!(estimate_of(&same_length_rows(3)), 3);
-    // Rows of mixed lengths: near.
-    let mixed = sorted_trace(2_000).join("\n") + "\n";
-    let estimate = estimate_of(&mixed);
-    assert!((1_500..=2_500).contains(&estimate), "{estimate}");
-    // Nothing to tell from: no guess.
-    assert_eq!(estimate_of(""), 0);
-    assert_eq!(
-        estimate_of(&format!("{{\"x\": \"{}\"}}", "y".repeat(20_000))),
-        0
-    );
 }
 
 #[test]

@@ -51,9 +51,10 @@
 //! order. Field paths name list entries by their `name`:
 //! `router.policy_classes.regular.quantum`, `workload.groups.premium.count`,
 //! `workers.pools.h100.count`. Use
-//! [`Scenario::load`] / [`Scenario::load_with_overrides`], then [`Scenario::sim_config`] and
+//! [`Scenario::load`] / [`Scenario::load_with_overrides`], then [`Scenario::config`] and
 //! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
 
+pub mod bounds_check;
 pub mod error;
 mod overrides;
 pub mod raw;
@@ -62,12 +63,9 @@ mod validate;
 pub use error::ScenarioError;
 
 use crate::bounds;
-use crate::engine::Limits;
 use crate::report::expect::Expectation;
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
-use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::select_profile;
-use crate::sim::{ClosedLoop, Fault, RouterMode, SimConfig, TransportDelays, WorkerPool};
+use crate::sim::{ClosedLoop, SimConfig, WorkerPool};
 use crate::time::SimDuration;
 use crate::workload::synth::SynthWorkload;
 use std::path::{Path, PathBuf};
@@ -77,32 +75,23 @@ use std::path::{Path, PathBuf};
 pub struct Scenario {
     file: PathBuf,
     name: String,
-    seed: u64,
-    model: Option<String>,
     source_hash: String,
     policy: Option<PolicyConfig>,
     /// The policy file named by `router.policy`, if the policy is not inline.
     policy_file: Option<PathBuf>,
-    router: RouterConfig,
-    router_mode: RouterMode,
-    /// The worker pools, in file order (worker ids go pool by pool).
-    pools: Vec<WorkerPool>,
+    /// What every run of the scenario starts from: the router, its profile, the worker pools
+    /// (in file order: worker ids go pool by pool), limits, delays, the closed loop
+    /// (`workload.concurrency`), the faults (cancel groups resolved to classes, pools to
+    /// indices), `router.migration_limit`, and the scenario's `seed` (a run may replace it).
+    config: SimConfig,
     workload: Workload,
     expectations: Vec<Expectation>,
     companions: Vec<PathBuf>,
     class_names: Vec<String>,
-    limits: Limits,
-    delays: TransportDelays,
     /// Seeded arrival jitter (`delays.arrival_jitter_ns`).
     arrival_jitter_ns: u64,
-    /// `workload.concurrency` (and `duration_s`): a closed loop instead of arrival times.
-    closed_loop: Option<ClosedLoop>,
     /// `workload.warmup_s`: requests arriving before it stay out of latency and share figures.
     warmup: SimDuration,
-    /// `faults:`, resolved (cancel groups to classes, pools to indices).
-    faults: Vec<Fault>,
-    /// `router.migration_limit`.
-    migration_limit: u32,
 }
 
 /// Where a scenario's requests come from.
@@ -220,7 +209,7 @@ impl Scenario {
 
     /// The scenario's `seed` (the CLI's `--seed` may replace it).
     pub fn seed(&self) -> u64 {
-        self.seed
+        self.config.seed
     }
 
     /// The file the scenario was read from.
@@ -255,6 +244,7 @@ impl Scenario {
         let mut files = vec![self.file.clone()];
         files.extend(self.policy_file.clone());
         let profiles = self
+            .config
             .pools
             .iter()
             .filter_map(|p| p.engine.timing.profile_source());
@@ -283,24 +273,13 @@ impl Scenario {
 
     /// The worker pools, in file order: one named `default` for a plain `workers:`.
     pub fn pools(&self) -> &[WorkerPool] {
-        &self.pools
+        &self.config.pools
     }
 
-    /// The simulator configuration for a run with `seed`.
-    pub fn sim_config(&self, seed: u64) -> SimConfig {
-        SimConfig {
-            router: self.router.clone(),
-            profile: select_profile(&self.router, self.policy.as_ref(), self.model.as_deref()),
-            pools: self.pools.clone(),
-            router_mode: self.router_mode,
-            delays: self.delays,
-            limits: self.limits,
-            check_every_event: false,
-            seed,
-            closed_loop: self.closed_loop,
-            faults: self.faults.clone(),
-            migration_limit: self.migration_limit,
-        }
+    /// The simulator configuration every run of the scenario starts from (a run sets its
+    /// own seed: [`crate::pipeline::RunSpec::from_scenario`]).
+    pub fn config(&self) -> &SimConfig {
+        &self.config
     }
 
     /// The warmup (`workload.warmup_s`; zero when absent).
@@ -310,7 +289,7 @@ impl Scenario {
 
     /// The closed loop (`workload.concurrency`), if the workload runs in one.
     pub fn closed_loop(&self) -> Option<ClosedLoop> {
-        self.closed_loop
+        self.config.closed_loop
     }
 
     /// A plain-text summary for `routersim validate`: the scenario, the resolved classes

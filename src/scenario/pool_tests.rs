@@ -46,7 +46,7 @@ fn pools_are_read_in_file_order_each_with_its_own_engine() {
         shape(&scenario),
         vec![("h100".into(), 4, 1, 64), ("a100".into(), 2, 2, 32)]
     );
-    let config = scenario.sim_config(0);
+    let config = scenario.config();
     assert_eq!(config.pools, scenario.pools());
     assert_eq!(config.pools[0].engine.max_num_batched_tokens, 4096);
     assert_eq!(config.pools[1].engine.speedup_ratio, 0.5);

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::scheduling::types::WorkerWithDpRank;
+use crate::sim::RouterMode;
 use crate::workload::RequestSpec;
 use crate::workload::synth::SynthRequest;
 use crate::workload::trace::{self, TraceReader};
@@ -44,6 +45,11 @@ impl Scenario {
             Workload::Trace { .. } => Ok(Vec::new()),
         }
     }
+}
+
+/// The configuration of `scenario`'s run with seed 0.
+fn run_config(scenario: &Scenario) -> SimConfig {
+    crate::pipeline::RunSpec::from_scenario(scenario, 0).config
 }
 
 /// All rows of a (previously scanned) trace, sorted by arrival.
@@ -399,7 +405,7 @@ fn set_overrides_values_by_list_entry_name() {
         ("router.router_temperature", "0.5"),
     ]);
     let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
-    let config = scenario.sim_config(0);
+    let config = scenario.config();
     assert_eq!(config.pools[0].count, 2);
     assert_eq!(config.profile.classes()[1].quantum_tokens, 64);
     assert_eq!(config.router.router_temperature, 0.5);
@@ -500,7 +506,7 @@ fn set_reaches_the_keys_of_a_policy_in_its_own_file() {
     let path = with_external_policy(tmp.path());
     let quantum = |overrides: &[(&str, &str)]| {
         let scenario = Scenario::load_with_overrides(&path, &set(overrides)).unwrap();
-        scenario.sim_config(0).profile.classes()[1].quantum_tokens
+        scenario.config().profile.classes()[1].quantum_tokens
     };
     assert_eq!(quantum(&[]), 128);
     assert_eq!(
@@ -583,8 +589,8 @@ fn set_reaches_fields_left_at_their_default() {
         &no_workers,
         &[("workers.count", "4"), ("limits.max_events", "9")],
     );
-    assert_eq!(counted.sim_config(0).pools[0].count, 4);
-    assert_eq!(counted.sim_config(0).limits.max_events, 9);
+    assert_eq!(counted.config().pools[0].count, 4);
+    assert_eq!(counted.config().limits.max_events, 9);
     let e = Scenario::from_text(&path, &no_delays, &set(&[("delays.bogus_ms", "1")])).unwrap_err();
     assert_eq!(e.field_path, "delays.bogus_ms", "{e}");
     assert_eq!(
@@ -671,7 +677,8 @@ fn completion_classes(result: &crate::sim::SimResult) -> Vec<String> {
 fn weighted_scenario_reproduces_dynamo_255_65_with_239_left() {
     let scenario = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
     let requests = scenario.requests(0).unwrap();
-    let result = crate::sim::run(scenario.sim_config(0), requests.into_iter()).unwrap();
+    let result =
+        crate::sim::run(crate::sim::Options::new(run_config(&scenario)), requests).unwrap();
     let order = completion_classes(&result);
     assert_eq!(order.len(), 640);
     let premium_first = order[..320].iter().filter(|c| *c == "premium").count();
@@ -751,7 +758,8 @@ fn describe_lists_classes_workers_workload_and_expectations() {
 fn equal_scenario_reproduces_dynamo_160_160_with_0_left() {
     let scenario = Scenario::load(&bundled("premium-vs-regular-equal.yaml")).unwrap();
     let requests = scenario.requests(0).unwrap();
-    let result = crate::sim::run(scenario.sim_config(0), requests.into_iter()).unwrap();
+    let result =
+        crate::sim::run(crate::sim::Options::new(run_config(&scenario)), requests).unwrap();
     let order = completion_classes(&result);
     let premium_first = order[..320].iter().filter(|c| *c == "premium").count();
     assert_eq!(premium_first, 160);
@@ -851,8 +859,8 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
         )
     );
     let scenario = Scenario::from_text(Path::new("s.yaml"), &text, &[]).unwrap();
-    let config = scenario.sim_config(5);
-    assert_eq!(config.seed, 5);
+    let config = crate::pipeline::RunSpec::from_scenario(&scenario, 5).config;
+    assert_eq!(config.seed, 5, "the run's seed over the template's");
     assert_eq!(config.router_mode, RouterMode::RoundRobin);
     assert_eq!(config.router.router_temperature, 0.25);
     assert_eq!(config.limits.max_events, 1000);

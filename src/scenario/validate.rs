@@ -1,6 +1,7 @@
 //! From scenario text to a validated [`Scenario`]: overrides, parsing, and every semantic
 //! check, each error located at its file, line and field path.
 
+use super::bounds_check;
 use super::overrides;
 use super::raw::{RawRouter, RawRouterMode, RawScenario, RawWorkers};
 use super::{Scenario, ScenarioError};
@@ -9,7 +10,7 @@ use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
 use crate::scheduling::policy::{PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
-use crate::sim::{RouterMode, TransportDelays, WorkerPool};
+use crate::sim::{RouterMode, SimConfig, TransportDelays, WorkerPool};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::SynthError;
 use crate::yaml::{self, Document, NodeKind};
@@ -134,30 +135,34 @@ fn build(
     let closed_loop = closed_loop(source, &raw.workload)?;
     let warmup = warmup(source, &raw.workload)?;
     let faults = faults(source, &raw, &pools, &limits)?;
-    Ok(Scenario {
-        faults,
-        migration_limit: raw.router.migration_limit.unwrap_or(0),
-        file: path.to_path_buf(),
-        name: raw.name,
-        seed: raw.seed,
-        model: raw.model,
-        source_hash,
-        policy,
-        policy_file: raw.router.policy.as_deref().map(|f| source.resolve(f)),
+    let config = SimConfig {
+        router,
+        profile,
+        pools,
         router_mode: match raw.router.router_mode {
             None | Some(RawRouterMode::KvRouter) => RouterMode::KvRouter,
             Some(RawRouterMode::RoundRobin) => RouterMode::RoundRobin,
         },
-        router,
-        pools,
+        delays,
+        limits,
+        seed: raw.seed,
+        closed_loop,
+        faults,
+        migration_limit: raw.router.migration_limit.unwrap_or(0),
+        ..SimConfig::default()
+    };
+    Ok(Scenario {
+        file: path.to_path_buf(),
+        name: raw.name,
+        source_hash,
+        policy,
+        policy_file: raw.router.policy.as_deref().map(|f| source.resolve(f)),
+        config,
         workload,
         expectations,
         companions,
         class_names,
-        limits,
-        delays,
         arrival_jitter_ns: raw.delays.arrival_jitter_ns,
-        closed_loop,
         warmup,
     })
 }
@@ -202,8 +207,8 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         let engine = raw.engine.clone().unwrap_or_default();
         let engine = engine_args(source, "workers", engine, raw.dp_size)?;
         let count = raw.count.unwrap_or(1);
-        check_ranks(source, count, engine.dp_size)?;
-        return Ok(vec![WorkerPool::unnamed(within_ranks(count), engine)]);
+        let count = check_ranks(source, count, engine.dp_size)?;
+        return Ok(vec![WorkerPool::unnamed(count, engine)]);
     };
     let plain = [
         ("count", raw.count.is_some()),
@@ -224,16 +229,13 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
     for (index, raw_pool) in raw_pools.iter().enumerate() {
         let at = format!("workers.pools[{index}]");
         let name = pool_name(source, &at, raw_pool.name.as_deref(), &pools)?;
-        let count = match raw_pool.count {
-            None => return Err(source.at(&at, "a pool needs `count`: how many workers it has")),
-            Some(0) => return Err(source.at(&format!("{at}.count"), "must be positive")),
-            Some(count) if count > MAX_RANKS => {
-                return Err(source.at(&format!("{at}.count"), more_than_max_ranks(count)));
-            }
-            Some(count) => count,
+        let Some(count) = raw_pool.count else {
+            return Err(source.at(&at, "a pool needs `count`: how many workers it has"));
         };
+        let count = bounds_check::rank_count(count)
+            .map_err(|message| source.at(&format!("{at}.count"), message))?;
         let engine = engine_args(source, &at, raw_pool.engine.clone(), raw_pool.dp_size)?;
-        ranks += count * u64::from(engine.dp_size);
+        ranks += u64::from(count) * u64::from(engine.dp_size);
         if ranks > MAX_RANKS {
             return Err(source.at(
                 &format!("{at}.count"),
@@ -245,7 +247,7 @@ fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, Sc
         check_block_size(source, &at, &engine, pools.first())?;
         pools.push(WorkerPool {
             name,
-            count: within_ranks(count),
+            count,
             engine,
         });
     }
@@ -316,32 +318,12 @@ fn check_block_size(
 }
 
 /// `workers.count`, `workers.dp_size` and their product are at most [`MAX_RANKS`].
-fn check_ranks(source: &Source, count: u64, dp_size: u32) -> Result<(), ScenarioError> {
-    if count == 0 {
-        return Err(source.at("workers.count", "must be positive"));
-    }
-    if count > MAX_RANKS {
-        return Err(source.at("workers.count", more_than_max_ranks(count)));
-    }
-    if count * u64::from(dp_size) > MAX_RANKS {
-        return Err(source.at(
-            "workers.dp_size",
-            format!(
-                "{count} workers x dp_size {dp_size} is more than the {MAX_RANKS} worker ranks a run may have"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The error of a worker count or `dp_size` above [`MAX_RANKS`] on its own.
-fn more_than_max_ranks(n: u64) -> String {
-    format!("{n} is more than a run may have: at most {MAX_RANKS} worker ranks")
-}
-
-/// A worker count or `dp_size` already checked to be at most [`MAX_RANKS`].
-fn within_ranks(n: u64) -> u32 {
-    u32::try_from(n).expect("checked against MAX_RANKS")
+fn check_ranks(source: &Source, count: u64, dp_size: u32) -> Result<u32, ScenarioError> {
+    let count =
+        bounds_check::rank_count(count).map_err(|message| source.at("workers.count", message))?;
+    bounds_check::worker_ranks(count, dp_size)
+        .map_err(|message| source.at("workers.dp_size", message))?;
+    Ok(count)
 }
 
 /// The KvRouterConfig knobs, each checked on its own so an error names its key.
@@ -445,14 +427,8 @@ fn engine_args(
     // A profile path is relative to the scenario file, as `router.policy` is.
     let mut args = engine.into_args_in(&source.dir).map_err(engine_error)?;
     if let Some(dp_size) = dp_size {
-        let field = format!("{at}.dp_size");
-        if dp_size == 0 {
-            return Err(source.at(&field, "must be positive"));
-        }
-        if dp_size > MAX_RANKS {
-            return Err(source.at(&field, more_than_max_ranks(dp_size)));
-        }
-        args.dp_size = within_ranks(dp_size);
+        args.dp_size = bounds_check::rank_count(dp_size)
+            .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
     }
     Ok(args)
 }

@@ -11,7 +11,7 @@ use super::ledger::InFlight;
 use super::{KvLog, RouterMode};
 use crate::scheduling::round_robin::RoundRobin;
 use crate::scheduling::scheduler::{
-    Decision, Outcome, DispatchPath, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
+    Decision, DispatchPath, Outcome, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
 };
 use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};

@@ -94,7 +94,7 @@ fn worker_ids_go_pool_by_pool_each_with_its_pools_ranks_and_budget() {
 /// The TTFT of one request alone on one worker running `engine`.
 fn ttft_alone(engine: impl FnOnce(&mut EngineArgs)) -> SimDuration {
     let config = config(vec![pool("x", 1, engine)], RouterMode::RoundRobin, None);
-    let result = run(config, [request(0, 0, 512, 1)].into_iter()).unwrap();
+    let result = run(Options::new(config), [request(0, 0, 512, 1)]).unwrap();
     ttft(&result.records[0])
 }
 
@@ -107,7 +107,11 @@ fn round_robin_over_two_pools_shows_each_pools_own_ttft() {
     let pools = vec![pool("fast", 1, fast), pool("slow", 1, slow)];
     // A second apart: every request runs alone on its worker.
     let requests = (0..10).map(|row| request(row, row * 1000, 512, 1));
-    let result = run(config(pools, RouterMode::RoundRobin, None), requests).unwrap();
+    let result = run(
+        Options::new(config(pools, RouterMode::RoundRobin, None)),
+        requests,
+    )
+    .unwrap();
     for r in &result.records {
         let pool = result.pool_of(r.rank.unwrap().worker_id).unwrap();
         assert_eq!(pool as u64, r.row % 2, "round robin alternates the pools");
@@ -151,7 +155,7 @@ fn busy_fractions_multiply_each_workers_own_budget() {
             RouterMode::KvRouter,
             Some(BUSY_AT_HALF_BUDGET),
         );
-        let result = run(config, pinned).unwrap();
+        let result = run(Options::new(config), pinned).unwrap();
         assert_eq!(result.count(EndStatus::Completed), 2);
         result
             .records
@@ -173,13 +177,17 @@ fn busy_fractions_multiply_each_workers_own_budget() {
 fn a_run_a_limit_stops_counts_pass_time_only_within_the_makespan() {
     let engine = || vec![pool("only", 1, |_| {})];
     let long = || [request(0, 0, 512, 400)].into_iter();
-    let whole = run(config(engine(), RouterMode::RoundRobin, None), long()).unwrap();
+    let whole = run(
+        Options::new(config(engine(), RouterMode::RoundRobin, None)),
+        long(),
+    )
+    .unwrap();
     let first_token = whole.records[0].first_token.unwrap();
     // Stop well inside the decode: passes keep running after the last state change (the
     // first token), which is the makespan.
     let mut limited = config(engine(), RouterMode::RoundRobin, None);
     limited.limits.max_time = first_token.saturating_add(SimDuration::from_ms(100));
-    let result = run(limited, long()).unwrap();
+    let result = run(Options::new(limited), long()).unwrap();
     assert_eq!(result.stop_reason, StopReason::TimeLimit);
     assert_eq!(result.end_time, first_token);
     assert_eq!(result.pools[0].busy_ns, u128::from(first_token.as_ns()));
@@ -191,15 +199,16 @@ fn a_run_a_limit_stops_counts_pass_time_only_within_the_makespan() {
 #[test]
 fn a_pool_list_the_simulator_cannot_run_is_a_violation_not_a_panic() {
     let mut pools = vec![pool("a", 1, |_| {}), pool("b", 1, |e| e.block_size = 16)];
+    let no_requests = std::iter::empty::<RequestSpec>;
     let result = run(
-        config(pools.clone(), RouterMode::KvRouter, None),
-        std::iter::empty(),
+        Options::new(config(pools.clone(), RouterMode::KvRouter, None)),
+        no_requests(),
     );
     assert!(result.unwrap_err().message.contains("block size"));
     pools.clear();
     let result = run(
-        config(pools, RouterMode::KvRouter, None),
-        std::iter::empty(),
+        Options::new(config(pools, RouterMode::KvRouter, None)),
+        no_requests(),
     );
     assert!(result.unwrap_err().message.contains("no worker pool"));
 }

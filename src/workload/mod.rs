@@ -1,6 +1,7 @@
 //! Request sources: mooncake traces (`trace`) and synthetic workloads (`synth`), as one request
 //! stream.
 
+pub mod read_ahead;
 pub mod synth;
 pub mod trace;
 

@@ -133,7 +133,7 @@ fn replay_refuses_zero_workers() {
     assert_bad_input(
         GOOD_ROW,
         &["--workers", "0"],
-        &["--workers must be at least 1"],
+        &["--workers: must be positive"],
     );
 }
 

@@ -79,7 +79,7 @@ fn bad_replay_mode_flags_are_usage_errors_that_name_the_flag() {
         (&["--arrival-speedup-ratio", "inf"], "got inf"),
         (
             &["--replay-concurrency", "0"],
-            "--replay-concurrency 0: must be from 1 to 1000000",
+            "--replay-concurrency: must be from 1 to 1000000, got 0",
         ),
         (
             &["--replay-concurrency", "1000001"],

@@ -164,7 +164,10 @@ fn replay_huge_workers_is_refused() {
             "--out",
             "out",
         ],
-        &["--workers 1000000000", "at most 4096"],
+        &[
+            "--workers: 1000000000 is more than a run may have",
+            "at most 4096",
+        ],
     );
 }
 
@@ -183,7 +186,7 @@ fn replay_workers_times_engine_dp_size_is_refused() {
             "--out",
             "out",
         ],
-        &["--workers 100 x dp_size 100", "4096"],
+        &["--workers: 100 workers x dp_size 100", "4096"],
     );
 }
 
@@ -640,7 +643,7 @@ fn replay_huge_trace_block_size_is_refused() {
             "--out",
             "out",
         ],
-        &["--trace-block-size 100000000", "65536"],
+        &["--trace-block-size: must be from 1 to 65536, got 100000000"],
     );
 }
 

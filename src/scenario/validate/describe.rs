@@ -11,7 +11,9 @@ use crate::workload::synth::Arrival;
 pub(in crate::scenario) fn describe(scenario: &Scenario) -> String {
     let mut out = format!(
         "scenario {} (seed {}, source {})\n",
-        scenario.name, scenario.seed, scenario.source_hash
+        scenario.name,
+        scenario.seed(),
+        scenario.source_hash
     );
     match &scenario.policy {
         Some(config) => out.push_str(&policy::describe(config)),
@@ -47,7 +49,8 @@ fn describe_workers(scenario: &Scenario) -> String {
             on_off(e.enable_chunked_prefill)
         )
     };
-    if let [pool] = scenario.pools.as_slice()
+    let (pools, router_mode) = (scenario.pools(), scenario.config().router_mode);
+    if let [pool] = pools
         && pool.name == DEFAULT_POOL
     {
         let e = &pool.engine;
@@ -55,18 +58,17 @@ fn describe_workers(scenario: &Scenario) -> String {
             "workers: {} x dp {}, {:?} router; {}\n",
             pool.count,
             e.dp_size,
-            scenario.router_mode,
+            router_mode,
             engine(e)
         );
     }
-    let total: u64 = scenario.pools.iter().map(|p| u64::from(p.count)).sum();
+    let total: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
     let mut out = format!(
-        "workers: {total} in {} pools, {:?} router\n",
-        scenario.pools.len(),
-        scenario.router_mode
+        "workers: {total} in {} pools, {router_mode:?} router\n",
+        pools.len(),
     );
     let mut first = 0u64;
-    for pool in &scenario.pools {
+    for pool in pools {
         let next = first + u64::from(pool.count);
         out.push_str(&format!(
             "  pool {}: {} x dp {} ({}); {}\n",

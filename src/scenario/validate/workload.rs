@@ -2,7 +2,8 @@
 //! pins), a trace, closed loop and warmup.
 
 use super::{Source, duration_ms, synth_error_path, time_ms, worker_ids};
-use crate::bounds::{self, MAX_BLOCK_TOKENS, MAX_REQUESTS};
+use crate::bounds::{self, MAX_REQUESTS};
+use crate::scenario::bounds_check;
 use crate::scenario::raw::{
     RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawPin, RawProcess,
     RawWorkload,
@@ -93,12 +94,8 @@ fn trace_workload(
     let block_size = raw
         .trace_block_size
         .unwrap_or(trace::DEFAULT_TRACE_BLOCK_SIZE);
-    if !(1..=MAX_BLOCK_TOKENS).contains(&block_size) {
-        return Err(source.at(
-            "workload.trace_block_size",
-            format!("must be from 1 to {MAX_BLOCK_TOKENS}, got {block_size}"),
-        ));
-    }
+    let block_size = bounds_check::trace_block_size(block_size)
+        .map_err(|message| source.at("workload.trace_block_size", message))?;
     let arrival_speedup_ratio = arrival_speedup_ratio(source, raw)?;
     let path = source.resolve(file);
     let name = path.display().to_string();
@@ -317,12 +314,8 @@ pub(super) fn closed_loop(
     let Some(concurrency) = raw.concurrency else {
         return Ok(None);
     };
-    if !(1..=MAX_REQUESTS).contains(&concurrency) {
-        return Err(source.at(
-            "workload.concurrency",
-            format!("must be from 1 to {MAX_REQUESTS}, got {concurrency}"),
-        ));
-    }
+    let concurrency = bounds_check::concurrency(concurrency)
+        .map_err(|message| source.at("workload.concurrency", message))?;
     let issue_until = match raw.duration_s {
         None => None,
         Some(s) if !(s.is_finite() && s > 0.0) => {
@@ -334,7 +327,7 @@ pub(super) fn closed_loop(
         Some(s) => Some(time_ms(source, "workload.duration_s", s * 1000.0)?),
     };
     Ok(Some(ClosedLoop {
-        concurrency: concurrency as u32,
+        concurrency,
         issue_until,
     }))
 }

@@ -1,0 +1,253 @@
+//! How a replay reads its trace: once, each row validated as it streams (a [`OnePass`]) and
+//! parsed, validated and hashed by a second thread ahead of the simulation ([`ReadAhead`]);
+//! and the scan-then-read road ([`scan_trace`], [`time_ordered`]) when that one pass cannot
+//! vouch for what the run saw, or when every row is needed before the run (arrival jitter).
+
+use super::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader, TraceSummary};
+use super::{RequestSpec, UniformBlockHashes};
+use crate::sim::{Arrival, PromptHashes};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, SyncSender};
+use std::thread::JoinHandle;
+
+/// Rows in the reader thread's first message: few, so that the simulation starts at once.
+const READ_AHEAD_FIRST_ROWS: usize = 16;
+
+/// The most rows in one message. Messages double in size up to it, because each hand-off
+/// wakes the reader, blocked on a full channel, and a wake-up is a system call (15 µs on a
+/// VM): 100k rows in messages of 64 spent 2.5% of a run there.
+const READ_AHEAD_MAX_ROWS: usize = 256;
+
+/// A message also ends at this many block hashes, so that long prompts keep it small.
+const READ_AHEAD_MAX_HASHES: usize = 1 << 15;
+
+/// Messages the reader thread may be ahead of the simulation: bounds the memory read ahead
+/// (with the two limits above, to 4 of at most 256 KB of hashes each).
+const READ_AHEAD_BATCHES: usize = 4;
+
+/// A trace replayed with its rows in `order`, read once: an iterator of the arrivals (each
+/// prompt hashed for the run's block size) as a second thread reads them, while they are
+/// valid and, for an open loop, in time order. Nothing is kept but what the run keeps.
+///
+/// Once the run has taken what it wants, [`ReadAhead::finish`] says whether the run stands.
+/// The bet of [`OnePass`] (a valid trace, in time order for an open loop) holds for nearly
+/// every trace; when it does not, the run is kept or thrown away once the trace is judged as
+/// a scan judges it before anything runs, so that every trace gets the result and the error
+/// text it got when the scan came first (what the CLI writes is written only after that).
+pub struct ReadAhead {
+    arrivals: std::iter::Flatten<mpsc::IntoIter<Vec<Arrival>>>,
+    reader: JoinHandle<PassVerdict>,
+    expected_rows: usize,
+    path: PathBuf,
+    block_size: u64,
+    speedup_ratio: f64,
+    order: RowOrder,
+}
+
+/// What a replay's run is worth once its trace is judged.
+pub enum PassEnd {
+    /// The run had every row it asked for, as a scan-then-read would have given them.
+    Stands,
+    /// The trace is valid but not in time order: the run must be made again on these, its
+    /// rows sorted.
+    RunAgain(Box<dyn Iterator<Item = RequestSpec>>),
+}
+
+impl ReadAhead {
+    /// Opens the trace at `path` (`block_size` tokens per hash id) and starts reading it in
+    /// `order`, timestamps divided by `speedup_ratio` (a closed loop, in file order, ignores
+    /// timestamps and so the ratio: its time bound is checked as recorded), each prompt
+    /// hashed for `hash_block_size` (the run's).
+    pub fn start(
+        path: &Path,
+        block_size: u64,
+        speedup_ratio: f64,
+        order: RowOrder,
+        hash_block_size: u64,
+    ) -> Result<ReadAhead, String> {
+        let speedup_ratio = match order {
+            RowOrder::Time => speedup_ratio,
+            RowOrder::File => 1.0,
+        };
+        let name = path.display().to_string();
+        let mut file = open_trace(path)?;
+        let expected_rows = estimated_rows(&mut file);
+        let reader = TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
+        let rows = OnePass::new(reader, order);
+        let (batches, arrivals) = mpsc::sync_channel(READ_AHEAD_BATCHES);
+        let reader = std::thread::spawn(move || read_ahead(rows, hash_block_size, batches));
+        Ok(ReadAhead {
+            arrivals: arrivals.into_iter().flatten(),
+            reader,
+            expected_rows,
+            path: path.to_path_buf(),
+            block_size,
+            speedup_ratio,
+            order,
+        })
+    }
+
+    /// About how many rows the trace holds (0: no guess): what the run reserves room for.
+    pub fn expected_rows(&self) -> usize {
+        self.expected_rows
+    }
+
+    /// Stops the reader and judges the trace:
+    /// - an invalid row: the scan's error (the pass stopped at the row the scan stops at);
+    /// - the pass stopped short (a row out of time order, or past the time bound) or the run
+    ///   stopped reading (a time limit, a closed loop's end of issue, a caught bug): a scan
+    ///   decides. Its error, if any; else a time-ordered trace's run stands (it had every row
+    ///   it asked for, with the scan's origin), and an unsorted one must run again sorted.
+    pub fn finish(self) -> Result<PassEnd, String> {
+        // The reader, blocked on a full channel or not, stops at its next hand-off.
+        drop(self.arrivals);
+        let verdict = self
+            .reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match verdict {
+            PassVerdict::Valid => Ok(PassEnd::Stands),
+            PassVerdict::Invalid(e) => Err(e.to_string()),
+            PassVerdict::Undecided => {
+                let (path, block_size) = (&self.path, self.block_size);
+                let summary = scan_trace(path, block_size, self.speedup_ratio)?;
+                if summary.sorted || self.order == RowOrder::File {
+                    return Ok(PassEnd::Stands);
+                }
+                let sorted = in_time_order(path, block_size, self.speedup_ratio, &summary)?;
+                Ok(PassEnd::RunAgain(sorted))
+            }
+        }
+    }
+}
+
+impl Iterator for ReadAhead {
+    type Item = Arrival;
+
+    // Inlined into the simulation's loop, as the channel's own iterator was.
+    #[inline]
+    fn next(&mut self) -> Option<Arrival> {
+        self.arrivals.next()
+    }
+}
+
+/// The reader thread: hands `rows` on to `batches` hashed for `block_size`, in messages that
+/// grow from few rows to many; stops when the pass ends or the simulation stops taking rows.
+/// Returns what the pass found.
+fn read_ahead<R: BufRead>(
+    mut rows: OnePass<R>,
+    block_size: u64,
+    batches: SyncSender<Vec<Arrival>>,
+) -> PassVerdict {
+    let mut known = UniformBlockHashes::default();
+    let mut rows_wanted = READ_AHEAD_FIRST_ROWS;
+    let mut batch = Vec::with_capacity(rows_wanted);
+    let mut batch_hashes = 0;
+    for spec in &mut rows {
+        let hashes: Arc<[u64]> = spec.block_hashes_with(block_size, &mut known).into();
+        batch_hashes += hashes.len();
+        let hashes = Some(PromptHashes { block_size, hashes });
+        batch.push(Arrival { spec, hashes });
+        if batch.len() == rows_wanted || batch_hashes >= READ_AHEAD_MAX_HASHES {
+            rows_wanted = (rows_wanted * 2).min(READ_AHEAD_MAX_ROWS);
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(rows_wanted));
+            batch_hashes = 0;
+            if batches.send(full).is_err() {
+                return rows.verdict(); // the simulation stopped taking rows
+            }
+        }
+    }
+    // The last, partial batch; the simulation may have stopped already.
+    let _ = batches.send(batch);
+    rows.verdict()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread opened a trace: tests check how often a replay reads one.
+    static TRACE_OPENS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread opened a trace so far.
+#[cfg(test)]
+pub(crate) fn trace_opens() -> u32 {
+    TRACE_OPENS.with(|opens| opens.get())
+}
+
+/// The trace at `path`, buffered; the error names it.
+pub fn open_trace(path: &Path) -> Result<BufReader<File>, String> {
+    #[cfg(test)]
+    TRACE_OPENS.with(|opens| opens.set(opens.get() + 1));
+    crate::bounds::open_regular(path)
+        .map(BufReader::new)
+        .map_err(|e| format!("{}: cannot read the trace: {e}", path.display()))
+}
+
+/// About how many rows `trace` holds: its length over the mean length of the whole rows in
+/// its first buffer (peeked, not consumed). 0 when nothing can be told (an empty file, an
+/// unreadable one, a first row longer than the buffer).
+fn estimated_rows(trace: &mut BufReader<File>) -> usize {
+    let file_bytes = trace.get_ref().metadata().map_or(0, |m| m.len());
+    let Ok(head) = trace.fill_buf() else {
+        return 0; // reading again reports the error where it belongs
+    };
+    // The whole rows at the head end at its last line end.
+    let Some(last_end) = head.iter().rposition(|&byte| byte == b'\n') else {
+        return 0;
+    };
+    let head_rows = head.iter().filter(|&&byte| byte == b'\n').count() as u64;
+    let estimate = file_bytes.saturating_mul(head_rows) / (last_end as u64 + 1);
+    usize::try_from(estimate).unwrap_or(usize::MAX)
+}
+
+/// Validates the whole trace at `path` whose timestamps are divided by `speedup_ratio`;
+/// returns its summary (origin, whether it is sorted).
+pub fn scan_trace(
+    path: &Path,
+    block_size: u64,
+    speedup_ratio: f64,
+) -> Result<TraceSummary, String> {
+    let name = path.display().to_string();
+    trace::scan_scaled(open_trace(path)?, &name, block_size, speedup_ratio)
+        .map_err(|e| e.to_string())
+}
+
+/// The requests of the trace at `path`, validated whole first, in arrival order, timestamps
+/// divided by `speedup_ratio`: streamed when the file is in time order, else read whole and
+/// sorted.
+pub fn time_ordered(
+    path: &Path,
+    block_size: u64,
+    speedup_ratio: f64,
+) -> Result<Box<dyn Iterator<Item = RequestSpec>>, String> {
+    let summary = scan_trace(path, block_size, speedup_ratio)?;
+    in_time_order(path, block_size, speedup_ratio, &summary)
+}
+
+/// [`time_ordered`] for a trace whose scan gave `summary`.
+fn in_time_order(
+    path: &Path,
+    block_size: u64,
+    speedup_ratio: f64,
+    summary: &TraceSummary,
+) -> Result<Box<dyn Iterator<Item = RequestSpec>>, String> {
+    let name = path.display().to_string();
+    let reader = TraceReader::new(open_trace(path)?, &name, block_size)
+        .with_origin_ms(summary.origin_ms)
+        .with_speedup_ratio(speedup_ratio);
+    // Every row was validated by the scan behind `summary`; a row failing now means the file
+    // changed under us, and the run ends its arrivals there (conservation still holds).
+    let rows = reader.map_while(Result::ok);
+    if summary.sorted {
+        return Ok(Box::new(rows));
+    }
+    let mut all: Vec<RequestSpec> = rows.collect();
+    all.sort_by_key(|r| (r.arrival, r.row));
+    Ok(Box::new(all.into_iter()))
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,127 @@
+//! Read-ahead tests: the row estimate a run reserves by, and the reader thread's hand-off
+//! (replays through it, one pass against two, are tested in the pipeline's tests).
+
+use super::*;
+
+/// A valid trace of `rows` rows in time order: fractional timestamps from a non-zero origin,
+/// some ties, prompts sharing prefixes.
+pub(crate) fn sorted_trace(rows: u64) -> Vec<String> {
+    (0..rows)
+        .map(|i| {
+            let timestamp_ms = 1000.25 + (i - i % 3) as f64 * 7.3;
+            let hash_ids: Vec<u64> = (0..1 + i % 4).map(|k| k + 10 * (i % 5)).collect();
+            format!(
+                r#"{{"timestamp": {timestamp_ms}, "input_length": {}, "output_length": {}, "hash_ids": {hash_ids:?}}}"#,
+                hash_ids.len() as u64 * 512 - i % 7,
+                1 + i % 20,
+            )
+        })
+        .collect()
+}
+
+/// `rows` rows of one length each (fixed-width timestamps and hash ids), in time order.
+pub(crate) fn same_length_rows(rows: u64) -> String {
+    (0..rows)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {i:>6}, "input_length": 64, "output_length": 2, "hash_ids": [{i:>6}]}}"#
+            ) + "\n"
+        })
+        .collect()
+}
+
+/// `estimated_rows` of a trace file holding `text`.
+fn estimate_of(text: &str) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, text).unwrap();
+    estimated_rows(&mut open_trace(&path).unwrap())
+}
+
+#[test]
+fn a_traces_row_count_is_estimated_from_its_first_rows() {
+    // Rows of one length: exact, whether the head holds some of them or all.
+    assert_eq!(estimate_of(&same_length_rows(5_000)), 5_000);
+    assert_eq!(estimate_of(&same_length_rows(3)), 3);
+    // Rows of mixed lengths: near.
+    let mixed = sorted_trace(2_000).join("\n") + "\n";
+    let estimate = estimate_of(&mixed);
+    assert!((1_500..=2_500).contains(&estimate), "{estimate}");
+    // Nothing to tell from: no guess.
+    assert_eq!(estimate_of(""), 0);
+    assert_eq!(
+        estimate_of(&format!("{{\"x\": \"{}\"}}", "y".repeat(20_000))),
+        0
+    );
+}
+
+/// A trace file holding `text`, in a temporary directory.
+fn trace_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn every_row_arrives_hashed_for_the_runs_block_size_and_a_whole_valid_trace_stands() {
+    let (_dir, path) = trace_file(&(sorted_trace(300).join("\n") + "\n"));
+    let mut rows = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 16).unwrap();
+    let arrivals: Vec<Arrival> = rows.by_ref().collect();
+    assert_eq!(arrivals.len(), 300);
+    for (row, arrival) in arrivals.iter().enumerate() {
+        assert_eq!(arrival.spec.row, row as u64);
+        let hashes = arrival.hashes.as_ref().expect("hashed ahead");
+        assert_eq!(hashes.block_size, 16);
+        assert_eq!(*hashes.hashes, *arrival.spec.block_hashes(16));
+    }
+    let expected: Vec<RequestSpec> = time_ordered(&path, 512, 1.0).unwrap().collect();
+    let specs: Vec<RequestSpec> = arrivals.into_iter().map(|a| a.spec).collect();
+    assert_eq!(specs, expected, "the rows a scan, then a read, gives");
+    assert!(matches!(rows.finish(), Ok(PassEnd::Stands)));
+}
+
+#[test]
+fn a_run_that_stops_taking_rows_stops_the_reader_and_a_scan_judges_the_rest() {
+    // Far more rows than the reader reads ahead: it is blocked on a full channel when the
+    // run stops, and must still end.
+    let mut text = sorted_trace(4_000).join("\n");
+    text.push_str("\n{\"timestamp\": 9e9, \"input_length\": 5, \"hash_ids\": [1]}\n");
+    let (_dir, path) = trace_file(&text);
+    let before = trace_opens();
+    let mut rows = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 16).unwrap();
+    assert_eq!(rows.by_ref().take(10).count(), 10);
+    let error = rows.finish().err().expect("the last row is invalid");
+    assert!(
+        error.ends_with(":4001: field `output_length`: missing"),
+        "{error}"
+    );
+    assert_eq!(trace_opens() - before, 2, "the pass, then the scan");
+}
+
+#[test]
+fn an_unsorted_trace_runs_again_in_time_order_and_a_closed_loop_stands() {
+    let rows = [
+        r#"{"timestamp": 50, "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,
+        r#"{"timestamp": 10, "input_length": 5, "output_length": 1, "hash_ids": [2]}"#,
+    ];
+    let (_dir, path) = trace_file(&rows.join("\n"));
+    let mut open = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 16).unwrap();
+    assert_eq!(
+        open.by_ref().count(),
+        1,
+        "the pass stops at the row out of order"
+    );
+    let Ok(PassEnd::RunAgain(sorted)) = open.finish() else {
+        panic!("an unsorted trace runs again");
+    };
+    let order: Vec<(u64, u64)> = sorted.map(|r| (r.row, r.arrival.as_ns())).collect();
+    assert_eq!(order, [(1, 0), (0, 40_000_000)]);
+    let mut closed = ReadAhead::start(&path, 512, 1.0, RowOrder::File, 16).unwrap();
+    assert_eq!(
+        closed.by_ref().count(),
+        2,
+        "file order, whatever the timestamps"
+    );
+    assert!(matches!(closed.finish(), Ok(PassEnd::Stands)));
+}
