@@ -3,8 +3,9 @@
 //! One `Scheduler` owns admission for one router: the policy-class queues (DRR across classes),
 //! the load tracker, the KV overlap indexer and the worker set. Callers feed it inputs with the
 //! current virtual time and then drain `poll_decision()` until it returns `None` (the contract
-//! after *every* input, as in quinn-proto). It never reads a clock or global state; its only
-//! randomness is the seeded stream used to break worker-cost ties.
+//! after *every* input, as in quinn-proto), and call `handle_tick` when `poll_timeout()` says.
+//! It never reads a clock or global state; its only randomness is the seeded stream used to
+//! break worker-cost ties.
 //!
 //! Every admission goes through [`Scheduler::admit_one`] (project load, select, skip booking for
 //! a cancelled request, book, respond), serialised because the state machine has one owner:
