@@ -11,16 +11,12 @@
 //! ([`RunSpec::with_seed`], [`RunSpec::set_quantum`]) and executes it again, without reading
 //! or validating any file twice.
 
-use crate::mocker::EngineArgs;
 use crate::report::metrics::RunMetrics;
 use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
-use crate::scheduling::policy::PolicyConfig;
-use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::select_profile;
-use crate::sim::{self, InvariantViolation, RouterMode, SimConfig, SimResult, WorkerPool};
+use crate::sim::{self, InvariantViolation, SimConfig, SimResult};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::read_ahead::{self, PassEnd, ReadAhead};
+use crate::workload::read_ahead;
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::RowOrder;
 use crate::workload::{RequestSpec, jitter_arrivals};
@@ -30,9 +26,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 mod judgement;
+mod replay;
 mod request_cache;
 
 pub use judgement::{JudgedRun, Judgement};
+pub use replay::ReplaySetup;
 pub use request_cache::RequestCache;
 
 /// Where a run's requests come from.
@@ -113,27 +111,6 @@ impl From<ScenarioError> for RunError {
     }
 }
 
-/// The inputs of a trace replay, as Dynamo's offline replay takes them.
-#[derive(Clone, Debug)]
-pub struct ReplaySetup {
-    /// The mooncake trace.
-    pub trace: PathBuf,
-    /// Tokens per hash id.
-    pub trace_block_size: u64,
-    /// The router policy (Dynamo's policy YAML), if any.
-    pub policy: Option<PolicyConfig>,
-    /// KvRouterConfig knobs.
-    pub router: RouterConfig,
-    /// The engine every worker runs (a replay has one pool, `default`).
-    pub engine: EngineArgs,
-    /// Aggregated workers.
-    pub workers: u32,
-    /// KV router or round robin.
-    pub router_mode: RouterMode,
-    /// The seed of the router's tie-breaks.
-    pub seed: u64,
-}
-
 impl RunSpec {
     /// The spec of a scenario run with `seed`.
     pub fn from_scenario(scenario: &Scenario, seed: u64) -> RunSpec {
@@ -166,57 +143,6 @@ impl RunSpec {
         }
     }
 
-    /// The spec of a trace replay. The trace is validated whole when it runs (an error names
-    /// its line and field).
-    pub fn from_replay(setup: &ReplaySetup) -> RunSpec {
-        let config = SimConfig {
-            router: setup.router.clone(),
-            profile: select_profile(&setup.router, setup.policy.as_ref(), None),
-            pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
-            router_mode: setup.router_mode,
-            seed: setup.seed,
-            ..SimConfig::default()
-        };
-        RunSpec {
-            name: setup.trace.display().to_string(),
-            config,
-            source: RequestSource::Trace {
-                path: setup.trace.clone(),
-                block_size: setup.trace_block_size,
-                arrival_speedup_ratio: 1.0,
-            },
-            arrival_jitter_ns: 0,
-            prefix_n: None,
-            warmup: SimDuration::ZERO,
-            request_cache: None,
-        }
-    }
-
-    /// The same replay in one of Dynamo's other replay modes: a closed loop
-    /// (`replay_concurrency`: keep that many requests in flight and issue the trace rows in
-    /// file order as others end, each at that instant, ignoring timestamps), or an open loop
-    /// whose timestamps are divided by `arrival_speedup_ratio` (validated by
-    /// [`check_speedup_ratio`](crate::workload::trace::check_speedup_ratio)). As in Dynamo
-    /// 1.6.1, a closed loop ignores the ratio.
-    pub fn with_replay_modes(
-        mut self,
-        replay_concurrency: Option<u32>,
-        arrival_speedup_ratio: f64,
-    ) -> RunSpec {
-        if let RequestSource::Trace {
-            arrival_speedup_ratio: ratio,
-            ..
-        } = &mut self.source
-        {
-            *ratio = arrival_speedup_ratio;
-        }
-        self.config.closed_loop = replay_concurrency.map(|concurrency| sim::ClosedLoop {
-            concurrency,
-            issue_until: None,
-        });
-        self
-    }
-
     /// The run's seed.
     pub fn seed(&self) -> u64 {
         self.config.seed
@@ -246,7 +172,7 @@ impl RunSpec {
 
     /// The requests in arrival order (ties in row order), all drawn at once: a synthetic
     /// workload's, or a trace's when arrival jitter moves them (without jitter, a trace is
-    /// streamed: see [`replay_trace`]).
+    /// streamed: see [`replay::replay_trace`]).
     fn requests(&self) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
         let seed = self.seed();
         let jitter = self.arrival_jitter_ns;
@@ -311,7 +237,7 @@ fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
             None => (spec.arrival_jitter_ns == 0).then_some(RowOrder::Time),
         };
         if let Some(order) = loop_order {
-            return replay_trace(
+            return replay::replay_trace(
                 &spec.config,
                 path,
                 *block_size,
@@ -331,28 +257,6 @@ pub fn replication_seeds(base: u64, replications: u32) -> Vec<u64> {
     (0..replications)
         .map(|r| if r == 0 { base } else { stream.next_u64() })
         .collect()
-}
-
-/// Replays a trace, its rows in `order`, reading the file once (see [`ReadAhead`]): the run
-/// takes the rows as a second thread reads them, and stands, is made again on the sorted
-/// rows, or gives way to the trace's error once the trace is judged.
-fn replay_trace(
-    config: &SimConfig,
-    path: &std::path::Path,
-    block_size: u64,
-    speedup_ratio: f64,
-    order: RowOrder,
-) -> Result<SimResult, RunError> {
-    let mut rows = ReadAhead::start(path, block_size, speedup_ratio, order, config.block_size())
-        .map_err(RunError::Input)?;
-    let options = sim::Options::new(config.clone()).expecting(rows.expected_rows());
-    let result = sim::run(options, &mut rows);
-    match rows.finish().map_err(RunError::Input)? {
-        PassEnd::Stands => result.map_err(RunError::Bug),
-        PassEnd::RunAgain(sorted) => {
-            sim::run(sim::Options::new(config.clone()), sorted).map_err(RunError::Bug)
-        }
-    }
 }
 
 #[cfg(test)]

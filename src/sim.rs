@@ -39,9 +39,11 @@ use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, DispatchPath, Outcome, SchedulerConfig};
-use crate::scheduling::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
+use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{RequestSpec, UniformBlockHashes};
+use crate::workload::UniformBlockHashes;
+// What a run takes in: requests, their prompts perhaps hashed ahead.
+pub use crate::workload::{Arrival, PromptHashes};
 use rand::RngExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -419,28 +421,6 @@ struct System {
     uniform_hashes: UniformBlockHashes,
 }
 
-/// A request on its way into a run, with its prompt's block hashes if they were computed
-/// ahead (by a reader thread, off the simulation's critical path). Hashes computed for
-/// another block size than the run's are computed again.
-#[derive(Clone, Debug)]
-pub struct Arrival {
-    pub spec: RequestSpec,
-    pub hashes: Option<PromptHashes>,
-}
-
-/// [`RequestSpec::block_hashes`] of a prompt, for `block_size`.
-#[derive(Clone, Debug)]
-pub struct PromptHashes {
-    pub block_size: u64,
-    pub hashes: Arc<[SeqHash]>,
-}
-
-impl From<RequestSpec> for Arrival {
-    fn from(spec: RequestSpec) -> Arrival {
-        Arrival { spec, hashes: None }
-    }
-}
-
 /// Where arrivals come from: the requests' own times (open loop), or a closed loop that
 /// issues the next request whenever one ends.
 struct Feed<I: Iterator<Item = Arrival>> {
@@ -548,7 +528,7 @@ impl Options {
 }
 
 /// Runs a simulation over `requests` (in any order; equal arrival times keep row order):
-/// plain [`RequestSpec`]s, or [`Arrival`]s whose prompts may come hashed already.
+/// plain [`RequestSpec`](crate::workload::RequestSpec)s, or [`Arrival`]s whose prompts may come hashed already.
 pub fn run<A: Into<Arrival>>(
     options: Options,
     requests: impl IntoIterator<Item = A>,
@@ -1067,7 +1047,7 @@ mod tests {
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::scheduling::types::KvEventData;
-    use crate::workload::PromptSpec;
+    use crate::workload::{PromptSpec, RequestSpec};
     use proptest::prelude::*;
 
     const POLICY: &str = "

@@ -2,6 +2,10 @@
 //! replays read once.
 
 use super::*;
+use crate::mocker::EngineArgs;
+use crate::scheduling::router_config::RouterConfig;
+use crate::scheduling::scheduler::DEFAULT_TICK_INTERVAL;
+use crate::sim::{RouterMode, WorkerPool};
 use crate::workload::read_ahead::tests::{same_length_rows, sorted_trace};
 use crate::workload::trace::{self, TraceReader};
 
@@ -50,6 +54,37 @@ fn runs_sharing_a_request_cache_draw_once_and_match_uncached_runs() {
     };
     execute(&other_seed).unwrap();
     assert_eq!(cache.len(), 2, "another seed is another draw");
+}
+
+#[test]
+fn a_scenario_run_starts_from_the_scenarios_config_with_the_runs_seed() {
+    let scenario = bundled("poisson-multi-worker.yaml");
+    let spec = RunSpec::from_scenario(&scenario, scenario.seed() + 1);
+    assert_eq!(spec.seed(), scenario.seed() + 1);
+    let template = scenario.config();
+    assert_eq!(spec.config.pools, template.pools);
+    assert_eq!(spec.config.limits, template.limits);
+    assert_eq!(spec.config.delays, template.delays);
+    assert_eq!(spec.config.router_mode, template.router_mode);
+    assert_eq!(spec.class_names(), scenario.class_names());
+}
+
+#[test]
+fn a_replay_runs_the_default_config_but_for_its_own_router_workers_mode_and_seed() {
+    let (_dir, spec) = replay_spec(UNSORTED);
+    let defaults = SimConfig::default();
+    assert_eq!(
+        spec.config.pools,
+        vec![WorkerPool::unnamed(1, EngineArgs::default())]
+    );
+    assert_eq!(spec.config.limits, defaults.limits);
+    assert_eq!(spec.config.delays, defaults.delays);
+    assert_eq!(
+        spec.config.scheduler_config().tick_interval,
+        DEFAULT_TICK_INTERVAL
+    );
+    assert_eq!(spec.config.closed_loop, None);
+    assert!(spec.config.faults.is_empty() && spec.config.migration_limit == 0);
 }
 
 /// A one-worker replay of `trace_text` (default engine, no policy), in a temporary file.

@@ -276,8 +276,8 @@ impl Scenario {
         &self.config.pools
     }
 
-    /// The simulator configuration every run of the scenario starts from (a run sets its
-    /// own seed: [`crate::pipeline::RunSpec::from_scenario`]).
+    /// The simulator configuration every run of the scenario starts from, with the
+    /// scenario's own seed (a run may set another: the pipeline's `RunSpec::from_scenario`).
     pub fn config(&self) -> &SimConfig {
         &self.config
     }

@@ -49,7 +49,10 @@ impl Scenario {
 
 /// The configuration of `scenario`'s run with seed 0.
 fn run_config(scenario: &Scenario) -> SimConfig {
-    crate::pipeline::RunSpec::from_scenario(scenario, 0).config
+    SimConfig {
+        seed: 0,
+        ..scenario.config().clone()
+    }
 }
 
 /// All rows of a (previously scanned) trace, sorted by arrival.
@@ -859,8 +862,8 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
         )
     );
     let scenario = Scenario::from_text(Path::new("s.yaml"), &text, &[]).unwrap();
-    let config = crate::pipeline::RunSpec::from_scenario(&scenario, 5).config;
-    assert_eq!(config.seed, 5, "the run's seed over the template's");
+    let config = scenario.config();
+    assert_eq!(config.seed, scenario.seed());
     assert_eq!(config.router_mode, RouterMode::RoundRobin);
     assert_eq!(config.router.router_temperature, 0.25);
     assert_eq!(config.limits.max_events, 1000);

@@ -4,7 +4,7 @@
 use super::*;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::workload::PromptSpec;
+use crate::workload::{PromptSpec, RequestSpec};
 
 fn pool(name: &str, count: u32, engine: impl FnOnce(&mut EngineArgs)) -> WorkerPool {
     let mut args = EngineArgs::default();

@@ -10,6 +10,7 @@ use crate::scheduling::hashing;
 use crate::scheduling::types::{SeqHash, Token, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
+use std::sync::Arc;
 
 /// One request as a client releases it, ready for the router and the workers.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +30,28 @@ pub struct RequestSpec {
     pub prompt: PromptSpec,
     /// The worker rank the request must run on (an exact-worker lane), if any.
     pub pinned_worker: Option<WorkerWithDpRank>,
+}
+
+/// A request on its way into a run, with its prompt's block hashes if they were computed
+/// ahead (by a reader thread, off the simulation's critical path). Hashes computed for
+/// another block size than the run's are computed again.
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    pub spec: RequestSpec,
+    pub hashes: Option<PromptHashes>,
+}
+
+/// [`RequestSpec::block_hashes`] of a prompt, for `block_size`.
+#[derive(Clone, Debug)]
+pub struct PromptHashes {
+    pub block_size: u64,
+    pub hashes: Arc<[SeqHash]>,
+}
+
+impl From<RequestSpec> for Arrival {
+    fn from(spec: RequestSpec) -> Arrival {
+        Arrival { spec, hashes: None }
+    }
 }
 
 /// The prompt's token content, described compactly.

@@ -4,8 +4,7 @@
 //! vouch for what the run saw, or when every row is needed before the run (arrival jitter).
 
 use super::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader, TraceSummary};
-use super::{RequestSpec, UniformBlockHashes};
-use crate::sim::{Arrival, PromptHashes};
+use super::{Arrival, PromptHashes, RequestSpec, UniformBlockHashes};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

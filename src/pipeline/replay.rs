@@ -1,0 +1,109 @@
+//! A trace replay's spec (Dynamo's offline replay's inputs and modes), and its run: the
+//! trace read once, ahead of the simulation ([`ReadAhead`]).
+
+use super::{RequestSource, RunError, RunSpec};
+use crate::mocker::EngineArgs;
+use crate::scheduling::policy::PolicyConfig;
+use crate::scheduling::router_config::RouterConfig;
+use crate::scheduling::scheduler::select_profile;
+use crate::sim::{self, RouterMode, SimConfig, SimResult, WorkerPool};
+use crate::time::SimDuration;
+use crate::workload::read_ahead::{PassEnd, ReadAhead};
+use crate::workload::trace::RowOrder;
+use std::path::{Path, PathBuf};
+
+/// The inputs of a trace replay, as Dynamo's offline replay takes them.
+#[derive(Clone, Debug)]
+pub struct ReplaySetup {
+    /// The mooncake trace.
+    pub trace: PathBuf,
+    /// Tokens per hash id.
+    pub trace_block_size: u64,
+    /// The router policy (Dynamo's policy YAML), if any.
+    pub policy: Option<PolicyConfig>,
+    /// KvRouterConfig knobs.
+    pub router: RouterConfig,
+    /// The engine every worker runs (a replay has one pool, `default`).
+    pub engine: EngineArgs,
+    /// Aggregated workers.
+    pub workers: u32,
+    /// KV router or round robin.
+    pub router_mode: RouterMode,
+    /// The seed of the router's tie-breaks.
+    pub seed: u64,
+}
+
+impl RunSpec {
+    /// The spec of a trace replay. The trace is validated whole when it runs (an error names
+    /// its line and field).
+    pub fn from_replay(setup: &ReplaySetup) -> RunSpec {
+        let config = SimConfig {
+            router: setup.router.clone(),
+            profile: select_profile(&setup.router, setup.policy.as_ref(), None),
+            pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
+            router_mode: setup.router_mode,
+            seed: setup.seed,
+            ..SimConfig::default()
+        };
+        RunSpec {
+            name: setup.trace.display().to_string(),
+            config,
+            source: RequestSource::Trace {
+                path: setup.trace.clone(),
+                block_size: setup.trace_block_size,
+                arrival_speedup_ratio: 1.0,
+            },
+            arrival_jitter_ns: 0,
+            prefix_n: None,
+            warmup: SimDuration::ZERO,
+            request_cache: None,
+        }
+    }
+
+    /// The same replay in one of Dynamo's other replay modes: a closed loop
+    /// (`replay_concurrency`: keep that many requests in flight and issue the trace rows in
+    /// file order as others end, each at that instant, ignoring timestamps), or an open loop
+    /// whose timestamps are divided by `arrival_speedup_ratio` (validated by
+    /// [`check_speedup_ratio`](crate::workload::trace::check_speedup_ratio)). As in Dynamo
+    /// 1.6.1, a closed loop ignores the ratio.
+    pub fn with_replay_modes(
+        mut self,
+        replay_concurrency: Option<u32>,
+        arrival_speedup_ratio: f64,
+    ) -> RunSpec {
+        if let RequestSource::Trace {
+            arrival_speedup_ratio: ratio,
+            ..
+        } = &mut self.source
+        {
+            *ratio = arrival_speedup_ratio;
+        }
+        self.config.closed_loop = replay_concurrency.map(|concurrency| sim::ClosedLoop {
+            concurrency,
+            issue_until: None,
+        });
+        self
+    }
+}
+
+/// Replays a trace, its rows in `order`, reading the file once (see [`ReadAhead`]): the run
+/// takes the rows as a second thread reads them, and stands, is made again on the sorted
+/// rows, or gives way to the trace's error once the trace is judged.
+pub(super) fn replay_trace(
+    config: &SimConfig,
+    path: &Path,
+    block_size: u64,
+    speedup_ratio: f64,
+    order: RowOrder,
+) -> Result<SimResult, RunError> {
+    let mut rows = ReadAhead::start(path, block_size, speedup_ratio, order, config.block_size())
+        .map_err(RunError::Input)?;
+    let options = sim::Options::new(config.clone()).expecting(rows.expected_rows());
+    let result = sim::run(options, &mut rows);
+    match rows.finish().map_err(RunError::Input)? {
+        PassEnd::Stands => result.map_err(RunError::Bug),
+        PassEnd::RunAgain(sorted) => {
+            sim::run(sim::Options::new(config.clone()), sorted).map_err(RunError::Bug)
+        }
+    }
+}
