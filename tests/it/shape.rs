@@ -2,8 +2,7 @@
 //! so every worker gets the same set-up; and no file or function in src/ outgrows what a
 //! reader can hold.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use crate::tidy::read_sources;
 
 /// The one file outside `mocker` that may build a worker.
 const WORKER_BUILDER: &str = "sim/fleet.rs";
@@ -11,58 +10,23 @@ const WORKER_BUILDER: &str = "sim/fleet.rs";
 /// The calls that build a mock worker.
 const BUILDS_A_WORKER: [&str; 2] = ["MockWorker::new(", "MockWorker::try_new("];
 
-/// Every `.rs` file under src/, with its path relative to src/ (forward slashes), sorted.
-fn source_files() -> Vec<(String, String)> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("src is readable") {
-            let path = entry.expect("dir entry").path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut paths = Vec::new();
-    walk(&src, &mut paths);
-    paths.sort();
-    paths
-        .into_iter()
-        .map(|p| {
-            let rel = p
-                .strip_prefix(&src)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            (rel, fs::read_to_string(&p).unwrap())
-        })
-        .collect()
-}
-
 /// Whether a file holds only tests (by its name).
 fn is_test_file(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     name.ends_with("tests.rs") || name == "test_support.rs" || name == "dynamo_parity.rs"
 }
 
-/// The lines of `text` before its inline `mod tests`, if it has one at the end.
-fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines()
-        .take_while(|l| l.trim() != "mod tests {")
-        .enumerate()
-}
-
 #[test]
 fn only_the_fleet_builds_workers() {
     let mut builders = Vec::new();
-    for (rel, text) in source_files() {
-        if rel.starts_with("mocker/") || is_test_file(&rel) || rel == WORKER_BUILDER {
+    for file in read_sources() {
+        let rel = file.rel.as_str();
+        if rel.starts_with("mocker/") || is_test_file(rel) || rel == WORKER_BUILDER {
             continue;
         }
-        for (i, line) in code_lines(&text) {
+        for (n, line) in file.code_lines() {
             if BUILDS_A_WORKER.iter().any(|call| line.contains(call)) {
-                builders.push(format!("src/{rel}:{}: {}", i + 1, line.trim()));
+                builders.push(format!("src/{rel}:{n}: {}", line.trim()));
             }
         }
     }
@@ -75,10 +39,10 @@ fn only_the_fleet_builds_workers() {
 
 #[test]
 fn the_worker_builder_really_builds_workers() {
-    let files = source_files();
-    let (_, fleet) = files.iter().find(|(rel, _)| rel == WORKER_BUILDER).unwrap();
+    let files = read_sources();
+    let fleet = files.iter().find(|f| f.rel == WORKER_BUILDER).unwrap();
     assert!(
-        BUILDS_A_WORKER.iter().any(|call| fleet.contains(call)),
+        BUILDS_A_WORKER.iter().any(|call| fleet.text.contains(call)),
         "src/{WORKER_BUILDER} no longer builds workers: update WORKER_BUILDER"
     );
 }
@@ -91,12 +55,12 @@ const MAX_FUNCTION_LINES: usize = 80;
 
 #[test]
 fn no_file_in_src_outgrows_its_bound() {
-    let long: Vec<String> = source_files()
+    let long: Vec<String> = read_sources()
         .into_iter()
-        .filter(|(rel, _)| !is_test_file(rel))
-        .map(|(rel, text)| (rel, code_lines(&text).count()))
-        .filter(|&(_, lines)| lines > MAX_FILE_LINES)
-        .map(|(rel, lines)| format!("src/{rel}: {lines} lines outside its tests"))
+        .filter(|f| !is_test_file(&f.rel))
+        .map(|f| (f.code_lines().count(), f.rel))
+        .filter(|&(lines, _)| lines > MAX_FILE_LINES)
+        .map(|(lines, rel)| format!("src/{rel}: {lines} lines outside its tests"))
         .collect();
     assert!(
         long.is_empty(),
@@ -154,10 +118,10 @@ fn functions(text: &str) -> Vec<(usize, String, usize)> {
 #[test]
 fn no_function_in_src_outgrows_its_bound() {
     let mut long = Vec::new();
-    for (rel, text) in source_files() {
-        for (line, name, lines) in functions(&text) {
+    for file in read_sources() {
+        for (line, name, lines) in functions(&file.text) {
             if lines > MAX_FUNCTION_LINES {
-                long.push(format!("src/{rel}:{line}: fn {name}: {lines} lines"));
+                long.push(format!("src/{}:{line}: fn {name}: {lines} lines", file.rel));
             }
         }
     }

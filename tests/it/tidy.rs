@@ -111,6 +111,41 @@ fn source_files() -> (PathBuf, Vec<PathBuf>) {
     (src, files)
 }
 
+/// One file of src/, read: its path relative to src/ (forward slashes), its path, its text.
+pub(crate) struct SourceFile {
+    pub rel: String,
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl SourceFile {
+    /// Its lines, numbered from 1, before the inline test module at its end (if any).
+    pub fn code_lines(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.text
+            .lines()
+            .take_while(|l| l.trim() != "mod tests {")
+            .enumerate()
+            .map(|(i, line)| (i + 1, line))
+    }
+}
+
+/// Every file of src/, read, sorted by path.
+pub(crate) fn read_sources() -> Vec<SourceFile> {
+    let (src, files) = source_files();
+    files
+        .into_iter()
+        .map(|path| SourceFile {
+            rel: path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/"),
+            text: fs::read_to_string(&path).unwrap(),
+            path,
+        })
+        .collect()
+}
+
 #[test]
 fn modules_use_only_lower_layers() {
     let (src, files) = source_files();
@@ -191,24 +226,15 @@ fn calls(line: &str, call: &str) -> bool {
 
 #[test]
 fn every_read_goes_through_bounds() {
-    let (src, files) = source_files();
     let mut violations = Vec::new();
-    for file in files {
-        let rel = file
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        let exempt = rel == "bounds.rs" || TEST_FILES.iter().any(|t| rel.ends_with(t));
-        if exempt {
+    for file in read_sources() {
+        if file.rel == "bounds.rs" || TEST_FILES.iter().any(|t| file.rel.ends_with(t)) {
             continue;
         }
-        let text = fs::read_to_string(&file).unwrap();
         // An inline test module at the end of a file may read fixtures.
-        let lines = text.lines().take_while(|l| l.trim() != "mod tests {");
-        for (i, line) in lines.enumerate() {
+        for (n, line) in file.code_lines() {
             for call in OPENS_FOR_READING.iter().filter(|call| calls(line, call)) {
-                violations.push(format!("{}:{}: {call}", file.display(), i + 1));
+                violations.push(format!("{}:{n}: {call}", file.path.display()));
             }
         }
     }
@@ -397,15 +423,11 @@ fn core_input_calls_in<'a>(line: &str, inputs: &'a [String]) -> Vec<&'a str> {
 
 #[test]
 fn only_the_driver_calls_the_scheduling_core_inputs() {
-    let (src, files) = source_files();
+    let (src, _) = source_files();
     let inputs = core_inputs(&src);
     let mut violations = Vec::new();
-    for file in files {
-        let rel = file
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+    for file in read_sources() {
+        let rel = file.rel.as_str();
         let exempt = rel.starts_with("scheduling/")
             || rel == CORE_DRIVER
             || TEST_FILES.iter().any(|t| rel.ends_with(t))
@@ -413,12 +435,10 @@ fn only_the_driver_calls_the_scheduling_core_inputs() {
         if exempt {
             continue;
         }
-        let text = fs::read_to_string(&file).unwrap();
         // An inline test module at the end of a file may drive a core of its own.
-        let lines = text.lines().take_while(|l| l.trim() != "mod tests {");
-        for (i, line) in lines.enumerate() {
+        for (n, line) in file.code_lines() {
             for input in core_input_calls_in(line, &inputs) {
-                violations.push(format!("{}:{}: {input}", file.display(), i + 1));
+                violations.push(format!("{}:{n}: {input}", file.path.display()));
             }
         }
     }
