@@ -19,7 +19,7 @@ pub struct MockRequest {
     pub max_output_tokens: u64,
 }
 
-/// Why a request was refused by [`MockWorker::add_request`].
+/// Why a request was refused by [`MockWorker::add_request`](super::MockWorker::add_request).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AddRequestError {
     /// A live request already has this id.
