@@ -156,7 +156,7 @@ pub enum FaultMark {
 pub struct SimConfig {
     /// The router's knobs.
     pub router: RouterConfig,
-    /// The policy classes the router runs (as [`select_profile`] chooses them).
+    /// The policy classes the router runs (as [`select_profile`](crate::scheduling::scheduler::select_profile) chooses them).
     pub profile: PolicyProfile,
     /// The worker pools, in order: worker ids are assigned pool by pool from 0. At least one;
     /// every pool has the same `engine.block_size`, which is the router's too.

@@ -60,7 +60,7 @@ impl<'a> Search<'a> {
     }
 
     /// Searches `lo..=hi` (whole numbers already, for an integer parameter: see
-    /// [`super::search_range`]); returns the answer and the bracket around it. Both ends are
+    /// [`super::checks`]); returns the answer and the bracket around it. Both ends are
     /// probed first, so the answer never rests on one end alone.
     pub fn run(&mut self, (lo, hi): (f64, f64)) -> Result<Found, RunError> {
         assert!(lo <= hi, "a validated range {lo}..{hi}");

@@ -52,7 +52,7 @@
 //! `router.policy_classes.regular.quantum`, `workload.groups.premium.count`,
 //! `workers.pools.h100.count`. Use
 //! [`Scenario::load`] / [`Scenario::load_with_overrides`], then [`Scenario::config`] and
-//! [`Scenario::requests`]. Every problem is a [`ScenarioError`] naming file, line and field.
+//! [`Scenario::workload`]. Every problem is a [`ScenarioError`] naming file, line and field.
 
 pub mod bounds_check;
 pub mod error;
