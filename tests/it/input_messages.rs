@@ -2,13 +2,8 @@
 //! real range of worker ids, a trace's byte-order mark accepted as a scenario's is, and bounds
 //! printed so that a tiny or huge one reads as written.
 
-use assert_cmd::Command;
+use crate::support::run_in_dir;
 use std::fs;
-use std::path::Path;
-
-fn routersim() -> Command {
-    Command::cargo_bin("routersim").unwrap()
-}
 
 /// One worker, four requests, and room for `extra` top-level YAML.
 fn small(extra: &str) -> String {
@@ -19,27 +14,11 @@ fn small(extra: &str) -> String {
 
 const ROW: &str = r#"{"timestamp": 0, "input_length": 512, "output_length": 2, "hash_ids": [1]}"#;
 
-/// Runs `routersim ARGS` in `dir`; returns (exit code, stdout, stderr).
-fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = routersim()
-        .current_dir(dir)
-        .args(args)
-        .timeout(std::time::Duration::from_secs(60))
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        text(&out.stdout),
-        text(&out.stderr),
-    )
-}
-
 /// `validate s.yaml ARGS` of `text` exits 2 with every `expected` string in stderr.
 fn refused(text: &str, args: &[&str], expected: &[&str]) -> String {
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("s.yaml"), text).unwrap();
-    let (code, _, stderr) = run_in(tmp.path(), &[&["validate", "s.yaml"], args].concat());
+    let (code, _, stderr) = run_in_dir(tmp.path(), &[&["validate", "s.yaml"], args].concat());
     assert_eq!(code, 2, "{stderr}");
     for e in expected {
         assert!(stderr.contains(e), "{stderr:?} should contain {e:?}");
@@ -106,7 +85,7 @@ fn a_seed_of_1e29_names_the_largest_seed() {
 fn replay(text: &str) -> (i32, String) {
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("t.jsonl"), text).unwrap();
-    let (code, _, stderr) = run_in(
+    let (code, _, stderr) = run_in_dir(
         tmp.path(),
         &["replay", "--trace", "t.jsonl", "--out", "out", "--quiet"],
     );
@@ -151,7 +130,8 @@ fn a_trace_may_open_with_a_byte_order_mark() {
     fs::write(tmp.path().join("t.jsonl"), &text).unwrap();
     let scenario = "\u{feff}name: bom\nworkload:\n  trace: t.jsonl\n";
     fs::write(tmp.path().join("s.yaml"), scenario).unwrap();
-    let (code, stdout, stderr) = run_in(tmp.path(), &["run", "s.yaml", "--out", "out", "--quiet"]);
+    let (code, stdout, stderr) =
+        run_in_dir(tmp.path(), &["run", "s.yaml", "--out", "out", "--quiet"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     let requests = fs::read_to_string(tmp.path().join("out/requests.csv")).unwrap();
     assert_eq!(requests.lines().count(), 3, "a header and both rows");
@@ -172,7 +152,7 @@ fn worker_ranges_read_the_same_in_errors_and_in_validate() {
     );
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("s.yaml"), &pools).unwrap();
-    let (code, stdout, stderr) = run_in(tmp.path(), &["validate", "s.yaml"]);
+    let (code, stdout, stderr) = run_in_dir(tmp.path(), &["validate", "s.yaml"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("pool h100: 4 x dp 1 (workers 0 to 3)"),
@@ -194,7 +174,7 @@ fn verdict(bound: &str) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let expect = format!("expect:\n  - {{name: x, count_status: {{status: aborted}}, {bound}}}\n");
     fs::write(tmp.path().join("s.yaml"), small(&expect)).unwrap();
-    let (code, stdout, stderr) = run_in(tmp.path(), &["check", "s.yaml"]);
+    let (code, stdout, stderr) = run_in_dir(tmp.path(), &["check", "s.yaml"]);
     assert!(code == 0 || code == 1, "{stdout}{stderr}");
     stdout
         .lines()
