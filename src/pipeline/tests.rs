@@ -249,7 +249,7 @@ fn an_unsorted_trace_replays_sorted_as_before() {
     );
 }
 
-/// Issue 14 (replays read their trace once): an invalid row that the run reaches only at the
+/// A replay reads its trace once: an invalid row that the run reaches only at the
 /// end is still refused with the words the scan used before anything ran.
 #[test]
 fn an_invalid_last_row_is_still_an_error_naming_its_line() {

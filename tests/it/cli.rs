@@ -58,7 +58,7 @@ fn replay_writes_requests_and_summary() {
     assert!(wrote);
 }
 
-/// Issue 14: plots cost more than the replay itself, so `replay` draws them only with
+/// Plots cost more than the replay itself, so `replay` draws them only with
 /// `--plots`; a rerun without it removes the plots an earlier run drew.
 #[test]
 fn replay_draws_plots_only_when_asked() {

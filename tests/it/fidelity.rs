@@ -254,7 +254,7 @@ fn the_comparison_catches_a_one_microsecond_shift() {
     assert!(mismatches(&dynamo, &dynamo).is_empty());
 }
 
-// Issue 12: the fixed timing model (`timing_model: {type: fixed}`) on the traces above, with
+// The fixed timing model (`timing_model: {type: fixed}`) on the traces above, with
 // 1.6.1's own outputs for it.
 
 #[test]
@@ -272,7 +272,7 @@ fn fixed_timing_chunked_long_matches_dynamo() {
     assert_matches_dynamo("fixed-chunked-long");
 }
 
-// Issue 12: profile-interpolated timing (1.6.1's `dynamo_profile` timing model, which is what
+// Profile-interpolated timing (1.6.1's `dynamo_profile` timing model, which is what
 // its mocker makes of `--planner-profile-data`), with the profiles tools/make_example_profile.py
 // writes: the example profile, and a narrow one every axis of which is extrapolated.
 

@@ -168,7 +168,7 @@ fn a_replay_is_one_default_pool() {
     assert_eq!(summary["pools"][0]["requests"], requests.len());
 }
 
-/// Issue 12's acceptance case: pools timed by fixed models of 10 and 100 ms prefill under
+/// Pools timed by fixed models of 10 and 100 ms prefill under
 /// round robin; five requests see exactly 10 ms to first token and five exactly 100 ms.
 #[test]
 fn fixed_prefill_pools_give_each_pool_its_own_exact_ttft() {

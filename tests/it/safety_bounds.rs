@@ -1,4 +1,4 @@
-//! Issue 9, bounded resources and validated inputs: every input beyond a documented bound is
+//! Bounded resources and validated inputs: every input beyond a documented bound is
 //! refused with exit 2 and a message naming the file and field, before any work or output.
 
 use assert_cmd::Command;
