@@ -33,6 +33,10 @@ pub const MAX_RANKS: u64 = 4096;
 /// Most requests of a run, over all groups (or trace rows). A request costs about 1.3 KiB
 /// through a run, so a run's requests stay near 1.3 GB.
 pub const MAX_REQUESTS: u64 = 1_000_000;
+/// Most turns of one session (trace rows of one `session_id`, or a synthetic group's `turns`
+/// draw): a session issues its turns one after another, so a longer one is a malformed input
+/// rather than a conversation (10,000 turns at a second each is almost three hours).
+pub const MAX_SESSION_TURNS: u64 = 10_000;
 /// Most prompt blocks (hash ids) over all requests of a workload: 8 bytes each in the
 /// requests, about 40 bytes each through a run (~1.3 GB).
 pub const MAX_PROMPT_BLOCKS: u64 = 1 << 25;

@@ -42,6 +42,7 @@ use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, DispatchPath, Outcome,
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::UniformBlockHashes;
+pub use crate::workload::session::SessionTag;
 // What a run takes in: requests, their prompts perhaps hashed ahead.
 pub use crate::workload::{Arrival, PromptHashes};
 use rand::RngExt;
@@ -273,6 +274,8 @@ pub struct RequestRecord {
     pub status: Status,
     /// Times the request was moved off a lost worker (at most the migration limit).
     pub migrations: u32,
+    /// Its session, when it is a session's turn.
+    pub session: Option<SessionTag>,
 }
 
 /// One pool's part of a run: which workers it had and how long its ranks ran passes.

@@ -43,6 +43,7 @@ pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> R
         tokens_received: 1,
         status: Status::Completed,
         migrations: 0,
+        session: None,
     }
 }
 

@@ -105,6 +105,7 @@ impl Ledger {
             tokens_received: 0,
             status: Status::Pending,
             migrations: 0,
+            session: None,
         });
         let in_flight = InFlight {
             hashes,

@@ -2,6 +2,7 @@
 //! stream.
 
 pub mod read_ahead;
+pub mod session;
 pub mod synth;
 pub mod trace;
 
@@ -39,6 +40,8 @@ pub struct RequestSpec {
 pub struct Arrival {
     pub spec: RequestSpec,
     pub hashes: Option<PromptHashes>,
+    /// The request's session, when it is a session's turn (with the turns still to come).
+    pub session: Option<Box<session::SessionTurn>>,
 }
 
 /// [`RequestSpec::block_hashes`] of a prompt, for `block_size`.
@@ -50,7 +53,11 @@ pub struct PromptHashes {
 
 impl From<RequestSpec> for Arrival {
     fn from(spec: RequestSpec) -> Arrival {
-        Arrival { spec, hashes: None }
+        Arrival {
+            spec,
+            hashes: None,
+            session: None,
+        }
     }
 }
 

@@ -149,7 +149,11 @@ fn read_ahead<R: BufRead>(
         let hashes: Arc<[u64]> = spec.block_hashes_with(block_size, &mut known).into();
         batch_hashes += hashes.len();
         let hashes = Some(PromptHashes { block_size, hashes });
-        batch.push(Arrival { spec, hashes });
+        batch.push(Arrival {
+            spec,
+            hashes,
+            session: None,
+        });
         if batch.len() == rows_wanted || batch_hashes >= READ_AHEAD_MAX_HASHES {
             rows_wanted = (rows_wanted * 2).min(READ_AHEAD_MAX_ROWS);
             let full = std::mem::replace(&mut batch, Vec::with_capacity(rows_wanted));
