@@ -274,6 +274,10 @@ fn rename(from: &Path, to: &Path) -> Result<(), OutputError> {
 /// commits: lets a test interrupt the write phase deterministically. Unset, it costs nothing.
 pub const STAGE_PAUSE_ENV: &str = "ROUTERSIM_TEST_STAGE_PAUSE_MS";
 
+/// The line the pause writes to stderr as it begins, once every staged file is whole: a test
+/// waits for it rather than for the stage folder, which exists before its files are written.
+pub const STAGE_FULL_LINE: &str = "routersim: test pause: stage full";
+
 fn pause_for_interrupt_tests() {
     let pause_ms = std::env::var(STAGE_PAUSE_ENV)
         .ok()
@@ -281,6 +285,7 @@ fn pause_for_interrupt_tests() {
         .unwrap_or(0)
         .min(60_000);
     if pause_ms > 0 {
+        eprintln!("{STAGE_FULL_LINE}");
         std::thread::sleep(std::time::Duration::from_millis(pause_ms));
     }
 }

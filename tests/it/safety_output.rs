@@ -273,30 +273,40 @@ fn stages_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Starts routersim in `dir` with its write phase held for 20 s, and waits until the stage is
+/// full (the pause's own stderr line: the stage folder alone appears before its files are
+/// whole). The wait ends when the line comes or the process's stderr closes.
+fn spawn_held_in_write_phase(dir: &Path, args: &[&str]) -> (std::process::Child, bool) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("routersim"))
+        .current_dir(dir)
+        .env(routersim::report::output::STAGE_PAUSE_ENV, "20000")
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let full = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line == routersim::report::output::STAGE_FULL_LINE);
+    // Keep draining, so a later message is never a write into a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, full)
+}
+
 #[test]
 fn sigint_during_replay_write_phase_leaves_no_stage() {
     let (tmp, _) = experiment();
-    let bin = assert_cmd::cargo::cargo_bin("routersim");
-    let mut child = std::process::Command::new(&bin)
-        .current_dir(tmp.path())
-        .env(routersim::report::output::STAGE_PAUSE_ENV, "20000")
-        .args([
-            "replay",
-            "--trace",
-            "exp/t.jsonl",
-            "--quiet",
-            "--out",
-            "out",
-        ])
-        .spawn()
-        .unwrap();
-    // Bounded wait for the write phase: the stage appears once the files are staged.
-    // Up to 60 s: on a loaded machine the run may take a while to reach its write phase
-    // (it stops polling as soon as the stage is seen; the stage then stays for 20 s).
-    let staged = (0..2400).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(25));
-        !stages_in(tmp.path()).is_empty()
-    });
+    let args = [
+        "replay",
+        "--trace",
+        "exp/t.jsonl",
+        "--quiet",
+        "--out",
+        "out",
+    ];
+    let (mut child, staged) = spawn_held_in_write_phase(tmp.path(), &args);
     let _ = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -315,19 +325,8 @@ fn sigint_during_replay_write_phase_leaves_no_stage() {
 fn a_killed_runs_stage_is_cleaned_by_the_next_run_and_nothing_else() {
     let (tmp, _) = experiment();
     fs::create_dir(tmp.path().join(".out.routersim-stage-notapid")).unwrap();
-    let bin = assert_cmd::cargo::cargo_bin("routersim");
-    let mut child = std::process::Command::new(&bin)
-        .current_dir(tmp.path())
-        .env(routersim::report::output::STAGE_PAUSE_ENV, "20000")
-        .args(["run", "exp/s.yaml", "--quiet", "--out", "out"])
-        .spawn()
-        .unwrap();
-    // Up to 60 s: on a loaded machine the run may take a while to reach its write phase
-    // (it stops polling as soon as the stage is seen; the stage then stays for 20 s).
-    let staged = (0..2400).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(25));
-        stages_in(tmp.path()).len() == 2
-    });
+    let args = ["run", "exp/s.yaml", "--quiet", "--out", "out"];
+    let (mut child, staged) = spawn_held_in_write_phase(tmp.path(), &args);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(staged, "the run never reached its write phase");
