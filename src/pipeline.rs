@@ -17,9 +17,10 @@ use crate::scenario::{self, Scenario, ScenarioError};
 use crate::sim::{self, InvariantViolation, SimConfig, SimResult};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::read_ahead;
+use crate::workload::session_trace::SessionMode;
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::RowOrder;
-use crate::workload::{RequestSpec, jitter_arrivals};
+use crate::workload::{Arrival, RequestSpec, jitter_arrivals, jitter_session_starts};
 use rand::Rng;
 use std::fmt;
 use std::path::PathBuf;
@@ -173,7 +174,7 @@ impl RunSpec {
     /// The requests in arrival order (ties in row order), all drawn at once: a synthetic
     /// workload's, or a trace's when arrival jitter moves them (without jitter, a trace is
     /// streamed: see [`replay::replay_trace`]).
-    fn requests(&self) -> Result<Box<dyn Iterator<Item = RequestSpec>>, RunError> {
+    fn requests(&self) -> Result<Box<dyn Iterator<Item = Arrival>>, RunError> {
         let seed = self.seed();
         let jitter = self.arrival_jitter_ns;
         let requests = match &self.source {
@@ -195,12 +196,28 @@ impl RunSpec {
                 path,
                 block_size,
                 arrival_speedup_ratio,
-            } => read_ahead::time_ordered(path, *block_size, *arrival_speedup_ratio)
-                .map_err(RunError::Input)?
-                .collect(),
+            } => {
+                let (path, block_size, ratio) = (path, *block_size, *arrival_speedup_ratio);
+                let summary =
+                    read_ahead::scan_trace(path, block_size, ratio).map_err(RunError::Input)?;
+                if summary.sessions {
+                    let mode = SessionMode::Trace {
+                        speedup_ratio: ratio,
+                    };
+                    let arrivals = read_ahead::session_arrivals(path, block_size, mode)
+                        .map_err(RunError::Input)?;
+                    let arrivals = jitter_session_starts(arrivals, seed, jitter);
+                    return Ok(Box::new(arrivals.into_iter()));
+                }
+                read_ahead::in_time_order(path, block_size, ratio, &summary)
+                    .map_err(RunError::Input)?
+                    .collect()
+            }
         };
         Ok(Box::new(
-            jitter_arrivals(requests, seed, jitter).into_iter(),
+            jitter_arrivals(requests, seed, jitter)
+                .into_iter()
+                .map(Arrival::from),
         ))
     }
 }

@@ -71,10 +71,11 @@ pub struct TransportDelays {
     pub jitter: SimDuration,
 }
 
-/// A closed loop: the run keeps `concurrency` requests in flight instead of releasing them at
-/// their arrival times. The first `concurrency` requests are issued at 0 in the order given;
-/// each time a request ends (completes or is rejected) the next one is issued at that instant,
-/// with that instant as its arrival. This is how aiperf and Dynamo's replay
+/// A closed loop: the run keeps `concurrency` requests (or sessions) in flight instead of
+/// releasing them at their arrival times. The first `concurrency` are issued at 0 in the order
+/// given; each time one ends (a request completes or is rejected; a session's last turn
+/// ends) the next one is issued at that instant, with that instant as its arrival. A session
+/// holds its slot through its think times. This is how aiperf and Dynamo's replay
 /// (`replay_concurrency`) measure.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ClosedLoop {
@@ -424,62 +425,6 @@ struct System {
     uniform_hashes: UniformBlockHashes,
 }
 
-/// Where arrivals come from: the requests' own times (open loop), or a closed loop that
-/// issues the next request whenever one ends.
-struct Feed<I: Iterator<Item = Arrival>> {
-    requests: std::iter::Peekable<I>,
-    closed: Option<ClosedLoop>,
-    /// Requests issued so far (closed loop).
-    issued: u64,
-    /// The latest instant whose arrivals were taken: when a closed loop issues next.
-    clock: SimTime,
-}
-
-impl<I: Iterator<Item = Arrival>> Feed<I> {
-    fn new(requests: I, closed: Option<ClosedLoop>) -> Self {
-        Feed {
-            requests: requests.peekable(),
-            closed,
-            issued: 0,
-            clock: SimTime::ZERO,
-        }
-    }
-
-    /// When the next request arrives, `ended` requests having ended so far.
-    fn next_time(&mut self, ended: u64) -> Option<SimTime> {
-        match self.closed {
-            None => self.requests.peek().map(|r| r.spec.arrival),
-            Some(closed) => self
-                .can_issue(closed, self.clock, ended)
-                .then_some(self.clock),
-        }
-    }
-
-    /// The next request arriving at `now`, if any (a closed loop's with `now` as arrival).
-    fn next_at(&mut self, now: SimTime, ended: u64) -> Option<Arrival> {
-        self.clock = now;
-        let Some(closed) = self.closed else {
-            return self.requests.next_if(|r| r.spec.arrival == now);
-        };
-        if !self.can_issue(closed, now, ended) {
-            return None;
-        }
-        let mut next = self.requests.next()?;
-        next.spec.arrival = now;
-        self.issued += 1;
-        Some(next)
-    }
-
-    /// Whether a closed loop may issue at `now`: a slot is free, issuing has not stopped,
-    /// and a request is left.
-    fn can_issue(&mut self, closed: ClosedLoop, now: SimTime, ended: u64) -> bool {
-        let in_flight = self.issued.saturating_sub(ended);
-        in_flight < u64::from(closed.concurrency)
-            && closed.issue_until.is_none_or(|until| now < until)
-            && self.requests.peek().is_some()
-    }
-}
-
 /// How workers advance through their passes (see the module docs). Both give the same
 /// records; skipping is much faster on decode-heavy runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -569,7 +514,7 @@ fn simulate(
         if let Some(v) = system.violation.take() {
             return Err(v);
         }
-        let next_arrival = requests.next_time(system.ledger.ended());
+        let next_arrival = requests.next_time(&mut system.ledger);
         let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
             break StopReason::Drained;
         };
@@ -686,8 +631,8 @@ impl System {
         while engine.queue().peek_time() == Some(now) {
             engine.step(self)?;
         }
-        while let Some(arrival) = requests.next_at(now, self.ledger.ended()) {
-            self.arrive(now, arrival, engine.queue());
+        while let Some(arrival) = requests.next_at(now, &mut self.ledger) {
+            self.arrive(now, arrival, requests, engine.queue());
         }
         for rank in self.fleet.take_starts_due() {
             self.start_pass(now, rank, engine.queue());
@@ -696,7 +641,13 @@ impl System {
         Ok(())
     }
 
-    fn arrive(&mut self, now: SimTime, arrival: Arrival, queue: &mut EventQueue<Event>) {
+    fn arrive(
+        &mut self,
+        now: SimTime,
+        arrival: Arrival,
+        feed: &mut Feed<impl Iterator<Item = Arrival>>,
+        queue: &mut EventQueue<Event>,
+    ) {
         let block_size = self.config.block_size();
         let spec = arrival.spec;
         let hashes: Arc<[u64]> = match arrival.hashes {
@@ -707,6 +658,11 @@ impl System {
         };
         let class = spec.policy_class.clone();
         let id = self.ledger.open(now, spec, hashes);
+        let session = arrival.session.map(|s| *s);
+        self.ledger
+            .set_session(id, session.as_ref().and_then(|s| s.tag.clone()));
+        // Watched before it is routed: a router may reject it at once, ending it.
+        feed.opened(id, session, &mut self.ledger);
         self.draw_cancel(now, id, class.as_deref(), queue);
         self.route(now, id, queue);
         self.schedule_tick(queue);
@@ -1029,11 +985,13 @@ impl Model for System {
 
 mod driver;
 mod faults;
+mod feed;
 mod fleet;
 mod ledger;
 mod status;
 
 use driver::{RouterDecision, RouterDriver};
+use feed::Feed;
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint, worker_set};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};

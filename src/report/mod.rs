@@ -63,7 +63,7 @@ use crate::sim::{RequestRecord, SimResult};
 
 /// Columns of `requests.csv` (a contract: the first thirteen match the CSV of
 /// `tools/dynamo-replay`; later ones are only ever appended).
-pub const REQUEST_COLUMNS: [&str; 18] = [
+pub const REQUEST_COLUMNS: [&str; 20] = [
     "row",
     "policy_class",
     "arrival_ms",
@@ -82,10 +82,15 @@ pub const REQUEST_COLUMNS: [&str; 18] = [
     "reason",
     "pool",
     "migrations",
+    "session_id",
+    "turn_index",
 ];
 
 /// `requests.csv`: one row per request, in row order. `pool` names the pool of the worker the
-/// request was sent to (empty if it never was).
+/// request was sent to (empty if it never was). `session_id` names a session's turn (empty
+/// for a plain request), and `turn_index` is its place from 0, empty when the run replays
+/// its sessions as plain requests (a trace whose sessions all have one turn, as Dynamo
+/// 1.6.1 does).
 pub fn requests_csv(result: &SimResult) -> Vec<u8> {
     let mut rows: Vec<&RequestRecord> = result.records.iter().collect();
     rows.sort_by_key(|r| r.row);
@@ -126,6 +131,19 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
         row.text(r.status.reason());
         row.text(r.rank.map_or("", |k| pools::pool_name(result, k.worker_id)));
         row.u64(u64::from(r.migrations));
+        match &r.session {
+            Some(s) if s.named => {
+                row.text(&s.id);
+                match s.chained {
+                    true => row.u64(u64::from(s.turn)),
+                    false => row.text(""),
+                }
+            }
+            _ => {
+                row.text("");
+                row.text("");
+            }
+        }
         row.write(&mut w);
     }
     w.into_inner().expect("writing to memory")

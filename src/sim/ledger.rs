@@ -2,7 +2,7 @@
 //! and the one way a request ends ([`Ledger::finish`]), which owns conservation: each request
 //! ends once, and the ends counted are the records that ended.
 
-use super::{RequestRecord, Status};
+use super::{RequestRecord, SessionTag, Status};
 use crate::scheduling::scheduler::DispatchPath;
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
@@ -19,6 +19,17 @@ pub(super) struct InFlight {
     pub priority: f64,
     pub strict_priority: u32,
     pub pinned: Option<WorkerWithDpRank>,
+    /// Its end is logged for the feed (see [`Ledger::watch`]).
+    pub watched: bool,
+}
+
+/// A watched request's end: when, and whether its session goes on (it completed or was
+/// rejected; a cancelled or aborted turn ends its session).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct WatchedEnd {
+    pub id: RequestId,
+    pub at: SimTime,
+    pub goes_on: bool,
 }
 
 /// Where a token message falls in its request's stream: the edges are what the router hears
@@ -62,8 +73,10 @@ pub(super) struct Ledger {
     records: Vec<RequestRecord>,
     /// Requests in flight, by id: what the worker needs once it is dispatched.
     in_flight: rustc_hash::FxHashMap<RequestId, InFlight>,
-    /// Requests that ended so far (a closed loop issues one per end).
+    /// Requests that ended so far.
     ended: u64,
+    /// Ends of watched requests not yet taken by the feed.
+    watched_ends: Vec<WatchedEnd>,
     /// The latest instant a request was admitted, got its first token or ended: the makespan
     /// so far.
     last_change: SimTime,
@@ -79,6 +92,7 @@ impl Ledger {
             records: Vec::with_capacity(records),
             in_flight: Default::default(),
             ended: 0,
+            watched_ends: Vec::new(),
             last_change: SimTime::ZERO,
             change_epoch: 0,
         }
@@ -115,9 +129,28 @@ impl Ledger {
             priority: spec.priority,
             strict_priority: spec.strict_priority,
             pinned: spec.pinned_worker,
+            watched: false,
         };
         self.in_flight.insert(id, in_flight);
         id
+    }
+
+    /// Logs request `id`'s end for [`Ledger::take_watched_ends`] (the feed releases a
+    /// session's next turn, or a closed loop's next session, when it hears of it).
+    pub fn watch(&mut self, id: RequestId) {
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.watched = true;
+        }
+    }
+
+    /// The ends of watched requests since the last call, in the order they happened.
+    pub fn take_watched_ends(&mut self) -> Vec<WatchedEnd> {
+        std::mem::take(&mut self.watched_ends)
+    }
+
+    /// Request `id` is a turn of the session `tag` says.
+    pub fn set_session(&mut self, id: RequestId, tag: Option<SessionTag>) {
+        self.records[id.0 as usize].session = tag;
     }
 
     pub fn record(&self, id: RequestId) -> &RequestRecord {
@@ -141,11 +174,6 @@ impl Ledger {
     /// Times request `id` was moved off a lost worker: the attempt its messages belong to.
     pub fn attempt(&self, id: RequestId) -> u32 {
         self.record(id).migrations
-    }
-
-    /// Requests that ended so far.
-    pub fn ended(&self) -> u64 {
-        self.ended
     }
 
     /// See `change_epoch`.
@@ -229,10 +257,17 @@ impl Ledger {
                 record.status
             ));
         }
+        let goes_on = matches!(status, Status::Completed | Status::Rejected(_));
         record.completion = Some(now);
         record.status = status;
         self.ended += 1;
-        self.in_flight.remove(&id);
+        if self.in_flight.remove(&id).is_some_and(|f| f.watched) {
+            self.watched_ends.push(WatchedEnd {
+                id,
+                at: now,
+                goes_on,
+            });
+        }
         self.note_change(now);
         Ok(())
     }

@@ -3,6 +3,7 @@
 
 pub mod read_ahead;
 pub mod session;
+pub mod session_trace;
 pub mod synth;
 pub mod trace;
 
@@ -200,15 +201,38 @@ pub fn jitter_arrivals(
     if jitter_ns == 0 {
         return requests;
     }
-    let mut stream = rng::stream(seed, "sweep/arrival-jitter");
-    for request in &mut requests {
-        let delay_ns = stream.random_range(0..=jitter_ns);
-        request.arrival = request
-            .arrival
-            .saturating_add(SimDuration::from_ns(delay_ns));
-    }
+    delay_each(requests.iter_mut().map(|r| &mut r.arrival), seed, jitter_ns);
     requests.sort_by_key(|r| (r.arrival, r.row));
     requests
+}
+
+/// [`jitter_arrivals`] for a session trace's arrivals: only the sessions' first turns move
+/// (a later turn arrives a think time after the turn before it ends, whenever that is);
+/// sessions starting together keep their order of first appearance.
+pub fn jitter_session_starts(
+    mut arrivals: Vec<Arrival>,
+    seed: u64,
+    jitter_ns: u64,
+) -> Vec<Arrival> {
+    if jitter_ns == 0 {
+        return arrivals;
+    }
+    delay_each(
+        arrivals.iter_mut().map(|a| &mut a.spec.arrival),
+        seed,
+        jitter_ns,
+    );
+    arrivals.sort_by_key(|a| (a.spec.arrival, a.session.as_ref().map(|s| s.index)));
+    arrivals
+}
+
+/// Adds a draw from `0..=jitter_ns` ns to each arrival, in order.
+fn delay_each<'a>(arrivals: impl Iterator<Item = &'a mut SimTime>, seed: u64, jitter_ns: u64) {
+    let mut stream = rng::stream(seed, "sweep/arrival-jitter");
+    for arrival in arrivals {
+        let delay_ns = stream.random_range(0..=jitter_ns);
+        *arrival = arrival.saturating_add(SimDuration::from_ns(delay_ns));
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! and the scan-then-read road ([`scan_trace`], [`time_ordered`]) when that one pass cannot
 //! vouch for what the run saw, or when every row is needed before the run (arrival jitter).
 
+use super::session_trace::{SessionMode, read_sessions};
 use super::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader, TraceSummary};
 use super::{Arrival, PromptHashes, RequestSpec, UniformBlockHashes};
 use std::fs::File;
@@ -50,9 +51,9 @@ pub struct ReadAhead {
 pub enum PassEnd {
     /// The run had every row it asked for, as a scan-then-read would have given them.
     Stands,
-    /// The trace is valid but not in time order: the run must be made again on these, its
-    /// rows sorted.
-    RunAgain(Box<dyn Iterator<Item = RequestSpec>>),
+    /// The trace is valid but not in time order, or holds sessions: the run must be made
+    /// again on these arrivals (rows sorted; sessions gathered).
+    RunAgain(Box<dyn Iterator<Item = Arrival>>),
 }
 
 impl ReadAhead {
@@ -113,11 +114,21 @@ impl ReadAhead {
             PassVerdict::Undecided => {
                 let (path, block_size) = (&self.path, self.block_size);
                 let summary = scan_trace(path, block_size, self.speedup_ratio)?;
+                if summary.sessions {
+                    let mode = match self.order {
+                        RowOrder::Time => SessionMode::Trace {
+                            speedup_ratio: self.speedup_ratio,
+                        },
+                        RowOrder::File => SessionMode::ClosedLoop,
+                    };
+                    let arrivals = session_arrivals(path, block_size, mode)?;
+                    return Ok(PassEnd::RunAgain(Box::new(arrivals.into_iter())));
+                }
                 if summary.sorted || self.order == RowOrder::File {
                     return Ok(PassEnd::Stands);
                 }
                 let sorted = in_time_order(path, block_size, self.speedup_ratio, &summary)?;
-                Ok(PassEnd::RunAgain(sorted))
+                Ok(PassEnd::RunAgain(Box::new(sorted.map(Arrival::from))))
             }
         }
     }
@@ -218,6 +229,17 @@ pub fn scan_trace(
         .map_err(|e| e.to_string())
 }
 
+/// The arrivals of the session trace at `path` (see [`read_sessions`]), read whole.
+pub fn session_arrivals(
+    path: &Path,
+    block_size: u64,
+    mode: SessionMode,
+) -> Result<Vec<Arrival>, String> {
+    let name = path.display().to_string();
+    let reader = TraceReader::new(open_trace(path)?, &name, block_size);
+    read_sessions(reader, mode).map_err(|e| e.to_string())
+}
+
 /// The requests of the trace at `path`, validated whole first, in arrival order, timestamps
 /// divided by `speedup_ratio`: streamed when the file is in time order, else read whole and
 /// sorted.
@@ -231,7 +253,7 @@ pub fn time_ordered(
 }
 
 /// [`time_ordered`] for a trace whose scan gave `summary`.
-fn in_time_order(
+pub fn in_time_order(
     path: &Path,
     block_size: u64,
     speedup_ratio: f64,

@@ -25,12 +25,21 @@ pub struct SessionTag {
     /// session has one turn as plain requests, and leaves their turn index out
     /// (requests.csv's `turn_index` is then empty).
     pub chained: bool,
+    /// Whether this turn's own row names its session: a plain trace row that a later row
+    /// joins (by naming its implicit `request_<line>`) is a turn whose record names none, as
+    /// in Dynamo 1.6.1's output.
+    pub named: bool,
 }
 
 /// A turn on its way into a run, with the turns of its session still to come.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionTurn {
-    pub tag: SessionTag,
+    /// The session's number in its run (as [`SessionTag::index`]): a plain trace row in a
+    /// session trace is a session of one turn, and has one too.
+    pub index: u32,
+    /// What the turn's record says of its session (`None`: a plain row, whose record names
+    /// no session).
+    pub tag: Option<SessionTag>,
     /// The next turns, in order, each with the think time after the one before it ends.
     pub later: VecDeque<LaterTurn>,
 }
@@ -40,14 +49,24 @@ pub struct SessionTurn {
 pub struct LaterTurn {
     pub spec: RequestSpec,
     pub delay: SimDuration,
+    /// Whether the turn's row names its session (see [`SessionTag::named`]).
+    pub named: bool,
 }
 
 impl SessionTurn {
+    /// The turn's place in its session, from 0.
+    pub fn turn(&self) -> u32 {
+        self.tag.as_ref().map_or(0, |t| t.turn)
+    }
+
     /// The session's next turn once this one has ended, with the rest of the session behind
     /// it; `None` when this was the last.
     pub fn next_turn(mut self) -> Option<(LaterTurn, SessionTurn)> {
         let next = self.later.pop_front()?;
-        self.tag.turn += 1;
+        if let Some(tag) = &mut self.tag {
+            tag.turn += 1;
+            tag.named = next.named;
+        }
         Some((next, self))
     }
 }

@@ -47,9 +47,29 @@ impl fmt::Display for TraceError {
 
 impl std::error::Error for TraceError {}
 
-/// Fields that describe closed-loop sessions, which routersim does not replay. Other unknown
-/// fields are ignored, as Dynamo ignores them.
-const SESSION_FIELDS: [&str; 3] = ["session_id", "delay", "delay_ms"];
+/// One row of a trace as read, before a replay puts it in time: its request (arrival from
+/// its timestamp, 0 without one) and the fields that say whether and how it is a session's
+/// turn (see [`super::session_trace`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceRow {
+    pub spec: RequestSpec,
+    /// The row's `timestamp` (or `created_time`), if it has one.
+    pub timestamp_ms: Option<f64>,
+    /// The session the row is a turn of (`session_id`; `None`: a plain row).
+    pub session_id: Option<String>,
+    /// The think time before this turn (`delay` or `delay_ms`), if given.
+    pub delay_ms: Option<f64>,
+    /// The row's physical line (1-based, blank lines counted): a plain row's implicit
+    /// session is `request_<line>`.
+    pub line: usize,
+}
+
+impl TraceRow {
+    /// Whether the row needs the session loader: it names a session or gives a delay.
+    pub fn is_session_row(&self) -> bool {
+        self.session_id.is_some() || self.delay_ms.is_some()
+    }
+}
 
 /// Reads a mooncake trace line by line. Blank lines are skipped; rows are numbered from 0 in
 /// file order. Arrival times are the timestamps minus `origin_ms` (Dynamo rebases a trace to
@@ -72,6 +92,9 @@ pub struct TraceSummary {
     pub rows: u64,
     pub origin_ms: f64,
     pub sorted: bool,
+    /// Some row is a session's turn: the trace is replayed through the session loader
+    /// ([`super::session_trace::read_sessions`]), which checks its times itself.
+    pub sessions: bool,
 }
 
 /// Validates every row of a trace without keeping any, so that a bad trace is refused before
@@ -99,9 +122,8 @@ pub fn scan_scaled<R: BufRead>(
     );
     let mut reader = TraceReader::new(input, source_name, tokens_per_hash);
     let mut tally = Tally::default();
-    while let Some(row) = reader.next_timestamped() {
-        let (timestamp_ms, spec) = row?;
-        tally.add(&reader, timestamp_ms, &spec)?;
+    while let Some(row) = reader.next_row() {
+        tally.add(&reader, &row?)?;
     }
     tally.finish(&reader, speedup_ratio)
 }
@@ -118,6 +140,7 @@ struct Tally {
     /// The latest timestamp and the first line that has it.
     latest_ms: f64,
     latest_line: usize,
+    sessions: bool,
 }
 
 impl Default for Tally {
@@ -130,6 +153,7 @@ impl Default for Tally {
             sorted: true,
             latest_ms: f64::NEG_INFINITY,
             latest_line: 0,
+            sessions: false,
         }
     }
 }
@@ -139,12 +163,13 @@ impl Tally {
     fn add<R: BufRead>(
         &mut self,
         reader: &TraceReader<R>,
-        timestamp_ms: f64,
-        spec: &RequestSpec,
+        row: &TraceRow,
     ) -> Result<(), TraceError> {
         self.rows += 1;
-        self.blocks += spec.prompt.block_count();
+        self.blocks += row.spec.prompt.block_count();
         reader.check_totals(self.rows, self.blocks)?;
+        self.sessions |= row.is_session_row();
+        let timestamp_ms = row.timestamp_ms.unwrap_or(0.0);
         self.origin_ms = self.origin_ms.min(timestamp_ms);
         self.sorted &= timestamp_ms >= self.last_ms;
         self.last_ms = timestamp_ms;
@@ -169,7 +194,7 @@ impl Tally {
         speedup_ratio: f64,
     ) -> Result<TraceSummary, TraceError> {
         let origin_ms = if self.rows == 0 { 0.0 } else { self.origin_ms };
-        if self.past_time_bound(speedup_ratio) {
+        if !self.sessions && self.past_time_bound(speedup_ratio) {
             let scaled = match speedup_ratio == 1.0 {
                 true => String::new(),
                 false => format!(" once divided by the arrival speed-up ratio {speedup_ratio}"),
@@ -189,6 +214,7 @@ impl Tally {
             rows: self.rows,
             origin_ms,
             sorted: self.sorted,
+            sessions: self.sessions,
         })
     }
 }
@@ -226,7 +252,17 @@ impl<R: BufRead> TraceReader<R> {
         self
     }
 
-    fn error(&self, field: Option<&str>, message: impl Into<String>) -> TraceError {
+    /// The trace's name, as errors give it.
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
+
+    /// The physical line (1-based) of the row read last.
+    pub fn line(&self) -> usize {
+        self.line_no
+    }
+
+    pub(crate) fn error(&self, field: Option<&str>, message: impl Into<String>) -> TraceError {
         TraceError {
             source_name: self.source_name.clone(),
             line: self.line_no,
@@ -263,17 +299,15 @@ impl<R: BufRead> TraceReader<R> {
         }
     }
 
-    fn parse_line(&self, text: &str) -> Result<(f64, RequestSpec), TraceError> {
+    fn parse_line(&self, text: &str) -> Result<TraceRow, TraceError> {
         let MaybeRow(row) = serde_json::from_str(text)
             .map_err(|e| self.error(None, format!("not valid JSON: {e}")))?;
         let Some(mut obj) = row else {
             return Err(self.error(None, "expected a JSON object"));
         };
-        if let Some(i) = obj.session.iter().position(|&present| present) {
-            let key = SESSION_FIELDS[i];
-            return Err(self.error(Some(key), "closed-loop sessions are not supported"));
-        }
         let timestamp_ms = self.timestamp_ms(&obj)?;
+        let session_id = self.opt_string(&mut obj.session_id, "session_id")?;
+        let delay_ms = self.delay_ms(&obj)?;
         let hash_ids = self.hash_ids(&mut obj)?;
         let capacity = hash_ids.len() as u64 * self.tokens_per_hash;
         let input_tokens = match self.either_u64(
@@ -303,7 +337,7 @@ impl<R: BufRead> TraceReader<R> {
         let output = self.check_tokens("output_length", output)?;
         let spec = RequestSpec {
             row: self.next_row,
-            arrival: self.arrival(timestamp_ms),
+            arrival: self.arrival(timestamp_ms.unwrap_or(0.0)),
             policy_class: self.opt_string(&mut obj.policy_class, "policy_class")?,
             input_tokens,
             output_tokens: output,
@@ -315,25 +349,31 @@ impl<R: BufRead> TraceReader<R> {
             },
             pinned_worker: None,
         };
-        Ok((timestamp_ms, spec))
+        Ok(TraceRow {
+            spec,
+            timestamp_ms,
+            session_id,
+            delay_ms,
+            line: self.line_no,
+        })
     }
 
     /// When a row stamped `timestamp_ms` arrives: rebased to the origin, divided by the
     /// speed-up ratio, rounded to the ns.
-    fn arrival(&self, timestamp_ms: f64) -> SimTime {
+    pub(crate) fn arrival(&self, timestamp_ms: f64) -> SimTime {
         let arrival_ms = (timestamp_ms - self.origin_ms).max(0.0) / self.speedup_ratio;
         let arrival_ns = (arrival_ms * NS_PER_MS as f64).round();
         SimTime::from_ns(arrival_ns as u64)
     }
 
-    fn timestamp_ms(&self, obj: &RawRow) -> Result<f64, TraceError> {
+    fn timestamp_ms(&self, obj: &RawRow) -> Result<Option<f64>, TraceError> {
         let (name, v) = match (&obj.timestamp, &obj.created_time) {
             (v, _) if v.is_present() => ("timestamp", v),
             (_, v) if v.is_present() => ("created_time", v),
-            _ => return Ok(0.0),
+            _ => return Ok(None),
         };
         match v.as_f64() {
-            Some(ms) if ms.abs() <= MAX_TRACE_TIMESTAMP_MS => Ok(ms),
+            Some(ms) if ms.abs() <= MAX_TRACE_TIMESTAMP_MS => Ok(Some(ms)),
             Some(ms) => Err(self.error(
                 Some(name),
                 format!(
@@ -341,6 +381,27 @@ impl<R: BufRead> TraceReader<R> {
                     MAX_INPUT_NS / NS_PER_MS
                 ),
             )),
+            None => Err(self.error(Some(name), "must be a number of milliseconds")),
+        }
+    }
+
+    /// A session turn's think time in ms (`delay` or its alias `delay_ms`), if given (null:
+    /// not given). Dynamo 1.6.1 refuses a row with both, as a duplicate field.
+    fn delay_ms(&self, obj: &RawRow) -> Result<Option<f64>, TraceError> {
+        let present = |v: &Field| !matches!(v, Field::Absent | Field::Null);
+        let (name, v) = match (present(&obj.delay), present(&obj.delay_ms)) {
+            (true, true) => {
+                return Err(self.error(
+                    Some("delay_ms"),
+                    "give `delay` or its alias `delay_ms`, not both",
+                ));
+            }
+            (true, false) => ("delay", &obj.delay),
+            (false, true) => ("delay_ms", &obj.delay_ms),
+            (false, false) => return Ok(None),
+        };
+        match v.as_f64() {
+            Some(ms) => Ok(Some(ms)),
             None => Err(self.error(Some(name), "must be a number of milliseconds")),
         }
     }
@@ -412,8 +473,8 @@ impl<R: BufRead> TraceReader<R> {
 }
 
 impl<R: BufRead> TraceReader<R> {
-    /// The next row with its raw timestamp.
-    fn next_timestamped(&mut self) -> Option<Result<(f64, RequestSpec), TraceError>> {
+    /// The next row, with its timestamp and session fields.
+    pub fn next_row(&mut self) -> Option<Result<TraceRow, TraceError>> {
         loop {
             self.buf.clear();
             self.line_no += 1;
@@ -445,7 +506,7 @@ impl<R: BufRead> Iterator for TraceReader<R> {
     type Item = Result<RequestSpec, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.next_timestamped().map(|r| r.map(|(_, spec)| spec))
+        self.next_row().map(|r| r.map(|row| row.spec))
     }
 }
 
@@ -466,9 +527,10 @@ pub enum PassVerdict {
     /// Invalid: the error [`scan_scaled`] gives for this trace (the rows before it were valid,
     /// so a scan stops at the same row, or at the end for the time bound, with the same words).
     Invalid(TraceError),
-    /// Stopped short (a row out of time order, or one past the time bound: whether that is the
-    /// trace's error depends on rows not yet read), or not read to the end by its consumer:
-    /// only a [`scan_scaled`] can tell.
+    /// Stopped short (a row out of time order, one past the time bound: whether that is the
+    /// trace's error depends on rows not yet read; or a session's turn, which needs the whole
+    /// file to place), or not read to the end by its consumer: only a [`scan_scaled`] can
+    /// tell.
     Undecided,
 }
 
@@ -507,17 +569,21 @@ impl<R: BufRead> OnePass<R> {
 
     /// The next row to hand on, or the verdict that ends the pass.
     fn step(&mut self) -> Result<RequestSpec, PassVerdict> {
-        let Some(row) = self.reader.next_timestamped() else {
+        let Some(row) = self.reader.next_row() else {
             // The whole trace is read: the tally gives a scan's own answer.
             return match self.tally.finish(&self.reader, self.reader.speedup_ratio) {
                 Ok(_) => Err(PassVerdict::Valid),
                 Err(e) => Err(PassVerdict::Invalid(e)),
             };
         };
-        let (timestamp_ms, mut spec) = row.map_err(PassVerdict::Invalid)?;
+        let row = row.map_err(PassVerdict::Invalid)?;
         self.tally
-            .add(&self.reader, timestamp_ms, &spec)
+            .add(&self.reader, &row)
             .map_err(PassVerdict::Invalid)?;
+        if self.tally.sessions {
+            return Err(PassVerdict::Undecided);
+        }
+        let (timestamp_ms, mut spec) = (row.timestamp_ms.unwrap_or(0.0), row.spec);
         if self.order == RowOrder::Time {
             if self.tally.rows == 1 {
                 self.reader.origin_ms = timestamp_ms;
@@ -565,8 +631,9 @@ struct RawRow {
     policy_class: Field,
     priority: Field,
     strict_priority: Field,
-    /// Which of [`SESSION_FIELDS`] are present.
-    session: [bool; 3],
+    session_id: Field,
+    delay: Field,
+    delay_ms: Field,
 }
 
 /// One scalar field of a trace row.
@@ -649,10 +716,9 @@ impl<'de> Visitor<'de> for RowVisitor {
                 Key::PolicyClass => row.policy_class = map.next_value()?,
                 Key::Priority => row.priority = map.next_value()?,
                 Key::StrictPriority => row.strict_priority = map.next_value()?,
-                Key::Session(i) => {
-                    map.next_value::<IgnoredAny>()?;
-                    row.session[i] = true;
-                }
+                Key::SessionId => row.session_id = map.next_value()?,
+                Key::Delay => row.delay = map.next_value()?,
+                Key::DelayMs => row.delay_ms = map.next_value()?,
                 Key::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -699,8 +765,9 @@ enum Key {
     PolicyClass,
     Priority,
     StrictPriority,
-    /// Index into [`SESSION_FIELDS`].
-    Session(usize),
+    SessionId,
+    Delay,
+    DelayMs,
     Other,
 }
 
@@ -724,10 +791,10 @@ impl<'de> Deserialize<'de> for Key {
                     "policy_class" => Key::PolicyClass,
                     "priority" => Key::Priority,
                     "strict_priority" => Key::StrictPriority,
-                    _ => match SESSION_FIELDS.iter().position(|f| *f == name) {
-                        Some(i) => Key::Session(i),
-                        None => Key::Other,
-                    },
+                    "session_id" => Key::SessionId,
+                    "delay" => Key::Delay,
+                    "delay_ms" => Key::DelayMs,
+                    _ => Key::Other,
                 })
             }
         }
@@ -935,6 +1002,7 @@ mod tests {
             rows: 2,
             origin_ms: 1000.5,
             sorted: false,
+            sessions: false,
         };
         assert_eq!(summary, expected);
         let arrivals: Vec<u64> = TraceReader::new(text.as_bytes(), "t", 512)
@@ -1019,8 +1087,8 @@ mod tests {
         // Present with null still counts as present.
         let cases = [
             (
-                r#"{"session_id": null, "output_length": 1, "hash_ids": [1]}"#,
-                "`session_id`",
+                r#"{"session_id": null, "output_length": 1.5, "hash_ids": [1]}"#,
+                "`output_length`",
             ),
             (
                 r#"{"timestamp": null, "output_length": 1, "hash_ids": [1]}"#,
@@ -1138,7 +1206,15 @@ mod tests {
             ),
             (
                 r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "session_id": 1}"#,
-                "`session_id`: closed-loop sessions are not supported",
+                "`session_id`: must be a string",
+            ),
+            (
+                r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "delay": 1, "delay_ms": 2}"#,
+                "`delay_ms`: give `delay` or its alias `delay_ms`, not both",
+            ),
+            (
+                r#"{"input_length": 5, "output_length": 1, "hash_ids": [1], "delay": "x"}"#,
+                "`delay`: must be a number of milliseconds",
             ),
             (
                 r#"{"timestamp": "x", "input_length": 5, "output_length": 1, "hash_ids": [1]}"#,

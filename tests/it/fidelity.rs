@@ -100,6 +100,17 @@ fn mismatches(ours: &[Row], dynamo: &[Row]) -> Vec<String> {
                 ));
             }
         }
+        // Older fixtures predate the session columns.
+        for column in ["session_id", "turn_index"] {
+            if let Some(theirs) = d.get(column)
+                && o[column] != *theirs
+            {
+                out.push(format!(
+                    "row {}: {column} {} vs Dynamo {theirs}",
+                    o["row"], o[column]
+                ));
+            }
+        }
     }
     out
 }
@@ -284,4 +295,29 @@ fn profile_timing_prefix_sharing_matches_dynamo() {
 #[test]
 fn profile_timing_memory_pressure_with_extrapolation_matches_dynamo() {
     assert_matches_dynamo("profile-memory-pressure");
+}
+
+#[test]
+fn sessions_with_prefix_reuse_match_dynamo() {
+    assert_matches_dynamo("sessions-prefix-reuse");
+}
+
+#[test]
+fn sessions_with_policy_classes_under_drr_match_dynamo() {
+    assert_matches_dynamo("sessions-classes-drr");
+}
+
+#[test]
+fn sessions_in_a_closed_loop_match_dynamo() {
+    assert_matches_dynamo("sessions-closed-loop");
+}
+
+#[test]
+fn sessions_under_speedup_match_dynamo() {
+    assert_matches_dynamo("sessions-speedup");
+}
+
+#[test]
+fn sessions_mixed_with_plain_rows_match_dynamo() {
+    assert_matches_dynamo("sessions-mixed-plain");
 }

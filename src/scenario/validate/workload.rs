@@ -13,6 +13,7 @@ use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::sim::{ClosedLoop, WorkerPool};
 use crate::time::{SimDuration, SimTime};
+use crate::workload::session_trace::{SessionMode, read_sessions};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
     SharedPrefix, SynthWorkload,
@@ -102,15 +103,30 @@ fn trace_workload(
     let reader = bounds::open_regular(&path)
         .map(BufReader::new)
         .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
-    trace::scan_scaled(reader, &name, block_size, arrival_speedup_ratio).map_err(|e| {
-        ScenarioError {
-            file: e.source_name.clone(),
-            line: Some(e.line),
-            column: None,
-            field_path: e.field.clone().unwrap_or_default(),
-            message: e.message,
-        }
-    })?;
+    let trace_error = |e: trace::TraceError| ScenarioError {
+        file: e.source_name.clone(),
+        line: Some(e.line),
+        column: None,
+        field_path: e.field.clone().unwrap_or_default(),
+        message: e.message,
+    };
+    let summary = trace::scan_scaled(reader, &name, block_size, arrival_speedup_ratio)
+        .map_err(trace_error)?;
+    if summary.sessions {
+        // A session trace's own rules (grouping, think times, start times) are checked
+        // whole too, so that a bad one is refused before anything runs.
+        let mode = match raw.concurrency {
+            Some(_) => SessionMode::ClosedLoop,
+            None => SessionMode::Trace {
+                speedup_ratio: arrival_speedup_ratio,
+            },
+        };
+        let reader = bounds::open_regular(&path)
+            .map(BufReader::new)
+            .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
+        let reader = trace::TraceReader::new(reader, &name, block_size);
+        read_sessions(reader, mode).map_err(trace_error)?;
+    }
     Ok(Workload::Trace {
         path,
         block_size,

@@ -115,7 +115,9 @@ fn an_unsorted_trace_runs_again_in_time_order_and_a_closed_loop_stands() {
     let Ok(PassEnd::RunAgain(sorted)) = open.finish() else {
         panic!("an unsorted trace runs again");
     };
-    let order: Vec<(u64, u64)> = sorted.map(|r| (r.row, r.arrival.as_ns())).collect();
+    let order: Vec<(u64, u64)> = sorted
+        .map(|r| (r.spec.row, r.spec.arrival.as_ns()))
+        .collect();
     assert_eq!(order, [(1, 0), (0, 40_000_000)]);
     let mut closed = ReadAhead::start(&path, 512, 1.0, RowOrder::File, 16).unwrap();
     assert_eq!(
