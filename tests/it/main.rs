@@ -13,6 +13,7 @@ mod safety_bounds;
 mod safety_hang;
 mod safety_output;
 mod scenarios;
+mod sessions;
 mod shape;
 mod stability;
 mod support;

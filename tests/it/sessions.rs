@@ -1,0 +1,205 @@
+//! Multi-turn sessions as a user meets them: session traces through `replay` and a scenario's
+//! `workload: {trace}` in every replay mode, the `session_id`/`turn_index` columns, and bad
+//! session rows. Agreement with Dynamo itself is in fidelity.rs.
+
+use crate::support::run_in_dir;
+use std::fs;
+use std::path::Path;
+
+/// A session trace of the fidelity fixtures: 40 sessions and 30 plain rows, out of time order.
+fn session_trace() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fidelity/sessions-closed-loop/dynamo.trace.jsonl")
+}
+
+/// `requests.csv` as rows of the named columns.
+fn columns(out: &Path, names: &[&str]) -> Vec<Vec<String>> {
+    let mut reader = csv::Reader::from_path(out.join("requests.csv")).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let index: Vec<usize> = names
+        .iter()
+        .map(|n| headers.iter().position(|h| h == *n).unwrap())
+        .collect();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            index.iter().map(|&i| r[i].to_string()).collect()
+        })
+        .collect()
+}
+
+const TIMELINE: [&str; 8] = [
+    "row",
+    "arrival_ms",
+    "admit_ms",
+    "first_token_ms",
+    "completion_ms",
+    "status",
+    "session_id",
+    "turn_index",
+];
+
+fn ok(dir: &Path, args: &[&str]) {
+    let (code, stdout, stderr) = run_in_dir(dir, args);
+    assert_eq!(code, 0, "{args:?}\n{stdout}{stderr}");
+}
+
+#[test]
+fn a_session_trace_replays_the_same_through_a_scenario_in_every_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::copy(session_trace(), tmp.path().join("t.jsonl")).unwrap();
+    let modes: [(&str, &[&str]); 3] = [
+        ("", &[]),
+        ("  concurrency: 4\n", &["--replay-concurrency", "4"]),
+        (
+            "  arrival_speedup_ratio: 2\n",
+            &["--arrival-speedup-ratio", "2"],
+        ),
+    ];
+    for (i, (yaml_mode, flags)) in modes.into_iter().enumerate() {
+        let yaml = format!("name: s\nworkload:\n  trace: t.jsonl\n{yaml_mode}");
+        fs::write(tmp.path().join("s.yaml"), yaml).unwrap();
+        let (ran, replayed) = (format!("run{i}"), format!("replay{i}"));
+        ok(tmp.path(), &["run", "s.yaml", "--quiet", "--out", &ran]);
+        let replay = [
+            &[
+                "replay", "--trace", "t.jsonl", "--quiet", "--out", &replayed,
+            ],
+            flags,
+        ];
+        ok(tmp.path(), &replay.concat());
+        let ours = columns(&tmp.path().join(&ran), &TIMELINE);
+        assert_eq!(
+            ours,
+            columns(&tmp.path().join(&replayed), &TIMELINE),
+            "mode {i}"
+        );
+        let turns = ours.iter().filter(|r| !r[7].is_empty()).count();
+        assert!(
+            turns > 100,
+            "mode {i}: the sessions' turns are numbered ({turns})"
+        );
+    }
+}
+
+#[test]
+fn a_later_turn_arrives_its_delay_after_the_turn_before_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = [
+        r#"{"session_id": "a", "timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]}"#,
+        r#"{"timestamp": 5, "input_length": 64, "output_length": 2, "hash_ids": [9]}"#,
+        r#"{"session_id": "a", "delay": 100, "input_length": 1536, "output_length": 3, "hash_ids": [1, 2, 3]}"#,
+    ];
+    fs::write(tmp.path().join("t.jsonl"), trace.join("\n")).unwrap();
+    for (out, ratio) in [("o1", "1"), ("o2", "2")] {
+        let args = ["replay", "--trace", "t.jsonl", "--quiet", "--out", out];
+        ok(
+            tmp.path(),
+            &[&args[..], &["--arrival-speedup-ratio", ratio]].concat(),
+        );
+        let rows = columns(
+            &tmp.path().join(out),
+            &[
+                "row",
+                "arrival_ms",
+                "completion_ms",
+                "session_id",
+                "turn_index",
+                "reused_input_tokens",
+            ],
+        );
+        let ms = |s: &str| s.parse::<f64>().unwrap();
+        let delay_ms = 100.0 / ms(ratio);
+        let (first, plain, second) = (&rows[0], &rows[1], &rows[2]);
+        assert_eq!(first[3..5], ["a", "0"]);
+        assert_eq!(plain[3..5], ["", ""], "a plain row is no session's turn");
+        assert_eq!(second[3..5], ["a", "1"]);
+        assert!(
+            (ms(&second[1]) - ms(&first[2]) - delay_ms).abs() < 1e-6,
+            "{rows:?}"
+        );
+        assert_eq!(
+            second[5], "1024",
+            "the second turn reuses the first's two blocks"
+        );
+    }
+}
+
+#[test]
+fn bad_session_rows_are_exit_2_naming_the_file_line_and_field_and_write_nothing() {
+    let row = |fields: &str| {
+        format!(r#"{{{fields}, "input_length": 64, "output_length": 1, "hash_ids": [1]}}"#)
+    };
+    let cases = [
+        (
+            vec![row(r#""session_id": "a", "timestamp": 0, "delay": 5"#)],
+            (
+                "t.jsonl:1:",
+                "delay",
+                "trace line 1 sets delay on the first turn of session a",
+            ),
+        ),
+        (
+            vec![
+                row(r#""session_id": "a", "timestamp": 0"#),
+                row(r#""session_id": "a", "delay": -1"#),
+            ],
+            ("t.jsonl:2:", "delay", "trace line 2 has invalid delay -1"),
+        ),
+        (
+            vec![
+                row(r#""session_id": "a", "timestamp": 0"#),
+                row(r#""session_id": "a", "delay": 3, "timestamp": 9"#),
+            ],
+            (
+                "t.jsonl:2:",
+                "delay",
+                "a later turn of a session gives `delay` or `timestamp`, not both",
+            ),
+        ),
+        (
+            vec![row(r#""session_id": 7, "timestamp": 0"#)],
+            ("t.jsonl:1:", "session_id", ""),
+        ),
+        (
+            vec![
+                row(r#""session_id": "a", "timestamp": 0"#),
+                row(r#""session_id": "a", "delay": 1, "delay_ms": 1"#),
+            ],
+            (
+                "t.jsonl:2:",
+                "delay_ms",
+                "give `delay` or its alias `delay_ms`, not both",
+            ),
+        ),
+    ];
+    for (lines, expected) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("t.jsonl"), lines.join("\n")).unwrap();
+        fs::write(
+            tmp.path().join("s.yaml"),
+            "name: s\nworkload:\n  trace: t.jsonl\n",
+        )
+        .unwrap();
+        let commands: [&[&str]; 3] = [
+            &["replay", "--trace", "t.jsonl", "--quiet", "--out", "o"],
+            &["run", "s.yaml", "--quiet", "--out", "o"],
+            &["validate", "s.yaml"],
+        ];
+        for args in commands {
+            let (code, stdout, stderr) = run_in_dir(tmp.path(), args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+            let (at, field, message) = expected;
+            // `replay` says "t.jsonl:2: field `delay`: ...", a scenario "t.jsonl:2: delay: ...".
+            let located = [format!("{at} field `{field}`"), format!("{at} {field}:")];
+            assert!(
+                located.iter().any(|l| stderr.contains(l)),
+                "{args:?}: {stderr}"
+            );
+            assert!(stderr.contains(message), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+            assert!(!tmp.path().join("o").exists(), "{args:?}: nothing written");
+        }
+    }
+}
