@@ -20,7 +20,7 @@ use crate::workload::read_ahead;
 use crate::workload::session_trace::SessionMode;
 use crate::workload::synth::SynthWorkload;
 use crate::workload::trace::RowOrder;
-use crate::workload::{Arrival, RequestSpec, jitter_arrivals, jitter_session_starts};
+use crate::workload::{Arrival, jitter_arrivals};
 use rand::Rng;
 use std::fmt;
 use std::path::PathBuf;
@@ -179,12 +179,12 @@ impl RunSpec {
         let jitter = self.arrival_jitter_ns;
         let requests = match &self.source {
             RequestSource::Synthetic { workload, file } => {
-                let draw = || -> Result<Vec<RequestSpec>, RunError> {
+                let draw = || -> Result<Vec<Arrival>, RunError> {
                     Ok(workload
                         .generate(seed)
                         .map_err(|e| scenario::synth_error(file, &e))?
                         .into_iter()
-                        .map(|r| r.spec)
+                        .map(Arrival::from)
                         .collect())
                 };
                 match &self.request_cache {
@@ -204,20 +204,17 @@ impl RunSpec {
                     let mode = SessionMode::Trace {
                         speedup_ratio: ratio,
                     };
-                    let arrivals = read_ahead::session_arrivals(path, block_size, mode)
-                        .map_err(RunError::Input)?;
-                    let arrivals = jitter_session_starts(arrivals, seed, jitter);
-                    return Ok(Box::new(arrivals.into_iter()));
+                    read_ahead::session_arrivals(path, block_size, mode).map_err(RunError::Input)?
+                } else {
+                    read_ahead::in_time_order(path, block_size, ratio, &summary)
+                        .map_err(RunError::Input)?
+                        .map(Arrival::from)
+                        .collect()
                 }
-                read_ahead::in_time_order(path, block_size, ratio, &summary)
-                    .map_err(RunError::Input)?
-                    .collect()
             }
         };
         Ok(Box::new(
-            jitter_arrivals(requests, seed, jitter)
-                .into_iter()
-                .map(Arrival::from),
+            jitter_arrivals(requests, seed, jitter).into_iter(),
         ))
     }
 }

@@ -1,7 +1,7 @@
 //! Synthetic requests drawn once per (workload, seed) and shared by the runs that need them.
 
 use super::RunError;
-use crate::workload::RequestSpec;
+use crate::workload::Arrival;
 use crate::workload::synth::SynthWorkload;
 use std::sync::{Arc, Mutex};
 
@@ -13,7 +13,7 @@ pub struct RequestCache {
 }
 
 /// One draw: the workload it came from, the seed, the requests.
-type CachedDraw = (Arc<SynthWorkload>, u64, Arc<Vec<RequestSpec>>);
+type CachedDraw = (Arc<SynthWorkload>, u64, Arc<Vec<Arrival>>);
 
 impl RequestCache {
     /// Draws kept at most; the oldest goes first (a search's probes move on).
@@ -24,8 +24,8 @@ impl RequestCache {
         &self,
         workload: &Arc<SynthWorkload>,
         seed: u64,
-        draw: impl FnOnce() -> Result<Vec<RequestSpec>, RunError>,
-    ) -> Result<Arc<Vec<RequestSpec>>, RunError> {
+        draw: impl FnOnce() -> Result<Vec<Arrival>, RunError>,
+    ) -> Result<Arc<Vec<Arrival>>, RunError> {
         if let Some(hit) = self.find(workload, seed) {
             return Ok(hit);
         }
@@ -39,7 +39,7 @@ impl RequestCache {
         Ok(drawn)
     }
 
-    fn find(&self, workload: &Arc<SynthWorkload>, seed: u64) -> Option<Arc<Vec<RequestSpec>>> {
+    fn find(&self, workload: &Arc<SynthWorkload>, seed: u64) -> Option<Arc<Vec<Arrival>>> {
         self.lock()
             .iter()
             .find(|(w, s, _)| *s == seed && **w == **workload)

@@ -6,6 +6,7 @@ use crate::mocker::EngineArgs;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::DEFAULT_TICK_INTERVAL;
 use crate::sim::{RouterMode, WorkerPool};
+use crate::workload::RequestSpec;
 use crate::workload::read_ahead::tests::{same_length_rows, sorted_trace};
 use crate::workload::trace::{self, TraceReader};
 

@@ -315,6 +315,21 @@ pub struct RawGroup {
     pub strict_priority: u32,
     /// Pin every request to one worker rank (not yet passed to the simulator).
     pub pinned_worker: Option<RawPin>,
+    /// Draw multi-turn sessions instead of independent requests.
+    pub sessions: Option<RawSessions>,
+}
+
+/// `sessions: {turns, think_time_ms, new_input_tokens}`: each a length (a number or a
+/// distribution).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    /// Turns per session.
+    pub turns: RawLength,
+    /// From a turn's end to the next turn's arrival, in ms (default 0).
+    pub think_time_ms: Option<RawLength>,
+    /// Tokens each later turn adds after the previous prompt and output.
+    pub new_input_tokens: RawLength,
 }
 
 /// A length: a plain integer, or `{dist: ..., mean, std_dev, min, max}`.

@@ -17,23 +17,23 @@ impl Scenario {
     /// With `delays.arrival_jitter_ns` each arrival is delayed by a seeded draw.
     /// A test view: runs get their requests from `pipeline::RunSpec`, the one pipeline.
     pub fn requests(&self, seed: u64) -> Result<Vec<RequestSpec>, ScenarioError> {
-        let requests = match &self.workload {
+        let requests: Vec<crate::workload::Arrival> = match &self.workload {
             Workload::Synthetic(_) => self
                 .synth_requests(seed)?
                 .into_iter()
-                .map(|r| r.spec)
+                .map(|r| r.spec.into())
                 .collect(),
             Workload::Trace {
                 path,
                 block_size,
                 arrival_speedup_ratio,
-            } => read_trace(path, *block_size, *arrival_speedup_ratio)?,
+            } => read_trace(path, *block_size, *arrival_speedup_ratio)?
+                .into_iter()
+                .map(Into::into)
+                .collect(),
         };
-        Ok(crate::workload::jitter_arrivals(
-            requests,
-            seed,
-            self.arrival_jitter_ns,
-        ))
+        let jittered = crate::workload::jitter_arrivals(requests, seed, self.arrival_jitter_ns);
+        Ok(jittered.into_iter().map(|a| a.spec).collect())
     }
 
     /// The synthetic requests with their pinned workers (empty for a trace workload).

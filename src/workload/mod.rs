@@ -192,28 +192,10 @@ impl UniformBlockHashes {
 /// Delays each request by a uniform draw from `0..=jitter_ns` ns (stream
 /// `sweep/arrival-jitter` of `seed`, one draw per request in the given order), then sorts by
 /// (arrival, row). Requests a burst releases a few ns apart thereby arrive in a seed-dependent
-/// order; with `jitter_ns` 0 the requests are returned unchanged.
-pub fn jitter_arrivals(
-    mut requests: Vec<RequestSpec>,
-    seed: u64,
-    jitter_ns: u64,
-) -> Vec<RequestSpec> {
-    if jitter_ns == 0 {
-        return requests;
-    }
-    delay_each(requests.iter_mut().map(|r| &mut r.arrival), seed, jitter_ns);
-    requests.sort_by_key(|r| (r.arrival, r.row));
-    requests
-}
-
-/// [`jitter_arrivals`] for a session trace's arrivals: only the sessions' first turns move
-/// (a later turn arrives a think time after the turn before it ends, whenever that is);
-/// sessions starting together keep their order of first appearance.
-pub fn jitter_session_starts(
-    mut arrivals: Vec<Arrival>,
-    seed: u64,
-    jitter_ns: u64,
-) -> Vec<Arrival> {
+/// order; with `jitter_ns` 0 the requests are returned unchanged. Only a session's first turn
+/// moves: a later turn arrives a think time after the turn before it ends, whenever that is
+/// (its rows follow its first's, so sessions starting together keep their order).
+pub fn jitter_arrivals(mut arrivals: Vec<Arrival>, seed: u64, jitter_ns: u64) -> Vec<Arrival> {
     if jitter_ns == 0 {
         return arrivals;
     }
@@ -222,7 +204,7 @@ pub fn jitter_session_starts(
         seed,
         jitter_ns,
     );
-    arrivals.sort_by_key(|a| (a.spec.arrival, a.session.as_ref().map(|s| s.index)));
+    arrivals.sort_by_key(|a| (a.spec.arrival, a.spec.row));
     arrivals
 }
 
@@ -333,14 +315,21 @@ mod tests {
     }
 
     /// `count` requests released 1 ns apart, in row order.
-    fn burst(count: u64) -> Vec<RequestSpec> {
+    fn burst(count: u64) -> Vec<Arrival> {
         (0..count)
-            .map(|row| RequestSpec {
-                row,
-                arrival: SimTime::from_ns(row),
-                ..spec(vec![row], 8)
+            .map(|row| {
+                Arrival::from(RequestSpec {
+                    row,
+                    arrival: SimTime::from_ns(row),
+                    ..spec(vec![row], 8)
+                })
             })
             .collect()
+    }
+
+    fn jittered(count: u64, seed: u64, jitter_ns: u64) -> Vec<RequestSpec> {
+        let arrivals = jitter_arrivals(burst(count), seed, jitter_ns);
+        arrivals.into_iter().map(|a| a.spec).collect()
     }
 
     fn rows(requests: &[RequestSpec]) -> Vec<u64> {
@@ -349,14 +338,15 @@ mod tests {
 
     #[test]
     fn no_jitter_changes_nothing() {
-        assert_eq!(jitter_arrivals(burst(50), 3, 0), burst(50));
+        let unmoved: Vec<RequestSpec> = burst(50).into_iter().map(|a| a.spec).collect();
+        assert_eq!(jittered(50, 3, 0), unmoved);
     }
 
     #[test]
     fn jitter_reorders_a_burst_by_seed_within_its_bound() {
-        let a = jitter_arrivals(burst(50), 1, 1_000);
-        let b = jitter_arrivals(burst(50), 2, 1_000);
-        assert_eq!(a, jitter_arrivals(burst(50), 1, 1_000), "reproducible");
+        let a = jittered(50, 1, 1_000);
+        let b = jittered(50, 2, 1_000);
+        assert_eq!(a, jittered(50, 1, 1_000), "reproducible");
         assert_ne!(rows(&a), rows(&b), "seed-dependent order");
         assert_ne!(rows(&a), (0..50).collect::<Vec<_>>(), "reordered");
         for r in &a {

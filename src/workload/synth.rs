@@ -16,10 +16,14 @@ use crate::bounds::{MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS};
 use crate::rng;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
+use crate::workload::session::SessionTurn;
 use crate::workload::{PromptSpec, RequestSpec};
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, Gamma, LogNormal, Normal};
 use std::fmt;
+
+mod sessions;
+pub use sessions::{SESSION_TURNS, SessionShape, THINK_TIME_MS};
 
 /// The first hash id handed out (small ids are left free for hand-written traces).
 pub const FIRST_HASH_ID: u64 = 1_000;
@@ -108,6 +112,9 @@ pub struct RequestGroup {
     pub strict_priority: u32,
     /// A worker rank every request of the group is pinned to.
     pub pinned_worker: Option<WorkerWithDpRank>,
+    /// Draw sessions instead of independent requests: `count` (and the arrivals) are then
+    /// the sessions', each a chain of turns.
+    pub sessions: Option<SessionShape>,
 }
 
 /// A token length: a distribution, rounded to an integer and clamped to `[min, max]`.
@@ -227,6 +234,18 @@ pub struct SynthRequest {
     pub spec: RequestSpec,
     /// The rank it must run on, if pinned.
     pub pinned_worker: Option<WorkerWithDpRank>,
+    /// A session's first turn: the session, with its later turns.
+    pub session: Option<Box<SessionTurn>>,
+}
+
+impl From<SynthRequest> for crate::workload::Arrival {
+    fn from(request: SynthRequest) -> Self {
+        crate::workload::Arrival {
+            spec: request.spec,
+            hashes: None,
+            session: request.session,
+        }
+    }
 }
 
 /// A workload value that cannot be generated. `group` is empty for workload-wide problems;
@@ -327,7 +346,7 @@ impl SynthWorkload {
     }
 
     /// The workload's requests sorted by arrival (ties in creation order), `row` numbered
-    /// from 0 in that order. Creation order: the burst in its [`BurstOrder`], then the timed
+    /// from 0 in that order (a session's later turns take the rows after its first). Creation order: the burst in its [`BurstOrder`], then the timed
     /// groups in declaration order. Errors only if the workload needs more hash ids than a
     /// `u32` token can tell apart, or does not [`validate`](Self::validate).
     pub fn generate(&self, seed: u64) -> Result<Vec<SynthRequest>, SynthError> {
@@ -356,14 +375,9 @@ impl SynthWorkload {
             }
         }
         keyed.sort_by_key(|(arrival, creation, _)| (*arrival, *creation));
-        Ok(keyed
-            .into_iter()
-            .enumerate()
-            .map(|(row, (_, _, mut request))| {
-                request.spec.row = row as u64;
-                request
-            })
-            .collect())
+        let mut requests: Vec<SynthRequest> = keyed.into_iter().map(|(_, _, r)| r).collect();
+        sessions::number_rows(&mut requests);
+        Ok(requests)
     }
 
     /// (group index, index in group) of every burst request, in creation order.
@@ -410,6 +424,14 @@ fn burst_arrival(burst: &Burst, creation: u64) -> SimTime {
         .expect("burst span validated")
 }
 
+/// `must be positive` (a floor of 1), or `must be at least N`.
+fn must_be_at_least(floor: u64) -> String {
+    match floor {
+        1 => "must be positive".to_string(),
+        floor => format!("must be at least {floor}"),
+    }
+}
+
 /// `the latest time routersim simulates (4611686018427 ms)`, for messages.
 fn latest_time() -> String {
     format!(
@@ -431,6 +453,8 @@ fn poisson_horizon_ns(count: u64, rate_per_s: f64) -> f64 {
 struct HashIdCounter {
     next: u64,
     prompt_blocks: u64,
+    /// Prompts counted so far: the workload's requests.
+    prompts: u64,
 }
 
 impl HashIdCounter {
@@ -438,11 +462,13 @@ impl HashIdCounter {
         HashIdCounter {
             next: FIRST_HASH_ID,
             prompt_blocks: 0,
+            prompts: 0,
         }
     }
 
     /// Counts a prompt of `blocks` blocks against [`MAX_PROMPT_BLOCKS`].
     fn count_prompt(&mut self, blocks: u64, group: &RequestGroup) -> Result<(), SynthError> {
+        self.prompts += 1;
         self.prompt_blocks = self.prompt_blocks.saturating_add(blocks);
         match self.prompt_blocks <= MAX_PROMPT_BLOCKS {
             true => Ok(()),
@@ -498,7 +524,10 @@ impl RequestGroup {
         if !self.priority.is_finite() {
             return Err(group_error(self, "priority", "must be a finite number"));
         }
-        Ok(())
+        match &self.sessions {
+            Some(shape) => shape.validate(self),
+            None => Ok(()),
+        }
     }
 
     fn validate_arrival(&self) -> Result<(), SynthError> {
@@ -596,6 +625,10 @@ impl RequestGroup {
                 .collect::<Result<_, _>>()?,
             _ => Vec::new(),
         };
+        let mut later_turns = self
+            .sessions
+            .as_ref()
+            .map(|shape| (shape, sessions::LaterTurnDraws::new(self, shape, seed)));
         let mut out = Vec::with_capacity(self.count as usize);
         for (k, arrival) in arrivals.into_iter().enumerate() {
             let input_tokens = self.input_tokens.draw(&input, &mut input_rng);
@@ -612,7 +645,7 @@ impl RequestGroup {
             };
             let fresh = blocks - hash_ids.len() as u64;
             hash_ids.extend(ids.take(fresh, self)?);
-            out.push(SynthRequest {
+            let mut request = SynthRequest {
                 spec: RequestSpec {
                     row: 0,
                     arrival,
@@ -628,7 +661,14 @@ impl RequestGroup {
                     pinned_worker: self.pinned_worker,
                 },
                 pinned_worker: self.pinned_worker,
-            });
+                session: None,
+            };
+            if let Some((shape, draws)) = &mut later_turns {
+                let draw_output = || self.output_tokens.draw(&output, &mut output_rng);
+                let later = draws.later_turns(self, shape, &request, ids, draw_output)?;
+                request.session = Some(sessions::unnumbered(later));
+            }
+            out.push(request);
         }
         Ok(out)
     }
@@ -815,9 +855,36 @@ enum Sampler {
     Exponential(Exp<f64>),
 }
 
+/// What a length may be: its smallest value, its largest, and its unit (for messages).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LengthBounds {
+    /// The smallest value a draw (and `min`) may have.
+    pub floor: u64,
+    /// The largest value a draw (and `max`, a mean, a `std_dev`) may have.
+    pub ceiling: u64,
+    /// What the value counts: `tokens`, `turns`, `ms`.
+    pub unit: &'static str,
+}
+
+/// Prompt and output lengths: 1 to [`MAX_TOKENS`] tokens.
+pub const TOKEN_LENGTHS: LengthBounds = LengthBounds {
+    floor: 1,
+    ceiling: MAX_TOKENS,
+    unit: "tokens",
+};
+
 impl Lengths {
     fn validate(&self, group: &RequestGroup, field: &str) -> Result<(), SynthError> {
-        self.check().map_err(|(sub, message)| {
+        self.validate_within(group, field, TOKEN_LENGTHS)
+    }
+
+    fn validate_within(
+        &self,
+        group: &RequestGroup,
+        field: &str,
+        bounds: LengthBounds,
+    ) -> Result<(), SynthError> {
+        self.check(bounds).map_err(|(sub, message)| {
             let path = match sub {
                 "" => field.to_string(),
                 sub => format!("{field}.{sub}"),
@@ -827,15 +894,22 @@ impl Lengths {
     }
 
     /// Every parameter in range, and the sampler they make can be built: (sub-field, what is
-    /// wrong) otherwise. Lengths draw as integers in `[min, max]`, `1 <= min <= max <=`
-    /// [`MAX_TOKENS`]; a mean is at least 1 and at most `MAX_TOKENS` and a `std_dev` at most
-    /// `MAX_TOKENS`, which keeps every derived parameter (e.g. lognormal's sigma) finite.
-    fn check(&self) -> Result<(), (&'static str, String)> {
-        let bound = MAX_TOKENS as f64;
+    /// wrong) otherwise. Lengths draw as integers in `[min, max]`, `floor <= min <= max <=
+    /// ceiling`; a mean is at least 1 and at most the ceiling and a `std_dev` at most the
+    /// ceiling, which keeps every derived parameter (e.g. lognormal's sigma) finite.
+    fn check(&self, bounds: LengthBounds) -> Result<(), (&'static str, String)> {
+        let LengthBounds {
+            floor,
+            ceiling,
+            unit,
+        } = bounds;
+        let bound = ceiling as f64;
         match self.dist {
-            LengthDist::Fixed(0) => return Err(("", "must be positive".into())),
-            LengthDist::Fixed(tokens) if tokens > MAX_TOKENS => {
-                return Err(("", format!("{tokens} is more than {MAX_TOKENS} tokens")));
+            LengthDist::Fixed(value) if value < floor => {
+                return Err(("", must_be_at_least(floor)));
+            }
+            LengthDist::Fixed(value) if value > ceiling => {
+                return Err(("", format!("{value} is more than {ceiling} {unit}")));
             }
             LengthDist::Normal { mean, .. }
             | LengthDist::LogNormal { mean, .. }
@@ -844,7 +918,7 @@ impl Lengths {
             {
                 return Err((
                     "mean",
-                    format!("must be a number from 1 to {MAX_TOKENS} tokens, got {mean:?}"),
+                    format!("must be a number from 1 to {ceiling} {unit}, got {mean:?}"),
                 ));
             }
             LengthDist::Normal { std_dev, .. } | LengthDist::LogNormal { std_dev, .. }
@@ -852,19 +926,16 @@ impl Lengths {
             {
                 return Err((
                     "std_dev",
-                    format!("must be a number from 0 to {MAX_TOKENS} tokens, got {std_dev:?}"),
+                    format!("must be a number from 0 to {ceiling} {unit}, got {std_dev:?}"),
                 ));
             }
             _ => {}
         }
-        if self.min == 0 {
-            return Err(("min", "must be positive".into()));
+        if self.min < floor {
+            return Err(("min", must_be_at_least(floor)));
         }
-        if self.max > MAX_TOKENS {
-            return Err((
-                "max",
-                format!("{} is more than {MAX_TOKENS} tokens", self.max),
-            ));
+        if self.max > ceiling {
+            return Err(("max", format!("{} is more than {ceiling} {unit}", self.max)));
         }
         if self.min > self.max {
             return Err(("max", "must be >= min".into()));
@@ -985,6 +1056,7 @@ mod tests {
             priority: 0.0,
             strict_priority: 0,
             pinned_worker: None,
+            sessions: None,
         }
     }
 

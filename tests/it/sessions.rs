@@ -203,3 +203,115 @@ fn bad_session_rows_are_exit_2_naming_the_file_line_and_field_and_write_nothing(
         }
     }
 }
+
+/// Runs scenario `yaml` in a fresh directory; returns it with the output in `o`.
+fn run_scenario(yaml: &str, extra: &[&str]) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("s.yaml"), yaml).unwrap();
+    ok(
+        tmp.path(),
+        &[&["run", "s.yaml", "--quiet", "--out", "o"], extra].concat(),
+    );
+    tmp
+}
+
+/// (arrival_ms, completion_ms, session_id, turn_index, reused_input_tokens) per row.
+fn turns(out: &Path) -> Vec<(f64, f64, String, String, u64)> {
+    let names = [
+        "arrival_ms",
+        "completion_ms",
+        "session_id",
+        "turn_index",
+        "reused_input_tokens",
+    ];
+    columns(out, &names)
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].parse().unwrap(),
+                r[1].parse().unwrap(),
+                r[2].clone(),
+                r[3].clone(),
+                r[4].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+const CHAT: &str = "name: chat
+workers: {count: 1}
+workload:
+  groups:
+    - name: chat
+      count: 4
+      input_tokens: 600
+      output_tokens: 20
+      arrival: {interval: {every_ms: 50}}
+      sessions: {turns: 3, think_time_ms: 200, new_input_tokens: 100}
+";
+
+#[test]
+fn a_synthetic_turn_arrives_its_think_time_after_the_turn_before_and_reuses_the_conversation() {
+    for jitter in ["0", "5000"] {
+        let set = format!("delays.arrival_jitter_ns={jitter}");
+        let tmp = run_scenario(CHAT, &["--set", &set]);
+        let rows = turns(&tmp.path().join("o"));
+        assert_eq!(rows.len(), 12, "4 sessions of 3 turns");
+        for pair in rows.windows(2) {
+            let (before, turn) = (&pair[0], &pair[1]);
+            if turn.3 == "0" {
+                continue;
+            }
+            assert_eq!(turn.2, before.2, "a session's turns take consecutive rows");
+            assert!(
+                (turn.0 - before.1 - 200.0).abs() < 1e-6,
+                "jitter {jitter}: {pair:?}"
+            );
+            // 600 + 20 + 100 = 720 tokens: turn 1 reuses turn 0's nine full 64-token blocks.
+            let expected = if turn.3 == "1" { 576 } else { 704 };
+            assert_eq!(turn.4, expected, "{turn:?}");
+        }
+        let ids: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+        assert_eq!(
+            ids[..4],
+            ["session_0", "session_0", "session_0", "session_1"]
+        );
+    }
+}
+
+#[test]
+fn a_synthetic_session_holds_its_closed_loop_slot_through_its_think_times() {
+    let yaml =
+        CHAT.replace("      arrival: {interval: {every_ms: 50}}\n", "") + "  concurrency: 1\n";
+    let rows = turns(&run_scenario(&yaml, &[]).path().join("o"));
+    for pair in rows.windows(2) {
+        let (before, next) = (&pair[0], &pair[1]);
+        let gap_ms = next.0 - before.1;
+        let expected_ms = if next.3 == "0" { 0.0 } else { 200.0 };
+        assert!((gap_ms - expected_ms).abs() < 1e-6, "{pair:?}");
+    }
+}
+
+#[test]
+fn sessions_that_start_inside_the_duration_run_all_their_turns() {
+    let yaml = "name: drain
+workers: {count: 1}
+workload:
+  rate_per_s: 4
+  duration_s: 3
+  groups:
+    - {name: chat, share: 1, input_tokens: 300, output_tokens: 10, sessions: {turns: 4, think_time_ms: 1500, new_input_tokens: 40}}
+";
+    let rows = turns(&run_scenario(yaml, &[]).path().join("o"));
+    let starts = rows.iter().filter(|r| r.3 == "0");
+    assert!(starts.clone().all(|r| r.0 < 3000.0));
+    assert_eq!(
+        rows.len(),
+        4 * starts.count(),
+        "every session runs its four turns"
+    );
+    assert!(
+        rows.iter().any(|r| r.0 > 3000.0),
+        "later turns arrive after the window"
+    );
+}

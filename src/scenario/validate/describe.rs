@@ -106,18 +106,26 @@ fn describe_workload(workload: &Workload) -> String {
         }
         Workload::Synthetic(synth) => synth,
     };
-    let total: u64 = synth.groups.iter().map(|g| g.count).sum();
+    let count = |sessions: bool| -> u64 {
+        let groups = synth.groups.iter();
+        groups
+            .filter(|g| g.sessions.is_some() == sessions)
+            .map(|g| g.count)
+            .sum()
+    };
     let timed = synth
         .groups
         .iter()
         .any(|g| matches!(g.arrival, Arrival::Timed { .. }));
     // A rate-and-time group's count follows from its draws: only its expectation is known.
-    let total = match timed {
-        true => format!("about {total}"),
-        false => total.to_string(),
+    let about = if timed { "about " } else { "" };
+    let total = match (count(false), count(true)) {
+        (requests, 0) => format!("{about}{requests} requests"),
+        (0, sessions) => format!("{about}{sessions} sessions"),
+        (requests, sessions) => format!("{about}{requests} requests and {sessions} sessions"),
     };
     let mut out = format!(
-        "workload: {} groups, {} requests; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
+        "workload: {} groups, {}; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
         synth.groups.len(),
         total,
         synth.burst.at,
@@ -127,12 +135,19 @@ fn describe_workload(workload: &Workload) -> String {
     );
     for g in &synth.groups {
         out.push_str(&format!(
-            "  {}: class {}, {} requests, input tokens {}, output tokens {}, arrival {}, {}\n",
+            "  {}: class {}, {} {}, input tokens {}, output tokens {}, arrival {}, {}\n",
             g.name,
             g.class.as_deref().unwrap_or("-"),
             match g.arrival {
                 Arrival::Timed { .. } => format!("about {}", g.count),
                 _ => g.count.to_string(),
+            },
+            match &g.sessions {
+                None => "requests".to_string(),
+                Some(s) => format!(
+                    "sessions of {} turns (think time {} ms, new input tokens {})",
+                    s.turns, s.think_time_ms, s.new_input_tokens
+                ),
             },
             g.input_tokens,
             g.output_tokens,

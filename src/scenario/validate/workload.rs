@@ -6,7 +6,7 @@ use crate::bounds::{self, MAX_REQUESTS};
 use crate::scenario::bounds_check;
 use crate::scenario::raw::{
     RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawPin, RawProcess,
-    RawWorkload,
+    RawSessions, RawWorkload,
 };
 use crate::scenario::{ScenarioError, Workload};
 use crate::scheduling::policy::PolicyProfile;
@@ -15,8 +15,8 @@ use crate::sim::{ClosedLoop, WorkerPool};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::session_trace::{SessionMode, read_sessions};
 use crate::workload::synth::{
-    Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthDist, Lengths, Process, RequestGroup,
-    SharedPrefix, SynthWorkload,
+    Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthBounds, LengthDist, Lengths, Process,
+    RequestGroup, SESSION_TURNS, SessionShape, SharedPrefix, SynthWorkload, THINK_TIME_MS,
 };
 use crate::workload::trace;
 use std::io::BufReader;
@@ -408,6 +408,39 @@ fn group_of(
         priority: raw.priority,
         strict_priority: raw.strict_priority,
         pinned_worker,
+        sessions: match &raw.sessions {
+            None => None,
+            Some(sessions) => Some(session_shape(source, &path("sessions"), sessions)?),
+        },
+    })
+}
+
+/// A group's `sessions:`; a distribution's clamps default to what each field may be.
+fn session_shape(
+    source: &Source,
+    path: &str,
+    raw: &RawSessions,
+) -> Result<SessionShape, ScenarioError> {
+    let within = |field: &str, raw: &RawLength, bounds: LengthBounds| {
+        lengths_within(
+            source,
+            &format!("{path}.{field}"),
+            raw,
+            bounds.floor,
+            bounds.ceiling,
+        )
+    };
+    Ok(SessionShape {
+        turns: within("turns", &raw.turns, SESSION_TURNS)?,
+        think_time_ms: match &raw.think_time_ms {
+            Some(think) => within("think_time_ms", think, THINK_TIME_MS)?,
+            None => Lengths::fixed(0),
+        },
+        new_input_tokens: lengths(
+            source,
+            &format!("{path}.new_input_tokens"),
+            &raw.new_input_tokens,
+        )?,
     })
 }
 
@@ -468,6 +501,17 @@ fn known_class_names(profile: &PolicyProfile) -> Vec<String> {
 }
 
 fn lengths(source: &Source, path: &str, raw: &RawLength) -> Result<Lengths, ScenarioError> {
+    lengths_within(source, path, raw, 1, DEFAULT_MAX_TOKENS)
+}
+
+/// A length whose distribution is clamped to `[min, max]` unless it says otherwise.
+fn lengths_within(
+    source: &Source,
+    path: &str,
+    raw: &RawLength,
+    min: u64,
+    max: u64,
+) -> Result<Lengths, ScenarioError> {
     let dist = match raw {
         RawLength::Fixed(tokens) => return Ok(Lengths::fixed(*tokens)),
         RawLength::Dist(dist) => dist,
@@ -497,8 +541,8 @@ fn lengths(source: &Source, path: &str, raw: &RawLength) -> Result<Lengths, Scen
     };
     Ok(Lengths {
         dist: kind,
-        min: dist.min.unwrap_or(1),
-        max: dist.max.unwrap_or(DEFAULT_MAX_TOKENS),
+        min: dist.min.unwrap_or(min),
+        max: dist.max.unwrap_or(max),
     })
 }
 
