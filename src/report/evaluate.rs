@@ -7,6 +7,7 @@
 
 use super::expect::{Bound, Expectation, Figure};
 use super::metrics::RunMetrics;
+use super::sessions::SessionCounts;
 use super::slo::LatencyBounds;
 use crate::sim::EndStatus;
 use std::collections::BTreeMap;
@@ -222,6 +223,16 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
         Figure::Migrations { class: c } => {
             let c = c.as_deref().map(|c| class(m, c)).transpose()?;
             Ok(c.map_or(m.migrations, |c| m.classes[c].migrations) as f64)
+        }
+        Figure::CacheHit { class: c } => {
+            let c = c.as_deref().map(|c| class(m, c)).transpose()?;
+            let counts = match c {
+                Some(c) => m.classes[c].sessions,
+                None => SessionCounts::sum(m.classes.iter().map(|c| &c.sessions)),
+            };
+            counts
+                .cache_hit()
+                .ok_or_else(|| "no completed request with input tokens".to_string())
         }
     }
 }
@@ -467,6 +478,35 @@ mod tests {
             format_outcome(&outcomes[4]),
             "FAIL  total throughput_rps = 1000  (at least 1001)"
         );
+    }
+
+    #[test]
+    fn cache_hit_is_measured_per_class_and_over_all() {
+        let records: Vec<_> = (0..4u64)
+            .map(|row| {
+                let mut r = done(row, (row % 2) as usize, DispatchPath::Immediate, [0, 0, 1]);
+                r.reused_input_tokens = 25 * row;
+                r
+            })
+            .collect();
+        let run = RunMetrics::compute(&result_of(&["premium", "regular"], records), &[1, 1]);
+        let outcomes = evaluate(
+            &parse(
+                "
+- {cache_hit: {class: premium}, at_least: 0.25}
+- {cache_hit: {class: regular}, at_least: 0.6}
+- {cache_hit: {}, within: [0.375, 0.375]}
+",
+            ),
+            &run,
+            &BTreeMap::new(),
+            RUN,
+        );
+        let values: Vec<_> = outcomes.iter().map(|o| o.measured).collect();
+        // premium reused 0 + 50 of 200 tokens, regular 25 + 75: 150 of 400 in all.
+        assert_eq!(values, [Some(0.25), Some(0.5), Some(0.375)]);
+        let passed: Vec<_> = outcomes.iter().map(|o| o.passed).collect();
+        assert_eq!(passed, [true, false, true]);
     }
 
     #[test]

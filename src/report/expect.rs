@@ -21,6 +21,8 @@
 //!   - {count_status: {class: premium, status: aborted}, at_most: 0}
 //!   - {count_status: {status: cancelled}, within: [10, 40]}
 //!   - {migrations: {class: premium}, at_most: 50}
+//!   - {latency: {class: chat, metric: followup_ttft_ms_p99}, at_most: 500}
+//!   - {cache_hit: {class: chat}, at_least: 0.6}
 //! ```
 //!
 //! `minus: OTHER.yaml` compares with the same figure measured on a companion scenario (a path
@@ -29,7 +31,8 @@
 //! [`Expectation::parse`] is the only way to build an [`Expectation`], so every value of that
 //! type holds these rules: classes exist, counts start at 1, `growth` has `from < to`, the
 //! latency metric is known, bounds are finite with `lo <= hi`, `tolerance` (>= 0) goes with
-//! `token_share` only, a `prefix_share` bound lies in [0, 1] ([-1, 1] with `minus`), an
+//! `token_share` only, a `prefix_share` or `cache_hit` bound lies in [0, 1] ([-1, 1] with
+//! `minus`), an
 //! `attainment` has a positive `ttft_ms` and/or `e2e_ms` and an `at_least` or `within` bound
 //! in [0, 1], a throughput metric is known, `stable` is `true` with no bound or `minus`, and a
 //! `count_status` status is one of completed, rejected, cancelled or aborted.
@@ -73,6 +76,8 @@ pub struct RawExpectation {
     pub count_status: Option<CountStatusFigure>,
     /// Migrations off lost workers, summed over `class`'s requests (all classes without one).
     pub migrations: Option<MigrationsFigure>,
+    /// Reused over input tokens of `class`'s completed requests (all classes without one).
+    pub cache_hit: Option<MigrationsFigure>,
     /// A companion scenario whose same figure is subtracted from this one's.
     pub minus: Option<String>,
     /// Inclusive range `[lo, hi]`.
@@ -160,7 +165,7 @@ pub struct CountStatusFigure {
     pub status: String,
 }
 
-/// `{class}`: no `class` (`migrations: {}`) means every class together.
+/// `{class}`: no `class` (`migrations: {}`, `cache_hit: {}`) means every class together.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MigrationsFigure {
@@ -230,6 +235,9 @@ pub enum Figure {
     },
     /// Migrations of `class`'s requests (every class for `None`), summed.
     Migrations { class: Option<String> },
+    /// The prefix-cache hit rate of `class`'s completed requests (every class for `None`):
+    /// reused over input tokens.
+    CacheHit { class: Option<String> },
 }
 
 /// The range a figure must fall in; every value is finite.
@@ -292,7 +300,7 @@ fn invalid(field: &str, message: impl Into<String>) -> ExpectationError {
 
 /// The figure keys, in the order errors list them.
 const FIGURE_KEYS: &str = "prefix_count, prefix_share, remaining_when_done, count_at, growth, \
-     latency, token_share, attainment, throughput, stable, count_status or migrations";
+     latency, token_share, attainment, throughput, stable, count_status, migrations or cache_hit";
 
 impl Expectation {
     /// Parses one `expect:` entry and checks it against the scenario's class names: the one
@@ -365,6 +373,7 @@ enum RawFigure<'a> {
     Stable(bool),
     CountStatus(&'a CountStatusFigure),
     Migrations(&'a MigrationsFigure),
+    CacheHit(&'a MigrationsFigure),
 }
 
 impl RawExpectation {
@@ -397,6 +406,7 @@ impl RawExpectation {
                 self.count_status.as_ref().map(F::CountStatus),
             ),
             ("migrations", self.migrations.as_ref().map(F::Migrations)),
+            ("cache_hit", self.cache_hit.as_ref().map(F::CacheHit)),
         ];
         let set = figures.into_iter().filter_map(|(key, f)| Some((key, f?)));
         set.collect()
@@ -495,6 +505,9 @@ fn parse_figure(raw: RawFigure, class_names: &[String]) -> Result<Figure, Expect
         RawFigure::CountStatus(f) => parse_count_status(f, class_names),
         RawFigure::Migrations(f) => Ok(Figure::Migrations {
             class: optional_class("migrations.class", f.class.as_deref(), class_names)?,
+        }),
+        RawFigure::CacheHit(f) => Ok(Figure::CacheHit {
+            class: optional_class("cache_hit.class", f.class.as_deref(), class_names)?,
         }),
     }
 }
@@ -687,7 +700,8 @@ fn check_bound_fits(
         let message = "an attainment goal is at_least or within, not at_most";
         return Err(invalid("at_most", message));
     }
-    if !matches!(figure, Figure::PrefixShare { .. }) && !is_attainment {
+    let is_fraction = matches!(figure, Figure::PrefixShare { .. } | Figure::CacheHit { .. });
+    if !is_fraction && !is_attainment {
         return Ok(());
     }
     let (lowest, range) = match (has_companion, is_attainment) {
@@ -722,6 +736,7 @@ impl Figure {
             Figure::Stable => "stable",
             Figure::CountStatus { .. } => "count_status",
             Figure::Migrations { .. } => "migrations",
+            Figure::CacheHit { .. } => "cache_hit",
         }
     }
 }
@@ -785,6 +800,10 @@ impl fmt::Display for Figure {
             Figure::Migrations { class } => {
                 let class = class.as_deref().unwrap_or("total");
                 write!(f, "{class} migrations")
+            }
+            Figure::CacheHit { class } => {
+                let class = class.as_deref().unwrap_or("total");
+                write!(f, "{class} cache hit (reused / input tokens)")
             }
         }
     }
@@ -913,6 +932,7 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
             raw.count_status = Some(CountStatusFigure { class, status })
         }
         Figure::Migrations { class } => raw.migrations = Some(MigrationsFigure { class }),
+        Figure::CacheHit { class } => raw.cache_hit = Some(MigrationsFigure { class }),
     }
 }
 
@@ -1469,6 +1489,33 @@ mod tests {
             let class = None;
             assert_eq!(figure_of(&yaml), Figure::CountStatus { class, status });
         }
+    }
+
+    #[test]
+    fn session_figures_parse_and_a_cache_hit_bound_is_a_fraction() {
+        let forms = [
+            "{latency: {class: premium, metric: followup_ttft_ms_p99}, at_most: 500}",
+            "{cache_hit: {class: premium}, at_least: 0.6}",
+            "{cache_hit: {}, within: [0.2, 0.9]}",
+        ];
+        for yaml in forms {
+            let raw: RawExpectation = serde_saphyr::from_str(yaml).unwrap();
+            let typed = Expectation::parse(&raw, &classes()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(RawExpectation::from(typed), raw, "{yaml}");
+        }
+        assert_eq!(figure_of(forms[2]), Figure::CacheHit { class: None });
+        assert_eq!(
+            parse(forms[1]).unwrap().label(),
+            "premium cache hit (reused / input tokens)"
+        );
+        let err = parse("{cache_hit: {class: premium}, at_least: 60}").unwrap_err();
+        assert_eq!(err.field, "at_least");
+        assert!(
+            err.message.contains("a share is a fraction in [0, 1]"),
+            "{err}"
+        );
+        let err = parse("{cache_hit: {class: x}, at_least: 0.5}").unwrap_err();
+        assert_eq!(err.field, "cache_hit.class");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and `summary.json` (a contract, spelled out in README.md). Every byte is a function of the
 //! metrics and the metadata passed in: fixed float formatting, no map iteration.
 
-use super::metrics::{LatencyKind, LatencyStats, RunMetrics, Stat};
+use super::metrics::{ClassMetrics, LatencyKind, LatencyStats, RunMetrics, Stat};
 use super::pools::{PoolMetrics, tokens_per_s};
 use super::stability::Stability;
 use crate::time::format_ms;
@@ -204,7 +204,24 @@ fn class_json(metrics: &RunMetrics, i: usize) -> Value {
         "backlogged_ideal_share": json_opt_f64(shares.map(|s| s.1)),
         "backlogged_share_gap": json_opt_f64(metrics.token_share_gap(i)),
         "pools": class_pools_json(metrics, i),
+        "cache_hit": json_opt_f64(c.sessions.cache_hit()),
+        "sessions": sessions_json(c),
     })
+}
+
+/// A class's sessions (docs/sessions.md gives the definitions).
+fn sessions_json(c: &ClassMetrics) -> Value {
+    let counts = &c.sessions;
+    let mut object = serde_json::Map::new();
+    object.insert("started".into(), json!(counts.started));
+    object.insert("completed".into(), json!(counts.completed));
+    let mean = counts.turns_per_session_mean();
+    object.insert("turns_per_session_mean".into(), json_opt_f64(mean));
+    for kind in LatencyKind::SESSION {
+        let key = format!("{}_ms", kind.name());
+        object.insert(key, latency_json(c.latencies.of(kind)));
+    }
+    Value::Object(object)
 }
 
 /// Class `class`'s completions and token rates on each pool.
@@ -269,6 +286,7 @@ fn stability_json(s: &Stability) -> Value {
         "served_rps": json_f64(s.served_rps),
         "capacity_seqs": s.capacity_seqs,
         "slack_requests": json_f64(s.slack_requests()),
+        "session_ramp_ms": json_f64(s.session_ramp_ns as f64 / 1e6),
     })
 }
 

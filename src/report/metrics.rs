@@ -22,6 +22,7 @@
 //!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
 
 use super::pools::{PoolMetrics, pool_metrics};
+use super::sessions::{SessionCounts, set_session_figures};
 use super::slo::SloRecords;
 use super::stability::Stability;
 use crate::scheduling::scheduler::DispatchPath;
@@ -90,6 +91,13 @@ pub enum LatencyKind {
     /// Inter-token latency: (completion - first token) / (output - 1), for completed requests
     /// with more than one output token.
     Itl,
+    /// TTFT of a session's first turn, for completed first turns.
+    FirstTurnTtft,
+    /// TTFT of a session's later turns, for completed later turns.
+    FollowupTtft,
+    /// A completed session's duration: its first turn's arrival to its last turn's
+    /// completion, think times included (the session's class is its first turn's).
+    Session,
 }
 
 impl LatencyKind {
@@ -101,14 +109,30 @@ impl LatencyKind {
         LatencyKind::Itl,
     ];
 
-    /// The prefix used in metric names (`ttft`, `e2e`, `queue_wait`, `itl`).
+    /// The kinds measured on sessions ([`super::sessions`]).
+    pub const SESSION: [LatencyKind; 3] = [
+        LatencyKind::FirstTurnTtft,
+        LatencyKind::FollowupTtft,
+        LatencyKind::Session,
+    ];
+
+    /// The prefix used in metric names (`ttft`, `e2e`, `queue_wait`, `itl`, `first_turn_ttft`,
+    /// `followup_ttft`, `session`).
     pub fn name(self) -> &'static str {
         match self {
             LatencyKind::QueueWait => "queue_wait",
             LatencyKind::Ttft => "ttft",
             LatencyKind::E2e => "e2e",
             LatencyKind::Itl => "itl",
+            LatencyKind::FirstTurnTtft => "first_turn_ttft",
+            LatencyKind::FollowupTtft => "followup_ttft",
+            LatencyKind::Session => "session",
         }
+    }
+
+    /// Every kind an expectation may name: the request kinds, then the session kinds.
+    fn known() -> impl Iterator<Item = LatencyKind> {
+        LatencyKind::ALL.into_iter().chain(LatencyKind::SESSION)
     }
 }
 
@@ -120,13 +144,11 @@ pub struct LatencyMetric {
 }
 
 impl LatencyMetric {
-    /// Parses `<kind>_ms_<stat>` with kind in `ttft|e2e|queue_wait|itl` and stat in
-    /// `mean|p50|p90|p99|max`; `None` for any other name.
+    /// Parses `<kind>_ms_<stat>` with kind in `ttft|e2e|queue_wait|itl|first_turn_ttft|
+    /// followup_ttft|session` and stat in `mean|p50|p90|p99|max`; `None` for any other name.
     pub fn parse(name: &str) -> Option<LatencyMetric> {
         let (kind_name, stat_name) = name.split_once("_ms_")?;
-        let kind = LatencyKind::ALL
-            .into_iter()
-            .find(|k| k.name() == kind_name)?;
+        let kind = LatencyKind::known().find(|k| k.name() == kind_name)?;
         let stat = Stat::ALL.into_iter().find(|s| s.name() == stat_name)?;
         Some(LatencyMetric { kind, stat })
     }
@@ -138,8 +160,7 @@ impl LatencyMetric {
 
     /// Every known metric name, for error messages.
     pub fn all_names() -> Vec<String> {
-        LatencyKind::ALL
-            .iter()
+        LatencyKind::known()
             .flat_map(|k| {
                 Stat::ALL
                     .iter()
@@ -205,6 +226,9 @@ pub struct ClassLatencies {
     pub ttft: LatencyStats,
     pub e2e: LatencyStats,
     pub itl: LatencyStats,
+    pub first_turn_ttft: LatencyStats,
+    pub followup_ttft: LatencyStats,
+    pub session: LatencyStats,
 }
 
 impl ClassLatencies {
@@ -215,6 +239,9 @@ impl ClassLatencies {
             LatencyKind::Ttft => &self.ttft,
             LatencyKind::E2e => &self.e2e,
             LatencyKind::Itl => &self.itl,
+            LatencyKind::FirstTurnTtft => &self.first_turn_ttft,
+            LatencyKind::FollowupTtft => &self.followup_ttft,
+            LatencyKind::Session => &self.session,
         }
     }
 }
@@ -251,6 +278,8 @@ pub struct ClassMetrics {
     pub ttft_samples_ns: Vec<u64>,
     /// Every end-to-end latency sample in ns, ascending (for CDF plots).
     pub e2e_samples_ns: Vec<u64>,
+    /// Sessions and the prefix cache ([`super::sessions`]).
+    pub sessions: SessionCounts,
 }
 
 /// A maximal span in which two or more classes were backlogged, and the service in it.
@@ -378,6 +407,7 @@ impl RunMetrics {
         count_requests(all, &mut classes);
         set_ideal_shares(&mut classes);
         set_latencies(records, &mut classes);
+        set_session_figures(records, &mut classes);
         let completions = completion_order(records, class_count);
         let dispatches = dispatch_order(records, class_count);
         for d in &dispatches {
@@ -731,6 +761,7 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
             ttft: LatencyStats::from_sorted(&ttft),
             e2e: LatencyStats::from_sorted(&e2e),
             itl: LatencyStats::from_values(itl),
+            ..ClassLatencies::default()
         };
         class.ttft_samples_ns = ttft;
         class.e2e_samples_ns = e2e;
@@ -1070,7 +1101,15 @@ mod tests {
         assert!(LatencyMetric::parse("ttft_p99").is_none());
         assert!(LatencyMetric::parse("tpot_ms_p99").is_none());
         assert!(LatencyMetric::parse("ttft_ms_p95").is_none());
-        assert_eq!(LatencyMetric::all_names().len(), 20);
+        let m = LatencyMetric::parse("followup_ttft_ms_p99").unwrap();
+        assert_eq!((m.kind, m.stat), (LatencyKind::FollowupTtft, Stat::P99));
+        assert!(LatencyMetric::parse("first_turn_ttft_ms_p50").is_some());
+        assert!(LatencyMetric::parse("session_ms_max").is_some());
+        assert_eq!(
+            LatencyMetric::all_names().len(),
+            35,
+            "7 kinds x 5 statistics"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod output;
 pub mod plots;
 pub mod pools;
+pub mod sessions;
 pub mod slo;
 pub mod stability;
 pub mod table;

@@ -16,10 +16,19 @@
 //! [`MIN_REQUESTS`] requests, or an arrival window shorter than [`MIN_WINDOW_SERVICES`] times
 //! the fastest completed request's end-to-end latency (a burst: no steady state to judge), is
 //! too short to judge. Every figure is a pure function of the records (integer nanoseconds).
+//!
+//! A session is one arrival: its later turns are the same client coming back, not new load.
+//! It is in the system from its first turn's arrival until its last turn ends (think times
+//! included), and it is served when every turn completed. A request outside a session is a
+//! session of one. Sessions fill the system over their own length, which is a warm-up and not
+//! a backlog, so with sessions the first half's mean starts one median session duration into
+//! the window (a window whose first half that ramp covers is too short to judge).
+
+use std::collections::BTreeMap;
 
 use super::expect::number;
-use crate::sim::{RequestRecord, Status};
-use crate::time::SimTime;
+use crate::sim::{EndStatus, RequestRecord, Status};
+use crate::time::{SimDuration, SimTime};
 
 /// The second half's mean in-system count must exceed the first's by this factor.
 pub const GROWTH_RATIO: f64 = 1.5;
@@ -59,6 +68,9 @@ pub struct Stability {
     pub curve: Vec<(SimTime, u64)>,
     /// The shortest end-to-end latency of a completed request, in ns (0: none completed).
     pub fastest_e2e_ns: u64,
+    /// The median duration of a completed session of several turns, in ns (0: none): the
+    /// warm-up the first half's mean leaves out.
+    pub session_ramp_ns: u64,
     requests: u64,
 }
 
@@ -66,19 +78,21 @@ impl Stability {
     /// Measures `records` against a capacity of `capacity_seqs` sequences (0 when unknown:
     /// the slack is then [`MIN_SLACK_REQUESTS`]).
     pub fn measure(records: &[RequestRecord], capacity_seqs: u64) -> Stability {
-        let window_start = records.iter().map(|r| r.arrival).min();
-        let window_end = records.iter().map(|r| r.arrival).max();
+        let visits = visits(records);
+        let window_start = visits.iter().map(|v| v.arrival).min();
+        let window_end = visits.iter().map(|v| v.arrival).max();
         let (Some(start), Some(end)) = (window_start, window_end) else {
             return Stability::default().with_capacity(capacity_seqs);
         };
         let mid = SimTime::from_ns(start.as_ns() + (end.as_ns() - start.as_ns()) / 2);
-        let curve = in_system_curve(records);
+        let curve = curve_of(&visits);
+        let ramp = session_ramp(&visits);
         let in_second = |t: SimTime| t >= mid && t <= end;
-        let arrivals_second_half = records.iter().filter(|r| in_second(r.arrival)).count() as u64;
-        let completions_second_half = records
+        let arrivals_second_half = visits.iter().filter(|v| in_second(v.arrival)).count() as u64;
+        let completions_second_half = visits
             .iter()
-            .filter(|r| r.status == Status::Completed)
-            .filter(|r| r.completion.is_some_and(in_second))
+            .filter(|v| v.status == EndStatus::Completed)
+            .filter(|v| v.end.is_some_and(in_second))
             .count() as u64;
         let half_s = (end.as_ns() - mid.as_ns()) as f64 / 1e9;
         Stability {
@@ -86,7 +100,7 @@ impl Stability {
             reason: None,
             window_start: start,
             window_end: end,
-            in_system_first_half: mean_over(&curve, start, mid),
+            in_system_first_half: mean_over(&curve, start.saturating_add(ramp), mid),
             in_system_second_half: mean_over(&curve, mid, end),
             offered_rps: rate(arrivals_second_half, half_s),
             served_rps: rate(completions_second_half, half_s),
@@ -95,7 +109,8 @@ impl Stability {
             capacity_seqs,
             curve,
             fastest_e2e_ns: fastest_e2e_ns(records),
-            requests: records.len() as u64,
+            session_ramp_ns: ramp.as_ns(),
+            requests: visits.len() as u64,
         }
         .with_capacity(capacity_seqs)
     }
@@ -130,6 +145,14 @@ impl Stability {
             ));
         }
         let window_ns = self.window_end.as_ns() - self.window_start.as_ns();
+        if self.session_ramp_ns > 0 && 2 * self.session_ramp_ns >= window_ns {
+            return Some(format!(
+                "too short to judge: sessions last {} ms (median), half the arrival window \
+                 ({} ms) or more: the system is still filling with sessions",
+                number(self.session_ramp_ns as f64 / 1e6),
+                number(window_ns as f64 / 1e6)
+            ));
+        }
         let needed_ns = MIN_WINDOW_SERVICES * self.fastest_e2e_ns;
         if window_ns == 0 || window_ns < needed_ns {
             return Some(format!(
@@ -201,6 +224,20 @@ fn fastest_e2e_ns(records: &[RequestRecord]) -> u64 {
         .unwrap_or(0)
 }
 
+/// The median duration of the completed sessions of several turns (zero without any).
+fn session_ramp(visits: &[Visit]) -> SimDuration {
+    let mut durations: Vec<u64> = visits
+        .iter()
+        .filter(|v| v.multi_turn && v.status == EndStatus::Completed)
+        .filter_map(|v| v.end.map(|end| end.saturating_since(v.arrival).as_ns()))
+        .collect();
+    durations.sort_unstable();
+    match durations.is_empty() {
+        true => SimDuration::ZERO,
+        false => SimDuration::from_ns(super::metrics::nearest_rank(&durations, 50)),
+    }
+}
+
 fn rate(count: u64, span_s: f64) -> f64 {
     if span_s <= 0.0 {
         return 0.0;
@@ -208,16 +245,74 @@ fn rate(count: u64, span_s: f64) -> f64 {
     count as f64 / span_s
 }
 
-/// Requests in the system after every change: arrivals add one, ends take one away; changes
-/// at one instant are merged, so the curve has one point per distinct time.
-pub fn in_system_curve(records: &[RequestRecord]) -> Vec<(SimTime, u64)> {
-    let mut changes: Vec<(SimTime, i64)> = Vec::with_capacity(records.len() * 2);
+/// One client's stay: a request outside a session, or a whole session.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Visit {
+    /// A session of several turns.
+    multi_turn: bool,
+    arrival: SimTime,
+    /// When it left; `None` while some request of it is pending.
+    end: Option<SimTime>,
+    /// `Completed` when every request completed; otherwise the first other ending (a
+    /// session that lost a turn to a fault ends with that turn).
+    status: EndStatus,
+}
+
+/// The visits of `records`: each request outside a session, and each session (by its turns
+/// that ran: one cut short by a fault ends with the turn that failed).
+fn visits(records: &[RequestRecord]) -> Vec<Visit> {
+    let mut visits = Vec::with_capacity(records.len());
+    let mut sessions: BTreeMap<u32, (Visit, u32, u32)> = BTreeMap::new();
     for r in records {
-        changes.push((r.arrival, 1));
-        if let Some(end) = r.completion
-            && r.status != Status::Pending
-        {
-            changes.push((end.max(r.arrival), -1));
+        let ended = r.completion.filter(|_| r.status != Status::Pending);
+        let visit = Visit {
+            multi_turn: r.session.as_ref().is_some_and(|tag| tag.turns > 1),
+            arrival: r.arrival,
+            end: ended.map(|end| end.max(r.arrival)),
+            status: r.status.kind(),
+        };
+        let Some(tag) = &r.session else {
+            visits.push(visit);
+            continue;
+        };
+        let (session, seen, turns) = sessions.entry(tag.index).or_insert((visit, 0, tag.turns));
+        *seen += 1;
+        session.arrival = session.arrival.min(visit.arrival);
+        session.end = session.end.zip(visit.end).map(|(a, b)| a.max(b));
+        if session.status == EndStatus::Completed || visit.status == EndStatus::Pending {
+            session.status = visit.status;
+        }
+        *turns = (*turns).max(*seen);
+    }
+    for (session, seen, turns) in sessions.into_values() {
+        let cut_short = seen < turns && session.status == EndStatus::Completed;
+        // Turns never sent: the run stopped before them (pending), or a fault ended it.
+        let session = match cut_short {
+            true => Visit {
+                status: EndStatus::Pending,
+                end: None,
+                ..session
+            },
+            false => session,
+        };
+        visits.push(session);
+    }
+    visits
+}
+
+/// Requests in the system after every change: arrivals add one, ends take one away; changes
+/// at one instant are merged, so the curve has one point per distinct time. A session counts
+/// once, from its first arrival to its last end.
+pub fn in_system_curve(records: &[RequestRecord]) -> Vec<(SimTime, u64)> {
+    curve_of(&visits(records))
+}
+
+fn curve_of(visits: &[Visit]) -> Vec<(SimTime, u64)> {
+    let mut changes: Vec<(SimTime, i64)> = Vec::with_capacity(visits.len() * 2);
+    for v in visits {
+        changes.push((v.arrival, 1));
+        if let Some(end) = v.end {
+            changes.push((end, -1));
         }
     }
     changes.sort_unstable();
@@ -272,6 +367,102 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_session_is_one_arrival_in_the_system_through_its_think_times() {
+        use crate::report::test_support::turn;
+        // Two sessions of three turns each, 10 ms turns with 100 ms think times.
+        let records: Vec<RequestRecord> = (0..2u32)
+            .flat_map(|s| {
+                (0..3u32).map(move |t| {
+                    let at = u64::from(s) * 5 + u64::from(t) * 110;
+                    let row = u64::from(s * 3 + t);
+                    turn(
+                        done(row, 0, DispatchPath::Immediate, [at, at, at + 10]),
+                        s,
+                        t,
+                        3,
+                    )
+                })
+            })
+            .collect();
+        let curve = in_system_curve(&records);
+        assert_eq!(curve.first(), Some(&(ms(0), 1)));
+        assert_eq!(curve[1], (ms(5), 2), "the second session arrives");
+        assert_eq!(
+            curve[2..],
+            [(ms(230), 1), (ms(235), 0)],
+            "both stay through their thinks"
+        );
+        let stability = Stability::measure(&records, 0);
+        assert_eq!(
+            (stability.window_start, stability.window_end),
+            (ms(0), ms(5))
+        );
+        assert_eq!(
+            stability.requests, 2,
+            "sessions, not turns, are the arrivals"
+        );
+    }
+
+    /// `n` two-turn sessions arriving every 100 ms, each in the system for `stay` ms.
+    fn sessions(n: u32, stay: u64) -> Vec<RequestRecord> {
+        use crate::report::test_support::turn;
+        (0..n)
+            .flat_map(|s| {
+                let at = u64::from(s) * 100;
+                let row = u64::from(s) * 2;
+                let path = DispatchPath::Immediate;
+                [
+                    turn(done(row, 0, path, [at, at, at + 10]), s, 0, 2),
+                    turn(
+                        done(
+                            row + 1,
+                            0,
+                            path,
+                            [at + stay - 10, at + stay - 10, at + stay],
+                        ),
+                        s,
+                        1,
+                        2,
+                    ),
+                ]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sessions_filling_the_system_are_a_warm_up_not_a_backlog() {
+        // 4 s sessions in a 9.9 s window: 40 in the system once full, fewer while filling.
+        let stability = Stability::measure(&sessions(100, 4_000), 0);
+        assert_eq!(stability.session_ramp_ns, ms(4_000).as_ns());
+        assert_eq!(stability.overloaded, Some(false), "{stability:?}");
+        assert!(
+            (stability.in_system_first_half - 40.0).abs() < 1.0,
+            "{stability:?}"
+        );
+        // Sessions as long as the window leave no steady state to judge.
+        let too_long = Stability::measure(&sessions(100, 6_000), 0);
+        assert_eq!(too_long.overloaded, None);
+        assert!(
+            too_long
+                .reason
+                .unwrap()
+                .contains("still filling with sessions")
+        );
+    }
+
+    #[test]
+    fn a_session_whose_turns_never_all_ran_stays_in_the_system() {
+        use crate::report::test_support::turn;
+        let records = vec![turn(
+            done(0, 0, DispatchPath::Immediate, [0, 0, 10]),
+            0,
+            0,
+            2,
+        )];
+        assert_eq!(in_system_curve(&records), [(ms(0), 1)]);
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn class_table(metrics: &RunMetrics) -> String {
         );
     }
     out += &pool_table(metrics);
+    out += &session_table(metrics);
     out += &format!(
         "latencies in ms; {} requests, {} completed, {} rejected, {} cancelled, {} aborted ({} migrations); latencies of completed requests only; makespan {:.1} ms; {:.1} req/s\n",
         metrics.requests,
@@ -101,6 +102,47 @@ fn pool_table(metrics: &RunMetrics) -> String {
             ms(&pool.ttft, Stat::P99),
             ms(&pool.e2e, Stat::P50),
             ms(&pool.e2e, Stat::P99),
+        );
+    }
+    out
+}
+
+/// When the run had sessions, one line per class that started any: sessions started and
+/// completed, turns per session, the cache hit rate, first-turn and follow-up TTFT p99 and
+/// session duration p50/p99 in ms. Empty otherwise.
+fn session_table(metrics: &RunMetrics) -> String {
+    let with_sessions = metrics.classes.iter().filter(|c| c.sessions.started > 0);
+    if with_sessions.clone().next().is_none() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+        "sessions",
+        "started",
+        "completed",
+        "turns",
+        "hit",
+        "ttft1 p99",
+        "ttftN p99",
+        "sess p50",
+        "sess p99"
+    );
+    for c in with_sessions {
+        let counts = &c.sessions;
+        let fraction = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+        };
+        out += &format!(
+            "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+            c.name,
+            counts.started,
+            counts.completed,
+            fraction(counts.turns_per_session_mean(), 2),
+            fraction(counts.cache_hit(), 3),
+            ms(&c.latencies.first_turn_ttft, Stat::P99),
+            ms(&c.latencies.followup_ttft, Stat::P99),
+            ms(&c.latencies.session, Stat::P50),
+            ms(&c.latencies.session, Stat::P99),
         );
     }
     out
