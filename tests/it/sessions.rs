@@ -315,3 +315,105 @@ workload:
         "later turns arrive after the window"
     );
 }
+
+#[test]
+fn a_turn_lost_to_a_fault_or_cancelled_ends_its_session_and_others_run_on() {
+    let yaml = "name: faults
+workers: {count: 2, engine: {max_num_seqs: 4}}
+workload:
+  groups:
+    - name: chat
+      class: default
+      count: 40
+      input_tokens: 2000
+      output_tokens: 200
+      arrival: {interval: {every_ms: 100}}
+      sessions: {turns: 4, think_time_ms: 300, new_input_tokens: 100}
+faults:
+  - {worker_down: {worker: 0, at_ms: 2000, until_ms: 4000}}
+  - {cancel: {group: chat, fraction: 0.2, after_ms: 500}}
+";
+    let tmp = run_scenario(yaml, &[]);
+    let rows = columns(
+        &tmp.path().join("o"),
+        &["session_id", "turn_index", "status"],
+    );
+    let mut sessions: std::collections::BTreeMap<String, Vec<(String, String)>> =
+        Default::default();
+    for r in rows {
+        sessions
+            .entry(r[0].clone())
+            .or_default()
+            .push((r[1].clone(), r[2].clone()));
+    }
+    assert_eq!(sessions.len(), 40);
+    let mut cut_short = 0;
+    for (id, turns) in &sessions {
+        let indexes: Vec<String> = (0..turns.len()).map(|t| t.to_string()).collect();
+        let seen: Vec<String> = turns.iter().map(|t| t.0.clone()).collect();
+        assert_eq!(seen, indexes, "{id}: turns in order, none skipped");
+        let last = turns.len() - 1;
+        for (turn, (_, status)) in turns.iter().enumerate() {
+            let ended = status == "aborted" || status == "cancelled";
+            assert!(
+                !ended || turn == last,
+                "{id}: nothing follows a lost turn: {turns:?}"
+            );
+        }
+        if turns.len() < 4 {
+            cut_short += 1;
+            assert!(
+                ["aborted", "cancelled"].contains(&turns[last].1.as_str()),
+                "{turns:?}"
+            );
+        }
+    }
+    assert!(cut_short > 5, "the faults hit some sessions ({cut_short})");
+    assert!(
+        sessions.values().any(|t| t.len() == 4),
+        "others run all their turns"
+    );
+}
+
+#[test]
+fn plan_finds_the_highest_session_rate_that_keeps_follow_up_turns_fast() {
+    let yaml = "name: plan-sessions
+seed: 3
+workers: {count: 1, engine: {max_num_seqs: 8}}
+workload:
+  rate_per_s: 1
+  duration_s: 60
+  groups:
+    - {name: chat, share: 1, input_tokens: 1200, output_tokens: 40, prefix: {tokens: 512}, sessions: {turns: 3, think_time_ms: 1000, new_input_tokens: 50}}
+expect:
+  - {latency: {class: default, metric: followup_ttft_ms_p99}, at_most: 300}
+";
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("s.yaml"), yaml).unwrap();
+    let args = [
+        "plan",
+        "s.yaml",
+        "--maximize",
+        "workload.rate_per_s",
+        "--range",
+        "1..64",
+    ];
+    ok(
+        tmp.path(),
+        &[&args[..], &["--quiet", "--out", "p"]].concat(),
+    );
+    let plan: serde_json::Value =
+        serde_json::from_slice(&fs::read(tmp.path().join("p/plan.json")).unwrap()).unwrap();
+    let answer = plan["answer"].as_f64().unwrap();
+    assert!(answer > 1.0 && answer < 64.0, "{plan}");
+    let above = plan["bracket"]["infeasible"].as_f64().unwrap();
+    assert!(above > answer);
+    // At the answer the session workload kept up: its later turns were not counted as load
+    // that arrived and was never served.
+    let probe = plan["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["value"] == answer);
+    assert_eq!(probe.unwrap()["overloaded"], false, "{plan}");
+}
