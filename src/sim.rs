@@ -1003,6 +1003,7 @@ mod pool_tests;
 
 #[cfg(test)]
 mod tests {
+    mod sessions;
     use super::*;
     use crate::mocker::{PreemptionMode, RejectReason, TimingModel, TimingProfile};
     use crate::scheduling::policy::PolicyConfig;
