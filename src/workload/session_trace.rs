@@ -259,6 +259,7 @@ fn session_arrival(session: Gathered, index: u32, start: SimTime, chained: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn row(fields: &str) -> String {
         format!(r#"{{{fields}, "input_length": 5, "output_length": 1, "hash_ids": [1]}}"#)
@@ -440,5 +441,61 @@ mod tests {
             e.contains("field `session_id`: session a has more than 10000 turns"),
             "{e}"
         );
+    }
+
+    /// One random row: a session (of three names, or none), maybe a timestamp, maybe a delay
+    /// (either spelling), any of them possibly absurd.
+    fn random_row() -> impl Strategy<Value = String> {
+        let number = prop_oneof![-1e3f64..1e4, Just(0.0), Just(1e300), Just(-1e300)];
+        (
+            prop::option::of(prop_oneof![Just("a"), Just("b"), Just("request_1")]),
+            prop::option::of(number.clone()),
+            prop::option::of(number),
+            any::<bool>(),
+        )
+            .prop_map(|(session, timestamp, delay, alias)| {
+                let mut fields = Vec::new();
+                if let Some(id) = session {
+                    fields.push(format!(r#""session_id": "{id}""#));
+                }
+                if let Some(t) = timestamp {
+                    fields.push(format!(r#""timestamp": {t:?}"#));
+                }
+                if let Some(d) = delay {
+                    let key = if alias { "delay_ms" } else { "delay" };
+                    fields.push(format!(r#""{key}": {d:?}"#));
+                }
+                match fields.is_empty() {
+                    true => row(r#""priority": 0"#),
+                    false => row(&fields.join(", ")),
+                }
+            })
+    }
+
+    proptest! {
+        /// Any sequence of session rows loads or is refused with an error, never a panic, in
+        /// every mode; what loads has every row once, first turns in time order.
+        #[test]
+        fn any_session_rows_load_or_are_refused(
+            lines in prop::collection::vec(random_row(), 1..12),
+            ratio in prop_oneof![Just(1.0), Just(2.5), Just(0.001)],
+            closed in any::<bool>(),
+        ) {
+            let mode = match closed {
+                true => SessionMode::ClosedLoop,
+                false => SessionMode::Trace { speedup_ratio: ratio },
+            };
+            if let Ok(arrivals) = load(&lines, mode) {
+                let rows: usize = arrivals
+                    .iter()
+                    .map(|a| 1 + a.session.as_ref().map_or(0, |s| s.later.len()))
+                    .sum();
+                prop_assert_eq!(rows, lines.len());
+                if !closed {
+                    let starts: Vec<SimTime> = arrivals.iter().map(|a| a.spec.arrival).collect();
+                    prop_assert!(starts.is_sorted());
+                }
+            }
+        }
     }
 }
