@@ -303,6 +303,7 @@ fn main() {
             workers: case.workers,
             router_mode: RouterMode::KvRouter,
             seed: 0,
+            kv_event_lag: routersim::time::SimDuration::ZERO,
         };
         let spec = RunSpec::from_replay(&setup);
         let out = root.join("target/bench-out").join(case.name);

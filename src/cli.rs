@@ -17,7 +17,7 @@ use crate::scheduling::policy;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::{self, RouterMode};
 use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, tune};
-use crate::time::format_ms;
+use crate::time::{SimDuration, format_ms};
 use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
 use rayon::prelude::*;
@@ -152,6 +152,10 @@ struct ReplayArgs {
         allow_hyphen_values = true
     )]
     arrival_speedup_ratio: f64,
+    /// How long a worker's KV events (blocks stored or removed) take to reach the router's
+    /// index, in ms, as Dynamo's `kv_event_lag_ms` (finite, >= 0; default 0).
+    #[arg(long, value_name = "MS", allow_hyphen_values = true)]
+    kv_event_lag_ms: Option<f64>,
     /// Seed for the router's tie-breaks.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -564,6 +568,12 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), Cl
         .map_err(flag_error("--replay-concurrency"))?;
     let arrival_speedup_ratio = trace::check_speedup_ratio(args.arrival_speedup_ratio)
         .map_err(flag_error("--arrival-speedup-ratio"))?;
+    let kv_event_lag = args
+        .kv_event_lag_ms
+        .map(SimDuration::try_from_ms_f64)
+        .transpose()
+        .map_err(flag_error("--kv-event-lag-ms"))?
+        .unwrap_or(SimDuration::ZERO);
     let engine = replay_engine(args)?;
     bounds_check::worker_ranks(workers, engine.dp_size).map_err(flag_error("--workers"))?;
     let router = replay_router(args)?;
@@ -585,6 +595,7 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), Cl
             RouterModeArg::RoundRobin => RouterMode::RoundRobin,
         },
         seed: args.seed,
+        kv_event_lag,
     };
     Ok((setup, replay_concurrency, arrival_speedup_ratio))
 }

@@ -123,6 +123,29 @@ policy_classes:
     return rows, policy, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
 
 
+def kv_lag_classes():
+    """30 prefixes of 6 blocks, each asked for once and then by five followers 40-82 ms later:
+    with a KV event lag the router sees the prefix late, so followers fall into other cache
+    buckets than without it (classes-wspt's policy)."""
+    rng = random.Random(20)
+    rows = []
+    hid = 7_000_000
+    for g in range(30):
+        t0 = g * 400.0 + rng.uniform(0, 50)
+        prefix = list(range(hid, hid + 6))
+        hid += 6
+        times = [t0] + [t0 + 40 + 9 * k + rng.uniform(0, 6) for k in range(5)]
+        for t in times:
+            fresh = [hid]
+            hid += 1
+            rows.append({"timestamp": round(t, 3), "input_length": 6 * 512 + rng.randint(1, 511),
+                         "output_length": rng.randint(1, 30), "hash_ids": prefix + fresh,
+                         "policy_class": rng.choice(["interactive", "batch"])})
+    rows.sort(key=lambda r: r["timestamp"])
+    _, policy, engine = classes_wspt()
+    return rows, policy, engine
+
+
 def prefix_sharing():
     rng = random.Random(2002)
     ids = Ids(2_000_000)
@@ -515,6 +538,8 @@ FIXTURES = {
     "speedup-prefix-sharing": with_args(prefix_sharing, "--arrival-speedup-ratio 3"),
     "speedup-priorities": with_args(priorities_long_output, "--arrival-speedup-ratio 2.5"),
     "slowdown-chunked": with_args(chunked_long, "--arrival-speedup-ratio 0.5"),
+    # The router's index hears KV events late (Dynamo's kv_event_lag_ms).
+    "kv-lag-classes": with_args(kv_lag_classes, "--kv-event-lag-ms 20"),
     # Multi-turn sessions (session_id, delay): Dynamo's session driver.
     "sessions-prefix-reuse": sessions_prefix_reuse,
     "sessions-classes-drr": sessions_classes_drr,

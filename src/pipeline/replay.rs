@@ -6,7 +6,7 @@ use crate::mocker::EngineArgs;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{self, RouterMode, SimConfig, SimResult, WorkerPool};
+use crate::sim::{self, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool};
 use crate::time::SimDuration;
 use crate::workload::read_ahead::{PassEnd, ReadAhead};
 use crate::workload::trace::RowOrder;
@@ -31,6 +31,8 @@ pub struct ReplaySetup {
     pub router_mode: RouterMode,
     /// The seed of the router's tie-breaks.
     pub seed: u64,
+    /// How long KV events take to reach the router's index (Dynamo's `kv_event_lag_ms`).
+    pub kv_event_lag: SimDuration,
 }
 
 impl RunSpec {
@@ -43,6 +45,10 @@ impl RunSpec {
             pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
             router_mode: setup.router_mode,
             seed: setup.seed,
+            delays: TransportDelays {
+                kv_event_lag: setup.kv_event_lag,
+                ..TransportDelays::default()
+            },
             ..SimConfig::default()
         };
         RunSpec {

@@ -102,6 +102,7 @@ fn replay_spec(trace_text: &str) -> (tempfile::TempDir, RunSpec) {
         workers: 1,
         router_mode: RouterMode::KvRouter,
         seed: 0,
+        kv_event_lag: crate::time::SimDuration::ZERO,
     };
     (dir, RunSpec::from_replay(&setup))
 }

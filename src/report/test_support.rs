@@ -109,6 +109,7 @@ fn replay_fixture(name: &str) -> RunOutput {
         workers: 1,
         router_mode: RouterMode::KvRouter,
         seed: 0,
+        kv_event_lag: crate::time::SimDuration::ZERO,
     };
     pipeline::execute(&RunSpec::from_replay(&setup)).unwrap()
 }

@@ -308,6 +308,34 @@ fn sessions_with_policy_classes_under_drr_match_dynamo() {
 }
 
 #[test]
+fn kv_event_lag_delays_the_routers_view_of_the_cache_as_in_dynamo() {
+    assert_matches_dynamo("kv-lag-classes");
+    // Without the lag the router sees each prefix the moment it is stored, so followers that
+    // come a few ms after their prefix's first request are bucketed and timed otherwise.
+    let dir = fixture_dir("kv-lag-classes");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    Command::cargo_bin("routersim")
+        .unwrap()
+        .arg("replay")
+        .arg("--trace")
+        .arg(dir.join("dynamo.trace.jsonl"))
+        .arg("--engine")
+        .arg(dir.join("engine.json"))
+        .arg("--policy")
+        .arg(dir.join("policy.yaml"))
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let (plain, dynamo) = (
+        read_rows(&out.join("requests.csv")),
+        read_rows(&dir.join("dynamo.csv")),
+    );
+    assert!(mismatches(&plain, &dynamo).len() > dynamo.len() / 2);
+}
+
+#[test]
 fn sessions_in_a_closed_loop_match_dynamo() {
     assert_matches_dynamo("sessions-closed-loop");
 }

@@ -62,10 +62,10 @@ fn replay(trace: &Path, out: &Path, extra: &[&str]) -> (i32, String) {
 }
 
 #[test]
-fn bad_replay_mode_flags_are_usage_errors_that_name_the_flag() {
+fn bad_replay_flags_are_usage_errors_that_name_the_flag() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["--arrival-speedup-ratio", "0"],
             "--arrival-speedup-ratio: must be a finite number >= 0.001",
@@ -84,6 +84,14 @@ fn bad_replay_mode_flags_are_usage_errors_that_name_the_flag() {
         (
             &["--replay-concurrency", "1000001"],
             "must be from 1 to 1000000",
+        ),
+        (
+            &["--kv-event-lag-ms", "-5"],
+            "--kv-event-lag-ms: must be a finite number >= 0, got -5",
+        ),
+        (
+            &["--kv-event-lag-ms", "NaN"],
+            "--kv-event-lag-ms: must be a finite",
         ),
     ];
     for (extra, expected) in cases {
