@@ -16,6 +16,7 @@ pub mod profile;
 mod profile_dir;
 pub mod timing;
 pub mod traits;
+pub mod transfer;
 pub mod worker;
 
 #[cfg(test)]
