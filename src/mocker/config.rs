@@ -10,6 +10,7 @@
 
 use super::profile::{ProfileError, TimingProfile};
 use super::timing::TimingModel;
+use super::transfer::KvTransfer;
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_STEP_MS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -61,6 +62,9 @@ pub struct EngineArgs {
     /// How passes are timed (default: Dynamo's polynomial). A profile is shared, not copied,
     /// when the arguments are cloned.
     pub timing: TimingModel,
+    /// KV transfer to a decode worker (a prefill engine's; none by default). An aggregated
+    /// worker transfers nothing, but 1.6.1 checks the settings all the same.
+    pub kv_transfer: KvTransfer,
 }
 
 impl Default for EngineArgs {
@@ -78,6 +82,7 @@ impl Default for EngineArgs {
             preemption_mode: PreemptionMode::Lifo,
             max_model_len: None,
             timing: TimingModel::Polynomial,
+            kv_transfer: KvTransfer::default(),
         }
     }
 }
@@ -334,7 +339,7 @@ pub struct EngineSection {
     pub emit_kv_token_ids: Option<bool>,
     /// Transfer/offload geometry; accepted and ignored (aggregated, no offload).
     pub kv_bytes_per_token: Option<Value>,
-    /// Disaggregated transfer geometry; accepted and ignored.
+    /// Bytes of KV per token a transfer moves (positive; see [`KvTransfer`]).
     pub kv_transfer_bytes_per_token: Option<Value>,
     /// Offload geometry; accepted and ignored.
     pub kv_cache_bytes_per_token: Option<Value>,
@@ -350,9 +355,9 @@ pub struct EngineSection {
     pub prefix_match_unit: Option<Value>,
     /// G3 offload tier; unsupported unless null.
     pub g3_offload: Option<Value>,
-    /// Disaggregated transfer bandwidth; accepted and ignored.
+    /// Transfer bandwidth in decimal GB/s (finite, >= 0; 0: transfers take no time).
     pub kv_transfer_bandwidth: Option<Value>,
-    /// Disaggregated transfer timing; accepted and ignored.
+    /// `"full_prompt"` (the default) or `"destination_missing"`.
     pub kv_transfer_timing_mode: Option<Value>,
     /// `{"type": "polynomial"}` (the default), `{"type": "fixed", "prefill_ms": ..,
     /// "decode_ms": ..}`, or 1.6.1's profile form `{"type": "external", "provider":
@@ -482,8 +487,38 @@ impl EngineSection {
         Ok(())
     }
 
+    /// The transfer settings, checked as 1.6.1 checks them (even for an aggregated worker).
+    fn kv_transfer(&self) -> Result<KvTransfer, ConfigError> {
+        let invalid = |field: &'static str, reason: String| ConfigError::Invalid { field, reason };
+        let present = |v: &Option<Value>| v.clone().filter(|v| !v.is_null());
+        let bytes = match present(&self.kv_transfer_bytes_per_token) {
+            None => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                let reason = format!("expected a whole number of bytes, got {v}");
+                invalid("kv_transfer_bytes_per_token", reason)
+            })?),
+        };
+        let bandwidth = match present(&self.kv_transfer_bandwidth) {
+            None => None,
+            Some(v) => Some(v.as_f64().ok_or_else(|| {
+                invalid("kv_transfer_bandwidth", format!("expected GB/s, got {v}"))
+            })?),
+        };
+        let mode = match present(&self.kv_transfer_timing_mode) {
+            None => None,
+            Some(Value::String(mode)) => Some(mode),
+            Some(v) => {
+                let reason = format!("expected full_prompt or destination_missing, got {v}");
+                return Err(invalid("kv_transfer_timing_mode", reason));
+            }
+        };
+        KvTransfer::from_settings(bytes, bandwidth, mode.as_deref())
+            .map_err(|(field, reason)| invalid(field, reason))
+    }
+
     fn into_unvalidated_args(self, base_dir: &Path) -> Result<EngineArgs, ConfigError> {
         self.check_supported()?;
+        let kv_transfer = self.kv_transfer()?;
         let timing = match self.timing_choice()? {
             TimingChoice::Polynomial => TimingModel::Polynomial,
             TimingChoice::Fixed {
@@ -519,6 +554,7 @@ impl EngineSection {
             preemption_mode: self.preemption_mode.unwrap_or(d.preemption_mode),
             max_model_len: self.max_model_len,
             timing,
+            kv_transfer,
         })
     }
 }
@@ -676,6 +712,55 @@ mod tests {
         assert!(err.to_string().contains("bogus_knob"), "{err}");
         let err = EngineArgs::from_json_str(r#"{"engine": {}, "dynamo": {}}"#).unwrap_err();
         assert!(err.to_string().contains("dynamo"), "{err}");
+    }
+
+    #[test]
+    fn transfer_settings_are_read_and_checked_as_dynamo_checks_them_even_when_aggregated() {
+        let text = r#"{"engine": {"kv_transfer_bytes_per_token": 131072,
+            "kv_transfer_bandwidth": 25, "kv_transfer_timing_mode": "destination_missing"}}"#;
+        let transfer = EngineArgs::from_json_str(text).unwrap().kv_transfer;
+        assert_eq!(transfer.delay(1024).as_ns(), 5_368_709);
+        assert_eq!(
+            transfer.mode,
+            super::super::transfer::TransferTimingMode::DestinationMissing
+        );
+        let none = EngineArgs::from_json_str(r#"{"engine": {"kv_transfer_bandwidth": null}}"#);
+        assert_eq!(none.unwrap().kv_transfer, KvTransfer::default());
+        for (text, field, message) in [
+            (
+                r#"{"engine": {"kv_transfer_bandwidth": -1}}"#,
+                "kv_transfer_bandwidth",
+                "must be finite and non-negative",
+            ),
+            (
+                r#"{"engine": {"kv_transfer_bytes_per_token": 0}}"#,
+                "kv_transfer_bytes_per_token",
+                "must be positive",
+            ),
+            (
+                r#"{"engine": {"kv_transfer_bytes_per_token": 1.5}}"#,
+                "kv_transfer_bytes_per_token",
+                "a whole number",
+            ),
+            (
+                r#"{"engine": {"kv_transfer_timing_mode": "eager"}}"#,
+                "kv_transfer_timing_mode",
+                "unknown variant `eager`",
+            ),
+            (
+                r#"{"engine": {"kv_transfer_timing_mode": 3}}"#,
+                "kv_transfer_timing_mode",
+                "expected full_prompt",
+            ),
+        ] {
+            match EngineArgs::from_json_str(text) {
+                Err(ConfigError::Invalid { field: f, reason }) => {
+                    assert_eq!(f, field, "{text}");
+                    assert!(reason.contains(message), "{text}: {reason}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -43,6 +43,7 @@ fn engine() -> impl Strategy<Value = EngineArgs> {
                     decode_speedup_ratio: ratio[d as usize],
                     dp_size: 1,
                     timing: Default::default(),
+                    kv_transfer: Default::default(),
                 }
             },
         )

@@ -54,7 +54,7 @@ impl KvTransfer {
             Some("destination_missing") => TransferTimingMode::DestinationMissing,
             Some(other) => {
                 let message = format!(
-                    "unknown variant `{other}`, expected full_prompt or destination_missing"
+                    "unknown variant `{other}`, expected `full_prompt` or `destination_missing`"
                 );
                 return Err(("kv_transfer_timing_mode", message));
             }
@@ -186,7 +186,7 @@ mod tests {
                 None,
                 Some("eager"),
                 "kv_transfer_timing_mode",
-                "expected full_prompt or destination_missing",
+                "expected `full_prompt` or `destination_missing`",
             ),
         ];
         for (bytes, gb_per_s, mode, field, message) in cases {

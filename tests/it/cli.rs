@@ -147,6 +147,27 @@ fn replay_refuses_an_unknown_engine_key() {
 }
 
 #[test]
+fn replay_refuses_kv_transfer_settings_dynamo_refuses_even_when_aggregated() {
+    let cases = [
+        (
+            r#"{"engine": {"kv_transfer_bandwidth": -1}}"#,
+            "kv_transfer_bandwidth must be finite and non-negative",
+        ),
+        (
+            r#"{"engine": {"kv_transfer_bytes_per_token": 0}}"#,
+            "kv_transfer_bytes_per_token must be positive",
+        ),
+        (
+            r#"{"engine": {"kv_transfer_timing_mode": "eager"}}"#,
+            "expected `full_prompt` or `destination_missing`",
+        ),
+    ];
+    for (engine, message) in cases {
+        assert_bad_input(GOOD_ROW, &["--engine", engine], &["--engine", message]);
+    }
+}
+
+#[test]
 fn replay_refuses_an_unknown_router_key() {
     assert_bad_input(
         GOOD_ROW,
