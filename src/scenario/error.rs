@@ -34,6 +34,19 @@ impl ScenarioError {
     }
 }
 
+impl From<crate::workload::trace::TraceError> for ScenarioError {
+    /// A bad row of a trace the scenario names: the trace's file, line and field.
+    fn from(e: crate::workload::trace::TraceError) -> Self {
+        ScenarioError {
+            file: e.source_name,
+            line: Some(e.line),
+            column: None,
+            field_path: e.field.unwrap_or_default(),
+            message: e.message,
+        }
+    }
+}
+
 impl ScenarioError {
     /// A problem the YAML layer found in `file`.
     pub fn from_yaml(file: impl Into<String>, error: crate::yaml::Error) -> Self {

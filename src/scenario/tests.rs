@@ -67,19 +67,11 @@ fn read_trace(
             ScenarioError::in_file(name.clone(), format!("cannot read the trace: {e}"))
         })
     };
-    let trace_error = |e: trace::TraceError| ScenarioError {
-        file: e.source_name.clone(),
-        line: Some(e.line),
-        column: None,
-        field_path: e.field.clone().unwrap_or_default(),
-        message: e.message,
-    };
-    let summary = trace::scan(open()?, &name, block_size).map_err(trace_error)?;
+    let summary = trace::scan(open()?, &name, block_size)?;
     let mut requests: Vec<RequestSpec> = TraceReader::new(open()?, &name, block_size)
         .with_origin_ms(summary.origin_ms)
         .with_speedup_ratio(speedup_ratio)
-        .collect::<Result<_, _>>()
-        .map_err(trace_error)?;
+        .collect::<Result<_, _>>()?;
     requests.sort_by_key(|r| (r.arrival, r.row));
     Ok(requests)
 }

@@ -200,28 +200,37 @@ fn slowdown_chunked_matches_dynamo() {
 fn the_mode_fixtures_need_their_flags() {
     for name in ["closed-prefix-sharing", "speedup-prefix-sharing"] {
         let dir = fixture_dir(name);
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("out");
-        Command::cargo_bin("routersim")
-            .unwrap()
-            .arg("replay")
-            .arg("--trace")
-            .arg(dir.join("dynamo.trace.jsonl"))
-            .arg("--engine")
-            .arg(dir.join("engine.json"))
-            .arg("--out")
-            .arg(&out)
-            .arg("--quiet")
-            .assert()
-            .success();
-        let plain = read_rows(&out.join("requests.csv"));
-        let dynamo = read_rows(&dir.join("dynamo.csv"));
+        let (plain, dynamo) = (
+            replay_without_flags(&dir, &[]),
+            read_rows(&dir.join("dynamo.csv")),
+        );
         assert!(
             mismatches(&plain, &dynamo).len() > dynamo.len() / 2,
             "{name}: a plain replay should differ from Dynamo's {}",
             replay_args(&dir).join(" ")
         );
     }
+}
+
+/// Fixture `dir`'s trace and engine replayed with `extra` flags instead of its
+/// replay_args.txt: its rows.
+fn replay_without_flags(dir: &Path, extra: &[&str]) -> Vec<Row> {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    Command::cargo_bin("routersim")
+        .unwrap()
+        .arg("replay")
+        .arg("--trace")
+        .arg(dir.join("dynamo.trace.jsonl"))
+        .arg("--engine")
+        .arg(dir.join("engine.json"))
+        .args(extra)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .assert()
+        .success();
+    read_rows(&out.join("requests.csv"))
 }
 
 /// Class counts among the first `n` completions (ties by row) and how many of `other` were
@@ -313,25 +322,9 @@ fn kv_event_lag_delays_the_routers_view_of_the_cache_as_in_dynamo() {
     // Without the lag the router sees each prefix the moment it is stored, so followers that
     // come a few ms after their prefix's first request are bucketed and timed otherwise.
     let dir = fixture_dir("kv-lag-classes");
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    Command::cargo_bin("routersim")
-        .unwrap()
-        .arg("replay")
-        .arg("--trace")
-        .arg(dir.join("dynamo.trace.jsonl"))
-        .arg("--engine")
-        .arg(dir.join("engine.json"))
-        .arg("--policy")
-        .arg(dir.join("policy.yaml"))
-        .args(["--quiet", "--out"])
-        .arg(&out)
-        .assert()
-        .success();
-    let (plain, dynamo) = (
-        read_rows(&out.join("requests.csv")),
-        read_rows(&dir.join("dynamo.csv")),
-    );
+    let policy = dir.join("policy.yaml");
+    let plain = replay_without_flags(&dir, &["--policy", policy.to_str().unwrap()]);
+    let dynamo = read_rows(&dir.join("dynamo.csv"));
     assert!(mismatches(&plain, &dynamo).len() > dynamo.len() / 2);
 }
 

@@ -23,26 +23,16 @@ fn shuffled_trace() -> PathBuf {
 }
 
 /// `requests.csv` rows as (row, arrival_ms, admit_ms, first_token_ms, completion_ms, status).
-fn timeline(out: &Path) -> Vec<[String; 6]> {
-    let mut reader = csv::Reader::from_path(out.join("requests.csv")).unwrap();
-    let headers = reader.headers().unwrap().clone();
-    let column = |name: &str| headers.iter().position(|h| h == name).unwrap();
-    let columns = [
+fn timeline(out: &Path) -> Vec<Vec<String>> {
+    let names = [
         "row",
         "arrival_ms",
         "admit_ms",
         "first_token_ms",
         "completion_ms",
         "status",
-    ]
-    .map(column);
-    reader
-        .records()
-        .map(|r| {
-            let r = r.unwrap();
-            columns.map(|c| r[c].to_string())
-        })
-        .collect()
+    ];
+    crate::support::request_columns(out, &names)
 }
 
 /// Replays `trace` with `extra` flags into `out`; returns (exit code, stderr).

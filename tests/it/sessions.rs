@@ -2,7 +2,7 @@
 //! `workload: {trace}` in every replay mode, the `session_id`/`turn_index` columns, and bad
 //! session rows. Agreement with Dynamo itself is in fidelity.rs.
 
-use crate::support::run_in_dir;
+use crate::support::{request_columns as columns, run_in_dir};
 use std::fs;
 use std::path::Path;
 
@@ -10,23 +10,6 @@ use std::path::Path;
 fn session_trace() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/fidelity/sessions-closed-loop/dynamo.trace.jsonl")
-}
-
-/// `requests.csv` as rows of the named columns.
-fn columns(out: &Path, names: &[&str]) -> Vec<Vec<String>> {
-    let mut reader = csv::Reader::from_path(out.join("requests.csv")).unwrap();
-    let headers = reader.headers().unwrap().clone();
-    let index: Vec<usize> = names
-        .iter()
-        .map(|n| headers.iter().position(|h| h == *n).unwrap())
-        .collect();
-    reader
-        .records()
-        .map(|r| {
-            let r = r.unwrap();
-            index.iter().map(|&i| r[i].to_string()).collect()
-        })
-        .collect()
 }
 
 const TIMELINE: [&str; 8] = [

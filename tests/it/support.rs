@@ -1,4 +1,5 @@
-//! Helpers the integration tests share: running the routersim binary.
+//! Helpers the integration tests share: running the routersim binary and reading what it
+//! wrote.
 
 use assert_cmd::Command;
 use std::path::Path;
@@ -16,4 +17,21 @@ pub fn run_in_dir(dir: &Path, args: &[&str]) -> (i32, String, String) {
     assert!(!stderr.contains("panicked"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     (out.status.code().unwrap_or(-1), stdout, stderr)
+}
+
+/// The named columns of `out`'s requests.csv, row by row.
+pub fn request_columns(out: &Path, names: &[&str]) -> Vec<Vec<String>> {
+    let mut reader = csv::Reader::from_path(out.join("requests.csv")).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let index: Vec<usize> = names
+        .iter()
+        .map(|n| headers.iter().position(|h| h == *n).unwrap())
+        .collect();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            index.iter().map(|&i| r[i].to_string()).collect()
+        })
+        .collect()
 }

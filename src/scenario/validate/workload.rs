@@ -100,18 +100,12 @@ fn trace_workload(
     let arrival_speedup_ratio = arrival_speedup_ratio(source, raw)?;
     let path = source.resolve(file);
     let name = path.display().to_string();
-    let reader = bounds::open_regular(&path)
-        .map(BufReader::new)
-        .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
-    let trace_error = |e: trace::TraceError| ScenarioError {
-        file: e.source_name.clone(),
-        line: Some(e.line),
-        column: None,
-        field_path: e.field.clone().unwrap_or_default(),
-        message: e.message,
+    let open = || {
+        bounds::open_regular(&path)
+            .map(BufReader::new)
+            .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))
     };
-    let summary = trace::scan_scaled(reader, &name, block_size, arrival_speedup_ratio)
-        .map_err(trace_error)?;
+    let summary = trace::scan_scaled(open()?, &name, block_size, arrival_speedup_ratio)?;
     if summary.sessions {
         // A session trace's own rules (grouping, think times, start times) are checked
         // whole too, so that a bad one is refused before anything runs.
@@ -121,11 +115,7 @@ fn trace_workload(
                 speedup_ratio: arrival_speedup_ratio,
             },
         };
-        let reader = bounds::open_regular(&path)
-            .map(BufReader::new)
-            .map_err(|e| source.at("workload.trace", format!("cannot read {name}: {e}")))?;
-        let reader = trace::TraceReader::new(reader, &name, block_size);
-        read_sessions(reader, mode).map_err(trace_error)?;
+        read_sessions(trace::TraceReader::new(open()?, &name, block_size), mode)?;
     }
     Ok(Workload::Trace {
         path,
