@@ -304,6 +304,7 @@ fn main() {
             router_mode: RouterMode::KvRouter,
             seed: 0,
             kv_event_lag: routersim::time::SimDuration::ZERO,
+            disaggregated: None,
         };
         let spec = RunSpec::from_replay(&setup);
         let out = root.join("target/bench-out").join(case.name);

@@ -3,8 +3,10 @@
 
 use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_SWEEP_RUNS};
 use crate::engine::StopReason;
-use crate::mocker::EngineArgs;
-use crate::pipeline::{self, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec};
+use crate::mocker::{EngineArgs, WorkerRole};
+use crate::pipeline::{
+    self, DisaggregatedSetup, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec,
+};
 use crate::plan;
 use crate::report;
 use crate::report::chart::PlotError;
@@ -123,9 +125,23 @@ struct ReplayArgs {
     /// Router policy-class YAML (Dynamo's schema).
     #[arg(long)]
     policy: Option<PathBuf>,
-    /// Number of aggregated mock workers.
-    #[arg(long, default_value_t = 1)]
-    workers: u32,
+    /// Number of aggregated mock workers (default 1).
+    #[arg(long, conflicts_with_all = ["prefill_workers", "decode_workers"])]
+    workers: Option<u32>,
+    /// Disaggregated serving: prefill workers (give --decode-workers too).
+    #[arg(long, value_name = "N", requires = "decode_workers")]
+    prefill_workers: Option<u32>,
+    /// Disaggregated serving: decode workers (give --prefill-workers too).
+    #[arg(long, value_name = "N", requires = "prefill_workers")]
+    decode_workers: Option<u32>,
+    /// The prefill workers' engine config, a JSON file or inline JSON (default: --engine's);
+    /// its worker_type is taken as prefill. Its KV transfer settings time every transfer.
+    #[arg(long, value_name = "F", requires = "prefill_workers")]
+    prefill_engine: Option<String>,
+    /// The decode workers' engine config (default: --engine's); its worker_type is taken as
+    /// decode. Its KV transfer settings are ignored, as Dynamo 1.6.1 ignores them.
+    #[arg(long, value_name = "F", requires = "decode_workers")]
+    decode_engine: Option<String>,
     /// Engine config as a JSON file or inline JSON in Dynamo's form: {"engine": {...}}.
     #[arg(long)]
     engine: Option<String>,
@@ -536,13 +552,21 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
     Ok((value.to_string(), text))
 }
 
-/// The files a replay reads (`--engine` and `--router` may be inline JSON instead), with the
-/// engine's timing profile.
-fn replay_inputs(args: &ReplayArgs, engine: &EngineArgs) -> Vec<PathBuf> {
+/// The files a replay reads (the engine and router flags may be inline JSON instead), with
+/// the engines' timing profiles.
+fn replay_inputs(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<PathBuf> {
     let mut inputs = vec![args.trace.clone()];
-    inputs.extend(engine.timing.profile_source().map(PathBuf::from));
+    for pool in setup.pools() {
+        inputs.extend(pool.engine.timing.profile_source().map(PathBuf::from));
+    }
     inputs.extend(args.policy.clone());
-    for value in [&args.engine, &args.router].into_iter().flatten() {
+    let files = [
+        &args.engine,
+        &args.prefill_engine,
+        &args.decode_engine,
+        &args.router,
+    ];
+    for value in files.into_iter().flatten() {
         if !value.trim_start().starts_with('{') {
             inputs.push(PathBuf::from(value));
         }
@@ -558,7 +582,8 @@ fn flag_error(flag: &'static str) -> impl Fn(String) -> CliError {
 /// `replay`'s flags, checked against the bounds a scenario is checked against, and read:
 /// the setup, the closed loop's concurrency (if any) and the arrival speed-up ratio.
 fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), CliError> {
-    let workers = bounds_check::rank_count(args.workers.into()).map_err(flag_error("--workers"))?;
+    let workers = bounds_check::rank_count(args.workers.unwrap_or(1).into())
+        .map_err(flag_error("--workers"))?;
     let trace_block_size = bounds_check::trace_block_size(args.trace_block_size)
         .map_err(flag_error("--trace-block-size"))?;
     let replay_concurrency = args
@@ -574,7 +599,14 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), Cl
         .transpose()
         .map_err(flag_error("--kv-event-lag-ms"))?
         .unwrap_or(SimDuration::ZERO);
-    let engine = replay_engine(args)?;
+    let engine = replay_engine(args.engine.as_deref(), "--engine")?;
+    let disaggregated = replay_disaggregated(args, &engine)?;
+    if disaggregated.is_none() && engine.role != WorkerRole::Aggregated {
+        return Err(CliError::Input(format!(
+            "--engine: offline replay only supports aggregated workers, got {}",
+            engine.role.dynamo_name()
+        )));
+    }
     bounds_check::worker_ranks(workers, engine.dp_size).map_err(flag_error("--workers"))?;
     let router = replay_router(args)?;
     let policy = args
@@ -596,16 +628,87 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), Cl
         },
         seed: args.seed,
         kv_event_lag,
+        disaggregated,
     };
     Ok((setup, replay_concurrency, arrival_speedup_ratio))
 }
 
-/// `--engine` (default: the default engine).
-fn replay_engine(args: &ReplayArgs) -> Result<EngineArgs, CliError> {
-    let Some(v) = &args.engine else {
+/// The disaggregated pools `--prefill-workers`, `--decode-workers`, `--prefill-engine` and
+/// `--decode-engine` give (each engine defaults to `engine`), checked as Dynamo 1.6.1 checks
+/// them; `None` for an aggregated replay. Says on stderr when the decode engine's transfer
+/// settings are ignored.
+fn replay_disaggregated(
+    args: &ReplayArgs,
+    engine: &EngineArgs,
+) -> Result<Option<DisaggregatedSetup>, CliError> {
+    let (Some(prefill_workers), Some(decode_workers)) = (args.prefill_workers, args.decode_workers)
+    else {
+        return Ok(None);
+    };
+    let role_engine = |flag: &'static str, value: Option<&str>, role: WorkerRole| {
+        let mut engine = match value {
+            Some(_) => replay_engine(value, flag)?,
+            None => engine.clone(),
+        };
+        engine.role = role;
+        if engine.dp_size > 1 {
+            return Err(CliError::Input(format!(
+                "{flag}: dp_size {} in disaggregated serving is not supported yet (Dynamo 1.6.1 runs a worker's ranks in lock-step passes, which routersim does not model)",
+                engine.dp_size
+            )));
+        }
+        Ok::<_, CliError>(engine)
+    };
+    let prefill_engine = role_engine(
+        "--prefill-engine",
+        args.prefill_engine.as_deref(),
+        WorkerRole::Prefill,
+    )?;
+    let decode_engine = role_engine(
+        "--decode-engine",
+        args.decode_engine.as_deref(),
+        WorkerRole::Decode,
+    )?;
+    for (flag, count, pool) in [
+        ("--prefill-workers", prefill_workers, "prefill"),
+        ("--decode-workers", decode_workers, "decode"),
+    ] {
+        if count == 0 {
+            return Err(CliError::Input(format!(
+                "{flag}: invalid replay spec: {pool} pool must start with at least one worker"
+            )));
+        }
+        bounds_check::rank_count(count.into()).map_err(flag_error(flag))?;
+    }
+    if prefill_engine.block_size != decode_engine.block_size {
+        return Err(CliError::Input(format!(
+            "--decode-engine: offline disaggregated replay requires matching prefill/decode block_size, got {} and {}",
+            prefill_engine.block_size, decode_engine.block_size
+        )));
+    }
+    if args.decode_engine.is_some()
+        && decode_engine.kv_transfer != prefill_engine.kv_transfer
+        && decode_engine.kv_transfer != Default::default()
+        && !args.quiet
+    {
+        eprintln!(
+            "note: --decode-engine's KV transfer settings are ignored: the prefill engine's time every transfer, as in Dynamo 1.6.1"
+        );
+    }
+    Ok(Some(DisaggregatedSetup {
+        prefill_workers,
+        prefill_engine,
+        decode_workers,
+        decode_engine,
+    }))
+}
+
+/// The engine `flag` gives as `value` (default: the default engine).
+fn replay_engine(value: Option<&str>, flag: &str) -> Result<EngineArgs, CliError> {
+    let Some(v) = value else {
         return Ok(EngineArgs::default());
     };
-    let (name, text) = json_arg("--engine", v)?;
+    let (name, text) = json_arg(flag, v)?;
     // A profile path in an engine file is relative to that file (inline JSON: to the current
     // directory).
     let base = match v.trim_start().starts_with('{') {
@@ -631,7 +734,7 @@ fn replay_router(args: &ReplayArgs) -> Result<RouterConfig, CliError> {
 
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let (setup, replay_concurrency, arrival_speedup_ratio) = replay_setup(args)?;
-    let inputs = replay_inputs(args, &setup.engine);
+    let inputs = replay_inputs(args, &setup);
     let target =
         output::claim(&args.out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
     if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
@@ -646,7 +749,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let mut meta = serde_json::json!({
         "command": "replay",
         "trace": trace_name,
-        "workers": args.workers,
+        "workers": args.workers.unwrap_or(1),
         "seed": args.seed,
         "version": env!("CARGO_PKG_VERSION"),
     });

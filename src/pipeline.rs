@@ -31,7 +31,7 @@ mod replay;
 mod request_cache;
 
 pub use judgement::{JudgedRun, Judgement};
-pub use replay::ReplaySetup;
+pub use replay::{DisaggregatedSetup, ReplaySetup};
 pub use request_cache::RequestCache;
 
 /// Where a run's requests come from.

@@ -34,7 +34,7 @@
 //! no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
-use crate::mocker::{EngineArgs, MockRequest};
+use crate::mocker::{EngineArgs, MockRequest, WorkerRole};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
@@ -231,12 +231,31 @@ impl SimConfig {
             .sum()
     }
 
-    /// A pool list the simulator cannot run is a caller's bug: none, an empty pool, or pools
-    /// that disagree on the block size the router hashes with.
+    /// Whether the run serves disaggregated: prefill pools and decode pools, no aggregated.
+    pub fn is_disaggregated(&self) -> bool {
+        self.pools
+            .iter()
+            .any(|p| p.engine.role != WorkerRole::Aggregated)
+    }
+
+    /// A pool list the simulator cannot run is a caller's bug: none, an empty pool, pools
+    /// that disagree on the block size the router hashes with, or roles that do not make a
+    /// system (aggregated pools only, or prefill and decode pools and no aggregated one).
     fn check_pools(&self) -> Result<(), String> {
         let block_size = self.block_size();
         if self.pools.is_empty() {
             return Err("the run has no worker pool".into());
+        }
+        let has = |role| self.pools.iter().any(|p| p.engine.role == role);
+        let roles = (
+            has(WorkerRole::Aggregated),
+            has(WorkerRole::Prefill),
+            has(WorkerRole::Decode),
+        );
+        if !matches!(roles, (true, false, false) | (false, true, true)) {
+            return Err(format!(
+                "pool roles {roles:?} (aggregated, prefill, decode) make no system"
+            ));
         }
         match self
             .pools
@@ -277,6 +296,29 @@ pub struct RequestRecord {
     pub migrations: u32,
     /// Its session, when it is a session's turn.
     pub session: Option<SessionTag>,
+    /// Its handoff from prefill to decode worker, in a disaggregated run (`rank` is then its
+    /// decode worker, `admit` its prefill admission and `path` the prefill router's).
+    pub handoff: Option<HandoffRecord>,
+}
+
+/// The instants of one request's handoff in disaggregated serving (see `sim::handoff`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandoffRecord {
+    /// The prefill rank that computed its prompt.
+    pub prefill_rank: WorkerWithDpRank,
+    /// Its prompt was computed and held (the end of its last prefill pass).
+    pub prefill_end: Option<SimTime>,
+    /// Its decode worker reserved room for it: the transfer started.
+    pub transfer_start: Option<SimTime>,
+    /// The transfer landed and it joined its decode worker's queue.
+    pub transfer_end: Option<SimTime>,
+    /// Its prefill worker released its blocks.
+    pub prefill_release: Option<SimTime>,
+    /// Its decode worker first admitted it to a pass.
+    pub decode_admit: Option<SimTime>,
+    /// Prompt tokens found cached at its latest decode admission (non-zero only after a
+    /// preemption on the decode worker).
+    pub decode_reused_input_tokens: u64,
 }
 
 /// One pool's part of a run: which workers it had and how long its ranks ran passes.
@@ -295,6 +337,8 @@ pub struct PoolUsage {
     pub busy_ns: u128,
     /// Workers that joined the pool during the run (`worker_up`), by id.
     pub joined_workers: Vec<u64>,
+    /// What its workers do.
+    pub role: WorkerRole,
 }
 
 /// The outcome of a run.
@@ -396,6 +440,8 @@ enum Event {
     Kv(Vec<KvEvent>),
     /// The router's periodic recheck.
     Tick,
+    /// A request's KV transfer to its decode worker lands (disaggregated serving).
+    TransferDone { request: RequestId },
 }
 
 /// Fault state: which workers are down, what the router has heard, what was lost.
@@ -411,7 +457,10 @@ struct FaultState {
 
 struct System {
     config: SimConfig,
+    /// The router requests arrive at: the only one, or the prefill pool's.
     router: RouterDriver,
+    /// Disaggregated serving's decode router and handoffs (`None`: aggregated).
+    handoff: Option<Handoff>,
     fleet: WorkerFleet,
     ledger: Ledger,
     faults: FaultState,
@@ -490,11 +539,13 @@ type KvLog = Vec<(SimTime, KvEvent)>;
 /// Whether a run of `config` stepped as `stepping` skips quiet passes: only when asked, and
 /// never with transport jitter (each token message draws its own delay) or with faults
 /// (a cancellation or a worker going down reaches a worker between its passes' ends and
-/// their tokens' arrival, so those runs step pass by pass).
+/// their tokens' arrival, so those runs step pass by pass), and not in disaggregated serving
+/// (a decode worker's every pass end may take a handoff).
 pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
     stepping == Stepping::SkipQuiet
         && config.delays.jitter == SimDuration::ZERO
         && config.faults.is_empty()
+        && !config.is_disaggregated()
 }
 
 /// [`run`], keeping the router's KV events when `log_kv` says so.
@@ -544,14 +595,21 @@ fn new_system(
         });
     }
     let skip_quiet = skips_quiet_passes(&config, stepping);
+    let mut scheduler = config.scheduler_config();
+    if config.is_disaggregated() {
+        scheduler.router = handoff::prefill_router_config(&config.router);
+    }
     let router = RouterDriver::new(
         config.router_mode,
-        config.scheduler_config(),
-        worker_set(&config.pools),
+        scheduler,
+        fleet::worker_set_of(&config.pools, |role| role != WorkerRole::Decode),
         cached_blocks_hint(&config.pools),
         log_kv,
     );
     let fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
+    let handoff = config
+        .is_disaggregated()
+        .then(|| Handoff::new(&config, fleet.rank_count()));
     let faults = FaultState {
         cancel_rngs: (0..config.faults.len())
             .map(|k| rng::stream(config.seed, &format!("faults/cancel/{k}")))
@@ -561,6 +619,7 @@ fn new_system(
     Ok(System {
         faults,
         router,
+        handoff,
         fleet,
         ledger: Ledger::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
         violation: None,
@@ -688,6 +747,9 @@ impl System {
                     class_index,
                 } => {
                     self.ledger.dispatched(now, id, rank, path, class_index);
+                    if self.handoff.is_some() {
+                        self.ledger.prefill_routed(id);
+                    }
                     let rank = self.rank_index(rank);
                     self.send_to_worker(now, rank, id, queue);
                 }
@@ -742,11 +804,16 @@ impl System {
         let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
+        // A prefill worker computes the prompt and one token nobody sees.
+        let max_output_tokens = match self.handoff {
+            Some(_) => 1,
+            None => f.output_tokens,
+        };
         let request = MockRequest {
             id,
             prompt_tokens: f.prompt_tokens,
             prompt_hashes: f.hashes.clone(),
-            max_output_tokens: f.output_tokens,
+            max_output_tokens,
         };
         if self.fleet.is_down(rank) {
             self.deliver_to_down(now, rank, id, queue);
@@ -804,25 +871,16 @@ impl System {
             PassEnded::Formed(output) => output,
             PassEnded::Stale | PassEnded::Quiet => return,
         };
-        let lag = self.config.delays.kv_event_lag;
-        if !output.kv_events.is_empty() {
-            if lag == SimDuration::ZERO {
-                for event in &output.kv_events {
-                    self.router.kv_event(now, event);
-                }
-            } else {
-                queue.schedule(now.saturating_add(lag), Event::Kv(output.kv_events.clone()));
-            }
+        let role = self.fleet.role(rank);
+        // Decode workers publish to no router.
+        if role != WorkerRole::Decode {
+            self.publish_kv_events(now, &output.kv_events, queue);
         }
-        for rejection in &output.rejected {
-            let id = rejection.id;
-            if !self.ledger.is_pending(id) {
-                continue; // cancelled while the pass ran
-            }
-            let status = Status::Rejected(Rejection::Worker(rejection.reason));
-            self.end(now, id, status);
-            self.router.finished(now, id, Outcome::Aborted);
-            self.drain_router(now, queue);
+        self.deliver_rejections(now, rank, &output.rejected, queue);
+        if role == WorkerRole::Prefill {
+            self.prefill_pass_ended(now, rank, &output.held, queue);
+            self.fleet.give_back(rank, output);
+            return;
         }
         let finished_empty = output
             .finished_empty
@@ -873,6 +931,58 @@ impl System {
             }
         }
         self.fleet.give_back(rank, output);
+        if role == WorkerRole::Decode {
+            self.decode_pass_ended(now, rank, queue);
+        }
+    }
+
+    /// A pass's KV events reach the router's index, now or after the lag.
+    fn publish_kv_events(
+        &mut self,
+        now: SimTime,
+        events: &[KvEvent],
+        queue: &mut EventQueue<Event>,
+    ) {
+        if events.is_empty() {
+            return;
+        }
+        let lag = self.config.delays.kv_event_lag;
+        if lag == SimDuration::ZERO {
+            for event in events {
+                self.router.kv_event(now, event);
+            }
+        } else {
+            queue.schedule(now.saturating_add(lag), Event::Kv(events.to_vec()));
+        }
+    }
+
+    /// Requests rank `rank` refused in its pass end at `now`.
+    fn deliver_rejections(
+        &mut self,
+        now: SimTime,
+        rank: usize,
+        rejected: &[crate::mocker::Rejection],
+        queue: &mut EventQueue<Event>,
+    ) {
+        for rejection in rejected {
+            let id = rejection.id;
+            if !self.ledger.is_pending(id) {
+                continue; // cancelled while the pass ran
+            }
+            let status = Status::Rejected(Rejection::Worker(rejection.reason));
+            self.end(now, id, status);
+            self.token_router(rank).finished(now, id, Outcome::Aborted);
+            self.drain_router(now, queue);
+        }
+    }
+
+    /// The router that hears rank `rank`'s tokens and ends: the decode router for a decode
+    /// rank, else the one router requests arrive at.
+    fn token_router(&mut self, rank: usize) -> &mut RouterDriver {
+        match (&mut self.handoff, self.fleet.role(rank)) {
+            (Some(handoff), WorkerRole::Decode) => &mut handoff.decode_router,
+            _ => &mut self.router,
+        }
     }
 
     /// A token (or the end of a stream) reaches the router and the client.
@@ -882,12 +992,17 @@ impl System {
         if !self.ledger.receive(now, id, attempt, edge) {
             return;
         }
+        // Tokens only come from aggregated and decode workers.
+        let router = match &mut self.handoff {
+            Some(handoff) => &mut handoff.decode_router,
+            None => &mut self.router,
+        };
         if edge.is_first() {
-            self.router.first_token(now, id);
+            router.first_token(now, id);
         }
         if edge.is_last() {
             self.last_delivery.remove(&id);
-            self.router.finished(now, id, Outcome::Completed);
+            router.finished(now, id, Outcome::Completed);
         }
     }
 
@@ -928,6 +1043,9 @@ impl System {
                 self.fail(now, message);
             }
             if let Err(message) = self.fleet.check_drained() {
+                self.fail(now, message);
+            }
+            if let Some(Err(message)) = self.handoff.as_ref().map(Handoff::check_drained) {
                 self.fail(now, message);
             }
         }
@@ -979,6 +1097,7 @@ impl Model for System {
                 self.router.tick(now);
                 self.drain_router(now, queue);
             }
+            Event::TransferDone { request } => self.transfer_done(now, request, queue),
         }
     }
 }
@@ -987,14 +1106,16 @@ mod driver;
 mod faults;
 mod feed;
 mod fleet;
+mod handoff;
 mod ledger;
 mod status;
 
 use driver::{RouterDecision, RouterDriver};
 use feed::Feed;
-use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint, worker_set};
+use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
+use handoff::Handoff;
 use ledger::{Ledger, TokenEdge};
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 

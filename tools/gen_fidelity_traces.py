@@ -523,6 +523,31 @@ def with_args(build, args):
     return lambda: build()[:3] + (args,)
 
 
+DISAGG_1P1D = "--prefill-workers 1 --decode-workers 1"
+
+
+def transfer(bandwidth_gb_per_s, mode="full_prompt", bytes_per_token=131072):
+    """A prefill engine that times KV transfers (the decode engine's settings are ignored)."""
+    return {"engine": {"kv_transfer_bandwidth": bandwidth_gb_per_s,
+                       "kv_transfer_bytes_per_token": bytes_per_token,
+                       "kv_transfer_timing_mode": mode}}
+
+
+def disaggregated(build, args="", prefill=None, decode=None):
+    """A fixture built by `build` and replayed on 1 prefill + 1 decode worker, with the
+    prefill and decode engines given (prefill.json, decode.json; default: engine.json's)."""
+    def make():
+        rows, policy, engine = build()[:3]
+        flags, files = [DISAGG_1P1D] + ([args] if args else []), {}
+        for flag, name, config in [("--prefill-engine", "prefill.json", prefill),
+                                   ("--decode-engine", "decode.json", decode)]:
+            if config is not None:
+                flags.append(f"{flag} {name}")
+                files[name] = config
+        return rows, policy, engine, " ".join(flags), files
+    return make
+
+
 FIXTURES = {
     "classes-wspt": classes_wspt,
     "prefix-sharing": prefix_sharing,
@@ -546,13 +571,28 @@ FIXTURES = {
     "sessions-closed-loop": with_args(sessions_closed_loop, "--replay-concurrency 4"),
     "sessions-speedup": with_args(sessions_speedup, "--arrival-speedup-ratio 2"),
     "sessions-mixed-plain": sessions_mixed_plain,
+    # Disaggregated serving: 1 prefill + 1 decode worker, KV transfers between them.
+    "disagg-premium-weighted": disaggregated(
+        lambda: (premium_rows(), premium_policy(128), PREMIUM_ENGINE)),
+    "disagg-prefix-missing": disaggregated(
+        prefix_sharing, prefill=transfer(25, "destination_missing")),
+    "disagg-bandwidth-bound": disaggregated(prefix_sharing, prefill=transfer(1)),
+    "disagg-decode-pressure": disaggregated(
+        memory_pressure, prefill={"engine": {}},
+        decode={"engine": {"num_gpu_blocks": 64, "max_num_seqs": 8}}),
+    "disagg-closed-loop": disaggregated(
+        closed_prefix_sharing, "--replay-concurrency 6",
+        prefill=transfer(50, "destination_missing")),
+    "disagg-speedup": disaggregated(
+        prefix_sharing, "--arrival-speedup-ratio 3", prefill=transfer(25)),
 }
 
 
 def main():
     root = sys.argv[1]
     for name, build in FIXTURES.items():
-        rows, policy, engine, *args = build()
+        rows, policy, engine, *rest = build()
+        args, files = rest[:1], (rest[1] if len(rest) > 1 else {})
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "trace.jsonl"), "w") as f:
@@ -567,6 +607,10 @@ def main():
         if args:
             with open(os.path.join(d, "replay_args.txt"), "w") as f:
                 f.write(args[0] + "\n")
+        for file_name, config in files.items():
+            with open(os.path.join(d, file_name), "w") as f:
+                json.dump(config, f, indent=1)
+                f.write("\n")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,48 @@ pub enum PreemptionMode {
     Fifo,
 }
 
+/// What a worker does in the serving system (the engine's `worker_type`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkerRole {
+    /// Prefill and decode on one worker (Dynamo's default).
+    #[default]
+    Aggregated,
+    /// Computes prompts only and holds their KV until a decode worker takes it.
+    Prefill,
+    /// Receives computed prompts and generates their tokens.
+    Decode,
+}
+
+impl WorkerRole {
+    /// The role an engine config's `worker_type` names, if it names one.
+    pub fn from_worker_type(worker_type: &str) -> Option<WorkerRole> {
+        match worker_type {
+            "aggregated" => Some(WorkerRole::Aggregated),
+            "prefill" => Some(WorkerRole::Prefill),
+            "decode" => Some(WorkerRole::Decode),
+            _ => None,
+        }
+    }
+
+    /// The name 1.6.1's messages give the role (`Aggregated`, `Prefill`, `Decode`).
+    pub fn dynamo_name(self) -> &'static str {
+        match self {
+            WorkerRole::Aggregated => "Aggregated",
+            WorkerRole::Prefill => "Prefill",
+            WorkerRole::Decode => "Decode",
+        }
+    }
+
+    /// The lower-case name routersim's outputs and scenarios use.
+    pub fn label(self) -> &'static str {
+        match self {
+            WorkerRole::Aggregated => "aggregated",
+            WorkerRole::Prefill => "prefill",
+            WorkerRole::Decode => "decode",
+        }
+    }
+}
+
 /// Validated engine arguments of one mock worker, with Dynamo's names and defaults.
 ///
 /// Every data-parallel rank of a worker runs its own scheduler and KV pool with these
@@ -65,6 +107,8 @@ pub struct EngineArgs {
     /// KV transfer to a decode worker (a prefill engine's; none by default). An aggregated
     /// worker transfers nothing, but 1.6.1 checks the settings all the same.
     pub kv_transfer: KvTransfer,
+    /// What the worker does (`worker_type`; default aggregated).
+    pub role: WorkerRole,
 }
 
 impl Default for EngineArgs {
@@ -83,6 +127,7 @@ impl Default for EngineArgs {
             max_model_len: None,
             timing: TimingModel::Polynomial,
             kv_transfer: KvTransfer::default(),
+            role: WorkerRole::Aggregated,
         }
     }
 }
@@ -329,7 +374,7 @@ pub struct EngineSection {
     pub aic_nextn_accept_rates: Option<Value>,
     /// Speculative decoding seed; accepted and ignored.
     pub aic_mtp_seed: Option<Value>,
-    /// Must be `"aggregated"` (the default).
+    /// `"aggregated"` (the default), `"prefill"` or `"decode"`.
     pub worker_type: Option<String>,
     /// `"lifo"` (default) or `"fifo"`.
     pub preemption_mode: Option<PreemptionMode>,
@@ -469,7 +514,9 @@ impl EngineSection {
         if let Some(b) = self.backend.as_deref().filter(|b| *b != "vllm") {
             return Err(unsupported("backend", &b));
         }
-        if let Some(w) = self.worker_type.as_deref().filter(|w| *w != "aggregated") {
+        if let Some(w) = self.worker_type.as_deref()
+            && WorkerRole::from_worker_type(w).is_none()
+        {
             return Err(unsupported("worker_type", &w));
         }
         if let Some(i) = self.prefill_schedule_interval.filter(|i| *i != 1) {
@@ -555,6 +602,9 @@ impl EngineSection {
             max_model_len: self.max_model_len,
             timing,
             kv_transfer,
+            role: (self.worker_type.as_deref())
+                .and_then(WorkerRole::from_worker_type)
+                .unwrap_or_default(),
         })
     }
 }
@@ -764,10 +814,24 @@ mod tests {
     }
 
     #[test]
+    fn worker_type_names_the_role() {
+        for (worker_type, role) in [
+            ("aggregated", WorkerRole::Aggregated),
+            ("prefill", WorkerRole::Prefill),
+            ("decode", WorkerRole::Decode),
+        ] {
+            let text = format!(r#"{{"engine": {{"worker_type": "{worker_type}"}}}}"#);
+            assert_eq!(EngineArgs::from_json_str(&text).unwrap().role, role);
+        }
+        let default = EngineArgs::from_json_str(r#"{"engine": {}}"#).unwrap();
+        assert_eq!(default.role, WorkerRole::Aggregated);
+    }
+
+    #[test]
     fn unsupported_behaviour_is_refused_by_name() {
         for (text, field) in [
             (r#"{"engine": {"backend": "sglang"}}"#, "backend"),
-            (r#"{"engine": {"worker_type": "prefill"}}"#, "worker_type"),
+            (r#"{"engine": {"worker_type": "encode"}}"#, "worker_type"),
             (r#"{"engine": {"aic_nextn": 2}}"#, "aic_nextn"),
             (
                 r#"{"engine": {"timing_model": {"type": "external", "provider": "ais"}}}"#,

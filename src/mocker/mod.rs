@@ -26,7 +26,9 @@ mod proptests;
 #[cfg(test)]
 mod test_support;
 
-pub use config::{ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode};
+pub use config::{
+    ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode, WorkerRole,
+};
 pub use kv_pool::{BlockId, KvPool, PrefixMatch};
 pub use memo::DecodeMemo;
 pub use profile::{ProfileError, TimingProfile};
@@ -34,5 +36,5 @@ pub use timing::TimingModel;
 pub use traits::{QuietRuns, Worker, WorkerLoad};
 pub use worker::{
     AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RejectReason, Rejection,
-    RequestPhase, RequestView, TokenOut,
+    RequestPhase, RequestView, Reservation, TokenOut,
 };

@@ -42,6 +42,7 @@ fn engine() -> impl Strategy<Value = EngineArgs> {
                     speedup_ratio: ratio[s as usize],
                     decode_speedup_ratio: ratio[d as usize],
                     dp_size: 1,
+                    role: Default::default(),
                     timing: Default::default(),
                     kv_transfer: Default::default(),
                 }

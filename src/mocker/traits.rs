@@ -4,7 +4,7 @@
 //! capability of skipping through passes nobody outside the rank can observe.
 
 use super::memo::DecodeMemo;
-use super::worker::{AddRequestError, MockRequest, PassOutput, RequestView};
+use super::worker::{AddRequestError, MockRequest, PassOutput, RequestView, Reservation};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
 
@@ -67,6 +67,17 @@ pub trait Worker: Send + std::fmt::Debug {
 
     /// The rank's own bookkeeping checks (Err: a bug in the worker model).
     fn check_invariants(&self) -> Result<(), String>;
+
+    /// A prefill rank lets go of held request `id` (see [`MockWorker::release_held`](super::MockWorker::release_held)).
+    fn release_held(&mut self, id: RequestId) -> bool;
+
+    /// A decode rank is asked to reserve blocks for a handoff (see
+    /// [`MockWorker::reserve_handoff`](super::MockWorker::reserve_handoff)).
+    fn reserve_handoff(&mut self, request: MockRequest) -> Result<Reservation, AddRequestError>;
+
+    /// A reserved handoff's transfer landed on a decode rank (see
+    /// [`MockWorker::activate_handoff`](super::MockWorker::activate_handoff)).
+    fn activate_handoff(&mut self, id: RequestId) -> bool;
 
     /// The rank's quiet-run capability, if it has one.
     fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {

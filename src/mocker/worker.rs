@@ -56,7 +56,7 @@
 //! unchunked prompt larger than `max_num_batched_tokens`. Runs 1.6.1 completes never meet
 //! either case, so their timings are unchanged.
 
-use super::config::{ConfigError, EngineArgs, PreemptionMode};
+use super::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch};
 use super::memo::{DECODE_MEMO_FIRST_SLOTS, DecodeMemo, HeadProbe};
 use super::timing;
@@ -90,6 +90,9 @@ struct Req {
     max_reused: u64,
     /// False once the request has left the rank (its slot is free).
     live: bool,
+    /// Its prompt's KV came from a prefill worker (a decode rank's handoff): it is admitted
+    /// with the prompt computed, and nothing is prefilled for it.
+    transferred: bool,
 }
 
 impl Req {
@@ -146,6 +149,10 @@ pub struct MockWorker {
     slot_of: FxHashMap<RequestId, Slot>,
     free_slots: Vec<Slot>,
     waiting: VecDeque<Slot>,
+    /// A decode rank's handoffs whose transfer landed, waiting for a running slot: they are
+    /// admitted before the waiting queue (a preempted request that must wait for blocks
+    /// there does not hold them up, as in 1.6.1).
+    landed: VecDeque<Slot>,
     running: Vec<Slot>,
     next_event_id: u64,
     preemptions_total: u64,
@@ -170,6 +177,10 @@ pub struct MockWorker {
     reuse_probes: bool,
     /// Admission decisions answered from the kept probe.
     probe_reuses: u64,
+    /// Requests a prefill rank holds after their prefill (they keep their blocks, not a
+    /// running slot) until [`MockWorker::release_held`], or a decode rank has reserved blocks
+    /// for until [`MockWorker::activate_handoff`]: in no queue, not work for a pass.
+    held: usize,
 }
 
 /// Slots of a rank's own table of decode durations (a rank outside a simulator's pools:
@@ -199,6 +210,7 @@ impl MockWorker {
             slot_of: FxHashMap::default(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
+            landed: VecDeque::new(),
             running: Vec::new(),
             next_event_id: 0,
             preemptions_total: 0,
@@ -214,6 +226,7 @@ impl MockWorker {
             head_probe: HeadProbe::default(),
             reuse_probes: true,
             probe_reuses: 0,
+            held: 0,
         }
     }
 
@@ -252,13 +265,24 @@ impl MockWorker {
     }
 
     /// True while any request is waiting or running: the caller must run another pass.
+    /// (Held requests are not work: they wait for their decode worker, not for a pass.)
     pub fn has_work(&self) -> bool {
-        !self.slot_of.is_empty()
+        self.slot_of.len() > self.held
     }
 
-    /// Requests queued (including preempted ones).
+    /// What the rank does (its engine's `worker_type`).
+    pub fn role(&self) -> WorkerRole {
+        self.args.role
+    }
+
+    /// Requests held after their prefill (a prefill rank's), waiting for release.
+    pub fn held_len(&self) -> usize {
+        self.held
+    }
+
+    /// Requests queued (including preempted ones and landed handoffs).
     pub fn waiting_len(&self) -> usize {
-        self.waiting.len()
+        self.waiting.len() + self.landed.len()
     }
 
     /// Requests in the running batch.
@@ -366,6 +390,7 @@ impl MockWorker {
                     preemptions: 0,
                     max_reused: 0,
                     live: false,
+                    transferred: false,
                 });
                 (self.reqs.len() - 1) as Slot
             }
@@ -384,6 +409,7 @@ impl MockWorker {
         r.preemptions = 0;
         r.max_reused = 0;
         r.live = true;
+        r.transferred = false;
         self.slot_of.insert(req.id, slot);
         self.waiting.push_back(slot);
         Ok(())
@@ -403,6 +429,12 @@ impl MockWorker {
         }
         if let Some(pos) = self.running.iter().position(|&s| s == slot) {
             self.running.remove(pos);
+        }
+        if let Some(pos) = self.landed.iter().position(|&s| s == slot) {
+            self.landed.remove(pos);
+        }
+        if matches!(view.phase, RequestPhase::Held | RequestPhase::Reserved) {
+            self.held -= 1;
         }
         self.release_blocks(slot);
         self.forget(slot);
@@ -494,7 +526,11 @@ impl MockWorker {
         decode: &timing::DecodeBatch,
         memo: &mut DecodeMemo,
     ) -> SimTime {
-        let prefill = timing::prefill_duration(prefill, &self.args);
+        // A decode rank prefills nothing (a recomputed preemption costs no time either).
+        let prefill = match self.args.role {
+            WorkerRole::Decode => crate::time::SimDuration::ZERO,
+            _ => timing::prefill_duration(prefill, &self.args),
+        };
         let decode = memo.get(decode);
         now.saturating_add(prefill).saturating_add(decode)
     }
@@ -561,6 +597,12 @@ impl MockWorker {
     }
 
     fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
+        // Each iteration admits a landed handoff: bounded.
+        while (self.running.len() as u64) < self.args.max_num_seqs
+            && let Some(slot) = self.landed.pop_front()
+        {
+            self.admit_transferred(slot, out);
+        }
         // Each iteration removes the head (admitted or rejected) or stops: bounded.
         while (self.running.len() as u64) < self.args.max_num_seqs {
             let Some(&slot) = self.waiting.front() else {
@@ -925,6 +967,12 @@ impl MockWorker {
     /// ready requests that had already produced a token (1.6.1 charges a request's first
     /// token, emitted at its prefill's end, no decode time).
     fn emit_tokens(&mut self, out: &mut PassOutput) -> timing::DecodeBatch {
+        if self.args.role == WorkerRole::Prefill {
+            self.hold_prefilled(out);
+            return timing::DecodeBatch::default();
+        }
+        // A decode rank's first token of a transferred prompt is a decode step of its own.
+        let charge_first = self.args.role == WorkerRole::Decode;
         self.ready.clear();
         let mut decode = timing::DecodeBatch::default();
         let mut any_finished = false;
@@ -937,7 +985,7 @@ impl MockWorker {
                 any_finished = true;
                 continue;
             }
-            if r.generated > 0 {
+            if r.generated > 0 || charge_first {
                 decode.count += 1;
                 decode.active_kv_tokens += r.seq_len();
             }
@@ -1073,69 +1121,11 @@ fn block_hash(r: &Req, index: usize) -> SeqHash {
     }
 }
 
+mod as_worker;
 mod checks;
+mod handoff;
 mod quiet;
 mod types;
-
-impl Worker for MockWorker {
-    fn rank(&self) -> WorkerWithDpRank {
-        self.rank
-    }
-
-    fn add_request(&mut self, now: SimTime, request: MockRequest) -> Result<(), AddRequestError> {
-        MockWorker::add_request(self, now, request)
-    }
-
-    fn remove_request(&mut self, id: RequestId) -> Option<RequestView> {
-        MockWorker::remove_request(self, id)
-    }
-
-    fn has_work(&self) -> bool {
-        MockWorker::has_work(self)
-    }
-
-    fn start_pass(&mut self, now: SimTime, memo: &mut DecodeMemo, out: &mut PassOutput) -> SimTime {
-        self.execute_pass_with(now, memo, out)
-    }
-
-    fn take_back(&mut self, out: &mut PassOutput) {
-        MockWorker::take_back(self, out);
-    }
-
-    fn held_requests(&self, out: &mut Vec<RequestId>) {
-        out.extend(self.waiting_ids().chain(self.running_ids()));
-    }
-
-    fn for_each_running(&self, f: &mut dyn FnMut(RequestId)) {
-        self.running_ids().for_each(f);
-    }
-
-    fn request(&self, id: RequestId) -> Option<RequestView> {
-        MockWorker::request(self, id)
-    }
-
-    fn load(&self) -> WorkerLoad {
-        WorkerLoad {
-            waiting: self.waiting_len(),
-            running: self.running_len(),
-            active_blocks: self.active_blocks(),
-            max_running: self.args.max_num_seqs,
-            max_batched_tokens: self.args.max_num_batched_tokens,
-        }
-    }
-
-    fn preemptions_total(&self) -> u64 {
-        self.preemptions_total
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        MockWorker::check_invariants(self)
-    }
-
-    fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
-        Some(self)
-    }
-}
 
 #[cfg(test)]
 mod tests {

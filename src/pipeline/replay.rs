@@ -33,6 +33,41 @@ pub struct ReplaySetup {
     pub seed: u64,
     /// How long KV events take to reach the router's index (Dynamo's `kv_event_lag_ms`).
     pub kv_event_lag: SimDuration,
+    /// Disaggregated serving instead of `workers` aggregated workers.
+    pub disaggregated: Option<DisaggregatedSetup>,
+}
+
+/// A disaggregated replay's pools, as Dynamo's `num_prefill_workers`, `num_decode_workers`,
+/// `prefill_engine_args` and `decode_engine_args` give them.
+#[derive(Clone, Debug)]
+pub struct DisaggregatedSetup {
+    pub prefill_workers: u32,
+    /// Its role is prefill.
+    pub prefill_engine: EngineArgs,
+    pub decode_workers: u32,
+    /// Its role is decode.
+    pub decode_engine: EngineArgs,
+}
+
+impl ReplaySetup {
+    /// The worker pools: one aggregated pool, or a prefill pool and a decode pool.
+    pub fn pools(&self) -> Vec<WorkerPool> {
+        match &self.disaggregated {
+            None => vec![WorkerPool::unnamed(self.workers, self.engine.clone())],
+            Some(d) => vec![
+                WorkerPool {
+                    name: "prefill".to_string(),
+                    count: d.prefill_workers,
+                    engine: d.prefill_engine.clone(),
+                },
+                WorkerPool {
+                    name: "decode".to_string(),
+                    count: d.decode_workers,
+                    engine: d.decode_engine.clone(),
+                },
+            ],
+        }
+    }
 }
 
 impl RunSpec {
@@ -42,7 +77,7 @@ impl RunSpec {
         let config = SimConfig {
             router: setup.router.clone(),
             profile: select_profile(&setup.router, setup.policy.as_ref(), None),
-            pools: vec![WorkerPool::unnamed(setup.workers, setup.engine.clone())],
+            pools: setup.pools(),
             router_mode: setup.router_mode,
             seed: setup.seed,
             delays: TransportDelays {

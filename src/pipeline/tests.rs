@@ -103,6 +103,7 @@ fn replay_spec(trace_text: &str) -> (tempfile::TempDir, RunSpec) {
         router_mode: RouterMode::KvRouter,
         seed: 0,
         kv_event_lag: crate::time::SimDuration::ZERO,
+        disaggregated: None,
     };
     (dir, RunSpec::from_replay(&setup))
 }

@@ -64,7 +64,7 @@ use crate::sim::{RequestRecord, SimResult};
 
 /// Columns of `requests.csv` (a contract: the first thirteen match the CSV of
 /// `tools/dynamo-replay`; later ones are only ever appended).
-pub const REQUEST_COLUMNS: [&str; 20] = [
+pub const REQUEST_COLUMNS: [&str; 28] = [
     "row",
     "policy_class",
     "arrival_ms",
@@ -85,13 +85,23 @@ pub const REQUEST_COLUMNS: [&str; 20] = [
     "migrations",
     "session_id",
     "turn_index",
+    "prefill_worker",
+    "prefill_admit_ms",
+    "prefill_end_ms",
+    "kv_transfer_start_ms",
+    "kv_transfer_end_ms",
+    "prefill_release_ms",
+    "decode_admit_ms",
+    "decode_reused_input_tokens",
 ];
 
 /// `requests.csv`: one row per request, in row order. `pool` names the pool of the worker the
 /// request was sent to (empty if it never was). `session_id` names a session's turn (empty
 /// for a plain request), and `turn_index` is its place from 0, empty when the run replays
 /// its sessions as plain requests (a trace whose sessions all have one turn, as Dynamo
-/// 1.6.1 does).
+/// 1.6.1 does). In disaggregated serving `worker` and `dp_rank` are the decode worker's (a
+/// worker's number within its role, as Dynamo numbers them), `admit_ms` the prefill
+/// admission, and the last eight columns the handoff's (empty in aggregated serving).
 pub fn requests_csv(result: &SimResult) -> Vec<u8> {
     let mut rows: Vec<&RequestRecord> = result.records.iter().collect();
     rows.sort_by_key(|r| r.row);
@@ -111,7 +121,7 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
         row.opt_ms(r.completion);
         match r.rank {
             Some(k) => {
-                row.u64(k.worker_id);
+                row.u64(pools::worker_in_role(result, k.worker_id));
                 row.u64(u64::from(k.dp_rank));
             }
             None => {
@@ -145,7 +155,33 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
                 row.text("");
             }
         }
+        handoff_fields(&mut row, result, r);
         row.write(&mut w);
     }
     w.into_inner().expect("writing to memory")
+}
+
+/// The eight handoff columns of a request's row (empty without a handoff).
+fn handoff_fields(row: &mut csv_row::CsvRow, result: &SimResult, r: &RequestRecord) {
+    let Some(h) = &r.handoff else {
+        for _ in 0..8 {
+            row.text("");
+        }
+        return;
+    };
+    row.u64(pools::worker_in_role(result, h.prefill_rank.worker_id));
+    row.opt_ms(r.admit);
+    for at in [
+        h.prefill_end,
+        h.transfer_start,
+        h.transfer_end,
+        h.prefill_release,
+        h.decode_admit,
+    ] {
+        row.opt_ms(at);
+    }
+    match h.decode_admit {
+        Some(_) => row.u64(h.decode_reused_input_tokens),
+        None => row.text(""),
+    }
 }

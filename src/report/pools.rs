@@ -137,6 +137,17 @@ pub fn pool_name(result: &SimResult, worker_id: u64) -> &str {
         .map_or("", |p| result.pools[p].name.as_str())
 }
 
+/// Worker `worker_id`'s number within its role, as Dynamo numbers a disaggregated run's
+/// prefill and decode workers (each from 0); an aggregated worker's id as it is.
+pub fn worker_in_role(result: &SimResult, worker_id: u64) -> u64 {
+    let Some(pool) = result.pool_of(worker_id) else {
+        return worker_id;
+    };
+    let role = result.pools[pool].role;
+    let first = result.pools.iter().filter(|p| p.role == role);
+    worker_id - first.map(|p| p.first_worker).min().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +164,7 @@ mod tests {
             dp_size: 1,
             busy_ns: u128::from(busy_ms) * 1_000_000,
             joined_workers: Vec::new(),
+            role: crate::mocker::WorkerRole::Aggregated,
         }
     }
 

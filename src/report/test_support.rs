@@ -44,6 +44,7 @@ pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> R
         status: Status::Completed,
         migrations: 0,
         session: None,
+        handoff: None,
     }
 }
 
@@ -110,6 +111,7 @@ fn replay_fixture(name: &str) -> RunOutput {
         router_mode: RouterMode::KvRouter,
         seed: 0,
         kv_event_lag: crate::time::SimDuration::ZERO,
+        disaggregated: None,
     };
     pipeline::execute(&RunSpec::from_replay(&setup)).unwrap()
 }

@@ -4,7 +4,9 @@
 
 use super::ledger::Ledger;
 use super::{FaultMark, PoolUsage, WorkerPool};
-use crate::mocker::{DecodeMemo, MockRequest, MockWorker, PassOutput, Worker};
+use crate::mocker::{
+    DecodeMemo, MockRequest, MockWorker, PassOutput, Reservation, Worker, WorkerRole,
+};
 use crate::scheduling::select::{WorkerConfig, WorkerSet};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
@@ -41,12 +43,18 @@ pub(super) fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
     blocks.min(RESERVED_BLOCKS) as usize
 }
 
-/// The aggregated workers of `pools`, ids assigned pool by pool from 0, each as the router
-/// discovers it: its pool's DP ranks and batch token budget (which busy fractions multiply).
-pub(super) fn worker_set(pools: &[WorkerPool]) -> WorkerSet {
+/// The workers of `pools` whose role `routed` accepts (ids assigned pool by pool from 0 over
+/// every pool), each as a router discovers it: its pool's DP ranks and batch token budget
+/// (which busy fractions multiply).
+pub(super) fn worker_set_of(
+    pools: &[WorkerPool],
+    routed: impl Fn(WorkerRole) -> bool,
+) -> WorkerSet {
     let mut set = WorkerSet::default();
     for (id, _, pool) in worker_pools(pools) {
-        set.insert(id, worker_config(pool));
+        if routed(pool.engine.role) {
+            set.insert(id, worker_config(pool));
+        }
     }
     set
 }
@@ -229,6 +237,47 @@ impl WorkerFleet {
         self.ranks[index].id
     }
 
+    /// How many ranks the fleet has.
+    pub fn rank_count(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The role of the rank at `index`'s pool.
+    pub fn role(&self, index: usize) -> WorkerRole {
+        self.pools[self.ranks[index].pool].engine.role
+    }
+
+    /// Whether the rank at `index` is running a pass.
+    pub fn in_pass(&self, index: usize) -> bool {
+        self.ranks[index].in_pass
+    }
+
+    /// Decode rank `index`, between passes, is asked to reserve blocks for `request`'s
+    /// handoff (see [`MockWorker::reserve_handoff`]). Err (a bug) if the worker refuses it.
+    pub fn reserve_handoff(
+        &mut self,
+        index: usize,
+        request: MockRequest,
+    ) -> Result<Reservation, String> {
+        let slot = &mut self.ranks[index];
+        slot.worker
+            .reserve_handoff(request)
+            .map_err(|e| format!("{}: {e}", slot.id))
+    }
+
+    /// Request `id`'s transfer to decode rank `index` landed, between its passes: it joins
+    /// the rank's next pass. False if the rank had reserved nothing for it.
+    pub fn activate_handoff(&mut self, index: usize, id: RequestId) -> bool {
+        let activated = self.ranks[index].worker.activate_handoff(id);
+        self.starts_due.insert(index);
+        activated
+    }
+
+    /// Prefill rank `index` lets go of held request `id`; false if it holds no such request.
+    pub fn release_held(&mut self, index: usize, id: RequestId) -> bool {
+        self.ranks[index].worker.release_held(id)
+    }
+
     /// Whether the worker of the rank at `index` is down.
     pub fn is_down(&self, index: usize) -> bool {
         self.ranks[index].down
@@ -304,8 +353,9 @@ impl WorkerFleet {
         check_pass_progress(slot, now, at)?;
         slot.in_pass = true;
         slot.pass_start = now;
+        let role = self.pools[slot.pool].engine.role;
         for admitted in &slot.output.admitted {
-            ledger.admitted(now, admitted.id, admitted.reported_reused_tokens);
+            ledger.admitted(now, admitted.id, role, admitted);
         }
         if !slot.output.admitted.is_empty() {
             ledger.note_change(now);
@@ -581,6 +631,7 @@ impl WorkerFleet {
                 workers: pool.count,
                 dp_size: pool.engine.dp_size,
                 busy_ns,
+                role: pool.engine.role,
             });
             first_worker += u64::from(pool.count);
         }

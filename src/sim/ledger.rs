@@ -2,7 +2,8 @@
 //! and the one way a request ends ([`Ledger::finish`]), which owns conservation: each request
 //! ends once, and the ends counted are the records that ended.
 
-use super::{RequestRecord, SessionTag, Status};
+use super::{HandoffRecord, RequestRecord, SessionTag, Status};
+use crate::mocker::{Admitted, WorkerRole};
 use crate::scheduling::scheduler::DispatchPath;
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
@@ -120,6 +121,7 @@ impl Ledger {
             status: Status::Pending,
             migrations: 0,
             session: None,
+            handoff: None,
         });
         let in_flight = InFlight {
             hashes,
@@ -204,12 +206,76 @@ impl Ledger {
         self.records[id.0 as usize].class_index = class_index;
     }
 
-    /// A worker admitted request `id` in a pass starting at `now`, reusing
-    /// `reused_input_tokens` of its prompt (as the worker reports it).
-    pub fn admitted(&mut self, now: SimTime, id: RequestId, reused_input_tokens: u64) {
+    /// A worker of `role` admitted request `id` in a pass starting at `now`, as `admitted`
+    /// reports it. A decode worker's admission is the handoff's; the others' are the
+    /// request's own (its reuse is the largest over them, as 1.6.1 reports it).
+    pub fn admitted(&mut self, now: SimTime, id: RequestId, role: WorkerRole, admitted: &Admitted) {
         let record = &mut self.records[id.0 as usize];
-        record.admit.get_or_insert(now);
-        record.reused_input_tokens = reused_input_tokens;
+        match (role, &mut record.handoff) {
+            (WorkerRole::Decode, Some(handoff)) => {
+                handoff.decode_admit.get_or_insert(now);
+                handoff.decode_reused_input_tokens = admitted.reused_tokens;
+            }
+            _ => {
+                record.admit.get_or_insert(now);
+                record.reused_input_tokens = admitted.reported_reused_tokens;
+            }
+        }
+    }
+
+    /// The prefill router sent request `id` to the rank its record holds: the rank becomes
+    /// the handoff's source, and the record's rank waits for the decode router's choice.
+    pub fn prefill_routed(&mut self, id: RequestId) {
+        let record = &mut self.records[id.0 as usize];
+        if let Some(prefill_rank) = record.rank.take() {
+            record.handoff = Some(HandoffRecord {
+                prefill_rank,
+                prefill_end: None,
+                transfer_start: None,
+                transfer_end: None,
+                prefill_release: None,
+                decode_admit: None,
+                decode_reused_input_tokens: 0,
+            });
+        }
+    }
+
+    /// The handoff record of request `id` (Err-free: only a routed request hands off).
+    fn handoff_mut(&mut self, id: RequestId) -> Option<&mut HandoffRecord> {
+        self.records[id.0 as usize].handoff.as_mut()
+    }
+
+    /// Request `id`'s prompt was computed and held at `now`.
+    pub fn prefill_held(&mut self, now: SimTime, id: RequestId) {
+        if let Some(h) = self.handoff_mut(id) {
+            h.prefill_end = Some(now);
+        }
+    }
+
+    /// The decode router chose `rank` for request `id`.
+    pub fn decode_routed(&mut self, id: RequestId, rank: WorkerWithDpRank) {
+        self.records[id.0 as usize].rank = Some(rank);
+    }
+
+    /// Request `id`'s decode worker reserved room for it at `now`: its transfer started.
+    pub fn transfer_started(&mut self, now: SimTime, id: RequestId) {
+        if let Some(h) = self.handoff_mut(id) {
+            h.transfer_start = Some(now);
+        }
+    }
+
+    /// Request `id`'s transfer landed at `now`: it waits on its decode worker.
+    pub fn transfer_ended(&mut self, now: SimTime, id: RequestId) {
+        if let Some(h) = self.handoff_mut(id) {
+            h.transfer_end = Some(now);
+        }
+    }
+
+    /// Request `id`'s prefill worker released its blocks at `now`.
+    pub fn source_released(&mut self, now: SimTime, id: RequestId) {
+        if let Some(h) = self.handoff_mut(id) {
+            h.prefill_release = Some(now);
+        }
     }
 
     /// Request `id` got `tokens` tokens in the middle of its stream (the router hears

@@ -66,7 +66,7 @@ fn worker_ids_go_pool_by_pool_each_with_its_pools_ranks_and_budget() {
             e.max_num_batched_tokens = 512;
         }),
     ];
-    let set = worker_set(&pools);
+    let set = fleet::worker_set_of(&pools, |_| true);
     let workers: Vec<(u64, u32, Option<u64>)> = set
         .iter()
         .map(|(id, w)| (id, w.dp_size, w.max_num_batched_tokens))

@@ -11,6 +11,16 @@ use std::path::{Path, PathBuf};
 /// Largest allowed difference in any time column: 1 µs.
 const TOLERANCE_MS: f64 = 0.001;
 
+/// The handoff's instants in a disaggregated run (empty in an aggregated one).
+const DISAGGREGATED_TIMES: [&str; 6] = [
+    "prefill_admit_ms",
+    "prefill_end_ms",
+    "kv_transfer_start_ms",
+    "kv_transfer_end_ms",
+    "prefill_release_ms",
+    "decode_admit_ms",
+];
+
 fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/fidelity")
@@ -32,6 +42,9 @@ fn read_rows(path: &Path) -> Vec<Row> {
 pub fn replay_fixture(name: &str, out: &Path) -> Vec<Row> {
     let dir = fixture_dir(name);
     let mut cmd = Command::cargo_bin("routersim").unwrap();
+    // replay_args.txt names the fixture's other files (a prefill or decode engine) by their
+    // names within it, as tools/run_fidelity_fixtures.sh runs Dynamo there.
+    cmd.current_dir(&dir);
     cmd.arg("replay")
         .arg("--trace")
         .arg(dir.join("dynamo.trace.jsonl"));
@@ -100,8 +113,24 @@ fn mismatches(ours: &[Row], dynamo: &[Row]) -> Vec<String> {
                 ));
             }
         }
-        // Older fixtures predate the session columns.
-        for column in ["session_id", "turn_index"] {
+        // Older fixtures predate the disaggregated and session columns.
+        for column in DISAGGREGATED_TIMES {
+            if let Some(theirs) = d.get(column)
+                && time_differs(&o[column], theirs)
+            {
+                out.push(format!(
+                    "row {}: {column} {} vs Dynamo {theirs}",
+                    o["row"], o[column]
+                ));
+            }
+        }
+        let exact = [
+            "prefill_worker",
+            "decode_reused_input_tokens",
+            "session_id",
+            "turn_index",
+        ];
+        for column in exact {
             if let Some(theirs) = d.get(column)
                 && o[column] != *theirs
             {
@@ -127,6 +156,31 @@ fn assert_matches_dynamo(name: &str) {
         dynamo.len(),
         bad.join("\n")
     );
+}
+
+#[test]
+fn disaggregated_premium_burst_matches_dynamo() {
+    assert_matches_dynamo("disagg-premium-weighted");
+}
+
+#[test]
+fn disaggregated_prefix_sharing_with_destination_missing_transfers_matches_dynamo() {
+    assert_matches_dynamo("disagg-prefix-missing");
+}
+
+#[test]
+fn disaggregated_bandwidth_bound_transfers_match_dynamo() {
+    assert_matches_dynamo("disagg-bandwidth-bound");
+}
+
+#[test]
+fn disaggregated_closed_loop_matches_dynamo() {
+    assert_matches_dynamo("disagg-closed-loop");
+}
+
+#[test]
+fn disaggregated_speedup_matches_dynamo() {
+    assert_matches_dynamo("disagg-speedup");
 }
 
 #[test]

@@ -4,8 +4,8 @@
 use super::*;
 
 impl MockWorker {
-    /// Verifies the rank's bookkeeping: every request in exactly one queue with a matching
-    /// phase, waiting requests holding no KV, running requests holding exactly the blocks their
+    /// Verifies the rank's bookkeeping: every request in exactly one queue (or held) with a
+    /// matching phase, waiting requests holding no KV, running requests holding exactly the blocks their
     /// computed tokens need, block refcounts equal to the references requests hold, active +
     /// inactive within capacity, running within `max_num_seqs`. O(requests + blocks).
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -13,7 +13,8 @@ impl MockWorker {
         if self.running.len() as u64 > self.args.max_num_seqs {
             return Err(format!("{} running > max_num_seqs", self.running.len()));
         }
-        if self.waiting.len() + self.running.len() != self.slot_of.len() {
+        let queued = self.waiting.len() + self.landed.len() + self.running.len();
+        if queued + self.held != self.slot_of.len() {
             return Err("a live request is in no queue, or in two".to_string());
         }
         if self.slot_of.len() + self.free_slots.len() != self.reqs.len() {
@@ -21,7 +22,20 @@ impl MockWorker {
         }
         let mut seen = FxHashSet::default();
         let mut refs: FxHashMap<BlockId, u32> = FxHashMap::default();
-        for &slot in self.waiting.iter().chain(&self.running) {
+        let held = self.slot_of.values().copied().filter(|&s| {
+            let r = self.req(s);
+            matches!(r.phase, RequestPhase::Held | RequestPhase::Reserved)
+        });
+        let held: Vec<Slot> = held.collect();
+        if held.len() != self.held {
+            return Err(format!(
+                "{} held requests, {} counted",
+                held.len(),
+                self.held
+            ));
+        }
+        let queues = self.waiting.iter().chain(&self.landed).chain(&self.running);
+        for &slot in queues.chain(&held) {
             let r = self
                 .reqs
                 .get(slot as usize)
@@ -93,7 +107,7 @@ impl MockWorker {
             return Err(format!("request {id} registered more blocks than it holds"));
         }
         match r.phase {
-            RequestPhase::Running => {
+            RequestPhase::Running | RequestPhase::Held => {
                 let want = r.computed.div_ceil(self.args.block_size);
                 if r.blocks.len() as u64 != want {
                     return Err(format!(
@@ -102,7 +116,17 @@ impl MockWorker {
                     ));
                 }
             }
-            RequestPhase::Waiting | RequestPhase::Preempted => {
+            // A handoff's request holds its reserved prompt blocks until admitted.
+            RequestPhase::Reserved | RequestPhase::Waiting if r.transferred => {
+                let want = r.prompt_tokens.div_ceil(self.args.block_size);
+                if r.blocks.len() as u64 != want || r.computed != 0 {
+                    return Err(format!(
+                        "handoff {id} holds {} blocks, reserved {want}",
+                        r.blocks.len()
+                    ));
+                }
+            }
+            RequestPhase::Reserved | RequestPhase::Waiting | RequestPhase::Preempted => {
                 if !r.blocks.is_empty() || r.computed != 0 {
                     return Err(format!("waiting request {id} holds KV"));
                 }

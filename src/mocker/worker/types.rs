@@ -130,6 +130,9 @@ pub struct PassOutput {
     pub admitted: Vec<Admitted>,
     /// Requests preempted during this pass (back in the waiting queue).
     pub preempted: Vec<RequestId>,
+    /// A prefill rank's requests whose prompt this pass completed: held, in running order,
+    /// for their decode worker.
+    pub held: Vec<RequestId>,
     /// KV events of this pass, in the order they happened (empty when prefix caching is off).
     pub kv_events: Vec<KvEvent>,
     /// Uncached prompt tokens the pass's prefill computed (the polynomial's `T`).
@@ -150,6 +153,7 @@ impl PassOutput {
         self.rejected.clear();
         self.admitted.clear();
         self.preempted.clear();
+        self.held.clear();
         self.kv_events.clear();
         self.prefill_tokens = 0;
         self.scheduled_tokens = 0;
@@ -166,6 +170,26 @@ pub enum RequestPhase {
     Preempted,
     /// In the running batch.
     Running,
+    /// Prefilled on a prefill rank, holding its KV blocks until its decode worker has them.
+    Held,
+    /// Holding blocks on a decode rank for a prompt whose KV is on its way.
+    Reserved,
+}
+
+/// What a decode rank says to a handoff (see
+/// [`MockWorker::reserve_handoff`](super::MockWorker::reserve_handoff)).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// Blocks are reserved.
+    Reserved {
+        /// The prompt's leading full blocks that were cached here (what a
+        /// `destination_missing` transfer need not move).
+        cached_blocks: u64,
+    },
+    /// Not now: too many requests run, or the blocks do not fit; ask again later.
+    Wait,
+    /// Never: the request could not be served on this rank whatever else runs.
+    Never(RejectReason),
 }
 
 /// A read-only snapshot of one live request, for debugging and tests.
