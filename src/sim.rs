@@ -1015,11 +1015,23 @@ impl System {
 
     fn check(&mut self, now: SimTime) {
         let router = &self.router;
+        let handoff = self.handoff.as_ref();
+        // A request may end on its decode worker before its source lets go (at the end of
+        // its prefill worker's pass): the prefill router holds it until then.
+        let holds = |id| match handoff {
+            Some(h) if h.is_releasing(id) => h.decode_router.holds(id),
+            Some(h) => router.holds(id).or_else(|| h.decode_router.holds(id)),
+            None => router.holds(id),
+        };
         let result = router
             .core()
             .check_invariants()
+            .and_then(|()| match handoff {
+                Some(h) => h.decode_router.core().check_invariants(),
+                None => Ok(()),
+            })
             .and_then(|()| self.fleet.check())
-            .and_then(|()| self.ledger.check(|id| router.holds(id)));
+            .and_then(|()| self.ledger.check(holds));
         if let Err(message) = result
             && self.violation.is_none()
         {
@@ -1124,6 +1136,7 @@ mod pool_tests;
 
 #[cfg(test)]
 mod tests {
+    mod disaggregated;
     mod sessions;
     use super::*;
     use crate::mocker::{PreemptionMode, RejectReason, TimingModel, TimingProfile};

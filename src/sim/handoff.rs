@@ -70,6 +70,11 @@ impl Handoff {
         }
     }
 
+    /// Whether request `id`'s source has yet to let go of it.
+    pub fn is_releasing(&self, id: RequestId) -> bool {
+        self.flights.contains_key(&id)
+    }
+
     /// At the end of a drained run: Err unless no handoff is left.
     pub fn check_drained(&self) -> Result<(), String> {
         if !self.flights.is_empty() {
@@ -206,13 +211,12 @@ impl System {
         if self.fleet.in_pass(rank) {
             return;
         }
-        // Each iteration takes a step or stops; a step that reserves removes a pending
-        // handoff: bounded by the pending handoffs.
+        // Each iteration removes a pending handoff or stops: bounded by the pending handoffs.
         while steps > 0
             && let Some(&id) = self.handoff().pending[rank].front()
         {
-            steps -= 1;
             let Some(f) = self.ledger.in_flight(id) else {
+                // It ended meanwhile: it takes no step.
                 self.handoff().pending[rank].pop_front();
                 continue;
             };
@@ -227,12 +231,14 @@ impl System {
                 Ok(Reservation::Reserved { cached_blocks }) => cached_blocks,
                 Ok(Reservation::Wait) => break,
                 Ok(Reservation::Never(reason)) => {
+                    // Refused for good: the step passes to the next one.
                     self.handoff().pending[rank].pop_front();
                     self.fail_handoff(now, id, reason, queue);
                     continue;
                 }
                 Err(message) => return self.fail(now, message),
             };
+            steps -= 1;
             let handoff = self.handoff();
             handoff.pending[rank].pop_front();
             let tokens = handoff

@@ -407,15 +407,12 @@ impl Ledger {
 
     /// At the end of a drained run: Err unless every request ended.
     pub fn check_all_ended(&self) -> Result<(), String> {
-        let unfinished = self
-            .records
-            .iter()
-            .filter(|r| r.status == Status::Pending)
-            .count();
-        match unfinished {
-            0 => Ok(()),
-            n => Err(format!(
-                "{n} requests neither completed, rejected, cancelled nor aborted"
+        let mut unfinished = self.records.iter().filter(|r| r.status == Status::Pending);
+        match unfinished.next() {
+            None => Ok(()),
+            Some(first) => Err(format!(
+                "{} requests neither completed, rejected, cancelled nor aborted; the first: {first:?}",
+                1 + unfinished.count()
             )),
         }
     }

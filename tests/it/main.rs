@@ -2,6 +2,7 @@
 
 mod check_seeds;
 mod cli;
+mod disaggregated;
 mod faults;
 mod fidelity;
 mod input_messages;

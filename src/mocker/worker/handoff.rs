@@ -29,17 +29,6 @@ impl MockWorker {
     pub fn reserve_handoff(&mut self, req: MockRequest) -> Result<Reservation, AddRequestError> {
         let bs = self.args.block_size;
         let prompt = req.prompt_tokens;
-        if self.running.len() as u64 >= self.args.max_num_seqs {
-            return Ok(Reservation::Wait);
-        }
-        let hit = match self.args.enable_prefix_caching {
-            true => (self.pool).match_prefix(req.prompt_hashes.iter().copied(), prompt / bs),
-            false => PrefixMatch::default(),
-        };
-        let needed = prompt.div_ceil(bs) - hit.active_blocks;
-        if needed > self.args.num_gpu_blocks - self.pool.active_blocks() {
-            return Ok(Reservation::Wait);
-        }
         let id = req.id;
         self.add_request(SimTime::ZERO, req)?;
         let slot = self.slot_of[&id];
@@ -47,6 +36,19 @@ impl MockWorker {
         if let Some(reason) = self.never_fits(self.req(slot)) {
             self.forget(slot);
             return Ok(Reservation::Never(reason));
+        }
+        let hit = match self.args.enable_prefix_caching {
+            true => {
+                let hashes = self.req(slot).prompt_hashes.iter().copied();
+                self.pool.match_prefix(hashes, prompt / bs)
+            }
+            false => PrefixMatch::default(),
+        };
+        let needed = prompt.div_ceil(bs) - hit.active_blocks;
+        let full = self.running.len() as u64 >= self.args.max_num_seqs;
+        if full || needed > self.args.num_gpu_blocks - self.pool.active_blocks() {
+            self.forget(slot);
+            return Ok(Reservation::Wait);
         }
         // The kept probe is another request's: its blocks must not be taken for this one.
         self.head_probe.clear();
@@ -115,5 +117,121 @@ impl MockWorker {
             false
         });
         self.held += held;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mocker::test_support::row;
+
+    fn role_args(role: WorkerRole, f: impl FnOnce(&mut EngineArgs)) -> EngineArgs {
+        let mut args = EngineArgs {
+            role,
+            ..EngineArgs::default()
+        };
+        f(&mut args);
+        args
+    }
+
+    fn rank(args: EngineArgs) -> MockWorker {
+        MockWorker::new(args, WorkerWithDpRank::new(0, 0))
+    }
+
+    #[test]
+    fn a_prefill_rank_holds_a_computed_prompt_without_a_token_or_a_running_slot() {
+        let mut w = rank(role_args(WorkerRole::Prefill, |a| a.max_num_seqs = 1));
+        w.add_request(SimTime::ZERO, row(1, 512, 1, &[1], 64))
+            .unwrap();
+        w.add_request(SimTime::ZERO, row(2, 512, 1, &[2], 64))
+            .unwrap();
+        let mut out = PassOutput::default();
+        // P(512), with no decode term and no token: the prompt is held, its slot free.
+        let end = w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(end.as_ns(), 24_385_704);
+        assert_eq!(out.held, vec![RequestId(1)]);
+        assert!(out.tokens.is_empty());
+        assert_eq!(
+            (w.held_len(), w.running_len(), w.active_blocks()),
+            (1, 0, 8)
+        );
+        // The next pass admits request 2 while request 1 still holds its blocks.
+        w.execute_pass(end, &mut out);
+        assert_eq!(out.admitted[0].id, RequestId(2));
+        assert_eq!(w.active_blocks(), 16);
+        assert!(w.release_held(RequestId(1)));
+        assert!(!w.release_held(RequestId(1)), "released once");
+        assert_eq!((w.active_blocks(), w.inactive_blocks()), (8, 8));
+        w.check_invariants().unwrap();
+        assert!(!w.has_work(), "held requests are no work for a pass");
+    }
+
+    #[test]
+    fn a_decode_rank_reserves_lands_and_decodes_with_no_prefill_time() {
+        let mut w = rank(role_args(WorkerRole::Decode, |_| {}));
+        let reserved = w.reserve_handoff(row(1, 1024, 2, &[1, 2], 64)).unwrap();
+        assert_eq!(reserved, Reservation::Reserved { cached_blocks: 0 });
+        assert_eq!(
+            w.active_blocks(),
+            16,
+            "the reservation holds the prompt's blocks"
+        );
+        assert!(!w.has_work(), "a transfer in flight is no work for a pass");
+        assert!(w.activate_handoff(RequestId(1)));
+        let mut out = PassOutput::default();
+        // The first pass is one decode step over the whole prompt: D(1024 / 1048576).
+        let end = w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(end.as_ns(), 5_792_720);
+        assert_eq!(out.admitted[0].reused_tokens, 0);
+        assert!(out.tokens[0].first && !out.tokens[0].completed);
+        let end = w.execute_pass(end, &mut out);
+        assert_eq!(end.as_ns(), 5_792_720 + 5_792_771);
+        assert!(out.tokens[0].completed);
+        w.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_decode_rank_reserves_below_max_num_seqs_and_within_its_free_blocks() {
+        let mut w = rank(role_args(WorkerRole::Decode, |a| {
+            a.num_gpu_blocks = 20;
+            a.max_num_seqs = 1;
+        }));
+        let first = w.reserve_handoff(row(1, 512, 5, &[1], 64)).unwrap();
+        assert!(matches!(first, Reservation::Reserved { .. }));
+        // Waiting handoffs do not count against max_num_seqs, their blocks do.
+        let second = w.reserve_handoff(row(2, 512, 5, &[2], 64)).unwrap();
+        assert!(matches!(second, Reservation::Reserved { .. }));
+        let third = w.reserve_handoff(row(3, 512, 5, &[3], 64)).unwrap();
+        assert_eq!(third, Reservation::Wait, "16 of 20 blocks are reserved");
+        w.activate_handoff(RequestId(1));
+        let mut out = PassOutput::default();
+        w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(w.running_len(), 1);
+        w.release_held(RequestId(2));
+        let fourth = w.reserve_handoff(row(4, 64, 5, &[4], 64)).unwrap();
+        assert_eq!(
+            fourth,
+            Reservation::Wait,
+            "a full running batch takes no handoff"
+        );
+        let never = rank(role_args(WorkerRole::Decode, |a| a.num_gpu_blocks = 4))
+            .reserve_handoff(row(5, 512, 5, &[5], 64))
+            .unwrap();
+        assert_eq!(never, Reservation::Never(RejectReason::PromptOverPool));
+    }
+
+    #[test]
+    fn a_reservation_counts_the_prompts_blocks_the_decode_cache_holds() {
+        let mut w = rank(role_args(WorkerRole::Decode, |_| {}));
+        w.reserve_handoff(row(1, 1024, 1, &[1, 2], 64)).unwrap();
+        w.activate_handoff(RequestId(1));
+        let mut out = PassOutput::default();
+        w.execute_pass(SimTime::ZERO, &mut out);
+        assert!(!w.has_work());
+        let reserved = w.reserve_handoff(row(2, 1536, 1, &[1, 2, 3], 64)).unwrap();
+        assert_eq!(reserved, Reservation::Reserved { cached_blocks: 16 });
+        let other = w.reserve_handoff(row(3, 1536, 1, &[9, 2, 3], 64)).unwrap();
+        assert_eq!(other, Reservation::Reserved { cached_blocks: 0 });
+        w.check_invariants().unwrap();
     }
 }
