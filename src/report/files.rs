@@ -5,6 +5,7 @@
 use super::metrics::{ClassMetrics, LatencyKind, LatencyStats, RunMetrics, Stat};
 use super::pools::{PoolMetrics, tokens_per_s};
 use super::stability::Stability;
+use crate::mocker::WorkerRole;
 use crate::time::format_ms;
 use serde_json::{Value, json};
 
@@ -111,8 +112,12 @@ pub fn classes_columns(metrics: &RunMetrics) -> Vec<String> {
     for pool in &metrics.pools {
         columns.extend(POOL_COLUMNS.map(|c| format!("{c}_{}", pool.name)));
     }
+    columns.extend(TRANSFER_STATS.map(|s| format!("kv_transfer_ms_{}", s.name())));
     columns
 }
+
+/// The transfer's statistics in `classes.csv` (its last columns; empty in aggregated serving).
+const TRANSFER_STATS: [Stat; 2] = [Stat::Mean, Stat::P99];
 
 /// `classes.csv`: one row per class, columns as [`classes_columns`]. Prefix figures are for
 /// the first `metrics.prefix_n` completions; latencies in ms with ns precision (empty without
@@ -159,6 +164,8 @@ pub fn classes_csv(metrics: &RunMetrics) -> Vec<u8> {
                 ratio(tokens_per_s(served.output_tokens, metrics.makespan)),
             ]);
         }
+        let transfer = &c.latencies.kv_transfer;
+        row.extend(TRANSFER_STATS.map(|s| transfer.get(s).map(format_ms).unwrap_or_default()));
         write_row(&mut w, &row);
     }
     finish(w)
@@ -182,7 +189,7 @@ fn class_json(metrics: &RunMetrics, i: usize) -> Value {
         latency.insert(kind.name().into(), latency_json(c.latencies.of(kind)));
     }
     let shares = metrics.backlogged_shares(i);
-    json!({
+    let mut value = json!({
         "class": c.name,
         "quantum_tokens": c.quantum_tokens,
         "ideal_share": json_f64(c.ideal_share),
@@ -206,7 +213,16 @@ fn class_json(metrics: &RunMetrics, i: usize) -> Value {
         "pools": class_pools_json(metrics, i),
         "cache_hit": json_opt_f64(c.sessions.cache_hit()),
         "sessions": sessions_json(c),
-    })
+    });
+    // Only a disaggregated run transfers KV: an aggregated summary is unchanged.
+    if metrics
+        .pools
+        .iter()
+        .any(|p| p.role != WorkerRole::Aggregated)
+    {
+        value["kv_transfer_ms"] = latency_json(&c.latencies.kv_transfer);
+    }
+    value
 }
 
 /// A class's sessions (docs/sessions.md gives the definitions).
@@ -241,7 +257,7 @@ fn class_pools_json(metrics: &RunMetrics, class: usize) -> Value {
 /// One pool's entry in `summary.json`'s `pools` (see [`super::pools`] for the definitions).
 fn pool_json(metrics: &RunMetrics, pool: &PoolMetrics) -> Value {
     let makespan = metrics.makespan;
-    json!({
+    let mut value = json!({
         "pool": pool.name,
         "workers": pool.workers,
         "dp_size": pool.dp_size,
@@ -254,7 +270,12 @@ fn pool_json(metrics: &RunMetrics, pool: &PoolMetrics) -> Value {
         "prefill_tokens_per_s": json_f64(tokens_per_s(pool.served.prefill_tokens, makespan)),
         "output_tokens_per_s": json_f64(tokens_per_s(pool.served.output_tokens, makespan)),
         "latency_ms": {"ttft": latency_json(&pool.ttft), "e2e": latency_json(&pool.e2e)},
-    })
+    });
+    // Only disaggregated serving's pools say their role: an aggregated summary is unchanged.
+    if pool.role != WorkerRole::Aggregated {
+        value["role"] = pool.role.label().into();
+    }
+    value
 }
 
 fn fairness_json(metrics: &RunMetrics) -> Value {

@@ -98,6 +98,10 @@ pub enum LatencyKind {
     /// A completed session's duration: its first turn's arrival to its last turn's
     /// completion, think times included (the session's class is its first turn's).
     Session,
+    /// The KV transfer from prefill to decode worker, reservation to landing (the wait for
+    /// the decode worker's pass end included), for completed requests of a disaggregated
+    /// run.
+    KvTransfer,
 }
 
 impl LatencyKind {
@@ -127,12 +131,15 @@ impl LatencyKind {
             LatencyKind::FirstTurnTtft => "first_turn_ttft",
             LatencyKind::FollowupTtft => "followup_ttft",
             LatencyKind::Session => "session",
+            LatencyKind::KvTransfer => "kv_transfer",
         }
     }
 
-    /// Every kind an expectation may name: the request kinds, then the session kinds.
+    /// Every kind an expectation may name: the request kinds, the session kinds, then the
+    /// transfer.
     fn known() -> impl Iterator<Item = LatencyKind> {
-        LatencyKind::ALL.into_iter().chain(LatencyKind::SESSION)
+        let kinds = LatencyKind::ALL.into_iter().chain(LatencyKind::SESSION);
+        kinds.chain([LatencyKind::KvTransfer])
     }
 }
 
@@ -145,7 +152,7 @@ pub struct LatencyMetric {
 
 impl LatencyMetric {
     /// Parses `<kind>_ms_<stat>` with kind in `ttft|e2e|queue_wait|itl|first_turn_ttft|
-    /// followup_ttft|session` and stat in `mean|p50|p90|p99|max`; `None` for any other name.
+    /// followup_ttft|session|kv_transfer` and stat in `mean|p50|p90|p99|max`; `None` for any other name.
     pub fn parse(name: &str) -> Option<LatencyMetric> {
         let (kind_name, stat_name) = name.split_once("_ms_")?;
         let kind = LatencyKind::known().find(|k| k.name() == kind_name)?;
@@ -229,6 +236,7 @@ pub struct ClassLatencies {
     pub first_turn_ttft: LatencyStats,
     pub followup_ttft: LatencyStats,
     pub session: LatencyStats,
+    pub kv_transfer: LatencyStats,
 }
 
 impl ClassLatencies {
@@ -242,6 +250,7 @@ impl ClassLatencies {
             LatencyKind::FirstTurnTtft => &self.first_turn_ttft,
             LatencyKind::FollowupTtft => &self.followup_ttft,
             LatencyKind::Session => &self.session,
+            LatencyKind::KvTransfer => &self.kv_transfer,
         }
     }
 }
@@ -736,7 +745,7 @@ fn since(later: Option<SimTime>, earlier: SimTime) -> Option<u64> {
 }
 
 fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
-    let mut values: Vec<[Vec<u64>; 4]> = vec![Default::default(); classes.len()];
+    let mut values: Vec<[Vec<u64>; 5]> = vec![Default::default(); classes.len()];
     for r in records {
         let Some(v) = r.class_index.and_then(|i| values.get_mut(i)) else {
             continue;
@@ -752,8 +761,14 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
         {
             v[3].push(done.saturating_since(first).as_ns() / (r.output_tokens - 1));
         }
+        if let Some(h) = &r.handoff
+            && let Some(start) = h.transfer_start
+        {
+            v[4].extend(since(h.transfer_end, start));
+        }
     }
-    for (class, [queue_wait, mut ttft, mut e2e, itl]) in classes.iter_mut().zip(values) {
+    for (class, [queue_wait, mut ttft, mut e2e, itl, kv_transfer]) in classes.iter_mut().zip(values)
+    {
         ttft.sort_unstable();
         e2e.sort_unstable();
         class.latencies = ClassLatencies {
@@ -761,6 +776,7 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
             ttft: LatencyStats::from_sorted(&ttft),
             e2e: LatencyStats::from_sorted(&e2e),
             itl: LatencyStats::from_values(itl),
+            kv_transfer: LatencyStats::from_values(kv_transfer),
             ..ClassLatencies::default()
         };
         class.ttft_samples_ns = ttft;
@@ -1105,10 +1121,12 @@ mod tests {
         assert_eq!((m.kind, m.stat), (LatencyKind::FollowupTtft, Stat::P99));
         assert!(LatencyMetric::parse("first_turn_ttft_ms_p50").is_some());
         assert!(LatencyMetric::parse("session_ms_max").is_some());
+        let m = LatencyMetric::parse("kv_transfer_ms_p99").unwrap();
+        assert_eq!((m.kind, m.stat), (LatencyKind::KvTransfer, Stat::P99));
         assert_eq!(
             LatencyMetric::all_names().len(),
-            35,
-            "7 kinds x 5 statistics"
+            40,
+            "8 kinds x 5 statistics"
         );
     }
 

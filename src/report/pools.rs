@@ -3,16 +3,19 @@
 //!
 //! Definitions (docs/scenarios.md, "Worker pools"):
 //! - a request belongs to the pool of the worker the router sent it to (none if it was never
-//!   dispatched);
+//!   dispatched); in disaggregated serving it belongs to its prefill worker's pool and to its
+//!   decode worker's pool, each counting it, its TTFT and its end-to-end latency;
 //! - **utilisation** = the time the pool's ranks spent running passes within `[0, makespan]`,
 //!   summed over its ranks, over `ranks × makespan` (a rank runs a pass whenever it holds a
 //!   request, so this is the fraction of rank-time with work);
 //! - **prefill tokens** are the uncached prompt tokens (`input - reused`) and **output tokens**
 //!   the output tokens of the pool's *completed* requests, per second of the makespan: the
 //!   same window and the same requests as the run's `output_tokens_per_s`, so the pools' rates
-//!   add up to the run's.
+//!   add up to the run's. In disaggregated serving the prefill tokens count in the prefill
+//!   pool and the output tokens in the decode pool, so the rates still add up.
 
 use super::metrics::LatencyStats;
+use crate::mocker::WorkerRole;
 use crate::sim::{RequestRecord, SimResult, Status};
 use crate::time::SimTime;
 
@@ -28,12 +31,17 @@ pub struct PoolService {
 }
 
 impl PoolService {
-    fn add(&mut self, record: &RequestRecord) {
+    /// Counts completed `record`'s part in `role`'s pool.
+    fn add(&mut self, record: &RequestRecord, role: WorkerRole) {
         self.completed += 1;
-        self.prefill_tokens += record
-            .input_tokens
-            .saturating_sub(record.reused_input_tokens);
-        self.output_tokens += record.output_tokens;
+        if role != WorkerRole::Decode {
+            self.prefill_tokens += record
+                .input_tokens
+                .saturating_sub(record.reused_input_tokens);
+        }
+        if role != WorkerRole::Prefill {
+            self.output_tokens += record.output_tokens;
+        }
     }
 }
 
@@ -42,6 +50,8 @@ impl PoolService {
 pub struct PoolMetrics {
     /// The pool's name (`default` for the unnamed pool).
     pub name: String,
+    /// What its workers do.
+    pub role: WorkerRole,
     /// Workers in the pool.
     pub workers: u32,
     /// Data-parallel ranks per worker.
@@ -94,6 +104,7 @@ pub fn pool_metrics(
         .iter()
         .map(|p| PoolMetrics {
             name: p.name.clone(),
+            role: p.role,
             workers: p.workers + p.joined_workers.len() as u32,
             dp_size: p.dp_size,
             classes: vec![PoolService::default(); class_count],
@@ -101,33 +112,44 @@ pub fn pool_metrics(
             ..PoolMetrics::default()
         })
         .collect();
-    let pool_of = |r: &RequestRecord| r.rank.and_then(|rank| result.pool_of(rank.worker_id));
     for r in all {
-        let Some(pool) = pool_of(r).and_then(|p| pools.get_mut(p)) else {
-            continue;
-        };
-        pool.requests += 1;
-        if r.status != Status::Completed {
-            continue;
-        }
-        pool.served.add(r);
-        if let Some(class) = r.class_index.and_then(|c| pool.classes.get_mut(c)) {
-            class.add(r);
+        for pool in pools_of(result, r) {
+            let Some(pool) = pools.get_mut(pool) else {
+                continue;
+            };
+            pool.requests += 1;
+            if r.status != Status::Completed {
+                continue;
+            }
+            pool.served.add(r, pool.role);
+            if let Some(class) = r.class_index.and_then(|c| pool.classes.get_mut(c)) {
+                class.add(r, pool.role);
+            }
         }
     }
     let mut samples: Vec<[Vec<u64>; 2]> = vec![Default::default(); pools.len()];
     for r in measured.iter().filter(|r| r.status == Status::Completed) {
-        let Some(s) = pool_of(r).and_then(|p| samples.get_mut(p)) else {
-            continue;
-        };
-        s[0].extend(r.first_token.map(|t| t.saturating_since(r.arrival).as_ns()));
-        s[1].extend(r.completion.map(|t| t.saturating_since(r.arrival).as_ns()));
+        for pool in pools_of(result, r) {
+            let Some(s) = samples.get_mut(pool) else {
+                continue;
+            };
+            s[0].extend(r.first_token.map(|t| t.saturating_since(r.arrival).as_ns()));
+            s[1].extend(r.completion.map(|t| t.saturating_since(r.arrival).as_ns()));
+        }
     }
     for (pool, [ttft, e2e]) in pools.iter_mut().zip(samples) {
         pool.ttft = LatencyStats::from_values(ttft);
         pool.e2e = LatencyStats::from_values(e2e);
     }
     pools
+}
+
+/// The pools request `r` was served by (indexes in `result.pools`): its worker's, and in
+/// disaggregated serving its prefill worker's first.
+fn pools_of(result: &SimResult, r: &RequestRecord) -> impl Iterator<Item = usize> {
+    let prefill = r.handoff.as_ref().map(|h| h.prefill_rank);
+    let ranks = prefill.into_iter().chain(r.rank);
+    ranks.filter_map(|rank| result.pool_of(rank.worker_id))
 }
 
 /// The name of the pool of worker `worker_id` (empty when no pool has it).

@@ -211,3 +211,63 @@ fn the_decode_engines_transfer_settings_are_ignored_out_loud() {
     );
     assert!(rows.iter().all(|r| r[0] == r[1]), "{rows:?}");
 }
+
+#[test]
+fn a_disaggregated_summary_gives_each_role_its_part_and_the_transfer_times() {
+    let dir = trace_dir();
+    let engine = r#"{"engine": {"kv_transfer_bandwidth": 25, "kv_transfer_bytes_per_token": 131072,
+        "kv_transfer_timing_mode": "destination_missing"}}"#;
+    let flags = [
+        "--prefill-workers",
+        "1",
+        "--decode-workers",
+        "1",
+        "--prefill-engine",
+        engine,
+    ];
+    let (code, _, stderr) = replay(dir.path(), &flags);
+    assert_eq!(code, 0, "{stderr}");
+    let text = std::fs::read_to_string(dir.path().join("out/summary.json")).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pools = summary["pools"].as_array().unwrap();
+    let part = |i: usize, key: &str| pools[i][key].clone();
+    assert_eq!(
+        (part(0, "pool"), part(0, "role")),
+        ("prefill".into(), "prefill".into())
+    );
+    assert_eq!(
+        (part(1, "pool"), part(1, "role")),
+        ("decode".into(), "decode".into())
+    );
+    // Prefill tokens on the prefill pool (1024 + 600 - 512 reused), output tokens on the
+    // decode pool: both requests count on both.
+    assert_eq!(
+        (part(0, "prefill_tokens"), part(0, "output_tokens")),
+        (1112.into(), 0.into())
+    );
+    assert_eq!(
+        (part(1, "prefill_tokens"), part(1, "output_tokens")),
+        (0.into(), 5.into())
+    );
+    assert_eq!(
+        (part(0, "requests"), part(1, "requests")),
+        (2.into(), 2.into())
+    );
+    // The worked example's transfers: 5.368709 ms (16 blocks) and 0.671089 ms (2 blocks).
+    let transfer = &summary["classes"][0]["kv_transfer_ms"];
+    assert_eq!(transfer["mean"], 3.019899);
+    assert_eq!(transfer["p99"], 5.368709);
+    let classes = std::fs::read_to_string(dir.path().join("out/classes.csv")).unwrap();
+    let header: Vec<&str> = classes.lines().next().unwrap().split(',').collect();
+    assert_eq!(
+        header[header.len() - 2..],
+        ["kv_transfer_ms_mean", "kv_transfer_ms_p99"]
+    );
+    assert!(
+        classes
+            .lines()
+            .nth(1)
+            .unwrap()
+            .ends_with(",3.019899,5.368709")
+    );
+}
