@@ -315,4 +315,6 @@ mod pool_tests;
 #[cfg(test)]
 mod rate_tests;
 #[cfg(test)]
+mod role_tests;
+#[cfg(test)]
 mod tests;

@@ -201,6 +201,25 @@ pub struct RawWorkers {
     pub engine: Option<EngineSection>,
     /// Named pools of workers, each with its own engine; worker ids go pool by pool.
     pub pools: Option<Vec<RawPool>>,
+    /// Disaggregated serving: the prefill workers (with `decode`, instead of the fields above).
+    pub prefill: Option<RawRole>,
+    /// Disaggregated serving: the decode workers.
+    pub decode: Option<RawRole>,
+}
+
+/// `workers.prefill` or `workers.decode`: the workers of one role, as one pool
+/// (`count`, `dp_size`, `engine`; named after the role) or as named `pools`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRole {
+    /// Number of workers (default 1).
+    pub count: Option<u64>,
+    /// Data-parallel ranks per worker (default 1).
+    pub dp_size: Option<u64>,
+    /// Engine arguments (Dynamo 1.6.1's names); `worker_type`, if given, must be the role.
+    pub engine: Option<EngineSection>,
+    /// Named pools of this role's workers.
+    pub pools: Option<Vec<RawPool>>,
 }
 
 /// One entry of `workers.pools`.

@@ -3,14 +3,14 @@
 
 use super::bounds_check;
 use super::overrides;
-use super::raw::{RawRouter, RawRouterMode, RawScenario, RawWorkers};
+use super::raw::{RawRouter, RawRouterMode, RawScenario};
 use super::{Scenario, ScenarioError};
-use crate::bounds::{self, MAX_RANKS};
+use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
 use crate::scheduling::policy::{PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
-use crate::sim::{RouterMode, SimConfig, TransportDelays, WorkerPool};
+use crate::sim::{RouterMode, SimConfig, TransportDelays};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::SynthError;
 use crate::yaml::{self, Document, NodeKind};
@@ -19,11 +19,13 @@ use std::path::{Path, PathBuf};
 mod describe;
 mod expectations;
 mod faults;
+mod workers;
 mod workload;
 
 pub(super) use describe::describe;
 use expectations::expectations;
 use faults::faults;
+use workers::worker_pools;
 use workload::{closed_loop, warmup, workload};
 
 /// The scenario being validated, and how to turn positions and paths into located errors.
@@ -198,132 +200,6 @@ fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// The worker pools: `workers.pools`, or the plain `workers: {count, dp_size, engine}` as one
-/// pool named [`DEFAULT_POOL`]. Errors name the field (`workers.pools.h100.count`).
-fn worker_pools(source: &Source, raw: &RawWorkers) -> Result<Vec<WorkerPool>, ScenarioError> {
-    let Some(raw_pools) = &raw.pools else {
-        let engine = raw.engine.clone().unwrap_or_default();
-        let engine = engine_args(source, "workers", engine, raw.dp_size)?;
-        let count = raw.count.unwrap_or(1);
-        let count = check_ranks(source, count, engine.dp_size)?;
-        return Ok(vec![WorkerPool::unnamed(count, engine)]);
-    };
-    let plain = [
-        ("count", raw.count.is_some()),
-        ("dp_size", raw.dp_size.is_some()),
-        ("engine", raw.engine.is_some()),
-    ];
-    if let Some((field, _)) = plain.iter().find(|(_, given)| *given) {
-        return Err(source.at(
-            &format!("workers.{field}"),
-            "give either `pools` or `count`, `dp_size` and `engine` (one unnamed pool), not both: each pool has its own",
-        ));
-    }
-    if raw_pools.is_empty() {
-        return Err(source.at("workers.pools", "needs at least one pool"));
-    }
-    let mut pools: Vec<WorkerPool> = Vec::with_capacity(raw_pools.len());
-    let mut ranks = 0u64;
-    for (index, raw_pool) in raw_pools.iter().enumerate() {
-        let at = format!("workers.pools[{index}]");
-        let name = pool_name(source, &at, raw_pool.name.as_deref(), &pools)?;
-        let Some(count) = raw_pool.count else {
-            return Err(source.at(&at, "a pool needs `count`: how many workers it has"));
-        };
-        let count = bounds_check::rank_count(count)
-            .map_err(|message| source.at(&format!("{at}.count"), message))?;
-        let engine = engine_args(source, &at, raw_pool.engine.clone(), raw_pool.dp_size)?;
-        ranks += u64::from(count) * u64::from(engine.dp_size);
-        if ranks > MAX_RANKS {
-            return Err(source.at(
-                &format!("{at}.count"),
-                format!(
-                    "the pools through this one have {ranks} worker ranks (count x dp_size summed): a run may have at most {MAX_RANKS}"
-                ),
-            ));
-        }
-        check_block_size(source, &at, &engine, pools.first())?;
-        pools.push(WorkerPool {
-            name,
-            count,
-            engine,
-        });
-    }
-    Ok(pools)
-}
-
-/// Longest pool name in bytes.
-pub const MAX_POOL_NAME_BYTES: usize = 64;
-
-/// A pool's name: present, unique, and a plain identifier (an ASCII letter, then letters,
-/// digits, `_` or `-`), since it is a `--set` path step and part of `classes.csv` column names.
-/// Errors name the entry by index (`workers.pools[1].name`): its name is what is wrong.
-fn pool_name(
-    source: &Source,
-    at: &str,
-    name: Option<&str>,
-    earlier: &[WorkerPool],
-) -> Result<String, ScenarioError> {
-    let fail = |path: &str, message: String| {
-        let mut error = source.at(path, message);
-        error.field_path = format!("{at}.name");
-        error
-    };
-    let Some(name) = name else {
-        return Err(fail(at, "a pool needs a `name`".into()));
-    };
-    let field = format!("{at}.name");
-    let identifier = name.len() <= MAX_POOL_NAME_BYTES
-        && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !identifier {
-        return Err(fail(
-            &field,
-            format!(
-                "`{}` is not a pool name: an ASCII letter, then letters, digits, `_` or `-`, at most {MAX_POOL_NAME_BYTES} bytes",
-                name.escape_debug()
-            ),
-        ));
-    }
-    if earlier.iter().any(|p| p.name == name) {
-        return Err(fail(
-            &field,
-            format!("pool `{name}` is named twice: pool names are unique"),
-        ));
-    }
-    Ok(name.to_string())
-}
-
-/// Every pool has the first pool's KV block size: the router hashes prompts in one block size.
-fn check_block_size(
-    source: &Source,
-    at: &str,
-    engine: &EngineArgs,
-    first: Option<&WorkerPool>,
-) -> Result<(), ScenarioError> {
-    match first {
-        Some(first) if first.engine.block_size != engine.block_size => Err(source.at(
-            &format!("{at}.engine.block_size"),
-            format!(
-                "is {}, but pool `{}` has {}: every pool needs the same block_size, the one the router hashes prompts with",
-                engine.block_size, first.name, first.engine.block_size
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// `workers.count`, `workers.dp_size` and their product are at most [`MAX_RANKS`].
-fn check_ranks(source: &Source, count: u64, dp_size: u32) -> Result<u32, ScenarioError> {
-    let count =
-        bounds_check::rank_count(count).map_err(|message| source.at("workers.count", message))?;
-    bounds_check::worker_ranks(count, dp_size)
-        .map_err(|message| source.at("workers.dp_size", message))?;
-    Ok(count)
 }
 
 /// The KvRouterConfig knobs, each checked on its own so an error names its key.

@@ -4,6 +4,7 @@
 use super::{Source, time_ms, worker_ids};
 use crate::bounds::MAX_RANKS;
 use crate::engine::{DEFAULT_MAX_TIME_NS, Limits};
+use crate::mocker::WorkerRole;
 use crate::report::expect::number;
 use crate::scenario::ScenarioError;
 use crate::scenario::raw::{
@@ -23,6 +24,15 @@ pub(super) fn faults(
     pools: &[WorkerPool],
     limits: &Limits,
 ) -> Result<Vec<Fault>, ScenarioError> {
+    let disaggregated = pools
+        .iter()
+        .any(|p| p.engine.role != WorkerRole::Aggregated);
+    if disaggregated && !raw.faults.is_empty() {
+        return Err(source.at(
+            "faults[0]",
+            "faults in disaggregated serving are not supported yet: which role's worker goes down, and what becomes of its handoffs, is still to be modelled",
+        ));
+    }
     let mut out = Vec::with_capacity(raw.faults.len());
     let mut windows: Vec<DownWindow> = Vec::new();
     for (index, f) in raw.faults.iter().enumerate() {
@@ -270,6 +280,7 @@ fn cancel_class(
 #[cfg(test)]
 mod tests {
     use crate::bounds::MAX_RANKS;
+    use crate::mocker::WorkerRole;
     use crate::scenario::Scenario;
     use std::path::Path;
 

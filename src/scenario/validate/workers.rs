@@ -1,0 +1,325 @@
+//! `workers:` validated into worker pools: the plain form (`count`, `dp_size`, `engine`: one
+//! pool named `default`), named `pools`, or disaggregated serving's `prefill` and `decode`
+//! roles, each in either form. Errors name the field (`workers.prefill.count`,
+//! `workers.pools.h100.engine.block_size`).
+
+use super::super::raw::{RawPool, RawRole, RawWorkers};
+use super::{Source, bounds_check, engine_args};
+use crate::bounds::MAX_RANKS;
+use crate::mocker::{EngineArgs, EngineSection, WorkerRole};
+use crate::scenario::ScenarioError;
+use crate::sim::{DEFAULT_POOL, WorkerPool};
+
+/// One role's workers as written: at `at`, in the plain form or as `pools`.
+struct Form<'a> {
+    at: &'a str,
+    role: WorkerRole,
+    /// The name of the plain form's one pool.
+    plain_name: &'a str,
+    count: Option<u64>,
+    dp_size: Option<u64>,
+    engine: Option<&'a EngineSection>,
+    pools: Option<&'a [RawPool]>,
+}
+
+impl<'a> Form<'a> {
+    fn of_role(at: &'a str, role: WorkerRole, raw: &'a RawRole) -> Form<'a> {
+        Form {
+            at,
+            role,
+            plain_name: role.label(),
+            count: raw.count,
+            dp_size: raw.dp_size,
+            engine: raw.engine.as_ref(),
+            pools: raw.pools.as_deref(),
+        }
+    }
+}
+
+/// The worker pools of `workers:` (see the module docs).
+pub(super) fn worker_pools(
+    source: &Source,
+    raw: &RawWorkers,
+) -> Result<Vec<WorkerPool>, ScenarioError> {
+    let aggregated = Form {
+        at: "workers",
+        role: WorkerRole::Aggregated,
+        plain_name: DEFAULT_POOL,
+        count: raw.count,
+        dp_size: raw.dp_size,
+        engine: raw.engine.as_ref(),
+        pools: raw.pools.as_deref(),
+    };
+    let (prefill, decode) = match (&raw.prefill, &raw.decode) {
+        (None, None) => return pools_of(source, &aggregated, &mut Vec::new()),
+        (Some(prefill), Some(decode)) => (prefill, decode),
+        (Some(_), None) => return Err(needs_both(source, "workers.prefill", "decode")),
+        (None, Some(_)) => return Err(needs_both(source, "workers.decode", "prefill")),
+    };
+    let plain = [
+        ("count", raw.count.is_some()),
+        ("dp_size", raw.dp_size.is_some()),
+        ("engine", raw.engine.is_some()),
+        ("pools", raw.pools.is_some()),
+    ];
+    if let Some((field, _)) = plain.iter().find(|(_, given)| *given) {
+        return Err(source.at(
+            &format!("workers.{field}"),
+            "give either `prefill` and `decode` (disaggregated serving) or aggregated workers, not both: each role has its own count and engine",
+        ));
+    }
+    let mut pools = Vec::new();
+    let prefill = Form::of_role("workers.prefill", WorkerRole::Prefill, prefill);
+    pools_of(source, &prefill, &mut pools)?;
+    let decode = Form::of_role("workers.decode", WorkerRole::Decode, decode);
+    pools_of(source, &decode, &mut pools)?;
+    check_transfers(source, &pools, raw)?;
+    Ok(pools)
+}
+
+fn needs_both(source: &Source, at: &str, missing: &str) -> ScenarioError {
+    source.at(
+        at,
+        format!("disaggregated serving needs `workers.{missing}` too: prefill workers hand every request to decode workers"),
+    )
+}
+
+/// Appends the pools of `form` to `pools` (the pools before it, whose names and ranks count)
+/// and returns them all.
+fn pools_of(
+    source: &Source,
+    form: &Form,
+    pools: &mut Vec<WorkerPool>,
+) -> Result<Vec<WorkerPool>, ScenarioError> {
+    let at = form.at;
+    let Some(raw_pools) = form.pools else {
+        let engine = form.engine.cloned().unwrap_or_default();
+        let engine = role_engine(source, at, form.role, engine, form.dp_size)?;
+        let count = form.count.unwrap_or(1);
+        let count = bounds_check::rank_count(count)
+            .map_err(|message| source.at(&format!("{at}.count"), message))?;
+        bounds_check::worker_ranks(count, engine.dp_size)
+            .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
+        add_pool(
+            source,
+            at,
+            pools,
+            form.plain_name.to_string(),
+            count,
+            engine,
+        )?;
+        return Ok(pools.clone());
+    };
+    let plain = [
+        ("count", form.count.is_some()),
+        ("dp_size", form.dp_size.is_some()),
+        ("engine", form.engine.is_some()),
+    ];
+    if let Some((field, _)) = plain.iter().find(|(_, given)| *given) {
+        return Err(source.at(
+            &format!("{at}.{field}"),
+            "give either `pools` or `count`, `dp_size` and `engine` (one unnamed pool), not both: each pool has its own",
+        ));
+    }
+    if raw_pools.is_empty() {
+        return Err(source.at(&format!("{at}.pools"), "needs at least one pool"));
+    }
+    for (index, raw_pool) in raw_pools.iter().enumerate() {
+        let at = format!("{at}.pools[{index}]");
+        let name = pool_name(source, &at, raw_pool.name.as_deref(), pools)?;
+        let Some(count) = raw_pool.count else {
+            return Err(source.at(&at, "a pool needs `count`: how many workers it has"));
+        };
+        let count = bounds_check::rank_count(count)
+            .map_err(|message| source.at(&format!("{at}.count"), message))?;
+        let engine = role_engine(
+            source,
+            &at,
+            form.role,
+            raw_pool.engine.clone(),
+            raw_pool.dp_size,
+        )?;
+        add_pool(source, &at, pools, name, count, engine)?;
+    }
+    Ok(pools.clone())
+}
+
+/// Adds a pool of `count` workers of `engine` (at `at`) after `pools`, within the bound on
+/// ranks over every pool and with the first pool's block size.
+fn add_pool(
+    source: &Source,
+    at: &str,
+    pools: &mut Vec<WorkerPool>,
+    name: String,
+    count: u32,
+    engine: EngineArgs,
+) -> Result<(), ScenarioError> {
+    let earlier: u64 = pools
+        .iter()
+        .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size))
+        .sum();
+    let ranks = earlier + u64::from(count) * u64::from(engine.dp_size);
+    if ranks > MAX_RANKS {
+        return Err(source.at(
+            &format!("{at}.count"),
+            format!(
+                "the pools through this one have {ranks} worker ranks (count x dp_size summed): a run may have at most {MAX_RANKS}"
+            ),
+        ));
+    }
+    check_block_size(source, at, &engine, pools.first())?;
+    pools.push(WorkerPool {
+        name,
+        count,
+        engine,
+    });
+    Ok(())
+}
+
+/// The engine at `at` for workers of `role`: its `worker_type`, if given, must be the role
+/// (1.6.1's words), and a disaggregated role runs one rank per worker.
+fn role_engine(
+    source: &Source,
+    at: &str,
+    role: WorkerRole,
+    engine: EngineSection,
+    dp_size: Option<u64>,
+) -> Result<EngineArgs, ScenarioError> {
+    let written = engine.worker_type.is_some();
+    let mut args = engine_args(source, at, engine, dp_size)?;
+    if written && args.role != role {
+        let message = match role {
+            WorkerRole::Aggregated => format!(
+                "offline replay only supports aggregated workers, got {} (give `workers.prefill` and `workers.decode` for disaggregated serving)",
+                args.role.dynamo_name()
+            ),
+            _ => format!(
+                "disaggregated serving requires {}_engine_args.worker_type={}, got {}",
+                role.label(),
+                role.label(),
+                args.role.dynamo_name()
+            ),
+        };
+        return Err(source.at(&format!("{at}.engine.worker_type"), message));
+    }
+    args.role = role;
+    if role != WorkerRole::Aggregated && args.dp_size > 1 {
+        return Err(source.at(
+            &format!("{at}.dp_size"),
+            "dp_size above 1 in disaggregated serving is not supported yet (Dynamo 1.6.1 runs a worker's ranks in lock-step passes, which routersim does not model)",
+        ));
+    }
+    Ok(args)
+}
+
+/// The prefill pools' KV transfer settings time every transfer: they must agree, and a decode
+/// pool's, if it gives any, must be the same (1.6.1 would ignore them; a scenario that says
+/// two things is refused instead).
+fn check_transfers(
+    source: &Source,
+    pools: &[WorkerPool],
+    raw: &RawWorkers,
+) -> Result<(), ScenarioError> {
+    let Some(first) = pools.iter().find(|p| p.engine.role == WorkerRole::Prefill) else {
+        return Ok(());
+    };
+    let transfer = first.engine.kv_transfer;
+    for (index, pool) in pools.iter().enumerate() {
+        let stated = pool.engine.kv_transfer != Default::default();
+        let agrees = pool.engine.kv_transfer == transfer;
+        let checked = pool.engine.role == WorkerRole::Prefill || stated;
+        if checked && !agrees {
+            let at = pool_path(raw, pools, index);
+            return Err(source.at(
+                &format!("{at}.engine.kv_transfer_bandwidth"),
+                format!(
+                    "the KV transfer settings of pool `{}` disagree with prefill pool `{}`'s: the prefill engine's settings time every transfer, so give them once, on the prefill role",
+                    pool.name, first.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The path of pool `index` of `pools` as `workers:` wrote it.
+fn pool_path(raw: &RawWorkers, pools: &[WorkerPool], index: usize) -> String {
+    let role = pools[index].engine.role;
+    let (at, form) = match role {
+        WorkerRole::Decode => ("workers.decode", raw.decode.as_ref()),
+        _ => ("workers.prefill", raw.prefill.as_ref()),
+    };
+    match form.and_then(|f| f.pools.as_ref()) {
+        Some(_) => {
+            let first = pools
+                .iter()
+                .position(|p| p.engine.role == role)
+                .unwrap_or(0);
+            format!("{at}.pools[{}]", index - first)
+        }
+        None => at.to_string(),
+    }
+}
+
+/// Longest pool name in bytes.
+pub const MAX_POOL_NAME_BYTES: usize = 64;
+
+/// A pool's name: present, unique, and a plain identifier (an ASCII letter, then letters,
+/// digits, `_` or `-`), since it is a `--set` path step and part of `classes.csv` column names.
+/// Errors name the entry by index (`workers.pools[1].name`): its name is what is wrong.
+fn pool_name(
+    source: &Source,
+    at: &str,
+    name: Option<&str>,
+    earlier: &[WorkerPool],
+) -> Result<String, ScenarioError> {
+    let fail = |path: &str, message: String| {
+        let mut error = source.at(path, message);
+        error.field_path = format!("{at}.name");
+        error
+    };
+    let Some(name) = name else {
+        return Err(fail(at, "a pool needs a `name`".into()));
+    };
+    let field = format!("{at}.name");
+    let identifier = name.len() <= MAX_POOL_NAME_BYTES
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !identifier {
+        return Err(fail(
+            &field,
+            format!(
+                "`{}` is not a pool name: an ASCII letter, then letters, digits, `_` or `-`, at most {MAX_POOL_NAME_BYTES} bytes",
+                name.escape_debug()
+            ),
+        ));
+    }
+    if earlier.iter().any(|p| p.name == name) {
+        return Err(fail(
+            &field,
+            format!("pool `{name}` is named twice: pool names are unique"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// Every pool has the first pool's KV block size: the router hashes prompts in one block size.
+fn check_block_size(
+    source: &Source,
+    at: &str,
+    engine: &EngineArgs,
+    first: Option<&WorkerPool>,
+) -> Result<(), ScenarioError> {
+    match first {
+        Some(first) if first.engine.block_size != engine.block_size => Err(source.at(
+            &format!("{at}.engine.block_size"),
+            format!(
+                "is {}, but pool `{}` has {}: every pool needs the same block_size, the one the router hashes prompts with",
+                engine.block_size, first.name, first.engine.block_size
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
