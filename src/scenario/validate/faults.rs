@@ -280,7 +280,6 @@ fn cancel_class(
 #[cfg(test)]
 mod tests {
     use crate::bounds::MAX_RANKS;
-    use crate::mocker::WorkerRole;
     use crate::scenario::Scenario;
     use std::path::Path;
 
