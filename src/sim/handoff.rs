@@ -5,9 +5,10 @@
 //! of its blocks. docs/disaggregated.md gives the rules and the experiments behind them.
 //!
 //! Timing: a decode worker reserves and activates only between its passes, so a handoff that
-//! becomes possible while it runs a pass waits for that pass's end (reservations pending on a
-//! worker are retried there, in the order their prompts were held); a prefill worker
-//! releases a source only between its passes too. A transfer takes the prefill engine's
+//! becomes possible while it runs a pass waits for that pass's end; it takes one pending
+//! reservation per step, in the order the prompts were held (see
+//! [`System::reservation_steps`]); a prefill worker releases a source only between its passes
+//! too. A transfer takes the prefill engine's
 //! [`KvTransfer`] delay; concurrent transfers do not share bandwidth.
 
 use super::*;
