@@ -61,7 +61,8 @@ enum Command {
     /// Find quanta that give target shares.
     Tune(TuneArgs),
     /// Find the fewest (--minimize) or the most (--maximize) of one scenario parameter for
-    /// which every expectation holds on every seed and no run is overloaded.
+    /// which every expectation holds on every seed and no run is overloaded (or the fewest
+    /// of two counts together, --minimize A+B).
     Plan(PlanArgs),
 }
 
@@ -977,7 +978,9 @@ fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
 struct PlanArgs {
     /// The scenario file; its `expect:` block is the SLO.
     scenario: PathBuf,
-    /// Find the smallest feasible value of this `--set` path (e.g. workers.count).
+    /// Find the smallest feasible value of this `--set` path (e.g. workers.count), or with
+    /// A+B the fewest of two counts together (e.g.
+    /// workers.prefill.count+workers.decode.count: for each A, the fewest B).
     #[arg(long, value_name = "PATH")]
     minimize: Option<String>,
     /// Find the largest feasible value of this `--set` path (e.g. workload.rate_per_s).
@@ -1065,11 +1068,21 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         allow_overload: args.allow_overload,
     };
     let table = args.for_values.as_deref().map(parse_for).transpose()?;
-    let searches = plan_searches(&options, table)?;
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| Path::new("results").join(format!("{}-plan", scenario.name())));
+    if let Some((first, second)) = plan::joint::split_sum(&options.parameter) {
+        if table.is_some() {
+            return Err(CliError::Input(
+                "--for: a joint search (--minimize A+B) already makes a table over A".into(),
+            ));
+        }
+        let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
+            .map_err(input)?;
+        return run_joint_plan(args, &options, (&first, &second), target, &out, started);
+    }
+    let searches = plan_searches(&options, table)?;
     let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
         .map_err(input)?;
     let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
@@ -1103,6 +1116,42 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     match rows.iter().all(|r| r.plan.answer.is_some()) {
         true => Ok(()),
         false => Err(CliError::Expectation(
+            "nothing in the range is feasible".into(),
+        )),
+    }
+}
+
+/// `plan --minimize A+B`: the fewest of two counts together (see `plan::joint`), written to
+/// `target` as a plan's files.
+fn run_joint_plan(
+    args: &PlanArgs,
+    options: &plan::PlanOptions,
+    (first, second): (&str, &str),
+    target: output::OutputTarget,
+    out: &Path,
+    started: std::time::Instant,
+) -> Result<(), CliError> {
+    let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
+    let joint = plan::joint::joint_plan(options, first, second, &pool)?;
+    let mut files = vec![
+        ("plan.json".to_string(), plan::output::joint_json(&joint)),
+        ("plan.csv".to_string(), plan::output::plan_csv(&joint.rows)),
+    ];
+    files.extend(plan::output::capacity_files(&joint.rows).map_err(plot_bug)?);
+    target.write(&files).map_err(input)?;
+    if !args.quiet {
+        print!("{}", plan::output::describe_joint(&joint));
+        let probes: usize = joint.rows.iter().map(|r| r.plan.probes.len()).sum();
+        println!(
+            "{probes} probes x {} seeds in {:.1} s; wrote {}",
+            args.seeds,
+            started.elapsed().as_secs_f64(),
+            out.display()
+        );
+    }
+    match joint.answer {
+        Some(_) => Ok(()),
+        None => Err(CliError::Expectation(
             "nothing in the range is feasible".into(),
         )),
     }

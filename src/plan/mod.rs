@@ -1,5 +1,6 @@
 //! Capacity planning: the fewest (`--minimize`) or the most (`--maximize`) of one scenario
-//! parameter for which every expectation holds on every seed and no run is overloaded.
+//! parameter for which every expectation holds on every seed and no run is overloaded, or
+//! the fewest of two counts together ([`joint`]).
 //!
 //! A probe sets the parameter by its `--set` path, runs the replication seeds in parallel
 //! through the one pipeline, and is feasible exactly when `check --seeds N` would pass (plus
@@ -10,6 +11,7 @@
 //! so a probe that contradicts monotonicity is reported, not hidden.
 
 pub mod checks;
+pub mod joint;
 pub mod output;
 pub mod search;
 #[cfg(test)]

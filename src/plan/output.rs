@@ -1,6 +1,7 @@
 //! What `routersim plan` reports: `plan.json`, `plan.csv`, the `capacity` chart and the
 //! terminal answer. Pure functions of the plans; `report::output` writes the files.
 
+use super::joint::JointPlan;
 use super::{Goal, Plan, Probe, format_value};
 use crate::report::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
@@ -119,6 +120,61 @@ pub fn plan_json(rows: &[PlanRow]) -> Vec<u8> {
     let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of plain values");
     bytes.push(b'\n');
     bytes
+}
+
+/// `plan.json` of a joint search (`--minimize A+B`): the answer (both counts and their sum),
+/// the frontier (for each value of A searched, the fewest B, or null), where it rises, and
+/// each search of B as a `--for` table's entry.
+pub fn joint_json(joint: &JointPlan) -> Vec<u8> {
+    let pair = |a: u64, b: Option<u64>| {
+        let mut object = serde_json::Map::new();
+        object.insert(joint.first.clone(), json!(a));
+        object.insert(joint.second.clone(), json!(b));
+        object
+    };
+    let answer = joint.answer.map(|(a, b)| {
+        let mut object = pair(a, Some(b));
+        object.insert("total".into(), json!(a + b));
+        Value::Object(object)
+    });
+    let frontier: Vec<Value> = joint
+        .frontier()
+        .into_iter()
+        .map(|(a, b)| Value::Object(pair(a, b)))
+        .collect();
+    let value = json!({
+        "minimize": format!("{}+{}", joint.first, joint.second),
+        "range": [joint.range.0, joint.range.1],
+        "answer": answer,
+        "frontier": frontier,
+        "non_monotone": joint.contradictions,
+        "table": joint.rows.iter().map(plan_json_value).collect::<Vec<_>>(),
+    });
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of plain values");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The terminal answer of a joint search: each search of B, then the pair.
+pub fn describe_joint(joint: &JointPlan) -> String {
+    let mut out: String = joint.rows.iter().map(describe).collect();
+    let sum = format!("{} + {}", joint.first, joint.second);
+    out += &match joint.answer {
+        Some((a, b)) => format!(
+            "fewest in all: {sum} = {} ({} = {a}, {} = {b})\n",
+            a + b,
+            joint.first,
+            joint.second
+        ),
+        None => format!(
+            "{sum}: nothing in {}..{} is feasible\n",
+            joint.range.0, joint.range.1
+        ),
+    };
+    for line in &joint.contradictions {
+        out += &format!("  warning: not monotone: {line}\n");
+    }
+    out
 }
 
 /// `plan.csv`: one row per probe and seed, with every expectation's value and verdict.
@@ -269,13 +325,19 @@ fn bound_lines(
     lines
 }
 
+/// An axis range from 0 (or below) that shows every value of `values`, all equal ones too.
 fn value_range(values: &[f64]) -> (f64, f64) {
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    match lo.is_finite() && hi.is_finite() && hi > lo {
-        true => (lo.min(0.0), hi * 1.05),
-        false => (0.0, 1.0),
+    if !(lo.is_finite() && hi.is_finite()) {
+        return (0.0, 1.0);
     }
+    let bottom = lo.min(0.0);
+    let top = match hi > 0.0 {
+        true => hi * 1.05,
+        false => hi + 1.0,
+    };
+    (bottom, top.max(bottom + 1.0))
 }
 
 fn table_chart(rows: &[PlanRow]) -> Chart {
@@ -419,4 +481,19 @@ fn verdicts(probe: &Probe, failing: bool) -> String {
         return "no expectation (and not overloaded)".into();
     }
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value_range;
+
+    #[test]
+    fn a_capacity_axis_shows_answers_that_are_all_equal() {
+        let (lo, hi) = value_range(&[3.0, 3.0]);
+        assert!(lo <= 0.0 && hi > 3.0, "{lo}..{hi}");
+        assert_eq!(value_range(&[2.0, 4.0]), (0.0, 4.2));
+        let (lo, hi) = value_range(&[0.0]);
+        assert!(lo <= 0.0 && hi > 0.0, "{lo}..{hi}");
+        assert_eq!(value_range(&[]), (0.0, 1.0));
+    }
 }

@@ -523,3 +523,89 @@ fn a_search_that_means_nothing_is_refused() {
         &["2^52"],
     );
 }
+
+/// The bundled disaggregated scenario, run from the repository (its results are not written).
+fn bundled_disaggregated(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/disaggregated-two-tenants.yaml");
+    let mut all = vec![args[0], scenario.to_str().unwrap()];
+    all.extend_from_slice(&args[1..]);
+    routersim(dir, &all)
+}
+
+#[test]
+fn the_fewest_workers_in_all_is_a_pair_check_passes_at_and_fails_one_fewer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sum = "workers.prefill.count+workers.decode.count";
+    let (code, stdout, stderr) = bundled_disaggregated(
+        tmp.path(),
+        &[
+            "plan",
+            "--minimize",
+            sum,
+            "--range",
+            "2..64",
+            "--out",
+            "plan",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("= 5 (workers.prefill.count = 2, workers.decode.count = 3)"),
+        "{stdout}"
+    );
+    let plan = plan_json(tmp.path(), "plan");
+    let pair =
+        serde_json::json!({"workers.prefill.count": 2, "workers.decode.count": 3, "total": 5});
+    assert_eq!(plan["answer"], pair);
+    let frontier = serde_json::json!([
+        {"workers.prefill.count": 1, "workers.decode.count": null},
+        {"workers.prefill.count": 2, "workers.decode.count": 3},
+        {"workers.prefill.count": 3, "workers.decode.count": 3},
+    ]);
+    assert_eq!(plan["frontier"], frontier);
+    assert_eq!(plan["non_monotone"], serde_json::json!([]));
+    assert!(tmp.path().join("plan/capacity.svg").exists());
+    // check agrees: it passes at the pair and fails with one decode or one prefill worker fewer.
+    let check = |prefill: &str, decode: &str| {
+        let prefill = format!("workers.prefill.count={prefill}");
+        let decode = format!("workers.decode.count={decode}");
+        bundled_disaggregated(tmp.path(), &["check", "--set", &prefill, "--set", &decode]).0
+    };
+    assert_eq!(
+        (check("2", "3"), check("2", "2"), check("1", "3")),
+        (0, 1, 1)
+    );
+}
+
+#[test]
+fn a_joint_search_refuses_what_it_cannot_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sum = "workers.prefill.count+workers.decode.count";
+    for (args, needle) in [
+        (
+            vec!["plan", "--maximize", sum, "--range", "2..8"],
+            "can only be minimized",
+        ),
+        (
+            vec!["plan", "--minimize", sum, "--range", "1..1.5"],
+            "whole numbers",
+        ),
+        (
+            vec![
+                "plan",
+                "--minimize",
+                sum,
+                "--range",
+                "2..8",
+                "--for",
+                "workload.rate_per_s=10,20",
+            ],
+            "already makes a table",
+        ),
+    ] {
+        let (code, _, stderr) = bundled_disaggregated(tmp.path(), &args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
