@@ -5,7 +5,9 @@
 //!   Poisson arrivals, input 1024, output 128 tokens, unique prompts.
 //! - `mooncake`: 1,000 Mooncake-like rows ([`write_mooncake_trace`]): long chunked prompts
 //!   (890 to 118,753 tokens, mean about 8.3k), heavy prefix reuse (shared system prompts and
-//!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers.
+//!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers, and
+//!   served disaggregated on 1 prefill + 1 decode and 2 + 2 workers (`mooncake-1p1d`,
+//!   `mooncake-2p2d`), against Dynamo's disaggregated replay.
 //!
 //! Each case is timed three ways: routersim's pipeline (`pipeline::execute` in this process:
 //! reading the trace, simulating, computing the metrics; the like-for-like counterpart of
@@ -15,12 +17,13 @@
 //! `ROUTERSIM_DYNAMO_REPLAY=off` skips it). The three take turns, in 5 rounds
 //! (`ROUTERSIM_BENCH_RUNS` to change), so that a burst of load from the machine's neighbours
 //! falls on both sides alike; each side counts its best run. Each line ends with the ratios
-//! Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4]`.
+//! Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4
+//! mooncake-1p1d mooncake-2p2d]`.
 
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, LogNormal};
-use routersim::mocker::EngineArgs;
-use routersim::pipeline::{self, ReplaySetup, RunSpec};
+use routersim::mocker::{EngineArgs, WorkerRole};
+use routersim::pipeline::{self, DisaggregatedSetup, ReplaySetup, RunSpec};
 use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
 use std::io::Write;
@@ -46,20 +49,51 @@ enum Trace {
     Mooncake,
 }
 
+/// Who serves a case: aggregated workers, or prefill and decode workers.
+#[derive(Copy, Clone)]
+enum Workers {
+    Aggregated(u32),
+    Disaggregated { prefill: u32, decode: u32 },
+}
+
+impl Workers {
+    /// The `replay` (and `tools/dynamo-replay`) flags that say so.
+    fn flags(self) -> Vec<String> {
+        match self {
+            Workers::Aggregated(n) => vec!["--workers".into(), n.to_string()],
+            Workers::Disaggregated { prefill, decode } => vec![
+                "--prefill-workers".into(),
+                prefill.to_string(),
+                "--decode-workers".into(),
+                decode.to_string(),
+            ],
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Workers::Aggregated(n) => format!("{n} workers"),
+            Workers::Disaggregated { prefill, decode } => {
+                format!("{prefill} prefill + {decode} decode workers")
+            }
+        }
+    }
+}
+
 struct Case {
     name: &'static str,
     trace: Trace,
-    workers: u32,
+    workers: Workers,
 }
 
-const CASES: [Case; 4] = [
+const CASES: [Case; 6] = [
     Case {
         name: "a",
         trace: Trace::Poisson {
             requests: 10_000,
             rate_per_s: 50.0,
         },
-        workers: 8,
+        workers: Workers::Aggregated(8),
     },
     Case {
         name: "b",
@@ -67,17 +101,33 @@ const CASES: [Case; 4] = [
             requests: 100_000,
             rate_per_s: 200.0,
         },
-        workers: 32,
+        workers: Workers::Aggregated(32),
     },
     Case {
         name: "mooncake-1",
         trace: Trace::Mooncake,
-        workers: 1,
+        workers: Workers::Aggregated(1),
     },
     Case {
         name: "mooncake-4",
         trace: Trace::Mooncake,
-        workers: 4,
+        workers: Workers::Aggregated(4),
+    },
+    Case {
+        name: "mooncake-1p1d",
+        trace: Trace::Mooncake,
+        workers: Workers::Disaggregated {
+            prefill: 1,
+            decode: 1,
+        },
+    },
+    Case {
+        name: "mooncake-2p2d",
+        trace: Trace::Mooncake,
+        workers: Workers::Disaggregated {
+            prefill: 2,
+            decode: 2,
+        },
     },
 ];
 
@@ -242,11 +292,12 @@ fn dynamo_replay() -> Option<PathBuf> {
 }
 
 /// Dynamo's own replay time (`sim_wall_ms`) of one run.
-fn dynamo_ms(script: &Path, trace: &Path, workers: u32, out: &Path) -> Option<f64> {
+fn dynamo_ms(script: &Path, trace: &Path, workers: Workers, out: &Path) -> Option<f64> {
     let output = Command::new(script)
         .arg("--trace")
         .arg(trace)
-        .args(["--workers", &workers.to_string(), "--out"])
+        .args(workers.flags())
+        .arg("--out")
         .arg(out)
         .output()
         .ok()?;
@@ -260,6 +311,24 @@ fn dynamo_ms(script: &Path, trace: &Path, workers: u32, out: &Path) -> Option<f6
     let stdout = String::from_utf8_lossy(&output.stdout);
     let summary: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
     summary["sim_wall_ms"].as_f64()
+}
+
+/// The prefill and decode pools of a disaggregated case (each the default engine in its
+/// role, as `tools/dynamo-replay` makes them from the default `--engine`).
+fn disaggregated(workers: Workers) -> Option<DisaggregatedSetup> {
+    let Workers::Disaggregated { prefill, decode } = workers else {
+        return None;
+    };
+    let engine = |role| EngineArgs {
+        role,
+        ..EngineArgs::default()
+    };
+    Some(DisaggregatedSetup {
+        prefill_workers: prefill,
+        prefill_engine: engine(WorkerRole::Prefill),
+        decode_workers: decode,
+        decode_engine: engine(WorkerRole::Decode),
+    })
 }
 
 fn main() {
@@ -300,11 +369,14 @@ fn main() {
             policy: None,
             router: RouterConfig::default(),
             engine: EngineArgs::default(),
-            workers: case.workers,
+            workers: match case.workers {
+                Workers::Aggregated(n) => n,
+                Workers::Disaggregated { .. } => 1,
+            },
             router_mode: RouterMode::KvRouter,
             seed: 0,
             kv_event_lag: routersim::time::SimDuration::ZERO,
-            disaggregated: None,
+            disaggregated: disaggregated(case.workers),
         };
         let spec = RunSpec::from_replay(&setup);
         let out = root.join("target/bench-out").join(case.name);
@@ -327,7 +399,8 @@ fn main() {
                     .arg("replay")
                     .arg("--trace")
                     .arg(&trace)
-                    .args(["--workers", &case.workers.to_string(), "--quiet", "--force"])
+                    .args(case.workers.flags())
+                    .args(["--quiet", "--force"])
                     .arg("--out")
                     .arg(&out)
                     .status()
@@ -343,10 +416,10 @@ fn main() {
         }
         let result = result.expect("at least one round");
         print!(
-            "replay {}: {} requests on {} workers, {} events, makespan {:.1} s simulated; routersim pipeline {:.1} ms, process {:.1} ms",
+            "replay {}: {} requests on {}, {} events, makespan {:.1} s simulated; routersim pipeline {:.1} ms, process {:.1} ms",
             case.name,
             result.records.len(),
-            case.workers,
+            case.workers.describe(),
             result.events,
             result.end_time.as_secs_f64(),
             pipeline_ms,

@@ -179,6 +179,11 @@ fn disaggregated_closed_loop_matches_dynamo() {
 }
 
 #[test]
+fn disaggregated_mooncake_shaped_trace_matches_dynamo() {
+    assert_matches_dynamo("disagg-mooncake");
+}
+
+#[test]
 fn disaggregated_speedup_matches_dynamo() {
     assert_matches_dynamo("disagg-speedup");
 }
