@@ -539,13 +539,12 @@ type KvLog = Vec<(SimTime, KvEvent)>;
 /// Whether a run of `config` stepped as `stepping` skips quiet passes: only when asked, and
 /// never with transport jitter (each token message draws its own delay) or with faults
 /// (a cancellation or a worker going down reaches a worker between its passes' ends and
-/// their tokens' arrival, so those runs step pass by pass), and not in disaggregated serving
-/// (a decode worker's every pass end may take a handoff).
+/// their tokens' arrival, so those runs step pass by pass). In disaggregated serving a decode
+/// worker with a handoff waiting for it runs no quiet run (its every pass end is a step).
 pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
     stepping == Stepping::SkipQuiet
         && config.delays.jitter == SimDuration::ZERO
         && config.faults.is_empty()
-        && !config.is_disaggregated()
 }
 
 /// [`run`], keeping the router's KV events when `log_kv` says so.
@@ -860,7 +859,12 @@ impl System {
     }
 
     fn start_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        match self.fleet.start_pass(now, rank, &mut self.ledger) {
+        // A decode rank with a handoff waiting takes a step at every pass end: no quiet run.
+        let allow_quiet = self.handoff.as_ref().is_none_or(|h| !h.has_pending(rank));
+        match self
+            .fleet
+            .start_pass(now, rank, allow_quiet, &mut self.ledger)
+        {
             Ok(end) => schedule_pass_end(queue, end),
             Err(message) => self.fail(now, message),
         }
@@ -869,7 +873,13 @@ impl System {
     fn end_pass(&mut self, now: SimTime, rank: usize, epoch: u64, queue: &mut EventQueue<Event>) {
         let output = match self.fleet.end_pass(now, rank, epoch, &mut self.ledger) {
             PassEnded::Formed(output) => output,
-            PassEnded::Stale | PassEnded::Quiet => return,
+            PassEnded::Stale => return,
+            PassEnded::Quiet => {
+                if self.handoff.is_some() && self.fleet.role(rank) == WorkerRole::Decode {
+                    self.decode_pass_ended(now, rank, queue);
+                }
+                return;
+            }
         };
         let role = self.fleet.role(rank);
         // Decode workers publish to no router.

@@ -252,6 +252,18 @@ impl WorkerFleet {
         self.ranks[index].in_pass
     }
 
+    /// Before a handoff reaches rank `index` at `now` (a reservation or a landing): its quiet
+    /// run, if any, is settled as for a delivery (see [`WorkerFleet::settle`]); the end to
+    /// schedule, if it moved.
+    pub fn settle_for_handoff(
+        &mut self,
+        now: SimTime,
+        index: usize,
+        ledger: &mut Ledger,
+    ) -> Option<PassEndAt> {
+        self.settle(now, index, ledger)
+    }
+
     /// Decode rank `index`, between passes, is asked to reserve blocks for `request`'s
     /// handoff (see [`MockWorker::reserve_handoff`]). Err (a bug) if the worker refuses it.
     pub fn reserve_handoff(
@@ -329,6 +341,7 @@ impl WorkerFleet {
         &mut self,
         now: SimTime,
         index: usize,
+        allow_quiet: bool,
         ledger: &mut Ledger,
     ) -> Result<Option<PassEndAt>, String> {
         let slot = &mut self.ranks[index];
@@ -338,6 +351,7 @@ impl WorkerFleet {
         let rank = index;
         let memo = &mut self.decode_memos[slot.pool];
         if self.skip_quiet
+            && allow_quiet
             && let Some(quiet) = slot.worker.quiet_runs()
         {
             let ends = &mut slot.quiet_ends;

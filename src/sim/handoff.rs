@@ -71,6 +71,12 @@ impl Handoff {
         }
     }
 
+    /// Whether decode rank `rank` has a handoff waiting for a reservation, or a landed one
+    /// waiting for its pass end.
+    pub fn has_pending(&self, rank: usize) -> bool {
+        !self.pending[rank].is_empty() || !self.landed[rank].is_empty()
+    }
+
     /// Whether request `id`'s source has yet to let go of it.
     pub fn is_releasing(&self, id: RequestId) -> bool {
         self.flights.contains_key(&id)
@@ -209,6 +215,7 @@ impl System {
         mut steps: usize,
         queue: &mut EventQueue<Event>,
     ) {
+        self.settle_decode_rank(now, rank, queue);
         if self.fleet.in_pass(rank) {
             return;
         }
@@ -270,12 +277,21 @@ impl System {
         let Some(rank) = self.handoff().flights.get(&id).map(|f| f.decode_rank) else {
             return;
         };
+        self.settle_decode_rank(now, rank, queue);
         if self.fleet.in_pass(rank) {
             self.handoff().landed[rank].push(id);
         } else {
             self.activate(now, id, queue);
             self.reservation_step(now, rank, queue);
         }
+    }
+
+    /// A handoff reaches decode rank `rank` at `now`: a quiet run it is in ends after the pass
+    /// in progress (or, over by now, is applied), so the handoff meets the rank's next pass
+    /// end as it would pass by pass.
+    fn settle_decode_rank(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
+        let end = self.fleet.settle_for_handoff(now, rank, &mut self.ledger);
+        schedule_pass_end(queue, end);
     }
 
     /// Request `id` becomes a waiting request of its decode rank with its prompt computed;

@@ -118,6 +118,10 @@ impl MockWorker {
         if limit == 0 {
             return None;
         }
+        // A landed handoff is admitted at the next pass while the batch has room.
+        if !self.landed.is_empty() && n < self.args.max_num_seqs {
+            return None;
+        }
         // Last, as it walks the head's prefix: the batch checks above fail more often.
         if let Some(&head) = self.waiting.front()
             && n < self.args.max_num_seqs

@@ -182,6 +182,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Skipping quiet passes changes nothing in disaggregated serving: a decode worker with a
+    /// handoff waiting runs no quiet run, and a handoff reaching one in a run cuts it, so
+    /// every record is the one stepping pass by pass gives.
+    #[test]
+    fn disaggregated_runs_skip_quiet_passes_without_changing_a_record(
+        case in case(),
+        seed in 0u64..1000,
+        (prefill, decode) in (1u32..3, 1u32..3),
+        bandwidth in prop::option::of(1u32..40),
+    ) {
+        let transfer = KvTransfer {
+            bytes_per_token: Some(100_000),
+            bandwidth_gb_per_s: bandwidth.map(f64::from),
+            mode: TransferTimingMode::DestinationMissing,
+        };
+        let mut config = disaggregated(&case, seed, prefill, decode, transfer);
+        config.delays = TransportDelays::default();
+        let stepped = run(Options::new(config.clone()).with_stepping(Stepping::PassByPass), requests(&case))
+            .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+        let skipped = run(Options::new(config), requests(&case))
+            .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+        prop_assert_eq!(&skipped.records, &stepped.records, "seed {}", seed);
+    }
+}
+
 /// A completed request's handoff: admitted, prefilled, reserved, landed, admitted on its
 /// decode worker, first token, completion, each no earlier than the one before; its source
 /// released no earlier than it landed.
