@@ -323,6 +323,17 @@ fn premium_burst_gives_dynamos_shares() {
     assert_eq!(burst_figures(&equal, "premium", 320), (160, 0));
 }
 
+/// Disaggregated, the policy-class queue sits at the prefill router: 636 of the burst's 640
+/// requests queue there, and the first 320 completions split as in aggregated serving.
+#[test]
+fn a_disaggregated_premium_burst_queues_at_prefill_and_gives_dynamos_shares() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = replay_fixture("disagg-premium-weighted", &tmp.path().join("d"));
+    let queued = rows.iter().filter(|r| r["path"] == "queued").count();
+    assert_eq!(queued, 636);
+    assert_eq!(burst_figures(&rows, "premium", 320).0, 255);
+}
+
 #[test]
 fn the_comparison_catches_a_one_microsecond_shift() {
     let dynamo = read_rows(&fixture_dir("premium-weighted").join("dynamo.csv"));
