@@ -317,4 +317,6 @@ mod rate_tests;
 #[cfg(test)]
 mod role_tests;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Worker pools in scenario files: the `pools` form and the plain form as one `default` pool,
 //! every error naming file, line and field, `--set` on a pool, and pins across pools.
 
+use super::test_support::load;
 use super::*;
 use crate::sim::DEFAULT_POOL;
 
@@ -14,14 +15,6 @@ workload:
   groups:
     - {name: g, count: 4, input_tokens: 64, output_tokens: 2}
 ";
-
-fn load(text: &str, overrides: &[(&str, &str)]) -> Result<Scenario, ScenarioError> {
-    let overrides: Vec<(String, String)> = overrides
-        .iter()
-        .map(|(p, v)| (p.to_string(), v.to_string()))
-        .collect();
-    Scenario::from_text(Path::new("s.yaml"), text, &overrides)
-}
 
 fn error(text: &str) -> ScenarioError {
     load(text, &[]).unwrap_err()

@@ -1,6 +1,7 @@
 //! Workloads sized by rate and time (`share`, `rate_per_s`, `duration_s`, `arrival`), the
 //! closed loop (`concurrency`) and the warmup: their validation errors and what they resolve to.
 
+use super::test_support::load;
 use super::*;
 use crate::time::SimTime;
 use crate::workload::synth::{Arrival, Process};
@@ -20,14 +21,6 @@ workload:
     - {name: premium, class: premium, share: 0.3, input_tokens: 64, output_tokens: 1}
     - {name: regular, class: regular, share: 0.7, input_tokens: 64, output_tokens: 1}
 ";
-
-fn load(text: &str, overrides: &[(&str, &str)]) -> Result<Scenario, ScenarioError> {
-    let overrides: Vec<(String, String)> = overrides
-        .iter()
-        .map(|(p, v)| (p.to_string(), v.to_string()))
-        .collect();
-    Scenario::from_text(Path::new("s.yaml"), text, &overrides)
-}
 
 /// (line, field path) of the error `text` gives, and its message.
 fn error_at(text: &str) -> (Option<usize>, String, String) {

@@ -1,6 +1,7 @@
 //! Disaggregated serving in scenario files: `workers: {prefill, decode}` in both forms,
 //! `--set` on a role, and every error naming file, line and field.
 
+use super::test_support::load;
 use super::*;
 use crate::mocker::WorkerRole;
 use crate::mocker::transfer::TransferTimingMode;
@@ -16,14 +17,6 @@ workload:
   groups:
     - {name: g, count: 4, input_tokens: 64, output_tokens: 2}
 ";
-
-fn load(text: &str, overrides: &[(&str, &str)]) -> Result<Scenario, ScenarioError> {
-    let overrides: Vec<(String, String)> = overrides
-        .iter()
-        .map(|(p, v)| (p.to_string(), v.to_string()))
-        .collect();
-    Scenario::from_text(Path::new("s.yaml"), text, &overrides)
-}
 
 /// `(name, role, count, max_num_seqs)` of every pool.
 fn shape(scenario: &Scenario) -> Vec<(String, WorkerRole, u32, u64)> {

@@ -252,18 +252,6 @@ impl WorkerFleet {
         self.ranks[index].in_pass
     }
 
-    /// Before a handoff reaches rank `index` at `now` (a reservation or a landing): its quiet
-    /// run, if any, is settled as for a delivery (see [`WorkerFleet::settle`]); the end to
-    /// schedule, if it moved.
-    pub fn settle_for_handoff(
-        &mut self,
-        now: SimTime,
-        index: usize,
-        ledger: &mut Ledger,
-    ) -> Option<PassEndAt> {
-        self.settle(now, index, ledger)
-    }
-
     /// Decode rank `index`, between passes, is asked to reserve blocks for `request`'s
     /// handoff (see [`MockWorker::reserve_handoff`]). Err (a bug) if the worker refuses it.
     pub fn reserve_handoff(
@@ -383,7 +371,7 @@ impl WorkerFleet {
     /// old one going stale with a new epoch), so the input joins the next pass as it would
     /// pass by pass. A rank whose run ended at `now` (its end event not handled yet) becomes
     /// idle.
-    fn settle(&mut self, now: SimTime, index: usize, ledger: &mut Ledger) -> Option<PassEndAt> {
+    pub fn settle(&mut self, now: SimTime, index: usize, ledger: &mut Ledger) -> Option<PassEndAt> {
         let slot = &mut self.ranks[index];
         let done = slot.quiet_ends.partition_point(|&end| end <= now);
         if done > 0 {

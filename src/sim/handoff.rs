@@ -290,7 +290,7 @@ impl System {
     /// in progress (or, over by now, is applied), so the handoff meets the rank's next pass
     /// end as it would pass by pass.
     fn settle_decode_rank(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        let end = self.fleet.settle_for_handoff(now, rank, &mut self.ledger);
+        let end = self.fleet.settle(now, rank, &mut self.ledger);
         schedule_pass_end(queue, end);
     }
 

@@ -8,12 +8,9 @@ impl MockWorker {
     /// A prefill rank lets go of held request `id` (its decode worker has the KV): its blocks
     /// are released (full ones stay cached). False if the rank holds no such held request.
     pub fn release_held(&mut self, id: RequestId) -> bool {
-        let Some(&slot) = self.slot_of.get(&id) else {
+        let Some(slot) = self.slot_in(id, RequestPhase::Held) else {
             return false;
         };
-        if self.req(slot).phase != RequestPhase::Held {
-            return false;
-        }
         self.held -= 1;
         self.release_blocks(slot);
         self.forget(slot);
@@ -67,12 +64,9 @@ impl MockWorker {
     /// admitted with its prompt computed, so its first pass is a decode step. False if the
     /// rank has no such reserved request.
     pub fn activate_handoff(&mut self, id: RequestId) -> bool {
-        let Some(&slot) = self.slot_of.get(&id) else {
+        let Some(slot) = self.slot_in(id, RequestPhase::Reserved) else {
             return false;
         };
-        if self.req(slot).phase != RequestPhase::Reserved {
-            return false;
-        }
         self.held -= 1;
         // Its blocks hold the prompt's KV from now on: a later handoff of the same prefix
         // finds them (and, as 1.6.1 counts, shares them), one still in transfer does not.
@@ -81,6 +75,12 @@ impl MockWorker {
         self.req_mut(slot).phase = RequestPhase::Waiting;
         self.landed.push_back(slot);
         true
+    }
+
+    /// The slot of live request `id` if it is in `phase`.
+    fn slot_in(&self, id: RequestId, phase: RequestPhase) -> Option<Slot> {
+        let slot = *self.slot_of.get(&id)?;
+        (self.req(slot).phase == phase).then_some(slot)
     }
 
     /// Admits a landed handoff with its whole prompt computed on the blocks reserved for it
