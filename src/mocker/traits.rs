@@ -79,6 +79,10 @@ pub trait Worker: Send + std::fmt::Debug {
     /// [`MockWorker::activate_handoff`](super::MockWorker::activate_handoff)).
     fn activate_handoff(&mut self, id: RequestId) -> bool;
 
+    /// Whether handoffs wait for room on a decode rank (see
+    /// [`MockWorker::set_handoffs_pending`](super::MockWorker::set_handoffs_pending)).
+    fn set_handoffs_pending(&mut self, pending: bool);
+
     /// The rank's quiet-run capability, if it has one.
     fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
         None

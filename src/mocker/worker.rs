@@ -149,10 +149,12 @@ pub struct MockWorker {
     slot_of: FxHashMap<RequestId, Slot>,
     free_slots: Vec<Slot>,
     waiting: VecDeque<Slot>,
-    /// A decode rank's handoffs whose transfer landed, waiting for a running slot: they are
-    /// admitted before the waiting queue (a preempted request that must wait for blocks
-    /// there does not hold them up, as in 1.6.1).
+    /// A decode rank's handoffs whose transfer landed, waiting for a running slot. They queue
+    /// behind the waiting (preempted) requests, except while `handoffs_pending`.
     landed: VecDeque<Slot>,
+    /// A decode rank has handoffs waiting for room (set by its simulator): until they have it,
+    /// only landed handoffs are admitted, and requests preempted there wait, as in 1.6.1.
+    handoffs_pending: bool,
     running: Vec<Slot>,
     next_event_id: u64,
     preemptions_total: u64,
@@ -211,6 +213,7 @@ impl MockWorker {
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
             landed: VecDeque::new(),
+            handoffs_pending: false,
             running: Vec::new(),
             next_event_id: 0,
             preemptions_total: 0,
@@ -596,13 +599,24 @@ impl MockWorker {
         true
     }
 
+    /// Admits from the waiting queue in order while the batch has room, then landed handoffs
+    /// (1.6.1 queues a landed handoff behind the requests preempted on its rank). While
+    /// handoffs wait for room on a decode rank, only landed ones are admitted.
     fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
+        if !self.handoffs_pending && !self.admit_queued(pass, out) {
+            return;
+        }
         // Each iteration admits a landed handoff: bounded.
         while (self.running.len() as u64) < self.args.max_num_seqs
             && let Some(slot) = self.landed.pop_front()
         {
             self.admit_transferred(slot, out);
         }
+    }
+
+    /// Admits waiting requests in order; false if one is left (it waits for blocks or the
+    /// pass's budget, or the batch is full), which holds up everything behind it.
+    fn admit_queued(&mut self, pass: &mut PassState, out: &mut PassOutput) -> bool {
         // Each iteration removes the head (admitted or rejected) or stops: bounded.
         while (self.running.len() as u64) < self.args.max_num_seqs {
             let Some(&slot) = self.waiting.front() else {
@@ -628,6 +642,7 @@ impl MockWorker {
                 Outcome::Blocked | Outcome::CurrentPreempted => break,
             }
         }
+        self.waiting.is_empty()
     }
 
     /// vLLM admission of the waiting head: reject what can never run, wait while the blocks

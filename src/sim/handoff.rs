@@ -212,13 +212,26 @@ impl System {
         &mut self,
         now: SimTime,
         rank: usize,
-        mut steps: usize,
+        steps: usize,
         queue: &mut EventQueue<Event>,
     ) {
         self.settle_decode_rank(now, rank, queue);
-        if self.fleet.in_pass(rank) {
-            return;
+        if !self.fleet.in_pass(rank) {
+            self.take_reservations(now, rank, steps, queue);
         }
+        // The rank's next pass starts after this (never in it): it knows what still waits.
+        let pending = !self.handoff().pending[rank].is_empty();
+        self.fleet.set_handoffs_pending(rank, pending);
+    }
+
+    /// The reservations of [`System::reservation_steps`] on a rank between passes.
+    fn take_reservations(
+        &mut self,
+        now: SimTime,
+        rank: usize,
+        mut steps: usize,
+        queue: &mut EventQueue<Event>,
+    ) {
         // Each iteration removes a pending handoff or stops: bounded by the pending handoffs.
         while steps > 0
             && let Some(&id) = self.handoff().pending[rank].front()

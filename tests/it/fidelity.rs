@@ -173,6 +173,13 @@ fn disaggregated_bandwidth_bound_transfers_match_dynamo() {
     assert_matches_dynamo("disagg-bandwidth-bound");
 }
 
+/// A 64-block decode pool preempts: its preempted requests wait while handoffs wait for room,
+/// and landed handoffs queue behind them otherwise, as 1.6.1's do.
+#[test]
+fn disaggregated_decode_preemption_matches_dynamo() {
+    assert_matches_dynamo("disagg-decode-pressure");
+}
+
 #[test]
 fn disaggregated_closed_loop_matches_dynamo() {
     assert_matches_dynamo("disagg-closed-loop");

@@ -71,6 +71,10 @@ impl Worker for MockWorker {
         MockWorker::activate_handoff(self, id)
     }
 
+    fn set_handoffs_pending(&mut self, pending: bool) {
+        MockWorker::set_handoffs_pending(self, pending)
+    }
+
     fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
         Some(self)
     }

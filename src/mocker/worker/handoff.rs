@@ -77,6 +77,12 @@ impl MockWorker {
         true
     }
 
+    /// Tells a decode rank whether handoffs wait for room on it (see
+    /// [`MockWorker::admit_waiting`]); its simulator keeps this current before each pass.
+    pub fn set_handoffs_pending(&mut self, pending: bool) {
+        self.handoffs_pending = pending;
+    }
+
     /// The slot of live request `id` if it is in `phase`.
     fn slot_in(&self, id: RequestId, phase: RequestPhase) -> Option<Slot> {
         let slot = *self.slot_of.get(&id)?;

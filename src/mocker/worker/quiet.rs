@@ -118,7 +118,7 @@ impl MockWorker {
         if limit == 0 {
             return None;
         }
-        // A landed handoff is admitted at the next pass while the batch has room.
+        // A landed handoff may be admitted at the next pass while the batch has room.
         if !self.landed.is_empty() && n < self.args.max_num_seqs {
             return None;
         }
