@@ -265,6 +265,11 @@ impl WorkerFleet {
             .map_err(|e| format!("{}: {e}", slot.id))
     }
 
+    /// Tells decode rank `index` whether handoffs wait for room on it.
+    pub fn set_handoffs_pending(&mut self, index: usize, pending: bool) {
+        self.ranks[index].worker.set_handoffs_pending(pending);
+    }
+
     /// Request `id`'s transfer to decode rank `index` landed, between its passes: it joins
     /// the rank's next pass. False if the rank had reserved nothing for it.
     pub fn activate_handoff(&mut self, index: usize, id: RequestId) -> bool {
@@ -369,11 +374,13 @@ impl WorkerFleet {
     /// Before an input reaches a rank in a quiet run at `now`: applies the passes over by
     /// then, and cuts the run after the pass in progress (whose end is returned afresh, the
     /// old one going stale with a new epoch), so the input joins the next pass as it would
-    /// pass by pass. A rank whose run ended at `now` (its end event not handled yet) becomes
-    /// idle.
+    /// pass by pass. A pass ending exactly at `now` is still in progress: pass by pass its end
+    /// event was scheduled at its start, after an input that was on its way before then (a
+    /// notification the router heard late), so that input reaches the rank first and joins
+    /// the pass after it.
     pub fn settle(&mut self, now: SimTime, index: usize, ledger: &mut Ledger) -> Option<PassEndAt> {
         let slot = &mut self.ranks[index];
-        let done = slot.quiet_ends.partition_point(|&end| end <= now);
+        let done = slot.quiet_ends.partition_point(|&end| end < now);
         if done > 0 {
             self.apply_quiet(index, done, ledger);
         }
