@@ -21,6 +21,7 @@
 //!   ideal in the backlogged windows, `x_c = service_c / ideal_c`, and
 //!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
 
+use super::phases::{PhaseCurve, phase_curves};
 use super::pools::{PoolMetrics, pool_metrics};
 use super::sessions::{SessionCounts, set_session_figures};
 use super::slo::SloRecords;
@@ -380,6 +381,9 @@ pub struct RunMetrics {
     pub pools: Vec<PoolMetrics>,
     /// Worker faults as they happened, for the completions-by-time chart.
     pub fault_marks: Vec<FaultMark>,
+    /// Per class, where its disaggregated requests' time went, by arrival time (empty in an
+    /// aggregated run; [`super::phases`]).
+    pub phases: Vec<PhaseCurve>,
 }
 
 impl RunMetrics {
@@ -467,6 +471,7 @@ impl RunMetrics {
             slo: SloRecords::collect(records, class_count),
             stability: Stability::measure(&result.records, 0),
             pools: pool_metrics(result, all, records, class_count),
+            phases: phase_curves(records, class_count),
         }
     }
 

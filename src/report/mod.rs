@@ -15,6 +15,7 @@ pub mod files;
 pub mod junit;
 pub mod metrics;
 pub mod output;
+pub mod phases;
 pub mod plots;
 pub mod pools;
 pub mod sessions;

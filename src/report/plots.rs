@@ -11,6 +11,7 @@ use super::chart::{
 };
 use super::expect::{Bound, Expectation, Figure};
 use super::metrics::{LatencyKind, LatencyMetric, RunMetrics};
+use super::phases::{PHASE_NAMES, PhaseCurve};
 use crate::sim::FaultMark;
 use std::collections::BTreeMap;
 
@@ -32,14 +33,73 @@ pub fn render_all(
 /// (with ideal DRR lines where they apply), token-service share while backlogged, TTFT and
 /// end-to-end CDFs.
 pub fn all_charts(metrics: &RunMetrics, expectations: &[Expectation]) -> Vec<Chart> {
-    vec![
+    let mut charts = vec![
         completions_by_index(metrics),
         completions_by_time(metrics),
         token_share_over_time(metrics),
         latency_cdf(metrics, CdfKind::Ttft, expectations),
         latency_cdf(metrics, CdfKind::E2e, expectations),
         in_system_over_time(metrics),
-    ]
+    ];
+    charts.extend(
+        metrics
+            .phases
+            .iter()
+            .map(|curve| latency_phases(metrics, curve)),
+    );
+    charts
+}
+
+/// A disaggregated class's latency split into queue wait, prefill, transfer and decode over
+/// arrival time: each phase's mean is a band stacked on the ones before, so the top edge is
+/// the mean end-to-end latency. One chart per class, `latency_phases_<class>`.
+pub fn latency_phases(metrics: &RunMetrics, curve: &PhaseCurve) -> Chart {
+    let class = &metrics.classes[curve.class].name;
+    let mids: Vec<f64> = curve
+        .buckets
+        .iter()
+        .map(|b| (b.start_ms + b.end_ms) / 2.0)
+        .collect();
+    let tops = curve.buckets.iter().map(|b| b.mean_ms.iter().sum::<f64>());
+    let peak = tops.fold(0.0, f64::max);
+    let end_ms = curve.buckets.last().map_or(1.0, |b| b.end_ms);
+    let x = Axis::linear("arrival time (ms)", (0.0, end_ms.max(1e-3)));
+    let y = Axis::linear("mean latency (ms)", (0.0, (peak * 1.05).max(1e-3)));
+    let title = format!("Where {class}'s time went: mean per phase by arrival time");
+    let name = format!("latency_phases_{}", file_safe(class));
+    let mut chart = Chart::new(&name, &title, x, y, LegendCorner::UpperLeft);
+    let mut below = vec![0.0; curve.buckets.len()];
+    for (phase, label) in PHASE_NAMES.iter().enumerate() {
+        let above: Vec<f64> = curve
+            .buckets
+            .iter()
+            .zip(&below)
+            .map(|(b, low)| low + b.mean_ms[phase])
+            .collect();
+        let points = mids.iter().copied().zip(above.iter().copied()).collect();
+        let mut series = Series::measured(label.to_string(), phase, points);
+        series.band = Some(
+            mids.iter()
+                .zip(below.iter().zip(&above))
+                .map(|(&x, (&low, &high))| (x, low, high))
+                .collect(),
+        );
+        chart.series.push(series);
+        below = above;
+    }
+    chart
+}
+
+/// A class name as a file-name part: letters, digits, `-` and `_` kept, anything else `_`.
+fn file_safe(name: &str) -> String {
+    name.chars()
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                true => c,
+                false => '_',
+            },
+        )
+        .collect()
 }
 
 /// Requests in the system over time (`in_system`), the second half of the arrival window
@@ -598,6 +658,53 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    #[test]
+    fn latency_phases_stack_each_phase_on_the_ones_before_up_to_end_to_end() {
+        use crate::report::phases::PhaseBucket;
+        let mut m = weighted();
+        let bucket = |start_ms: f64, mean_ms: [f64; 4]| PhaseBucket {
+            start_ms,
+            end_ms: start_ms + 100.0,
+            requests: 3,
+            mean_ms,
+        };
+        let curve = PhaseCurve {
+            class: 0,
+            buckets: vec![
+                bucket(0.0, [1.0, 30.0, 5.0, 200.0]),
+                bucket(200.0, [40.0, 30.0, 90.0, 210.0]),
+            ],
+        };
+        m.phases = vec![curve.clone()];
+        let chart = latency_phases(&m, &curve);
+        assert_eq!(chart.name, "latency_phases_premium");
+        let labels: Vec<&str> = chart.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, PHASE_NAMES);
+        let bands: Vec<&Vec<(f64, f64, f64)>> = chart
+            .series
+            .iter()
+            .map(|s| s.band.as_ref().unwrap())
+            .collect();
+        assert_eq!(bands[0][1], (250.0, 0.0, 40.0), "queue starts at zero");
+        for pair in bands.windows(2) {
+            let lows = pair[1].iter().map(|p| p.1);
+            assert!(
+                lows.eq(pair[0].iter().map(|p| p.2)),
+                "each band sits on the last"
+            );
+        }
+        let tops: Vec<f64> = bands[3].iter().map(|p| p.2).collect();
+        assert_eq!(
+            tops,
+            vec![236.0, 370.0],
+            "the top edge is the mean end-to-end"
+        );
+        let files = render_all(&m, &[]).unwrap();
+        assert!(files.iter().any(|(n, _)| n == "latency_phases_premium.png"));
+        assert_eq!(files.len(), 14, "one chart more, in both formats");
+        assert_eq!(file_safe("team a/b"), "team_a_b");
     }
 
     #[test]
