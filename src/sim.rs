@@ -142,12 +142,16 @@ pub enum FaultMark {
     /// lasted).
     WorkerDown {
         worker: u64,
+        /// How people call it: `worker 3`, or in disaggregated serving `decode worker 1`
+        /// (numbered within its role).
+        name: String,
         from: SimTime,
         until: Option<SimTime>,
     },
-    /// Worker `worker` joined pool `pool` at `at`.
+    /// Worker `worker` (called `name`) joined pool `pool` at `at`.
     WorkerUp {
         worker: u64,
+        name: String,
         pool: String,
         at: SimTime,
     },
@@ -256,6 +260,13 @@ impl SimConfig {
             return Err(format!(
                 "pool roles {roles:?} (aggregated, prefill, decode) make no system"
             ));
+        }
+        let cancels = self
+            .faults
+            .iter()
+            .any(|f| matches!(f, Fault::Cancel { .. }));
+        if roles.1 && cancels {
+            return Err("cancel faults are not modelled in disaggregated serving".into());
         }
         match self
             .pools
@@ -440,8 +451,9 @@ enum Event {
     Kv(Vec<KvEvent>),
     /// The router's periodic recheck.
     Tick,
-    /// A request's KV transfer to its decode worker lands (disaggregated serving).
-    TransferDone { request: RequestId },
+    /// A request's KV transfer to its decode worker lands (disaggregated serving), unless
+    /// it was migrated since (a later `attempt`).
+    TransferDone { request: RequestId, attempt: u32 },
 }
 
 /// Fault state: which workers are down, what the router has heard, what was lost.
@@ -1119,7 +1131,11 @@ impl Model for System {
                 self.router.tick(now);
                 self.drain_router(now, queue);
             }
-            Event::TransferDone { request } => self.transfer_done(now, request, queue),
+            Event::TransferDone { request, attempt } => {
+                if self.ledger.attempt(request) == attempt {
+                    self.transfer_done(now, request, queue);
+                }
+            }
         }
     }
 }
@@ -1129,6 +1145,7 @@ mod faults;
 mod feed;
 mod fleet;
 mod handoff;
+mod handoff_loss;
 mod ledger;
 mod status;
 

@@ -50,7 +50,8 @@ pub trait Worker: Send + std::fmt::Debug {
     /// Empties a pass's output once it has been delivered, taking back what the rank reuses.
     fn take_back(&mut self, out: &mut PassOutput);
 
-    /// Appends the ids of every request the rank holds (waiting or running).
+    /// Appends the ids of every request the rank holds: waiting, running, and in
+    /// disaggregated serving held for a decode worker or reserved for a transfer.
     fn held_requests(&self, out: &mut Vec<RequestId>);
 
     /// Calls `f` with each running request's id, in running order.

@@ -303,37 +303,43 @@ pub fn completions_by_time(metrics: &RunMetrics) -> Chart {
     chart
 }
 
+/// Spans of x, `(start, end)`.
+type Windows = Vec<(f64, f64)>;
+
 /// Shades each lost worker's down windows (one legend entry per worker, e.g. "worker 0
 /// down"; a window still open at the run's end reaches the axis end) and draws a labelled
 /// line at each worker that joined, all clipped to the x axis `[0, end_ms]`.
 fn mark_faults(chart: &mut Chart, marks: &[FaultMark], end_ms: f64) {
-    let mut down: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+    // Per worker id: its name and its down windows in ms.
+    let mut down: BTreeMap<u64, (&str, Windows)> = BTreeMap::new();
     for mark in marks {
         match mark {
             FaultMark::WorkerDown {
                 worker,
+                name,
                 from,
                 until,
             } => {
                 let from_ms = from.as_ms_f64();
                 let until_ms = until.map_or(end_ms, |t| t.as_ms_f64().min(end_ms));
                 if from_ms < end_ms {
-                    down.entry(*worker).or_default().push((from_ms, until_ms));
+                    let entry = down.entry(*worker).or_insert((name, Vec::new()));
+                    entry.1.push((from_ms, until_ms));
                 }
             }
-            FaultMark::WorkerUp { worker, pool, at } if at.as_ms_f64() <= end_ms => {
+            FaultMark::WorkerUp { name, pool, at, .. } if at.as_ms_f64() <= end_ms => {
                 chart.references.push(ReferenceLine {
                     direction: Direction::Vertical,
                     at: at.as_ms_f64(),
-                    label: format!("worker {worker} up ({pool})"),
+                    label: format!("{name} up ({pool})"),
                     class: None,
                 });
             }
             FaultMark::WorkerUp { .. } => {}
         }
     }
-    for (worker, windows) in down {
-        let label = format!("worker {worker} down");
+    for (name, windows) in down.into_values() {
+        let label = format!("{name} down");
         chart.shadings.push(Shading { label, windows });
     }
 }
@@ -579,6 +585,7 @@ mod tests {
         assert!(plain.shadings.is_empty() && plain.references.is_empty());
         let down = |worker, from, until: Option<u64>| FaultMark::WorkerDown {
             worker,
+            name: format!("worker {worker}"),
             from: ms(from),
             until: until.map(ms),
         };
@@ -587,6 +594,7 @@ mod tests {
             down(1, 30, None),
             FaultMark::WorkerUp {
                 worker: 2,
+                name: "worker 2".into(),
                 pool: "h100".into(),
                 at: ms(50),
             },
@@ -594,6 +602,7 @@ mod tests {
             down(3, 150, None),
             FaultMark::WorkerUp {
                 worker: 4,
+                name: "worker 4".into(),
                 pool: "h100".into(),
                 at: ms(120),
             },

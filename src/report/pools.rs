@@ -16,7 +16,7 @@
 
 use super::metrics::LatencyStats;
 use crate::mocker::WorkerRole;
-use crate::sim::{RequestRecord, SimResult, Status};
+use crate::sim::{PoolUsage, RequestRecord, SimResult, Status};
 use crate::time::SimTime;
 
 /// What a pool's completed requests carried.
@@ -166,8 +166,23 @@ pub fn worker_in_role(result: &SimResult, worker_id: u64) -> u64 {
         return worker_id;
     };
     let role = result.pools[pool].role;
-    let first = result.pools.iter().filter(|p| p.role == role);
-    worker_id - first.map(|p| p.first_worker).min().unwrap_or(0)
+    if role == WorkerRole::Aggregated {
+        return worker_id;
+    }
+    // The role's workers with smaller ids: its pools' own, then those that joined them.
+    let before = |p: &PoolUsage| {
+        let own = worker_id
+            .saturating_sub(p.first_worker)
+            .min(u64::from(p.workers));
+        let joined = p.joined_workers.iter().filter(|&&w| w < worker_id).count();
+        own + joined as u64
+    };
+    result
+        .pools
+        .iter()
+        .filter(|p| p.role == role)
+        .map(before)
+        .sum()
 }
 
 #[cfg(test)]
@@ -176,7 +191,6 @@ mod tests {
     use crate::report::test_support::{done, ms, result_of};
     use crate::scheduling::scheduler::DispatchPath;
     use crate::scheduling::types::WorkerWithDpRank;
-    use crate::sim::PoolUsage;
 
     fn usage(name: &str, first_worker: u64, workers: u32, busy_ms: u64) -> PoolUsage {
         PoolUsage {

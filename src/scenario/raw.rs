@@ -78,10 +78,13 @@ impl RawFault {
     }
 }
 
-/// `{worker, at_ms, until_ms}`: a worker stops at `at_ms` (returns at `until_ms` if given).
+/// `{role?, worker, at_ms, until_ms}`: a worker stops at `at_ms` (returns at `until_ms` if
+/// given). In disaggregated serving `role` (`prefill` or `decode`) says whose `worker` it is,
+/// numbered within the role.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkerDown {
+    pub role: Option<String>,
     pub worker: u64,
     pub at_ms: f64,
     pub until_ms: Option<f64>,

@@ -151,16 +151,61 @@ fn bad_roles_are_errors_naming_file_line_and_field() {
     );
 }
 
+/// A disaggregated scenario with these `faults:` entries (1 prefill, 2 decode workers).
+fn with_faults(faults: &str) -> String {
+    format!(
+        "name: r\nworkers:\n  prefill: {{count: 1}}\n  decode: {{count: 2}}\n{GROUPS}faults:\n{faults}"
+    )
+}
+
 #[test]
-fn faults_in_disaggregated_serving_are_refused_for_now() {
-    let text = format!(
-        "name: r\nworkers:\n  prefill: {{count: 1}}\n  decode: {{count: 2}}\n{GROUPS}faults:\n  - {{worker_down: {{worker: 1, at_ms: 10}}}}\n"
-    );
-    let e = load(&text, &[]).unwrap_err();
-    assert_eq!(
-        (e.line, e.field_path.as_str()),
-        (Some(9), "faults.0"),
-        "{e}"
-    );
-    assert!(e.message.contains("not supported yet"), "{e}");
+fn a_disaggregated_worker_down_names_its_role_and_its_number_within_it() {
+    let scenario = load(
+        &with_faults(
+            "  - {worker_down: {role: decode, worker: 1, at_ms: 10, until_ms: 20}}\n  - {worker_down: {role: prefill, worker: 0, at_ms: 5}}\n",
+        ),
+        &[],
+    )
+    .unwrap();
+    let downs: Vec<u64> = scenario
+        .config()
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            crate::sim::Fault::WorkerDown { worker, .. } => Some(*worker),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(downs, vec![2, 0], "decode worker 1 is the run's worker 2");
+}
+
+#[test]
+fn disaggregated_faults_name_the_role_or_are_refused_with_the_field() {
+    let cases = [
+        (
+            "  - {worker_down: {worker: 1, at_ms: 10}}\n",
+            "faults.0.worker_down",
+            "name the role",
+        ),
+        (
+            "  - {worker_down: {role: decode, worker: 2, at_ms: 10}}\n",
+            "faults.0.worker_down.worker",
+            "unknown decode worker 2: the decode role has workers 0 to 1",
+        ),
+        (
+            "  - {worker_down: {role: gpu, worker: 0, at_ms: 10}}\n",
+            "faults.0.worker_down.role",
+            "unknown role `gpu`: prefill or decode",
+        ),
+        (
+            "  - {cancel: {group: g, fraction: 0.5, after_ms: 10}}\n",
+            "faults.0.cancel",
+            "not modelled yet",
+        ),
+    ];
+    for (faults, field, message) in cases {
+        let e = load(&with_faults(faults), &[]).unwrap_err();
+        assert_eq!((e.line, e.field_path.as_str()), (Some(9), field), "{e}");
+        assert!(e.message.contains(message), "{e}");
+    }
 }

@@ -58,7 +58,11 @@ impl System {
     /// Worker `worker` stops: the fleet loses what it held, which waits for the router to
     /// hear.
     pub(super) fn worker_down(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
-        for id in self.fleet.worker_down(now, worker) {
+        let mut lost = self.fleet.worker_down(now, worker);
+        if self.handoff.is_some() {
+            lost = self.handoffs_lost_with(now, worker, lost, queue);
+        }
+        for id in lost {
             self.lost_on(worker, id);
         }
         let delay = self.config.delays.worker_to_router;
@@ -92,7 +96,7 @@ impl System {
 
     /// Request `id` (in its current attempt) is lost on `worker`: resolved when the router
     /// hears the worker is down.
-    fn lost_on(&mut self, worker: u64, id: RequestId) {
+    pub(super) fn lost_on(&mut self, worker: u64, id: RequestId) {
         let attempt = self.ledger.attempt(id);
         self.faults
             .lost
@@ -110,7 +114,7 @@ impl System {
         queue: &mut EventQueue<Event>,
     ) {
         self.faults.router_knows_down.insert(worker);
-        self.router.worker_gone(now, worker);
+        self.router_of_worker(worker).worker_gone(now, worker);
         self.drain_router(now, queue);
         let lost = self.faults.lost.remove(&worker).unwrap_or_default();
         for (id, attempt) in lost {
@@ -148,6 +152,10 @@ impl System {
     /// A new worker of pool `pool` joins with the next free id.
     pub(super) fn worker_join(&mut self, now: SimTime, pool: usize, queue: &mut EventQueue<Event>) {
         let worker = self.fleet.join(now, pool);
+        let ranks = self.fleet.rank_count();
+        if let Some(handoff) = &mut self.handoff {
+            handoff.grow(ranks);
+        }
         self.announce(now, worker, queue);
     }
 
@@ -171,7 +179,9 @@ impl System {
         let Some(pool) = self.fleet.pool_of(worker) else {
             return;
         };
-        self.router.worker_joined(now, worker, worker_config(pool));
+        let config = worker_config(pool);
+        self.router_of_worker(worker)
+            .worker_joined(now, worker, config);
         self.drain_router(now, queue);
     }
 

@@ -289,7 +289,7 @@ impl WorkerFleet {
     }
 
     /// The indexes of worker `worker`'s ranks.
-    fn ranks_of(&self, worker: u64) -> std::ops::Range<usize> {
+    pub fn ranks_of(&self, worker: u64) -> std::ops::Range<usize> {
         let start = self.ranks.partition_point(|r| r.id.worker_id < worker);
         let end = self.ranks.partition_point(|r| r.id.worker_id <= worker);
         start..end
@@ -498,8 +498,10 @@ impl WorkerFleet {
     /// in id order: what it was running or queueing, and what its lost passes finished (the
     /// worker already let go of those, but their ends never leave it).
     pub fn worker_down(&mut self, now: SimTime, worker: u64) -> Vec<RequestId> {
+        let name = self.worker_name(worker);
         self.marks.push(FaultMark::WorkerDown {
             worker,
+            name,
             from: now,
             until: None,
         });
@@ -563,13 +565,33 @@ impl WorkerFleet {
         let worker = self.next_worker;
         self.next_worker += 1;
         self.joined.push((worker, pool));
+        self.add_worker(worker, pool);
         self.marks.push(FaultMark::WorkerUp {
             worker,
+            name: self.worker_name(worker),
             pool: self.pools[pool].name.clone(),
             at: now,
         });
-        self.add_worker(worker, pool);
         worker
+    }
+
+    /// How outputs call worker `worker`: `worker 3`, or in disaggregated serving `decode
+    /// worker 1`, numbered within its role in id order (as requests.csv numbers them).
+    fn worker_name(&self, worker: u64) -> String {
+        let Some(role) = self.pool_of(worker).map(|p| p.engine.role) else {
+            return format!("worker {worker}");
+        };
+        if role == WorkerRole::Aggregated {
+            return format!("worker {worker}");
+        }
+        let mut before: Vec<u64> = self
+            .ranks
+            .iter()
+            .filter(|r| r.id.worker_id < worker && self.pools[r.pool].engine.role == role)
+            .map(|r| r.id.worker_id)
+            .collect();
+        before.dedup();
+        format!("{} worker {}", role.label(), before.len())
     }
 
     /// The fleet's checkers: every worker's own, and nothing on a down worker.

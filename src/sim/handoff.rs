@@ -18,11 +18,11 @@ use crate::scheduling::scheduler::Outcome;
 use std::collections::VecDeque;
 
 /// Where a request in its handoff is.
-struct Flight {
+pub(super) struct Flight {
     /// The prefill rank (fleet index) holding its KV until released.
-    prefill_rank: usize,
+    pub prefill_rank: usize,
     /// The decode rank (fleet index) the decode router chose.
-    decode_rank: usize,
+    pub decode_rank: usize,
 }
 
 /// The handoff state of a disaggregated run: the decode router and every request between
@@ -33,13 +33,13 @@ pub(super) struct Handoff {
     /// The prefill engine's transfer settings (the decode engine's are never read).
     transfer: KvTransfer,
     block_size: u64,
-    flights: rustc_hash::FxHashMap<RequestId, Flight>,
+    pub(super) flights: rustc_hash::FxHashMap<RequestId, Flight>,
     /// Per decode rank: requests waiting for a reservation there, in held order.
-    pending: Vec<VecDeque<RequestId>>,
+    pub(super) pending: Vec<VecDeque<RequestId>>,
     /// Per decode rank: transfers that landed while it ran a pass.
-    landed: Vec<Vec<RequestId>>,
+    pub(super) landed: Vec<Vec<RequestId>>,
     /// Per prefill rank: sources to release when its pass ends.
-    releases: Vec<Vec<RequestId>>,
+    pub(super) releases: Vec<Vec<RequestId>>,
 }
 
 impl Handoff {
@@ -82,6 +82,13 @@ impl Handoff {
         self.flights.contains_key(&id)
     }
 
+    /// The fleet has `ranks` ranks now (workers joined): each gets empty queues.
+    pub fn grow(&mut self, ranks: usize) {
+        self.pending.resize_with(ranks, VecDeque::new);
+        self.landed.resize_with(ranks, Vec::new);
+        self.releases.resize_with(ranks, Vec::new);
+    }
+
     /// At the end of a drained run: Err unless no handoff is left.
     pub fn check_drained(&self) -> Result<(), String> {
         if !self.flights.is_empty() {
@@ -115,7 +122,7 @@ fn decode_router_config(router: &RouterConfig) -> RouterConfig {
 
 impl System {
     /// The handoff of a disaggregated run (only called in one).
-    fn handoff(&mut self) -> &mut Handoff {
+    pub(super) fn handoff(&mut self) -> &mut Handoff {
         self.handoff
             .as_mut()
             .expect("only a disaggregated run hands off")
@@ -167,7 +174,11 @@ impl System {
                         decode_rank,
                     };
                     handoff.flights.insert(id, flight);
-                    handoff.pending[decode_rank].push_back(id);
+                    if self.fleet.is_down(decode_rank) {
+                        self.handed_to_down_rank(now, id, decode_rank, queue);
+                        continue;
+                    }
+                    self.handoff().pending[decode_rank].push_back(id);
                     self.reservation_step(now, decode_rank, queue);
                 }
                 RouterDecision::Reject { id, error, .. } => {
@@ -271,9 +282,13 @@ impl System {
                 self.activate(now, id, queue);
                 steps += 1;
             } else {
+                let attempt = self.ledger.attempt(id);
                 queue.schedule(
                     now.saturating_add(delay),
-                    Event::TransferDone { request: id },
+                    Event::TransferDone {
+                        request: id,
+                        attempt,
+                    },
                 );
             }
         }

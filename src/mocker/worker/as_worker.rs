@@ -31,6 +31,20 @@ impl Worker for MockWorker {
     fn held_requests(&self, out: &mut Vec<RequestId>) {
         let landed = self.landed.iter().map(|&s| self.req(s).id);
         out.extend(self.waiting_ids().chain(landed).chain(self.running_ids()));
+        // Held prompts and reserved handoffs are in no queue.
+        if self.held > 0 {
+            let mut unqueued: Vec<RequestId> = self
+                .slot_of
+                .iter()
+                .filter(|&(_, &slot)| {
+                    let phase = self.req(slot).phase;
+                    matches!(phase, RequestPhase::Held | RequestPhase::Reserved)
+                })
+                .map(|(&id, _)| id)
+                .collect();
+            unqueued.sort_unstable();
+            out.extend(unqueued);
+        }
     }
 
     fn for_each_running(&self, f: &mut dyn FnMut(RequestId)) {

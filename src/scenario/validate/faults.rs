@@ -24,15 +24,6 @@ pub(super) fn faults(
     pools: &[WorkerPool],
     limits: &Limits,
 ) -> Result<Vec<Fault>, ScenarioError> {
-    let disaggregated = pools
-        .iter()
-        .any(|p| p.engine.role != WorkerRole::Aggregated);
-    if disaggregated && !raw.faults.is_empty() {
-        return Err(source.at(
-            "faults[0]",
-            "faults in disaggregated serving are not supported yet: which role's worker goes down, and what becomes of its handoffs, is still to be modelled",
-        ));
-    }
     let mut out = Vec::with_capacity(raw.faults.len());
     let mut windows: Vec<DownWindow> = Vec::new();
     for (index, f) in raw.faults.iter().enumerate() {
@@ -48,7 +39,7 @@ pub(super) fn faults(
                 return Err(source.at(&format!("faults[{index}]"), message));
             }
             Some(RawFaultKind::WorkerDown(d)) => worker_down(&entry, d, pools, &mut windows)?,
-            Some(RawFaultKind::Cancel(c)) => cancel(&entry, c)?,
+            Some(RawFaultKind::Cancel(c)) => cancel(&entry, c, pools)?,
             Some(RawFaultKind::WorkerUp(u)) => worker_up(&entry, u, pools)?,
         };
         out.push(fault);
@@ -100,15 +91,7 @@ fn worker_down(
     pools: &[WorkerPool],
     windows: &mut Vec<DownWindow>,
 ) -> Result<Fault, ScenarioError> {
-    let workers: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
-    if d.worker >= workers {
-        let message = format!(
-            "unknown worker {}: the run has {}",
-            d.worker,
-            worker_ids(0, workers)
-        );
-        return Err(entry.at("worker_down.worker", message));
-    }
+    let worker = worker_id(entry, d, pools)?;
     let start = entry.time_ms("worker_down.at_ms", d.at_ms)?;
     let until = match d.until_ms {
         None => None,
@@ -122,32 +105,98 @@ fn worker_down(
         }
     };
     let overlaps = |w: &&DownWindow| {
-        w.worker == d.worker
+        w.worker == worker
             && until.is_none_or(|until| w.start < until)
             && w.until.is_none_or(|u| start < u)
     };
     if let Some(other) = windows.iter().find(overlaps) {
         let message = format!(
-            "worker {} is already down then (faults[{}])",
-            d.worker, other.index
+            "{} is already down then (faults[{}])",
+            worker_name(d),
+            other.index
         );
         return Err(entry.at("worker_down.at_ms", message));
     }
     windows.push(DownWindow {
-        worker: d.worker,
+        worker,
         start,
         until,
         index: entry.index,
     });
     Ok(Fault::WorkerDown {
-        worker: d.worker,
+        worker,
         at: start,
         until,
     })
 }
 
-/// `cancel`: a group that resolves to a class, a fraction in [0, 1], a delay in range.
-fn cancel(entry: &Entry, c: &RawCancel) -> Result<Fault, ScenarioError> {
+/// The run-wide id of the worker a `worker_down` names: in aggregated serving its `worker`
+/// (no `role`); in disaggregated serving the `worker`-th of its `role`'s workers, in pool
+/// order (prefill pools come first).
+fn worker_id(entry: &Entry, d: &RawWorkerDown, pools: &[WorkerPool]) -> Result<u64, ScenarioError> {
+    let disaggregated = pools
+        .iter()
+        .any(|p| p.engine.role != WorkerRole::Aggregated);
+    let role = match (&d.role, disaggregated) {
+        (None, false) => WorkerRole::Aggregated,
+        (Some(_), false) => {
+            let message = "only in disaggregated serving: these workers are aggregated";
+            return Err(entry.at("worker_down.role", message));
+        }
+        (None, true) => {
+            let message = "name the role, prefill or decode: the run serves disaggregated";
+            return Err(entry.at("worker_down", message));
+        }
+        (Some(name), true) => match WorkerRole::from_worker_type(name) {
+            Some(role) if role != WorkerRole::Aggregated => role,
+            _ => {
+                let message = format!("unknown role `{name}`: prefill or decode");
+                return Err(entry.at("worker_down.role", message));
+            }
+        },
+    };
+    // A role's pools are contiguous in id order.
+    let (mut first, mut workers, mut next) = (None, 0u64, 0u64);
+    for pool in pools {
+        if pool.engine.role == role {
+            first.get_or_insert(next);
+            workers += u64::from(pool.count);
+        }
+        next += u64::from(pool.count);
+    }
+    if d.worker >= workers {
+        let whose = match &d.role {
+            Some(role) => format!("the {role} role has"),
+            None => "the run has".to_string(),
+        };
+        let message = format!(
+            "unknown {}: {whose} {}",
+            worker_name(d),
+            worker_ids(0, workers)
+        );
+        return Err(entry.at("worker_down.worker", message));
+    }
+    Ok(first.unwrap_or(0) + d.worker)
+}
+
+/// How an error names a `worker_down`'s worker: `worker 2`, or `decode worker 2`.
+fn worker_name(d: &RawWorkerDown) -> String {
+    match &d.role {
+        Some(role) => format!("{role} worker {}", d.worker),
+        None => format!("worker {}", d.worker),
+    }
+}
+
+/// `cancel`: a group that resolves to a class, a fraction in [0, 1], a delay in range; not in
+/// disaggregated serving.
+fn cancel(entry: &Entry, c: &RawCancel, pools: &[WorkerPool]) -> Result<Fault, ScenarioError> {
+    if pools
+        .iter()
+        .any(|p| p.engine.role != WorkerRole::Aggregated)
+    {
+        let message = "cancelling requests in disaggregated serving is not modelled yet: a request cancelled between its prefill and decode workers has two holds to drop";
+        return Err(entry.at("cancel", message));
+    }
     let group_path = entry.path("cancel.group");
     let class = cancel_class(entry.source, entry.raw, &group_path, &c.group)?;
     if !(0.0..=1.0).contains(&c.fraction) {
@@ -302,6 +351,18 @@ mod tests {
                 "{entry}"
             );
         }
+    }
+
+    #[test]
+    fn a_role_on_an_aggregated_worker_down_is_an_error_at_the_role() {
+        assert_eq!(
+            error("  - {worker_down: {role: decode, worker: 0, at_ms: 1}}\n"),
+            "f.yaml:7: faults.0.worker_down.role: only in disaggregated serving: these workers are aggregated"
+        );
+        assert_eq!(
+            error("  - {worker_down: {worker: 2, at_ms: 1}}\n"),
+            "f.yaml:7: faults.0.worker_down.worker: unknown worker 2: the run has workers 0 to 1"
+        );
     }
 
     #[test]

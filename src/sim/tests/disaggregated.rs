@@ -211,8 +211,8 @@ proptest! {
 }
 
 /// A completed request's handoff: admitted, prefilled, reserved, landed, admitted on its
-/// decode worker, first token, completion, each no earlier than the one before; its source
-/// released no earlier than it landed.
+/// decode worker, first token, completion, each no earlier than the one before (after a
+/// migration, the last attempt's handoff); its source released no earlier than it landed.
 fn check_handoff_order(r: &RequestRecord) -> Result<(), String> {
     if r.status != Status::Completed {
         return Ok(());
@@ -231,10 +231,192 @@ fn check_handoff_order(r: &RequestRecord) -> Result<(), String> {
         r.first_token.or(r.completion),
         r.completion,
     ];
-    let times: Option<Vec<SimTime>> = chain.into_iter().collect();
+    // A migrated request's first admission and token are its first attempt's; its handoff
+    // is its last attempt's.
+    let chain = match r.migrations {
+        0 => &chain[..],
+        _ => &chain[2..6],
+    };
+    let times: Option<Vec<SimTime>> = chain.iter().copied().collect();
     let times = times.ok_or(format!("row {}: an instant is missing: {h:?}", r.row))?;
     if times.windows(2).any(|w| w[0] > w[1]) || h.prefill_release < h.transfer_end {
         return Err(format!("row {}: out of order: {times:?}, {h:?}", r.row));
     }
     Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// VOPR-style with faults: random down windows of prefill and decode workers, workers
+    /// joining either pool and random migration limits, every checker after every event
+    /// (no flight, reservation or booking outlives its request): every request ends once,
+    /// each completed one with all its tokens and its last handoff in order, and a rerun is
+    /// identical.
+    #[test]
+    fn losing_prefill_or_decode_workers_ends_every_request_once(
+        case in case(),
+        seed in 0u64..1000,
+        (prefill, decode) in (1u32..3, 1u32..3),
+        downs in prop::collection::vec((0u64..4, 0u64..60, prop::option::of(1u64..40)), 0..4),
+        join in prop::option::of((0usize..2, 0u64..60)),
+        migration_limit in 0u32..3,
+        bandwidth in prop::option::of(1u32..40),
+    ) {
+        let transfer = KvTransfer {
+            bytes_per_token: Some(100_000),
+            bandwidth_gb_per_s: bandwidth.map(f64::from),
+            mode: TransferTimingMode::FullPrompt,
+        };
+        let mut config = disaggregated(&case, seed, prefill, decode, transfer);
+        config.faults = down_windows(u64::from(prefill + decode), &downs);
+        if let Some((pool, at)) = join {
+            config.faults.push(Fault::WorkerUp { pool, at: ms(at * 1_000_000) });
+        }
+        config.migration_limit = migration_limit;
+        let run_once = || run(Options::new(config.clone()), requests(&case));
+        let result = run_once().map_err(|v| TestCaseError::fail(format!("{v}")))?;
+        prop_assert_eq!(result.stop_reason, StopReason::Drained, "seed {}", seed);
+        prop_assert_eq!(result.count(EndStatus::Pending), 0, "seed {}", seed);
+        for r in &result.records {
+            prop_assert!(r.migrations <= migration_limit);
+            if r.status == Status::Completed {
+                prop_assert_eq!(r.tokens_received, r.output_tokens, "seed {}", seed);
+            }
+            check_handoff_order(r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
+        }
+        prop_assert_eq!(run_once().unwrap().records, result.records);
+    }
+}
+
+/// Down windows `(worker, at_ms, length_ms)` of workers below `workers`, dropping those that
+/// overlap an earlier one of the same worker.
+fn down_windows(workers: u64, downs: &[(u64, u64, Option<u64>)]) -> Vec<Fault> {
+    let mut kept: Vec<(u64, u64, Option<u64>)> = Vec::new();
+    for &(worker, at, length) in downs {
+        let until = length.map(|l| at + l);
+        let overlaps = kept.iter().any(|&(w, a, u)| {
+            w == worker && until.is_none_or(|until| a < until) && u.is_none_or(|u| at < u)
+        });
+        if worker < workers && !overlaps {
+            kept.push((worker, at, until));
+        }
+    }
+    let at_ms = |v: u64| SimTime::from_ns(v * 1_000_000);
+    kept.into_iter()
+        .map(|(worker, at, until)| Fault::WorkerDown {
+            worker,
+            at: at_ms(at),
+            until: until.map(at_ms),
+        })
+        .collect()
+}
+
+/// One 1,024-token request with 200 output tokens at 0 ms on `prefill` + `decode` workers of
+/// the default engine (transfers of 131,072 B per token at `bandwidth` GB/s), with `faults`
+/// and `migration_limit`.
+fn one_long_request(
+    prefill: u32,
+    decode: u32,
+    bandwidth: Option<f64>,
+    faults: Vec<Fault>,
+    migration_limit: u32,
+) -> RequestRecord {
+    let engine = EngineArgs::default();
+    let transfer = KvTransfer {
+        bytes_per_token: Some(131_072),
+        bandwidth_gb_per_s: bandwidth,
+        mode: TransferTimingMode::FullPrompt,
+    };
+    let prefill_engine = EngineArgs {
+        kv_transfer: transfer,
+        ..engine.clone()
+    };
+    let config = SimConfig {
+        pools: vec![
+            role_pool(WorkerRole::Prefill, prefill, &prefill_engine),
+            role_pool(WorkerRole::Decode, decode, &engine),
+        ],
+        faults,
+        migration_limit,
+        check_every_event: true,
+        ..SimConfig::default()
+    };
+    let request = RequestSpec {
+        row: 0,
+        arrival: SimTime::ZERO,
+        policy_class: None,
+        input_tokens: 1024,
+        output_tokens: 200,
+        priority: 0.0,
+        strict_priority: 0,
+        prompt: PromptSpec::HashIds {
+            hash_ids: vec![1, 2],
+            tokens_per_hash: 512,
+        },
+        pinned_worker: None,
+    };
+    let result = run(Options::new(config), vec![request]).unwrap();
+    result.records[0].clone()
+}
+
+fn down(worker: u64, at_ms: u64, until_ms: Option<u64>) -> Fault {
+    let at = |v: u64| SimTime::from_ns(v * 1_000_000);
+    Fault::WorkerDown {
+        worker,
+        at: at(at_ms),
+        until: until_ms.map(at),
+    }
+}
+
+#[test]
+fn a_lost_decode_worker_migrates_its_request_through_prefill_to_another_decode_worker() {
+    let calm = one_long_request(1, 2, None, vec![], 1);
+    let decode_worker = calm.rank.unwrap().worker_id;
+    let lost = one_long_request(1, 2, None, vec![down(decode_worker, 100, None)], 1);
+    assert_eq!(
+        (lost.status.clone(), lost.migrations),
+        (Status::Completed, 1)
+    );
+    assert_eq!(lost.tokens_received, 200, "every token, once");
+    assert_ne!(lost.rank.unwrap().worker_id, decode_worker);
+    // The tokens sent before the loss joined the prompt, which the prefill worker computed
+    // again (at most 512 tokens cached): its second handoff comes after the loss.
+    let h = lost.handoff.unwrap();
+    assert!(h.prefill_end.unwrap() > ms(100_000_000), "{h:?}");
+    assert_eq!(
+        lost.first_token, calm.first_token,
+        "the client's first token stays"
+    );
+    assert!(lost.completion > calm.completion);
+    let aborted = one_long_request(1, 2, None, vec![down(decode_worker, 100, None)], 0);
+    assert_eq!(
+        (aborted.status, aborted.completion),
+        (
+            Status::Aborted(AbortReason::WorkerDown),
+            Some(ms(100_000_000))
+        )
+    );
+}
+
+#[test]
+fn a_prefill_worker_lost_mid_transfer_loses_the_handoff_and_one_lost_after_landing_does_not() {
+    // At 1 GB/s the 1,024-token prompt moves for 134.2 ms after its 32.5 ms prefill.
+    let calm = one_long_request(2, 1, Some(1.0), vec![], 1);
+    let h = calm.handoff.clone().unwrap();
+    let source = h.prefill_rank.worker_id;
+    assert_eq!(h.transfer_end.unwrap().as_ns(), 32_490_712 + 134_217_728);
+    let mid = one_long_request(2, 1, Some(1.0), vec![down(source, 100, None)], 1);
+    assert_eq!((mid.status.clone(), mid.migrations), (Status::Completed, 1));
+    let again = mid.handoff.unwrap();
+    assert_ne!(
+        again.prefill_rank.worker_id, source,
+        "prefilled again elsewhere"
+    );
+    assert!(again.transfer_start.unwrap() > ms(100_000_000));
+    assert_eq!(mid.tokens_received, 200);
+    // Landed at 166.7 ms: the decode worker holds the prompt, the loss of its source is moot.
+    let after = one_long_request(2, 1, Some(1.0), vec![down(source, 170, None)], 1);
+    assert_eq!((after.status, after.migrations), (Status::Completed, 0));
+    assert_eq!(after.completion, calm.completion);
 }
