@@ -652,12 +652,6 @@ fn replay_disaggregated(
             None => engine.clone(),
         };
         engine.role = role;
-        if engine.dp_size > 1 {
-            return Err(CliError::Input(format!(
-                "{flag}: dp_size {} in disaggregated serving is not supported yet (Dynamo 1.6.1 runs a worker's ranks in lock-step passes, which routersim does not model)",
-                engine.dp_size
-            )));
-        }
         Ok::<_, CliError>(engine)
     };
     let prefill_engine = role_engine(

@@ -707,6 +707,9 @@ impl System {
         for rank in self.fleet.take_starts_due() {
             self.start_pass(now, rank, engine.queue());
         }
+        for end in self.fleet.align_lockstep() {
+            schedule_pass_end(engine.queue(), Some(end));
+        }
         self.schedule_tick(engine.queue());
         Ok(())
     }
@@ -902,6 +905,7 @@ impl System {
         if role == WorkerRole::Prefill {
             self.prefill_pass_ended(now, rank, &output.held, queue);
             self.fleet.give_back(rank, output);
+            self.end_idle_lockstep_peers(now, rank, queue);
             return;
         }
         let finished_empty = output
@@ -953,8 +957,29 @@ impl System {
             }
         }
         self.fleet.give_back(rank, output);
-        if role == WorkerRole::Decode {
+        // A lock-step decode rank steps when its worker's pass has ended on every rank.
+        if role == WorkerRole::Decode && !self.fleet.in_pass(rank) {
             self.decode_pass_ended(now, rank, queue);
+            self.end_idle_lockstep_peers(now, rank, queue);
+        }
+    }
+
+    /// A lock-step worker's pass ended at `now` with rank `rank`'s, the last of its ranks to
+    /// end: the worker steps all its ranks at once, so every other prefill rank lets go of the
+    /// sources released while the pass ran, and every other decode rank takes its pass-end
+    /// step (landed transfers activated, a reservation).
+    fn end_idle_lockstep_peers(
+        &mut self,
+        now: SimTime,
+        rank: usize,
+        queue: &mut EventQueue<Event>,
+    ) {
+        for peer in self.fleet.lockstep_peers(rank) {
+            match self.fleet.role(peer) {
+                WorkerRole::Prefill => self.prefill_pass_ended(now, peer, &[], queue),
+                WorkerRole::Decode => self.decode_pass_ended(now, peer, queue),
+                WorkerRole::Aggregated => {}
+            }
         }
     }
 

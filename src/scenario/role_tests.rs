@@ -116,12 +116,6 @@ fn bad_roles_are_errors_naming_file_line_and_field() {
         "only supports aggregated workers, got Prefill",
     );
     assert_error(
-        &with("  prefill: {count: 1}\n  decode: {count: 1, dp_size: 2}\n"),
-        4,
-        "workers.decode.dp_size",
-        "not supported yet",
-    );
-    assert_error(
         &with("  prefill: {count: 1, engine: {kv_transfer_bandwidth: -1}}\n  decode: {count: 1}\n"),
         3,
         "workers.prefill.engine.kv_transfer_bandwidth",

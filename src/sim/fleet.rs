@@ -98,6 +98,8 @@ struct RankSlot {
     /// Passes in a row at `empty_at` that computed nothing and only preempted.
     empty_passes: u64,
     empty_at: SimTime,
+    /// When its pass in progress ends (a lock-step worker's pass ends for all its ranks).
+    pass_end: SimTime,
     /// The worker is down (a fault): it holds nothing and receives nothing.
     down: bool,
     /// Bumped when the rank goes down or its quiet run is cut, so the end of its lost pass
@@ -137,6 +139,10 @@ pub(super) struct WorkerFleet {
     reserved_per_rank: u64,
     /// Ranks to start a pass at the end of the current instant (phase 3).
     starts_due: BTreeSet<usize>,
+    /// Lock-step ranks with work whose worker was in a pass: they start with its next one.
+    waiting_for_worker: BTreeSet<usize>,
+    /// Lock-step workers (their first rank) that started a pass in the current instant.
+    lockstep_started: BTreeSet<usize>,
     /// Passes `(rank, start, end, epoch)` that ended since the ledger's change epoch was
     /// last bumped (all of one epoch): the only ones that may reach past the makespan (and
     /// then only in a run a limit stopped).
@@ -168,6 +174,8 @@ impl WorkerFleet {
             reserved_per_rank: reserved_blocks_per_rank(ranks),
             ranks: Vec::new(),
             starts_due: BTreeSet::new(),
+            waiting_for_worker: BTreeSet::new(),
+            lockstep_started: BTreeSet::new(),
             passes_since_change: Vec::new(),
             joined: Vec::new(),
             marks: Vec::new(),
@@ -205,6 +213,7 @@ impl WorkerFleet {
                 worker: self.build(pool, id),
                 in_pass: false,
                 pass_start: SimTime::ZERO,
+                pass_end: SimTime::ZERO,
                 busy: SimDuration::ZERO,
                 quiet_ends: Vec::new(),
                 output: PassOutput::default(),
@@ -249,7 +258,37 @@ impl WorkerFleet {
 
     /// Whether the rank at `index` is running a pass.
     pub fn in_pass(&self, index: usize) -> bool {
-        self.ranks[index].in_pass
+        match self.is_lockstep(index) {
+            true => self.worker_in_pass(index),
+            false => self.ranks[index].in_pass,
+        }
+    }
+
+    /// Whether the rank at `index` runs in lock-step with its worker's other ranks: in
+    /// disaggregated serving 1.6.1 steps a worker's data-parallel ranks together, each pass
+    /// lasting as long as its slowest rank's (aggregated ranks run on their own).
+    fn is_lockstep(&self, index: usize) -> bool {
+        let engine = &self.pools[self.ranks[index].pool].engine;
+        engine.role != WorkerRole::Aggregated && engine.dp_size > 1
+    }
+
+    /// When the pass of lock-step rank `index` was the last of its worker's ranks' to end,
+    /// the worker's other ranks that are up (the worker's pass end is theirs too). Empty
+    /// otherwise.
+    pub fn lockstep_peers(&self, index: usize) -> Vec<usize> {
+        if !self.is_lockstep(index) || self.worker_in_pass(index) {
+            return Vec::new();
+        }
+        let worker = self.ranks[index].id.worker_id;
+        self.ranks_of(worker)
+            .filter(|&i| i != index && !self.ranks[i].down)
+            .collect()
+    }
+
+    /// Whether any rank of the worker of the rank at `index` is in a pass.
+    fn worker_in_pass(&self, index: usize) -> bool {
+        let worker = self.ranks[index].id.worker_id;
+        self.ranks_of(worker).any(|i| self.ranks[i].in_pass)
     }
 
     /// Decode rank `index`, between passes, is asked to reserve blocks for `request`'s
@@ -324,6 +363,16 @@ impl WorkerFleet {
 
     /// The ranks due to start a pass at the end of this instant, in rank order.
     pub fn take_starts_due(&mut self) -> BTreeSet<usize> {
+        let free: Vec<usize> = self
+            .waiting_for_worker
+            .iter()
+            .copied()
+            .filter(|&i| !self.worker_in_pass(i))
+            .collect();
+        for index in free {
+            self.waiting_for_worker.remove(&index);
+            self.starts_due.insert(index);
+        }
         std::mem::take(&mut self.starts_due)
     }
 
@@ -337,10 +386,20 @@ impl WorkerFleet {
         allow_quiet: bool,
         ledger: &mut Ledger,
     ) -> Result<Option<PassEndAt>, String> {
-        let slot = &mut self.ranks[index];
-        if slot.in_pass || !slot.worker.has_work() {
+        if self.ranks[index].in_pass || !self.ranks[index].worker.has_work() {
             return Ok(None);
         }
+        let lockstep = self.is_lockstep(index);
+        if lockstep {
+            let first = self.ranks_of(self.ranks[index].id.worker_id).start;
+            if self.worker_in_pass(index) && !self.lockstep_started.contains(&first) {
+                self.waiting_for_worker.insert(index);
+                return Ok(None);
+            }
+            self.lockstep_started.insert(first);
+        }
+        let allow_quiet = allow_quiet && !lockstep;
+        let slot = &mut self.ranks[index];
         let rank = index;
         let memo = &mut self.decode_memos[slot.pool];
         if self.skip_quiet
@@ -360,6 +419,7 @@ impl WorkerFleet {
         check_pass_progress(slot, now, at)?;
         slot.in_pass = true;
         slot.pass_start = now;
+        slot.pass_end = at;
         let role = self.pools[slot.pool].engine.role;
         for admitted in &slot.output.admitted {
             ledger.admitted(now, admitted.id, role, admitted);
@@ -369,6 +429,30 @@ impl WorkerFleet {
         }
         let epoch = slot.epoch;
         Ok(Some(PassEndAt { at, rank, epoch }))
+    }
+
+    /// After the passes of an instant started: each lock-step worker that started one ends it
+    /// on all its ranks in the pass at once, when the slowest ends. Returns the moved ends (the
+    /// ones scheduled at the starts go stale), in rank order.
+    pub fn align_lockstep(&mut self) -> Vec<PassEndAt> {
+        let mut moved = Vec::new();
+        for first in std::mem::take(&mut self.lockstep_started) {
+            let ranks = self.ranks_of(self.ranks[first].id.worker_id);
+            let in_pass: Vec<usize> = ranks.filter(|&i| self.ranks[i].in_pass).collect();
+            if in_pass.len() < 2 {
+                continue;
+            }
+            let at = in_pass.iter().map(|&i| self.ranks[i].pass_end).max();
+            let at = at.expect("two ranks are in the pass");
+            for rank in in_pass {
+                let slot = &mut self.ranks[rank];
+                slot.pass_end = at;
+                slot.epoch += 1;
+                let epoch = slot.epoch;
+                moved.push(PassEndAt { at, rank, epoch });
+            }
+        }
+        moved
     }
 
     /// Before an input reaches a rank in a quiet run at `now`: applies the passes over by

@@ -271,3 +271,24 @@ fn a_disaggregated_summary_gives_each_role_its_part_and_the_transfer_times() {
             .ends_with(",3.019899,5.368709")
     );
 }
+
+/// A prefill engine of two data-parallel ranks: 1.6.1 passes a disaggregated worker's ranks
+/// together, so both prompts, on different ranks, are held when the longer one's prefill
+/// ends, P(1024) = 32.490712 ms.
+#[test]
+fn a_replay_with_prefill_ranks_holds_both_prompts_at_the_slower_ranks_end() {
+    let dir = trace_dir();
+    let trace = r#"{"timestamp": 0, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]}
+{"timestamp": 0, "input_length": 512, "output_length": 2, "hash_ids": [7]}
+"#;
+    std::fs::write(dir.path().join("trace.jsonl"), trace).unwrap();
+    let flags = ["--prefill-workers", "1", "--decode-workers", "1"];
+    let engine = r#"{"engine": {}, "dp_size": 2}"#;
+    let (code, _, stderr) = replay(
+        dir.path(),
+        &[&flags[..], &["--prefill-engine", engine]].concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let rows = request_columns(&dir.path().join("out"), &["prefill_end_ms"]);
+    assert_eq!(rows, vec![vec!["32.490712".to_string()]; 2]);
+}

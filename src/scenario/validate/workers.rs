@@ -203,12 +203,6 @@ fn role_engine(
         return Err(source.at(&format!("{at}.engine.worker_type"), message));
     }
     args.role = role;
-    if role != WorkerRole::Aggregated && args.dp_size > 1 {
-        return Err(source.at(
-            &format!("{at}.dp_size"),
-            "dp_size above 1 in disaggregated serving is not supported yet (Dynamo 1.6.1 runs a worker's ranks in lock-step passes, which routersim does not model)",
-        ));
-    }
     Ok(args)
 }
 

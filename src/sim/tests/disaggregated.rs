@@ -27,9 +27,8 @@ fn disaggregated(
     transfer: KvTransfer,
 ) -> SimConfig {
     let mut config = config(case, seed);
-    let mut engine = config.pools[0].engine.clone();
-    // 1.6.1 runs a worker's ranks in lock-step in disaggregated serving; routersim does not.
-    engine.dp_size = 1;
+    // The case's dp_size on both roles: their workers' ranks run in lock-step.
+    let engine = config.pools[0].engine.clone();
     let prefill_engine = EngineArgs {
         kv_transfer: transfer,
         ..engine.clone()
@@ -419,4 +418,77 @@ fn a_prefill_worker_lost_mid_transfer_loses_the_handoff_and_one_lost_after_landi
     let after = one_long_request(2, 1, Some(1.0), vec![down(source, 170, None)], 1);
     assert_eq!((after.status, after.migrations), (Status::Completed, 0));
     assert_eq!(after.completion, calm.completion);
+}
+
+/// Requests `(arrival_ns, input_tokens)` with one output token each (hash ids unique per
+/// request) on `prefill` workers of `prefill_dp` ranks and one decode worker of the default
+/// engine.
+fn prefill_ranks_run(prefill: u32, prefill_dp: u32, requests: &[(u64, u64)]) -> Vec<RequestRecord> {
+    let engine = EngineArgs::default();
+    let prefill_engine = EngineArgs {
+        dp_size: prefill_dp,
+        ..engine.clone()
+    };
+    let config = SimConfig {
+        pools: vec![
+            role_pool(WorkerRole::Prefill, prefill, &prefill_engine),
+            role_pool(WorkerRole::Decode, 1, &engine),
+        ],
+        check_every_event: true,
+        ..SimConfig::default()
+    };
+    let specs: Vec<RequestSpec> = requests
+        .iter()
+        .enumerate()
+        .map(|(row, &(arrival_ns, input))| RequestSpec {
+            row: row as u64,
+            arrival: ms(arrival_ns),
+            policy_class: None,
+            input_tokens: input,
+            output_tokens: 1,
+            priority: 0.0,
+            strict_priority: 0,
+            prompt: PromptSpec::HashIds {
+                hash_ids: (0..input.div_ceil(512))
+                    .map(|k| 100 * row as u64 + k)
+                    .collect(),
+                tokens_per_hash: 512,
+            },
+            pinned_worker: None,
+        })
+        .collect();
+    run(Options::new(config), specs).unwrap().records
+}
+
+/// 1.6.1 (spec experiments E14c-e): a disaggregated worker's data-parallel ranks run their
+/// passes in lock-step, each as long as the slowest rank's, and a request reaching an idle
+/// rank waits for the worker's pass in progress; two workers of one rank each do not wait.
+#[test]
+fn a_disaggregated_workers_ranks_run_in_lock_step_passes() {
+    // 1,024 and 512 tokens at 0 on the two ranks: both held when P(1024) ends.
+    let together = prefill_ranks_run(1, 2, &[(0, 1024), (0, 512)]);
+    let ranks: Vec<u32> = together
+        .iter()
+        .map(|r| r.handoff.as_ref().unwrap().prefill_rank.dp_rank)
+        .collect();
+    assert_eq!(ranks.len(), 2);
+    assert_ne!(ranks[0], ranks[1], "one request per rank");
+    for r in &together {
+        let h = r.handoff.as_ref().unwrap();
+        assert_eq!(h.prefill_end, Some(ms(32_490_712)), "row {}", r.row);
+    }
+    // 512 tokens at 1 ms on the idle rank: admitted when the worker's pass ends.
+    let late = prefill_ranks_run(1, 2, &[(0, 1024), (1_000_000, 512)]);
+    assert_eq!(late[1].admit, Some(ms(32_490_712)));
+    let (h0, h1) = (
+        late[0].handoff.clone().unwrap(),
+        late[1].handoff.clone().unwrap(),
+    );
+    assert_ne!(h0.prefill_rank, h1.prefill_rank);
+    assert_eq!(h1.prefill_end, Some(ms(32_490_712 + 24_385_704)));
+    // Two workers of one rank each: admitted at once, held after P(512).
+    let apart = prefill_ranks_run(2, 1, &[(0, 1024), (1_000_000, 512)]);
+    assert_eq!(apart[1].admit, Some(ms(1_000_000)));
+    let h = apart[1].handoff.as_ref().unwrap();
+    assert_eq!(h.prefill_end, Some(ms(1_000_000 + 24_385_704)));
 }
