@@ -366,7 +366,7 @@ impl System {
 
     /// Prefill rank `rank` lets go of request `id`'s blocks at `now`; the prefill router
     /// frees it.
-    fn release_source(
+    pub(super) fn release_source(
         &mut self,
         now: SimTime,
         id: RequestId,

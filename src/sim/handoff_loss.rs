@@ -84,28 +84,19 @@ impl System {
     }
 
     /// Request `id` lost its decode worker at `now`: if its source still holds its KV, that
-    /// is released now and the prefill router frees it.
+    /// is released now and the prefill router frees it (a lost prefill worker's flights
+    /// ended with it, so the source is up).
     fn destination_lost(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(flight) = self.handoff().flights.remove(&id) else {
+        let Some(prefill_rank) = self.handoff().flights.get(&id).map(|f| f.prefill_rank) else {
             return; // its source was released already
         };
-        let prefill_rank = flight.prefill_rank;
         self.handoff().releases[prefill_rank].retain(|&r| r != id);
-        if !self.fleet.is_down(prefill_rank) && !self.fleet.release_held(prefill_rank, id) {
-            self.fail(
-                now,
-                format!("request {id} was not held on its prefill rank"),
-            );
-            return;
-        }
-        self.ledger.source_released(now, id);
-        self.router.finished(now, id, Outcome::Completed);
-        self.drain_router(now, queue);
+        self.release_source(now, id, prefill_rank, queue);
     }
 
-    /// The decode router chose for request `id` (held on prefill rank `prefill_rank`) a
-    /// decode rank that is down and that it has not heard of yet: the handoff is lost with
-    /// that worker, and its source lets go.
+    /// The decode router chose for request `id` decode rank `decode_rank`, which is down and
+    /// which it has not heard of yet: the handoff is lost with that worker, and its source
+    /// lets go.
     pub(super) fn handed_to_down_rank(
         &mut self,
         now: SimTime,
