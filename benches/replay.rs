@@ -16,8 +16,9 @@
 //! `tools/dynamo-replay`, or of the driver `ROUTERSIM_DYNAMO_REPLAY` names;
 //! `ROUTERSIM_DYNAMO_REPLAY=off` skips it). The three take turns, in 5 rounds
 //! (`ROUTERSIM_BENCH_RUNS` to change), so that a burst of load from the machine's neighbours
-//! falls on both sides alike; each side counts its best run. Each line ends with the ratios
-//! Dynamo / routersim. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4
+//! falls on both sides alike; each side counts its best run. Each line gives the process's
+//! peak resident size and ends with the ratios Dynamo / routersim, the whole process's first
+//! (what a user sees), the pipeline's beside it. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4
 //! mooncake-1p1d mooncake-2p2d]`.
 
 use rand::RngExt;
@@ -266,6 +267,25 @@ const ROUND_MEASURE_S: f64 = 0.4;
 const MAX_RUNS_PER_ROUND: usize = 50;
 
 /// Best wall time of `f` in ms, over at least one run and [`ROUND_MEASURE_S`].
+/// Runs `command` to its end (it must succeed) and returns its peak resident size in MiB, as
+/// the kernel accounts it for the reaped child (`wait4`'s `ru_maxrss`, in KiB on Linux).
+#[allow(
+    clippy::zombie_processes,
+    reason = "wait4 reaps the child, reporting its resource use as std's wait cannot"
+)]
+fn run_for_peak_mib(command: &mut Command) -> f64 {
+    let child = command.spawn().expect("routersim runs");
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct that `wait4` fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `child` is this process's own unreaped child; the pointers are to live locals.
+    let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as libc::pid_t, "wait4 reaps routersim");
+    let exited_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    assert!(exited_ok, "routersim replay failed");
+    usage.ru_maxrss as f64 / 1024.0
+}
+
 fn best_ms(mut f: impl FnMut()) -> f64 {
     let measuring = Instant::now();
     let mut best = f64::INFINITY;
@@ -383,6 +403,7 @@ fn main() {
         let dynamo_csv = root.join(format!("target/bench-out/{}-dynamo.csv", case.name));
         let mut result = None;
         let (mut pipeline_ms, mut process_ms) = (f64::INFINITY, f64::INFINITY);
+        let mut peak_mib: f64 = 0.0;
         let mut dynamo: Option<f64> = None;
         let mut dynamo_failed = false;
         // One round per iteration: bounded.
@@ -395,17 +416,16 @@ fn main() {
                 );
             }));
             process_ms = process_ms.min(best_ms(|| {
-                let status = Command::new(env!("CARGO_BIN_EXE_routersim"))
+                let mut command = Command::new(env!("CARGO_BIN_EXE_routersim"));
+                command
                     .arg("replay")
                     .arg("--trace")
                     .arg(&trace)
                     .args(case.workers.flags())
                     .args(["--quiet", "--force"])
                     .arg("--out")
-                    .arg(&out)
-                    .status()
-                    .expect("routersim runs");
-                assert!(status.success(), "routersim replay failed");
+                    .arg(&out);
+                peak_mib = peak_mib.max(run_for_peak_mib(&mut command));
             }));
             if let Some(script) = dynamo_replay.as_deref().filter(|_| !dynamo_failed) {
                 match dynamo_ms(script, &trace, case.workers, &dynamo_csv) {
@@ -416,21 +436,22 @@ fn main() {
         }
         let result = result.expect("at least one round");
         print!(
-            "replay {}: {} requests on {}, {} events, makespan {:.1} s simulated; routersim pipeline {:.1} ms, process {:.1} ms",
+            "replay {}: {} requests on {}, {} events, makespan {:.1} s simulated; routersim process {:.1} ms (peak {:.1} MiB), pipeline {:.1} ms",
             case.name,
             result.records.len(),
             case.workers.describe(),
             result.events,
             result.end_time.as_secs_f64(),
-            pipeline_ms,
             process_ms,
+            peak_mib,
+            pipeline_ms,
         );
         match dynamo.filter(|_| !dynamo_failed) {
             Some(dynamo) => println!(
-                "; Dynamo {:.0} ms: {:.1}x pipeline, {:.1}x process",
+                "; Dynamo {:.0} ms: {:.1}x as a process ({:.1}x pipeline)",
                 dynamo,
-                dynamo / pipeline_ms,
-                dynamo / process_ms
+                dynamo / process_ms,
+                dynamo / pipeline_ms
             ),
             None => println!(),
         }
