@@ -51,7 +51,11 @@ pub(super) fn worker_pools(
         pools: raw.pools.as_deref(),
     };
     let (prefill, decode) = match (&raw.prefill, &raw.decode) {
-        (None, None) => return pools_of(source, &aggregated, &mut Vec::new()),
+        (None, None) => {
+            let mut pools = Vec::new();
+            pools_of(source, &aggregated, &mut pools)?;
+            return Ok(pools);
+        }
         (Some(prefill), Some(decode)) => (prefill, decode),
         (Some(_), None) => return Err(needs_both(source, "workers.prefill", "decode")),
         (None, Some(_)) => return Err(needs_both(source, "workers.decode", "prefill")),
@@ -84,13 +88,12 @@ fn needs_both(source: &Source, at: &str, missing: &str) -> ScenarioError {
     )
 }
 
-/// Appends the pools of `form` to `pools` (the pools before it, whose names and ranks count)
-/// and returns them all.
+/// Appends the pools of `form` to `pools` (the pools before it, whose names and ranks count).
 fn pools_of(
     source: &Source,
     form: &Form,
     pools: &mut Vec<WorkerPool>,
-) -> Result<Vec<WorkerPool>, ScenarioError> {
+) -> Result<(), ScenarioError> {
     let at = form.at;
     let Some(raw_pools) = form.pools else {
         let engine = form.engine.cloned().unwrap_or_default();
@@ -108,7 +111,7 @@ fn pools_of(
             count,
             engine,
         )?;
-        return Ok(pools.clone());
+        return Ok(());
     };
     let plain = [
         ("count", form.count.is_some()),
@@ -141,7 +144,7 @@ fn pools_of(
         )?;
         add_pool(source, &at, pools, name, count, engine)?;
     }
-    Ok(pools.clone())
+    Ok(())
 }
 
 /// Adds a pool of `count` workers of `engine` (at `at`) after `pools`, within the bound on

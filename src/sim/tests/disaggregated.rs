@@ -460,7 +460,7 @@ fn prefill_ranks_run(prefill: u32, prefill_dp: u32, requests: &[(u64, u64)]) -> 
     run(Options::new(config), specs).unwrap().records
 }
 
-/// 1.6.1 (spec experiments E14c-e): a disaggregated worker's data-parallel ranks run their
+/// As 1.6.1 does: a disaggregated worker's data-parallel ranks run their
 /// passes in lock-step, each as long as the slowest rank's, and a request reaching an idle
 /// rank waits for the worker's pass in progress; two workers of one rank each do not wait.
 #[test]
