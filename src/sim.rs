@@ -286,7 +286,8 @@ impl SimConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RequestRecord {
     pub row: u64,
-    pub policy_class: Option<String>,
+    /// The class the request named, shared by every record naming it (see [`Ledger::open`]).
+    pub policy_class: Option<Arc<str>>,
     pub class_index: Option<usize>,
     pub arrival: SimTime,
     /// When the router dispatched it (immediately, or when the queue released it).
@@ -306,10 +307,12 @@ pub struct RequestRecord {
     /// Times the request was moved off a lost worker (at most the migration limit).
     pub migrations: u32,
     /// Its session, when it is a session's turn.
-    pub session: Option<SessionTag>,
+    /// (Boxed, like `handoff`: a run of a million requests keeps a million records, and most
+    /// have neither.)
+    pub session: Option<Box<SessionTag>>,
     /// Its handoff from prefill to decode worker, in a disaggregated run (`rank` is then its
     /// decode worker, `admit` its prefill admission and `path` the prefill router's).
-    pub handoff: Option<HandoffRecord>,
+    pub handoff: Option<Box<HandoffRecord>>,
 }
 
 /// The instants of one request's handoff in disaggregated serving (see `sim::handoff`).

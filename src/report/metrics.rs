@@ -678,7 +678,7 @@ fn class_shells(result: &SimResult, quanta_tokens: &[u64]) -> Vec<ClassMetrics> 
 /// belongs to it.
 pub fn resolved_class(record: &RequestRecord, class_names: &[String]) -> Option<usize> {
     record.class_index.or_else(|| match &record.policy_class {
-        Some(name) => class_names.iter().position(|c| c == name),
+        Some(name) => class_names.iter().position(|c| c.as_str() == &**name),
         None => (class_names.len() == 1).then_some(0),
     })
 }

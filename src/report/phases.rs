@@ -110,7 +110,7 @@ mod tests {
     fn disaggregated(class: usize, times_ms: [u64; 5]) -> RequestRecord {
         let mut r = record(class, times_ms[0], times_ms[4]);
         r.admit = Some(ms(times_ms[1]));
-        r.handoff = Some(HandoffRecord {
+        r.handoff = Some(Box::new(HandoffRecord {
             prefill_rank: crate::scheduling::types::WorkerWithDpRank::new(0, 0),
             prefill_end: Some(ms(times_ms[2])),
             transfer_start: Some(ms(times_ms[2])),
@@ -118,7 +118,7 @@ mod tests {
             prefill_release: Some(ms(times_ms[3])),
             decode_admit: Some(ms(times_ms[3])),
             decode_reused_input_tokens: 0,
-        });
+        }));
         r
     }
 

@@ -50,14 +50,14 @@ pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> R
 
 /// Turn `turn` of the `turns`-turn session `index`: [`done`] with the session's tag.
 pub fn turn(mut record: RequestRecord, index: u32, turn: u32, turns: u32) -> RequestRecord {
-    record.session = Some(crate::workload::session::SessionTag {
+    record.session = Some(Box::new(crate::workload::session::SessionTag {
         index,
         id: format!("s{index}").into(),
         turn,
         turns,
         chained: true,
         named: true,
-    });
+    }));
     record
 }
 

@@ -84,6 +84,9 @@ pub(super) struct Ledger {
     /// Bumped each time `last_change` is raised: pass times recorded under an older epoch
     /// lie within the makespan.
     change_epoch: u64,
+    /// Every class name a request named so far, each shared by the records naming it: a
+    /// million records would otherwise hold a million copies of a handful of names.
+    class_names: Vec<Arc<str>>,
 }
 
 impl Ledger {
@@ -96,16 +99,32 @@ impl Ledger {
             watched_ends: Vec::new(),
             last_change: SimTime::ZERO,
             change_epoch: 0,
+            class_names: Vec::new(),
         }
+    }
+
+    /// The shared copy of class name `name` (a run names a handful of classes: a scan is
+    /// cheaper than hashing).
+    fn shared_class_name(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.class_names.iter().find(|known| &***known == name) {
+            return known.clone();
+        }
+        let shared: Arc<str> = name.into();
+        self.class_names.push(shared.clone());
+        shared
     }
 
     /// Records request `spec` arriving at `now` with prompt block hashes `hashes`; returns
     /// its id.
     pub fn open(&mut self, now: SimTime, spec: RequestSpec, hashes: Arc<[u64]>) -> RequestId {
         let id = RequestId(self.records.len() as u64);
+        let policy_class = spec
+            .policy_class
+            .as_deref()
+            .map(|name| self.shared_class_name(name));
         self.records.push(RequestRecord {
             row: spec.row,
-            policy_class: spec.policy_class.clone(),
+            policy_class,
             class_index: None,
             arrival: now,
             dispatched: None,
@@ -152,7 +171,7 @@ impl Ledger {
 
     /// Request `id` is a turn of the session `tag` says.
     pub fn set_session(&mut self, id: RequestId, tag: Option<SessionTag>) {
-        self.records[id.0 as usize].session = tag;
+        self.records[id.0 as usize].session = tag.map(Box::new);
     }
 
     pub fn record(&self, id: RequestId) -> &RequestRecord {
@@ -228,7 +247,7 @@ impl Ledger {
     pub fn prefill_routed(&mut self, id: RequestId) {
         let record = &mut self.records[id.0 as usize];
         if let Some(prefill_rank) = record.rank.take() {
-            record.handoff = Some(HandoffRecord {
+            record.handoff = Some(Box::new(HandoffRecord {
                 prefill_rank,
                 prefill_end: None,
                 transfer_start: None,
@@ -236,13 +255,13 @@ impl Ledger {
                 prefill_release: None,
                 decode_admit: None,
                 decode_reused_input_tokens: 0,
-            });
+            }));
         }
     }
 
     /// The handoff record of request `id` (Err-free: only a routed request hands off).
     fn handoff_mut(&mut self, id: RequestId) -> Option<&mut HandoffRecord> {
-        self.records[id.0 as usize].handoff.as_mut()
+        self.records[id.0 as usize].handoff.as_deref_mut()
     }
 
     /// Request `id`'s prompt was computed and held at `now`.
