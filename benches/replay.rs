@@ -8,6 +8,9 @@
 //!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers, and
 //!   served disaggregated on 1 prefill + 1 decode and 2 + 2 workers (`mooncake-1p1d`,
 //!   `mooncake-2p2d`), against Dynamo's disaggregated replay.
+//! - `big`, only with `ROUTERSIM_BENCH_BIG=1`: 1,000,000 requests of the (a)/(b) shape at
+//!   1,000 req/s in two classes (premium and regular, quanta 512:128) on 128 workers, timed
+//!   once with its peak resident size, without Dynamo's side.
 //!
 //! Each case is timed three ways: routersim's pipeline (`pipeline::execute` in this process:
 //! reading the trace, simulating, computing the metrics; the like-for-like counterpart of
@@ -46,8 +49,48 @@ fn rounds() -> usize {
 
 #[derive(Copy, Clone)]
 enum Trace {
-    Poisson { requests: u64, rate_per_s: f64 },
+    /// Poisson arrivals of unique 1024-in, 128-out prompts; with `two_classes`, rows
+    /// alternate between `premium` and `regular` ([`BIG_POLICY`]).
+    Poisson {
+        requests: u64,
+        rate_per_s: f64,
+        two_classes: bool,
+    },
     Mooncake,
+}
+
+/// The classes of the 1M-request case: DRR quanta 512:128, no busy threshold.
+const BIG_POLICY: &str = "default_policy_family: regular
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: all
+policy_classes:
+  - name: premium
+    policy_family: premium
+    cache_bucket: all
+    queue_policy: fcfs
+    quantum: 512
+  - name: regular
+    policy_family: regular
+    cache_bucket: all
+    queue_policy: fcfs
+    quantum: 128
+";
+
+/// The 1M-request case, run only with `ROUTERSIM_BENCH_BIG=1` (without Dynamo's side, whose
+/// replay of it would take many minutes; one round).
+const BIG: Case = Case {
+    name: "big",
+    trace: Trace::Poisson {
+        requests: 1_000_000,
+        rate_per_s: 1_000.0,
+        two_classes: true,
+    },
+    workers: Workers::Aggregated(128),
+};
+
+fn big_case_asked() -> bool {
+    std::env::var_os("ROUTERSIM_BENCH_BIG").is_some_and(|v| v == "1")
 }
 
 /// Who serves a case: aggregated workers, or prefill and decode workers.
@@ -93,6 +136,7 @@ const CASES: [Case; 6] = [
         trace: Trace::Poisson {
             requests: 10_000,
             rate_per_s: 50.0,
+            two_classes: false,
         },
         workers: Workers::Aggregated(8),
     },
@@ -101,6 +145,7 @@ const CASES: [Case; 6] = [
         trace: Trace::Poisson {
             requests: 100_000,
             rate_per_s: 200.0,
+            two_classes: false,
         },
         workers: Workers::Aggregated(32),
     },
@@ -132,17 +177,23 @@ const CASES: [Case; 6] = [
     },
 ];
 
-/// Writes a Poisson trace (whole-µs timestamps, two unique 512-token hash ids per request).
-fn write_poisson_trace(path: &Path, requests: u64, rate_per_s: f64) {
+/// Writes a Poisson trace (whole-µs timestamps, two unique 512-token hash ids per request,
+/// and with `two_classes` a `policy_class` alternating between premium and regular).
+fn write_poisson_trace(path: &Path, requests: u64, rate_per_s: f64, two_classes: bool) {
     let mut rng = routersim::rng::stream(1, "bench/arrivals");
     let gaps = Exp::new(rate_per_s / 1000.0).unwrap();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut t_us = 0u64;
     for i in 0..requests {
         let id = 1 + 2 * i;
+        let class = match (two_classes, i % 2) {
+            (false, _) => "",
+            (true, 0) => r#", "policy_class": "premium""#,
+            (true, _) => r#", "policy_class": "regular""#,
+        };
         writeln!(
             out,
-            r#"{{"timestamp": {}.{:03}, "input_length": 1024, "output_length": 128, "hash_ids": [{}, {}]}}"#,
+            r#"{{"timestamp": {}.{:03}, "input_length": 1024, "output_length": 128, "hash_ids": [{}, {}]{class}}}"#,
             t_us / 1000,
             t_us % 1000,
             id,
@@ -363,17 +414,31 @@ fn main() {
     if dynamo_replay.is_none() {
         println!("(no Dynamo side: routersim numbers only)");
     }
+    let big = big_case_asked().then_some(&BIG);
     for case in CASES
         .iter()
         .filter(|c| only.is_empty() || only.iter().any(|o| o == c.name))
+        .chain(big)
     {
+        let two_classes = matches!(
+            case.trace,
+            Trace::Poisson {
+                two_classes: true,
+                ..
+            }
+        );
+        let policy_path = dir.join("big-policy.yaml");
+        if two_classes {
+            std::fs::write(&policy_path, BIG_POLICY).unwrap();
+        }
         let trace = match case.trace {
             Trace::Poisson {
                 requests,
                 rate_per_s,
+                two_classes,
             } => {
                 let path = dir.join(format!("{}.jsonl", case.name));
-                write_poisson_trace(&path, requests, rate_per_s);
+                write_poisson_trace(&path, requests, rate_per_s, two_classes);
                 path
             }
             Trace::Mooncake => {
@@ -386,7 +451,9 @@ fn main() {
         let setup = ReplaySetup {
             trace: trace.clone(),
             trace_block_size: TRACE_BLOCK_TOKENS,
-            policy: None,
+            policy: two_classes.then(|| {
+                routersim::scenario::load_policy_file(&policy_path).expect("the bench policy")
+            }),
             router: RouterConfig::default(),
             engine: EngineArgs::default(),
             workers: match case.workers {
@@ -406,8 +473,9 @@ fn main() {
         let mut peak_mib: f64 = 0.0;
         let mut dynamo: Option<f64> = None;
         let mut dynamo_failed = false;
+        let case_rounds = if two_classes { 1 } else { rounds() };
         // One round per iteration: bounded.
-        for _ in 0..rounds() {
+        for _ in 0..case_rounds {
             pipeline_ms = pipeline_ms.min(best_ms(|| {
                 result = Some(
                     pipeline::execute(&spec)
@@ -423,11 +491,16 @@ fn main() {
                     .arg(&trace)
                     .args(case.workers.flags())
                     .args(["--quiet", "--force"])
+                    .args(two_classes.then_some("--policy"))
+                    .args(two_classes.then_some(&policy_path))
                     .arg("--out")
                     .arg(&out);
                 peak_mib = peak_mib.max(run_for_peak_mib(&mut command));
             }));
-            if let Some(script) = dynamo_replay.as_deref().filter(|_| !dynamo_failed) {
+            if let Some(script) = dynamo_replay
+                .as_deref()
+                .filter(|_| !dynamo_failed && !two_classes)
+            {
                 match dynamo_ms(script, &trace, case.workers, &dynamo_csv) {
                     Some(ms) => dynamo = Some(dynamo.map_or(ms, |best| best.min(ms))),
                     None => dynamo_failed = true,

@@ -344,7 +344,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         judgement.scenario.expectations(),
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
-    target.write(&files).map_err(input)?;
+    target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
     }
@@ -760,7 +760,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         report::data_files(&result, &metrics, &meta)
     };
-    target.write(&files).map_err(input)?;
+    target.write_bodies(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));
         println!(

@@ -39,12 +39,22 @@ fn finish(w: csv::Writer<Vec<u8>>) -> Vec<u8> {
 /// `completions.csv`: `index,time_ms,row,class`, then one column per class (named after it)
 /// with that class's cumulative completions through this row. Rows in completion order.
 pub fn completions_csv(metrics: &RunMetrics) -> Vec<u8> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut bytes = Vec::new();
+    write_completions_csv(metrics, &mut bytes).expect("writing CSV to memory cannot fail");
+    bytes
+}
+
+/// Writes `completions.csv` (see [`completions_csv`]) to `out` row by row.
+pub fn write_completions_csv(
+    metrics: &RunMetrics,
+    out: &mut dyn std::io::Write,
+) -> csv::Result<()> {
+    let mut w = csv::Writer::from_writer(out);
     let mut header: Vec<String> = ["index", "time_ms", "row", "class"]
         .map(String::from)
         .to_vec();
     header.extend(metrics.classes.iter().map(|c| c.name.clone()));
-    write_row(&mut w, &header);
+    w.write_record(&header)?;
     let mut cumulative = vec![0u64; metrics.classes.len()];
     let mut row = super::csv_row::CsvRow::default();
     for c in &metrics.completions {
@@ -59,9 +69,10 @@ pub fn completions_csv(metrics: &RunMetrics) -> Vec<u8> {
         for &n in &cumulative {
             row.u64(n);
         }
-        row.write(&mut w);
+        row.write(&mut w)?;
     }
-    finish(w)
+    w.flush()?;
+    Ok(())
 }
 
 /// The latency columns of `classes.csv`, in order.

@@ -28,21 +28,27 @@ pub(crate) mod test_support;
 /// Every data file of a run (no plots), named as in the output-directory contract:
 /// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`. `meta` goes into
 /// `summary.json` as is (seed, scenario hash, version, command, ...).
-pub fn data_files(
-    result: &SimResult,
-    metrics: &metrics::RunMetrics,
+pub fn data_files<'a>(
+    result: &'a SimResult,
+    metrics: &'a metrics::RunMetrics,
     meta: &serde_json::Value,
-) -> Vec<(String, Vec<u8>)> {
+) -> Vec<(String, FileBody<'a>)> {
     vec![
-        ("requests.csv".to_string(), requests_csv(result)),
+        (
+            "requests.csv".to_string(),
+            FileBody::streamed(|out| write_requests_csv(result, out)),
+        ),
         (
             "completions.csv".to_string(),
-            files::completions_csv(metrics),
+            FileBody::streamed(|out| files::write_completions_csv(metrics, out)),
         ),
-        ("classes.csv".to_string(), files::classes_csv(metrics)),
+        (
+            "classes.csv".to_string(),
+            files::classes_csv(metrics).into(),
+        ),
         (
             "summary.json".to_string(),
-            files::summary_json(metrics, meta),
+            files::summary_json(metrics, meta).into(),
         ),
     ]
 }
@@ -50,18 +56,23 @@ pub fn data_files(
 /// Every file of a run: [`data_files`] then every plot as PNG and SVG
 /// ([`plots::render_all`], which draws the latency bounds among `expectations`; pass none
 /// for a run without a scenario). Hand the result to an [`output::OutputTarget`], claimed before the run.
-pub fn run_files(
-    result: &SimResult,
-    metrics: &metrics::RunMetrics,
+pub fn run_files<'a>(
+    result: &'a SimResult,
+    metrics: &'a metrics::RunMetrics,
     meta: &serde_json::Value,
     expectations: &[expect::Expectation],
-) -> Result<Vec<(String, Vec<u8>)>, chart::PlotError> {
+) -> Result<Vec<(String, FileBody<'a>)>, chart::PlotError> {
     let mut all = data_files(result, metrics, meta);
-    all.extend(plots::render_all(metrics, expectations)?);
+    all.extend(
+        plots::render_all(metrics, expectations)?
+            .into_iter()
+            .map(|(name, bytes)| (name, bytes.into())),
+    );
     Ok(all)
 }
 
 use crate::sim::{RequestRecord, SimResult};
+pub use output::FileBody;
 
 /// Columns of `requests.csv` (a contract: the first thirteen match the CSV of
 /// `tools/dynamo-replay`; later ones are only ever appended).
@@ -104,10 +115,18 @@ pub const REQUEST_COLUMNS: [&str; 28] = [
 /// worker's number within its role, as Dynamo numbers them), `admit_ms` the prefill
 /// admission, and the last eight columns the handoff's (empty in aggregated serving).
 pub fn requests_csv(result: &SimResult) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(result.records.len() * 128);
+    write_requests_csv(result, &mut bytes).expect("writing to memory");
+    bytes
+}
+
+/// Writes `requests.csv` (see [`requests_csv`]) to `out` row by row: a run of a million
+/// requests writes 150 MB of it, which need not be held in memory at once.
+pub fn write_requests_csv(result: &SimResult, out: &mut dyn std::io::Write) -> csv::Result<()> {
     let mut rows: Vec<&RequestRecord> = result.records.iter().collect();
     rows.sort_by_key(|r| r.row);
-    let mut w = csv::Writer::from_writer(Vec::with_capacity(rows.len() * 128));
-    w.write_record(REQUEST_COLUMNS).expect("writing to memory");
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(REQUEST_COLUMNS)?;
     let mut row = csv_row::CsvRow::default();
     for r in rows {
         let class = metrics::resolved_class(r, &result.class_names)
@@ -157,9 +176,10 @@ pub fn requests_csv(result: &SimResult) -> Vec<u8> {
             }
         }
         handoff_fields(&mut row, result, r);
-        row.write(&mut w);
+        row.write(&mut w)?;
     }
-    w.into_inner().expect("writing to memory")
+    w.flush()?;
+    Ok(())
 }
 
 /// The eight handoff columns of a request's row (empty without a handoff).

@@ -18,12 +18,15 @@
 //! process may leave a stage behind; the next write beside it removes such a stage only if
 //! every entry in it proves to be what routersim staged there, and nothing else.
 
+mod body;
 mod proof;
 mod stage;
 
 use crate::bounds::{self, MAX_FILE_NAME_BYTES};
+use body::Contents;
+pub use body::FileBody;
 use proof::{OnDisk, Proof, Proofs, Unproven};
-use stage::{Stage, lock_stages, stage_base};
+use stage::{Stage, Staged, lock_stages, stage_base};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
@@ -190,17 +193,44 @@ impl OutputTarget {
     /// Writes `files` (name, bytes) into the directory: all of them appear, replacing the
     /// previous output's files; files routersim did not write are never touched.
     pub fn write<S: AsRef<str>>(&self, files: &[(S, Vec<u8>)]) -> Result<(), OutputError> {
-        let mut staged: Vec<(&str, &[u8])> = files
+        let files: Vec<(&str, Contents)> = files
             .iter()
-            .map(|(n, b)| (n.as_ref(), b.as_slice()))
+            .map(|(n, b)| (n.as_ref(), Contents::Bytes(b)))
             .collect();
-        for (name, _) in &staged {
+        self.write_contents(&files)
+    }
+
+    /// [`Self::write`] for files that may stream ([`FileBody::Streamed`]).
+    pub fn write_bodies<S: AsRef<str>>(
+        &self,
+        files: &[(S, FileBody<'_>)],
+    ) -> Result<(), OutputError> {
+        let files: Vec<(&str, Contents)> = files
+            .iter()
+            .map(|(n, b)| (n.as_ref(), b.contents()))
+            .collect();
+        self.write_contents(&files)
+    }
+
+    fn write_contents(&self, files: &[(&str, Contents)]) -> Result<(), OutputError> {
+        for (name, _) in files {
             assert!(
                 is_plain_file_name(name) && !is_reserved_name(name),
                 "bad output name {name:?}"
             );
         }
-        let proofs = proof::proofs_of(staged.iter().copied());
+        let mut staged = Vec::with_capacity(files.len() + 2);
+        for &(name, contents) in files {
+            let proof = contents
+                .proof()
+                .map_err(|e| io_error(&self.dir.join(name), "write", e))?;
+            staged.push(Staged {
+                name,
+                contents,
+                proof,
+            });
+        }
+        let proofs = proof::proofs_from(staged.iter().map(|f| (f.name, f.proof)));
         assert_eq!(proofs.len(), staged.len(), "an output name twice");
         let existing = self.inspect()?;
         if let Existing::Previous { owned, present, .. } = &existing
@@ -218,9 +248,9 @@ impl OutputTarget {
             Existing::Previous { owned, .. } => marker_json(self.kind, &union(owned, &proofs)),
             Existing::Absent | Existing::Empty => Vec::new(),
         };
-        staged.push((MARKER, &marker));
+        staged.push(Staged::bytes(MARKER, &marker));
         if let Existing::Previous { .. } = existing {
-            staged.push((INTERIM_MARKER, &interim));
+            staged.push(Staged::bytes(INTERIM_MARKER, &interim));
         }
         let parent = parent_of(&self.dir);
         fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
@@ -560,7 +590,7 @@ pub fn write_file(path: &Path, bytes: &[u8], signature: &str) -> Result<(), Outp
     claim_file(path, signature)?;
     let parent = parent_of(path);
     fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
-    let stage = Stage::create(&parent, &stage_base(path), &[("file", bytes)])?;
+    let stage = Stage::create(&parent, &stage_base(path), &[Staged::bytes("file", bytes)])?;
     let _no_interrupt = lock_stages();
     rename(&stage.path.join("file"), path)
 }

@@ -36,13 +36,20 @@ pub(super) enum Unproven {
 }
 
 /// The proofs of `files` (name, bytes), a name possibly more than once.
+#[cfg(test)]
 pub(super) fn proofs_of<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Proofs {
+    proofs_from(
+        files
+            .into_iter()
+            .map(|(name, bytes)| (name, Proof::of(bytes))),
+    )
+}
+
+/// The proofs `files` (name, proof) list, a name possibly more than once.
+pub(super) fn proofs_from<'a>(files: impl IntoIterator<Item = (&'a str, Proof)>) -> Proofs {
     let mut proofs = Proofs::new();
-    for (name, bytes) in files {
-        proofs
-            .entry(name.to_string())
-            .or_default()
-            .insert(Proof::of(bytes));
+    for (name, proof) in files {
+        proofs.entry(name.to_string()).or_default().insert(proof);
     }
     proofs
 }
@@ -59,6 +66,11 @@ pub(super) enum OnDisk {
 }
 
 impl Proof {
+    /// The proof of contents `bytes` long with hash `xxh3_128` (a streamed file's).
+    pub(super) fn from_parts(bytes: u64, xxh3_128: u128) -> Proof {
+        Proof { bytes, xxh3_128 }
+    }
+
     /// The proof of `bytes`.
     pub(super) fn of(bytes: &[u8]) -> Proof {
         Proof {

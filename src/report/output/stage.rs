@@ -8,7 +8,8 @@
 //! anything else there (a user's file, a half-written file, a subfolder) leaves the folder
 //! alone entirely.
 
-use super::proof::{self, OnDisk, Proofs};
+use super::body::Contents;
+use super::proof::{self, OnDisk, Proof, Proofs};
 use super::{OutputError, io_error, is_plain_file_name};
 use crate::bounds::{self, MAX_FILE_NAME_BYTES};
 use std::fs;
@@ -17,6 +18,26 @@ use std::sync::{Mutex, MutexGuard, Once};
 
 /// The file inside a stage that proves the stage is routersim's.
 pub(super) const STAGE_MARKER: &str = ".routersim-stage";
+
+/// One file to stage: its name, its contents and their proof (worked out before the stage
+/// exists, as its marker lists them first).
+#[derive(Copy, Clone)]
+pub(super) struct Staged<'b> {
+    pub name: &'b str,
+    pub contents: Contents<'b>,
+    pub proof: Proof,
+}
+
+impl<'b> Staged<'b> {
+    /// `bytes` under `name`.
+    pub fn bytes(name: &'b str, bytes: &'b [u8]) -> Staged<'b> {
+        Staged {
+            name,
+            contents: Contents::Bytes(bytes),
+            proof: Proof::of(bytes),
+        }
+    }
+}
 
 /// The infix of stage names: `.NAME.routersim-stage-PID`.
 pub(super) const STAGE_INFIX: &str = ".routersim-stage-";
@@ -88,7 +109,7 @@ impl Stage {
     pub(super) fn create(
         parent: &Path,
         base: &str,
-        files: &[(&str, &[u8])],
+        files: &[Staged],
     ) -> Result<Stage, OutputError> {
         install_interrupt_handler();
         remove_stale_stages(parent, base);
@@ -97,7 +118,7 @@ impl Stage {
             // A process of this id that died earlier; unproven, it stays and create_dir fails.
             remove_proven_stage(&path);
         }
-        let names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
+        let names: Vec<String> = files.iter().map(|f| f.name.to_string()).collect();
         for name in &names {
             assert!(
                 is_plain_file_name(name) && name != STAGE_MARKER,
@@ -115,8 +136,8 @@ impl Stage {
         Ok(stage)
     }
 
-    fn fill(&self, files: &[(&str, &[u8])]) -> Result<(), OutputError> {
-        let proofs = proof::proofs_of(files.iter().copied());
+    fn fill(&self, files: &[Staged]) -> Result<(), OutputError> {
+        let proofs = proof::proofs_from(files.iter().map(|f| (f.name, f.proof)));
         let mut marker = serde_json::to_vec_pretty(&serde_json::json!({
             "routersim_stage": true,
             "files": proof::proofs_json(&proofs),
@@ -125,9 +146,17 @@ impl Stage {
         marker.push(b'\n');
         let marker_path = self.path.join(STAGE_MARKER);
         fs::write(&marker_path, &marker).map_err(|e| io_error(&marker_path, "write", e))?;
-        for (name, bytes) in files {
-            let path = self.path.join(name);
-            fs::write(&path, bytes).map_err(|e| io_error(&path, "write", e))?;
+        for file in files {
+            let path = self.path.join(file.name);
+            let written = file
+                .contents
+                .write_file(&path)
+                .map_err(|e| io_error(&path, "write", e))?;
+            assert_eq!(
+                written, file.proof,
+                "{}: its exporter wrote other bytes the second time",
+                file.name
+            );
         }
         Ok(())
     }

@@ -4,6 +4,7 @@ use super::stage::{STAGE_INFIX, STAGE_MARKER};
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use std::io::Write as _;
 
 fn files(names: &[&str]) -> Vec<(String, Vec<u8>)> {
     names
@@ -48,6 +49,42 @@ fn a_new_directory_gets_the_files_and_a_marker_and_no_stage_is_left() {
             proofs: proofs_of(&[("x.csv", b"x.csv bytes"), ("y.csv", b"y.csv bytes")]),
         }
     );
+}
+
+#[test]
+fn a_streamed_file_lands_byte_for_byte_and_its_marker_proves_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let rows = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
+        (0..10_000).try_for_each(|i| writeln!(w, "{i},row {i}"))
+    };
+    let expected = FileBody::streamed(rows).to_bytes().unwrap();
+    let bodies = vec![
+        ("rows.csv".to_string(), FileBody::streamed(rows)),
+        ("x.csv".to_string(), b"x".to_vec().into()),
+    ];
+    let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+    target.write_bodies(&bodies).unwrap();
+    assert_eq!(fs::read(out.join("rows.csv")).unwrap(), expected);
+    assert_eq!(
+        read_marker(&out).unwrap().proofs,
+        proofs_of(&[("rows.csv", &expected), ("x.csv", b"x")])
+    );
+    assert_eq!(entries(tmp.path()), set(&["out"]));
+}
+
+#[test]
+fn a_streamed_file_whose_write_fails_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let broken = |_: &mut dyn std::io::Write| -> std::io::Result<()> {
+        Err(std::io::Error::other("the exporter failed"))
+    };
+    let bodies = vec![("rows.csv".to_string(), FileBody::streamed(broken))];
+    let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+    let err = target.write_bodies(&bodies).unwrap_err();
+    assert!(err.0.contains("the exporter failed"), "{}", err.0);
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
 }
 
 #[test]

@@ -1,0 +1,125 @@
+//! What an output file holds: its bytes, or a pure exporter that writes them, run once into
+//! a hash (a stage's marker lists every file's proof before any file is written) and once
+//! into the file, so that a large file is never held whole in memory.
+
+use super::proof::Proof;
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use xxhash_rust::xxh3::Xxh3Default;
+
+/// A writer of a file's bytes: deterministic, so its two runs write the same bytes.
+type Exporter<'a> = dyn Fn(&mut dyn Write) -> io::Result<()> + 'a;
+
+/// The contents of one output file.
+pub enum FileBody<'a> {
+    Bytes(Vec<u8>),
+    /// Written row by row (requests.csv of a million requests is 150 MB).
+    Streamed(Box<Exporter<'a>>),
+}
+
+impl From<Vec<u8>> for FileBody<'_> {
+    fn from(bytes: Vec<u8>) -> Self {
+        FileBody::Bytes(bytes)
+    }
+}
+
+impl<'a> FileBody<'a> {
+    /// A body written by `export` (each run of it must write the same bytes).
+    pub fn streamed<E: Into<io::Error>>(
+        export: impl Fn(&mut dyn Write) -> Result<(), E> + 'a,
+    ) -> Self {
+        FileBody::Streamed(Box::new(move |out| export(out).map_err(Into::into)))
+    }
+
+    /// The whole contents in memory (for tests and small files).
+    pub fn to_bytes(&self) -> io::Result<Vec<u8>> {
+        match self {
+            FileBody::Bytes(bytes) => Ok(bytes.clone()),
+            FileBody::Streamed(export) => {
+                let mut bytes = Vec::new();
+                export(&mut bytes)?;
+                Ok(bytes)
+            }
+        }
+    }
+
+    pub(super) fn contents(&self) -> Contents<'_> {
+        match self {
+            FileBody::Bytes(bytes) => Contents::Bytes(bytes),
+            FileBody::Streamed(export) => Contents::Streamed(export.as_ref()),
+        }
+    }
+}
+
+/// A file's contents as the stage writes them: borrowed bytes, or their exporter.
+#[derive(Copy, Clone)]
+pub(super) enum Contents<'b> {
+    Bytes(&'b [u8]),
+    Streamed(&'b Exporter<'b>),
+}
+
+impl Contents<'_> {
+    /// The proof of the contents (a streamed body is written into a hash, not kept).
+    pub(super) fn proof(self) -> io::Result<Proof> {
+        match self {
+            Contents::Bytes(bytes) => Ok(Proof::of(bytes)),
+            Contents::Streamed(export) => {
+                let mut sink = HashingWriter::new(io::sink());
+                export(&mut sink)?;
+                Ok(sink.proof())
+            }
+        }
+    }
+
+    /// Writes the contents to a new file at `path`; returns the proof of what it wrote.
+    pub(super) fn write_file(self, path: &Path) -> io::Result<Proof> {
+        match self {
+            Contents::Bytes(bytes) => {
+                fs::write(path, bytes)?;
+                Ok(Proof::of(bytes))
+            }
+            Contents::Streamed(export) => {
+                let file = BufWriter::with_capacity(64 << 10, fs::File::create(path)?);
+                let mut out = HashingWriter::new(file);
+                export(&mut out)?;
+                out.inner.flush()?;
+                Ok(out.proof())
+            }
+        }
+    }
+}
+
+/// Passes bytes on to `inner`, hashing and counting them.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: Xxh3Default,
+    bytes: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hasher: Xxh3Default::new(),
+            bytes: 0,
+        }
+    }
+
+    fn proof(&self) -> Proof {
+        Proof::from_parts(self.bytes, self.hasher.digest128())
+    }
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
