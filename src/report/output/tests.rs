@@ -4,7 +4,6 @@ use super::stage::{STAGE_INFIX, STAGE_MARKER};
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use std::io::Write as _;
 
 fn files(names: &[&str]) -> Vec<(String, Vec<u8>)> {
     names
