@@ -439,7 +439,42 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
-    use super::TokenEdge;
+    use super::{Ledger, RequestRecord, TokenEdge};
+    use crate::time::SimTime;
+    use crate::workload::{PromptSpec, RequestSpec};
+
+    /// A run of a million requests holds a million records until its files are written: what
+    /// is rare (a handoff, a session) is boxed, and an absent instant costs no tag.
+    #[test]
+    fn a_request_record_stays_compact() {
+        let bytes = std::mem::size_of::<RequestRecord>();
+        assert!(bytes <= 208, "a record takes {bytes} bytes");
+    }
+
+    #[test]
+    fn records_naming_one_class_share_one_copy_of_its_name() {
+        let mut ledger = Ledger::with_capacity(3);
+        let spec = |class: &str| RequestSpec {
+            row: 0,
+            arrival: SimTime::ZERO,
+            policy_class: Some(class.to_string()),
+            input_tokens: 64,
+            output_tokens: 1,
+            priority: 0.0,
+            strict_priority: 0,
+            prompt: PromptSpec::HashIds {
+                hash_ids: vec![1],
+                tokens_per_hash: 64,
+            },
+            pinned_worker: None,
+        };
+        let ids = ["premium", "regular", "premium"]
+            .map(|class| ledger.open(SimTime::ZERO, spec(class), Vec::new().into()));
+        let name = |i: usize| ledger.record(ids[i]).policy_class.clone().unwrap();
+        assert_eq!(&*name(0), "premium");
+        assert_eq!(&*name(1), "regular");
+        assert!(std::sync::Arc::ptr_eq(&name(0), &name(2)));
+    }
 
     #[test]
     fn a_token_edge_is_the_first_the_last_both_or_neither() {
