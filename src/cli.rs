@@ -14,6 +14,8 @@ use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile,
 use crate::report::expect::Bound;
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind};
+use crate::report::html::REPORT_FILE;
+use crate::report::run_page::RunPage;
 use crate::scenario::{self, FileKind, Scenario, bounds_check};
 use crate::scheduling::policy;
 use crate::scheduling::router_config::RouterConfig;
@@ -89,6 +91,9 @@ struct RunArgs {
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -192,6 +197,9 @@ struct ReplayArgs {
     /// them takes longer than the replay itself.
     #[arg(long)]
     plots: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -337,13 +345,21 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         "seed": spec.seed(),
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files = report::run_files(
+    let mut files = report::run_files(
         &run.result,
         &run.metrics,
         &meta,
         judgement.scenario.expectations(),
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
+    if !args.no_report {
+        let page = RunPage {
+            title: &spec.name,
+            facts: run_facts(args, spec.seed()),
+            outcomes: Some(&outcomes),
+        };
+        files = report::with_report(files, &page, &run.metrics);
+    }
     target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
@@ -373,6 +389,19 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     );
     print_stop_line(&run.result);
     no_progress_error(&run.result)
+}
+
+/// What `run` ran, for its report.html: the command line's inputs and the seed.
+fn run_facts(args: &RunArgs, seed: u64) -> Vec<(String, String)> {
+    let mut facts = vec![
+        ("command".to_string(), "routersim run".to_string()),
+        ("scenario file".to_string(), args.scenario.display().to_string()),
+        ("seed".to_string(), seed.to_string()),
+    ];
+    if !args.set.is_empty() {
+        facts.push(("overrides (--set)".to_string(), args.set.join(" ")));
+    }
+    facts
 }
 
 /// `stopped early: <reason>; N of M requests unfinished` when a limit cut the run short.
@@ -727,6 +756,19 @@ fn replay_router(args: &ReplayArgs) -> Result<RouterConfig, CliError> {
     Ok(config)
 }
 
+/// What `replay` ran, for its report.html: the trace, the policy and the worker counts.
+fn replay_facts(args: &ReplayArgs) -> Vec<(String, String)> {
+    let mut facts = vec![
+        ("command".to_string(), "routersim replay".to_string()),
+        ("trace".to_string(), args.trace.display().to_string()),
+    ];
+    if let Some(policy) = &args.policy {
+        facts.push(("policy".to_string(), policy.display().to_string()));
+    }
+    facts.push(("seed".to_string(), args.seed.to_string()));
+    facts
+}
+
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let (setup, replay_concurrency, arrival_speedup_ratio) = replay_setup(args)?;
     let inputs = replay_inputs(args, &setup);
@@ -754,12 +796,20 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     } else if arrival_speedup_ratio != 1.0 {
         meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
     }
-    let files = if args.plots {
+    let mut files = if args.plots {
         report::run_files(&result, &metrics, &meta, &[])
             .map_err(|e| CliError::Bug(e.to_string()))?
     } else {
         report::data_files(&result, &metrics, &meta)
     };
+    if !args.no_report {
+        let page = RunPage {
+            title: &trace_name,
+            facts: replay_facts(args),
+            outcomes: None,
+        };
+        files = report::with_report(files, &page, &metrics);
+    }
     target.write_bodies(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));
@@ -1017,6 +1067,31 @@ struct PlanArgs {
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
+}
+
+/// What `plan` searched, for its report.html.
+fn plan_facts(args: &PlanArgs) -> Vec<(String, String)> {
+    let goal = match (&args.minimize, &args.maximize) {
+        (Some(p), _) => format!("--minimize {p}"),
+        (_, Some(p)) => format!("--maximize {p}"),
+        _ => String::new(),
+    };
+    let mut facts = vec![
+        ("command".to_string(), "routersim plan".to_string()),
+        ("scenario file".to_string(), args.scenario.display().to_string()),
+        ("search".to_string(), format!("{goal} --range {}", args.range)),
+        ("seeds per probe".to_string(), args.seeds.to_string()),
+    ];
+    if let Some(table) = &args.for_values {
+        facts.push(("table (--for)".to_string(), table.clone()));
+    }
+    if !args.set.is_empty() {
+        facts.push(("overrides (--set)".to_string(), args.set.join(" ")));
+    }
+    facts
 }
 
 /// Parses `LO..HI`.
@@ -1074,7 +1149,8 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         }
         let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
             .map_err(input)?;
-        return run_joint_plan(args, &options, (&first, &second), target, &out, started);
+        let title = scenario.name().to_string();
+        return run_joint_plan(args, &options, (&first, &second), (target, &out), &title, started);
     }
     let searches = plan_searches(&options, table)?;
     let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
@@ -1094,6 +1170,10 @@ fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         ("plan.csv".to_string(), plan::output::plan_csv(&rows)),
     ];
     files.extend(plan::output::capacity_files(&rows).map_err(plot_bug)?);
+    if !args.no_report {
+        let report = plan::report::plan_report(scenario.name(), &plan_facts(args), &rows, &files);
+        files.push((REPORT_FILE.to_string(), report));
+    }
     target.write(&files).map_err(input)?;
     if !args.quiet {
         for row in &rows {
@@ -1121,8 +1201,8 @@ fn run_joint_plan(
     args: &PlanArgs,
     options: &plan::PlanOptions,
     (first, second): (&str, &str),
-    target: output::OutputTarget,
-    out: &Path,
+    (target, out): (output::OutputTarget, &Path),
+    title: &str,
     started: std::time::Instant,
 ) -> Result<(), CliError> {
     let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
@@ -1132,6 +1212,10 @@ fn run_joint_plan(
         ("plan.csv".to_string(), plan::output::plan_csv(&joint.rows)),
     ];
     files.extend(plan::output::capacity_files(&joint.rows).map_err(plot_bug)?);
+    if !args.no_report {
+        let report = plan::report::joint_report(title, &plan_facts(args), &joint, &files);
+        files.push((REPORT_FILE.to_string(), report));
+    }
     target.write(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", plan::output::describe_joint(&joint));
