@@ -853,6 +853,10 @@ struct SweepArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Do not write report.html (the one-page summary of the output directory; a shard's
+    /// directory never has one: its merge does).
+    #[arg(long)]
+    no_report: bool,
     /// Run only shard K of N (1-based, strided: points K-1, K-1+N, ...); merge the shard
     /// directories with `routersim merge`.
     #[arg(long, value_name = "K/N")]
@@ -882,6 +886,9 @@ struct MergeArgs {
     /// routersim wrote there).
     #[arg(long)]
     force: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
 }
 
 /// `routersim tune SCENARIO --target CLASS=SHARE [--vary PATH ...] [--tolerance T]`.
@@ -948,9 +955,11 @@ fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
     let target = output::claim(&args.out, OutputKind::Sweep, &plan.input_files, args.force)
         .map_err(input)?;
     let run = plan.run(!args.quiet)?;
-    target
-        .write(&plan.files(&run.rows).map_err(plot_bug)?)
-        .map_err(input)?;
+    let mut files = plan.files(&run.rows).map_err(plot_bug)?;
+    if !args.no_report && plan.manifest.shard.is_none() {
+        add_sweep_report(&mut files, &plan.manifest, &plan.summaries(&run.rows));
+    }
+    target.write(&files).map_err(input)?;
     if !args.quiet {
         if plan.manifest.shard.is_none() {
             let summaries = plan.summaries(&run.rows);
@@ -970,8 +979,26 @@ fn run_merge(args: &MergeArgs) -> Result<(), CliError> {
     let target =
         output::claim(&args.out, OutputKind::Sweep, &args.dirs, args.force).map_err(input)?;
     let (manifest, rows) = sweep::shard::read_shards(&args.dirs)?;
-    let files = sweep::table::sweep_files(&manifest, &rows).map_err(plot_bug)?;
+    let mut files = sweep::table::sweep_files(&manifest, &rows).map_err(plot_bug)?;
+    if !args.no_report {
+        let whole = sweep::Manifest {
+            shard: None,
+            ..manifest
+        };
+        let summaries = sweep::table::summarize(&whole, &rows);
+        add_sweep_report(&mut files, &whole, &summaries);
+    }
     target.write(&files).map_err(input)
+}
+
+/// Appends a whole sweep's report.html to its `files`.
+fn add_sweep_report(
+    files: &mut Vec<(String, Vec<u8>)>,
+    manifest: &sweep::Manifest,
+    summaries: &[sweep::PointSummary],
+) {
+    let report = sweep::report::sweep_report(manifest, summaries, files);
+    files.push((REPORT_FILE.to_string(), report));
 }
 
 /// Runs `tune` and prints the solution, the achieved shares and their sensitivity; a missed

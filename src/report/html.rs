@@ -43,7 +43,7 @@ const STYLE: &str = "\
 body{font-family:system-ui,-apple-system,\"Segoe UI\",Roboto,\"Helvetica Neue\",Arial,sans-serif;\
 margin:0 auto;max-width:1100px;padding:1em 2em;color:#1a1a1a;background:#fff;line-height:1.4}\
 h1{font-size:1.6em;margin-bottom:0.2em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}\
-table{border-collapse:collapse;margin:0.6em 0;font-variant-numeric:tabular-nums}\
+.wide{overflow-x:auto}table{border-collapse:collapse;margin:0.6em 0;font-variant-numeric:tabular-nums}\
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right;white-space:nowrap}\
 th:first-child,td:first-child{text-align:left}th{background:#f2f2f2}\
 td.text,th.text{text-align:left;white-space:normal}\
@@ -101,7 +101,10 @@ impl Page {
     /// A table with `id`: a header row and rows of text cells (numbers right-aligned, the
     /// first column left-aligned).
     pub fn table(&mut self, id: &str, header: &[String], rows: &[Vec<String>]) {
-        self.body += &format!("<table id=\"{}\">\n<thead><tr>", id_of(id));
+        self.body += &format!(
+            "<div class=\"wide\"><table id=\"{}\">\n<thead><tr>",
+            id_of(id)
+        );
         for name in header {
             self.body += &format!("<th>{}</th>", escape(name));
         }
@@ -113,21 +116,21 @@ impl Page {
             }
             self.body += "</tr>\n";
         }
-        self.body += "</tbody>\n</table>\n";
+        self.body += "</tbody>\n</table></div>\n";
     }
 
     /// Each expectation's verdict (`PASS` or `FAIL`), label, measured value, bound and why
     /// it could not be measured, if it could not; in the table `id`.
     pub fn verdicts(&mut self, id: &str, outcomes: &[ExpectationOutcome]) {
         self.body += &format!(
-            "<table id=\"{}\">\n<thead><tr><th>verdict</th><th class=\"text\">expectation</th><th>value</th>\
+            "<div class=\"wide\"><table id=\"{}\">\n<thead><tr><th>verdict</th><th class=\"text\">expectation</th><th>value</th>\
              <th>bound</th><th>seed</th><th class=\"text\">note</th></tr></thead>\n<tbody>\n",
             id_of(id)
         );
         for o in outcomes {
             self.body += &verdict_row(o);
         }
-        self.body += "</tbody>\n</table>\n";
+        self.body += "</tbody>\n</table></div>\n";
     }
 
     /// Every SVG among `files` as an inline figure (`files`' order; other files are
