@@ -27,11 +27,11 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A value for an `id`: letters, digits, `-` and `_` kept, anything else `-`, so a chart's
-/// file name can be an anchor whatever it holds.
+/// A value for an `id`: letters, digits, `-`, `_` and `.` kept, anything else `-`, so a
+/// chart's file name can be an anchor whatever it holds.
 fn id_of(name: &str) -> String {
     name.chars()
-        .map(|c| match c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+        .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
             true => c,
             false => '-',
         })
@@ -71,9 +71,14 @@ impl Page {
         page
     }
 
-    /// A section heading, with `id` as its anchor.
+    /// A section heading, with `section-<id>` as its anchor (so that a table in it may be
+    /// `id` itself).
     pub fn section(&mut self, id: &str, heading: &str) {
-        self.body += &format!("<h2 id=\"{}\">{}</h2>\n", id_of(id), escape(heading));
+        self.body += &format!(
+            "<h2 id=\"section-{}\">{}</h2>\n",
+            id_of(id),
+            escape(heading)
+        );
     }
 
     pub fn paragraph(&mut self, text: &str) {

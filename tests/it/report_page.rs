@@ -17,7 +17,7 @@
 use crate::support::run_in_dir;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -55,10 +55,8 @@ fn run_plan_and_sweep_outputs_carry_report_html_unless_no_report() {
         "--set",
         "router.policy_classes.regular.quantum=128,512",
         "--quiet",
-        "--out",
-        "sweep",
     ];
-    let (code, _, stderr) = run_in_dir(tmp.path(), &sweep);
+    let (code, _, stderr) = run_in_dir(tmp.path(), &[&sweep[..], &["--out", "sweep"]].concat());
     assert_eq!(code, 0, "{stderr}");
     let page = fs::read_to_string(tmp.path().join("sweep/report.html")).unwrap();
     assert!(page.contains("<table id=\"summary\">"), "{page}");
@@ -88,7 +86,7 @@ fn a_plan_report_shows_the_answer_bracket_binding_expectation_and_probes() {
     assert_eq!(code, 0, "{stderr}");
     let page = fs::read_to_string(tmp.path().join("plan/report.html")).unwrap();
     for part in [
-        "<h2 id=\"answer\">",
+        "<h2 id=\"section-answer\">",
         "bracket: last infeasible",
         "<table id=\"probes-0\">",
         "id=\"chart-capacity\"",
@@ -137,7 +135,10 @@ fn chromium() -> Option<&'static str> {
 
 /// Runs headless Chromium on `page` with `extra` flags and a fresh profile in `profile`;
 /// returns (stdout, stderr). A browser that hangs is killed after a minute, failing the test.
+/// Its output goes to files beside the profile: a dumped page fills a pipe nobody reads
+/// while the test waits.
 fn headless(browser: &str, profile: &Path, extra: &[&str], page: &Path) -> (String, String) {
+    let (stdout, stderr) = (profile.with_extension("out"), profile.with_extension("err"));
     let mut child = Command::new(browser)
         .args([
             "--headless",
@@ -155,8 +156,8 @@ fn headless(browser: &str, profile: &Path, extra: &[&str], page: &Path) -> (Stri
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(extra)
         .arg(format!("file://{}", page.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(fs::File::create(&stdout).unwrap())
+        .stderr(fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
     let started = Instant::now();
@@ -167,10 +168,10 @@ fn headless(browser: &str, profile: &Path, extra: &[&str], page: &Path) -> (Stri
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let out = child.wait_with_output().unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    assert!(out.status.success(), "chromium failed: {}", text(&out.stderr));
-    (text(&out.stdout), text(&out.stderr))
+    let status = child.wait().unwrap();
+    let text = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap()).into_owned();
+    assert!(status.success(), "chromium failed: {}", text(&stderr));
+    (text(&stdout), text(&stderr))
 }
 
 /// Records every error event (a failed load fires one on its element) from the first moment.
