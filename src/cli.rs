@@ -89,6 +89,15 @@ struct RunArgs {
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
+    /// Also write timeline.json: the run as a Chrome trace-event file that ui.perfetto.dev
+    /// and chrome://tracing open (passes per worker rank, requests per class, the router's
+    /// counters, faults; docs/timeline.md).
+    #[arg(long)]
+    timeline: bool,
+    /// The requests whose slices timeline.json keeps: the first N by row (default 20000);
+    /// every pass and counter is kept whatever N is.
+    #[arg(long, value_name = "N", requires = "timeline")]
+    timeline_max_requests: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -115,6 +124,23 @@ struct CheckArgs {
     /// Worker threads for the replications (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Also write each scenario's timeline.json (in results/<name>-check/, or --out): the scenario's first replication (its own seed) as a Chrome trace-event file that ui.perfetto.dev
+    /// and chrome://tracing open (passes per worker rank, requests per class, the router's
+    /// counters, faults; docs/timeline.md).
+    #[arg(long)]
+    timeline: bool,
+    /// The requests whose slices timeline.json keeps: the first N by row (default 20000);
+    /// every pass and counter is kept whatever N is.
+    #[arg(long, value_name = "N", requires = "timeline")]
+    timeline_max_requests: Option<u64>,
+    /// Where --timeline writes (one scenario only; default: results/<scenario name>-check/).
+    /// It must be new, empty, or a previous `check --timeline` output.
+    #[arg(long, requires = "timeline")]
+    out: Option<PathBuf>,
+    /// Also replace a previous output of another routersim command in the timeline's
+    /// directory (only the files routersim wrote there).
+    #[arg(long, requires = "timeline")]
+    force: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -192,6 +218,15 @@ struct ReplayArgs {
     /// them takes longer than the replay itself.
     #[arg(long)]
     plots: bool,
+    /// Also write timeline.json: the run as a Chrome trace-event file that ui.perfetto.dev
+    /// and chrome://tracing open (passes per worker rank, requests per class, the router's
+    /// counters, faults; docs/timeline.md).
+    #[arg(long)]
+    timeline: bool,
+    /// The requests whose slices timeline.json keeps: the first N by row (default 20000);
+    /// every pass and counter is kept whatever N is.
+    #[arg(long, value_name = "N", requires = "timeline")]
+    timeline_max_requests: Option<u64>,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -323,7 +358,10 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| Path::new("results").join(scenario.name()));
     let target =
         output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
-    let judgement = Judgement::new(scenario)?;
+    let judgement = Judgement {
+        timeline: args.timeline,
+        ..Judgement::new(scenario)?
+    };
     let JudgedRun {
         spec,
         output: run,
@@ -337,13 +375,14 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         "seed": spec.seed(),
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let files = report::run_files(
+    let mut files = report::run_files(
         &run.result,
         &run.metrics,
         &meta,
         judgement.scenario.expectations(),
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
+    files.extend(timeline_file(&run.result, &meta, args.timeline_max_requests));
     target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
@@ -427,12 +466,29 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         // Before any run: a report that cannot be written must not cost a whole check.
         output::claim_file(junit, output::JUNIT_SIGNATURE).map_err(input)?;
     }
+    if args.out.is_some() && args.scenarios.len() != 1 {
+        return Err(CliError::Input(
+            "--out takes one scenario; without it each scenario's timeline goes to results/<name>-check/".into(),
+        ));
+    }
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
-        let judgement = Judgement::new(scenario)?;
+        let judgement = Judgement {
+            timeline: args.timeline,
+            ..Judgement::new(scenario)?
+        };
+        let timeline_target = check_timeline_target(args, &judgement.scenario)?;
         let judged = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
-        let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
+        let mut timeline_result = None;
+        let judged = judged.into_iter().map(|(verdicts, result)| {
+            timeline_result = timeline_result.take().or(result);
+            verdicts
+        });
+        let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.unzip();
+        if let (Some(target), Some(result)) = (timeline_target, timeline_result) {
+            write_check_timeline(args, &judgement, &result, &target)?;
+        }
         let outcomes = match args.quantile {
             Some(q) => aggregate_quantile(&per_seed, q),
             None => aggregate(&per_seed),
@@ -507,7 +563,7 @@ fn check_replication_args(args: &CheckArgs) -> Result<(), CliError> {
 fn judge_replications(
     judgement: &Judgement,
     args: &CheckArgs,
-) -> Result<Vec<SeedVerdicts>, CliError> {
+) -> Result<Vec<(SeedVerdicts, Option<sim::SimResult>)>, CliError> {
     let runs = args.seeds as usize;
     let pool = sweep::run::thread_pool(args.jobs, runs).map_err(CliError::from)?;
     pool.install(|| {
@@ -521,11 +577,61 @@ fn judge_replications(
 /// One seed's verdicts and its overload warning (with the seed), if it was overloaded.
 type SeedVerdicts = (Vec<ExpectationOutcome>, Option<String>);
 
+/// Claims the directory `check --timeline` writes `scenario`'s timeline into (`None`
+/// without `--timeline`), before its runs.
+fn check_timeline_target(
+    args: &CheckArgs,
+    scenario: &Scenario,
+) -> Result<Option<output::OutputTarget>, CliError> {
+    if !args.timeline {
+        return Ok(None);
+    }
+    let default = || Path::new("results").join(format!("{}-check", scenario.name()));
+    let dir = args.out.clone().unwrap_or_else(default);
+    let target = output::claim(&dir, OutputKind::Check, &scenario.input_files(), args.force);
+    Ok(Some(target.map_err(input)?))
+}
+
+/// Writes the timeline of `result`, the first replication of `judgement`, into `target`.
+fn write_check_timeline(
+    args: &CheckArgs,
+    judgement: &Judgement,
+    result: &sim::SimResult,
+    target: &output::OutputTarget,
+) -> Result<(), CliError> {
+    let scenario = &judgement.scenario;
+    let meta = serde_json::json!({
+        "command": "check",
+        "scenario": scenario.name(),
+        "scenario_hash": scenario.source_hash(),
+        "overrides": args.set,
+        "seed": scenario.seed(),
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let files: Vec<_> = timeline_file(result, &meta, args.timeline_max_requests)
+        .into_iter()
+        .collect();
+    target.write_bodies(&files).map_err(input)
+}
+
+/// `timeline.json` of a run that kept a timeline (`None` otherwise), keeping `max_requests`
+/// requests' slices (default [`report::timeline::DEFAULT_MAX_REQUESTS`]).
+fn timeline_file<'a>(
+    result: &'a sim::SimResult,
+    meta: &serde_json::Value,
+    max_requests: Option<u64>,
+) -> Option<(String, report::FileBody<'a>)> {
+    let max_requests = max_requests.unwrap_or(report::timeline::DEFAULT_MAX_REQUESTS);
+    report::timeline::timeline_file(result, meta, max_requests)
+}
+
+/// One seed's verdicts, and its result when it kept a timeline (replication 0 of a check
+/// with `--timeline`).
 fn judge_one(
     judgement: &Judgement,
     replication: u32,
     replications: u32,
-) -> Result<SeedVerdicts, CliError> {
+) -> Result<(SeedVerdicts, Option<sim::SimResult>), CliError> {
     let started = std::time::Instant::now();
     let JudgedRun {
         spec,
@@ -540,7 +646,9 @@ fn judge_one(
     }
     let seed = spec.seed();
     let warning = output.metrics.stability.warning();
-    Ok((outcomes, warning.map(|w| format!("{w} (seed {seed})"))))
+    let warning = warning.map(|w| format!("{w} (seed {seed})"));
+    let kept = output.result.timeline.is_some().then_some(output.result);
+    Ok(((outcomes, warning), kept))
 }
 
 /// Reads `--engine` / `--router` values: inline JSON if it starts with `{`, else a file.
@@ -737,8 +845,10 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
-    let spec =
-        RunSpec::from_replay(&setup).with_replay_modes(replay_concurrency, arrival_speedup_ratio);
+    let spec = RunSpec {
+        timeline: args.timeline,
+        ..RunSpec::from_replay(&setup).with_replay_modes(replay_concurrency, arrival_speedup_ratio)
+    };
     let RunOutput { result, metrics } = pipeline::execute(&spec)?;
     let trace_name = args.trace.display().to_string();
     let mut meta = serde_json::json!({
@@ -754,12 +864,13 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     } else if arrival_speedup_ratio != 1.0 {
         meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
     }
-    let files = if args.plots {
+    let mut files = if args.plots {
         report::run_files(&result, &metrics, &meta, &[])
             .map_err(|e| CliError::Bug(e.to_string()))?
     } else {
         report::data_files(&result, &metrics, &meta)
     };
+    files.extend(timeline_file(&result, &meta, args.timeline_max_requests));
     target.write_bodies(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));

@@ -75,6 +75,8 @@ pub struct RunSpec {
     /// Where synthetic requests already drawn for (workload, seed) are kept, when the caller
     /// runs the same draws many times (a capacity search over workers).
     pub request_cache: Option<Arc<RequestCache>>,
+    /// Keep a timeline of the run (`--timeline`): its result then holds one.
+    pub timeline: bool,
 }
 
 /// A finished run and its measurements.
@@ -141,6 +143,7 @@ impl RunSpec {
             prefix_n: None,
             warmup: scenario.warmup(),
             request_cache: None,
+            timeline: false,
         }
     }
 
@@ -257,10 +260,12 @@ fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
                 *block_size,
                 *arrival_speedup_ratio,
                 order,
+                spec.timeline,
             );
         }
     }
-    sim::run(sim::Options::new(spec.config.clone()), spec.requests()?).map_err(RunError::Bug)
+    let options = sim::Options::new(spec.config.clone()).with_timeline(spec.timeline);
+    sim::run(options, spec.requests()?).map_err(RunError::Bug)
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is

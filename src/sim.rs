@@ -371,6 +371,8 @@ pub struct SimResult {
     pub pools: Vec<PoolUsage>,
     /// Worker faults in the order they happened (empty without `faults:`).
     pub fault_marks: Vec<FaultMark>,
+    /// What the run recorded for its timeline, when asked ([`Options::with_timeline`]).
+    pub timeline: Option<Box<Timeline>>,
 }
 
 impl SimResult {
@@ -487,6 +489,8 @@ struct System {
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
     /// Local hashes of the prompts' one-token blocks seen so far.
     uniform_hashes: UniformBlockHashes,
+    /// The timeline's counters, when the run keeps a timeline (`None`: one branch an instant).
+    timeline: Option<Box<CounterRecorder>>,
 }
 
 /// How workers advance through their passes (see the module docs). Both give the same
@@ -514,6 +518,8 @@ pub struct Options {
     /// (`None`: the lower bound of the requests' own size hint). Growing a table of 100k
     /// records by doubling was 3% of such a run (copies, and fresh pages to fault in).
     pub expected_requests: Option<usize>,
+    /// Keep a timeline of the run (passes, counters, migrations) in its result.
+    pub timeline: bool,
 }
 
 impl Options {
@@ -523,7 +529,14 @@ impl Options {
             config,
             stepping: Stepping::default(),
             expected_requests: None,
+            timeline: false,
         }
+    }
+
+    /// The same, keeping a timeline when `timeline` says so.
+    pub fn with_timeline(mut self, timeline: bool) -> Options {
+        self.timeline = timeline;
+        self
     }
 
     /// The same, stepping workers as `stepping` says.
@@ -572,6 +585,10 @@ fn simulate(
         .expected_requests
         .unwrap_or_else(|| requests.size_hint().0);
     let mut system = new_system(options.config, options.stepping, expected_requests, log_kv)?;
+    if options.timeline {
+        system.fleet.record_passes();
+        system.timeline = Some(Box::new(CounterRecorder::new()));
+    }
     let mut engine = Engine::new(system.config.limits);
     system.schedule_faults(engine.queue());
     let mut requests = Feed::new(requests, system.config.closed_loop);
@@ -640,6 +657,7 @@ fn new_system(
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
         uniform_hashes: UniformBlockHashes::default(),
+        timeline: None,
         config,
     })
 }
@@ -664,8 +682,10 @@ fn finish_run(
         .fleet
         .pool_usage(end_time, system.ledger.change_epoch());
     let kv_log = system.router.take_kv_log();
+    let timeline = system.take_timeline();
     let classes = system.router.core().profile().classes();
     let result = SimResult {
+        timeline,
         pools,
         fault_marks: system.fleet.take_marks(),
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
@@ -714,7 +734,54 @@ impl System {
             schedule_pass_end(engine.queue(), Some(end));
         }
         self.schedule_tick(engine.queue());
+        if self.timeline.is_some() {
+            self.sample_counters(now);
+        }
         Ok(())
+    }
+
+    /// Samples the timeline's counters at the end of instant `now`. Disaggregated serving
+    /// and runs with faults change the router's loads at more places than the hooks mark, so
+    /// they look at every rank each instant (both are pass by pass and small anyway).
+    fn sample_counters(&mut self, now: SimTime) {
+        let Some(recorder) = self.timeline.as_mut() else {
+            return;
+        };
+        if self.handoff.is_some() || !self.config.faults.is_empty() {
+            recorder.touch_all();
+        }
+        let fleet = &self.fleet;
+        recorder.sample(now, self.router.core(), fleet.rank_count(), |i| {
+            fleet.rank_id(i)
+        });
+    }
+
+    /// Marks rank `rank`'s router load as perhaps changed (for the timeline).
+    fn touch_rank(&mut self, rank: Option<WorkerWithDpRank>) {
+        if let (Some(recorder), Some(rank)) = (self.timeline.as_mut(), rank) {
+            recorder.touch(rank);
+        }
+    }
+
+    /// Marks every rank's router load as perhaps changed (for the timeline).
+    fn touch_all_ranks(&mut self) {
+        if let Some(recorder) = self.timeline.as_mut() {
+            recorder.touch_all();
+        }
+    }
+
+    /// The run's timeline, if it kept one.
+    fn take_timeline(&mut self) -> Option<Box<Timeline>> {
+        let recorder = self.timeline.take()?;
+        let (ranks, passes) = self.fleet.take_passes();
+        let mut timeline = Timeline {
+            busy_thresholds: busy_thresholds(&self.config),
+            ranks,
+            passes,
+            ..Timeline::default()
+        };
+        recorder.finish(&mut timeline);
+        Some(Box::new(timeline))
     }
 
     fn arrive(
@@ -764,6 +831,7 @@ impl System {
                     class_index,
                 } => {
                     self.ledger.dispatched(now, id, rank, path, class_index);
+                    self.touch_rank(Some(rank));
                     if self.handoff.is_some() {
                         self.ledger.prefill_routed(id);
                     }
@@ -1020,6 +1088,7 @@ impl System {
                 continue; // cancelled while the pass ran
             }
             let status = Status::Rejected(Rejection::Worker(rejection.reason));
+            self.touch_all_ranks();
             self.end(now, id, status);
             self.token_router(rank).finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
@@ -1053,6 +1122,9 @@ impl System {
         if edge.is_last() {
             self.last_delivery.remove(&id);
             router.finished(now, id, Outcome::Completed);
+        }
+        if self.timeline.is_some() {
+            self.touch_rank(self.ledger.record(id).rank);
         }
     }
 
@@ -1156,6 +1228,7 @@ impl Model for System {
                 self.drain_router(now, queue);
             }
             Event::Tick => {
+                self.touch_all_ranks();
                 self.router.tick(now);
                 self.drain_router(now, queue);
             }
@@ -1176,6 +1249,7 @@ mod handoff;
 mod handoff_loss;
 mod ledger;
 mod status;
+pub mod timeline;
 
 use driver::{RouterDecision, RouterDriver};
 use feed::Feed;
@@ -1185,6 +1259,29 @@ use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
 use handoff::Handoff;
 use ledger::{Ledger, TokenEdge};
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
+use timeline::{CounterRecorder, Timeline};
+
+/// Per pool, each class's busy threshold on the pool's ranks in tokens: its absolute one, or
+/// its fraction of the pool's batch token budget (the lower, with both), for the timeline.
+fn busy_thresholds(config: &SimConfig) -> Vec<Vec<(usize, u64)>> {
+    let classes = config.profile.classes();
+    let threshold = |class: &crate::scheduling::policy::PolicyClass, budget: u64| {
+        let frac = class
+            .prefill_busy_threshold_frac
+            .map(|f| (f * budget as f64).floor() as u64);
+        match (class.prefill_busy_threshold_tokens, frac) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    let of_pool = |pool: &WorkerPool| {
+        let budget = pool.engine.max_num_batched_tokens;
+        let with = classes.iter().enumerate();
+        with.filter_map(|(i, c)| threshold(c, budget).map(|t| (i, t)))
+            .collect()
+    };
+    config.pools.iter().map(of_pool).collect()
+}
 
 #[cfg(test)]
 mod pool_tests;

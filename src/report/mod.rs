@@ -22,6 +22,7 @@ pub mod sessions;
 pub mod slo;
 pub mod stability;
 pub mod table;
+pub mod timeline;
 #[cfg(test)]
 pub(crate) mod test_support;
 
