@@ -382,7 +382,11 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         judgement.scenario.expectations(),
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
-    files.extend(timeline_file(&run.result, &meta, args.timeline_max_requests));
+    files.extend(timeline_file(
+        &run.result,
+        &meta,
+        args.timeline_max_requests,
+    ));
     target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);

@@ -1497,6 +1497,40 @@ policy_classes:
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// Recording a timeline never panics, on random systems with random faults, and
+        /// changes nothing the run records; every pass slice lies within the run and the
+        /// passes of one rank never overlap.
+        #[test]
+        fn recording_a_timeline_never_panics_and_changes_no_record(
+            case in case(), f in fault_case(), seed in 0u64..1000, with_faults in any::<bool>(),
+        ) {
+            let mut config = config(&case, seed);
+            if with_faults {
+                config.faults = faults(&case, &f);
+                config.migration_limit = f.migration_limit;
+            }
+            let plain = run(Options::new(config.clone()), requests(&case))
+                .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            let recorded = run(Options::new(config).with_timeline(true), requests(&case))
+                .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            prop_assert_eq!(&plain.records, &recorded.records);
+            prop_assert!(plain.timeline.is_none());
+            let timeline = recorded.timeline.as_deref().expect("asked for");
+            let mut by_rank: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); timeline.ranks.len()];
+            for p in &timeline.passes {
+                prop_assert!(p.start <= p.end);
+                by_rank[p.rank as usize].push((p.start, p.end));
+            }
+            for mut passes in by_rank {
+                passes.sort();
+                prop_assert!(passes.windows(2).all(|w| w[0].1 <= w[1].0), "{:?}", passes);
+            }
+        }
+    }
+
     /// Random faults for a case: down windows (some never ending) of existing workers that
     /// never overlap on one worker, a cancel of class `regular`, a joining worker, and a
     /// migration limit.

@@ -94,7 +94,9 @@ impl<'a> Prepared<'a> {
             .collect();
         let in_system = step_counter(requests.iter().flat_map(|p| {
             let ended = p.record.completion.map(|at| (at, 0, -1));
-            [Some((p.record.arrival, 0, 1)), ended].into_iter().flatten()
+            [Some((p.record.arrival, 0, 1)), ended]
+                .into_iter()
+                .flatten()
         }));
         let queued = step_counter(requests.iter().flat_map(|p| {
             let queue = p.phases.iter().filter(|ph| ph.0 == "queued");
@@ -142,7 +144,12 @@ impl<'a> Prepared<'a> {
     /// `otherData`: the run's meta and what the file left out.
     fn other_data(&self) -> serde_json::Value {
         let kept = self.kept_requests();
-        let passes: u64 = self.timeline.passes.iter().map(|p| u64::from(p.passes)).sum();
+        let passes: u64 = self
+            .timeline
+            .passes
+            .iter()
+            .map(|p| u64::from(p.passes))
+            .sum();
         serde_json::json!({
             "generator": "routersim",
             "run": self.meta,
@@ -520,7 +527,14 @@ impl<'w> TraceWriter<'w> {
         self.u64(row);
     }
 
-    fn counter(&mut self, pid: u64, name: &str, at: SimTime, key: &str, value: u64) -> io::Result<()> {
+    fn counter(
+        &mut self,
+        pid: u64,
+        name: &str,
+        at: SimTime,
+        key: &str,
+        value: u64,
+    ) -> io::Result<()> {
         self.begin(b"C", pid, 0, name, at);
         self.raw(b",\"args\":{");
         self.string(key);

@@ -241,7 +241,10 @@ impl WorkerFleet {
     /// Every rank's track and the passes kept (none unless [`Self::record_passes`]).
     pub fn take_passes(&mut self) -> (Vec<RankTrack>, Vec<PassSlice>) {
         let ranks = self.ranks.iter();
-        let tracks = ranks.map(|s| RankTrack { id: s.id, pool: s.pool });
+        let tracks = ranks.map(|s| RankTrack {
+            id: s.id,
+            pool: s.pool,
+        });
         (tracks.collect(), self.pass_log.take().unwrap_or_default())
     }
 

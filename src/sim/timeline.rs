@@ -131,7 +131,13 @@ impl CounterRecorder {
         self.last_deficit.resize(classes, None);
         for class in 0..classes {
             let value = core.deficit(class);
-            push_if_changed(&mut self.deficits, &mut self.last_deficit, now, class, value);
+            push_if_changed(
+                &mut self.deficits,
+                &mut self.last_deficit,
+                now,
+                class,
+                value,
+            );
         }
         if self.ranks.len() != rank_count {
             // Workers only join: the known ranks keep their indexes.

@@ -70,12 +70,19 @@ fn assert_well_formed(timeline: &Value) {
         let (start, end) = r.parent.expect("each request has its slice");
         let mut at = start;
         for (name, from, to) in &r.children {
-            assert!(from <= to && start <= *from && *to <= end, "{id} {name} nests");
+            assert!(
+                from <= to && start <= *from && *to <= end,
+                "{id} {name} nests"
+            );
             assert_eq!(*from, at, "request {id}'s phases follow each other");
             at = *to;
         }
         let total: u64 = r.children.iter().map(|(_, f, t)| t - f).sum();
-        assert_eq!(total, end - start, "request {id}'s phases add up to its latency");
+        assert_eq!(
+            total,
+            end - start,
+            "request {id}'s phases add up to its latency"
+        );
     }
     let mut passes: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
     let mut counters: BTreeMap<(u64, String), Vec<u64>> = BTreeMap::new();
@@ -91,7 +98,10 @@ fn assert_well_formed(timeline: &Value) {
             }
             "C" => {
                 let name = e["name"].as_str().unwrap().to_string();
-                counters.entry((track.0, name)).or_default().push(ns(&e["ts"]));
+                counters
+                    .entry((track.0, name))
+                    .or_default()
+                    .push(ns(&e["ts"]));
             }
             _ => {}
         }
@@ -99,7 +109,10 @@ fn assert_well_formed(timeline: &Value) {
     for (track, mut slices) in passes {
         slices.sort();
         for pair in slices.windows(2) {
-            assert!(pair[0].1 <= pair[1].0, "passes on {track:?} overlap: {pair:?}");
+            assert!(
+                pair[0].1 <= pair[1].0,
+                "passes on {track:?} overlap: {pair:?}"
+            );
         }
     }
     for (track, times) in counters {
@@ -120,11 +133,19 @@ fn a_runs_timeline_nests_every_slice_and_its_phases_add_up_to_each_latency() {
     let slices = request_slices(&timeline);
     assert_eq!(slices.len(), 640);
     // Each request's slice is its end-to-end latency as requests.csv has it.
-    let rows = request_columns(&dir.path().join("out"), &["row", "arrival_ms", "completion_ms"]);
+    let rows = request_columns(
+        &dir.path().join("out"),
+        &["row", "arrival_ms", "completion_ms"],
+    );
     let ms_ns = |s: &str| (s.parse::<f64>().unwrap() * 1e6).round() as u64;
     for row in rows {
         let (start, end) = slices[&row[0].parse::<u64>().unwrap()].parent.unwrap();
-        assert_eq!((start, end), (ms_ns(&row[1]), ms_ns(&row[2])), "row {}", row[0]);
+        assert_eq!(
+            (start, end),
+            (ms_ns(&row[1]), ms_ns(&row[2])),
+            "row {}",
+            row[0]
+        );
     }
     let other = &timeline["otherData"];
     assert_eq!(other["requests_omitted"], 0);
@@ -152,7 +173,15 @@ fn check_writes_the_first_seeds_timeline_whatever_the_jobs() {
     let mut bytes = Vec::new();
     for (out, jobs) in [("one", "1"), ("two", "2")] {
         let args = [
-            "check", &file, "--seeds", "3", "--jobs", jobs, "--timeline", "--out", out,
+            "check",
+            &file,
+            "--seeds",
+            "3",
+            "--jobs",
+            jobs,
+            "--timeline",
+            "--out",
+            out,
         ];
         let (code, _, stderr) = run_in_dir(dir.path(), &args);
         assert!(code == 0 || code == 1, "{stderr}");
@@ -179,7 +208,13 @@ fn a_bound_without_timeline_or_not_a_number_exits_2() {
     let file = scenario("premium-vs-regular-weighted.yaml");
     for args in [
         vec!["run", &file, "--timeline-max-requests", "5"],
-        vec!["run", &file, "--timeline", "--timeline-max-requests", "many"],
+        vec![
+            "run",
+            &file,
+            "--timeline",
+            "--timeline-max-requests",
+            "many",
+        ],
         vec!["check", &file, "--out", "x"],
     ] {
         let (code, _, stderr) = run_in_dir(dir.path(), &args);
@@ -205,7 +240,17 @@ fn the_default_bound_keeps_the_first_20000_requests_and_says_what_it_left_out() 
     let dir = tempfile::tempdir().unwrap();
     let trace = small_trace(dir.path(), 20_010);
     let trace = trace.display().to_string();
-    let args = ["replay", "--trace", &trace, "--workers", "4", "--out", "out", "--quiet", "--timeline"];
+    let args = [
+        "replay",
+        "--trace",
+        &trace,
+        "--workers",
+        "4",
+        "--out",
+        "out",
+        "--quiet",
+        "--timeline",
+    ];
     let timeline = timeline_of(dir.path(), &args);
     let other = &timeline["otherData"];
     assert_eq!(other["requests_total"], 20_010);
@@ -214,7 +259,11 @@ fn the_default_bound_keeps_the_first_20000_requests_and_says_what_it_left_out() 
     assert_eq!(other["max_requests"], 20_000);
     let slices = request_slices(&timeline);
     assert_eq!(slices.len(), 20_000);
-    assert_eq!(slices.keys().last(), Some(&19_999), "the first rows are kept");
+    assert_eq!(
+        slices.keys().last(),
+        Some(&19_999),
+        "the first rows are kept"
+    );
     // Counters count every request, kept or not.
     let in_system = events(&timeline)
         .iter()
@@ -227,7 +276,16 @@ fn the_default_bound_keeps_the_first_20000_requests_and_says_what_it_left_out() 
 fn timeline_max_requests_keeps_that_many() {
     let dir = tempfile::tempdir().unwrap();
     let file = scenario("premium-vs-regular-weighted.yaml");
-    let args = ["run", &file, "--out", "out", "--quiet", "--timeline", "--timeline-max-requests", "7"];
+    let args = [
+        "run",
+        &file,
+        "--out",
+        "out",
+        "--quiet",
+        "--timeline",
+        "--timeline-max-requests",
+        "7",
+    ];
     let timeline = timeline_of(dir.path(), &args);
     assert_eq!(timeline["otherData"]["requests_kept"], 7);
     assert_eq!(timeline["otherData"]["requests_omitted"], 633);
@@ -238,7 +296,10 @@ fn timeline_max_requests_keeps_that_many() {
 fn a_lost_worker_is_down_from_60_to_120_s_on_its_track_with_its_migrations() {
     let dir = tempfile::tempdir().unwrap();
     let file = scenario("worker-loss-at-peak.yaml");
-    let timeline = timeline_of(dir.path(), &["run", &file, "--out", "out", "--quiet", "--timeline"]);
+    let timeline = timeline_of(
+        dir.path(),
+        &["run", &file, "--out", "out", "--quiet", "--timeline"],
+    );
     assert_well_formed(&timeline);
     let events = events(&timeline);
     let worker0 = events
@@ -266,7 +327,10 @@ fn a_lost_worker_is_down_from_60_to_120_s_on_its_track_with_its_migrations() {
         .collect();
     assert!(passes.iter().any(|p| p.0 < down) && passes.iter().any(|p| p.0 >= up));
     let in_gap: Vec<_> = passes.iter().filter(|p| p.1 > down && p.0 < up).collect();
-    assert!(in_gap.is_empty(), "passes while worker 0 is down: {in_gap:?}");
+    assert!(
+        in_gap.is_empty(),
+        "passes while worker 0 is down: {in_gap:?}"
+    );
     let migrations = on_worker0
         .iter()
         .filter(|e| e["ph"] == "i" && e["name"].as_str().unwrap().starts_with("migrate request"))
@@ -276,5 +340,8 @@ fn a_lost_worker_is_down_from_60_to_120_s_on_its_track_with_its_migrations() {
         .iter()
         .filter(|r| r[0] != "0")
         .count();
-    assert_eq!(migrations, migrated, "one instant per request moved off worker 0");
+    assert_eq!(
+        migrations, migrated,
+        "one instant per request moved off worker 0"
+    );
 }
