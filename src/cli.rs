@@ -22,6 +22,8 @@ use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, 
 use crate::time::{SimDuration, format_ms};
 use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
+use timeline::{CheckTimelineArgs, TimelineArgs};
+mod timeline;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -89,15 +91,8 @@ struct RunArgs {
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
-    /// Also write timeline.json: the run as a Chrome trace-event file that ui.perfetto.dev
-    /// and chrome://tracing open (passes per worker rank, requests per class, the router's
-    /// counters, faults; docs/timeline.md).
-    #[arg(long)]
-    timeline: bool,
-    /// The requests whose slices timeline.json keeps: the first N by row (default 20000);
-    /// every pass and counter is kept whatever N is.
-    #[arg(long, value_name = "N", requires = "timeline")]
-    timeline_max_requests: Option<u64>,
+    #[command(flatten)]
+    timeline: TimelineArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -124,23 +119,8 @@ struct CheckArgs {
     /// Worker threads for the replications (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Also write each scenario's timeline.json (in results/<name>-check/, or --out): the scenario's first replication (its own seed) as a Chrome trace-event file that ui.perfetto.dev
-    /// and chrome://tracing open (passes per worker rank, requests per class, the router's
-    /// counters, faults; docs/timeline.md).
-    #[arg(long)]
-    timeline: bool,
-    /// The requests whose slices timeline.json keeps: the first N by row (default 20000);
-    /// every pass and counter is kept whatever N is.
-    #[arg(long, value_name = "N", requires = "timeline")]
-    timeline_max_requests: Option<u64>,
-    /// Where --timeline writes (one scenario only; default: results/<scenario name>-check/).
-    /// It must be new, empty, or a previous `check --timeline` output.
-    #[arg(long, requires = "timeline")]
-    out: Option<PathBuf>,
-    /// Also replace a previous output of another routersim command in the timeline's
-    /// directory (only the files routersim wrote there).
-    #[arg(long, requires = "timeline")]
-    force: bool,
+    #[command(flatten)]
+    timeline: CheckTimelineArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -218,15 +198,8 @@ struct ReplayArgs {
     /// them takes longer than the replay itself.
     #[arg(long)]
     plots: bool,
-    /// Also write timeline.json: the run as a Chrome trace-event file that ui.perfetto.dev
-    /// and chrome://tracing open (passes per worker rank, requests per class, the router's
-    /// counters, faults; docs/timeline.md).
-    #[arg(long)]
-    timeline: bool,
-    /// The requests whose slices timeline.json keeps: the first N by row (default 20000);
-    /// every pass and counter is kept whatever N is.
-    #[arg(long, value_name = "N", requires = "timeline")]
-    timeline_max_requests: Option<u64>,
+    #[command(flatten)]
+    timeline: TimelineArgs,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -358,10 +331,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| Path::new("results").join(scenario.name()));
     let target =
         output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
-    let judgement = Judgement {
-        timeline: args.timeline,
-        ..Judgement::new(scenario)?
-    };
+    let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline);
     let JudgedRun {
         spec,
         output: run,
@@ -382,11 +352,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         judgement.scenario.expectations(),
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
-    files.extend(timeline_file(
-        &run.result,
-        &meta,
-        args.timeline_max_requests,
-    ));
+    files.extend(args.timeline.file(&run.result, &meta));
     target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
@@ -470,29 +436,17 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         // Before any run: a report that cannot be written must not cost a whole check.
         output::claim_file(junit, output::JUNIT_SIGNATURE).map_err(input)?;
     }
-    if args.out.is_some() && args.scenarios.len() != 1 {
-        return Err(CliError::Input(
-            "--out takes one scenario; without it each scenario's timeline goes to results/<name>-check/".into(),
-        ));
-    }
+    args.timeline.check_scenarios(args.scenarios.len())?;
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
-        let judgement = Judgement {
-            timeline: args.timeline,
-            ..Judgement::new(scenario)?
-        };
-        let timeline_target = check_timeline_target(args, &judgement.scenario)?;
+        let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline.timeline);
+        let timeline_target = args.timeline.claim(&judgement.scenario)?;
         let judged = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
-        let mut timeline_result = None;
-        let judged = judged.into_iter().map(|(verdicts, result)| {
-            timeline_result = timeline_result.take().or(result);
-            verdicts
-        });
-        let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.unzip();
-        if let (Some(target), Some(result)) = (timeline_target, timeline_result) {
-            write_check_timeline(args, &judgement, &result, &target)?;
-        }
+        let (judged, kept) = timeline::split_timeline(judged);
+        args.timeline
+            .write(&args.set, &judgement, kept, timeline_target)?;
+        let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
         let outcomes = match args.quantile {
             Some(q) => aggregate_quantile(&per_seed, q),
             None => aggregate(&per_seed),
@@ -581,56 +535,7 @@ fn judge_replications(
 /// One seed's verdicts and its overload warning (with the seed), if it was overloaded.
 type SeedVerdicts = (Vec<ExpectationOutcome>, Option<String>);
 
-/// Claims the directory `check --timeline` writes `scenario`'s timeline into (`None`
-/// without `--timeline`), before its runs.
-fn check_timeline_target(
-    args: &CheckArgs,
-    scenario: &Scenario,
-) -> Result<Option<output::OutputTarget>, CliError> {
-    if !args.timeline {
-        return Ok(None);
-    }
-    let default = || Path::new("results").join(format!("{}-check", scenario.name()));
-    let dir = args.out.clone().unwrap_or_else(default);
-    let target = output::claim(&dir, OutputKind::Check, &scenario.input_files(), args.force);
-    Ok(Some(target.map_err(input)?))
-}
-
-/// Writes the timeline of `result`, the first replication of `judgement`, into `target`.
-fn write_check_timeline(
-    args: &CheckArgs,
-    judgement: &Judgement,
-    result: &sim::SimResult,
-    target: &output::OutputTarget,
-) -> Result<(), CliError> {
-    let scenario = &judgement.scenario;
-    let meta = serde_json::json!({
-        "command": "check",
-        "scenario": scenario.name(),
-        "scenario_hash": scenario.source_hash(),
-        "overrides": args.set,
-        "seed": scenario.seed(),
-        "version": env!("CARGO_PKG_VERSION"),
-    });
-    let files: Vec<_> = timeline_file(result, &meta, args.timeline_max_requests)
-        .into_iter()
-        .collect();
-    target.write_bodies(&files).map_err(input)
-}
-
-/// `timeline.json` of a run that kept a timeline (`None` otherwise), keeping `max_requests`
-/// requests' slices (default [`report::timeline::DEFAULT_MAX_REQUESTS`]).
-fn timeline_file<'a>(
-    result: &'a sim::SimResult,
-    meta: &serde_json::Value,
-    max_requests: Option<u64>,
-) -> Option<(String, report::FileBody<'a>)> {
-    let max_requests = max_requests.unwrap_or(report::timeline::DEFAULT_MAX_REQUESTS);
-    report::timeline::timeline_file(result, meta, max_requests)
-}
-
-/// One seed's verdicts, and its result when it kept a timeline (replication 0 of a check
-/// with `--timeline`).
+/// One seed's verdicts, and its result if it kept a timeline (a check's first, `--timeline`).
 fn judge_one(
     judgement: &Judgement,
     replication: u32,
@@ -849,10 +754,9 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
-    let spec = RunSpec {
-        timeline: args.timeline,
-        ..RunSpec::from_replay(&setup).with_replay_modes(replay_concurrency, arrival_speedup_ratio)
-    };
+    let spec = RunSpec::from_replay(&setup)
+        .with_replay_modes(replay_concurrency, arrival_speedup_ratio)
+        .with_timeline(args.timeline.timeline);
     let RunOutput { result, metrics } = pipeline::execute(&spec)?;
     let trace_name = args.trace.display().to_string();
     let mut meta = serde_json::json!({
@@ -874,7 +778,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         report::data_files(&result, &metrics, &meta)
     };
-    files.extend(timeline_file(&result, &meta, args.timeline_max_requests));
+    files.extend(args.timeline.file(&result, &meta));
     target.write_bodies(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));

@@ -152,6 +152,11 @@ impl RunSpec {
         self.config.seed
     }
 
+    /// The same run, keeping a timeline when `timeline` says so.
+    pub fn with_timeline(self, timeline: bool) -> RunSpec {
+        RunSpec { timeline, ..self }
+    }
+
     /// The same run with another seed (workload draws, tie-breaks, jitter).
     pub fn with_seed(&self, seed: u64) -> RunSpec {
         let mut spec = self.clone();

@@ -134,29 +134,6 @@ pub enum Fault {
     WorkerUp { pool: usize, at: SimTime },
 }
 
-/// A worker fault as it happened in a run (for plots: the completions-by-time chart marks
-/// them).
-#[derive(Clone, Debug, PartialEq)]
-pub enum FaultMark {
-    /// Worker `worker` stopped at `from` and returned at `until` (`None`: not while the run
-    /// lasted).
-    WorkerDown {
-        worker: u64,
-        /// How people call it: `worker 3`, or in disaggregated serving `decode worker 1`
-        /// (numbered within its role).
-        name: String,
-        from: SimTime,
-        until: Option<SimTime>,
-    },
-    /// Worker `worker` (called `name`) joined pool `pool` at `at`.
-    WorkerUp {
-        worker: u64,
-        name: String,
-        pool: String,
-        at: SimTime,
-    },
-}
-
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -586,8 +563,7 @@ fn simulate(
         .unwrap_or_else(|| requests.size_hint().0);
     let mut system = new_system(options.config, options.stepping, expected_requests, log_kv)?;
     if options.timeline {
-        system.fleet.record_passes();
-        system.timeline = Some(Box::new(CounterRecorder::new()));
+        system.start_timeline();
     }
     let mut engine = Engine::new(system.config.limits);
     system.schedule_faults(engine.queue());
@@ -738,50 +714,6 @@ impl System {
             self.sample_counters(now);
         }
         Ok(())
-    }
-
-    /// Samples the timeline's counters at the end of instant `now`. Disaggregated serving
-    /// and runs with faults change the router's loads at more places than the hooks mark, so
-    /// they look at every rank each instant (both are pass by pass and small anyway).
-    fn sample_counters(&mut self, now: SimTime) {
-        let Some(recorder) = self.timeline.as_mut() else {
-            return;
-        };
-        if self.handoff.is_some() || !self.config.faults.is_empty() {
-            recorder.touch_all();
-        }
-        let fleet = &self.fleet;
-        recorder.sample(now, self.router.core(), fleet.rank_count(), |i| {
-            fleet.rank_id(i)
-        });
-    }
-
-    /// Marks rank `rank`'s router load as perhaps changed (for the timeline).
-    fn touch_rank(&mut self, rank: Option<WorkerWithDpRank>) {
-        if let (Some(recorder), Some(rank)) = (self.timeline.as_mut(), rank) {
-            recorder.touch(rank);
-        }
-    }
-
-    /// Marks every rank's router load as perhaps changed (for the timeline).
-    fn touch_all_ranks(&mut self) {
-        if let Some(recorder) = self.timeline.as_mut() {
-            recorder.touch_all();
-        }
-    }
-
-    /// The run's timeline, if it kept one.
-    fn take_timeline(&mut self) -> Option<Box<Timeline>> {
-        let recorder = self.timeline.take()?;
-        let (ranks, passes) = self.fleet.take_passes();
-        let mut timeline = Timeline {
-            busy_thresholds: busy_thresholds(&self.config),
-            ranks,
-            passes,
-            ..Timeline::default()
-        };
-        recorder.finish(&mut timeline);
-        Some(Box::new(timeline))
     }
 
     fn arrive(
@@ -1252,6 +1184,7 @@ mod status;
 pub mod timeline;
 
 use driver::{RouterDecision, RouterDriver};
+pub use faults::FaultMark;
 use feed::Feed;
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 #[cfg(test)]
@@ -1260,28 +1193,6 @@ use handoff::Handoff;
 use ledger::{Ledger, TokenEdge};
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 use timeline::{CounterRecorder, Timeline};
-
-/// Per pool, each class's busy threshold on the pool's ranks in tokens: its absolute one, or
-/// its fraction of the pool's batch token budget (the lower, with both), for the timeline.
-fn busy_thresholds(config: &SimConfig) -> Vec<Vec<(usize, u64)>> {
-    let classes = config.profile.classes();
-    let threshold = |class: &crate::scheduling::policy::PolicyClass, budget: u64| {
-        let frac = class
-            .prefill_busy_threshold_frac
-            .map(|f| (f * budget as f64).floor() as u64);
-        match (class.prefill_busy_threshold_tokens, frac) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    };
-    let of_pool = |pool: &WorkerPool| {
-        let budget = pool.engine.max_num_batched_tokens;
-        let with = classes.iter().enumerate();
-        with.filter_map(|(i, c)| threshold(c, budget).map(|t| (i, t)))
-            .collect()
-    };
-    config.pools.iter().map(of_pool).collect()
-}
 
 #[cfg(test)]
 mod pool_tests;

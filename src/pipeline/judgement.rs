@@ -52,6 +52,11 @@ impl Judgement {
         })
     }
 
+    /// The same, keeping a timeline of replication 0's run when `timeline` says so.
+    pub fn with_timeline(self, timeline: bool) -> Judgement {
+        Judgement { timeline, ..self }
+    }
+
     /// Runs replication `replication` of `replications` (seed `seed_override` instead of the
     /// scenario's for a single run), its companions with their own replication seeds, and
     /// evaluates the expectations.

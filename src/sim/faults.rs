@@ -10,6 +10,29 @@
 use super::*;
 use fleet::worker_config;
 
+/// A worker fault as it happened in a run (for plots: the completions-by-time chart marks
+/// them).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultMark {
+    /// Worker `worker` stopped at `from` and returned at `until` (`None`: not while the run
+    /// lasted).
+    WorkerDown {
+        worker: u64,
+        /// How people call it: `worker 3`, or in disaggregated serving `decode worker 1`
+        /// (numbered within its role).
+        name: String,
+        from: SimTime,
+        until: Option<SimTime>,
+    },
+    /// Worker `worker` (called `name`) joined pool `pool` at `at`.
+    WorkerUp {
+        worker: u64,
+        name: String,
+        pool: String,
+        at: SimTime,
+    },
+}
+
 impl System {
     /// Schedules every worker fault's events (cancellations are drawn at arrival).
     pub(super) fn schedule_faults(&mut self, queue: &mut EventQueue<Event>) {

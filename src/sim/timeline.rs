@@ -7,6 +7,8 @@
 //! [`PassSlice`] and each change of a counter one [`CounterSample`]. Request slices are not
 //! recorded here: the records already hold every instant they need.
 
+use super::{SimConfig, System, WorkerPool};
+use crate::scheduling::policy::PolicyClass;
 use crate::scheduling::scheduler::Scheduler;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::time::SimTime;
@@ -217,6 +219,81 @@ impl PassArgs {
             lost,
         }
     }
+}
+
+/// The timeline's hooks in the event loop.
+impl System {
+    /// Keeps a timeline from now on.
+    pub(super) fn start_timeline(&mut self) {
+        self.fleet.record_passes();
+        self.timeline = Some(Box::new(CounterRecorder::new()));
+    }
+
+    /// Samples the timeline's counters at the end of instant `now`. Disaggregated serving
+    /// and runs with faults change the router's loads at more places than the hooks mark, so
+    /// they look at every rank each instant (both are pass by pass and small anyway).
+    pub(super) fn sample_counters(&mut self, now: SimTime) {
+        let Some(recorder) = self.timeline.as_mut() else {
+            return;
+        };
+        if self.handoff.is_some() || !self.config.faults.is_empty() {
+            recorder.touch_all();
+        }
+        let fleet = &self.fleet;
+        recorder.sample(now, self.router.core(), fleet.rank_count(), |i| {
+            fleet.rank_id(i)
+        });
+    }
+
+    /// Marks rank `rank`'s router load as perhaps changed (for the timeline).
+    pub(super) fn touch_rank(&mut self, rank: Option<WorkerWithDpRank>) {
+        if let (Some(recorder), Some(rank)) = (self.timeline.as_mut(), rank) {
+            recorder.touch(rank);
+        }
+    }
+
+    /// Marks every rank's router load as perhaps changed (for the timeline).
+    pub(super) fn touch_all_ranks(&mut self) {
+        if let Some(recorder) = self.timeline.as_mut() {
+            recorder.touch_all();
+        }
+    }
+
+    /// The run's timeline, if it kept one.
+    pub(super) fn take_timeline(&mut self) -> Option<Box<Timeline>> {
+        let recorder = self.timeline.take()?;
+        let (ranks, passes) = self.fleet.take_passes();
+        let mut timeline = Timeline {
+            busy_thresholds: busy_thresholds(&self.config),
+            ranks,
+            passes,
+            ..Timeline::default()
+        };
+        recorder.finish(&mut timeline);
+        Some(Box::new(timeline))
+    }
+}
+
+/// Per pool, each class's busy threshold on the pool's ranks in tokens: its absolute one, or
+/// its fraction of the pool's batch token budget (the lower, with both), for the timeline.
+fn busy_thresholds(config: &SimConfig) -> Vec<Vec<(usize, u64)>> {
+    let classes = config.profile.classes();
+    let threshold = |class: &PolicyClass, budget: u64| {
+        let frac = class
+            .prefill_busy_threshold_frac
+            .map(|f| (f * budget as f64).floor() as u64);
+        match (class.prefill_busy_threshold_tokens, frac) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    let of_pool = |pool: &WorkerPool| {
+        let budget = pool.engine.max_num_batched_tokens;
+        let with = classes.iter().enumerate();
+        with.filter_map(|(i, c)| threshold(c, budget).map(|t| (i, t)))
+            .collect()
+    };
+    config.pools.iter().map(of_pool).collect()
 }
 
 #[cfg(test)]
