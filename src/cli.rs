@@ -24,6 +24,8 @@ use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, 
 use crate::time::{SimDuration, format_ms};
 use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
+use timeline::{CheckTimelineArgs, TimelineArgs};
+mod timeline;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -94,6 +96,8 @@ struct RunArgs {
     /// Do not write report.html (the one-page summary of the output directory).
     #[arg(long)]
     no_report: bool,
+    #[command(flatten)]
+    timeline: TimelineArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -120,6 +124,8 @@ struct CheckArgs {
     /// Worker threads for the replications (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
+    #[command(flatten)]
+    timeline: CheckTimelineArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -200,6 +206,8 @@ struct ReplayArgs {
     /// Do not write report.html (the one-page summary of the output directory).
     #[arg(long)]
     no_report: bool,
+    #[command(flatten)]
+    timeline: TimelineArgs,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -331,7 +339,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| Path::new("results").join(scenario.name()));
     let target =
         output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
-    let judgement = Judgement::new(scenario)?;
+    let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline);
     let JudgedRun {
         spec,
         output: run,
@@ -352,6 +360,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         judgement.scenario.expectations(),
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
+    files.extend(args.timeline.file(&run.result, &meta));
     if !args.no_report {
         let page = RunPage {
             title: &spec.name,
@@ -456,11 +465,16 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         // Before any run: a report that cannot be written must not cost a whole check.
         output::claim_file(junit, output::JUNIT_SIGNATURE).map_err(input)?;
     }
+    args.timeline.check_scenarios(args.scenarios.len())?;
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
-        let judgement = Judgement::new(scenario)?;
+        let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline.timeline);
+        let timeline_target = args.timeline.claim(&judgement.scenario)?;
         let judged = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
+        let (judged, kept) = timeline::split_timeline(judged);
+        args.timeline
+            .write(&args.set, &judgement, kept, timeline_target)?;
         let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
         let outcomes = match args.quantile {
             Some(q) => aggregate_quantile(&per_seed, q),
@@ -536,7 +550,7 @@ fn check_replication_args(args: &CheckArgs) -> Result<(), CliError> {
 fn judge_replications(
     judgement: &Judgement,
     args: &CheckArgs,
-) -> Result<Vec<SeedVerdicts>, CliError> {
+) -> Result<Vec<(SeedVerdicts, Option<sim::SimResult>)>, CliError> {
     let runs = args.seeds as usize;
     let pool = sweep::run::thread_pool(args.jobs, runs).map_err(CliError::from)?;
     pool.install(|| {
@@ -550,11 +564,12 @@ fn judge_replications(
 /// One seed's verdicts and its overload warning (with the seed), if it was overloaded.
 type SeedVerdicts = (Vec<ExpectationOutcome>, Option<String>);
 
+/// One seed's verdicts, and its result if it kept a timeline (a check's first, `--timeline`).
 fn judge_one(
     judgement: &Judgement,
     replication: u32,
     replications: u32,
-) -> Result<SeedVerdicts, CliError> {
+) -> Result<(SeedVerdicts, Option<sim::SimResult>), CliError> {
     let started = std::time::Instant::now();
     let JudgedRun {
         spec,
@@ -569,7 +584,9 @@ fn judge_one(
     }
     let seed = spec.seed();
     let warning = output.metrics.stability.warning();
-    Ok((outcomes, warning.map(|w| format!("{w} (seed {seed})"))))
+    let warning = warning.map(|w| format!("{w} (seed {seed})"));
+    let kept = output.result.timeline.is_some().then_some(output.result);
+    Ok(((outcomes, warning), kept))
 }
 
 /// Reads `--engine` / `--router` values: inline JSON if it starts with `{`, else a file.
@@ -779,8 +796,9 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
-    let spec =
-        RunSpec::from_replay(&setup).with_replay_modes(replay_concurrency, arrival_speedup_ratio);
+    let spec = RunSpec::from_replay(&setup)
+        .with_replay_modes(replay_concurrency, arrival_speedup_ratio)
+        .with_timeline(args.timeline.timeline);
     let RunOutput { result, metrics } = pipeline::execute(&spec)?;
     let trace_name = args.trace.display().to_string();
     let mut meta = serde_json::json!({
@@ -802,6 +820,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         report::data_files(&result, &metrics, &meta)
     };
+    files.extend(args.timeline.file(&result, &meta));
     if !args.no_report {
         let page = RunPage {
             title: &trace_name,

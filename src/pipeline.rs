@@ -75,6 +75,8 @@ pub struct RunSpec {
     /// Where synthetic requests already drawn for (workload, seed) are kept, when the caller
     /// runs the same draws many times (a capacity search over workers).
     pub request_cache: Option<Arc<RequestCache>>,
+    /// Keep a timeline of the run (`--timeline`): its result then holds one.
+    pub timeline: bool,
 }
 
 /// A finished run and its measurements.
@@ -141,12 +143,18 @@ impl RunSpec {
             prefix_n: None,
             warmup: scenario.warmup(),
             request_cache: None,
+            timeline: false,
         }
     }
 
     /// The run's seed.
     pub fn seed(&self) -> u64 {
         self.config.seed
+    }
+
+    /// The same run, keeping a timeline when `timeline` says so.
+    pub fn with_timeline(self, timeline: bool) -> RunSpec {
+        RunSpec { timeline, ..self }
     }
 
     /// The same run with another seed (workload draws, tie-breaks, jitter).
@@ -257,10 +265,12 @@ fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
                 *block_size,
                 *arrival_speedup_ratio,
                 order,
+                spec.timeline,
             );
         }
     }
-    sim::run(sim::Options::new(spec.config.clone()), spec.requests()?).map_err(RunError::Bug)
+    let options = sim::Options::new(spec.config.clone()).with_timeline(spec.timeline);
+    sim::run(options, spec.requests()?).map_err(RunError::Bug)
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is

@@ -134,29 +134,6 @@ pub enum Fault {
     WorkerUp { pool: usize, at: SimTime },
 }
 
-/// A worker fault as it happened in a run (for plots: the completions-by-time chart marks
-/// them).
-#[derive(Clone, Debug, PartialEq)]
-pub enum FaultMark {
-    /// Worker `worker` stopped at `from` and returned at `until` (`None`: not while the run
-    /// lasted).
-    WorkerDown {
-        worker: u64,
-        /// How people call it: `worker 3`, or in disaggregated serving `decode worker 1`
-        /// (numbered within its role).
-        name: String,
-        from: SimTime,
-        until: Option<SimTime>,
-    },
-    /// Worker `worker` (called `name`) joined pool `pool` at `at`.
-    WorkerUp {
-        worker: u64,
-        name: String,
-        pool: String,
-        at: SimTime,
-    },
-}
-
 /// Everything one simulation run needs besides its requests.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -371,6 +348,8 @@ pub struct SimResult {
     pub pools: Vec<PoolUsage>,
     /// Worker faults in the order they happened (empty without `faults:`).
     pub fault_marks: Vec<FaultMark>,
+    /// What the run recorded for its timeline, when asked ([`Options::with_timeline`]).
+    pub timeline: Option<Box<Timeline>>,
 }
 
 impl SimResult {
@@ -487,6 +466,8 @@ struct System {
     last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
     /// Local hashes of the prompts' one-token blocks seen so far.
     uniform_hashes: UniformBlockHashes,
+    /// The timeline's counters, when the run keeps a timeline (`None`: one branch an instant).
+    timeline: Option<Box<CounterRecorder>>,
 }
 
 /// How workers advance through their passes (see the module docs). Both give the same
@@ -514,6 +495,8 @@ pub struct Options {
     /// (`None`: the lower bound of the requests' own size hint). Growing a table of 100k
     /// records by doubling was 3% of such a run (copies, and fresh pages to fault in).
     pub expected_requests: Option<usize>,
+    /// Keep a timeline of the run (passes, counters, migrations) in its result.
+    pub timeline: bool,
 }
 
 impl Options {
@@ -523,7 +506,14 @@ impl Options {
             config,
             stepping: Stepping::default(),
             expected_requests: None,
+            timeline: false,
         }
+    }
+
+    /// The same, keeping a timeline when `timeline` says so.
+    pub fn with_timeline(mut self, timeline: bool) -> Options {
+        self.timeline = timeline;
+        self
     }
 
     /// The same, stepping workers as `stepping` says.
@@ -572,6 +562,9 @@ fn simulate(
         .expected_requests
         .unwrap_or_else(|| requests.size_hint().0);
     let mut system = new_system(options.config, options.stepping, expected_requests, log_kv)?;
+    if options.timeline {
+        system.start_timeline();
+    }
     let mut engine = Engine::new(system.config.limits);
     system.schedule_faults(engine.queue());
     let mut requests = Feed::new(requests, system.config.closed_loop);
@@ -640,6 +633,7 @@ fn new_system(
         transport_rng: rng::stream(config.seed, "sim/transport"),
         last_delivery: Default::default(),
         uniform_hashes: UniformBlockHashes::default(),
+        timeline: None,
         config,
     })
 }
@@ -664,8 +658,10 @@ fn finish_run(
         .fleet
         .pool_usage(end_time, system.ledger.change_epoch());
     let kv_log = system.router.take_kv_log();
+    let timeline = system.take_timeline();
     let classes = system.router.core().profile().classes();
     let result = SimResult {
+        timeline,
         pools,
         fault_marks: system.fleet.take_marks(),
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
@@ -714,6 +710,9 @@ impl System {
             schedule_pass_end(engine.queue(), Some(end));
         }
         self.schedule_tick(engine.queue());
+        if self.timeline.is_some() {
+            self.sample_counters(now);
+        }
         Ok(())
     }
 
@@ -764,6 +763,7 @@ impl System {
                     class_index,
                 } => {
                     self.ledger.dispatched(now, id, rank, path, class_index);
+                    self.touch_rank(Some(rank));
                     if self.handoff.is_some() {
                         self.ledger.prefill_routed(id);
                     }
@@ -1020,6 +1020,7 @@ impl System {
                 continue; // cancelled while the pass ran
             }
             let status = Status::Rejected(Rejection::Worker(rejection.reason));
+            self.touch_all_ranks();
             self.end(now, id, status);
             self.token_router(rank).finished(now, id, Outcome::Aborted);
             self.drain_router(now, queue);
@@ -1053,6 +1054,9 @@ impl System {
         if edge.is_last() {
             self.last_delivery.remove(&id);
             router.finished(now, id, Outcome::Completed);
+        }
+        if self.timeline.is_some() {
+            self.touch_rank(self.ledger.record(id).rank);
         }
     }
 
@@ -1156,6 +1160,7 @@ impl Model for System {
                 self.drain_router(now, queue);
             }
             Event::Tick => {
+                self.touch_all_ranks();
                 self.router.tick(now);
                 self.drain_router(now, queue);
             }
@@ -1176,8 +1181,10 @@ mod handoff;
 mod handoff_loss;
 mod ledger;
 mod status;
+pub mod timeline;
 
 use driver::{RouterDecision, RouterDriver};
+pub use faults::FaultMark;
 use feed::Feed;
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 #[cfg(test)]
@@ -1185,6 +1192,7 @@ use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
 use handoff::Handoff;
 use ledger::{Ledger, TokenEdge};
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
+use timeline::{CounterRecorder, Timeline};
 
 #[cfg(test)]
 mod pool_tests;
@@ -1396,6 +1404,40 @@ policy_classes:
             prop_assert_eq!(result.count(EndStatus::Pending), 0, "seed {}", seed);
             for r in &result.records {
                 check_storm_record(&case, r).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// Recording a timeline never panics, on random systems with random faults, and
+        /// changes nothing the run records; every pass slice lies within the run and the
+        /// passes of one rank never overlap.
+        #[test]
+        fn recording_a_timeline_never_panics_and_changes_no_record(
+            case in case(), f in fault_case(), seed in 0u64..1000, with_faults in any::<bool>(),
+        ) {
+            let mut config = config(&case, seed);
+            if with_faults {
+                config.faults = faults(&case, &f);
+                config.migration_limit = f.migration_limit;
+            }
+            let plain = run(Options::new(config.clone()), requests(&case))
+                .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            let recorded = run(Options::new(config).with_timeline(true), requests(&case))
+                .map_err(|v| TestCaseError::fail(format!("{v}")))?;
+            prop_assert_eq!(&plain.records, &recorded.records);
+            prop_assert!(plain.timeline.is_none());
+            let timeline = recorded.timeline.as_deref().expect("asked for");
+            let mut by_rank: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); timeline.ranks.len()];
+            for p in &timeline.passes {
+                prop_assert!(p.start <= p.end);
+                by_rank[p.rank as usize].push((p.start, p.end));
+            }
+            for mut passes in by_rank {
+                passes.sort();
+                prop_assert!(passes.windows(2).all(|w| w[0].1 <= w[1].0), "{:?}", passes);
             }
         }
     }

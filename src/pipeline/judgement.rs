@@ -17,6 +17,8 @@ pub struct Judgement {
     pub companions: BTreeMap<String, Scenario>,
     /// Shared by every run of this judgement (and of others given the same cache).
     pub request_cache: Option<Arc<RequestCache>>,
+    /// Keep a timeline of replication 0's run (`--timeline`; companions never keep one).
+    pub timeline: bool,
 }
 
 /// One replication of a judged scenario: its spec, its output and the verdicts.
@@ -46,7 +48,13 @@ impl Judgement {
             scenario,
             companions,
             request_cache: None,
+            timeline: false,
         })
+    }
+
+    /// The same, keeping a timeline of replication 0's run when `timeline` says so.
+    pub fn with_timeline(self, timeline: bool) -> Judgement {
+        Judgement { timeline, ..self }
     }
 
     /// Runs replication `replication` of `replications` (seed `seed_override` instead of the
@@ -66,10 +74,13 @@ impl Judgement {
             spec.request_cache = self.request_cache.clone();
             spec
         };
-        let spec = with_cache(RunSpec::from_scenario(
-            &self.scenario,
-            seed_of(&self.scenario),
-        ));
+        let spec = RunSpec {
+            timeline: self.timeline && replication == 0,
+            ..with_cache(RunSpec::from_scenario(
+                &self.scenario,
+                seed_of(&self.scenario),
+            ))
+        };
         let output = execute(&spec)?;
         let mut companion_metrics = BTreeMap::new();
         for (name, companion) in &self.companions {

@@ -98,6 +98,7 @@ impl RunSpec {
             prefix_n: None,
             warmup: SimDuration::ZERO,
             request_cache: None,
+            timeline: false,
         }
     }
 
@@ -136,15 +137,19 @@ pub(super) fn replay_trace(
     block_size: u64,
     speedup_ratio: f64,
     order: RowOrder,
+    timeline: bool,
 ) -> Result<SimResult, RunError> {
     let mut rows = ReadAhead::start(path, block_size, speedup_ratio, order, config.block_size())
         .map_err(RunError::Input)?;
-    let options = sim::Options::new(config.clone()).expecting(rows.expected_rows());
+    let options = sim::Options::new(config.clone())
+        .expecting(rows.expected_rows())
+        .with_timeline(timeline);
     let result = sim::run(options, &mut rows);
     match rows.finish().map_err(RunError::Input)? {
         PassEnd::Stands => result.map_err(RunError::Bug),
         PassEnd::RunAgain(sorted) => {
-            sim::run(sim::Options::new(config.clone()), sorted).map_err(RunError::Bug)
+            let options = sim::Options::new(config.clone()).with_timeline(timeline);
+            sim::run(options, sorted).map_err(RunError::Bug)
         }
     }
 }

@@ -78,6 +78,45 @@ pub enum Scale {
     Log,
     /// Named values at positions 0, 1, 2, ...
     Categories(Vec<String>),
+    /// Linear in milliseconds, labelled in `unit`: a 180 s run reads "180", not "180000".
+    Time(TimeUnit),
+}
+
+/// The unit a time axis is labelled in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    Ms,
+    S,
+    Min,
+}
+
+impl TimeUnit {
+    /// The unit that labels a span of `span_ms` with short numbers: milliseconds up to 10 s,
+    /// seconds up to 20 minutes, minutes beyond.
+    pub fn for_span_ms(span_ms: f64) -> TimeUnit {
+        match span_ms {
+            s if s <= 10_000.0 => TimeUnit::Ms,
+            s if s <= 1_200_000.0 => TimeUnit::S,
+            _ => TimeUnit::Min,
+        }
+    }
+
+    /// Milliseconds in one unit.
+    pub fn ms(self) -> f64 {
+        match self {
+            TimeUnit::Ms => 1.0,
+            TimeUnit::S => 1_000.0,
+            TimeUnit::Min => 60_000.0,
+        }
+    }
+
+    pub fn symbol(self) -> &'static str {
+        match self {
+            TimeUnit::Ms => "ms",
+            TimeUnit::S => "s",
+            TimeUnit::Min => "min",
+        }
+    }
 }
 
 /// A tick mark: where it is (in data units) and its label.
@@ -110,6 +149,16 @@ impl Axis {
             range: (lo, hi),
             scale: Scale::Linear,
         }
+    }
+
+    /// A time axis over `range_ms` (data stays in milliseconds), labelled "`what` (unit)" in
+    /// the unit [`TimeUnit::for_span_ms`] picks for its span.
+    pub fn time_ms(what: &str, range_ms: (f64, f64)) -> Axis {
+        let mut axis = Axis::linear(what, range_ms);
+        let unit = TimeUnit::for_span_ms(axis.range.1 - axis.range.0);
+        axis.label = format!("{what} ({})", unit.symbol());
+        axis.scale = Scale::Time(unit);
+        axis
     }
 
     /// A log axis spanning whole decades around the positive `values` (non-positive values
@@ -157,6 +206,12 @@ impl Axis {
     pub fn ticks(&self) -> Vec<Tick> {
         match &self.scale {
             Scale::Linear => linear_ticks(self.range),
+            Scale::Time(unit) => {
+                let per = unit.ms();
+                let mut ticks = linear_ticks((self.range.0 / per, self.range.1 / per));
+                ticks.iter_mut().for_each(|t| t.value *= per);
+                ticks
+            }
             Scale::Log => log_ticks(self.range),
             Scale::Categories(names) => names
                 .iter()
@@ -175,6 +230,15 @@ impl Axis {
             Scale::Linear => {
                 let step = nice_step(self.range) / 5.0;
                 steps_within(self.range, step)
+            }
+            Scale::Time(unit) => {
+                let per = unit.ms();
+                let range = (self.range.0 / per, self.range.1 / per);
+                let step = nice_step(range) / 5.0;
+                steps_within(range, step)
+                    .into_iter()
+                    .map(|v| v * per)
+                    .collect()
             }
             Scale::Log => decade_multiples(self.range, &[2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
                 .into_iter()

@@ -27,6 +27,7 @@ pub mod stability;
 pub mod table;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod timeline;
 
 /// Every data file of a run (no plots), named as in the output-directory contract:
 /// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`. `meta` goes into

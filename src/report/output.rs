@@ -56,14 +56,17 @@ pub enum OutputKind {
     Sweep,
     /// `routersim plan`: a capacity search's files.
     Plan,
+    /// `routersim check --timeline`: a judged scenario's timeline.
+    Check,
 }
 
 impl OutputKind {
-    const ALL: [OutputKind; 4] = [
+    const ALL: [OutputKind; 5] = [
         OutputKind::Run,
         OutputKind::Replay,
         OutputKind::Sweep,
         OutputKind::Plan,
+        OutputKind::Check,
     ];
 
     /// The name stored in the marker.
@@ -73,6 +76,7 @@ impl OutputKind {
             OutputKind::Replay => "replay",
             OutputKind::Sweep => "sweep",
             OutputKind::Plan => "plan",
+            OutputKind::Check => "check",
         }
     }
 

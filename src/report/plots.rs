@@ -10,7 +10,7 @@ use super::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
 use super::expect::{Bound, Expectation, Figure};
-use super::metrics::{LatencyKind, LatencyMetric, RunMetrics};
+use super::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
 use super::phases::{PHASE_NAMES, PhaseCurve};
 use crate::sim::FaultMark;
 use std::collections::BTreeMap;
@@ -63,7 +63,7 @@ pub fn latency_phases(metrics: &RunMetrics, curve: &PhaseCurve) -> Chart {
     let tops = curve.buckets.iter().map(|b| b.mean_ms.iter().sum::<f64>());
     let peak = tops.fold(0.0, f64::max);
     let end_ms = curve.buckets.last().map_or(1.0, |b| b.end_ms);
-    let x = Axis::linear("arrival time (ms)", (0.0, end_ms.max(1e-3)));
+    let x = Axis::time_ms("arrival time", (0.0, end_ms.max(1e-3)));
     let y = Axis::linear("mean latency (ms)", (0.0, (peak * 1.05).max(1e-3)));
     let title = format!("Where {class}'s time went: mean per phase by arrival time");
     let name = format!("latency_phases_{}", file_safe(class));
@@ -109,7 +109,7 @@ pub fn in_system_over_time(metrics: &RunMetrics) -> Chart {
     let s = &metrics.stability;
     let end_ms = metrics.makespan.as_ms_f64().max(1e-3);
     let peak = s.curve.iter().map(|p| p.1).max().unwrap_or(0) as f64;
-    let x = Axis::linear("simulated time (ms)", (0.0, end_ms));
+    let x = Axis::time_ms("simulated time", (0.0, end_ms));
     let y = Axis::linear("requests in the system", (0.0, (peak * 1.05).max(1.0)));
     let title = format!(
         "Requests in the system: {} (means {:.1} then {:.1}; served {:.1} of {:.1} req/s)",
@@ -163,46 +163,66 @@ fn active_classes(metrics: &RunMetrics) -> Vec<usize> {
         .collect()
 }
 
-/// The ideal DRR (fluid) completion curve: `curve[c][k]` is class `c`'s ideal cumulative
-/// completions after `k` completions in all. Each completion is split among the classes that
-/// still have completions left, in proportion to their quanta; a class leaves once its ideal
-/// count reaches its actual completed count, and its part goes to the others. It assumes every
-/// class with completions left is backlogged, so it is the reference for bursts; under open
-/// arrivals a lightly loaded class falls short of it without being treated unfairly (the
-/// token-share metrics use the measured backlogged windows instead).
-pub fn ideal_completion_curve(metrics: &RunMetrics) -> Vec<Vec<f64>> {
-    let totals: Vec<f64> = metrics.classes.iter().map(|c| c.completed as f64).collect();
-    let quanta: Vec<f64> = metrics
-        .classes
-        .iter()
-        .map(|c| c.quantum_tokens as f64)
-        .collect();
-    let mut current = vec![0.0; totals.len()];
-    let mut curve: Vec<Vec<f64>> = vec![vec![0.0]; totals.len()];
-    for _ in &metrics.completions {
-        let mut left = 1.0;
-        // Each round either hands out everything or retires at least one class.
-        for _ in 0..=totals.len() {
-            let active: Vec<usize> = (0..totals.len())
-                .filter(|&c| totals[c] - current[c] > 1e-9)
-                .collect();
-            let quanta_sum: f64 = active.iter().map(|&c| quanta[c]).sum();
-            if active.is_empty() || left <= 1e-12 {
-                break;
-            }
-            let mut given = 0.0;
-            for &c in &active {
-                let part = (left * quanta[c] / quanta_sum).min(totals[c] - current[c]);
-                current[c] += part;
-                given += part;
-            }
-            left -= given;
-        }
-        for (c, v) in current.iter().enumerate() {
-            curve[c].push(*v);
-        }
+/// Per class, its ideal DRR completion line over each window in which two or more classes
+/// were backlogged together, as (completion index, count) points with a NaN between windows.
+/// A line starts from the class's measured count when its window opens, and each completion
+/// inside the window (by completion time) is split among the classes backlogged at that
+/// moment in proportion to their quanta. Outside those windows every class gets what it asks
+/// for, so no ideal applies there and none is drawn; a class never backlogged in a window
+/// gets no line over it.
+pub fn windowed_ideal_lines(metrics: &RunMetrics) -> Vec<Line> {
+    let classes = metrics.classes.len();
+    let mut lines: Vec<Line> = vec![Vec::new(); classes];
+    if !metrics.classes_backlogged_together() {
+        return lines;
     }
-    curve
+    let completions = &metrics.completions;
+    let mut measured = vec![0.0; classes];
+    let mut next = 0;
+    for w in &metrics.windows {
+        while next < completions.len() && completions[next].time < w.start {
+            count_completion(&mut measured, &completions[next]);
+            next += 1;
+        }
+        let inside = completions[next..]
+            .iter()
+            .take_while(|c| c.time <= w.end)
+            .count();
+        if inside == 0 || w.credits.is_empty() {
+            continue;
+        }
+        let in_window: Vec<usize> = (0..classes).filter(|&c| w.ideal_tokens[c] > 0.0).collect();
+        let mut ideal = measured.clone();
+        for &c in &in_window {
+            if !lines[c].is_empty() {
+                lines[c].push((next as f64, f64::NAN));
+            }
+            lines[c].push((next as f64, ideal[c]));
+        }
+        let mut credit = 0;
+        for done in &completions[next..next + inside] {
+            while credit + 1 < w.credits.len() && w.credits[credit + 1].time <= done.time {
+                credit += 1;
+            }
+            let split = &w.credits[credit].ideal_tokens;
+            let total: f64 = split.iter().sum();
+            count_completion(&mut measured, done);
+            for &c in &in_window {
+                if total > 0.0 {
+                    ideal[c] += split[c] / total;
+                }
+                lines[c].push((done.index as f64, ideal[c]));
+            }
+        }
+        next += inside;
+    }
+    lines
+}
+
+fn count_completion(measured: &mut [f64], done: &Completion) {
+    if let Some(c) = done.class {
+        measured[c] += 1.0;
+    }
 }
 
 /// Cumulative completions of each class, as (completion position, count) from (0, 0).
@@ -228,19 +248,12 @@ fn max_completed(metrics: &RunMetrics) -> f64 {
         .unwrap_or(0) as f64
 }
 
-/// The ideal DRR completion curve, if it applies to this run.
-fn applicable_ideal(metrics: &RunMetrics) -> Option<Vec<Vec<f64>>> {
-    metrics
-        .classes_backlogged_together()
-        .then(|| ideal_completion_curve(metrics))
-}
-
 fn ideal_label(name: &str) -> String {
-    format!("{name} ideal DRR, if backlogged")
+    format!("{name} ideal DRR while backlogged")
 }
 
 /// Cumulative completions per class against completion index, with each class's ideal DRR
-/// line (see [`ideal_completion_curve`]) where it applies.
+/// line over the windows where classes were backlogged together ([`windowed_ideal_lines`]).
 pub fn completions_by_index(metrics: &RunMetrics) -> Chart {
     let x = Axis::linear(
         "completion index (all classes)",
@@ -252,51 +265,46 @@ pub fn completions_by_index(metrics: &RunMetrics) -> Chart {
     );
     let title = "Cumulative completions per class vs completion order";
     let mut chart = Chart::new("completions_by_index", title, x, y, LegendCorner::UpperLeft);
-    let ideal = applicable_ideal(metrics);
+    let mut ideal = windowed_ideal_lines(metrics);
     for c in active_classes(metrics) {
         let name = &metrics.classes[c].name;
         let measured = cumulative_by_index(metrics, c);
         chart
             .series
             .push(Series::measured(name.clone(), c, measured));
-        if let Some(ideal) = &ideal {
-            let points = ideal[c].iter().enumerate().map(|(k, &v)| (k as f64, v));
-            chart
-                .series
-                .push(Series::ideal(ideal_label(name), c, points.collect()));
+        let line = std::mem::take(&mut ideal[c]);
+        if !line.is_empty() {
+            chart.series.push(Series::ideal(ideal_label(name), c, line));
         }
     }
     chart
 }
 
-/// Cumulative completions per class against simulated time, with the ideal DRR line (where it
-/// applies) placed at the time of each completion.
+/// Cumulative completions per class against simulated time, with the ideal DRR lines of
+/// [`windowed_ideal_lines`] placed at the time of each completion.
 pub fn completions_by_time(metrics: &RunMetrics) -> Chart {
     let times: Vec<f64> = std::iter::once(0.0)
         .chain(metrics.completions.iter().map(|c| c.time.as_ms_f64()))
         .collect();
     let end_ms = times.last().copied().unwrap_or(0.0).max(1e-3);
-    let x = Axis::linear("simulated time (ms)", (0.0, end_ms));
+    let x = Axis::time_ms("simulated time", (0.0, end_ms));
     let y = Axis::linear(
         "completions of the class",
         (0.0, max_completed(metrics).max(1.0) * 1.05),
     );
     let title = "Cumulative completions per class vs simulated time";
     let mut chart = Chart::new("completions_by_time", title, x, y, LegendCorner::UpperLeft);
-    let ideal = applicable_ideal(metrics);
+    let at_time = |(k, v): (f64, f64)| (times[k as usize], v);
+    let ideal = windowed_ideal_lines(metrics);
     for c in active_classes(metrics) {
         let name = &metrics.classes[c].name;
-        let measured = cumulative_by_index(metrics, c)
-            .into_iter()
-            .map(|(k, v)| (times[k as usize], v));
+        let measured = cumulative_by_index(metrics, c).into_iter().map(at_time);
         chart
             .series
             .push(Series::measured(name.clone(), c, measured.collect()));
-        if let Some(ideal) = &ideal {
-            let points = ideal[c].iter().zip(&times).map(|(&v, &t)| (t, v));
-            chart
-                .series
-                .push(Series::ideal(ideal_label(name), c, points.collect()));
+        if !ideal[c].is_empty() {
+            let line = ideal[c].iter().copied().map(at_time).collect();
+            chart.series.push(Series::ideal(ideal_label(name), c, line));
         }
     }
     mark_faults(&mut chart, &metrics.fault_marks, end_ms);
@@ -389,7 +397,7 @@ fn backlogged_share_curves(metrics: &RunMetrics) -> Vec<(Line, Line)> {
 /// is drawn there.
 pub fn token_share_over_time(metrics: &RunMetrics) -> Chart {
     let end_ms = metrics.makespan.as_ms_f64().max(1e-3);
-    let x = Axis::linear("simulated time (ms)", (0.0, end_ms));
+    let x = Axis::time_ms("simulated time", (0.0, end_ms));
     let y = Axis::linear("cumulative share of backlogged service", (0.0, 1.0));
     let title = match metrics.classes_backlogged_together() {
         true => "Share of uncached-token service while classes are backlogged together",
@@ -730,15 +738,85 @@ mod tests {
     }
 
     #[test]
-    fn ideal_curve_splits_by_quanta_then_hands_over() {
+    fn ideal_line_splits_by_quanta_and_ends_with_its_window() {
         let m = weighted();
-        let ideal = ideal_completion_curve(&m);
-        // 4:1 while both have completions left: 256 premium of the first 320.
-        assert!((ideal[0][320] - 256.0).abs() < 1e-6, "{}", ideal[0][320]);
-        assert!((ideal[1][320] - 64.0).abs() < 1e-6);
-        // Premium runs out at completion 400; regular takes every later one.
-        assert!((ideal[0][400] - 320.0).abs() < 1e-6);
-        assert!((ideal[1][640] - 320.0).abs() < 1e-6);
+        let window_end = m.windows[0].end;
+        let inside = m.completions.iter().filter(|c| c.time <= window_end);
+        let last_inside = inside.count();
+        let ideal = windowed_ideal_lines(&m);
+        // 4:1 while both are backlogged: 256 premium of the first 320.
+        let at = |c: usize, k: usize| ideal[c][k].1;
+        assert!((at(0, 320) - 256.0).abs() < 1e-6, "{}", at(0, 320));
+        assert!((at(1, 320) - 64.0).abs() < 1e-6);
+        // Premium's queue empties at the window's end; no ideal is drawn past it.
+        assert!(last_inside < m.completions.len());
+        assert_eq!(ideal[0].last().unwrap().0, last_inside as f64);
+        let by_time = completions_by_time(&m);
+        for s in by_time.series.iter().filter(|s| s.dashed) {
+            let drawn = s.points.iter().filter(|p| p.1.is_finite());
+            assert!(drawn.clone().all(|p| p.0 <= window_end.as_ms_f64()));
+        }
+    }
+
+    #[test]
+    fn each_backlogged_window_starts_its_ideal_line_from_the_measured_count() {
+        let mut m = weighted();
+        // Cut the one window into two with a gap of completions between them.
+        let whole = m.windows.remove(0);
+        let (early, late) = (m.completions[99].time, m.completions[200].time);
+        let mut first = whole.clone();
+        first.end = early;
+        first.credits.retain(|c| c.time <= early);
+        let mut second = whole;
+        second.start = late;
+        second.credits.retain(|c| c.time >= late);
+        m.windows = vec![first, second];
+        let ideal = windowed_ideal_lines(&m);
+        for (c, line) in ideal.iter().enumerate() {
+            let gap = line
+                .iter()
+                .position(|p| p.1.is_nan())
+                .expect("a gap between windows");
+            let (k, start) = line[gap + 1];
+            let measured_before = m.completions[..k as usize]
+                .iter()
+                .filter(|d| d.class == Some(c))
+                .count();
+            assert_eq!(
+                start, measured_before as f64,
+                "class {c} restarts at its count"
+            );
+            let before = |t| m.completions.iter().filter(|d| d.time < t).count();
+            let by = |t| m.completions.iter().filter(|d| d.time <= t).count();
+            assert_eq!(
+                k as usize,
+                before(late),
+                "the second line opens with its window"
+            );
+            assert_eq!(
+                line[gap - 1].0 as usize,
+                by(early),
+                "and the first closes with its"
+            );
+        }
+    }
+
+    #[test]
+    fn long_runs_label_time_axes_in_seconds() {
+        let short = Axis::time_ms("simulated time", (0.0, 7_913.9));
+        assert_eq!(short.label, "simulated time (ms)");
+        let long = Axis::time_ms("simulated time", (0.0, 180_000.0));
+        assert_eq!(long.label, "simulated time (s)");
+        let labels: Vec<String> = long.ticks().into_iter().map(|t| t.label).collect();
+        assert_eq!(
+            labels,
+            [
+                "0", "20", "40", "60", "80", "100", "120", "140", "160", "180"
+            ]
+        );
+        assert_eq!(long.ticks()[3].value, 60_000.0, "ticks stay in data units");
+        let day = Axis::time_ms("simulated time", (0.0, 86_400_000.0));
+        assert_eq!(day.label, "simulated time (min)");
     }
 
     /// Two classes served on arrival, never queued: never backlogged together.
@@ -769,8 +847,8 @@ mod tests {
             assert_eq!(
                 dashed_labels(&chart),
                 [
-                    "premium ideal DRR, if backlogged",
-                    "regular ideal DRR, if backlogged"
+                    "premium ideal DRR while backlogged",
+                    "regular ideal DRR while backlogged"
                 ]
             );
         }

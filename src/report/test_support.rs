@@ -78,6 +78,7 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
         class_quanta_tokens: vec![1; names.len()],
         pools: Vec::new(),
         fault_marks: Vec::new(),
+        timeline: None,
     }
 }
 

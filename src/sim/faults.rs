@@ -10,6 +10,29 @@
 use super::*;
 use fleet::worker_config;
 
+/// A worker fault as it happened in a run (for plots: the completions-by-time chart marks
+/// them).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultMark {
+    /// Worker `worker` stopped at `from` and returned at `until` (`None`: not while the run
+    /// lasted).
+    WorkerDown {
+        worker: u64,
+        /// How people call it: `worker 3`, or in disaggregated serving `decode worker 1`
+        /// (numbered within its role).
+        name: String,
+        from: SimTime,
+        until: Option<SimTime>,
+    },
+    /// Worker `worker` (called `name`) joined pool `pool` at `at`.
+    WorkerUp {
+        worker: u64,
+        name: String,
+        pool: String,
+        at: SimTime,
+    },
+}
+
 impl System {
     /// Schedules every worker fault's events (cancellations are drawn at arrival).
     pub(super) fn schedule_faults(&mut self, queue: &mut EventQueue<Event>) {
@@ -88,7 +111,7 @@ impl System {
         let worker = self.fleet.rank_id(rank).worker_id;
         if self.faults.router_knows_down.contains(&worker) {
             self.router.delivery_failed(now, id);
-            self.lose(now, id, queue);
+            self.lose(now, id, worker, queue);
         } else {
             self.lost_on(worker, id);
         }
@@ -119,19 +142,30 @@ impl System {
         let lost = self.faults.lost.remove(&worker).unwrap_or_default();
         for (id, attempt) in lost {
             if self.ledger.attempt(id) == attempt {
-                self.lose(now, id, queue);
+                self.lose(now, id, worker, queue);
             }
         }
         self.schedule_tick(queue);
     }
 
-    /// Request `id` lost its worker: re-routed if its migrations allow (keeping the tokens
-    /// its client received: they join its prompt), aborted otherwise.
-    fn lose(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
+    /// Request `id` lost its worker `worker`: re-routed if its migrations allow (keeping the
+    /// tokens its client received: they join its prompt), aborted otherwise.
+    fn lose(&mut self, now: SimTime, id: RequestId, worker: u64, queue: &mut EventQueue<Event>) {
         if !self.ledger.is_pending(id) {
             return;
         }
-        if self.ledger.attempt(id) >= self.config.migration_limit {
+        let migrated = self.ledger.attempt(id) < self.config.migration_limit;
+        if let Some(recorder) = self.timeline.as_mut() {
+            let row = self.ledger.record(id).row;
+            let mark = timeline::MigrationMark {
+                at: now,
+                worker,
+                row,
+                migrated,
+            };
+            recorder.migration(mark);
+        }
+        if !migrated {
             self.end(now, id, Status::Aborted(AbortReason::WorkerDown));
             return;
         }

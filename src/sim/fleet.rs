@@ -3,6 +3,7 @@
 //! joining. The only place workers are built, so every worker gets the same set-up.
 
 use super::ledger::Ledger;
+use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::{FaultMark, PoolUsage, WorkerPool};
 use crate::mocker::{
     DecodeMemo, MockRequest, MockWorker, PassOutput, Reservation, Worker, WorkerRole,
@@ -105,6 +106,8 @@ struct RankSlot {
     /// Bumped when the rank goes down or its quiet run is cut, so the end of its lost pass
     /// (or of the run as first planned) is ignored.
     epoch: u64,
+    /// What the pass in progress records when it ends (kept only for a timeline).
+    pass_args: PassArgs,
 }
 
 /// A pass end to schedule: rank `rank`'s pass (or quiet run) of epoch `epoch` ends at `at`.
@@ -155,6 +158,8 @@ pub(super) struct WorkerFleet {
     next_worker: u64,
     /// Preemptions of worker states discarded when their worker went down.
     preemptions_lost: u64,
+    /// Every pass that ended, when the run keeps a timeline (`None`: one branch a pass).
+    pass_log: Option<Vec<PassSlice>>,
 }
 
 impl WorkerFleet {
@@ -181,6 +186,7 @@ impl WorkerFleet {
             marks: Vec::new(),
             next_worker: worker_pools(&pools).count() as u64,
             preemptions_lost: 0,
+            pass_log: None,
             pools,
         };
         let workers: Vec<(u64, usize)> = worker_pools(&fleet.pools)
@@ -221,9 +227,25 @@ impl WorkerFleet {
                 empty_at: SimTime::ZERO,
                 down: false,
                 epoch: 0,
+                pass_args: PassArgs::default(),
             };
             self.ranks.push(slot);
         }
+    }
+
+    /// Keeps every pass from now on, for the run's timeline.
+    pub fn record_passes(&mut self) {
+        self.pass_log = Some(Vec::new());
+    }
+
+    /// Every rank's track and the passes kept (none unless [`Self::record_passes`]).
+    pub fn take_passes(&mut self) -> (Vec<RankTrack>, Vec<PassSlice>) {
+        let ranks = self.ranks.iter();
+        let tracks = ranks.map(|s| RankTrack {
+            id: s.id,
+            pool: s.pool,
+        });
+        (tracks.collect(), self.pass_log.take().unwrap_or_default())
     }
 
     /// The index of rank `rank`, if the fleet has it.
@@ -411,6 +433,9 @@ impl WorkerFleet {
             if let Some(&at) = ends.last() {
                 slot.in_pass = true;
                 slot.pass_start = now;
+                if self.pass_log.is_some() {
+                    slot.pass_args = quiet_run_args(slot.worker.load());
+                }
                 let epoch = slot.epoch;
                 return Ok(Some(PassEndAt { at, rank, epoch }));
             }
@@ -420,6 +445,9 @@ impl WorkerFleet {
         slot.in_pass = true;
         slot.pass_start = now;
         slot.pass_end = at;
+        if self.pass_log.is_some() {
+            slot.pass_args = formed_pass_args(slot.worker.load(), &slot.output);
+        }
         let role = self.pools[slot.pool].engine.role;
         for admitted in &slot.output.admitted {
             ledger.admitted(now, admitted.id, role, admitted);
@@ -498,6 +526,11 @@ impl WorkerFleet {
             .expect("only a quiet rank plans runs");
         quiet.apply_quiet_run(count as u64, last_end);
         slot.quiet_ends.drain(..count);
+        if self.pass_log.is_some() {
+            let args = &mut slot.pass_args;
+            args.passes += count as u32;
+            args.decode_tokens += count as u64 * u64::from(args.batch_size);
+        }
         slot.worker
             .for_each_running(&mut |id| ledger.credit(id, count as u64));
     }
@@ -519,6 +552,9 @@ impl WorkerFleet {
         }
         let pass = (index, slot.pass_start, now, epoch);
         self.passes_since_change.push(pass);
+        if let Some(log) = &mut self.pass_log {
+            log.push(slot.pass_args.slice(index, slot.pass_start, now, false));
+        }
     }
 
     /// The end of epoch `epoch` of the rank at `index`'s pass is due at `now`.
@@ -601,6 +637,9 @@ impl WorkerFleet {
                     .busy
                     .saturating_add(now.saturating_since(slot.pass_start));
                 slot.in_pass = false;
+                if let Some(log) = &mut self.pass_log {
+                    log.push(slot.pass_args.slice(index, slot.pass_start, now, true));
+                }
             }
             slot.epoch += 1;
             slot.down = true;
@@ -760,6 +799,28 @@ impl WorkerFleet {
             .filter(|(_, p)| *p == pool)
             .map(|(w, _)| *w)
             .collect()
+    }
+}
+
+/// What a quiet run starting with `load` records: its batch and blocks at its start (the
+/// passes and their decode tokens are counted as they are applied).
+fn quiet_run_args(load: crate::mocker::WorkerLoad) -> PassArgs {
+    PassArgs {
+        passes: 0,
+        batch_size: load.running as u32,
+        kv_blocks: load.active_blocks,
+        ..PassArgs::default()
+    }
+}
+
+/// What a formed pass records: its batch and blocks after its admissions, and its tokens.
+fn formed_pass_args(load: crate::mocker::WorkerLoad, out: &PassOutput) -> PassArgs {
+    PassArgs {
+        passes: 1,
+        batch_size: load.running as u32,
+        prefill_tokens: out.prefill_tokens,
+        decode_tokens: out.scheduled_tokens.saturating_sub(out.prefill_tokens),
+        kv_blocks: load.active_blocks,
     }
 }
 

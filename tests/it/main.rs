@@ -21,4 +21,5 @@ mod stability;
 mod support;
 mod sweep;
 mod tidy;
+mod timeline;
 mod timing;
