@@ -74,7 +74,9 @@ fn search_section(page: &mut Page, index: usize, row: &PlanRow) {
     page.section(&format!("search-{index}"), &heading);
     page.facts(&bracket_facts(plan));
     if let Some(o) = binding_outcome(plan) {
-        page.paragraph("The binding expectation (the relatively closest to failing at the answer):");
+        page.paragraph(
+            "The binding expectation (the relatively closest to failing at the answer):",
+        );
         page.verdicts(&format!("binding-{index}"), &[o]);
     }
     probe_table(page, index, plan);
@@ -83,10 +85,17 @@ fn search_section(page: &mut Page, index: usize, row: &PlanRow) {
 fn bracket_facts(plan: &Plan) -> Vec<(String, String)> {
     let value = |v: Option<f64>| v.map_or_else(|| "none".to_string(), format_value);
     vec![
-        ("goal".into(), format!("{} {}", plan.goal.name(), plan.parameter)),
+        (
+            "goal".into(),
+            format!("{} {}", plan.goal.name(), plan.parameter),
+        ),
         (
             "range".into(),
-            format!("{}..{}", format_value(plan.range.0), format_value(plan.range.1)),
+            format!(
+                "{}..{}",
+                format_value(plan.range.0),
+                format_value(plan.range.1)
+            ),
         ),
         ("answer".into(), value(plan.answer)),
         ("bracket: last infeasible".into(), value(plan.bracket.0)),

@@ -87,11 +87,7 @@ impl Page {
 
     /// A paragraph whose text is `text` in a monospace face (a command line, a warning).
     pub fn mono(&mut self, class: &str, text: &str) {
-        self.body += &format!(
-            "<p class=\"mono {}\">{}</p>\n",
-            id_of(class),
-            escape(text)
-        );
+        self.body += &format!("<p class=\"mono {}\">{}</p>\n", id_of(class), escape(text));
     }
 
     /// Name-value pairs, in order.
@@ -225,10 +221,7 @@ mod tests {
 
     #[test]
     fn escape_replaces_every_character_that_means_markup() {
-        assert_eq!(
-            escape("<b>&\"x\"'"),
-            "&lt;b&gt;&amp;&quot;x&quot;&#39;"
-        );
+        assert_eq!(escape("<b>&\"x\"'"), "&lt;b&gt;&amp;&quot;x&quot;&#39;");
         assert_eq!(escape("premium ≤ 2 s"), "premium ≤ 2 s");
     }
 
@@ -242,14 +235,19 @@ mod tests {
         let mut page = Page::new("run", "demo");
         page.charts(&[
             ("a.png", b"PNG".to_vec()),
-            ("a.svg", b"<?xml version=\"1.0\"?>\n<svg width=\"2\"></svg>\n".to_vec()),
+            (
+                "a.svg",
+                b"<?xml version=\"1.0\"?>\n<svg width=\"2\"></svg>\n".to_vec(),
+            ),
         ]);
         let html = String::from_utf8(page.finish()).unwrap();
         assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
         assert!(!html.contains("<?xml"), "{html}");
         assert!(html.contains("<figure class=\"chart\" id=\"chart-a\">\n<svg width=\"2\">"));
         assert!(html.contains("<a href=\"a.png\">a.png</a>"));
-        for loads in ["<script", "src=", "@import", "url(", "<link", "http://", "https://"] {
+        for loads in [
+            "<script", "src=", "@import", "url(", "<link", "http://", "https://",
+        ] {
             assert!(!html.contains(loads), "{loads} in {html}");
         }
     }

@@ -1,4 +1,4 @@
-//! The `report.html` of a run (`run`, `replay`, `check --out`): what ran, the per-class
+//! The `report.html` of a run (`run`, `replay`): what ran, the per-class
 //! table, the expectations' verdicts, the stability verdict, every plot inline and links to
 //! the files beside it. Bytes from data, like every other exporter here.
 
@@ -36,7 +36,9 @@ pub fn run_report<S: AsRef<str>, B: AsRef<[u8]>>(
     out.section("plots", "Plots");
     match files.iter().any(|(n, _)| n.as_ref().ends_with(".svg")) {
         true => out.charts(files),
-        false => out.paragraph("No plots were drawn for this run (`replay` draws them with --plots)."),
+        false => {
+            out.paragraph("No plots were drawn for this run (`replay` draws them with --plots).")
+        }
     }
     out.section("files", "Files");
     out.links(&html::linked_names(files));
@@ -139,7 +141,14 @@ mod tests {
 
     fn page_of(class_names: &[&str], outcomes: &[ExpectationOutcome]) -> String {
         let records = (0..4)
-            .map(|row| done(row, row as usize % 2, DispatchPath::Queued, [0, row + 1, row + 2]))
+            .map(|row| {
+                done(
+                    row,
+                    row as usize % 2,
+                    DispatchPath::Queued,
+                    [0, row + 1, row + 2],
+                )
+            })
             .collect();
         let result = result_of(class_names, records);
         let metrics = RunMetrics::compute(&result, &[2, 1]);
@@ -163,7 +172,10 @@ mod tests {
 
     #[test]
     fn verdicts_read_pass_and_fail_with_value_and_bound() {
-        let html = page_of(&["gold", "standard"], &[outcome("a", true), outcome("b", false)]);
+        let html = page_of(
+            &["gold", "standard"],
+            &[outcome("a", true), outcome("b", false)],
+        );
         assert!(html.contains("<td class=\"verdict pass\">PASS</td><td class=\"text\">a</td><td>3</td><td>at most 2</td>"), "{html}");
         assert!(html.contains("<td class=\"verdict fail\">FAIL</td><td class=\"text\">b</td>"));
         assert!(html.contains("1 of 2 pass."));
@@ -173,16 +185,25 @@ mod tests {
     fn the_page_holds_the_class_table_every_plot_and_links() {
         let html = page_of(&["gold", "standard"], &[]);
         assert!(html.contains("<table id=\"classes\">"));
-        assert!(html.contains("<td>gold</td><td>2</td>"), "the class row with its quantum");
+        assert!(
+            html.contains("<td>gold</td><td>2</td>"),
+            "the class row with its quantum"
+        );
         for chart in ["completions_by_index", "ttft_cdf", "e2e_cdf", "in_system"] {
             assert!(html.contains(&format!("id=\"chart-{chart}\"")), "{chart}");
-            assert!(html.contains(&format!("<li><a href=\"{chart}.png\">")), "{chart}");
+            assert!(
+                html.contains(&format!("<li><a href=\"{chart}.png\">")),
+                "{chart}"
+            );
         }
         assert!(html.contains("The scenario states no expectations."));
     }
 
     #[test]
     fn the_same_run_gives_the_same_bytes() {
-        assert_eq!(page_of(&["gold", "standard"], &[]), page_of(&["gold", "standard"], &[]));
+        assert_eq!(
+            page_of(&["gold", "standard"], &[]),
+            page_of(&["gold", "standard"], &[])
+        );
     }
 }

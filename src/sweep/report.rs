@@ -40,7 +40,10 @@ fn facts(manifest: &Manifest) -> Vec<(String, String)> {
     }
     facts.push(("seeds per point".into(), manifest.replications.to_string()));
     if manifest.arrival_jitter_ns > 0 {
-        facts.push(("arrival jitter (ns)".into(), manifest.arrival_jitter_ns.to_string()));
+        facts.push((
+            "arrival jitter (ns)".into(),
+            manifest.arrival_jitter_ns.to_string(),
+        ));
     }
     facts
 }
@@ -51,7 +54,13 @@ fn summary_cells(
     summaries: &[PointSummary],
 ) -> (Vec<String>, Vec<Vec<String>>) {
     let mut header = vec!["point".to_string()];
-    header.extend(manifest.grid.axes.iter().map(|a| super::short_path(&a.path)));
+    header.extend(
+        manifest
+            .grid
+            .axes
+            .iter()
+            .map(|a| super::short_path(&a.path)),
+    );
     header.push("runs".into());
     for class in &manifest.class_names {
         header.push(format!("{class} share [95% CI]"));

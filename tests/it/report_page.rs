@@ -35,7 +35,15 @@ fn scenario() -> String {
 /// Runs the weighted scenario with equal quanta into `dir/out` (or with `extra` flags).
 fn run_equal_quanta(dir: &Path, extra: &[&str]) -> PathBuf {
     let scenario = scenario();
-    let mut args = vec!["run", &scenario, "--quiet", "--out", "out", "--set", EQUAL_QUANTA];
+    let mut args = vec![
+        "run",
+        &scenario,
+        "--quiet",
+        "--out",
+        "out",
+        "--set",
+        EQUAL_QUANTA,
+    ];
     args.extend(extra);
     let (code, _, stderr) = run_in_dir(dir, &args);
     assert_eq!(code, 0, "{stderr}");
@@ -61,7 +69,10 @@ fn run_plan_and_sweep_outputs_carry_report_html_unless_no_report() {
     let page = fs::read_to_string(tmp.path().join("sweep/report.html")).unwrap();
     assert!(page.contains("<table id=\"summary\">"), "{page}");
     assert!(page.contains("id=\"chart-share_first_n_vs_regular.quantum\""));
-    let quiet = run_in_dir(tmp.path(), &[&sweep[..], &["--no-report", "--out", "bare"]].concat());
+    let quiet = run_in_dir(
+        tmp.path(),
+        &[&sweep[..], &["--no-report", "--out", "bare"]].concat(),
+    );
     assert_eq!(quiet.0, 0, "{}", quiet.2);
     assert!(tmp.path().join("bare/sweep.csv").exists());
     assert!(!tmp.path().join("bare/report.html").exists());
@@ -104,8 +115,37 @@ fn a_rerun_writes_the_same_report_and_no_report_writes_none() {
     run_equal_quanta(tmp.path(), &[]);
     assert_eq!(first, fs::read(out.join("report.html")).unwrap());
     run_equal_quanta(tmp.path(), &["--no-report"]);
-    assert!(!out.join("report.html").exists(), "a rerun with --no-report removes it");
+    assert!(
+        !out.join("report.html").exists(),
+        "a rerun with --no-report removes it"
+    );
     assert!(out.join("classes.csv").exists());
+}
+
+#[test]
+fn the_report_is_the_same_whatever_directory_the_scenario_path_is_spelled_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let absolute = run_equal_quanta(tmp.path(), &[]).join("report.html");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = tmp.path().join("relative");
+    let out_arg = out.display().to_string();
+    let args = [
+        "run",
+        SCENARIO,
+        "--quiet",
+        "--out",
+        &out_arg,
+        "--set",
+        EQUAL_QUANTA,
+    ];
+    let (code, _, stderr) = run_in_dir(root, &args);
+    assert_eq!(code, 0, "{stderr}");
+    let page = fs::read(out.join("report.html")).unwrap();
+    assert_eq!(
+        fs::read(absolute).unwrap(),
+        page,
+        "the page names the file, not the path"
+    );
 }
 
 #[test]
@@ -114,7 +154,16 @@ fn the_shipped_page_has_no_script_no_web_font_and_no_remote_address() {
     let page = fs::read_to_string(run_equal_quanta(tmp.path(), &[]).join("report.html")).unwrap();
     // The SVG namespace is a name, not a load.
     let page = page.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
-    for banned in ["<script", "@font-face", "url(", "<link", "<img", "<iframe", "http:", "https:"] {
+    for banned in [
+        "<script",
+        "@font-face",
+        "url(",
+        "<link",
+        "<img",
+        "<iframe",
+        "http:",
+        "https:",
+    ] {
         assert!(!page.contains(banned), "{banned} in report.html");
     }
 }
@@ -164,7 +213,10 @@ fn headless(browser: &str, profile: &Path, extra: &[&str], page: &Path) -> (Stri
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > Duration::from_secs(60) {
             child.kill().unwrap();
-            panic!("chromium did not finish within a minute on {}", page.display());
+            panic!(
+                "chromium did not finish within a minute on {}",
+                page.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -254,14 +306,25 @@ fn in_a_browser_the_class_table_charts_and_verdicts_are_visible_and_nothing_load
     let Some(browser) = chromium() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let out = run_equal_quanta(tmp.path(), &[]);
-    let (seen, console) = measure(browser, tmp.path(), &instrumented(&out.join("report.html"), ""));
+    let (seen, console) = measure(
+        browser,
+        tmp.path(),
+        &instrumented(&out.join("report.html"), ""),
+    );
     assert_eq!(console, Vec::<String>::new(), "console messages");
     assert_eq!(seen["errors"], serde_json::json!([]), "failed loads");
-    assert_eq!(seen["resources"], serde_json::json!([]), "the page loads nothing");
+    assert_eq!(
+        seen["resources"],
+        serde_json::json!([]),
+        "the page loads nothing"
+    );
     assert_eq!(seen["fonts"], 0, "no web fonts");
     let (w, h, shown) = size(&seen["classes"]);
     assert!(w > 300.0 && h > 40.0 && shown, "class table {w}x{h}");
-    assert_eq!(seen["classes"]["rows"], serde_json::json!(["premium", "regular"]));
+    assert_eq!(
+        seen["classes"]["rows"],
+        serde_json::json!(["premium", "regular"])
+    );
     let mut svgs: Vec<String> = fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -269,7 +332,10 @@ fn in_a_browser_the_class_table_charts_and_verdicts_are_visible_and_nothing_load
         .collect();
     svgs.sort();
     let charts = seen["charts"].as_array().unwrap();
-    let mut ids: Vec<String> = charts.iter().map(|c| c["id"].as_str().unwrap().into()).collect();
+    let mut ids: Vec<String> = charts
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().into())
+        .collect();
     ids.sort();
     assert_eq!(ids, svgs, "every plot is on the page");
     for chart in charts {
@@ -279,16 +345,29 @@ fn in_a_browser_the_class_table_charts_and_verdicts_are_visible_and_nothing_load
     let verdicts = seen["verdicts"].as_array().unwrap();
     let on_page: Vec<(String, String)> = verdicts
         .iter()
-        .map(|v| (v["verdict"].as_str().unwrap().into(), v["label"].as_str().unwrap().into()))
+        .map(|v| {
+            (
+                v["verdict"].as_str().unwrap().into(),
+                v["label"].as_str().unwrap().into(),
+            )
+        })
         .collect();
-    assert_eq!(on_page, check_verdicts(tmp.path()), "the page agrees with `check`");
+    assert_eq!(
+        on_page,
+        check_verdicts(tmp.path()),
+        "the page agrees with `check`"
+    );
     assert!(on_page.iter().any(|v| v.0 == "PASS") && on_page.iter().any(|v| v.0 == "FAIL"));
     let background = |verdict: &str| {
         let v = verdicts.iter().find(|v| v["verdict"] == verdict).unwrap();
         assert!(size(v).0 > 0.0 && size(v).2, "{v}");
         v["background"].as_str().unwrap().to_string()
     };
-    assert_ne!(background("PASS"), background("FAIL"), "verdicts look different");
+    assert_ne!(
+        background("PASS"),
+        background("FAIL"),
+        "verdicts look different"
+    );
 }
 
 #[test]
@@ -297,10 +376,22 @@ fn the_browser_harness_catches_a_failed_load_and_a_console_message() {
     let tmp = tempfile::tempdir().unwrap();
     let out = run_equal_quanta(tmp.path(), &[]);
     let broken = "<img src=\"missing.png\"><script>console.error('broken page')</script>";
-    let (seen, console) = measure(browser, tmp.path(), &instrumented(&out.join("report.html"), broken));
+    let (seen, console) = measure(
+        browser,
+        tmp.path(),
+        &instrumented(&out.join("report.html"), broken),
+    );
     let errors = seen["errors"].as_array().unwrap();
-    assert!(errors.iter().any(|e| e.as_str().unwrap().ends_with("missing.png")), "{errors:?}");
-    assert!(console.iter().any(|l| l.contains("broken page")), "{console:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.as_str().unwrap().ends_with("missing.png")),
+        "{errors:?}"
+    );
+    assert!(
+        console.iter().any(|l| l.contains("broken page")),
+        "{console:?}"
+    );
 }
 
 #[test]
@@ -309,15 +400,30 @@ fn a_screenshot_of_the_report_is_not_blank() {
     let tmp = tempfile::tempdir().unwrap();
     let out = run_equal_quanta(tmp.path(), &[]);
     let png = tmp.path().join("report.png");
-    let flags = [format!("--screenshot={}", png.display()), "--window-size=1280,4000".into()];
+    let flags = [
+        format!("--screenshot={}", png.display()),
+        "--window-size=1280,4000".into(),
+    ];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    headless(browser, &tmp.path().join("profile-shot"), &flags, &out.join("report.html"));
+    headless(
+        browser,
+        &tmp.path().join("profile-shot"),
+        &flags,
+        &out.join("report.html"),
+    );
     let (width, height, pixels) = rgb_pixels(&png);
     assert_eq!((width, height), (1280, 4000));
     let inked = pixels.iter().filter(|p| **p != [255, 255, 255]).count();
     let colours: std::collections::BTreeSet<[u8; 3]> = pixels.iter().copied().collect();
-    assert!(inked * 50 > pixels.len(), "under 2% of the screenshot is not white: {inked}");
-    assert!(colours.len() > 64, "only {} colours: a blank page", colours.len());
+    assert!(
+        inked * 50 > pixels.len(),
+        "under 2% of the screenshot is not white: {inked}"
+    );
+    assert!(
+        colours.len() > 64,
+        "only {} colours: a blank page",
+        colours.len()
+    );
 }
 
 /// The PNG's size and its pixels as RGB.
