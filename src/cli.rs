@@ -7,13 +7,14 @@ use crate::mocker::{EngineArgs, WorkerRole};
 use crate::pipeline::{
     self, DisaggregatedSetup, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec,
 };
-use crate::plan;
 use crate::report;
 use crate::report::chart::PlotError;
 use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
 use crate::report::expect::Bound;
+use crate::report::html::REPORT_FILE;
 use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind};
+use crate::report::run_page::RunPage;
 use crate::scenario::{self, FileKind, Scenario, bounds_check};
 use crate::scheduling::policy;
 use crate::scheduling::router_config::RouterConfig;
@@ -22,7 +23,9 @@ use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, 
 use crate::time::{SimDuration, format_ms};
 use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
+use plan_cmd::{PlanArgs, run_plan};
 use timeline::{CheckTimelineArgs, TimelineArgs};
+mod plan_cmd;
 mod timeline;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -91,6 +94,9 @@ struct RunArgs {
     /// Print nothing but errors.
     #[arg(long)]
     quiet: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
     #[command(flatten)]
     timeline: TimelineArgs,
 }
@@ -198,6 +204,9 @@ struct ReplayArgs {
     /// them takes longer than the replay itself.
     #[arg(long)]
     plots: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
     #[command(flatten)]
     timeline: TimelineArgs,
 }
@@ -353,6 +362,14 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     )
     .map_err(|e| CliError::Bug(e.to_string()))?;
     files.extend(args.timeline.file(&run.result, &meta));
+    if !args.no_report {
+        let page = RunPage {
+            title: &spec.name,
+            facts: run_facts(args, spec.seed()),
+            outcomes: Some(&outcomes),
+        };
+        files = report::with_report(files, &page, &run.metrics);
+    }
     target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
@@ -382,6 +399,28 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     );
     print_stop_line(&run.result);
     no_progress_error(&run.result)
+}
+
+/// A report names an input by its file name alone: the page must not change with the
+/// directory a command ran from, or with how the path was spelled.
+fn file_name(path: &Path) -> String {
+    match path.file_name() {
+        Some(name) => name.to_string_lossy().into_owned(),
+        None => path.display().to_string(),
+    }
+}
+
+/// What `run` ran, for its report.html: the command line's inputs and the seed.
+fn run_facts(args: &RunArgs, seed: u64) -> Vec<(String, String)> {
+    let mut facts = vec![
+        ("command".to_string(), "routersim run".to_string()),
+        ("scenario file".to_string(), file_name(&args.scenario)),
+        ("seed".to_string(), seed.to_string()),
+    ];
+    if !args.set.is_empty() {
+        facts.push(("overrides (--set)".to_string(), args.set.join(" ")));
+    }
+    facts
 }
 
 /// `stopped early: <reason>; N of M requests unfinished` when a limit cut the run short.
@@ -744,6 +783,19 @@ fn replay_router(args: &ReplayArgs) -> Result<RouterConfig, CliError> {
     Ok(config)
 }
 
+/// What `replay` ran, for its report.html: the trace, the policy and the worker counts.
+fn replay_facts(args: &ReplayArgs) -> Vec<(String, String)> {
+    let mut facts = vec![
+        ("command".to_string(), "routersim replay".to_string()),
+        ("trace".to_string(), file_name(&args.trace)),
+    ];
+    if let Some(policy) = &args.policy {
+        facts.push(("policy".to_string(), file_name(policy)));
+    }
+    facts.push(("seed".to_string(), args.seed.to_string()));
+    facts
+}
+
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let (setup, replay_concurrency, arrival_speedup_ratio) = replay_setup(args)?;
     let inputs = replay_inputs(args, &setup);
@@ -779,6 +831,14 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         report::data_files(&result, &metrics, &meta)
     };
     files.extend(args.timeline.file(&result, &meta));
+    if !args.no_report {
+        let page = RunPage {
+            title: &trace_name,
+            facts: replay_facts(args),
+            outcomes: None,
+        };
+        files = report::with_report(files, &page, &metrics);
+    }
     target.write_bodies(&files).map_err(input)?;
     if !args.quiet {
         print!("{}", report::table::class_table(&metrics));
@@ -822,6 +882,10 @@ struct SweepArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Do not write report.html (the one-page summary of the output directory; a shard's
+    /// directory never has one: its merge does).
+    #[arg(long)]
+    no_report: bool,
     /// Run only shard K of N (1-based, strided: points K-1, K-1+N, ...); merge the shard
     /// directories with `routersim merge`.
     #[arg(long, value_name = "K/N")]
@@ -851,6 +915,9 @@ struct MergeArgs {
     /// routersim wrote there).
     #[arg(long)]
     force: bool,
+    /// Do not write report.html (the one-page summary of the output directory).
+    #[arg(long)]
+    no_report: bool,
 }
 
 /// `routersim tune SCENARIO --target CLASS=SHARE [--vary PATH ...] [--tolerance T]`.
@@ -917,9 +984,11 @@ fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
     let target = output::claim(&args.out, OutputKind::Sweep, &plan.input_files, args.force)
         .map_err(input)?;
     let run = plan.run(!args.quiet)?;
-    target
-        .write(&plan.files(&run.rows).map_err(plot_bug)?)
-        .map_err(input)?;
+    let mut files = plan.files(&run.rows).map_err(plot_bug)?;
+    if !args.no_report && plan.manifest.shard.is_none() {
+        add_sweep_report(&mut files, &plan.manifest, &plan.summaries(&run.rows));
+    }
+    target.write(&files).map_err(input)?;
     if !args.quiet {
         if plan.manifest.shard.is_none() {
             let summaries = plan.summaries(&run.rows);
@@ -939,8 +1008,26 @@ fn run_merge(args: &MergeArgs) -> Result<(), CliError> {
     let target =
         output::claim(&args.out, OutputKind::Sweep, &args.dirs, args.force).map_err(input)?;
     let (manifest, rows) = sweep::shard::read_shards(&args.dirs)?;
-    let files = sweep::table::sweep_files(&manifest, &rows).map_err(plot_bug)?;
+    let mut files = sweep::table::sweep_files(&manifest, &rows).map_err(plot_bug)?;
+    if !args.no_report {
+        let whole = sweep::Manifest {
+            shard: None,
+            ..manifest
+        };
+        let summaries = sweep::table::summarize(&whole, &rows);
+        add_sweep_report(&mut files, &whole, &summaries);
+    }
     target.write(&files).map_err(input)
+}
+
+/// Appends a whole sweep's report.html to its `files`.
+fn add_sweep_report(
+    files: &mut Vec<(String, Vec<u8>)>,
+    manifest: &sweep::Manifest,
+    summaries: &[sweep::PointSummary],
+) {
+    let report = sweep::report::sweep_report(manifest, summaries, files);
+    files.push((REPORT_FILE.to_string(), report));
 }
 
 /// Runs `tune` and prints the solution, the achieved shares and their sensitivity; a missed
@@ -983,218 +1070,4 @@ fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
             args.tolerance, outcome.error
         ))),
     }
-}
-
-/// `routersim plan SCENARIO (--minimize PATH | --maximize PATH) --range LO..HI ...`.
-#[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("goal").required(true).args(["minimize", "maximize"])))]
-struct PlanArgs {
-    /// The scenario file; its `expect:` block is the SLO.
-    scenario: PathBuf,
-    /// Find the smallest feasible value of this `--set` path (e.g. workers.count), or with
-    /// A+B the fewest of two counts together (e.g.
-    /// workers.prefill.count+workers.decode.count: for each A, the fewest B).
-    #[arg(long, value_name = "PATH")]
-    minimize: Option<String>,
-    /// Find the largest feasible value of this `--set` path (e.g. workload.rate_per_s).
-    #[arg(long, value_name = "PATH")]
-    maximize: Option<String>,
-    /// The range searched, inclusive: LO..HI. Both ends are probed first; the scenario must
-    /// take both.
-    #[arg(long, value_name = "LO..HI")]
-    range: String,
-    /// Replications per probe, with the seeds `sweep --seeds N` uses; a probe is feasible
-    /// only if every expectation holds on every seed. At most 100,000 runs in all: up to 96
-    /// probes x the seeds (x the `--for` values).
-    #[arg(long, default_value_t = 1)]
-    seeds: u32,
-    /// Relative precision of a real parameter's answer, at least 4.44e-16 (what a double
-    /// resolves).
-    #[arg(long, default_value_t = 0.01)]
-    precision: f64,
-    /// Override a scenario field for every probe (repeatable).
-    #[arg(long = "set", value_name = "PATH=VALUE")]
-    set: Vec<String>,
-    /// Repeat the search for each value of PATH (a capacity table), e.g. workers.count=1,2,4,8.
-    #[arg(long = "for", value_name = "PATH=V1,V2,...")]
-    for_values: Option<String>,
-    /// Count an overloaded run as feasible.
-    #[arg(long)]
-    allow_overload: bool,
-    /// Worker threads for a probe's seeds (default: all cores).
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Output directory (default: results/<scenario name>-plan/). It must be new, empty, or a
-    /// previous plan output: a rerun replaces the files routersim wrote there and keeps every
-    /// other file; any other directory is refused before the search starts.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Also replace a previous output of another routersim command in the output directory
-    /// (only the files routersim wrote there).
-    #[arg(long)]
-    force: bool,
-    /// Print nothing but errors.
-    #[arg(long)]
-    quiet: bool,
-}
-
-/// Parses `LO..HI`.
-fn parse_range(text: &str) -> Result<(f64, f64), CliError> {
-    let bad = || CliError::Input(format!("--range {text}: expected LO..HI, e.g. 1..64"));
-    let (lo, hi) = text.split_once("..").ok_or_else(bad)?;
-    let lo: f64 = lo.trim().parse().map_err(|_| bad())?;
-    let hi: f64 = hi.trim().parse().map_err(|_| bad())?;
-    Ok((lo, hi))
-}
-
-/// Parses `--for PATH=V1,V2,...` into (path, values).
-fn parse_for(text: &str) -> Result<(String, Vec<String>), CliError> {
-    let (path, values) = text
-        .split_once('=')
-        .filter(|(p, v)| !p.trim().is_empty() && !v.trim().is_empty())
-        .ok_or_else(|| CliError::Input(format!("--for {text}: expected PATH=V1,V2,...")))?;
-    let values = values.split(',').map(|v| v.trim().to_string()).collect();
-    Ok((path.trim().to_string(), values))
-}
-
-fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
-    let started = std::time::Instant::now();
-    let overrides = parse_overrides(&args.set)?;
-    let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
-    let (goal, parameter) = match (&args.minimize, &args.maximize) {
-        (Some(p), None) => (plan::Goal::Minimize, p.clone()),
-        (None, Some(p)) => (plan::Goal::Maximize, p.clone()),
-        _ => {
-            return Err(CliError::Input(
-                "give one of --minimize or --maximize".into(),
-            ));
-        }
-    };
-    let options = plan::PlanOptions {
-        scenario: args.scenario.clone(),
-        overrides: overrides.clone(),
-        parameter,
-        goal,
-        range: parse_range(&args.range)?,
-        seeds: args.seeds,
-        precision: args.precision,
-        allow_overload: args.allow_overload,
-    };
-    let table = args.for_values.as_deref().map(parse_for).transpose()?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("results").join(format!("{}-plan", scenario.name())));
-    if let Some((first, second)) = plan::joint::split_sum(&options.parameter) {
-        if table.is_some() {
-            return Err(CliError::Input(
-                "--for: a joint search (--minimize A+B) already makes a table over A".into(),
-            ));
-        }
-        let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
-            .map_err(input)?;
-        return run_joint_plan(args, &options, (&first, &second), target, &out, started);
-    }
-    let searches = plan_searches(&options, table)?;
-    let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
-        .map_err(input)?;
-    let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
-    let rows = searches
-        .into_iter()
-        .map(|(for_value, options)| {
-            Ok(plan::output::PlanRow {
-                plan: plan::plan(&options, &pool)?,
-                for_value,
-            })
-        })
-        .collect::<Result<Vec<_>, CliError>>()?;
-    let mut files = vec![
-        ("plan.json".to_string(), plan::output::plan_json(&rows)),
-        ("plan.csv".to_string(), plan::output::plan_csv(&rows)),
-    ];
-    files.extend(plan::output::capacity_files(&rows).map_err(plot_bug)?);
-    target.write(&files).map_err(input)?;
-    if !args.quiet {
-        for row in &rows {
-            print!("{}", plan::output::describe(row));
-        }
-        let probes: usize = rows.iter().map(|r| r.plan.probes.len()).sum();
-        println!(
-            "{probes} probes x {} seeds in {:.1} s; wrote {}",
-            args.seeds,
-            started.elapsed().as_secs_f64(),
-            out.display()
-        );
-    }
-    match rows.iter().all(|r| r.plan.answer.is_some()) {
-        true => Ok(()),
-        false => Err(CliError::Expectation(
-            "nothing in the range is feasible".into(),
-        )),
-    }
-}
-
-/// `plan --minimize A+B`: the fewest of two counts together (see `plan::joint`), written to
-/// `target` as a plan's files.
-fn run_joint_plan(
-    args: &PlanArgs,
-    options: &plan::PlanOptions,
-    (first, second): (&str, &str),
-    target: output::OutputTarget,
-    out: &Path,
-    started: std::time::Instant,
-) -> Result<(), CliError> {
-    let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
-    let joint = plan::joint::joint_plan(options, first, second, &pool)?;
-    let mut files = vec![
-        ("plan.json".to_string(), plan::output::joint_json(&joint)),
-        ("plan.csv".to_string(), plan::output::plan_csv(&joint.rows)),
-    ];
-    files.extend(plan::output::capacity_files(&joint.rows).map_err(plot_bug)?);
-    target.write(&files).map_err(input)?;
-    if !args.quiet {
-        print!("{}", plan::output::describe_joint(&joint));
-        let probes: usize = joint.rows.iter().map(|r| r.plan.probes.len()).sum();
-        println!(
-            "{probes} probes x {} seeds in {:.1} s; wrote {}",
-            args.seeds,
-            started.elapsed().as_secs_f64(),
-            out.display()
-        );
-    }
-    match joint.answer {
-        Some(_) => Ok(()),
-        None => Err(CliError::Expectation(
-            "nothing in the range is feasible".into(),
-        )),
-    }
-}
-
-/// One search of a plan: its `--for` (path, value), if any, and its options.
-type PlanSearch = (Option<(String, String)>, plan::PlanOptions);
-
-/// One search, or one per `--for` value (each with that value set), each checked before any
-/// runs: the seeds of every search within a plan's bound, and every range's ends.
-fn plan_searches(
-    options: &plan::PlanOptions,
-    table: Option<(String, Vec<String>)>,
-) -> Result<Vec<PlanSearch>, CliError> {
-    let searches = match table {
-        None => vec![(None, options.clone())],
-        Some((path, values)) => {
-            let flag = format!("--for {path}=...");
-            plan::checks::check_not_searched(&flag, &path, &options.parameter)?;
-            plan::checks::check_run_count(values.len(), options.seeds)?;
-            let at = |value: String| {
-                let mut at = options.clone();
-                at.overrides.push((path.clone(), value.clone()));
-                (Some((path.clone(), value)), at)
-            };
-            values.into_iter().map(at).collect()
-        }
-    };
-    for (_, options) in &searches {
-        plan::check(options)?;
-    }
-    Ok(searches)
 }

@@ -13,6 +13,7 @@
 pub mod checks;
 pub mod joint;
 pub mod output;
+pub mod report;
 pub mod search;
 #[cfg(test)]
 mod tests;

@@ -20,21 +20,23 @@ pub struct PlanRow {
 }
 
 /// Each expectation's worst outcome over a probe's seeds.
-fn worst(probe: &Probe) -> Vec<ExpectationOutcome> {
+pub(super) fn worst(probe: &Probe) -> Vec<ExpectationOutcome> {
     let per_seed: Vec<Vec<ExpectationOutcome>> =
         probe.runs.iter().map(|r| r.outcomes.clone()).collect();
     aggregate(&per_seed)
 }
 
+/// The expectation closest to failing at the answer (its worst outcome over the seeds).
+pub(super) fn binding_outcome(plan: &Plan) -> Option<ExpectationOutcome> {
+    let probe = plan.answer.and_then(|a| plan.probe_at(a))?;
+    worst(probe)
+        .into_iter()
+        .min_by(|a, b| relative_margin(a).total_cmp(&relative_margin(b)))
+}
+
 /// The expectation closest to failing at the answer: (label, value, bound, margin, seed).
 fn binding(plan: &Plan) -> Value {
-    let Some(probe) = plan.answer.and_then(|a| plan.probe_at(a)) else {
-        return Value::Null;
-    };
-    let closest = worst(probe)
-        .into_iter()
-        .min_by(|a, b| relative_margin(a).total_cmp(&relative_margin(b)));
-    match closest {
+    match binding_outcome(plan) {
         None => Value::Null,
         Some(o) => json!({
             "expectation": o.label,

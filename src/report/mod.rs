@@ -5,19 +5,22 @@
 //!
 //! A run's report, in order: [`metrics::RunMetrics::compute`] once, then
 //! [`run_files`] (every result file) and [`table::class_table`] (the terminal); for
-//! `check`, [`evaluate::evaluate`], [`evaluate::format_outcome`] and [`junit::junit_xml`].
+//! `check`, [`evaluate::evaluate`], [`evaluate::format_outcome`] and [`junit::junit_xml`];
+//! last, [`with_report`] adds `report.html` (a page of all of them, [`run_page`]).
 
 pub mod chart;
 mod csv_row;
 pub mod evaluate;
 pub mod expect;
 pub mod files;
+pub mod html;
 pub mod junit;
 pub mod metrics;
 pub mod output;
 pub mod phases;
 pub mod plots;
 pub mod pools;
+pub mod run_page;
 pub mod sessions;
 pub mod slo;
 pub mod stability;
@@ -70,6 +73,26 @@ pub fn run_files<'a>(
             .map(|(name, bytes)| (name, bytes.into())),
     );
     Ok(all)
+}
+
+/// `files` and, after them, their `report.html` ([`run_page::run_report`]): the SVG plots
+/// among `files` are drawn inline and every file is linked. A streamed file (the large CSVs)
+/// is only linked, never read.
+pub fn with_report<'a>(
+    mut files: Vec<(String, FileBody<'a>)>,
+    page: &run_page::RunPage,
+    metrics: &metrics::RunMetrics,
+) -> Vec<(String, FileBody<'a>)> {
+    let inline: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(name, body)| match body {
+            FileBody::Bytes(bytes) => (name.as_str(), bytes.as_slice()),
+            FileBody::Streamed(_) => (name.as_str(), &[][..]),
+        })
+        .collect();
+    let report = run_page::run_report(page, metrics, &inline);
+    files.push((html::REPORT_FILE.to_string(), report.into()));
+    files
 }
 
 use crate::sim::{RequestRecord, SimResult};

@@ -1,4 +1,5 @@
-//! The compact per-class table printed after each run.
+//! The compact per-class table printed after each run, as text and as cells (which
+//! `report.html` shows).
 
 use super::metrics::{LatencyStats, RunMetrics, Stat};
 
@@ -8,54 +9,108 @@ fn ms(stats: &LatencyStats, stat: Stat) -> String {
         .map_or_else(|| "-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6))
 }
 
+/// A table as text cells, row by row: what the terminal prints (padded, see [`Cells::text`])
+/// and `report.html` shows, so the two cannot disagree on a figure.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cells {
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Each column's width in the terminal; the first column is left-aligned, the others
+    /// right-aligned.
+    widths: Vec<usize>,
+}
+
+impl Cells {
+    fn new(header: Vec<String>, widths: Vec<usize>) -> Cells {
+        debug_assert_eq!(header.len(), widths.len());
+        Cells {
+            header,
+            rows: Vec::new(),
+            widths,
+        }
+    }
+
+    /// The header and every row, padded to the column widths, one line each.
+    pub fn text(&self) -> String {
+        std::iter::once(&self.header)
+            .chain(&self.rows)
+            .map(|row| self.line(row))
+            .collect()
+    }
+
+    fn line(&self, row: &[String]) -> String {
+        let mut line = String::new();
+        for (i, (cell, &width)) in row.iter().zip(&self.widths).enumerate() {
+            match i {
+                0 => line += &format!("{cell:<width$}"),
+                _ => line += &format!(" {cell:>width$}"),
+            }
+        }
+        line + "\n"
+    }
+}
+
+fn strings<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.map(String::from).to_vec()
+}
+
 /// One line per class: counts, TTFT p50/p99 and E2E p50/p99 in ms; a line per worker pool
 /// when there are several; then a totals line. When
 /// classes were backlogged together ([`RunMetrics::classes_backlogged_together`]) it also shows
 /// each class's count and share of the first `prefix_n` completions against its ideal DRR
 /// share; otherwise each class got what it asked for and those columns would mean nothing.
 pub fn class_table(metrics: &RunMetrics) -> String {
+    let mut out = class_cells(metrics).text();
+    out += &pool_cells(metrics).map(|c| c.text()).unwrap_or_default();
+    out += &session_cells(metrics).map(|c| c.text()).unwrap_or_default();
+    out += &totals_line(metrics);
+    out += "\n";
+    out
+}
+
+/// The class lines of [`class_table`], as cells.
+pub fn class_cells(metrics: &RunMetrics) -> Cells {
     let shares = metrics.classes_backlogged_together();
     let n = metrics.prefix_n;
-    let mut out = format!(
-        "{:<16} {:>8} {:>9} {:>9} {:>8}",
-        "class", "quantum", "requests", "completed", "rejected"
-    );
+    let mut header = strings(["class", "quantum", "requests", "completed", "rejected"]);
+    let mut widths = vec![16, 8, 9, 9, 8];
     if shares {
-        out += &format!(
-            " {:>10} {:>6} {:>6}",
-            format!("first {n}"),
-            "share",
-            "ideal"
-        );
+        header.extend([format!("first {n}"), "share".into(), "ideal".into()]);
+        widths.extend([10, 6, 6]);
     }
-    out += &format!(
-        " {:>9} {:>9} {:>9} {:>9}\n",
-        "ttft p50", "ttft p99", "e2e p50", "e2e p99"
-    );
+    header.extend(strings(["ttft p50", "ttft p99", "e2e p50", "e2e p99"]));
+    widths.extend([9; 4]);
+    let mut cells = Cells::new(header, widths);
     for (i, c) in metrics.classes.iter().enumerate() {
-        out += &format!(
-            "{:<16} {:>8} {:>9} {:>9} {:>8}",
-            c.name, c.quantum_tokens, c.requests, c.completed, c.rejected
-        );
+        let mut row = vec![
+            c.name.clone(),
+            c.quantum_tokens.to_string(),
+            c.requests.to_string(),
+            c.completed.to_string(),
+            c.rejected.to_string(),
+        ];
         if shares {
             let share = metrics
                 .prefix_share(i, n)
                 .map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
             let first_n = metrics.completed_through(i, n);
-            out += &format!(" {first_n:>10} {share:>6} {:>6.3}", c.ideal_share);
+            row.extend([first_n.to_string(), share, format!("{:.3}", c.ideal_share)]);
         }
-        out += &format!(
-            " {:>9} {:>9} {:>9} {:>9}\n",
+        row.extend([
             ms(&c.latencies.ttft, Stat::P50),
             ms(&c.latencies.ttft, Stat::P99),
             ms(&c.latencies.e2e, Stat::P50),
             ms(&c.latencies.e2e, Stat::P99),
-        );
+        ]);
+        cells.rows.push(row);
     }
-    out += &pool_table(metrics);
-    out += &session_table(metrics);
-    out += &format!(
-        "latencies in ms; {} requests, {} completed, {} rejected, {} cancelled, {} aborted ({} migrations); latencies of completed requests only; makespan {:.1} ms; {:.1} req/s\n",
+    cells
+}
+
+/// The totals line of [`class_table`], without its newline.
+pub fn totals_line(metrics: &RunMetrics) -> String {
+    format!(
+        "latencies in ms; {} requests, {} completed, {} rejected, {} cancelled, {} aborted ({} migrations); latencies of completed requests only; makespan {:.1} ms; {:.1} req/s",
         metrics.requests,
         metrics.completed,
         metrics.rejected,
@@ -64,19 +119,17 @@ pub fn class_table(metrics: &RunMetrics) -> String {
         metrics.migrations,
         metrics.makespan.as_ms_f64(),
         metrics.throughput_rps(),
-    );
-    out
+    )
 }
 
 /// With two or more worker pools, one line per pool: workers, requests sent to it, completed,
-/// utilisation, TTFT p50/p99 and E2E p50/p99 in ms. Empty for a single pool (the totals line
+/// utilisation, TTFT p50/p99 and E2E p50/p99 in ms. `None` for a single pool (the totals line
 /// says it all).
-fn pool_table(metrics: &RunMetrics) -> String {
+pub fn pool_cells(metrics: &RunMetrics) -> Option<Cells> {
     if metrics.pools.len() < 2 {
-        return String::new();
+        return None;
     }
-    let mut out = format!(
-        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+    let header = strings([
         "pool",
         "workers",
         "requests",
@@ -85,38 +138,35 @@ fn pool_table(metrics: &RunMetrics) -> String {
         "ttft p50",
         "ttft p99",
         "e2e p50",
-        "e2e p99"
-    );
+        "e2e p99",
+    ]);
+    let mut cells = Cells::new(header, vec![16, 8, 9, 9, 8, 9, 9, 9, 9]);
     for pool in &metrics.pools {
         let utilisation = pool
             .utilisation(metrics.makespan)
             .map_or_else(|| "-".to_string(), |u| format!("{u:.3}"));
-        out += &format!(
-            "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
-            pool.name,
-            pool.workers,
-            pool.requests,
-            pool.served.completed,
+        cells.rows.push(vec![
+            pool.name.clone(),
+            pool.workers.to_string(),
+            pool.requests.to_string(),
+            pool.served.completed.to_string(),
             utilisation,
             ms(&pool.ttft, Stat::P50),
             ms(&pool.ttft, Stat::P99),
             ms(&pool.e2e, Stat::P50),
             ms(&pool.e2e, Stat::P99),
-        );
+        ]);
     }
-    out
+    Some(cells)
 }
 
 /// When the run had sessions, one line per class that started any: sessions started and
 /// completed, turns per session, the cache hit rate, first-turn and follow-up TTFT p99 and
-/// session duration p50/p99 in ms. Empty otherwise.
-fn session_table(metrics: &RunMetrics) -> String {
+/// session duration p50/p99 in ms. `None` otherwise.
+pub fn session_cells(metrics: &RunMetrics) -> Option<Cells> {
     let with_sessions = metrics.classes.iter().filter(|c| c.sessions.started > 0);
-    if with_sessions.clone().next().is_none() {
-        return String::new();
-    }
-    let mut out = format!(
-        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+    with_sessions.clone().next()?;
+    let header = strings([
         "sessions",
         "started",
         "completed",
@@ -125,27 +175,27 @@ fn session_table(metrics: &RunMetrics) -> String {
         "ttft1 p99",
         "ttftN p99",
         "sess p50",
-        "sess p99"
-    );
+        "sess p99",
+    ]);
+    let mut cells = Cells::new(header, vec![16, 8, 9, 9, 8, 9, 9, 9, 9]);
     for c in with_sessions {
         let counts = &c.sessions;
         let fraction = |v: Option<f64>, digits: usize| {
             v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
         };
-        out += &format!(
-            "{:<16} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
-            c.name,
-            counts.started,
-            counts.completed,
+        cells.rows.push(vec![
+            c.name.clone(),
+            counts.started.to_string(),
+            counts.completed.to_string(),
             fraction(counts.turns_per_session_mean(), 2),
             fraction(counts.cache_hit(), 3),
             ms(&c.latencies.first_turn_ttft, Stat::P99),
             ms(&c.latencies.followup_ttft, Stat::P99),
             ms(&c.latencies.session, Stat::P50),
             ms(&c.latencies.session, Stat::P99),
-        );
+        ]);
     }
-    out
+    Some(cells)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 
 pub mod grid;
 pub mod plots;
+pub mod report;
 pub mod run;
 pub mod shard;
 pub mod shard_check;

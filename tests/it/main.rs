@@ -10,6 +10,7 @@ mod plan;
 mod pools;
 mod rate;
 mod replay_modes;
+mod report_page;
 mod safety_bounds;
 mod safety_hang;
 mod safety_output;

@@ -1,0 +1,140 @@
+//! The `report.html` of `routersim plan`: the answer, the bracket, the binding expectation,
+//! every probe with its worst verdicts and the capacity chart, built with
+//! [`crate::report::html::Page`] from the plans (bytes from data, no file system).
+
+use super::joint::JointPlan;
+use super::output::{PlanRow, binding_outcome, describe, describe_joint, worst};
+use super::{Plan, Probe, format_value};
+use crate::report::evaluate::number;
+use crate::report::html::{Page, linked_names};
+
+/// The plan page of `rows` (one search, or a `--for` table) whose directory holds `files`.
+pub fn plan_report<S: AsRef<str>, B: AsRef<[u8]>>(
+    title: &str,
+    facts: &[(String, String)],
+    rows: &[PlanRow],
+    files: &[(S, B)],
+) -> Vec<u8> {
+    let mut page = Page::new("plan", title);
+    page.facts(facts);
+    page.section("answer", "Answer");
+    for row in rows {
+        page.mono("answer", describe(row).trim_end());
+    }
+    for (i, row) in rows.iter().enumerate() {
+        search_section(&mut page, i, row);
+    }
+    finish(page, files)
+}
+
+/// The page of a joint search (`--minimize A+B`): the pair, the frontier, then each search.
+pub fn joint_report<S: AsRef<str>, B: AsRef<[u8]>>(
+    title: &str,
+    facts: &[(String, String)],
+    joint: &JointPlan,
+    files: &[(S, B)],
+) -> Vec<u8> {
+    let mut page = Page::new("plan", title);
+    page.facts(facts);
+    page.section("answer", "Answer");
+    let answer = describe_joint(joint);
+    page.mono("answer", answer.lines().last().unwrap_or_default());
+    page.section("frontier", "Frontier");
+    let header = [joint.first.clone(), format!("fewest {}", joint.second)];
+    let rows: Vec<Vec<String>> = joint
+        .frontier()
+        .into_iter()
+        .map(|(a, b)| {
+            let b = b.map_or_else(|| "none in range".to_string(), |b| b.to_string());
+            vec![a.to_string(), b]
+        })
+        .collect();
+    page.table("frontier", &header, &rows);
+    for (i, row) in joint.rows.iter().enumerate() {
+        search_section(&mut page, i, row);
+    }
+    finish(page, files)
+}
+
+fn finish<S: AsRef<str>, B: AsRef<[u8]>>(mut page: Page, files: &[(S, B)]) -> Vec<u8> {
+    page.section("plots", "Capacity chart");
+    page.charts(files);
+    page.section("files", "Files");
+    page.links(&linked_names(files));
+    page.finish()
+}
+
+/// One search: its bracket, its binding expectation and its probes.
+fn search_section(page: &mut Page, index: usize, row: &PlanRow) {
+    let plan = &row.plan;
+    let heading = match &row.for_value {
+        Some((path, value)) => format!("Search at {path} = {value}"),
+        None => format!("Search of {}", plan.parameter),
+    };
+    page.section(&format!("search-{index}"), &heading);
+    page.facts(&bracket_facts(plan));
+    if let Some(o) = binding_outcome(plan) {
+        page.paragraph(
+            "The binding expectation (the relatively closest to failing at the answer):",
+        );
+        page.verdicts(&format!("binding-{index}"), &[o]);
+    }
+    probe_table(page, index, plan);
+}
+
+fn bracket_facts(plan: &Plan) -> Vec<(String, String)> {
+    let value = |v: Option<f64>| v.map_or_else(|| "none".to_string(), format_value);
+    vec![
+        (
+            "goal".into(),
+            format!("{} {}", plan.goal.name(), plan.parameter),
+        ),
+        (
+            "range".into(),
+            format!(
+                "{}..{}",
+                format_value(plan.range.0),
+                format_value(plan.range.1)
+            ),
+        ),
+        ("answer".into(), value(plan.answer)),
+        ("bracket: last infeasible".into(), value(plan.bracket.0)),
+        ("bracket: first feasible".into(), value(plan.bracket.1)),
+    ]
+}
+
+/// Every probe in the order made: its value, verdict, overload and each expectation's worst
+/// value over the seeds with its verdict.
+fn probe_table(page: &mut Page, index: usize, plan: &Plan) {
+    let labels: Vec<String> = plan
+        .probes
+        .first()
+        .map(|p| worst(p).into_iter().map(|o| o.label).collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = ["probe", &plan.parameter, "feasible", "overloaded"]
+        .map(String::from)
+        .to_vec();
+    header.extend(labels);
+    let rows: Vec<Vec<String>> = plan
+        .probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| probe_row(i, p))
+        .collect();
+    page.table(&format!("probes-{index}"), &header, &rows);
+}
+
+fn probe_row(i: usize, probe: &Probe) -> Vec<String> {
+    let mut row = vec![
+        (i + 1).to_string(),
+        format_value(probe.value),
+        probe.feasible.to_string(),
+        probe.overloaded().to_string(),
+    ];
+    row.extend(worst(probe).iter().map(|o| {
+        let value = o.measured.map_or_else(|| "n/a".to_string(), number);
+        let verdict = if o.passed { "PASS" } else { "FAIL" };
+        format!("{value} {verdict}")
+    }));
+    row
+}
