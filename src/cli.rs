@@ -833,7 +833,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     files.extend(args.timeline.file(&result, &meta));
     if !args.no_report {
         let page = RunPage {
-            title: &trace_name,
+            title: &file_name(&args.trace),
             facts: replay_facts(args),
             outcomes: None,
         };

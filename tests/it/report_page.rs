@@ -149,6 +149,36 @@ fn the_report_is_the_same_whatever_directory_the_scenario_path_is_spelled_from()
 }
 
 #[test]
+fn a_replay_report_is_the_same_whatever_directory_the_trace_path_is_spelled_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fidelity/chunked-long");
+    let replay = |dir: &Path, trace: &str, out: &str| {
+        let args = [
+            "replay",
+            "--trace",
+            trace,
+            "--workers",
+            "1",
+            "--quiet",
+            "--out",
+            out,
+        ];
+        let (code, _, stderr) = run_in_dir(dir, &args);
+        assert_eq!(code, 0, "{stderr}");
+        fs::read(tmp.path().join(out).join("report.html")).unwrap()
+    };
+    let absolute_trace = fixture.join("trace.jsonl").display().to_string();
+    let from_tmp = replay(tmp.path(), &absolute_trace, "a");
+    let out_b = tmp.path().join("b").display().to_string();
+    let from_fixture = replay(&fixture, "trace.jsonl", &out_b);
+    assert_eq!(
+        from_tmp, from_fixture,
+        "the page names the trace file, not its path"
+    );
+}
+
+#[test]
 fn the_shipped_page_has_no_script_no_web_font_and_no_remote_address() {
     let tmp = tempfile::tempdir().unwrap();
     let page = fs::read_to_string(run_equal_quanta(tmp.path(), &[]).join("report.html")).unwrap();
