@@ -85,7 +85,6 @@ impl Stability {
             return Stability::default().with_capacity(capacity_seqs);
         };
         let mid = SimTime::from_ns(start.as_ns() + (end.as_ns() - start.as_ns()) / 2);
-        let curve = curve_of(&visits);
         let ramp = session_ramp(&visits);
         let in_second = |t: SimTime| t >= mid && t <= end;
         let arrivals_second_half = visits.iter().filter(|v| in_second(v.arrival)).count() as u64;
@@ -94,6 +93,8 @@ impl Stability {
             .filter(|v| v.status == EndStatus::Completed)
             .filter(|v| v.end.is_some_and(in_second))
             .count() as u64;
+        let requests = visits.len() as u64;
+        let curve = curve_of(visits);
         let half_s = (end.as_ns() - mid.as_ns()) as f64 / 1e9;
         Stability {
             overloaded: None,
@@ -110,7 +111,7 @@ impl Stability {
             curve,
             fastest_e2e_ns: fastest_e2e_ns(records),
             session_ramp_ns: ramp.as_ns(),
-            requests: visits.len() as u64,
+            requests,
         }
         .with_capacity(capacity_seqs)
     }
@@ -304,26 +305,35 @@ fn visits(records: &[RequestRecord]) -> Vec<Visit> {
 /// at one instant are merged, so the curve has one point per distinct time. A session counts
 /// once, from its first arrival to its last end.
 pub fn in_system_curve(records: &[RequestRecord]) -> Vec<(SimTime, u64)> {
-    curve_of(&visits(records))
+    curve_of(visits(records))
 }
 
-fn curve_of(visits: &[Visit]) -> Vec<(SimTime, u64)> {
-    let mut changes: Vec<(SimTime, i64)> = Vec::with_capacity(visits.len() * 2);
-    for v in visits {
-        changes.push((v.arrival, 1));
-        if let Some(end) = v.end {
-            changes.push((end, -1));
-        }
-    }
-    changes.sort_unstable();
+/// Takes the visits, so that they are gone before the curve grows: with a million requests
+/// the visits, the sorted instants and the curve are 24, 16 and up to 32 MB.
+fn curve_of(visits: Vec<Visit>) -> Vec<(SimTime, u64)> {
+    let mut arrivals: Vec<SimTime> = visits.iter().map(|v| v.arrival).collect();
+    let mut ends: Vec<SimTime> = visits.iter().filter_map(|v| v.end).collect();
+    drop(visits);
+    arrivals.sort_unstable();
+    ends.sort_unstable();
     let mut curve: Vec<(SimTime, u64)> = Vec::new();
-    let mut count = 0i64;
-    for (time, delta) in changes {
-        count += delta;
-        match curve.last_mut() {
-            Some(last) if last.0 == time => last.1 = count as u64,
-            _ => curve.push((time, count as u64)),
+    let mut count = 0u64;
+    let (mut a, mut e) = (arrivals.iter().peekable(), ends.iter().peekable());
+    // A merge of the two sorted lists; at one instant every change is applied before the
+    // point is written, so the order between an arrival and an end there does not matter.
+    loop {
+        let time = match (a.peek(), e.peek()) {
+            (Some(&&t), Some(&&u)) => t.min(u),
+            (Some(&&t), None) | (None, Some(&&t)) => t,
+            (None, None) => break,
+        };
+        while a.next_if(|&&t| t == time).is_some() {
+            count += 1;
         }
+        while e.next_if(|&&t| t == time).is_some() {
+            count -= 1;
+        }
+        curve.push((time, count));
     }
     curve
 }
@@ -570,5 +580,39 @@ mod tests {
         assert_eq!(curve, [(ms(0), 1), (ms(5), 0), (ms(10), 1)]);
         assert_eq!(mean_over(&curve, ms(0), ms(10)), 0.5);
         assert_eq!(mean_over(&curve, ms(10), ms(20)), 1.0);
+    }
+
+    proptest::proptest! {
+        /// The curve has one point per distinct instant, each the arrivals up to it minus
+        /// the ends up to it (counted here the slow way).
+        #[test]
+        fn the_in_system_curve_counts_arrivals_less_ends_at_every_instant(
+            stays in proptest::collection::vec((0u64..40, proptest::option::of(0u64..10)), 0..50),
+        ) {
+            let visits: Vec<Visit> = stays
+                .iter()
+                .map(|&(arrival, stay)| Visit {
+                    multi_turn: false,
+                    arrival: ms(arrival),
+                    end: stay.map(|s| ms(arrival + s)),
+                    status: EndStatus::Completed,
+                })
+                .collect();
+            let mut instants: Vec<SimTime> = visits
+                .iter()
+                .flat_map(|v| std::iter::once(v.arrival).chain(v.end))
+                .collect();
+            instants.sort_unstable();
+            instants.dedup();
+            let expected: Vec<(SimTime, u64)> = instants
+                .into_iter()
+                .map(|t| {
+                    let arrived = visits.iter().filter(|v| v.arrival <= t).count();
+                    let ended = visits.iter().filter(|v| v.end.is_some_and(|e| e <= t)).count();
+                    (t, (arrived - ended) as u64)
+                })
+                .collect();
+            proptest::prop_assert_eq!(curve_of(visits), expected);
+        }
     }
 }
