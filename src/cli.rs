@@ -364,6 +364,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     files.extend(args.timeline.file(&run.result, &meta));
     if !args.no_report {
         let page = RunPage {
+            command: "run",
             title: &spec.name,
             facts: run_facts(args, spec.seed()),
             outcomes: Some(&outcomes),
@@ -833,6 +834,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     files.extend(args.timeline.file(&result, &meta));
     if !args.no_report {
         let page = RunPage {
+            command: "replay",
             title: &file_name(&args.trace),
             facts: replay_facts(args),
             outcomes: None,

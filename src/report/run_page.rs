@@ -9,6 +9,8 @@ use super::table;
 
 /// What the page says about a run besides its metrics.
 pub struct RunPage<'a> {
+    /// The command that made the run (`run`, `replay`): the page's title starts with it.
+    pub command: &'a str,
     /// The scenario's name (a replay: its trace).
     pub title: &'a str,
     /// What ran, in order: command, seed, scenario file, overrides, ...
@@ -25,7 +27,7 @@ pub fn run_report<S: AsRef<str>, B: AsRef<[u8]>>(
     metrics: &RunMetrics,
     files: &[(S, B)],
 ) -> Vec<u8> {
-    let mut out = Page::new("run", page.title);
+    let mut out = Page::new(page.command, page.title);
     out.facts(&page.facts);
     setup_section(&mut out, metrics);
     classes_section(&mut out, metrics);
@@ -154,6 +156,7 @@ mod tests {
         let metrics = RunMetrics::compute(&result, &[2, 1]);
         let plots = crate::report::plots::render_all(&metrics, &[]).unwrap();
         let page = RunPage {
+            command: "run",
             title: "demo <run>",
             facts: vec![("command".into(), "run".into())],
             outcomes: Some(outcomes),
@@ -168,6 +171,7 @@ mod tests {
         assert!(!html.contains("<b>"), "an unescaped class name");
         assert!(html.contains("&lt;b&gt;&amp;&quot;x&quot;"), "{html}");
         assert!(html.contains("<h1>demo &lt;run&gt;</h1>"));
+        assert!(html.contains("<title>routersim run: demo &lt;run&gt;</title>"));
     }
 
     #[test]

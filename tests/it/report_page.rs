@@ -176,6 +176,8 @@ fn a_replay_report_is_the_same_whatever_directory_the_trace_path_is_spelled_from
         from_tmp, from_fixture,
         "the page names the trace file, not its path"
     );
+    let page = String::from_utf8(from_tmp).unwrap();
+    assert!(page.contains("<title>routersim replay: trace.jsonl</title>"));
 }
 
 #[test]
