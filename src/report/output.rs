@@ -26,7 +26,7 @@ use crate::bounds::{self, MAX_FILE_NAME_BYTES};
 use body::Contents;
 pub use body::FileBody;
 use proof::{OnDisk, Proof, Proofs, Unproven};
-use stage::{Stage, Staged, lock_stages, stage_base};
+use stage::{Stage, lock_stages, stage_base};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
@@ -223,42 +223,38 @@ impl OutputTarget {
                 "bad output name {name:?}"
             );
         }
-        let mut staged = Vec::with_capacity(files.len() + 2);
-        for &(name, contents) in files {
-            let proof = contents
-                .proof()
-                .map_err(|e| io_error(&self.dir.join(name), "write", e))?;
-            staged.push(Staged {
-                name,
-                contents,
-                proof,
-            });
-        }
-        let proofs = proof::proofs_from(staged.iter().map(|f| (f.name, f.proof)));
-        assert_eq!(proofs.len(), staged.len(), "an output name twice");
         let existing = self.inspect()?;
         if let Existing::Previous { owned, present, .. } = &existing
-            && let Some(clash) = proofs
-                .keys()
-                .find(|n| present.contains(*n) && !owned.contains_key(*n))
+            && let Some((clash, _)) = files
+                .iter()
+                .find(|(n, _)| present.contains(*n) && !owned.contains_key(*n))
         {
             return Err(refused(
                 &self.dir,
                 format!("it holds `{clash}`, which routersim did not write"),
             ));
         }
-        let marker = marker_json(self.kind, &proofs);
-        let interim = match &existing {
-            Existing::Previous { owned, .. } => marker_json(self.kind, &union(owned, &proofs)),
-            Existing::Absent | Existing::Empty => Vec::new(),
-        };
-        staged.push(Staged::bytes(MARKER, &marker));
-        if let Existing::Previous { .. } = existing {
-            staged.push(Staged::bytes(INTERIM_MARKER, &interim));
+        let replacing = matches!(existing, Existing::Previous { .. });
+        let mut names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+        names.push(MARKER);
+        if replacing {
+            names.push(INTERIM_MARKER);
         }
         let parent = parent_of(&self.dir);
         fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
-        let stage = Stage::create(&parent, &stage_base(&self.dir), &staged)?;
+        let mut stage = Stage::create(&parent, &stage_base(&self.dir), &names)?;
+        let mut written = Vec::with_capacity(files.len());
+        for &(name, contents) in files {
+            written.push((name, stage.write(name, contents)?));
+        }
+        let proofs = proof::proofs_from(written);
+        assert_eq!(proofs.len(), files.len(), "an output name twice");
+        stage.write(MARKER, Contents::Bytes(&marker_json(self.kind, &proofs)))?;
+        if let Existing::Previous { owned, .. } = &existing {
+            let interim = marker_json(self.kind, &union(owned, &proofs));
+            stage.write(INTERIM_MARKER, Contents::Bytes(&interim))?;
+        }
+        stage.seal()?;
         pause_for_interrupt_tests();
         let _no_interrupt = lock_stages();
         match existing {
@@ -594,7 +590,9 @@ pub fn write_file(path: &Path, bytes: &[u8], signature: &str) -> Result<(), Outp
     claim_file(path, signature)?;
     let parent = parent_of(path);
     fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
-    let stage = Stage::create(&parent, &stage_base(path), &[Staged::bytes("file", bytes)])?;
+    let mut stage = Stage::create(&parent, &stage_base(path), &["file"])?;
+    stage.write("file", Contents::Bytes(bytes))?;
+    stage.seal()?;
     let _no_interrupt = lock_stages();
     rename(&stage.path.join("file"), path)
 }

@@ -1,6 +1,6 @@
-//! What an output file holds: its bytes, or a pure exporter that writes them, run once into
-//! a hash (a stage's marker lists every file's proof before any file is written) and once
-//! into the file, so that a large file is never held whole in memory.
+//! What an output file holds: its bytes, or a pure exporter that writes them straight into
+//! the staged file, hashed on the way (for the markers' proofs), so that a large file is
+//! never held whole in memory and is formatted only once.
 
 use super::proof::Proof;
 use std::fs;
@@ -8,7 +8,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use xxhash_rust::xxh3::Xxh3Default;
 
-/// A writer of a file's bytes: deterministic, so its two runs write the same bytes.
+/// A writer of a file's bytes: deterministic, so a rerun writes the same bytes.
 type Exporter<'a> = dyn Fn(&mut dyn Write) -> io::Result<()> + 'a;
 
 /// The contents of one output file.
@@ -25,7 +25,7 @@ impl From<Vec<u8>> for FileBody<'_> {
 }
 
 impl<'a> FileBody<'a> {
-    /// A body written by `export` (each run of it must write the same bytes).
+    /// A body written by `export` (deterministic: each run of it writes the same bytes).
     pub fn streamed<E: Into<io::Error>>(
         export: impl Fn(&mut dyn Write) -> Result<(), E> + 'a,
     ) -> Self {
@@ -60,18 +60,6 @@ pub(super) enum Contents<'b> {
 }
 
 impl Contents<'_> {
-    /// The proof of the contents (a streamed body is written into a hash, not kept).
-    pub(super) fn proof(self) -> io::Result<Proof> {
-        match self {
-            Contents::Bytes(bytes) => Ok(Proof::of(bytes)),
-            Contents::Streamed(export) => {
-                let mut sink = HashingWriter::new(io::sink());
-                export(&mut sink)?;
-                Ok(sink.proof())
-            }
-        }
-    }
-
     /// Writes the contents to a new file at `path`; returns the proof of what it wrote.
     pub(super) fn write_file(self, path: &Path) -> io::Result<Proof> {
         match self {

@@ -2,8 +2,8 @@
 //! before it is moved in, their removal on every exit path, and the removal of stages a killed
 //! process left behind, only when they prove to be routersim's.
 //!
-//! A stage's marker ([`STAGE_MARKER`]) is written first and lists every file the stage will
-//! hold, with its size and content hash ([`super::proof`]). A stale stage is removed only if
+//! A stage's marker ([`STAGE_MARKER`]) is written last, once every file is whole, and lists
+//! each with its size and content hash ([`super::proof`], worked out as the file was written). A stale stage is removed only if
 //! each of its entries is the marker or a regular file it lists, holding the listed bytes;
 //! anything else there (a user's file, a half-written file, a subfolder) leaves the folder
 //! alone entirely.
@@ -18,26 +18,6 @@ use std::sync::{Mutex, MutexGuard, Once};
 
 /// The file inside a stage that proves the stage is routersim's.
 pub(super) const STAGE_MARKER: &str = ".routersim-stage";
-
-/// One file to stage: its name, its contents and their proof (worked out before the stage
-/// exists, as its marker lists them first).
-#[derive(Copy, Clone)]
-pub(super) struct Staged<'b> {
-    pub name: &'b str,
-    pub contents: Contents<'b>,
-    pub proof: Proof,
-}
-
-impl<'b> Staged<'b> {
-    /// `bytes` under `name`.
-    pub fn bytes(name: &'b str, bytes: &'b [u8]) -> Staged<'b> {
-        Staged {
-            name,
-            contents: Contents::Bytes(bytes),
-            proof: Proof::of(bytes),
-        }
-    }
-}
 
 /// The infix of stage names: `.NAME.routersim-stage-PID`.
 pub(super) const STAGE_INFIX: &str = ".routersim-stage-";
@@ -100,17 +80,15 @@ fn install_interrupt_handler() {
 pub(super) struct Stage {
     pub(super) path: PathBuf,
     names: Vec<String>,
+    /// The files written so far, with the proof of each.
+    written: Proofs,
 }
 
 impl Stage {
-    /// Creates the stage `base` + this process's id in `parent` and writes `files` (plain
-    /// names, none of them [`STAGE_MARKER`]) into it, after the stage marker that lists them.
-    /// Stale stages of the same target are removed first, where they prove to be routersim's.
-    pub(super) fn create(
-        parent: &Path,
-        base: &str,
-        files: &[Staged],
-    ) -> Result<Stage, OutputError> {
+    /// Creates the stage `base` + this process's id in `parent`, to hold the files `names`
+    /// (plain names, none of them [`STAGE_MARKER`]). Stale stages of the same target are
+    /// removed first, where they prove to be routersim's.
+    pub(super) fn create(parent: &Path, base: &str, names: &[&str]) -> Result<Stage, OutputError> {
         install_interrupt_handler();
         remove_stale_stages(parent, base);
         let path = parent.join(format!("{base}{}", std::process::id()));
@@ -118,7 +96,7 @@ impl Stage {
             // A process of this id that died earlier; unproven, it stays and create_dir fails.
             remove_proven_stage(&path);
         }
-        let names: Vec<String> = files.iter().map(|f| f.name.to_string()).collect();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         for name in &names {
             assert!(
                 is_plain_file_name(name) && name != STAGE_MARKER,
@@ -130,35 +108,48 @@ impl Stage {
         stages.push((path.clone(), names.clone()));
         let made = fs::create_dir(&path);
         drop(stages);
-        let stage = Stage { path, names };
+        let stage = Stage {
+            path,
+            names,
+            written: Proofs::new(),
+        };
         made.map_err(|e| io_error(&stage.path, "create the stage", e))?;
-        stage.fill(files)?;
         Ok(stage)
     }
 
-    fn fill(&self, files: &[Staged]) -> Result<(), OutputError> {
-        let proofs = proof::proofs_from(files.iter().map(|f| (f.name, f.proof)));
+    /// Writes `contents` as the stage's file `name` (one of its names), once, hashing it on
+    /// the way; returns the proof of what it wrote.
+    pub(super) fn write(&mut self, name: &str, contents: Contents) -> Result<Proof, OutputError> {
+        assert!(
+            self.names.iter().any(|n| n == name) && !self.written.contains_key(name),
+            "{name:?} is not a file this stage has still to write"
+        );
+        let path = self.path.join(name);
+        let proof = contents
+            .write_file(&path)
+            .map_err(|e| io_error(&path, "write", e))?;
+        self.written
+            .insert(name.to_string(), std::collections::BTreeSet::from([proof]));
+        Ok(proof)
+    }
+
+    /// Writes the stage marker, which lists every file written with its proof. Written last,
+    /// so a stage whose process was killed before it was whole has no marker (or one that
+    /// does not list its last files) and is left alone rather than taken for routersim's.
+    pub(super) fn seal(&self) -> Result<(), OutputError> {
+        assert_eq!(
+            self.written.len(),
+            self.names.len(),
+            "a stage sealed half-written"
+        );
         let mut marker = serde_json::to_vec_pretty(&serde_json::json!({
             "routersim_stage": true,
-            "files": proof::proofs_json(&proofs),
+            "files": proof::proofs_json(&self.written),
         }))
         .expect("JSON of strings and numbers");
         marker.push(b'\n');
         let marker_path = self.path.join(STAGE_MARKER);
-        fs::write(&marker_path, &marker).map_err(|e| io_error(&marker_path, "write", e))?;
-        for file in files {
-            let path = self.path.join(file.name);
-            let written = file
-                .contents
-                .write_file(&path)
-                .map_err(|e| io_error(&path, "write", e))?;
-            assert_eq!(
-                written, file.proof,
-                "{}: its exporter wrote other bytes the second time",
-                file.name
-            );
-        }
-        Ok(())
+        fs::write(&marker_path, &marker).map_err(|e| io_error(&marker_path, "write", e))
     }
 
     /// Turns the whole stage into `dir` (which does not exist), without its marker.

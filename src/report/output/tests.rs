@@ -660,3 +660,40 @@ fn walk(root: &Path) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn a_stage_writes_each_file_once_and_is_sealed_last_with_their_proofs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exports = std::cell::Cell::new(0);
+    let streamed = FileBody::streamed(|out: &mut dyn std::io::Write| {
+        exports.set(exports.get() + 1);
+        out.write_all(b"streamed rows")
+    });
+    let mut stage =
+        Stage::create(tmp.path(), ".out.routersim-stage-", &["a.csv", "b.csv"]).unwrap();
+    stage.write("a.csv", Contents::Bytes(b"bytes")).unwrap();
+    stage.write("b.csv", streamed.contents()).unwrap();
+    let marker = stage.path.join(STAGE_MARKER);
+    assert!(!marker.exists(), "a stage has no marker until it is whole");
+    stage.seal().unwrap();
+    assert_eq!(exports.get(), 1, "a streamed file is formatted once");
+    let text = fs::read_to_string(&marker).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected = proofs_of(&[("a.csv", b"bytes"), ("b.csv", b"streamed rows")]);
+    assert_eq!(value["files"], proof::proofs_json(&expected));
+    assert_eq!(
+        fs::read(stage.path.join("b.csv")).unwrap(),
+        b"streamed rows"
+    );
+}
+
+#[test]
+fn a_dead_processs_stage_without_its_marker_is_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Killed while it wrote its files: the marker, written last, never came.
+    let unsealed = tmp.path().join(".out.routersim-stage-4000000000");
+    fs::create_dir(&unsealed).unwrap();
+    fs::write(unsealed.join("requests.csv"), b"ro").unwrap();
+    write_dir(&tmp.path().join("out"), OutputKind::Run, &files(&["x.csv"])).unwrap();
+    assert_eq!(entries(&unsealed), set(&["requests.csv"]));
+}
