@@ -49,31 +49,70 @@ pub fn write_completions_csv(
     metrics: &RunMetrics,
     out: &mut dyn std::io::Write,
 ) -> csv::Result<()> {
-    let mut w = csv::Writer::from_writer(out);
+    let mut w = csv::Writer::from_writer(&mut *out);
     let mut header: Vec<String> = ["index", "time_ms", "row", "class"]
         .map(String::from)
         .to_vec();
     header.extend(metrics.classes.iter().map(|c| c.name.clone()));
     w.write_record(&header)?;
-    let mut cumulative = vec![0u64; metrics.classes.len()];
-    let mut row = super::csv_row::CsvRow::default();
-    for c in &metrics.completions {
-        if let Some(class) = c.class {
-            cumulative[class] += 1;
-        }
-        row.clear();
-        row.u64(c.index);
-        row.ms(c.time);
-        row.u64(c.row);
-        row.text(c.class.map_or("", |i| metrics.classes[i].name.as_str()));
-        for &n in &cumulative {
-            row.u64(n);
-        }
-        row.write(&mut w)?;
-    }
     w.flush()?;
-    Ok(())
+    drop(w);
+    let chunk_starts = cumulative_at_chunk_starts(metrics);
+    super::csv_row::write_chunked(out, &metrics.completions, |first, chunk, buf| {
+        let mut cumulative = chunk_starts(first);
+        let mut w = csv::Writer::from_writer(buf);
+        let mut row = super::csv_row::CsvRow::default();
+        for c in chunk {
+            if let Some(class) = c.class {
+                cumulative[class] += 1;
+            }
+            row.clear();
+            row.u64(c.index);
+            row.ms(c.time);
+            row.u64(c.row);
+            row.text(c.class.map_or("", |i| metrics.classes[i].name.as_str()));
+            for &n in &cumulative {
+                row.u64(n);
+            }
+            row.write(&mut w)?;
+        }
+        w.flush()?;
+        Ok(())
+    })
 }
+
+/// Each class's completions before `metrics.completions[first]`, for any `first`: one pass
+/// counts them at every [`CUMULATIVE_STRIDE`]-th completion, and the rest is counted from
+/// the nearest such point.
+fn cumulative_at_chunk_starts(metrics: &RunMetrics) -> impl Fn(usize) -> Vec<u64> + Sync + '_ {
+    let classes = metrics.classes.len();
+    let mut marks = Vec::new();
+    let mut running = vec![0u64; classes];
+    for (i, c) in metrics.completions.iter().enumerate() {
+        if i % CUMULATIVE_STRIDE == 0 {
+            marks.push(running.clone());
+        }
+        if let Some(class) = c.class {
+            running[class] += 1;
+        }
+    }
+    move |first| {
+        let mut counts = marks
+            .get(first / CUMULATIVE_STRIDE)
+            .cloned()
+            .unwrap_or_else(|| vec![0; classes]);
+        let from = first - first % CUMULATIVE_STRIDE;
+        for c in &metrics.completions[from.min(first)..first] {
+            if let Some(class) = c.class {
+                counts[class] += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// How often [`cumulative_at_chunk_starts`] keeps the running counts.
+const CUMULATIVE_STRIDE: usize = 4096;
 
 /// The latency columns of `classes.csv`, in order.
 const CSV_LATENCIES: [LatencyKind; 3] =
@@ -370,6 +409,28 @@ mod tests {
         let row_320: Vec<&str> = lines[320].split(',').collect();
         assert_eq!((row_320[0], row_320[4], row_320[5]), ("320", "255", "65"));
         assert!(lines[640].ends_with(",320,320"));
+    }
+
+    #[test]
+    fn completions_csv_counts_stay_cumulative_across_chunks_formatted_in_parallel() {
+        let mut m = weighted();
+        let one_run = m.completions.clone();
+        // 32 runs' worth: 20,480 rows, several chunks of formatting.
+        for copy in 1..32u64 {
+            m.completions.extend(one_run.iter().map(|c| {
+                let mut c = c.clone();
+                c.index += copy * one_run.len() as u64;
+                c
+            }));
+        }
+        let text = String::from_utf8(completions_csv(&m)).unwrap();
+        let mut counts = [0u64; 2];
+        for (line, c) in text.lines().skip(1).zip(&m.completions) {
+            counts[c.class.unwrap()] += 1;
+            let expected = format!(",{},{}", counts[0], counts[1]);
+            assert!(line.ends_with(&expected), "{line} should end {expected}");
+        }
+        assert_eq!(text.lines().count(), 1 + m.completions.len());
     }
 
     #[test]
