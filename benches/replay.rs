@@ -317,27 +317,70 @@ const ROUND_MEASURE_S: f64 = 0.4;
 /// Most timed runs of one side in one round.
 const MAX_RUNS_PER_ROUND: usize = 50;
 
-/// Best wall time of `f` in ms, over at least one run and [`ROUND_MEASURE_S`].
-/// Runs `command` to its end (it must succeed) and returns its peak resident size in MiB, as
-/// the kernel accounts it for the reaped child (`wait4`'s `ru_maxrss`, in KiB on Linux).
+/// Best of the times in ms that `run` measures, over at least one run and
+/// [`ROUND_MEASURE_S`].
+/// Set in the bench's own child that measures a command's peak ([`peak_helper`]).
+const PEAK_HELPER_ENV: &str = "ROUTERSIM_BENCH_PEAK_HELPER";
+
+/// Runs `command` to its end (it must succeed) and returns its wall time in ms (from its
+/// start to its reaping) and its peak resident size in MiB.
+///
+/// Linux carries a process's peak across `exec` (`ru_maxrss` is the larger of the new
+/// program's and the old address space's), so a child forked straight from this process,
+/// which holds the whole of a large in-process replay by then, would report this process's
+/// peak as its own. The command is started instead by a fresh copy of this binary
+/// ([`peak_helper`]), a few MiB in size, which reports the peak of its child.
+fn run_measured(command: &Command) -> (f64, f64) {
+    let output = Command::new(std::env::current_exe().expect("the bench binary"))
+        .env(PEAK_HELPER_ENV, "1")
+        .arg(command.get_program())
+        .args(command.get_args())
+        .output()
+        .expect("the peak helper runs");
+    assert!(output.status.success(), "routersim replay failed");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let figures: Vec<f64> = text
+        .split_whitespace()
+        .map(|f| f.parse().expect("the peak helper prints numbers"))
+        .collect();
+    let [wall_ms, peak_kib] = figures[..] else {
+        panic!("the peak helper prints its child's wall time and peak, not {text:?}");
+    };
+    (wall_ms, peak_kib / 1024.0)
+}
+
+/// The peak helper: runs the command in its arguments (output discarded), reaps it with
+/// `wait4` to read its resource use as std's `wait` cannot, and prints its wall time in ms
+/// and its peak resident size in KiB (`ru_maxrss`). Its exit status is the command's
+/// success.
 #[allow(
     clippy::zombie_processes,
     reason = "wait4 reaps the child, reporting its resource use as std's wait cannot"
 )]
-fn run_for_peak_mib(command: &mut Command) -> f64 {
-    let child = command.spawn().expect("routersim runs");
+fn peak_helper() -> std::process::ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let started = Instant::now();
+    let child = Command::new(&args[0])
+        .args(&args[1..])
+        .env_remove(PEAK_HELPER_ENV)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("routersim runs");
     let mut status = 0;
     // SAFETY: an all-zero `rusage` is a valid value of the plain C struct that `wait4` fills.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `child` is this process's own unreaped child; the pointers are to live locals.
     let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
     assert_eq!(reaped, child.id() as libc::pid_t, "wait4 reaps routersim");
-    let exited_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    assert!(exited_ok, "routersim replay failed");
-    usage.ru_maxrss as f64 / 1024.0
+    let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+    println!("{wall_ms} {}", usage.ru_maxrss);
+    match libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        true => std::process::ExitCode::SUCCESS,
+        false => std::process::ExitCode::FAILURE,
+    }
 }
 
-fn best_ms(mut f: impl FnMut()) -> f64 {
+fn best_ms(mut run: impl FnMut() -> f64) -> f64 {
     let measuring = Instant::now();
     let mut best = f64::INFINITY;
     // One run per iteration, at most MAX_RUNS_PER_ROUND: bounded.
@@ -345,9 +388,7 @@ fn best_ms(mut f: impl FnMut()) -> f64 {
         if run > 0 && measuring.elapsed().as_secs_f64() >= ROUND_MEASURE_S {
             break;
         }
-        let started = Instant::now();
-        f();
-        best = best.min(started.elapsed().as_secs_f64() * 1000.0);
+        best = best.min(run());
     }
     best
 }
@@ -402,7 +443,10 @@ fn disaggregated(workers: Workers) -> Option<DisaggregatedSetup> {
     })
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
+    if std::env::var_os(PEAK_HELPER_ENV).is_some() {
+        return peak_helper();
+    }
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -477,11 +521,11 @@ fn main() {
         // One round per iteration: bounded.
         for _ in 0..case_rounds {
             pipeline_ms = pipeline_ms.min(best_ms(|| {
-                result = Some(
-                    pipeline::execute(&spec)
-                        .expect("the bench trace replays")
-                        .result,
-                );
+                let started = Instant::now();
+                let output = pipeline::execute(&spec).expect("the bench trace replays");
+                let ms = started.elapsed().as_secs_f64() * 1000.0;
+                result = Some(output.result);
+                ms
             }));
             process_ms = process_ms.min(best_ms(|| {
                 let mut command = Command::new(env!("CARGO_BIN_EXE_routersim"));
@@ -495,7 +539,9 @@ fn main() {
                     .args(two_classes.then_some(&policy_path))
                     .arg("--out")
                     .arg(&out);
-                peak_mib = peak_mib.max(run_for_peak_mib(&mut command));
+                let (ms, peak) = run_measured(&command);
+                peak_mib = peak_mib.max(peak);
+                ms
             }));
             if let Some(script) = dynamo_replay
                 .as_deref()
