@@ -317,7 +317,7 @@ const ROUND_MEASURE_S: f64 = 0.4;
 /// Most timed runs of one side in one round.
 const MAX_RUNS_PER_ROUND: usize = 50;
 
-/// Best of the times in ms that `run` measures, over at least one run and
+/// Best of the times in ms that `measure` measures, over at least one run and
 /// [`ROUND_MEASURE_S`].
 /// Set in the bench's own child that measures a command's peak ([`peak_helper`]).
 const PEAK_HELPER_ENV: &str = "ROUTERSIM_BENCH_PEAK_HELPER";
@@ -380,7 +380,7 @@ fn peak_helper() -> std::process::ExitCode {
     }
 }
 
-fn best_ms(mut run: impl FnMut() -> f64) -> f64 {
+fn best_ms(mut measure: impl FnMut() -> f64) -> f64 {
     let measuring = Instant::now();
     let mut best = f64::INFINITY;
     // One run per iteration, at most MAX_RUNS_PER_ROUND: bounded.
@@ -388,7 +388,7 @@ fn best_ms(mut run: impl FnMut() -> f64) -> f64 {
         if run > 0 && measuring.elapsed().as_secs_f64() >= ROUND_MEASURE_S {
             break;
         }
-        best = best.min(run());
+        best = best.min(measure());
     }
     best
 }
@@ -575,4 +575,5 @@ fn main() -> std::process::ExitCode {
             None => println!(),
         }
     }
+    std::process::ExitCode::SUCCESS
 }
