@@ -265,7 +265,7 @@ pub struct RequestRecord {
     pub row: u64,
     /// The class the request named, shared by every record naming it (see [`Ledger::open`]).
     pub policy_class: Option<Arc<str>>,
-    pub class_index: Option<usize>,
+    pub class_index: Option<u32>,
     pub arrival: SimTime,
     /// When the router dispatched it (immediately, or when the queue released it).
     pub dispatched: Option<SimTime>,
@@ -776,7 +776,7 @@ impl System {
                     error,
                 } => {
                     self.ledger.set_class(id, class_index);
-                    self.end(now, id, Status::Rejected(Rejection::Router(error)));
+                    self.end(now, id, Status::Rejected(Rejection::router(error)));
                 }
             }
         }

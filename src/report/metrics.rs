@@ -663,7 +663,7 @@ fn class_shells(result: &SimResult, quanta_tokens: &[u64]) -> Vec<ClassMetrics> 
 /// request of a run with one class (the synthetic `default`) or naming its class plainly
 /// belongs to it.
 pub fn resolved_class(record: &RequestRecord, class_names: &[String]) -> Option<usize> {
-    record.class_index.or_else(|| match &record.policy_class {
+    record.class().or_else(|| match &record.policy_class {
         Some(name) => class_names.iter().position(|c| c.as_str() == &**name),
         None => (class_names.len() == 1).then_some(0),
     })
@@ -675,11 +675,11 @@ fn with_resolved_classes<'a>(
     records: &'a [RequestRecord],
     class_names: &[String],
 ) -> std::borrow::Cow<'a, [RequestRecord]> {
-    if records.iter().all(|r| r.class_index.is_some()) {
+    if records.iter().all(|r| r.class().is_some()) {
         return std::borrow::Cow::Borrowed(records);
     }
     let resolve = |r: &RequestRecord| RequestRecord {
-        class_index: resolved_class(r, class_names),
+        class_index: crate::sim::RequestRecord::class_slot(resolved_class(r, class_names)),
         ..r.clone()
     };
     std::borrow::Cow::Owned(records.iter().map(resolve).collect())
@@ -687,7 +687,7 @@ fn with_resolved_classes<'a>(
 
 fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
     for r in records {
-        let Some(c) = r.class_index.and_then(|i| classes.get_mut(i)) else {
+        let Some(c) = r.class().and_then(|i| classes.get_mut(i)) else {
             continue;
         };
         c.requests += 1;
@@ -738,7 +738,7 @@ fn since(later: Option<SimTime>, earlier: SimTime) -> Option<u64> {
 fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
     let mut values: Vec<[Vec<u64>; 5]> = vec![Default::default(); classes.len()];
     for r in records {
-        let Some(v) = r.class_index.and_then(|i| values.get_mut(i)) else {
+        let Some(v) = r.class().and_then(|i| values.get_mut(i)) else {
             continue;
         };
         v[0].extend(since(r.dispatched, r.arrival));
@@ -787,7 +787,7 @@ pub fn completion_order(records: &[RequestRecord], class_count: usize) -> Vec<Co
                 index: 0,
                 time: r.completion?,
                 row: r.row,
-                class: r.class_index.filter(|&c| c < class_count),
+                class: r.class().filter(|&c| c < class_count),
             })
         })
         .collect();
@@ -827,7 +827,7 @@ fn dispatch_order(records: &[RequestRecord], class_count: usize) -> Vec<Dispatch
     let mut dispatches: Vec<Dispatch> = records
         .iter()
         .filter_map(|r| {
-            let class = r.class_index.filter(|&c| c < class_count)?;
+            let class = r.class().filter(|&c| c < class_count)?;
             Some(Dispatch {
                 time: r.dispatched?,
                 row: r.row,
@@ -847,7 +847,7 @@ fn arrivals_and_unserved_ends(
     let mut arrivals = vec![Vec::new(); class_count];
     let mut unserved = vec![Vec::new(); class_count];
     for r in records {
-        let Some(c) = r.class_index.filter(|&c| c < class_count) else {
+        let Some(c) = r.class().filter(|&c| c < class_count) else {
             continue;
         };
         arrivals[c].push(r.arrival);
@@ -899,7 +899,7 @@ fn sweep_events(
         })
         .collect();
     for r in records {
-        let Some(class) = r.class_index.filter(|&c| c < class_count) else {
+        let Some(class) = r.class().filter(|&c| c < class_count) else {
             continue;
         };
         if r.path != Some(DispatchPath::Queued) {

@@ -55,7 +55,7 @@ pub fn phase_ns(r: &RequestRecord) -> Option<[u64; 4]> {
 pub fn phase_curves(records: &[RequestRecord], class_count: usize) -> Vec<PhaseCurve> {
     let timed: Vec<(usize, SimTime, [u64; 4])> = records
         .iter()
-        .filter_map(|r| Some((r.class_index?, r.arrival, phase_ns(r)?)))
+        .filter_map(|r| Some((r.class()?, r.arrival, phase_ns(r)?)))
         .collect();
     let Some(last) = timed.iter().map(|t| t.1).max() else {
         return Vec::new();

@@ -122,7 +122,7 @@ pub fn pool_metrics(
                 continue;
             }
             pool.served.add(r, pool.role);
-            if let Some(class) = r.class_index.and_then(|c| pool.classes.get_mut(c)) {
+            if let Some(class) = r.class().and_then(|c| pool.classes.get_mut(c)) {
                 class.add(r, pool.role);
             }
         }

@@ -71,7 +71,7 @@ pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [Clas
     let mut followup_ttft = vec![Vec::new(); classes.len()];
     let mut sessions: BTreeMap<u32, Tally> = BTreeMap::new();
     for r in records {
-        let class = r.class_index.filter(|&c| c < classes.len());
+        let class = r.class().filter(|&c| c < classes.len());
         let completed = matches!(r.status, Status::Completed);
         if let (Some(c), true) = (class, completed) {
             classes[c].sessions.input_tokens += r.input_tokens;

@@ -35,7 +35,7 @@ impl SloRecords {
     pub fn collect(records: &[RequestRecord], class_count: usize) -> SloRecords {
         let mut completed = vec![Vec::new(); class_count];
         for r in records.iter().filter(|r| r.status == Status::Completed) {
-            let (Some(class), Some(end)) = (r.class_index, r.completion) else {
+            let (Some(class), Some(end)) = (r.class(), r.completion) else {
                 continue;
             };
             let first = r.first_token.unwrap_or(end);

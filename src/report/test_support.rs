@@ -19,7 +19,7 @@ pub fn ms(v: u64) -> SimTime {
 
 /// The status of a request the router refused (no worker to send it to).
 pub fn rejected() -> Status {
-    Status::Rejected(Rejection::Router(SchedulerError::NoEndpoints))
+    Status::Rejected(Rejection::router(SchedulerError::NoEndpoints))
 }
 
 /// A completed request of `class` with one output token: arrival, dispatch, first token and
@@ -29,7 +29,7 @@ pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> R
     RequestRecord {
         row,
         policy_class: None,
-        class_index: Some(class),
+        class_index: crate::sim::RequestRecord::class_slot(Some(class)),
         arrival: ms(arrival),
         dispatched: Some(ms(dispatched)),
         admit: Some(ms(dispatched)),

@@ -183,7 +183,7 @@ impl System {
                 }
                 RouterDecision::Reject { id, error, .. } => {
                     self.fleet.release_held(rank, id);
-                    self.end(now, id, Status::Rejected(Rejection::Router(error)));
+                    self.end(now, id, Status::Rejected(Rejection::router(error)));
                     self.router.finished(now, id, Outcome::Aborted);
                     self.drain_router(now, queue);
                 }
