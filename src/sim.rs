@@ -264,7 +264,7 @@ impl SimConfig {
 pub struct RequestRecord {
     pub row: u64,
     /// The class the request named, shared by every record naming it (see [`Ledger::open`]).
-    pub policy_class: Option<Arc<str>>,
+    pub policy_class: Option<Arc<String>>,
     pub class_index: Option<u32>,
     pub arrival: SimTime,
     /// When the router dispatched it (immediately, or when the queue released it).
@@ -273,13 +273,13 @@ pub struct RequestRecord {
     pub admit: Option<SimTime>,
     pub first_token: Option<SimTime>,
     pub completion: Option<SimTime>,
-    pub rank: Option<WorkerWithDpRank>,
+    pub rank: Option<RankSlot>,
     /// `None` for a request the router rejected.
     pub path: Option<DispatchPath>,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub reused_input_tokens: u64,
-    pub tokens_received: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub reused_input_tokens: u32,
+    pub tokens_received: u32,
     pub status: Status,
     /// Times the request was moved off a lost worker (at most the migration limit).
     pub migrations: u32,
@@ -1056,7 +1056,7 @@ impl System {
             router.finished(now, id, Outcome::Completed);
         }
         if self.timeline.is_some() {
-            self.touch_rank(self.ledger.record(id).rank);
+            self.touch_rank(self.ledger.record(id).rank());
         }
     }
 
@@ -1190,7 +1190,7 @@ use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
 use handoff::Handoff;
-use ledger::{Ledger, TokenEdge};
+use ledger::{Ledger, RankSlot, TokenEdge};
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 use timeline::{CounterRecorder, Timeline};
 
@@ -1953,20 +1953,21 @@ policy_classes:
     /// and a request servable alone that reached a worker must complete.
     fn check_storm_record(case: &Case, r: &RequestRecord) -> Result<(), String> {
         let pool_tokens = case.num_gpu_blocks * 16;
-        let peak = if r.output_tokens == 0 {
-            r.input_tokens
+        let (input, output) = (u64::from(r.input_tokens), u64::from(r.output_tokens));
+        let peak = if output == 0 {
+            input
         } else {
-            r.input_tokens + r.output_tokens - 1
+            input + output - 1
         };
-        let too_long = !case.chunked && r.input_tokens > case.max_num_batched_tokens;
+        let too_long = !case.chunked && input > case.max_num_batched_tokens;
         let why = match &r.status {
             Status::Rejected(why) => why.label(),
             Status::Completed => return Ok(()),
             other => return Err(format!("row {} ended {other:?}", r.row)),
         };
         let holds = match why {
-            "prompt_exceeds_kv_pool" => r.input_tokens > pool_tokens,
-            "sequence_exceeds_kv_pool" => peak > pool_tokens && r.input_tokens <= pool_tokens,
+            "prompt_exceeds_kv_pool" => input > pool_tokens,
+            "sequence_exceeds_kv_pool" => peak > pool_tokens && input <= pool_tokens,
             "prompt_exceeds_token_budget" => too_long,
             "worker_stalled" => false,
             // A router rejection: it never reached a worker.

@@ -485,7 +485,7 @@ mod tests {
         let records: Vec<_> = (0..4u64)
             .map(|row| {
                 let mut r = done(row, (row % 2) as usize, DispatchPath::Immediate, [0, 0, 1]);
-                r.reused_input_tokens = 25 * row;
+                r.reused_input_tokens = 25 * row as u32;
                 r
             })
             .collect();

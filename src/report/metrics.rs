@@ -664,7 +664,7 @@ fn class_shells(result: &SimResult, quanta_tokens: &[u64]) -> Vec<ClassMetrics> 
 /// belongs to it.
 pub fn resolved_class(record: &RequestRecord, class_names: &[String]) -> Option<usize> {
     record.class().or_else(|| match &record.policy_class {
-        Some(name) => class_names.iter().position(|c| c.as_str() == &**name),
+        Some(name) => class_names.iter().position(|c| c.as_str() == name.as_str()),
         None => (class_names.len() == 1).then_some(0),
     })
 }
@@ -700,7 +700,7 @@ fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
         match r.status {
             Status::Completed => {
                 c.completed += 1;
-                c.output_tokens_completed += r.output_tokens;
+                c.output_tokens_completed += u64::from(r.output_tokens);
             }
             Status::Rejected(_) => c.rejected += 1,
             Status::Aborted(_) => c.aborted += 1,
@@ -750,7 +750,7 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
         if let (Some(first), Some(done)) = (r.first_token, r.completion)
             && r.output_tokens > 1
         {
-            v[3].push(done.saturating_since(first).as_ns() / (r.output_tokens - 1));
+            v[3].push(done.saturating_since(first).as_ns() / u64::from(r.output_tokens - 1));
         }
         if let Some(h) = &r.handoff
             && let Some(start) = h.transfer_start
@@ -832,7 +832,7 @@ fn dispatch_order(records: &[RequestRecord], class_count: usize) -> Vec<Dispatch
                 time: r.dispatched?,
                 row: r.row,
                 class,
-                uncached_tokens: r.input_tokens.saturating_sub(r.reused_input_tokens),
+                uncached_tokens: u64::from(r.input_tokens.saturating_sub(r.reused_input_tokens)),
             })
         })
         .collect();
@@ -1210,7 +1210,7 @@ mod tests {
         // With several classes, a request that names one counts in it; one that names none
         // cannot be placed without the router's profile.
         let mut named = unresolved(0);
-        named.policy_class = Some("b".into());
+        named.policy_class = Some(std::sync::Arc::new("b".into()));
         let result = result_of(&["a", "b"], vec![named, unresolved(1)]);
         let m = RunMetrics::compute(&result, &[1, 1]);
         assert_eq!((m.classes[0].requests, m.classes[1].requests), (0, 1));
@@ -1242,7 +1242,7 @@ mod tests {
             path,
             [arrival, arrival + wait, arrival + wait + service],
         );
-        r.input_tokens = 10 + service * 7;
+        r.input_tokens = (10 + service * 7) as u32;
         if kind == 0 {
             r.status = crate::report::test_support::rejected();
             r.path = None;

@@ -185,12 +185,12 @@ fn request_row(row: &mut csv_row::CsvRow, result: &SimResult, r: &RequestRecord)
         .unwrap_or("");
     row.clear();
     row.u64(r.row);
-    row.text(r.policy_class.as_deref().unwrap_or_default());
+    row.text(r.policy_class.as_deref().map_or("", String::as_str));
     row.ms(r.arrival);
     row.opt_ms(r.admit);
     row.opt_ms(r.first_token);
     row.opt_ms(r.completion);
-    match r.rank {
+    match r.rank() {
         Some(k) => {
             row.u64(pools::worker_in_role(result, k.worker_id));
             row.u64(u64::from(k.dp_rank));
@@ -204,14 +204,17 @@ fn request_row(row: &mut csv_row::CsvRow, result: &SimResult, r: &RequestRecord)
         Some(p) => row.display(p),
         None => row.text("rejected"),
     }
-    row.u64(r.input_tokens);
-    row.u64(r.output_tokens);
-    row.u64(r.reused_input_tokens);
+    row.u64(r.input_tokens.into());
+    row.u64(r.output_tokens.into());
+    row.u64(r.reused_input_tokens.into());
     row.text(r.status.label());
     row.text(class);
     row.opt_ms(r.dispatched);
     row.text(r.status.reason());
-    row.text(r.rank.map_or("", |k| pools::pool_name(result, k.worker_id)));
+    row.text(
+        r.rank()
+            .map_or("", |k| pools::pool_name(result, k.worker_id)),
+    );
     row.u64(u64::from(r.migrations));
     match &r.session {
         Some(s) if s.named => {

@@ -35,12 +35,14 @@ impl PoolService {
     fn add(&mut self, record: &RequestRecord, role: WorkerRole) {
         self.completed += 1;
         if role != WorkerRole::Decode {
-            self.prefill_tokens += record
-                .input_tokens
-                .saturating_sub(record.reused_input_tokens);
+            self.prefill_tokens += u64::from(
+                record
+                    .input_tokens
+                    .saturating_sub(record.reused_input_tokens),
+            );
         }
         if role != WorkerRole::Prefill {
-            self.output_tokens += record.output_tokens;
+            self.output_tokens += u64::from(record.output_tokens);
         }
     }
 }
@@ -148,7 +150,7 @@ pub fn pool_metrics(
 /// disaggregated serving its prefill worker's first.
 fn pools_of(result: &SimResult, r: &RequestRecord) -> impl Iterator<Item = usize> {
     let prefill = r.handoff.as_ref().map(|h| h.prefill_rank);
-    let ranks = prefill.into_iter().chain(r.rank);
+    let ranks = prefill.into_iter().chain(r.rank());
     ranks.filter_map(|rank| result.pool_of(rank.worker_id))
 }
 
@@ -209,7 +211,7 @@ mod tests {
     fn two_pool_run() -> SimResult {
         let on = |row, worker: u64, reused, completion| {
             let mut r = done(row, 0, DispatchPath::Immediate, [0, 0, completion]);
-            r.rank = Some(WorkerWithDpRank::new(worker, 0));
+            r.set_rank(Some(WorkerWithDpRank::new(worker, 0)));
             r.first_token = Some(ms(completion / 2));
             r.reused_input_tokens = reused;
             r

@@ -74,8 +74,9 @@ pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [Clas
         let class = r.class().filter(|&c| c < classes.len());
         let completed = matches!(r.status, Status::Completed);
         if let (Some(c), true) = (class, completed) {
-            classes[c].sessions.input_tokens += r.input_tokens;
-            classes[c].sessions.reused_input_tokens += r.reused_input_tokens.min(r.input_tokens);
+            classes[c].sessions.input_tokens += u64::from(r.input_tokens);
+            classes[c].sessions.reused_input_tokens +=
+                u64::from(r.reused_input_tokens.min(r.input_tokens));
         }
         let Some(tag) = &r.session else {
             continue;

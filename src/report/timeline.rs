@@ -344,13 +344,13 @@ impl<'a> Prepared<'a> {
         w.async_event(b"b", pid, r.row, &name, r.arrival);
         w.raw(b",\"args\":{\"row\":");
         w.u64(r.row);
-        if let Some(rank) = r.rank {
+        if let Some(rank) = r.rank() {
             w.field_u64("worker", worker_in_role(self.result, rank.worker_id));
             w.field_u64("dp_rank", u64::from(rank.dp_rank));
         }
-        w.field_u64("input_tokens", r.input_tokens);
-        w.field_u64("output_tokens", r.output_tokens);
-        w.field_u64("cached_tokens", r.reused_input_tokens);
+        w.field_u64("input_tokens", r.input_tokens.into());
+        w.field_u64("output_tokens", r.output_tokens.into());
+        w.field_u64("cached_tokens", r.reused_input_tokens.into());
         w.field_u64("migrations", u64::from(r.migrations));
         w.raw(b",\"status\":");
         w.string(r.status.label());

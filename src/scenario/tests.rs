@@ -664,7 +664,7 @@ fn completion_classes(result: &crate::sim::SimResult) -> Vec<String> {
         .collect();
     done.sort_by_key(|r| (r.completion, r.row));
     done.iter()
-        .map(|r| r.policy_class.as_deref().unwrap_or_default().to_string())
+        .map(|r| r.policy_class.as_deref().cloned().unwrap_or_default())
         .collect()
 }
 

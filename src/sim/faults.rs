@@ -226,7 +226,7 @@ impl System {
         if record.status != Status::Pending {
             return;
         }
-        let rank = record.rank.filter(|_| record.dispatched.is_some());
+        let rank = record.rank().filter(|_| record.dispatched.is_some());
         self.end(now, id, Status::Cancelled(CancelReason::ClientCancel));
         self.router.cancel(now, id);
         self.drain_router(now, queue);

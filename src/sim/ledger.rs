@@ -86,7 +86,7 @@ pub(super) struct Ledger {
     change_epoch: u64,
     /// Every class name a request named so far, each shared by the records naming it: a
     /// million records would otherwise hold a million copies of a handful of names.
-    class_names: Vec<Arc<str>>,
+    class_names: Vec<Arc<String>>,
 }
 
 impl Ledger {
@@ -105,11 +105,11 @@ impl Ledger {
 
     /// The shared copy of class name `name` (a run names a handful of classes: a scan is
     /// cheaper than hashing).
-    fn shared_class_name(&mut self, name: &str) -> Arc<str> {
-        if let Some(known) = self.class_names.iter().find(|known| &***known == name) {
+    fn shared_class_name(&mut self, name: &str) -> Arc<String> {
+        if let Some(known) = self.class_names.iter().find(|known| known.as_str() == name) {
             return known.clone();
         }
-        let shared: Arc<str> = name.into();
+        let shared = Arc::new(name.to_string());
         self.class_names.push(shared.clone());
         shared
     }
@@ -133,8 +133,8 @@ impl Ledger {
             completion: None,
             rank: None,
             path: None,
-            input_tokens: spec.input_tokens,
-            output_tokens: spec.output_tokens,
+            input_tokens: record_tokens(spec.input_tokens),
+            output_tokens: record_tokens(spec.output_tokens),
             reused_input_tokens: 0,
             tokens_received: 0,
             status: Status::Pending,
@@ -213,7 +213,7 @@ impl Ledger {
     ) {
         let record = &mut self.records[id.0 as usize];
         record.dispatched = Some(now);
-        record.rank = Some(rank);
+        record.set_rank(Some(rank));
         record.path = Some(path);
         if class_index.is_some() {
             record.class_index = RequestRecord::class_slot(class_index);
@@ -237,7 +237,7 @@ impl Ledger {
             }
             _ => {
                 record.admit.get_or_insert(now);
-                record.reused_input_tokens = admitted.reported_reused_tokens;
+                record.reused_input_tokens = record_tokens(admitted.reported_reused_tokens);
             }
         }
     }
@@ -246,7 +246,7 @@ impl Ledger {
     /// the handoff's source, and the record's rank waits for the decode router's choice.
     pub fn prefill_routed(&mut self, id: RequestId) {
         let record = &mut self.records[id.0 as usize];
-        if let Some(prefill_rank) = record.rank.take() {
+        if let Some(prefill_rank) = record.rank.take().map(RankSlot::get) {
             record.handoff = Some(Box::new(HandoffRecord {
                 prefill_rank,
                 prefill_end: None,
@@ -273,7 +273,7 @@ impl Ledger {
 
     /// The decode router chose `rank` for request `id`.
     pub fn decode_routed(&mut self, id: RequestId, rank: WorkerWithDpRank) {
-        self.records[id.0 as usize].rank = Some(rank);
+        self.records[id.0 as usize].set_rank(Some(rank));
     }
 
     /// Request `id`'s decode worker reserved room for it at `now`: its transfer started.
@@ -300,7 +300,8 @@ impl Ledger {
     /// Request `id` got `tokens` tokens in the middle of its stream (the router hears
     /// nothing of them).
     pub fn credit(&mut self, id: RequestId, tokens: u64) {
-        self.records[id.0 as usize].tokens_received += tokens;
+        let record = &mut self.records[id.0 as usize];
+        record.tokens_received = record_tokens(u64::from(record.tokens_received) + tokens);
     }
 
     /// A token message of attempt `attempt` (or the end of the stream), at `edge` of its
@@ -362,8 +363,11 @@ impl Ledger {
     /// the new prompt length).
     pub fn migrate(&mut self, id: RequestId, hashes_for: impl FnOnce(&[u64], u64) -> Arc<[u64]>) {
         let record = &mut self.records[id.0 as usize];
-        let generated = record.tokens_received;
-        let (input, output) = (record.input_tokens, record.output_tokens);
+        let generated = u64::from(record.tokens_received);
+        let (input, output) = (
+            u64::from(record.input_tokens),
+            u64::from(record.output_tokens),
+        );
         record.migrations += 1;
         if let Some(f) = self.in_flight.get_mut(&id) {
             f.prompt_tokens = input + generated;
@@ -437,11 +441,48 @@ impl Ledger {
     }
 }
 
+/// A worker rank as a record holds it: the worker id and its DP rank in one word, so that
+/// an optional rank costs 8 bytes rather than 24. Worker ids are the fleet's, counted from 0.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RankSlot(std::num::NonZeroU64);
+
+impl RankSlot {
+    pub fn new(rank: WorkerWithDpRank) -> RankSlot {
+        let worker = u32::try_from(rank.worker_id)
+            .ok()
+            .filter(|&w| w < u32::MAX)
+            .expect("worker ids are counted from 0 by the fleet");
+        let word = (u64::from(worker) + 1) << 32 | u64::from(rank.dp_rank);
+        RankSlot(std::num::NonZeroU64::new(word).expect("the worker part is at least 1"))
+    }
+
+    pub fn get(self) -> WorkerWithDpRank {
+        let word = self.0.get();
+        WorkerWithDpRank::new((word >> 32) - 1, word as u32)
+    }
+}
+
+/// A token count as a record holds it: 4 bytes, as every count is at most
+/// [`crate::bounds::MAX_TOKENS`] (a prompt, an output, or a part of one).
+fn record_tokens(tokens: u64) -> u32 {
+    u32::try_from(tokens).expect("token counts are bounded by MAX_TOKENS")
+}
+
 impl RequestRecord {
     /// The class the router put it in (an index into the run's classes), if any. A record
     /// holds it in 4 bytes (`class_index`): a run of a million requests keeps a million.
     pub fn class(&self) -> Option<usize> {
         self.class_index.map(|c| c as usize)
+    }
+
+    /// The worker rank it was sent to (its decode worker's, when disaggregated), if any.
+    pub fn rank(&self) -> Option<WorkerWithDpRank> {
+        self.rank.map(RankSlot::get)
+    }
+
+    /// Sends it to `rank` (or to none) in the record.
+    pub fn set_rank(&mut self, rank: Option<WorkerWithDpRank>) {
+        self.rank = rank.map(RankSlot::new);
     }
 
     /// A class index as a record holds it.
@@ -452,23 +493,24 @@ impl RequestRecord {
 
 #[cfg(test)]
 mod tests {
-    use super::{Ledger, RequestRecord, TokenEdge};
+    use super::{Ledger, RankSlot, RequestRecord, TokenEdge};
+    use crate::scheduling::types::WorkerWithDpRank;
     use crate::time::SimTime;
     use crate::workload::{PromptSpec, RequestSpec};
 
     /// A run of a million requests holds a million records until its files are written: what
     /// is rare (a handoff, a session, a router's rejection) is boxed, an absent instant costs
-    /// no tag, and the class index is 4 bytes.
+    /// no tag, token counts and the class index are 4 bytes, a rank one word, and the named
+    /// class a thin pointer to its one shared copy.
     #[test]
     fn a_request_record_stays_compact() {
         let bytes = std::mem::size_of::<RequestRecord>();
-        assert!(bytes <= 168, "a record takes {bytes} bytes");
+        assert!(bytes <= 128, "a record takes {bytes} bytes");
     }
 
-    #[test]
-    fn records_naming_one_class_share_one_copy_of_its_name() {
-        let mut ledger = Ledger::with_capacity(3);
-        let spec = |class: &str| RequestSpec {
+    /// A one-block request of `class`.
+    fn spec_of_class(class: &str) -> RequestSpec {
+        RequestSpec {
             row: 0,
             arrival: SimTime::ZERO,
             policy_class: Some(class.to_string()),
@@ -481,12 +523,39 @@ mod tests {
                 tokens_per_hash: 64,
             },
             pinned_worker: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_rank_in_one_word_is_the_rank_it_was_given() {
+        let ranks = [
+            (0, 0),
+            (0, 1),
+            (7, 0),
+            (3, u32::MAX),
+            (u64::from(u32::MAX) - 1, 5),
+        ];
+        for (worker, dp_rank) in ranks {
+            let rank = WorkerWithDpRank::new(worker, dp_rank);
+            assert_eq!(RankSlot::new(rank).get(), rank);
+        }
+        let mut ledger = Ledger::with_capacity(1);
+        let id = ledger.open(SimTime::ZERO, spec_of_class("premium"), Vec::new().into());
+        let mut record = ledger.record(id).clone();
+        record.set_rank(Some(WorkerWithDpRank::new(2, 1)));
+        assert_eq!(record.rank(), Some(WorkerWithDpRank::new(2, 1)));
+        record.set_rank(None);
+        assert_eq!(record.rank(), None);
+    }
+
+    #[test]
+    fn records_naming_one_class_share_one_copy_of_its_name() {
+        let mut ledger = Ledger::with_capacity(3);
         let ids = ["premium", "regular", "premium"]
-            .map(|class| ledger.open(SimTime::ZERO, spec(class), Vec::new().into()));
+            .map(|class| ledger.open(SimTime::ZERO, spec_of_class(class), Vec::new().into()));
         let name = |i: usize| ledger.record(ids[i]).policy_class.clone().unwrap();
-        assert_eq!(&*name(0), "premium");
-        assert_eq!(&*name(1), "regular");
+        assert_eq!(name(0).as_str(), "premium");
+        assert_eq!(name(1).as_str(), "regular");
         assert!(std::sync::Arc::ptr_eq(&name(0), &name(2)));
     }
 

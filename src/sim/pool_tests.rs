@@ -113,7 +113,7 @@ fn round_robin_over_two_pools_shows_each_pools_own_ttft() {
     )
     .unwrap();
     for r in &result.records {
-        let pool = result.pool_of(r.rank.unwrap().worker_id).unwrap();
+        let pool = result.pool_of(r.rank().unwrap().worker_id).unwrap();
         assert_eq!(pool as u64, r.row % 2, "round robin alternates the pools");
         let expected = [fast_ttft, slow_ttft][pool];
         assert_eq!(ttft(r), expected, "row {}", r.row);

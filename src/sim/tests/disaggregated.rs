@@ -371,14 +371,14 @@ fn down(worker: u64, at_ms: u64, until_ms: Option<u64>) -> Fault {
 #[test]
 fn a_lost_decode_worker_migrates_its_request_through_prefill_to_another_decode_worker() {
     let calm = one_long_request(1, 2, None, vec![], 1);
-    let decode_worker = calm.rank.unwrap().worker_id;
+    let decode_worker = calm.rank().unwrap().worker_id;
     let lost = one_long_request(1, 2, None, vec![down(decode_worker, 100, None)], 1);
     assert_eq!(
         (lost.status.clone(), lost.migrations),
         (Status::Completed, 1)
     );
     assert_eq!(lost.tokens_received, 200, "every token, once");
-    assert_ne!(lost.rank.unwrap().worker_id, decode_worker);
+    assert_ne!(lost.rank().unwrap().worker_id, decode_worker);
     // The tokens sent before the loss joined the prompt, which the prefill worker computed
     // again (at most 512 tokens cached): its second handoff comes after the loss.
     let h = lost.handoff.unwrap();
