@@ -418,7 +418,7 @@ mod tests {
         // 32 runs' worth: 20,480 rows, several chunks of formatting.
         for copy in 1..32u64 {
             m.completions.extend(one_run.iter().map(|c| {
-                let mut c = c.clone();
+                let mut c = *c;
                 c.index += copy * one_run.len() as u64;
                 c
             }));
