@@ -8,6 +8,7 @@ use crate::scheduling::scheduler::DispatchPath;
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
 use crate::workload::RequestSpec;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// What a request in flight needs to be (re)sent: its prompt as the worker sees it and what
@@ -85,8 +86,9 @@ pub(super) struct Ledger {
     /// lie within the makespan.
     change_epoch: u64,
     /// Every class name a request named so far, each shared by the records naming it: a
-    /// million records would otherwise hold a million copies of a handful of names.
-    class_names: Vec<Arc<String>>,
+    /// million records would otherwise hold a million copies of a handful of names. Hashed,
+    /// as a trace may name a class per row (a scan made 100k such rows take 12 s).
+    class_names: hashbrown::HashTable<Arc<String>>,
 }
 
 impl Ledger {
@@ -99,19 +101,22 @@ impl Ledger {
             watched_ends: Vec::new(),
             last_change: SimTime::ZERO,
             change_epoch: 0,
-            class_names: Vec::new(),
+            class_names: hashbrown::HashTable::new(),
         }
     }
 
-    /// The shared copy of class name `name` (a run names a handful of classes: a scan is
-    /// cheaper than hashing).
+    /// The shared copy of class name `name`.
     fn shared_class_name(&mut self, name: &str) -> Arc<String> {
-        if let Some(known) = self.class_names.iter().find(|known| known.as_str() == name) {
-            return known.clone();
-        }
-        let shared = Arc::new(name.to_string());
-        self.class_names.push(shared.clone());
-        shared
+        let hash_of = |name: &str| rustc_hash::FxBuildHasher.hash_one(name);
+        self.class_names
+            .entry(
+                hash_of(name),
+                |known| known.as_str() == name,
+                |known| hash_of(known),
+            )
+            .or_insert_with(|| Arc::new(name.to_string()))
+            .get()
+            .clone()
     }
 
     /// Records request `spec` arriving at `now` with prompt block hashes `hashes`; returns
@@ -546,6 +551,26 @@ mod tests {
         assert_eq!(record.rank(), Some(WorkerWithDpRank::new(2, 1)));
         record.set_rank(None);
         assert_eq!(record.rank(), None);
+    }
+
+    #[test]
+    fn a_trace_naming_a_class_per_row_keeps_one_copy_of_each_name() {
+        let mut ledger = Ledger::with_capacity(0);
+        let names: Vec<String> = (0..5_000).map(|i| format!("user{i}")).collect();
+        let mut open = |name: &str| {
+            let id = ledger.open(SimTime::ZERO, spec_of_class(name), Vec::new().into());
+            ledger.record(id).policy_class.clone().unwrap()
+        };
+        let first: Vec<_> = names.iter().map(|n| open(n)).collect();
+        for (name, shared) in names.iter().zip(&first).rev() {
+            let again = open(name);
+            assert_eq!(again.as_str(), name);
+            assert!(
+                std::sync::Arc::ptr_eq(&again, shared),
+                "{name} copied twice"
+            );
+        }
+        assert_eq!(ledger.class_names.len(), names.len());
     }
 
     #[test]
