@@ -102,7 +102,7 @@ fn cumulative_at_chunk_starts(metrics: &RunMetrics) -> impl Fn(usize) -> Vec<u64
             .cloned()
             .unwrap_or_else(|| vec![0; classes]);
         let from = first - first % CUMULATIVE_STRIDE;
-        for c in &metrics.completions[from.min(first)..first] {
+        for c in &metrics.completions[from..first] {
             if let Some(class) = c.class {
                 counts[class] += 1;
             }
