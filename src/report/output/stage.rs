@@ -3,10 +3,10 @@
 //! process left behind, only when they prove to be routersim's.
 //!
 //! A stage's marker ([`STAGE_MARKER`]) is written last, once every file is whole, and lists
-//! each with its size and content hash ([`super::proof`], worked out as the file was written). A stale stage is removed only if
-//! each of its entries is the marker or a regular file it lists, holding the listed bytes;
-//! anything else there (a user's file, a half-written file, a subfolder) leaves the folder
-//! alone entirely.
+//! each with its size and content hash ([`super::proof`], worked out as the file was
+//! written). A stale stage is removed only if each of its entries is the marker or a regular
+//! file it lists, holding the listed bytes; anything else there (a user's file, a
+//! half-written file, a subfolder, a stage with no marker) leaves the folder alone entirely.
 
 use super::body::Contents;
 use super::proof::{self, OnDisk, Proof, Proofs};
@@ -134,8 +134,8 @@ impl Stage {
     }
 
     /// Writes the stage marker, which lists every file written with its proof. Written last,
-    /// so a stage whose process was killed before it was whole has no marker (or one that
-    /// does not list its last files) and is left alone rather than taken for routersim's.
+    /// so a stage whose process was killed before it was whole has no marker and is left
+    /// alone rather than taken for routersim's.
     pub(super) fn seal(&self) -> Result<(), OutputError> {
         assert_eq!(
             self.written.len(),
