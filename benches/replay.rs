@@ -317,8 +317,6 @@ const ROUND_MEASURE_S: f64 = 0.4;
 /// Most timed runs of one side in one round.
 const MAX_RUNS_PER_ROUND: usize = 50;
 
-/// Best of the times in ms that `measure` measures, over at least one run and
-/// [`ROUND_MEASURE_S`].
 /// Set in the bench's own child that measures a command's peak ([`peak_helper`]).
 const PEAK_HELPER_ENV: &str = "ROUTERSIM_BENCH_PEAK_HELPER";
 
@@ -380,6 +378,8 @@ fn peak_helper() -> std::process::ExitCode {
     }
 }
 
+/// Best of the times in ms that `measure` measures, over at least one run and
+/// [`ROUND_MEASURE_S`].
 fn best_ms(mut measure: impl FnMut() -> f64) -> f64 {
     let measuring = Instant::now();
     let mut best = f64::INFINITY;

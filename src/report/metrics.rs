@@ -679,7 +679,7 @@ fn with_resolved_classes<'a>(
         return std::borrow::Cow::Borrowed(records);
     }
     let resolve = |r: &RequestRecord| RequestRecord {
-        class_index: crate::sim::RequestRecord::class_slot(resolved_class(r, class_names)),
+        class_index: RequestRecord::class_slot(resolved_class(r, class_names)),
         ..r.clone()
     };
     std::borrow::Cow::Owned(records.iter().map(resolve).collect())

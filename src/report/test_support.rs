@@ -29,7 +29,7 @@ pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> R
     RequestRecord {
         row,
         policy_class: None,
-        class_index: crate::sim::RequestRecord::class_slot(Some(class)),
+        class_index: RequestRecord::class_slot(Some(class)),
         arrival: ms(arrival),
         dispatched: Some(ms(dispatched)),
         admit: Some(ms(dispatched)),
