@@ -281,9 +281,25 @@ impl OutputTarget {
             remove_own_file(&self.dir, old, old_proofs)?;
         }
         for name in proofs.keys() {
-            rename(&stage.join(name), &self.dir.join(name))?;
+            let to = self.dir.join(name);
+            if owned.contains_key(name) {
+                free_name(&to)?;
+            }
+            rename(&stage.join(name), &to)?;
         }
         rename(&stage.join(MARKER), &self.dir.join(MARKER))
+    }
+}
+
+/// Removes a previous output's file (proven when the target was inspected) before its
+/// successor is renamed in. ext4 writes a file's data out at once when it is renamed over
+/// another (so that a crash cannot leave the name empty), 100-170 µs a file on this kind of
+/// disk; a rename into a free name costs a fifth of that. The interim marker lists both
+/// proofs, and a listed file may be absent, so a replace stopped in between is still safe.
+fn free_name(path: &Path) -> Result<(), OutputError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(path, "replace", e)),
+        _ => Ok(()),
     }
 }
 
