@@ -800,6 +800,11 @@ fn replay_facts(args: &ReplayArgs) -> Vec<(String, String)> {
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let (setup, replay_concurrency, arrival_speedup_ratio) = replay_setup(args)?;
     let inputs = replay_inputs(args, &setup);
+    let spec = RunSpec::from_replay(&setup)
+        .with_replay_modes(replay_concurrency, arrival_speedup_ratio)
+        .with_timeline(args.timeline.timeline);
+    // The trace's reader starts while the output directory is claimed (see `Started`).
+    let started = pipeline::start(&spec);
     let target =
         output::claim(&args.out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
     if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
@@ -807,10 +812,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
-    let spec = RunSpec::from_replay(&setup)
-        .with_replay_modes(replay_concurrency, arrival_speedup_ratio)
-        .with_timeline(args.timeline.timeline);
-    let RunOutput { result, metrics } = pipeline::execute(&spec)?;
+    let RunOutput { result, metrics } = started.execute()?;
     let trace_name = args.trace.display().to_string();
     let mut meta = serde_json::json!({
         "command": "replay",

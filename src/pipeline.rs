@@ -23,7 +23,7 @@ use crate::workload::trace::RowOrder;
 use crate::workload::{Arrival, jitter_arrivals};
 use rand::Rng;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod judgement;
@@ -229,7 +229,59 @@ impl RunSpec {
 
 /// Runs `spec` and measures it. The only non-test caller of the simulator.
 pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
-    Ok(measure(spec, simulate(spec)?))
+    start(spec).execute()
+}
+
+/// A run about to execute whose trace, if it streams one, is already being read: a command
+/// starts it before it claims its output directory, so that the reader thread's start (about
+/// 0.2 ms) overlaps that work instead of holding up the simulation's first row. Nothing is
+/// written, and an unreadable trace's error waits for [`Started::execute`], so a refused
+/// output directory is still the error a user sees first.
+pub struct Started<'a> {
+    spec: &'a RunSpec,
+    rows: Option<Result<read_ahead::ReadAhead, String>>,
+}
+
+/// Starts reading `spec`'s trace, if it is one a replay streams (see [`Started`]).
+pub fn start(spec: &RunSpec) -> Started<'_> {
+    let rows = streamed_trace(spec).map(|(path, block_size, ratio, order)| {
+        read_ahead::ReadAhead::start(path, block_size, ratio, order, spec.config.block_size())
+    });
+    Started { spec, rows }
+}
+
+impl Started<'_> {
+    /// Runs the spec: its result and what the reports show of it.
+    pub fn execute(self) -> Result<RunOutput, RunError> {
+        let spec = self.spec;
+        let result = match self.rows {
+            Some(rows) => {
+                let rows = rows.map_err(RunError::Input)?;
+                replay::replay_trace(&spec.config, rows, spec.timeline)?
+            }
+            None => simulate(spec)?,
+        };
+        Ok(measure(spec, result))
+    }
+}
+
+/// A trace a replay reads once, in the order it runs its rows: its path, block size, speed-up
+/// ratio and row order. Dynamo issues a closed loop's rows in file order, whatever their
+/// timestamps (so arrival jitter, which only moves those, has no effect there).
+fn streamed_trace(spec: &RunSpec) -> Option<(&Path, u64, f64, RowOrder)> {
+    let RequestSource::Trace {
+        path,
+        block_size,
+        arrival_speedup_ratio,
+    } = &spec.source
+    else {
+        return None;
+    };
+    let order = match spec.config.closed_loop {
+        Some(_) => Some(RowOrder::File),
+        None => (spec.arrival_jitter_ns == 0).then_some(RowOrder::Time),
+    }?;
+    Some((path, *block_size, *arrival_speedup_ratio, order))
 }
 
 /// The output of `spec`'s run: its result and what the reports show of it.
@@ -244,31 +296,8 @@ fn measure(spec: &RunSpec, result: SimResult) -> RunOutput {
     RunOutput { result, metrics }
 }
 
-/// The simulator's result for `spec`'s requests.
+/// The simulator's result for `spec`'s requests, when they are not a streamed trace.
 fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
-    if let RequestSource::Trace {
-        path,
-        block_size,
-        arrival_speedup_ratio,
-    } = &spec.source
-    {
-        // Dynamo issues a closed loop's rows in file order, whatever their timestamps (so
-        // arrival jitter, which only moves those, has no effect there).
-        let loop_order = match spec.config.closed_loop {
-            Some(_) => Some(RowOrder::File),
-            None => (spec.arrival_jitter_ns == 0).then_some(RowOrder::Time),
-        };
-        if let Some(order) = loop_order {
-            return replay::replay_trace(
-                &spec.config,
-                path,
-                *block_size,
-                *arrival_speedup_ratio,
-                order,
-                spec.timeline,
-            );
-        }
-    }
     let options = sim::Options::new(spec.config.clone()).with_timeline(spec.timeline);
     sim::run(options, spec.requests()?).map_err(RunError::Bug)
 }

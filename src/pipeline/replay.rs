@@ -9,8 +9,7 @@ use crate::scheduling::scheduler::select_profile;
 use crate::sim::{self, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool};
 use crate::time::SimDuration;
 use crate::workload::read_ahead::{PassEnd, ReadAhead};
-use crate::workload::trace::RowOrder;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The inputs of a trace replay, as Dynamo's offline replay takes them.
 #[derive(Clone, Debug)]
@@ -128,19 +127,14 @@ impl RunSpec {
     }
 }
 
-/// Replays a trace, its rows in `order`, reading the file once (see [`ReadAhead`]): the run
-/// takes the rows as a second thread reads them, and stands, is made again on the sorted
-/// rows, or gives way to the trace's error once the trace is judged.
+/// Replays a trace as `rows` reads it (see [`ReadAhead`]): the run takes the rows as a second
+/// thread reads them, and stands, is made again on the sorted rows, or gives way to the
+/// trace's error once the trace is judged.
 pub(super) fn replay_trace(
     config: &SimConfig,
-    path: &Path,
-    block_size: u64,
-    speedup_ratio: f64,
-    order: RowOrder,
+    mut rows: ReadAhead,
     timeline: bool,
 ) -> Result<SimResult, RunError> {
-    let mut rows = ReadAhead::start(path, block_size, speedup_ratio, order, config.block_size())
-        .map_err(RunError::Input)?;
     let options = sim::Options::new(config.clone())
         .expecting(rows.expected_rows())
         .with_timeline(timeline);

@@ -121,6 +121,30 @@ fn run_out_a_users_directory_is_refused() {
     }
 }
 
+/// A replay starts reading its trace while it claims its output directory; a refused
+/// directory is still the error it reports, before a trace it cannot read.
+#[test]
+fn a_refused_directory_is_reported_before_an_unreadable_trace() {
+    let (tmp, _) = experiment();
+    let user = tmp.path().join("photos");
+    fs::create_dir(&user).unwrap();
+    fs::write(user.join("cat.jpg"), "meow").unwrap();
+    for trace in ["exp/missing.jsonl", "exp"] {
+        let args = ["replay", "--trace", trace, "--out", "photos"];
+        assert_refused(tmp.path(), tmp.path(), &args, &["photos", "cat.jpg"]);
+    }
+    let (code, stderr) = run_in(
+        tmp.path(),
+        &["replay", "--trace", "exp/missing.jsonl", "--out", "fresh"],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("exp/missing.jsonl"), "{stderr}");
+    assert!(
+        !tmp.path().join("fresh").exists(),
+        "an output without a trace"
+    );
+}
+
 #[test]
 fn run_out_an_existing_file_is_refused_and_leaves_no_stage() {
     let (tmp, _) = experiment();
