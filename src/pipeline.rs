@@ -232,6 +232,11 @@ pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
     start(spec).execute()
 }
 
+/// From this many requests on, a run's freed simulation memory (its pools and indexes) goes
+/// back to the kernel before its metrics are built (see [`crate::release_freed_memory`]);
+/// below it, both are a few MB and the system calls would cost more than they save.
+const RELEASE_AFTER_REQUESTS: usize = 1 << 16;
+
 /// A run about to execute whose trace, if it streams one, is already being read: a command
 /// starts it before it claims its output directory, so that the reader thread's start (about
 /// 0.2 ms) overlaps that work instead of holding up the simulation's first row. Nothing is
@@ -261,6 +266,9 @@ impl Started<'_> {
             }
             None => simulate(spec)?,
         };
+        if result.records.len() >= RELEASE_AFTER_REQUESTS {
+            crate::release_freed_memory();
+        }
         Ok(measure(spec, result))
     }
 }
