@@ -232,10 +232,10 @@ pub fn execute(spec: &RunSpec) -> Result<RunOutput, RunError> {
     start(spec).execute()
 }
 
-/// From this many requests on, a run's freed simulation memory (its pools and indexes) goes
-/// back to the kernel before its metrics are built (see [`crate::release_freed_memory`]);
-/// below it, both are a few MB and the system calls would cost more than they save.
-const RELEASE_AFTER_REQUESTS: usize = 1 << 16;
+/// From this many requests on, a run's freed memory goes back to the kernel as it is freed
+/// from the simulation's end to its metrics' ([`crate::memory::PromptRelease`]); below it,
+/// the lists are a few MB and the system calls would cost more than they save.
+const PROMPT_RELEASE_FROM_REQUESTS: usize = 1 << 16;
 
 /// A run about to execute whose trace, if it streams one, is already being read: a command
 /// starts it before it claims its output directory, so that the reader thread's start (about
@@ -266,9 +266,8 @@ impl Started<'_> {
             }
             None => simulate(spec)?,
         };
-        if result.records.len() >= RELEASE_AFTER_REQUESTS {
-            crate::release_freed_memory();
-        }
+        let _release = (result.records.len() >= PROMPT_RELEASE_FROM_REQUESTS)
+            .then(crate::memory::PromptRelease::start);
         Ok(measure(spec, result))
     }
 }
