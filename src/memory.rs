@@ -36,8 +36,8 @@ static HOLDERS: Mutex<(usize, c_long)> = Mutex::new((0, 0));
 /// ended. A million-request replay then frees its pools and indexes (about 140 MiB) and builds
 /// its metrics from large temporary lists; kept, the freed pages of each stayed resident
 /// beside the next, and the metrics peaked 90 MiB above the simulation's own peak. Returning
-/// them promptly everywhere costs the simulation a tenth of its time (measured on that case),
-/// so it is done only from the simulation's end to the metrics'.
+/// them promptly everywhere took the simulation 1.13x its time on that case, so it is done
+/// only from the simulation's end to the metrics'.
 #[must_use = "freed pages go back promptly only while this lives"]
 pub struct PromptRelease {
     _private: (),

@@ -83,8 +83,7 @@ pub(crate) fn write_chunked<T: Sync>(
 ) -> csv::Result<()> {
     use rayon::prelude::*;
     if items.len() <= ROWS_PER_CHUNK {
-        // Room for the whole text at once: grown by doubling, it was copied into fresh pages
-        // again and again (a fifth of a small replay's page faults).
+        // Room for the whole text at once, rather than copies of it at every doubling.
         let mut buf = Vec::with_capacity(items.len() * ROW_BYTES_GUESS);
         format(0, items, &mut buf)?;
         out.write_all(&buf)?;
