@@ -72,17 +72,16 @@ impl Drop for PromptRelease {
     }
 }
 
-/// The purge delay now, and how many [`PromptRelease`]s live.
-#[cfg(test)]
-fn purge_delay_and_holders() -> (c_long, usize) {
-    let holders = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
-    // SAFETY: as in `PromptRelease::start`.
-    (unsafe { ffi::mi_option_get(ffi::PURGE_DELAY) }, holders.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The purge delay now, and how many [`PromptRelease`]s live.
+    fn purge_delay_and_holders() -> (c_long, usize) {
+        let holders = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: as in `PromptRelease::start`.
+        (unsafe { ffi::mi_option_get(ffi::PURGE_DELAY) }, holders.0)
+    }
 
     #[test]
     fn prompt_release_holds_the_purge_delay_at_zero_until_its_last_holder_ends() {
