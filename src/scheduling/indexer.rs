@@ -11,9 +11,10 @@
 //! stores are harmless.
 
 use super::types::{KvEvent, KvEventData, SeqHash, WorkerId, WorkerWithDpRank};
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use std::collections::BTreeMap;
-use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
 
 /// What applying one event did, for diagnostics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,15 +29,15 @@ pub enum EventOutcome {
 
 /// The router's map of cached blocks: for each sequence hash, the ranks holding it.
 ///
-/// The map holds every cached block of every rank (hundreds of thousands), so an entry is
-/// kept to 16 bytes: the hash and a 32-bit holder code. A block is usually held by one rank,
+/// The map holds every cached block of every rank (millions, in a large fleet), so an entry
+/// is kept to 12 bytes: the hash and a 32-bit holder code (see [`Holder`]). A block is usually held by one rank,
 /// whose small index (ranks are numbered as they first store a block) is the code; a block
 /// several ranks hold points into a side table of sorted index lists. Per-rank block counts
 /// answer `block_count` and `ranks`; clearing a rank scans the map (Cleared events and worker
 /// removal are rare).
 #[derive(Clone, Debug, Default)]
 pub struct OverlapIndexer {
-    holders: FxHashMap<SeqHash, u32>,
+    holders: HashTable<Holder>,
     /// Holder lists of shared blocks (at least two rank indices, sorted), by `code & !SHARED`;
     /// a free list is empty and listed in `free_lists`.
     lists: Vec<Vec<u32>>,
@@ -52,6 +53,41 @@ pub struct OverlapIndexer {
 /// A holder code with this bit set points into `lists`; otherwise it is a rank index.
 const SHARED: u32 = 1 << 31;
 
+/// One block of the index: its sequence hash, held as two halves so that the entry is 12
+/// bytes rather than a `(u64, u32)`'s padded 16 (a fleet of 2^21 blocks fills a table of
+/// 2^22 entries: 16 MiB less), and its holder code.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    hash: [u32; 2],
+    code: u32,
+}
+
+impl Holder {
+    fn new(hash: SeqHash, code: u32) -> Holder {
+        let hash = [hash as u32, (hash >> 32) as u32];
+        Holder { hash, code }
+    }
+
+    fn hash(&self) -> SeqHash {
+        u64::from(self.hash[0]) | (u64::from(self.hash[1]) << 32)
+    }
+}
+
+/// Where the table files a block of hash `hash`.
+fn filed(hash: SeqHash) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(hash)
+}
+
+/// The table's test for the entry of `hash`.
+fn is(hash: SeqHash) -> impl Fn(&Holder) -> bool {
+    move |holder| holder.hash() == hash
+}
+
+/// Where the table files an entry it moves.
+fn filed_holder(holder: &Holder) -> u64 {
+    filed(holder.hash())
+}
+
 impl OverlapIndexer {
     /// An empty index.
     pub fn new() -> Self {
@@ -62,7 +98,7 @@ impl OverlapIndexer {
     /// rehash) step by step while the workers' caches fill.
     pub fn reserve(&mut self, blocks: usize) {
         self.holders
-            .reserve(blocks.saturating_sub(self.holders.len()));
+            .reserve(blocks.saturating_sub(self.holders.len()), filed_holder);
     }
 
     /// Applies one KV event from `event.worker`.
@@ -95,7 +131,7 @@ impl OverlapIndexer {
         let Some(first) = query.first() else {
             return Vec::new();
         };
-        let Some(&first_code) = self.holders.get(first) else {
+        let Some(first_code) = self.code(*first) else {
             return Vec::new();
         };
         if first_code & SHARED == 0 {
@@ -103,9 +139,8 @@ impl OverlapIndexer {
             let depth = 1 + query[1..]
                 .iter()
                 .take_while(|hash| {
-                    self.holders
-                        .get(*hash)
-                        .is_some_and(|&code| self.holder_indices(code).contains(&first_code))
+                    self.code(**hash)
+                        .is_some_and(|code| self.holder_indices(code).contains(&first_code))
                 })
                 .count();
             return vec![(self.rank_of[first_code as usize], saturating_u32(depth))];
@@ -114,9 +149,8 @@ impl OverlapIndexer {
         let mut overlaps = Vec::with_capacity(matching.len());
         for (depth, hash) in query.iter().enumerate().skip(1) {
             let holders_here = self
-                .holders
-                .get(hash)
-                .map_or(&[][..], |&code| self.holder_indices(code));
+                .code(*hash)
+                .map_or(&[][..], |code| self.holder_indices(code));
             let depth_blocks = saturating_u32(depth);
             narrow_sorted(&mut matching, holders_here, |dropped| {
                 overlaps.push((self.rank_of[dropped as usize], depth_blocks));
@@ -142,8 +176,7 @@ impl OverlapIndexer {
 
     /// Whether `rank` holds `hash`.
     pub fn holds(&self, rank: WorkerWithDpRank, hash: SeqHash) -> bool {
-        let (Some(&index), Some(&code)) = (self.index_of.get(&rank), self.holders.get(&hash))
-        else {
+        let (Some(&index), Some(code)) = (self.index_of.get(&rank), self.code(hash)) else {
             return false;
         };
         self.holder_indices(code).binary_search(&index).is_ok()
@@ -159,7 +192,8 @@ impl OverlapIndexer {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counted: BTreeMap<WorkerWithDpRank, usize> = BTreeMap::new();
         let mut list_users = vec![0usize; self.lists.len()];
-        for (hash, &code) in &self.holders {
+        for holder in &self.holders {
+            let (hash, code) = (holder.hash(), holder.code);
             if code & SHARED != 0 {
                 let list = (code & !SHARED) as usize;
                 let Some(users) = list_users.get_mut(list) else {
@@ -204,6 +238,11 @@ impl OverlapIndexer {
             return Err(format!("{rank} holds blocks but is not counted"));
         }
         Ok(())
+    }
+
+    /// The holder code of `hash`, if a rank holds it.
+    fn code(&self, hash: SeqHash) -> Option<u32> {
+        self.holders.find(filed(hash), is(hash)).map(|h| h.code)
     }
 
     /// The sorted rank indices a holder code stands for.
@@ -255,13 +294,13 @@ impl OverlapIndexer {
         let index = self.index(rank);
         let mut added = 0;
         for &hash in blocks {
-            let code = match self.holders.entry(hash) {
+            let code = match self.holders.entry(filed(hash), is(hash), filed_holder) {
                 Entry::Vacant(slot) => {
-                    slot.insert(index);
+                    slot.insert(Holder::new(hash, index));
                     added += 1;
                     continue;
                 }
-                Entry::Occupied(slot) => *slot.get(),
+                Entry::Occupied(slot) => slot.get().code,
             };
             if code & SHARED != 0 {
                 let list = &mut self.lists[(code & !SHARED) as usize];
@@ -271,7 +310,9 @@ impl OverlapIndexer {
                 }
             } else if code != index {
                 let shared = self.new_list([code.min(index), code.max(index)]);
-                self.holders.insert(hash, shared);
+                if let Some(holder) = self.holders.find_mut(filed(hash), is(hash)) {
+                    holder.code = shared;
+                }
                 added += 1;
             }
         }
@@ -288,13 +329,18 @@ impl OverlapIndexer {
         };
         let mut removed = 0;
         for hash in blocks {
-            let Entry::Occupied(mut slot) = self.holders.entry(*hash) else {
+            let Ok(mut slot) = self.holders.find_entry(filed(*hash), is(*hash)) else {
                 continue;
             };
-            match drop_holder(&mut self.lists, &mut self.free_lists, *slot.get(), index) {
+            match drop_holder(
+                &mut self.lists,
+                &mut self.free_lists,
+                slot.get().code,
+                index,
+            ) {
                 Dropped::NotHeld => {}
                 Dropped::Now(code) => {
-                    slot.insert(code);
+                    slot.get_mut().code = code;
                     removed += 1;
                 }
                 Dropped::Empty => {
@@ -319,10 +365,10 @@ impl OverlapIndexer {
         };
         let (lists, free_lists) = (&mut self.lists, &mut self.free_lists);
         self.holders.retain(
-            |_, code| match drop_holder(lists, free_lists, *code, index) {
+            |holder| match drop_holder(lists, free_lists, holder.code, index) {
                 Dropped::NotHeld => true,
                 Dropped::Now(new) => {
-                    *code = new;
+                    holder.code = new;
                     true
                 }
                 Dropped::Empty => false,
@@ -398,6 +444,20 @@ mod tests {
 
     fn rank(worker_id: u64, dp_rank: u32) -> WorkerWithDpRank {
         WorkerWithDpRank::new(worker_id, dp_rank)
+    }
+
+    /// A full fleet's index holds millions of entries: each is 12 bytes, and a hash whose
+    /// halves differ is found again whole.
+    #[test]
+    fn an_index_entry_is_twelve_bytes_and_keeps_its_whole_hash() {
+        assert_eq!(std::mem::size_of::<Holder>(), 12);
+        let hash: SeqHash = 0x0123_4567_89ab_cdef;
+        assert_eq!(Holder::new(hash, 3).hash(), hash);
+        let mut index = OverlapIndexer::new();
+        let (high_only, low_only) = (0xffff_ffff_0000_0000, 0x0000_0000_ffff_ffff);
+        index.apply(&stored(rank(1, 0), None, &[high_only]));
+        assert!(index.holds(rank(1, 0), high_only));
+        assert!(!index.holds(rank(1, 0), low_only));
     }
 
     fn stored(worker: WorkerWithDpRank, parent: Option<SeqHash>, blocks: &[SeqHash]) -> KvEvent {
