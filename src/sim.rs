@@ -265,7 +265,9 @@ pub struct RequestRecord {
     pub row: u64,
     /// The class the request named, shared by every record naming it (see [`Ledger::open`]).
     pub policy_class: Option<Arc<String>>,
-    pub class_index: Option<u32>,
+    /// Its resolved class plus one, so that an absent class costs no tag (see
+    /// [`RequestRecord::class`]).
+    pub class_index: Option<std::num::NonZeroU32>,
     pub arrival: SimTime,
     /// When the router dispatched it (immediately, or when the queue released it).
     pub dispatched: Option<SimTime>,
@@ -281,15 +283,8 @@ pub struct RequestRecord {
     pub reused_input_tokens: u32,
     pub tokens_received: u32,
     pub status: Status,
-    /// Times the request was moved off a lost worker (at most the migration limit).
-    pub migrations: u32,
-    /// Its session, when it is a session's turn.
-    /// (Boxed, like `handoff`: a run of a million requests keeps a million records, and most
-    /// have neither.)
-    pub session: Option<Box<SessionTag>>,
-    /// Its handoff from prefill to decode worker, in a disaggregated run (`rank` is then its
-    /// decode worker, `admit` its prefill admission and `path` the prefill router's).
-    pub handoff: Option<Box<HandoffRecord>>,
+    /// Its session, handoff and migrations, which most requests lack (see [`RareParts`]).
+    pub rare: Option<Box<RareParts>>,
 }
 
 /// The instants of one request's handoff in disaggregated serving (see `sim::handoff`).
@@ -1190,6 +1185,7 @@ use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 #[cfg(test)]
 use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
 use handoff::Handoff;
+pub use ledger::RareParts;
 use ledger::{Ledger, RankSlot, TokenEdge};
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 use timeline::{CounterRecorder, Timeline};
@@ -1527,7 +1523,7 @@ policy_classes:
                 .sum();
             prop_assert_eq!(ended, case.requests.len(), "conservation (seed {})", seed);
             for r in &result.records {
-                prop_assert!(r.migrations <= f.migration_limit);
+                prop_assert!(r.migrations() <= f.migration_limit);
                 prop_assert!(r.completion.is_some(), "every request ends at an instant");
                 if r.status == Status::Completed {
                     prop_assert_eq!(r.tokens_received, r.output_tokens);

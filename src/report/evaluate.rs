@@ -530,7 +530,10 @@ mod tests {
                 if status != Status::Completed {
                     (r.first_token, r.path) = (None, None);
                 }
-                (r.status, r.migrations) = (status, migrations);
+                r.status = status;
+                if migrations > 0 {
+                    r.rare_mut().migrations = migrations;
+                }
                 r
             })
             .collect();

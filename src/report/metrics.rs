@@ -440,7 +440,11 @@ impl RunMetrics {
             rejected: count_status(result, EndStatus::Rejected),
             aborted: count_status(result, EndStatus::Aborted),
             cancelled: count_status(result, EndStatus::Cancelled),
-            migrations: result.records.iter().map(|r| u64::from(r.migrations)).sum(),
+            migrations: result
+                .records
+                .iter()
+                .map(|r| u64::from(r.migrations()))
+                .sum(),
             pending: count_status(result, EndStatus::Pending),
             makespan: result.end_time,
             events: result.events,
@@ -691,7 +695,7 @@ fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
             continue;
         };
         c.requests += 1;
-        c.migrations += u64::from(r.migrations);
+        c.migrations += u64::from(r.migrations());
         match r.path {
             Some(DispatchPath::Immediate) => c.immediate += 1,
             Some(DispatchPath::Queued) => c.queued += 1,
@@ -760,7 +764,7 @@ fn set_latencies(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
         {
             v[3].push(done.saturating_since(first).as_ns() / u64::from(r.output_tokens - 1));
         }
-        if let Some(h) = &r.handoff
+        if let Some(h) = r.handoff()
             && let Some(start) = h.transfer_start
         {
             v[4].extend(since(h.transfer_end, start));

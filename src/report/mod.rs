@@ -215,8 +215,8 @@ fn request_row(row: &mut csv_row::CsvRow, result: &SimResult, r: &RequestRecord)
         r.rank()
             .map_or("", |k| pools::pool_name(result, k.worker_id)),
     );
-    row.u64(u64::from(r.migrations));
-    match &r.session {
+    row.u64(u64::from(r.migrations()));
+    match r.session() {
         Some(s) if s.named => {
             row.text(&s.id);
             match s.chained {
@@ -234,7 +234,7 @@ fn request_row(row: &mut csv_row::CsvRow, result: &SimResult, r: &RequestRecord)
 
 /// The eight handoff columns of a request's row (empty without a handoff).
 fn handoff_fields(row: &mut csv_row::CsvRow, result: &SimResult, r: &RequestRecord) {
-    let Some(h) = &r.handoff else {
+    let Some(h) = r.handoff() else {
         for _ in 0..8 {
             row.text("");
         }

@@ -38,7 +38,7 @@ pub struct PhaseCurve {
 /// The four phase durations of a completed disaggregated request, in ns; `None` for any
 /// other request.
 pub fn phase_ns(r: &RequestRecord) -> Option<[u64; 4]> {
-    let h = r.handoff.as_ref()?;
+    let h = r.handoff()?;
     let instants = [
         r.arrival,
         r.admit?,
@@ -110,7 +110,7 @@ mod tests {
     fn disaggregated(class: usize, times_ms: [u64; 5]) -> RequestRecord {
         let mut r = record(class, times_ms[0], times_ms[4]);
         r.admit = Some(ms(times_ms[1]));
-        r.handoff = Some(Box::new(HandoffRecord {
+        r.rare_mut().handoff = Some(HandoffRecord {
             prefill_rank: crate::scheduling::types::WorkerWithDpRank::new(0, 0),
             prefill_end: Some(ms(times_ms[2])),
             transfer_start: Some(ms(times_ms[2])),
@@ -118,7 +118,7 @@ mod tests {
             prefill_release: Some(ms(times_ms[3])),
             decode_admit: Some(ms(times_ms[3])),
             decode_reused_input_tokens: 0,
-        }));
+        });
         r
     }
 

@@ -149,7 +149,7 @@ pub fn pool_metrics(
 /// The pools request `r` was served by (indexes in `result.pools`): its worker's, and in
 /// disaggregated serving its prefill worker's first.
 fn pools_of(result: &SimResult, r: &RequestRecord) -> impl Iterator<Item = usize> {
-    let prefill = r.handoff.as_ref().map(|h| h.prefill_rank);
+    let prefill = r.handoff().map(|h| h.prefill_rank);
     let ranks = prefill.into_iter().chain(r.rank());
     ranks.filter_map(|rank| result.pool_of(rank.worker_id))
 }

@@ -78,7 +78,7 @@ pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [Clas
             classes[c].sessions.reused_input_tokens +=
                 u64::from(r.reused_input_tokens.min(r.input_tokens));
         }
-        let Some(tag) = &r.session else {
+        let Some(tag) = r.session() else {
             continue;
         };
         let ttft = r.first_token.filter(|_| completed);

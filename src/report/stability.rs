@@ -267,12 +267,12 @@ fn visits(records: &[RequestRecord]) -> Vec<Visit> {
     for r in records {
         let ended = r.completion.filter(|_| r.status != Status::Pending);
         let visit = Visit {
-            multi_turn: r.session.as_ref().is_some_and(|tag| tag.turns > 1),
+            multi_turn: r.session().is_some_and(|tag| tag.turns > 1),
             arrival: r.arrival,
             end: ended.map(|end| end.max(r.arrival)),
             status: r.status.kind(),
         };
-        let Some(tag) = &r.session else {
+        let Some(tag) = r.session() else {
             visits.push(visit);
             continue;
         };

@@ -42,22 +42,20 @@ pub fn done(row: u64, class: usize, path: DispatchPath, times_ms: [u64; 3]) -> R
         reused_input_tokens: 0,
         tokens_received: 1,
         status: Status::Completed,
-        migrations: 0,
-        session: None,
-        handoff: None,
+        rare: None,
     }
 }
 
 /// Turn `turn` of the `turns`-turn session `index`: [`done`] with the session's tag.
 pub fn turn(mut record: RequestRecord, index: u32, turn: u32, turns: u32) -> RequestRecord {
-    record.session = Some(Box::new(crate::workload::session::SessionTag {
+    record.rare_mut().session = Some(crate::workload::session::SessionTag {
         index,
         id: format!("s{index}").into(),
         turn,
         turns,
         chained: true,
         named: true,
-    }));
+    });
     record
 }
 

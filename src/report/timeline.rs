@@ -351,7 +351,7 @@ impl<'a> Prepared<'a> {
         w.field_u64("input_tokens", r.input_tokens.into());
         w.field_u64("output_tokens", r.output_tokens.into());
         w.field_u64("cached_tokens", r.reused_input_tokens.into());
-        w.field_u64("migrations", u64::from(r.migrations));
+        w.field_u64("migrations", u64::from(r.migrations()));
         w.raw(b",\"status\":");
         w.string(r.status.label());
         w.raw(b"}}");
@@ -403,7 +403,7 @@ fn request_phases(
         bounds.push(("moved", migrated_at));
     }
     bounds.push(("queued", r.dispatched));
-    match &r.handoff {
+    match r.handoff() {
         Some(h) => {
             bounds.push(("prefill", h.prefill_end));
             bounds.push(("kv_transfer", h.transfer_end));

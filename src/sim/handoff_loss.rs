@@ -64,8 +64,7 @@ impl System {
         let landed = self
             .ledger
             .record(id)
-            .handoff
-            .as_ref()
+            .handoff()
             .is_some_and(|h| h.transfer_end.is_some());
         if landed {
             self.ledger.source_released(now, id);

@@ -143,9 +143,7 @@ impl Ledger {
             reused_input_tokens: 0,
             tokens_received: 0,
             status: Status::Pending,
-            migrations: 0,
-            session: None,
-            handoff: None,
+            rare: None,
         });
         let in_flight = InFlight {
             hashes,
@@ -176,7 +174,12 @@ impl Ledger {
 
     /// Request `id` is a turn of the session `tag` says.
     pub fn set_session(&mut self, id: RequestId, tag: Option<SessionTag>) {
-        self.records[id.0 as usize].session = tag.map(Box::new);
+        let record = &mut self.records[id.0 as usize];
+        match (tag, &mut record.rare) {
+            (Some(tag), _) => record.rare_mut().session = Some(tag),
+            (None, Some(rare)) => rare.session = None,
+            (None, None) => {}
+        }
     }
 
     pub fn record(&self, id: RequestId) -> &RequestRecord {
@@ -199,7 +202,7 @@ impl Ledger {
 
     /// Times request `id` was moved off a lost worker: the attempt its messages belong to.
     pub fn attempt(&self, id: RequestId) -> u32 {
-        self.record(id).migrations
+        self.record(id).migrations()
     }
 
     /// See `change_epoch`.
@@ -235,7 +238,7 @@ impl Ledger {
     /// request's own (its reuse is the largest over them, as 1.6.1 reports it).
     pub fn admitted(&mut self, now: SimTime, id: RequestId, role: WorkerRole, admitted: &Admitted) {
         let record = &mut self.records[id.0 as usize];
-        match (role, &mut record.handoff) {
+        match (role, record.rare.as_mut().and_then(|r| r.handoff.as_mut())) {
             (WorkerRole::Decode, Some(handoff)) => {
                 handoff.decode_admit.get_or_insert(now);
                 handoff.decode_reused_input_tokens = admitted.reused_tokens;
@@ -252,7 +255,7 @@ impl Ledger {
     pub fn prefill_routed(&mut self, id: RequestId) {
         let record = &mut self.records[id.0 as usize];
         if let Some(prefill_rank) = record.rank.take().map(RankSlot::get) {
-            record.handoff = Some(Box::new(HandoffRecord {
+            record.rare_mut().handoff = Some(HandoffRecord {
                 prefill_rank,
                 prefill_end: None,
                 transfer_start: None,
@@ -260,13 +263,14 @@ impl Ledger {
                 prefill_release: None,
                 decode_admit: None,
                 decode_reused_input_tokens: 0,
-            }));
+            });
         }
     }
 
     /// The handoff record of request `id` (Err-free: only a routed request hands off).
     fn handoff_mut(&mut self, id: RequestId) -> Option<&mut HandoffRecord> {
-        self.records[id.0 as usize].handoff.as_deref_mut()
+        let rare = self.records[id.0 as usize].rare.as_mut()?;
+        rare.handoff.as_mut()
     }
 
     /// Request `id`'s prompt was computed and held at `now`.
@@ -315,11 +319,11 @@ impl Ledger {
     /// message ends the request.
     pub fn receive(&mut self, now: SimTime, id: RequestId, attempt: u32, edge: TokenEdge) -> bool {
         let record = &self.records[id.0 as usize];
-        if record.status != Status::Pending || record.migrations != attempt {
+        if record.status != Status::Pending || record.migrations() != attempt {
             return false;
         }
         let (first, completed) = (edge.is_first(), edge.is_last());
-        let resumed = record.migrations > 0 && record.first_token.is_some();
+        let resumed = record.migrations() > 0 && record.first_token.is_some();
         if (first && !resumed) || completed {
             self.note_change(now);
         }
@@ -373,7 +377,7 @@ impl Ledger {
             u64::from(record.input_tokens),
             u64::from(record.output_tokens),
         );
-        record.migrations += 1;
+        record.rare_mut().migrations += 1;
         if let Some(f) = self.in_flight.get_mut(&id) {
             f.prompt_tokens = input + generated;
             f.output_tokens = output.saturating_sub(generated);
@@ -446,6 +450,17 @@ impl Ledger {
     }
 }
 
+/// The parts of a record that most requests lack: a session's turn, a disaggregated handoff,
+/// a migration. A run of a million requests keeps a million records; boxed together, these
+/// cost each record one word.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RareParts {
+    pub session: Option<SessionTag>,
+    pub handoff: Option<HandoffRecord>,
+    /// Times the request was moved off a lost worker (at most the migration limit).
+    pub migrations: u32,
+}
+
 /// A worker rank as a record holds it: the worker id and its DP rank in one word, so that
 /// an optional rank costs 8 bytes rather than 24. Worker ids are the fleet's, counted from 0.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -477,7 +492,28 @@ impl RequestRecord {
     /// The class the router put it in (an index into the run's classes), if any. A record
     /// holds it in 4 bytes (`class_index`): a run of a million requests keeps a million.
     pub fn class(&self) -> Option<usize> {
-        self.class_index.map(|c| c as usize)
+        self.class_index.map(|c| c.get() as usize - 1)
+    }
+
+    /// Its session, when it is a session's turn.
+    pub fn session(&self) -> Option<&SessionTag> {
+        self.rare.as_ref()?.session.as_ref()
+    }
+
+    /// Its handoff from prefill to decode worker, in a disaggregated run (`rank` is then its
+    /// decode worker, `admit` its prefill admission and `path` the prefill router's).
+    pub fn handoff(&self) -> Option<&HandoffRecord> {
+        self.rare.as_ref()?.handoff.as_ref()
+    }
+
+    /// Times it was moved off a lost worker (at most the migration limit).
+    pub fn migrations(&self) -> u32 {
+        self.rare.as_ref().map_or(0, |rare| rare.migrations)
+    }
+
+    /// Its rare parts, boxed on first use.
+    pub fn rare_mut(&mut self) -> &mut RareParts {
+        self.rare.get_or_insert_with(Box::default)
     }
 
     /// The worker rank it was sent to (its decode worker's, when disaggregated), if any.
@@ -491,8 +527,13 @@ impl RequestRecord {
     }
 
     /// A class index as a record holds it.
-    pub fn class_slot(class: Option<usize>) -> Option<u32> {
-        class.map(|c| u32::try_from(c).expect("a run has fewer than 2^32 classes"))
+    pub fn class_slot(class: Option<usize>) -> Option<std::num::NonZeroU32> {
+        class.map(|c| {
+            u32::try_from(c + 1)
+                .ok()
+                .and_then(std::num::NonZeroU32::new)
+                .expect("a run has fewer than 2^32 - 1 classes")
+        })
     }
 }
 
@@ -504,13 +545,14 @@ mod tests {
     use crate::workload::{PromptSpec, RequestSpec};
 
     /// A run of a million requests holds a million records until its files are written: what
-    /// is rare (a handoff, a session, a router's rejection) is boxed, an absent instant costs
-    /// no tag, token counts and the class index are 4 bytes, a rank one word, and the named
-    /// class a thin pointer to its one shared copy.
+    /// is rare (a handoff, a session and a migration count in one box, a router's rejection
+    /// in another) is boxed, an absent instant or class costs no tag, token counts and the
+    /// class index are 4 bytes, a rank one word, and the named class a thin pointer to its
+    /// one shared copy.
     #[test]
     fn a_request_record_stays_compact() {
         let bytes = std::mem::size_of::<RequestRecord>();
-        assert!(bytes <= 128, "a record takes {bytes} bytes");
+        assert!(bytes <= 112, "a record takes {bytes} bytes");
     }
 
     /// A one-block request of `class`.

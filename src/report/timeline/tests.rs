@@ -57,7 +57,7 @@ fn a_request_refused_at_arrival_has_no_phase_and_one_still_pending_lasts_to_the_
 #[test]
 fn a_disaggregated_request_has_a_kv_transfer_phase_and_a_migrated_one_a_moved_phase() {
     let mut r = done(3, 0, DispatchPath::Queued, [0, 10, 100]);
-    r.handoff = Some(Box::new(HandoffRecord {
+    r.rare_mut().handoff = Some(HandoffRecord {
         prefill_rank: WorkerWithDpRank::new(0, 0),
         prefill_end: Some(ms(40)),
         transfer_start: Some(ms(40)),
@@ -65,7 +65,7 @@ fn a_disaggregated_request_has_a_kv_transfer_phase_and_a_migrated_one_a_moved_ph
         prefill_release: Some(ms(46)),
         decode_admit: Some(ms(45)),
         decode_reused_input_tokens: 0,
-    }));
+    });
     let p = request_phases(&r, 0, ms(100), None);
     let expected = vec![
         ("queued", 0, 10),

@@ -89,10 +89,7 @@ fn the_worked_example_gives_dynamos_twelve_instants() {
     ];
     let result = run(Options::new(config), requests).unwrap();
     let instants = |r: &RequestRecord| {
-        let h = r
-            .handoff
-            .as_ref()
-            .expect("a disaggregated request hands off");
+        let h = r.handoff().expect("a disaggregated request hands off");
         let times = [
             h.prefill_end,
             h.transfer_start,
@@ -216,10 +213,7 @@ fn check_handoff_order(r: &RequestRecord) -> Result<(), String> {
     if r.status != Status::Completed {
         return Ok(());
     }
-    let h = r
-        .handoff
-        .as_ref()
-        .ok_or(format!("row {} has no handoff", r.row))?;
+    let h = r.handoff().ok_or(format!("row {} has no handoff", r.row))?;
     let chain = [
         Some(r.arrival),
         r.admit,
@@ -232,7 +226,7 @@ fn check_handoff_order(r: &RequestRecord) -> Result<(), String> {
     ];
     // A migrated request's first admission and token are its first attempt's; its handoff
     // is its last attempt's.
-    let chain = match r.migrations {
+    let chain = match r.migrations() {
         0 => &chain[..],
         _ => &chain[2..6],
     };
@@ -278,7 +272,7 @@ proptest! {
         prop_assert_eq!(result.stop_reason, StopReason::Drained, "seed {}", seed);
         prop_assert_eq!(result.count(EndStatus::Pending), 0, "seed {}", seed);
         for r in &result.records {
-            prop_assert!(r.migrations <= migration_limit);
+            prop_assert!(r.migrations() <= migration_limit);
             if r.status == Status::Completed {
                 prop_assert_eq!(r.tokens_received, r.output_tokens, "seed {}", seed);
             }
@@ -374,14 +368,14 @@ fn a_lost_decode_worker_migrates_its_request_through_prefill_to_another_decode_w
     let decode_worker = calm.rank().unwrap().worker_id;
     let lost = one_long_request(1, 2, None, vec![down(decode_worker, 100, None)], 1);
     assert_eq!(
-        (lost.status.clone(), lost.migrations),
+        (lost.status.clone(), lost.migrations()),
         (Status::Completed, 1)
     );
     assert_eq!(lost.tokens_received, 200, "every token, once");
     assert_ne!(lost.rank().unwrap().worker_id, decode_worker);
     // The tokens sent before the loss joined the prompt, which the prefill worker computed
     // again (at most 512 tokens cached): its second handoff comes after the loss.
-    let h = lost.handoff.unwrap();
+    let h = lost.handoff().cloned().unwrap();
     assert!(h.prefill_end.unwrap() > ms(100_000_000), "{h:?}");
     assert_eq!(
         lost.first_token, calm.first_token,
@@ -402,12 +396,15 @@ fn a_lost_decode_worker_migrates_its_request_through_prefill_to_another_decode_w
 fn a_prefill_worker_lost_mid_transfer_loses_the_handoff_and_one_lost_after_landing_does_not() {
     // At 1 GB/s the 1,024-token prompt moves for 134.2 ms after its 32.5 ms prefill.
     let calm = one_long_request(2, 1, Some(1.0), vec![], 1);
-    let h = calm.handoff.clone().unwrap();
+    let h = calm.handoff().cloned().unwrap();
     let source = h.prefill_rank.worker_id;
     assert_eq!(h.transfer_end.unwrap().as_ns(), 32_490_712 + 134_217_728);
     let mid = one_long_request(2, 1, Some(1.0), vec![down(source, 100, None)], 1);
-    assert_eq!((mid.status.clone(), mid.migrations), (Status::Completed, 1));
-    let again = mid.handoff.unwrap();
+    assert_eq!(
+        (mid.status.clone(), mid.migrations()),
+        (Status::Completed, 1)
+    );
+    let again = mid.handoff().cloned().unwrap();
     assert_ne!(
         again.prefill_rank.worker_id, source,
         "prefilled again elsewhere"
@@ -416,7 +413,7 @@ fn a_prefill_worker_lost_mid_transfer_loses_the_handoff_and_one_lost_after_landi
     assert_eq!(mid.tokens_received, 200);
     // Landed at 166.7 ms: the decode worker holds the prompt, the loss of its source is moot.
     let after = one_long_request(2, 1, Some(1.0), vec![down(source, 170, None)], 1);
-    assert_eq!((after.status, after.migrations), (Status::Completed, 0));
+    assert_eq!((&after.status, after.migrations()), (&Status::Completed, 0));
     assert_eq!(after.completion, calm.completion);
 }
 
@@ -469,26 +466,26 @@ fn a_disaggregated_workers_ranks_run_in_lock_step_passes() {
     let together = prefill_ranks_run(1, 2, &[(0, 1024), (0, 512)]);
     let ranks: Vec<u32> = together
         .iter()
-        .map(|r| r.handoff.as_ref().unwrap().prefill_rank.dp_rank)
+        .map(|r| r.handoff().unwrap().prefill_rank.dp_rank)
         .collect();
     assert_eq!(ranks.len(), 2);
     assert_ne!(ranks[0], ranks[1], "one request per rank");
     for r in &together {
-        let h = r.handoff.as_ref().unwrap();
+        let h = r.handoff().unwrap();
         assert_eq!(h.prefill_end, Some(ms(32_490_712)), "row {}", r.row);
     }
     // 512 tokens at 1 ms on the idle rank: admitted when the worker's pass ends.
     let late = prefill_ranks_run(1, 2, &[(0, 1024), (1_000_000, 512)]);
     assert_eq!(late[1].admit, Some(ms(32_490_712)));
     let (h0, h1) = (
-        late[0].handoff.clone().unwrap(),
-        late[1].handoff.clone().unwrap(),
+        late[0].handoff().cloned().unwrap(),
+        late[1].handoff().cloned().unwrap(),
     );
     assert_ne!(h0.prefill_rank, h1.prefill_rank);
     assert_eq!(h1.prefill_end, Some(ms(32_490_712 + 24_385_704)));
     // Two workers of one rank each: admitted at once, held after P(512).
     let apart = prefill_ranks_run(2, 1, &[(0, 1024), (1_000_000, 512)]);
     assert_eq!(apart[1].admit, Some(ms(1_000_000)));
-    let h = apart[1].handoff.as_ref().unwrap();
+    let h = apart[1].handoff().unwrap();
     assert_eq!(h.prefill_end, Some(ms(1_000_000 + 24_385_704)));
 }

@@ -50,17 +50,14 @@ fn sessions(case: &Case, cuts: &[(usize, u64)]) -> Vec<Arrival> {
 fn check_sessions(records: &[RequestRecord], cuts: &[(usize, u64)]) -> Result<(), String> {
     let mut by_session: BTreeMap<u32, Vec<&RequestRecord>> = BTreeMap::new();
     for r in records {
-        let tag = r
-            .session
-            .as_ref()
-            .ok_or(format!("row {} has no session", r.row))?;
+        let tag = r.session().ok_or(format!("row {} has no session", r.row))?;
         by_session.entry(tag.index).or_default().push(r);
     }
     for (index, turns) in by_session {
         let delay = SimDuration::from_ns(cuts[index as usize % cuts.len()].1);
-        let expected_turns = turns[0].session.as_ref().unwrap().turns as usize;
+        let expected_turns = turns[0].session().unwrap().turns as usize;
         for (k, r) in turns.iter().enumerate() {
-            let tag = r.session.as_ref().unwrap();
+            let tag = r.session().unwrap();
             if tag.turn as usize != k {
                 return Err(format!("session {index}: turn {} at place {k}", tag.turn));
             }
@@ -115,7 +112,7 @@ proptest! {
             let going = |t: SimTime| {
                 let mut sessions: BTreeMap<u32, (SimTime, SimTime)> = BTreeMap::new();
                 for r in &result.records {
-                    let index = r.session.as_ref().unwrap().index;
+                    let index = r.session().unwrap().index;
                     let end = r.completion.unwrap();
                     let span = sessions.entry(index).or_insert((r.arrival, end));
                     span.1 = span.1.max(end);
