@@ -68,7 +68,7 @@ pub fn run_files<'a>(
 ) -> Result<Vec<(String, FileBody<'a>)>, chart::PlotError> {
     let mut all = data_files(result, metrics, meta);
     all.extend(
-        plots::render_all(metrics, expectations)?
+        plots::render_all(result, metrics, expectations)?
             .into_iter()
             .map(|(name, bytes)| (name, bytes.into())),
     );

@@ -12,18 +12,21 @@ use super::chart::{
 use super::expect::{Bound, Expectation, Figure};
 use super::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
 use super::phases::{PHASE_NAMES, PhaseCurve};
-use crate::sim::FaultMark;
+use super::stability::in_system_curve;
+use crate::sim::{FaultMark, SimResult};
+use crate::time::SimTime;
 use std::collections::BTreeMap;
 
 /// Every plot of a run, in both formats: (file name, bytes), e.g.
 /// `("completions_by_index.png", ...)`. `expectations` are the scenario's (none for a
 /// replay); its latency bounds are drawn on the matching CDF.
 pub fn render_all(
+    result: &SimResult,
     metrics: &RunMetrics,
     expectations: &[Expectation],
 ) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let mut files = Vec::new();
-    for chart in all_charts(metrics, expectations) {
+    for chart in all_charts(result, metrics, expectations) {
         files.extend(render_files(&chart.name, &chart)?);
     }
     Ok(files)
@@ -32,14 +35,19 @@ pub fn render_all(
 /// The charts of a run: cumulative completions against completion index and against time
 /// (with ideal DRR lines where they apply), token-service share while backlogged, TTFT and
 /// end-to-end CDFs.
-pub fn all_charts(metrics: &RunMetrics, expectations: &[Expectation]) -> Vec<Chart> {
+/// `metrics` are `result`'s.
+pub fn all_charts(
+    result: &SimResult,
+    metrics: &RunMetrics,
+    expectations: &[Expectation],
+) -> Vec<Chart> {
     let mut charts = vec![
         completions_by_index(metrics),
         completions_by_time(metrics),
         token_share_over_time(metrics),
         latency_cdf(metrics, CdfKind::Ttft, expectations),
         latency_cdf(metrics, CdfKind::E2e, expectations),
-        in_system_over_time(metrics),
+        in_system_over_time(metrics, &in_system_curve(&result.records)),
     ];
     charts.extend(
         metrics
@@ -104,11 +112,12 @@ fn file_safe(name: &str) -> String {
 
 /// Requests in the system over time (`in_system`), the second half of the arrival window
 /// shaded, each half's mean as a dashed line, and the stability verdict in the title: the
-/// picture behind the overload test (docs/planning.md).
-pub fn in_system_over_time(metrics: &RunMetrics) -> Chart {
+/// picture behind the overload test (docs/planning.md). `curve` is the run's
+/// [`in_system_curve`].
+pub fn in_system_over_time(metrics: &RunMetrics, curve: &[(SimTime, u64)]) -> Chart {
     let s = &metrics.stability;
     let end_ms = metrics.makespan.as_ms_f64().max(1e-3);
-    let peak = s.curve.iter().map(|p| p.1).max().unwrap_or(0) as f64;
+    let peak = curve.iter().map(|p| p.1).max().unwrap_or(0) as f64;
     let x = Axis::time_ms("simulated time", (0.0, end_ms));
     let y = Axis::linear("requests in the system", (0.0, (peak * 1.05).max(1.0)));
     let title = format!(
@@ -125,7 +134,7 @@ pub fn in_system_over_time(metrics: &RunMetrics) -> Chart {
         label: "second half of the arrival window".into(),
         windows: vec![(mid.as_ms_f64(), end.as_ms_f64())],
     });
-    let steps = step_points(&s.curve);
+    let steps = step_points(curve);
     chart
         .series
         .push(Series::measured("in system".into(), 0, steps));
@@ -145,7 +154,7 @@ pub fn in_system_over_time(metrics: &RunMetrics) -> Chart {
 }
 
 /// A step curve's corners: each change is drawn as a vertical jump from the previous level.
-fn step_points(curve: &[(crate::time::SimTime, u64)]) -> Vec<(f64, f64)> {
+fn step_points(curve: &[(SimTime, u64)]) -> Vec<(f64, f64)> {
     let mut points = Vec::with_capacity(curve.len() * 2);
     let mut level = 0.0;
     for &(t, count) in curve {
@@ -547,7 +556,9 @@ mod tests {
     use super::*;
     use crate::report::chart::{PlotFormat, Scale, render};
     use crate::report::expect::RawExpectation;
-    use crate::report::test_support::{done, result_of, weighted_metrics as weighted};
+    use crate::report::test_support::{
+        done, result_of, weighted_metrics as weighted, weighted_run,
+    };
     use crate::scheduling::scheduler::DispatchPath;
 
     #[test]
@@ -558,8 +569,9 @@ mod tests {
         let records = (0..100)
             .map(|i| done(i, 0, DispatchPath::Queued, [10 * i, 10 * i, 15 * (i + 1)]))
             .collect();
-        let m = RunMetrics::compute(&result_of(&["a"], records), &[1]);
-        let chart = in_system_over_time(&m);
+        let result = result_of(&["a"], records);
+        let m = RunMetrics::compute(&result, &[1]);
+        let chart = in_system_over_time(&m, &in_system_curve(&result.records));
         assert!(
             chart
                 .title
@@ -647,8 +659,8 @@ mod tests {
 
     #[test]
     fn every_plot_renders_to_png_and_svg() {
-        let m = weighted();
-        let files = render_all(&m, &[]).unwrap();
+        let run = weighted_run();
+        let files = render_all(&run.result, &run.metrics, &[]).unwrap();
         let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names.len(), 12);
         assert!(names.contains(&"completions_by_index.png"));
@@ -680,7 +692,8 @@ mod tests {
     #[test]
     fn latency_phases_stack_each_phase_on_the_ones_before_up_to_end_to_end() {
         use crate::report::phases::PhaseBucket;
-        let mut m = weighted();
+        let run = weighted_run();
+        let mut m = run.metrics;
         let bucket = |start_ms: f64, mean_ms: [f64; 4]| PhaseBucket {
             start_ms,
             end_ms: start_ms + 100.0,
@@ -718,7 +731,7 @@ mod tests {
             vec![236.0, 370.0],
             "the top edge is the mean end-to-end"
         );
-        let files = render_all(&m, &[]).unwrap();
+        let files = render_all(&run.result, &m, &[]).unwrap();
         assert!(files.iter().any(|(n, _)| n == "latency_phases_premium.png"));
         assert_eq!(files.len(), 14, "one chart more, in both formats");
         assert_eq!(file_safe("team a/b"), "team_a_b");
@@ -821,6 +834,10 @@ mod tests {
 
     /// Two classes served on arrival, never queued: never backlogged together.
     fn unsaturated() -> RunMetrics {
+        unsaturated_run().1
+    }
+
+    fn unsaturated_run() -> (SimResult, RunMetrics) {
         let records = (0..6)
             .map(|row| {
                 done(
@@ -831,7 +848,9 @@ mod tests {
                 )
             })
             .collect();
-        RunMetrics::compute(&result_of(&["gold", "standard"], records), &[4, 1])
+        let result = result_of(&["gold", "standard"], records);
+        let metrics = RunMetrics::compute(&result, &[4, 1]);
+        (result, metrics)
     }
 
     fn dashed_labels(chart: &Chart) -> Vec<&str> {
@@ -852,10 +871,10 @@ mod tests {
                 ]
             );
         }
-        let open = unsaturated();
+        let (result, open) = unsaturated_run();
         assert!(!open.classes_backlogged_together());
         // The in-system chart's dashed means are measurements, not ideal DRR lines.
-        let charts = all_charts(&open, &[]).into_iter();
+        let charts = all_charts(&result, &open, &[]).into_iter();
         for chart in charts.filter(|c| c.name != "in_system") {
             assert!(dashed_labels(&chart).is_empty(), "{}", chart.name);
             assert_eq!(chart.series.len() % 2, 0, "{}", chart.name);

@@ -154,7 +154,7 @@ mod tests {
             .collect();
         let result = result_of(class_names, records);
         let metrics = RunMetrics::compute(&result, &[2, 1]);
-        let plots = crate::report::plots::render_all(&metrics, &[]).unwrap();
+        let plots = crate::report::plots::render_all(&result, &metrics, &[]).unwrap();
         let page = RunPage {
             command: "run",
             title: "demo <run>",

@@ -64,8 +64,6 @@ pub struct Stability {
     pub completions_second_half: u64,
     /// The workers' total `max_num_seqs` the slack is based on (0: unknown).
     pub capacity_seqs: u64,
-    /// Requests in the system over time: `(time, count)` after every change, in time order.
-    pub curve: Vec<(SimTime, u64)>,
     /// The shortest end-to-end latency of a completed request, in ns (0: none completed).
     pub fastest_e2e_ns: u64,
     /// The median duration of a completed session of several turns, in ns (0: none): the
@@ -94,6 +92,8 @@ impl Stability {
             .filter(|v| v.end.is_some_and(in_second))
             .count() as u64;
         let requests = visits.len() as u64;
+        // Only its means are kept: a plot draws the curve again from the records
+        // ([`in_system_curve`]), and a million requests' curve is 32 MB.
         let curve = curve_of(visits);
         let half_s = (end.as_ns() - mid.as_ns()) as f64 / 1e9;
         Stability {
@@ -108,7 +108,6 @@ impl Stability {
             arrivals_second_half,
             completions_second_half,
             capacity_seqs,
-            curve,
             fastest_e2e_ns: fastest_e2e_ns(records),
             session_ramp_ns: ramp.as_ns(),
             requests,

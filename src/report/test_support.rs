@@ -82,7 +82,12 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
 
 /// The metrics of the premium burst's weighted arm (fixture `premium-weighted`).
 pub fn weighted_metrics() -> crate::report::metrics::RunMetrics {
-    replay_fixture("premium-weighted").metrics
+    weighted_run().metrics
+}
+
+/// The run [`weighted_metrics`] measures: its records and its metrics.
+pub fn weighted_run() -> RunOutput {
+    replay_fixture("premium-weighted")
 }
 
 /// Runs fidelity fixture `name` (its Dynamo trace, policy and engine, one worker) and returns
