@@ -187,13 +187,44 @@ impl std::error::Error for SchedulerError {}
 impl SchedulerError {
     /// A short stable name for outputs (`status` columns, counters).
     pub fn kind(&self) -> &'static str {
+        self.error_kind().label()
+    }
+
+    /// Which error it is, without its details.
+    pub fn error_kind(&self) -> SchedulerErrorKind {
         match self {
-            SchedulerError::NoEndpoints => "no_endpoints",
-            SchedulerError::QueueRejected(_) => "queue_rejected",
-            SchedulerError::PinnedWorkerNotAllowed(_) => "pinned_worker_not_allowed",
-            SchedulerError::PinnedWorkerGone(_) => "pinned_worker_gone",
-            SchedulerError::BookingFailed(_) => "booking_failed",
-            SchedulerError::DuplicateRequest(_) => "duplicate_request",
+            SchedulerError::NoEndpoints => SchedulerErrorKind::NoEndpoints,
+            SchedulerError::QueueRejected(_) => SchedulerErrorKind::QueueRejected,
+            SchedulerError::PinnedWorkerNotAllowed(_) => SchedulerErrorKind::PinnedWorkerNotAllowed,
+            SchedulerError::PinnedWorkerGone(_) => SchedulerErrorKind::PinnedWorkerGone,
+            SchedulerError::BookingFailed(_) => SchedulerErrorKind::BookingFailed,
+            SchedulerError::DuplicateRequest(_) => SchedulerErrorKind::DuplicateRequest,
+        }
+    }
+}
+
+/// The kind of a [`SchedulerError`]: what a request's outcome keeps of it (a byte, where the
+/// error with its message or rank takes 32).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SchedulerErrorKind {
+    NoEndpoints,
+    QueueRejected,
+    PinnedWorkerNotAllowed,
+    PinnedWorkerGone,
+    BookingFailed,
+    DuplicateRequest,
+}
+
+impl SchedulerErrorKind {
+    /// A short stable name for outputs (`status` columns, counters).
+    pub fn label(self) -> &'static str {
+        match self {
+            SchedulerErrorKind::NoEndpoints => "no_endpoints",
+            SchedulerErrorKind::QueueRejected => "queue_rejected",
+            SchedulerErrorKind::PinnedWorkerNotAllowed => "pinned_worker_not_allowed",
+            SchedulerErrorKind::PinnedWorkerGone => "pinned_worker_gone",
+            SchedulerErrorKind::BookingFailed => "booking_failed",
+            SchedulerErrorKind::DuplicateRequest => "duplicate_request",
         }
     }
 }
