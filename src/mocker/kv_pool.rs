@@ -24,22 +24,28 @@ const NIL: u32 = u32::MAX;
 /// growing a list one block at a time reallocates it again and again.
 const EVENT_BLOCKS_CAPACITY: usize = 32;
 
+/// A block's slot: 16 bytes, four to a cache line (a fleet's pools hold millions). Its flags
+/// are a byte apart, in [`KvPool::marks`]: a pool's marks stay in the caches.
 #[derive(Clone, Debug)]
 struct Slot {
-    /// The sequence hash, meaningful only while `registered`.
+    /// The sequence hash, meaningful only while [`REGISTERED`].
     hash: SeqHash,
-    registered: bool,
-    /// Its registration was published as a Stored event, so its last copy's eviction is
-    /// published as Removed (meaningful only while `registered`).
-    published: bool,
-    /// The stamp of the last watched probe that found this block (see
-    /// [`KvPool::match_prefix_watched`]); fits in the slot's padding.
-    watch: u16,
-    refcount: u32,
-    /// LRU neighbours while inactive (refcount 0 and registered), else NIL.
-    prev: u32,
-    next: u32,
+    /// While [`INACTIVE`], its LRU neighbours `[prev, next]` (NIL at either end); otherwise
+    /// `[refcount, NIL]`. An inactive block is held by nobody, so the two never meet.
+    links: [u32; 2],
 }
+
+/// A block's flags ([`KvPool::marks`]).
+type Marks = u8;
+/// It has a sequence hash (a full, computed block others can reuse).
+const REGISTERED: Marks = 1;
+/// Its registration was published as a Stored event, so its last copy's eviction is published
+/// as Removed (meaningful only while registered).
+const PUBLISHED: Marks = 1 << 1;
+/// Registered, held by nobody, and in the LRU.
+const INACTIVE: Marks = 1 << 2;
+/// The current watched probe found it (see [`KvPool::match_prefix_watched`]).
+const WATCHED: Marks = 1 << 3;
 
 /// Emptied event block lists a pool keeps for reuse.
 const SPARE_BLOCK_LISTS: usize = 64;
@@ -58,6 +64,8 @@ pub struct PrefixMatch {
 pub struct KvPool {
     capacity: u64,
     slots: Vec<Slot>,
+    /// Each slot's flags.
+    marks: Vec<Marks>,
     free: Vec<BlockId>,
     /// The primary copy of each registered hash (the one prefix lookups find), as a block id
     /// hashed by its slot's hash: 4 bytes an entry rather than 16, so that the index of a
@@ -79,8 +87,8 @@ pub struct KvPool {
     /// lists that record them make room for all at once instead of doubling again and again.
     expected_stored: usize,
     expected_removed: usize,
-    /// The stamp of the current watched probe: the blocks it found carry it.
-    watch_stamp: u16,
+    /// The blocks the current watched probe found (marked [`WATCHED`]).
+    watched: Vec<BlockId>,
     /// The hash just past the watched prefix, whose registration would lengthen it.
     watch_next: Option<SeqHash>,
     /// Moves on every change that may alter the watched probe's answer.
@@ -101,6 +109,7 @@ impl KvPool {
         KvPool {
             capacity,
             slots: Vec::new(),
+            marks: Vec::new(),
             free: Vec::new(),
             by_hash: HashTable::new(),
             duplicates: FxHashMap::default(),
@@ -113,7 +122,7 @@ impl KvPool {
             spare_block_lists: Vec::new(),
             expected_stored: 0,
             expected_removed: 0,
-            watch_stamp: 0,
+            watched: Vec::new(),
             watch_next: None,
             watch_changes: 0,
             primary_changes: 0,
@@ -125,6 +134,7 @@ impl KvPool {
     pub fn reserve(&mut self, blocks: u64) {
         let room = blocks.min(self.capacity) as usize;
         self.slots.reserve(room.saturating_sub(self.slots.len()));
+        self.marks.reserve(room.saturating_sub(self.marks.len()));
         let slots = &self.slots;
         self.by_hash
             .reserve(room.saturating_sub(self.by_hash.len()), |&id| {
@@ -154,13 +164,28 @@ impl KvPool {
 
     /// How many requests hold block `id` (0 if it is inactive or free).
     pub fn refcount(&self, id: BlockId) -> u32 {
-        self.slots.get(id as usize).map_or(0, |s| s.refcount)
+        match (id as usize) < self.slots.len() {
+            true => self.refs(id),
+            false => 0,
+        }
+    }
+
+    /// How many requests hold block `id`, a slot of the pool.
+    fn refs(&self, id: BlockId) -> u32 {
+        match self.is(id, INACTIVE) {
+            true => 0,
+            false => self.slots[id as usize].links[0],
+        }
+    }
+
+    /// Whether block `id` has flag `mark`.
+    fn is(&self, id: BlockId, mark: Marks) -> bool {
+        self.marks[id as usize] & mark != 0
     }
 
     /// True if the block registered under `hash` is cached but held by nobody.
     pub fn is_inactive(&self, hash: SeqHash) -> bool {
-        self.primary(hash)
-            .is_some_and(|id| self.slots[id as usize].refcount == 0)
+        self.primary(hash).is_some_and(|id| self.is(id, INACTIVE))
     }
 
     /// True if a block is registered under `hash` (active or inactive).
@@ -183,7 +208,7 @@ impl KvPool {
                 break;
             };
             m.blocks += 1;
-            if self.slots[id as usize].refcount > 0 {
+            if !self.is(id, INACTIVE) {
                 m.active_blocks += 1;
             }
         }
@@ -202,8 +227,9 @@ impl KvPool {
         ids: &mut Vec<BlockId>,
     ) -> PrefixMatch {
         ids.clear();
-        // A stamp reused after wrapping marks stale blocks as watched: a false alarm only.
-        self.watch_stamp = self.watch_stamp.wrapping_add(1);
+        for id in self.watched.drain(..) {
+            self.marks[id as usize] &= !WATCHED;
+        }
         self.watch_next = None;
         let mut m = PrefixMatch::default();
         for hash in hashes
@@ -214,10 +240,13 @@ impl KvPool {
                 self.watch_next = Some(hash);
                 break;
             };
-            let slot = &mut self.slots[id as usize];
-            slot.watch = self.watch_stamp;
+            let marks = &mut self.marks[id as usize];
+            if *marks & WATCHED == 0 {
+                *marks |= WATCHED;
+                self.watched.push(id);
+            }
             m.blocks += 1;
-            if slot.refcount > 0 {
+            if *marks & INACTIVE == 0 {
                 m.active_blocks += 1;
             }
             ids.push(id);
@@ -261,7 +290,7 @@ impl KvPool {
     /// under its hash (no primary change since the lookup; see [`Self::primary_changes`]).
     pub fn acquire_id(&mut self, id: BlockId) {
         debug_assert!(
-            self.slots[id as usize].registered,
+            self.is(id, REGISTERED),
             "acquire_id of an unregistered block"
         );
         self.add_ref(id);
@@ -275,22 +304,17 @@ impl KvPool {
         } else if (self.slots.len() as u64) < self.capacity {
             self.slots.push(Slot {
                 hash: 0,
-                registered: false,
-                published: false,
-                watch: self.watch_stamp.wrapping_sub(1),
-                refcount: 0,
-                prev: NIL,
-                next: NIL,
+                links: [0, NIL],
             });
+            self.marks.push(0);
             (self.slots.len() - 1) as BlockId
         } else if self.lru_head != NIL {
             self.evict_lru()
         } else {
             return None;
         };
-        let slot = &mut self.slots[id as usize];
-        debug_assert!(slot.refcount == 0 && !slot.registered);
-        slot.refcount = 1;
+        debug_assert!(self.refs(id) == 0 && !self.is(id, REGISTERED));
+        self.slots[id as usize].links[0] = 1;
         self.active += 1;
         Some(id)
     }
@@ -308,14 +332,13 @@ impl KvPool {
         parent: Option<SeqHash>,
         publish: bool,
     ) -> BlockId {
-        let slot = &mut self.slots[id as usize];
         assert!(
-            !slot.registered && slot.refcount == 1,
+            !self.is(id, REGISTERED) && self.refs(id) == 1,
             "register needs a private block held once"
         );
-        slot.registered = true;
-        slot.published = publish;
-        slot.hash = hash;
+        let marks = &mut self.marks[id as usize];
+        *marks = (*marks & !PUBLISHED) | REGISTERED | if publish { PUBLISHED } else { 0 };
+        self.slots[id as usize].hash = hash;
         let slots = &self.slots;
         let entry = self.by_hash.entry(
             hash_of(hash),
@@ -346,12 +369,11 @@ impl KvPool {
         let (mut n, mut cur) = (0, self.lru_head);
         // One block per iteration, at most `max`: bounded.
         while n < max && cur != NIL {
-            let slot = &self.slots[cur as usize];
-            if slot.published {
+            if self.is(cur, PUBLISHED) {
                 break;
             }
             n += 1;
-            cur = slot.next;
+            cur = self.slots[cur as usize].links[1];
         }
         n
     }
@@ -359,14 +381,14 @@ impl KvPool {
     /// Drops one reference. A registered block left unreferenced joins the LRU tail; a
     /// private one is freed.
     pub fn release(&mut self, id: BlockId) {
-        let slot = &mut self.slots[id as usize];
-        assert!(slot.refcount > 0, "release of an unreferenced block {id}");
-        slot.refcount -= 1;
-        if slot.refcount > 0 {
+        assert!(self.refs(id) > 0, "release of an unreferenced block {id}");
+        let refcount = &mut self.slots[id as usize].links[0];
+        *refcount -= 1;
+        if *refcount > 0 {
             return;
         }
         self.active -= 1;
-        if slot.registered {
+        if self.is(id, REGISTERED) {
             self.note_watched(id);
             self.inactive += 1;
             self.lru_push_tail(id);
@@ -421,15 +443,27 @@ impl KvPool {
     /// inconsistency found. O(capacity); for tests and checkers.
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut active, mut inactive, mut registered) = (0u64, 0u64, 0u64);
+        if self.marks.len() != self.slots.len() {
+            return Err("a slot without marks".to_string());
+        }
         for (i, s) in self.slots.iter().enumerate() {
-            if s.refcount > 0 {
+            let id = i as BlockId;
+            let is_registered = self.is(id, REGISTERED);
+            if self.refs(id) > 0 {
                 active += 1;
-            } else if s.registered {
+            } else if self.is(id, INACTIVE) {
+                // The LRU walk below checks that exactly these are listed.
                 inactive += 1;
+            } else if is_registered {
+                return Err(format!(
+                    "block {i} is registered, held by nobody, not in the LRU"
+                ));
             }
-            if s.registered {
+            if self.is(id, INACTIVE) && !is_registered {
+                return Err(format!("block {i} is inactive but not registered"));
+            }
+            if is_registered {
                 registered += 1;
-                let id = i as BlockId;
                 let primary = self.primary(s.hash) == Some(id);
                 let duplicate = self
                     .duplicates
@@ -466,17 +500,8 @@ impl KvPool {
     #[cfg(test)]
     pub(crate) fn assert_same_state(&self, other: &KvPool) {
         let slots = |p: &KvPool| {
-            let fields = |s: &Slot| {
-                (
-                    s.hash,
-                    s.registered,
-                    s.published,
-                    s.refcount,
-                    s.prev,
-                    s.next,
-                )
-            };
-            p.slots.iter().map(fields).collect::<Vec<_>>()
+            let fields = |(s, m): (&Slot, &Marks)| (s.hash, m & !WATCHED, s.links);
+            p.slots.iter().zip(&p.marks).map(fields).collect::<Vec<_>>()
         };
         let index = |p: &KvPool| {
             let mut v: Vec<_> = p
@@ -501,7 +526,7 @@ impl KvPool {
         let (mut n, mut prev, mut cur) = (0u64, NIL, self.lru_head);
         while cur != NIL {
             let s = &self.slots[cur as usize];
-            if s.prev != prev || s.refcount != 0 || !s.registered {
+            if s.links[0] != prev || !self.is(cur, INACTIVE) {
                 return Err(format!("LRU list corrupt at block {cur}"));
             }
             n += 1;
@@ -509,7 +534,7 @@ impl KvPool {
                 return Err("LRU list longer than the inactive count".to_string());
             }
             prev = cur;
-            cur = s.next;
+            cur = s.links[1];
         }
         if n != inactive || prev != self.lru_tail {
             return Err(format!(
@@ -520,13 +545,13 @@ impl KvPool {
     }
 
     fn add_ref(&mut self, id: BlockId) {
-        if self.slots[id as usize].refcount == 0 {
+        if self.is(id, INACTIVE) {
             self.note_watched(id);
             self.lru_unlink(id);
             self.inactive -= 1;
             self.active += 1;
         }
-        self.slots[id as usize].refcount += 1;
+        self.slots[id as usize].links[0] += 1;
     }
 
     /// Unregisters the oldest inactive block and returns its slot, unreferenced and private.
@@ -534,10 +559,9 @@ impl KvPool {
         let id = self.lru_head;
         self.lru_unlink(id);
         self.inactive -= 1;
-        let slot = &mut self.slots[id as usize];
-        slot.registered = false;
-        let (hash, published) = (slot.hash, slot.published);
-        self.forget_copy(hash, id, published);
+        let published = self.is(id, PUBLISHED);
+        self.marks[id as usize] &= !REGISTERED;
+        self.forget_copy(self.slots[id as usize].hash, id, published);
         id
     }
 
@@ -555,7 +579,7 @@ impl KvPool {
         match self.by_hash.find_entry(hash_of(hash), |&other| other == id) {
             Ok(mut primary) => {
                 self.primary_changes += 1;
-                if self.slots[id as usize].watch == self.watch_stamp {
+                if self.marks[id as usize] & WATCHED != 0 {
                     self.watch_changes += 1;
                 }
                 match dups.as_mut().and_then(|d| d.pop_front()) {
@@ -584,44 +608,39 @@ impl KvPool {
 
     /// A change to block `id` that alters a watched probe's answer if the probe found it.
     fn note_watched(&mut self, id: BlockId) {
-        if self.slots[id as usize].watch == self.watch_stamp {
+        if self.is(id, WATCHED) {
             self.watch_changes += 1;
         }
     }
 
+    /// Lists unreferenced block `id` at the LRU's tail, inactive.
     fn lru_push_tail(&mut self, id: BlockId) {
         let tail = self.lru_tail;
-        {
-            let s = &mut self.slots[id as usize];
-            s.prev = tail;
-            s.next = NIL;
-        }
+        self.slots[id as usize].links = [tail, NIL];
+        self.marks[id as usize] |= INACTIVE;
         if tail == NIL {
             self.lru_head = id;
         } else {
-            self.slots[tail as usize].next = id;
+            self.slots[tail as usize].links[1] = id;
         }
         self.lru_tail = id;
     }
 
+    /// Takes inactive block `id` out of the LRU, unreferenced (a refcount of 0).
     fn lru_unlink(&mut self, id: BlockId) {
-        let (prev, next) = {
-            let s = &self.slots[id as usize];
-            (s.prev, s.next)
-        };
+        let [prev, next] = self.slots[id as usize].links;
         if prev == NIL {
             self.lru_head = next;
         } else {
-            self.slots[prev as usize].next = next;
+            self.slots[prev as usize].links[1] = next;
         }
         if next == NIL {
             self.lru_tail = prev;
         } else {
-            self.slots[next as usize].prev = prev;
+            self.slots[next as usize].links[0] = prev;
         }
-        let s = &mut self.slots[id as usize];
-        s.prev = NIL;
-        s.next = NIL;
+        self.slots[id as usize].links = [0, NIL];
+        self.marks[id as usize] &= !INACTIVE;
     }
 
     /// Appends to the previous Stored event when this block continues its chain, so a prompt
@@ -682,6 +701,12 @@ fn slot_hash(slots: &[Slot], id: BlockId) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fleet's pools hold millions of blocks: a slot is 16 bytes, four to a cache line.
+    #[test]
+    fn a_block_slot_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+    }
 
     fn drain(pool: &mut KvPool) -> Vec<KvEventData> {
         let mut out = Vec::new();
