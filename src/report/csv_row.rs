@@ -1,62 +1,94 @@
-//! One CSV row built field by field in a reused buffer, so that result files with a row per
-//! request are written without an allocation per field.
+//! One CSV row built field by field as the line a CSV writer would write, in a reused
+//! buffer, so that result files with a row per request are written without an allocation
+//! per field or a second pass over each field.
 
 use crate::time::{SimTime, write_ms, write_u64};
 use std::fmt::Write as _;
 
-/// The fields of one row: their text back to back, and where each ends.
+/// One row's line as the `csv` crate's default writer writes it (comma-separated; a field
+/// quoted, its quotes doubled, only when it holds a comma, a quote or a line break; `\n` at
+/// the end), and how many fields it has. Numbers never need quotes, so they are written
+/// straight into the line; only text is looked at.
 #[derive(Default)]
 pub(crate) struct CsvRow {
-    text: String,
-    ends: Vec<usize>,
+    line: String,
+    fields: usize,
+    /// A `Display` field's text, before it is quoted into the line.
+    scratch: String,
 }
 
 impl CsvRow {
     /// Starts a new row.
     pub(crate) fn clear(&mut self) {
-        self.text.clear();
-        self.ends.clear();
+        self.line.clear();
+        self.fields = 0;
     }
 
-    fn end(&mut self) {
-        self.ends.push(self.text.len());
+    /// Starts the next field.
+    fn next_field(&mut self) {
+        if self.fields > 0 {
+            self.line.push(',');
+        }
+        self.fields += 1;
     }
 
     pub(crate) fn text(&mut self, s: &str) {
-        self.text.push_str(s);
-        self.end();
+        self.next_field();
+        if !s.bytes().any(|b| matches!(b, b',' | b'"' | b'\r' | b'\n')) {
+            self.line.push_str(s);
+            return;
+        }
+        self.line.push('"');
+        for (i, part) in s.split('"').enumerate() {
+            if i > 0 {
+                self.line.push_str("\"\"");
+            }
+            self.line.push_str(part);
+        }
+        self.line.push('"');
     }
 
     pub(crate) fn u64(&mut self, n: u64) {
-        write_u64(&mut self.text, n);
-        self.end();
+        self.next_field();
+        write_u64(&mut self.line, n);
     }
 
     /// A time as `format_ms` writes it.
     pub(crate) fn ms(&mut self, time: SimTime) {
-        write_ms(&mut self.text, time.as_ns());
-        self.end();
+        self.next_field();
+        write_ms(&mut self.line, time.as_ns());
     }
 
     /// A time, or an empty field.
     pub(crate) fn opt_ms(&mut self, time: Option<SimTime>) {
+        self.next_field();
         if let Some(time) = time {
-            write_ms(&mut self.text, time.as_ns());
+            write_ms(&mut self.line, time.as_ns());
         }
-        self.end();
     }
 
-    /// Anything `Display`, as `to_string` writes it.
+    /// Anything `Display`, as `to_string` writes it (and quoted as text is).
     pub(crate) fn display(&mut self, value: impl std::fmt::Display) {
-        write!(self.text, "{value}").expect("writing to a String");
-        self.end();
+        let mut text = std::mem::take(&mut self.scratch);
+        text.clear();
+        write!(text, "{value}").expect("writing to a String");
+        self.text(&text);
+        self.scratch = text;
     }
 
-    /// Writes the row as one CSV record (to a file's writer, when a file streams).
-    pub(crate) fn write<W: std::io::Write>(&self, w: &mut csv::Writer<W>) -> csv::Result<()> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        let fields = starts.zip(&self.ends).map(|(a, &b)| &self.text[a..b]);
-        w.write_record(fields)
+    /// Appends the row's line to `out`. Every row of a file has as many fields as its header
+    /// (`fields`), as the `csv` writer required: a row of another shape is a bug.
+    pub(crate) fn write(&self, out: &mut Vec<u8>, fields: usize) {
+        assert_eq!(
+            self.fields, fields,
+            "a CSV row of another shape than its header"
+        );
+        // A lone empty field is an empty line, which a reader skips: the `csv` writer quotes it.
+        match self.line.is_empty() && fields == 1 {
+            true => out.extend_from_slice(b"\"\""),
+            false => out.extend_from_slice(self.line.as_bytes()),
+        }
+        out.push(b'\n');
     }
 }
 
@@ -129,5 +161,86 @@ mod tests {
             write_chunked(&mut chunked, &items, format).unwrap();
             assert!(chunked == whole, "{n} rows chunked differ from one pass");
         }
+    }
+
+    /// One field of a row: text, a count, or an instant (or none) in ns.
+    #[derive(Clone, Debug)]
+    enum Field {
+        Text(String),
+        Count(u64),
+        Instant(Option<u64>),
+    }
+
+    /// The `csv` crate's default writer: the bytes a row must come out as.
+    fn written_by_the_csv_crate(rows: &[Vec<Field>]) -> Vec<u8> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for fields in rows {
+            let texts = fields.iter().map(|field| match field {
+                Field::Text(s) => s.clone(),
+                Field::Count(n) => n.to_string(),
+                Field::Instant(ns) => ns.map_or(String::new(), crate::time::format_ms),
+            });
+            w.write_record(texts).unwrap();
+        }
+        w.into_inner().unwrap()
+    }
+
+    fn written_by_csv_row(rows: &[Vec<Field>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut row = CsvRow::default();
+        for fields in rows {
+            row.clear();
+            for field in fields {
+                match field {
+                    Field::Text(s) => row.text(s),
+                    Field::Count(n) => row.u64(*n),
+                    Field::Instant(Some(ns)) => row.ms(SimTime::from_ns(*ns)),
+                    Field::Instant(None) => row.opt_ms(None),
+                }
+            }
+            row.write(&mut out, fields.len());
+        }
+        out
+    }
+
+    fn field() -> impl proptest::strategy::Strategy<Value = Field> {
+        use proptest::prelude::*;
+        prop_oneof![
+            // Commas, quotes, both line breaks, spaces and more than ASCII.
+            "[a-c ,\"\r\né]{0,6}".prop_map(Field::Text),
+            any::<u64>().prop_map(Field::Count),
+            proptest::option::of(0..u64::MAX - 1).prop_map(Field::Instant),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A row is the line the `csv` crate would write: the same quoting, separators and
+        /// line ends, whatever the fields hold.
+        #[test]
+        fn a_row_is_the_line_the_csv_crate_writes(
+            shape in 1..6usize,
+            cells in proptest::collection::vec(field(), 0..24),
+        ) {
+            let rows: Vec<Vec<Field>> = cells.chunks(shape).map(<[Field]>::to_vec)
+                .filter(|row| row.len() == shape)
+                .collect();
+            proptest::prop_assert_eq!(written_by_csv_row(&rows), written_by_the_csv_crate(&rows));
+        }
+    }
+
+    /// A row of one empty field is quoted, so that it is not an empty line a reader skips.
+    #[test]
+    fn a_lone_empty_field_is_quoted_as_the_csv_crate_does() {
+        let rows = vec![vec![Field::Text(String::new())]];
+        assert_eq!(written_by_csv_row(&rows), b"\"\"\n");
+        assert_eq!(written_by_csv_row(&rows), written_by_the_csv_crate(&rows));
+    }
+
+    #[test]
+    #[should_panic(expected = "another shape")]
+    fn a_row_of_another_shape_than_its_header_is_a_bug() {
+        let mut row = CsvRow::default();
+        row.u64(1);
+        row.write(&mut Vec::new(), 2);
     }
 }

@@ -58,9 +58,9 @@ pub fn write_completions_csv(
     w.flush()?;
     drop(w);
     let chunk_starts = cumulative_at_chunk_starts(metrics);
+    let columns = header.len();
     super::csv_row::write_chunked(out, &metrics.completions, |first, chunk, buf| {
         let mut cumulative = chunk_starts(first);
-        let mut w = csv::Writer::from_writer(buf);
         let mut row = super::csv_row::CsvRow::default();
         for c in chunk {
             if let Some(class) = c.class {
@@ -74,9 +74,8 @@ pub fn write_completions_csv(
             for &n in &cumulative {
                 row.u64(n);
             }
-            row.write(&mut w)?;
+            row.write(buf, columns);
         }
-        w.flush()?;
         Ok(())
     })
 }

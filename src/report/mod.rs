@@ -167,13 +167,11 @@ fn write_request_rows<R: std::borrow::Borrow<RequestRecord> + Sync>(
     rows: &[R],
 ) -> csv::Result<()> {
     csv_row::write_chunked(out, rows, |_, chunk, buf| {
-        let mut w = csv::Writer::from_writer(buf);
         let mut row = csv_row::CsvRow::default();
         for r in chunk {
             request_row(&mut row, result, r.borrow());
-            row.write(&mut w)?;
+            row.write(buf, REQUEST_COLUMNS.len());
         }
-        w.flush()?;
         Ok(())
     })
 }
