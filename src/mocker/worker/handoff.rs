@@ -34,12 +34,21 @@ impl MockWorker {
             self.forget(slot);
             return Ok(Reservation::Never(reason));
         }
-        let hit = match self.args.enable_prefix_caching {
-            true => {
+        // Probed as an admission's probe is, so that the blocks it finds are taken by id
+        // rather than looked up twice more (the waiting head's kept probe is dropped: its
+        // blocks must not be taken for this request).
+        let hit = match (self.args.enable_prefix_caching, self.reuse_probes) {
+            (false, _) => PrefixMatch::default(),
+            (true, true) => {
+                let hashes = self.reqs[slot as usize].prompt_hashes.iter().copied();
+                self.head_probe
+                    .probe(slot, prompt / bs, hashes, &mut self.pool)
+            }
+            (true, false) => {
+                self.head_probe.clear();
                 let hashes = self.req(slot).prompt_hashes.iter().copied();
                 self.pool.match_prefix(hashes, prompt / bs)
             }
-            false => PrefixMatch::default(),
         };
         let needed = prompt.div_ceil(bs) - hit.active_blocks;
         let full = self.running.len() as u64 >= self.args.max_num_seqs;
@@ -47,9 +56,9 @@ impl MockWorker {
             self.forget(slot);
             return Ok(Reservation::Wait);
         }
-        // The kept probe is another request's: its blocks must not be taken for this one.
-        self.head_probe.clear();
         let allocated = self.allocate(slot, prompt, hit.blocks);
+        // Its blocks are taken: the probe's answer no longer describes a waiting request.
+        self.head_probe.forget(slot);
         debug_assert!(allocated, "the blocks were counted free");
         let r = self.req_mut(slot);
         r.phase = RequestPhase::Reserved;
@@ -239,5 +248,50 @@ mod tests {
         let other = w.reserve_handoff(row(3, 1536, 1, &[9, 2, 3], 64)).unwrap();
         assert_eq!(other, Reservation::Reserved { cached_blocks: 0 });
         w.check_invariants().unwrap();
+    }
+
+    /// A reservation takes the cached blocks its probe found by id; a rank that looks every
+    /// block up afresh reserves, waits and ends up exactly alike (test builds also check the
+    /// ids against fresh lookups as they are taken).
+    #[test]
+    fn a_reservation_takes_what_its_probe_found_as_fresh_lookups_would() {
+        let args = role_args(WorkerRole::Decode, |a| a.num_gpu_blocks = 40);
+        let (mut fast, mut plain) = (rank(args.clone()), rank(args));
+        plain.set_plain_lookups();
+        let mut outs = [PassOutput::default(), PassOutput::default()];
+        let mut now = SimTime::ZERO;
+        let steps: [(u64, u64, &[u32]); 5] = [
+            (1, 1024, &[1, 2]),
+            (2, 1536, &[1, 2, 3]),
+            (3, 1024, &[1, 4]),
+            (4, 2048, &[5, 6, 7, 8]),
+            (5, 1536, &[1, 2, 9]),
+        ];
+        for (id, prompt, hash_ids) in steps {
+            let request = row(id, prompt, 2, hash_ids, 64);
+            let reserved = fast.reserve_handoff(request.clone()).unwrap();
+            assert_eq!(
+                reserved,
+                plain.reserve_handoff(request).unwrap(),
+                "request {id}"
+            );
+            if matches!(reserved, Reservation::Reserved { .. }) {
+                assert!(fast.activate_handoff(RequestId(id)));
+                assert!(plain.activate_handoff(RequestId(id)));
+            }
+            // Run both dry, so that later prompts find the earlier ones' blocks inactive.
+            while fast.has_work() {
+                let end = fast.execute_pass(now, &mut outs[0]);
+                assert_eq!(end, plain.execute_pass(now, &mut outs[1]));
+                assert_eq!(outs[0], outs[1], "passes of request {id} differ");
+                now = end;
+            }
+            fast.check_invariants().unwrap();
+            fast.assert_same_state(&plain);
+        }
+        assert!(
+            fast.inactive_blocks() > 0,
+            "cached blocks were there to find"
+        );
     }
 }
