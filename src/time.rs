@@ -127,40 +127,54 @@ impl SimDuration {
 /// Formats nanoseconds as milliseconds with all six fractional digits (ns precision), e.g.
 /// `24.385700`. Exact (integer arithmetic), so outputs are byte-stable.
 pub fn format_ms(ns: u64) -> String {
-    let mut out = String::with_capacity(24);
+    let mut out = Vec::with_capacity(24);
     write_ms(&mut out, ns);
-    out
+    String::from_utf8(out).expect("ASCII digits and a point")
 }
 
 /// Appends [`format_ms`]'s text to `out` (no allocation beyond `out`'s growth: result files
 /// print millions of times).
-pub fn write_ms(out: &mut String, ns: u64) {
+pub fn write_ms(out: &mut Vec<u8>, ns: u64) {
     write_u64(out, ns / NS_PER_MS);
-    out.push('.');
-    let mut frac = ns % NS_PER_MS;
-    let mut digits = [b'0'; 6];
-    // Six digits, last first: bounded.
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (frac % 10) as u8;
-        frac /= 10;
+    out.push(b'.');
+    let frac = ns % NS_PER_MS;
+    // Three pairs of digits; leading zeros kept.
+    for pair in [frac / 10_000, frac / 100 % 100, frac % 100] {
+        out.extend_from_slice(&DIGIT_PAIRS[2 * pair as usize..2 * pair as usize + 2]);
     }
-    out.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
 }
 
+/// `00`, `01`, ..., `99`: numbers are written two digits at a time.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Appends `n` in decimal to `out`, as `n.to_string()` writes it.
-pub fn write_u64(out: &mut String, mut n: u64) {
+pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
-    // One digit per iteration, at most 20: bounded.
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+    // Two digits per iteration, at most 10: bounded.
+    while n >= 100 {
+        let pair = 2 * (n % 100) as usize;
+        n /= 100;
+        start -= 2;
+        digits[start..start + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    match n < 10 {
+        true => {
+            start -= 1;
+            digits[start] = b'0' + n as u8;
+        }
+        false => {
+            start -= 2;
+            let pair = 2 * n as usize;
+            digits[start..start + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
         }
     }
-    out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+    out.extend_from_slice(&digits[start..]);
 }
 
 impl fmt::Display for SimTime {
@@ -213,10 +227,24 @@ mod tests {
 
     #[test]
     fn integers_are_written_as_to_string_writes_them() {
-        for n in [0, 7, 10, 99, 100, 12_345, u64::MAX] {
-            let mut out = String::from("x");
+        let powers = (0..20).map(|e| 10u64.pow(e));
+        let edges = powers.flat_map(|p| [p - 1, p, p + 1, 2 * p, 5 * p + 7]);
+        for n in edges.chain([12_345, 99_999_999, u64::MAX - 1, u64::MAX]) {
+            let mut out = b"x".to_vec();
             write_u64(&mut out, n);
-            assert_eq!(out, format!("x{n}"));
+            assert_eq!(out, format!("x{n}").into_bytes());
+        }
+    }
+
+    proptest::proptest! {
+        /// Any integer and any instant, as the standard formatting writes them.
+        #[test]
+        fn numbers_are_written_as_the_standard_formatting_writes_them(n in proptest::prelude::any::<u64>()) {
+            let mut out = Vec::new();
+            write_u64(&mut out, n);
+            proptest::prop_assert_eq!(out, n.to_string().into_bytes());
+            let ms = format!("{}.{:06}", n / 1_000_000, n % 1_000_000);
+            proptest::prop_assert_eq!(format_ms(n), ms);
         }
     }
 

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 /// straight into the line; only text is looked at.
 #[derive(Default)]
 pub(crate) struct CsvRow {
-    line: String,
+    line: Vec<u8>,
     fields: usize,
     /// A `Display` field's text, before it is quoted into the line.
     scratch: String,
@@ -27,7 +27,7 @@ impl CsvRow {
     /// Starts the next field.
     fn next_field(&mut self) {
         if self.fields > 0 {
-            self.line.push(',');
+            self.line.push(b',');
         }
         self.fields += 1;
     }
@@ -35,17 +35,17 @@ impl CsvRow {
     pub(crate) fn text(&mut self, s: &str) {
         self.next_field();
         if !s.bytes().any(|b| matches!(b, b',' | b'"' | b'\r' | b'\n')) {
-            self.line.push_str(s);
+            self.line.extend_from_slice(s.as_bytes());
             return;
         }
-        self.line.push('"');
+        self.line.push(b'"');
         for (i, part) in s.split('"').enumerate() {
             if i > 0 {
-                self.line.push_str("\"\"");
+                self.line.extend_from_slice(b"\"\"");
             }
-            self.line.push_str(part);
+            self.line.extend_from_slice(part.as_bytes());
         }
-        self.line.push('"');
+        self.line.push(b'"');
     }
 
     pub(crate) fn u64(&mut self, n: u64) {
@@ -86,7 +86,7 @@ impl CsvRow {
         // A lone empty field is an empty line, which a reader skips: the `csv` writer quotes it.
         match self.line.is_empty() && fields == 1 {
             true => out.extend_from_slice(b"\"\""),
-            false => out.extend_from_slice(self.line.as_bytes()),
+            false => out.extend_from_slice(&self.line),
         }
         out.push(b'\n');
     }
