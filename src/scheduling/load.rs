@@ -84,6 +84,8 @@ struct Booking {
     prefill_tokens: Option<u64>,
     /// When it was booked; stale-request expiry (EXTENSION: not modelled) would read it.
     booked_at: SimTime,
+    /// Its prompt's first block (`None` for an empty prompt): the root it may leave.
+    root: Option<SeqHash>,
 }
 
 /// A segment's slot in its rank's slab.
@@ -193,6 +195,20 @@ impl RankState {
         self.diverge(query).matched
     }
 
+    /// Whether a live prompt starts with block `first` (a root of the trie).
+    fn has_root(&self, first: SeqHash) -> bool {
+        self.edges.contains_key(&(NO_SEGMENT, first))
+    }
+
+    /// The first blocks of its live prompts.
+    fn roots(&self) -> impl Iterator<Item = SeqHash> + '_ {
+        let roots = self
+            .edges
+            .keys()
+            .filter(|(parent, _)| *parent == NO_SEGMENT);
+        roots.map(|&(_, first)| first)
+    }
+
     fn active_blocks(&self) -> u64 {
         self.live_blocks
     }
@@ -300,6 +316,10 @@ impl RankState {
 pub struct LoadTracker {
     ranks: BTreeMap<WorkerWithDpRank, RankState>,
     bookings: FxHashMap<RequestId, Booking>,
+    /// For each block that starts a live prompt somewhere, on how many ranks: a query whose
+    /// first block is not here overlaps no rank, and [`Self::project`] skips their tries
+    /// (a fleet of 128 ranks otherwise looks the block up 128 times per request).
+    roots: FxHashMap<SeqHash, u32>,
 }
 
 impl LoadTracker {
@@ -328,7 +348,11 @@ impl LoadTracker {
             .copied()
             .collect();
         for rank in &doomed {
-            self.ranks.remove(rank);
+            if let Some(state) = self.ranks.remove(rank) {
+                for first in state.roots() {
+                    forget_root(&mut self.roots, first);
+                }
+            }
         }
         let mut dropped: Vec<RequestId> = self
             .bookings
@@ -365,7 +389,12 @@ impl LoadTracker {
             return Err(LoadError::WorkerNotFound(rank));
         };
         let prefill_tokens = prefill_tokens.filter(|&tokens| tokens > 0);
+        let root = prompt_hashes.first().copied();
+        let new_root = root.filter(|&first| !state.has_root(first));
         let end = state.acquire_blocks(prompt_hashes);
+        if let Some(first) = new_root {
+            *self.roots.entry(first).or_insert(0) += 1;
+        }
         state.active_prefill_tokens = state
             .active_prefill_tokens
             .saturating_add(prefill_tokens.unwrap_or(0));
@@ -375,6 +404,7 @@ impl LoadTracker {
             end,
             prefill_tokens,
             booked_at: now,
+            root,
         };
         self.bookings.insert(id, booking);
         Ok(())
@@ -404,6 +434,9 @@ impl LoadTracker {
             }
             if let Some(end) = booking.end {
                 state.release_blocks(end);
+            }
+            if let Some(first) = booking.root.filter(|&first| !state.has_root(first)) {
+                forget_root(&mut self.roots, first);
             }
             state.active_requests = state.active_requests.saturating_sub(1);
         }
@@ -459,13 +492,21 @@ impl LoadTracker {
     /// plug in; the static model ignores it.
     pub fn project(&self, _now: SimTime, query_hashes: &[SeqHash]) -> Vec<RankLoad> {
         let query_blocks = query_hashes.len() as u64;
+        let rooted = query_hashes
+            .first()
+            .is_some_and(|first| self.roots.contains_key(first));
         self.ranks
             .iter()
             .map(|(&rank, state)| RankLoad {
                 rank,
                 active_prefill_tokens: state.active_prefill_tokens,
                 active_decode_blocks: state.active_blocks(),
-                additional_active_blocks: query_blocks - state.overlap_depth(query_hashes) as u64,
+                additional_active_blocks: query_blocks
+                    - if rooted {
+                        state.overlap_depth(query_hashes) as u64
+                    } else {
+                        0
+                    },
                 active_requests: state.active_requests,
             })
             .collect()
@@ -495,12 +536,29 @@ impl LoadTracker {
             want.requests += 1;
         }
         let empty = ExpectedRank::default();
+        let mut roots: FxHashMap<SeqHash, u32> = FxHashMap::default();
         for (rank, actual) in &self.ranks {
             let want = expected.get(rank).unwrap_or(&empty);
             check_rank_matches(*rank, actual, want)?;
             check_trie(*rank, actual, &want.ending)?;
+            for first in actual.roots() {
+                *roots.entry(first).or_insert(0) += 1;
+            }
+        }
+        if roots != self.roots {
+            return Err("the count of ranks per root block drifted from the tries".to_string());
         }
         Ok(())
+    }
+}
+
+/// One rank fewer starts a live prompt with block `first`.
+fn forget_root(roots: &mut FxHashMap<SeqHash, u32>, first: SeqHash) {
+    if let Some(count) = roots.get_mut(&first) {
+        *count -= 1;
+        if *count == 0 {
+            roots.remove(&first);
+        }
     }
 }
 
@@ -1215,6 +1273,7 @@ mod tests {
         oracle: &Oracle<K>,
         query: &[SeqHash],
     ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(tracker.check_invariants(), Ok(()));
         prop_assert_eq!(tracker.project(T0, query), oracle.project(query));
         prop_assert_eq!(
             tracker.ranks(),
