@@ -85,6 +85,10 @@ impl WorkerConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerSet {
     workers: BTreeMap<WorkerId, WorkerConfig>,
+    /// The ranks of the unfenced workers, in (worker_id, dp_rank) order: every rank a request
+    /// without constraints may use, kept so that routing it does not walk the map (a fleet of
+    /// 128 workers otherwise checks 128 configs per request).
+    open_ranks: Vec<WorkerWithDpRank>,
 }
 
 impl WorkerSet {
@@ -95,12 +99,34 @@ impl WorkerSet {
 
     /// Adds or replaces a worker; returns the previous config.
     pub fn insert(&mut self, worker: WorkerId, config: WorkerConfig) -> Option<WorkerConfig> {
-        self.workers.insert(worker, config)
+        let previous = self.workers.insert(worker, config);
+        self.open_ranks = self.ranks_where(|config| !config.fenced).collect();
+        previous
     }
 
     /// Removes a worker; returns its config.
     pub fn remove(&mut self, worker: WorkerId) -> Option<WorkerConfig> {
-        self.workers.remove(&worker)
+        let removed = self.workers.remove(&worker);
+        self.open_ranks = self.ranks_where(|config| !config.fenced).collect();
+        removed
+    }
+
+    /// The ranks of the unfenced workers, in (worker_id, dp_rank) order.
+    pub fn open_ranks(&self) -> &[WorkerWithDpRank] {
+        &self.open_ranks
+    }
+
+    /// The ranks of the workers whose config passes `keep`, in (worker_id, dp_rank) order.
+    fn ranks_where<'a>(
+        &'a self,
+        keep: impl Fn(&WorkerConfig) -> bool + 'a,
+    ) -> impl Iterator<Item = WorkerWithDpRank> + 'a {
+        let kept = self.workers.iter().filter(move |(_, config)| keep(config));
+        kept.flat_map(|(&worker, config)| {
+            config
+                .dp_ranks()
+                .map(move |dp_rank| WorkerWithDpRank::new(worker, dp_rank))
+        })
     }
 
     /// A worker's config.
@@ -115,11 +141,7 @@ impl WorkerSet {
 
     /// Every rank of every worker, in (worker_id, dp_rank) order.
     pub fn ranks(&self) -> impl Iterator<Item = WorkerWithDpRank> + '_ {
-        self.workers.iter().flat_map(|(&worker, config)| {
-            config
-                .dp_ranks()
-                .map(move |dp_rank| WorkerWithDpRank::new(worker, dp_rank))
-        })
+        self.ranks_where(|_| true)
     }
 
     /// The ranks after `rank`, in (worker_id, dp_rank) order.
@@ -219,6 +241,13 @@ pub fn eligible_ranks(
 ) -> Result<Vec<WorkerWithDpRank>, SelectError> {
     if let Some(pin) = constraints.pinned {
         return validate_pin(workers, constraints, pin);
+    }
+    if constraints.allowed_workers.is_none() && constraints.required_taints.is_empty() {
+        // Every unfenced worker admits it.
+        return match workers.open_ranks() {
+            [] => Err(SelectError::NoEndpoints),
+            ranks => Ok(ranks.to_vec()),
+        };
     }
     // One rank per worker is the common layout: one allocation instead of repeated growth.
     let mut ranks = Vec::with_capacity(workers.worker_count());
@@ -721,6 +750,55 @@ mod tests {
         let set = three_workers();
         let ranks = eligible_ranks(&set, &RequestConstraints::default()).unwrap();
         assert_eq!(ranks, set.ranks().collect::<Vec<_>>());
+    }
+
+    /// An unconstrained request's ranks are kept with the set: they follow every insert,
+    /// fence, unfence and removal, as a walk over the workers would find them.
+    #[test]
+    fn an_unconstrained_request_follows_fencing_and_removal() {
+        let mut set = three_workers();
+        let walked = |set: &WorkerSet| -> Vec<WorkerWithDpRank> {
+            let open = set.iter().filter(|(_, config)| !config.fenced);
+            open.flat_map(|(w, config)| config.dp_ranks().map(move |d| rank(w, d)))
+                .collect()
+        };
+        let fenced = WorkerConfig {
+            fenced: true,
+            ..worker(2, 2, &[])
+        };
+        let changes: [(u64, Option<WorkerConfig>); 5] = [
+            (3, Some(fenced)),
+            (4, Some(worker(0, 3, &["gpu"]))),
+            (1, None),
+            (3, Some(worker(2, 2, &[]))),
+            (2, None),
+        ];
+        for (id, change) in changes {
+            match change {
+                Some(config) => set.insert(id, config),
+                None => set.remove(id),
+            };
+            let eligible = eligible_ranks(&set, &RequestConstraints::default());
+            assert_eq!(
+                eligible.unwrap(),
+                walked(&set),
+                "after changing worker {id}"
+            );
+        }
+        for id in [3, 4] {
+            set.insert(
+                id,
+                WorkerConfig {
+                    fenced: true,
+                    ..WorkerConfig::default()
+                },
+            );
+        }
+        let unconstrained = RequestConstraints::default();
+        assert_eq!(
+            eligible_ranks(&set, &unconstrained),
+            Err(SelectError::NoEndpoints)
+        );
     }
 
     #[test]
