@@ -314,7 +314,7 @@ impl RankState {
 /// Every public method is total: no sequence of calls panics. Outputs are in rank order.
 #[derive(Clone, Debug, Default)]
 pub struct LoadTracker {
-    ranks: BTreeMap<WorkerWithDpRank, RankState>,
+    ranks: RankStates,
     bookings: FxHashMap<RequestId, Booking>,
     /// For each block that starts a live prompt somewhere, on how many ranks: a query whose
     /// first block is not here overlaps no rank, and [`Self::project`] skips their tries
@@ -330,11 +330,7 @@ impl LoadTracker {
 
     /// Registers a rank. Returns false (and changes nothing) if it was already registered.
     pub fn add_rank(&mut self, rank: WorkerWithDpRank) -> bool {
-        if self.ranks.contains_key(&rank) {
-            return false;
-        }
-        self.ranks.insert(rank, RankState::default());
-        true
+        self.ranks.add(rank)
     }
 
     /// Unregisters every rank of `worker` and drops the requests booked there.
@@ -537,7 +533,7 @@ impl LoadTracker {
         }
         let empty = ExpectedRank::default();
         let mut roots: FxHashMap<SeqHash, u32> = FxHashMap::default();
-        for (rank, actual) in &self.ranks {
+        for (rank, actual) in self.ranks.iter() {
             let want = expected.get(rank).unwrap_or(&empty);
             check_rank_matches(*rank, actual, want)?;
             check_trie(*rank, actual, &want.ending)?;
@@ -549,6 +545,57 @@ impl LoadTracker {
             return Err("the count of ranks per root block drifted from the tries".to_string());
         }
         Ok(())
+    }
+}
+
+/// The registered ranks' states, sorted by rank: every request reads them all (its load on
+/// each rank) and looks up one or two, so a sorted vector serves better than a tree.
+#[derive(Clone, Debug, Default)]
+struct RankStates {
+    entries: Vec<(WorkerWithDpRank, RankState)>,
+}
+
+impl RankStates {
+    fn position(&self, rank: &WorkerWithDpRank) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(r, _)| r.cmp(rank))
+    }
+
+    fn contains_key(&self, rank: &WorkerWithDpRank) -> bool {
+        self.position(rank).is_ok()
+    }
+
+    /// Registers `rank` with an empty state; false (nothing changes) if it is registered.
+    fn add(&mut self, rank: WorkerWithDpRank) -> bool {
+        match self.position(&rank) {
+            Ok(_) => false,
+            Err(at) => {
+                self.entries.insert(at, (rank, RankState::default()));
+                true
+            }
+        }
+    }
+
+    fn remove(&mut self, rank: &WorkerWithDpRank) -> Option<RankState> {
+        let at = self.position(rank).ok()?;
+        Some(self.entries.remove(at).1)
+    }
+
+    fn get(&self, rank: &WorkerWithDpRank) -> Option<&RankState> {
+        let at = self.position(rank).ok()?;
+        Some(&self.entries[at].1)
+    }
+
+    fn get_mut(&mut self, rank: &WorkerWithDpRank) -> Option<&mut RankState> {
+        let at = self.position(rank).ok()?;
+        Some(&mut self.entries[at].1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&WorkerWithDpRank, &RankState)> {
+        self.entries.iter().map(|(rank, state)| (rank, state))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &WorkerWithDpRank> {
+        self.entries.iter().map(|(rank, _)| rank)
     }
 }
 
