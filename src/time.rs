@@ -140,8 +140,14 @@ pub fn write_ms(out: &mut Vec<u8>, ns: u64) {
     let frac = ns % NS_PER_MS;
     // Three pairs of digits; leading zeros kept.
     for pair in [frac / 10_000, frac / 100 % 100, frac % 100] {
-        out.extend_from_slice(&DIGIT_PAIRS[2 * pair as usize..2 * pair as usize + 2]);
+        out.extend_from_slice(digit_pair(pair));
     }
+}
+
+/// The two digits of `n` (below 100), a leading zero kept.
+fn digit_pair(n: u64) -> &'static [u8] {
+    let at = 2 * n as usize;
+    &DIGIT_PAIRS[at..at + 2]
 }
 
 /// `00`, `01`, ..., `99`: numbers are written two digits at a time.
@@ -158,10 +164,9 @@ pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut start = digits.len();
     // Two digits per iteration, at most 10: bounded.
     while n >= 100 {
-        let pair = 2 * (n % 100) as usize;
-        n /= 100;
         start -= 2;
-        digits[start..start + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        digits[start..start + 2].copy_from_slice(digit_pair(n % 100));
+        n /= 100;
     }
     match n < 10 {
         true => {
@@ -170,8 +175,7 @@ pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
         }
         false => {
             start -= 2;
-            let pair = 2 * n as usize;
-            digits[start..start + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+            digits[start..start + 2].copy_from_slice(digit_pair(n));
         }
     }
     out.extend_from_slice(&digits[start..]);

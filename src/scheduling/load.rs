@@ -491,18 +491,17 @@ impl LoadTracker {
         let rooted = query_hashes
             .first()
             .is_some_and(|first| self.roots.contains_key(first));
+        let overlap = |state: &RankState| match rooted {
+            true => state.overlap_depth(query_hashes) as u64,
+            false => 0,
+        };
         self.ranks
             .iter()
             .map(|(&rank, state)| RankLoad {
                 rank,
                 active_prefill_tokens: state.active_prefill_tokens,
                 active_decode_blocks: state.active_blocks(),
-                additional_active_blocks: query_blocks
-                    - if rooted {
-                        state.overlap_depth(query_hashes) as u64
-                    } else {
-                        0
-                    },
+                additional_active_blocks: query_blocks - overlap(state),
                 active_requests: state.active_requests,
             })
             .collect()

@@ -46,7 +46,7 @@ impl MockWorker {
             }
             (true, false) => {
                 self.head_probe.clear();
-                let hashes = self.req(slot).prompt_hashes.iter().copied();
+                let hashes = self.reqs[slot as usize].prompt_hashes.iter().copied();
                 self.pool.match_prefix(hashes, prompt / bs)
             }
         };
