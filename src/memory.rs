@@ -1,4 +1,5 @@
-//! The allocator every binary of the crate uses, and when its freed pages go back to the kernel.
+//! The allocator every binary of the crate uses, when its freed pages go back to the kernel,
+//! and the size past which block tables stop fitting in the processor's caches.
 
 use std::ffi::c_long;
 use std::sync::{Mutex, PoisonError};
@@ -25,6 +26,13 @@ mod ffi {
     /// number as `deprecated_*`); it is 15 in both versions the crate vendors.
     pub const PURGE_DELAY: c_int = 15;
 }
+
+/// Blocks that the KV tables of a whole run (the router's index, or every rank's pool
+/// together) can hold and still mostly stay in the processor's caches (at 12 to 30 bytes a
+/// block, 3 to 8 MiB). Past it nearly every probe of those tables misses the caches, and the
+/// tables warm a batch's probes first, so that its misses overlap instead of stalling one
+/// by one (see docs/performance.md). Below it the warming is just more work.
+pub const CACHE_RESIDENT_BLOCKS: usize = 1 << 18;
 
 /// Holders of [`PromptRelease`], and the purge delay to restore when the last one ends.
 static HOLDERS: Mutex<(usize, c_long)> = Mutex::new((0, 0));

@@ -1183,7 +1183,7 @@ pub use faults::FaultMark;
 use feed::Feed;
 use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 #[cfg(test)]
-use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank};
+use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank, warms_probes};
 use handoff::Handoff;
 pub use ledger::RareParts;
 use ledger::{Ledger, RankSlot, TokenEdge};
@@ -1798,6 +1798,24 @@ policy_classes:
         pools[0].count = 2;
         pools[0].engine.num_gpu_blocks = 100;
         assert_eq!(cached_blocks_hint(&pools), 200);
+    }
+
+    #[test]
+    fn only_a_fleet_whose_pools_outgrow_the_caches_warms_its_probes() {
+        use crate::memory::CACHE_RESIDENT_BLOCKS;
+        let engine = EngineArgs::default();
+        let ranks_in_cache = CACHE_RESIDENT_BLOCKS as u64 / engine.num_gpu_blocks;
+        let mut pools = vec![WorkerPool {
+            name: "default".into(),
+            count: ranks_in_cache as u32,
+            engine,
+        }];
+        assert!(!warms_probes(&pools), "{ranks_in_cache} default ranks fit");
+        pools[0].count += 1;
+        assert!(warms_probes(&pools));
+        pools[0].count = 1;
+        pools[0].engine.dp_size = ranks_in_cache as u32 + 1;
+        assert!(warms_probes(&pools), "data-parallel ranks count");
     }
 
     /// The rule of the merge of skipping with faults: a run with any fault steps pass by

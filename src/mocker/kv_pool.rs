@@ -96,6 +96,8 @@ pub struct KvPool {
     /// Moves whenever a hash's primary copy is evicted (the hash goes, or a duplicate takes
     /// its place): block ids found by a lookup stay the ones lookups find until it moves.
     primary_changes: u64,
+    /// Whether batches of evictions and registrations probe first ([`Self::set_warm_probes`]).
+    warm_probes: bool,
 }
 
 impl KvPool {
@@ -126,6 +128,43 @@ impl KvPool {
             watch_next: None,
             watch_changes: 0,
             primary_changes: 0,
+            warm_probes: false,
+        }
+    }
+
+    /// Has [`Self::warm_evictions`] and [`Self::warm_lookups`] probe (for a pool among many,
+    /// whose tables together outgrow the caches) or do nothing.
+    pub fn set_warm_probes(&mut self, warm: bool) {
+        self.warm_probes = warm;
+    }
+
+    /// Reads, changing nothing, what the next `evictions` evictions will: the LRU's leading
+    /// blocks and their entries in the index. When the pool's tables are out of the caches,
+    /// each eviction otherwise waits for its misses in turn; here a batch's misses overlap.
+    pub fn warm_evictions(&self, evictions: usize) {
+        if !self.warm_probes || evictions < 2 {
+            return;
+        }
+        let mut victim = self.lru_head;
+        // One block per iteration, at most `evictions`: bounded.
+        for _ in 0..evictions {
+            let Some(slot) = self.slots.get(victim as usize) else {
+                break; // NIL: fewer inactive blocks than evictions
+            };
+            let entry = self.by_hash.find(hash_of(slot.hash), |&id| id == victim);
+            std::hint::black_box(entry);
+            victim = slot.links[1];
+        }
+    }
+
+    /// Reads, changing nothing, what registering or looking up `hashes` will read: as
+    /// [`Self::warm_evictions`], for a batch of registrations.
+    pub fn warm_lookups(&self, hashes: &[SeqHash]) {
+        if !self.warm_probes || hashes.len() < 2 {
+            return;
+        }
+        for &hash in hashes {
+            std::hint::black_box(self.primary(hash));
         }
     }
 

@@ -199,7 +199,8 @@ struct Met {
 }
 
 /// Two ranks fed the same inputs: `fast` keeps the waiting head's prefix probe and hands
-/// the blocks it found on to allocation, `plain` looks every block up afresh.
+/// the blocks it found on to allocation, and warms its pool's probes in batches (as a rank
+/// of a large fleet does); `plain` looks every block up afresh, one probe at a time.
 struct Twins {
     fast: MockWorker,
     plain: MockWorker,
@@ -213,6 +214,7 @@ impl Twins {
         let mut fast = MockWorker::new(args.clone(), WorkerWithDpRank::new(0, 0));
         let mut plain = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
         plain.set_plain_lookups();
+        fast.set_warm_probes(true);
         for w in [&mut fast, &mut plain] {
             w.set_publish_generated_blocks(publish_generated);
         }

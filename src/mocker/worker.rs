@@ -242,6 +242,12 @@ impl MockWorker {
         self.publish_generated_blocks = publish;
     }
 
+    /// Has the pool warm its probes in batches (see [`KvPool::set_warm_probes`]): for a rank
+    /// of a fleet whose pools together outgrow the caches.
+    pub fn set_warm_probes(&mut self, warm: bool) {
+        self.pool.set_warm_probes(warm);
+    }
+
     /// Looks every cached block up afresh instead of reusing the waiting head's last probe
     /// and the blocks it found: the plain path the reuse must match exactly.
     #[cfg(test)]
@@ -871,6 +877,8 @@ impl MockWorker {
         // registrations and evictions are about as many.
         r.blocks.reserve(want - have);
         self.pool.expect(want - have, fresh as usize);
+        let evictions = fresh.saturating_sub(self.pool.free_blocks());
+        self.pool.warm_evictions(evictions as usize);
         // One block per iteration, up to `want`: bounded.
         while r.blocks.len() < want {
             let index = r.blocks.len();
@@ -913,6 +921,9 @@ impl MockWorker {
         }
         ensure_hashes(r, full);
         let prompt_blocks = r.prompt_hashes.len();
+        let (prompt, generated) = hashes_between(r, r.registered, full);
+        self.pool.warm_lookups(prompt);
+        self.pool.warm_lookups(generated);
         // One block per iteration, up to `full`: bounded.
         while r.registered < full {
             let index = r.registered;
@@ -1125,6 +1136,16 @@ fn check_found(pool: &KvPool, r: &Req, found: &[BlockId]) {
 /// Prompt tokens still to compute if the first `cached_tokens` are reused.
 fn r_prompt_left(r: &Req, cached_tokens: u64) -> u64 {
     r.prompt_tokens - cached_tokens.min(r.prompt_tokens)
+}
+
+/// The hashes of blocks `from..to` (hashed already), as their prompt part and their
+/// generated part.
+fn hashes_between(r: &Req, from: usize, to: usize) -> (&[SeqHash], &[SeqHash]) {
+    let prompt_blocks = r.prompt_hashes.len();
+    let prompt = &r.prompt_hashes[from.min(prompt_blocks)..to.min(prompt_blocks)];
+    let generated = &r.gen_hashes
+        [from.max(prompt_blocks) - prompt_blocks..to.max(prompt_blocks) - prompt_blocks];
+    (prompt, generated)
 }
 
 fn block_hash(r: &Req, index: usize) -> SeqHash {

@@ -11,6 +11,7 @@
 //! stores are harmless.
 
 use super::types::{KvEvent, KvEventData, SeqHash, WorkerId, WorkerWithDpRank};
+use crate::memory::CACHE_RESIDENT_BLOCKS;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use std::collections::BTreeMap;
@@ -35,7 +36,7 @@ pub enum EventOutcome {
 /// several ranks hold points into a side table of sorted index lists. Per-rank block counts
 /// answer `block_count` and `ranks`; clearing a rank scans the map (Cleared events and worker
 /// removal are rare).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct OverlapIndexer {
     holders: HashTable<Holder>,
     /// Holder lists of shared blocks (at least two rank indices, sorted), by `code & !SHARED`;
@@ -48,6 +49,8 @@ pub struct OverlapIndexer {
     /// `identity[i] == i` for every rank index: a lone holder's code, borrowable as a slice.
     identity: Vec<u32>,
     block_counts: BTreeMap<WorkerWithDpRank, usize>,
+    /// An event's blocks are probed first once the map holds this many ([`Self::warm`]).
+    warm_from_blocks: usize,
 }
 
 /// A holder code with this bit set points into `lists`; otherwise it is a rank index.
@@ -88,10 +91,34 @@ fn filed_holder(holder: &Holder) -> u64 {
     filed(holder.hash())
 }
 
+impl Default for OverlapIndexer {
+    fn default() -> Self {
+        OverlapIndexer {
+            holders: HashTable::new(),
+            lists: Vec::new(),
+            free_lists: Vec::new(),
+            rank_of: Vec::new(),
+            index_of: BTreeMap::new(),
+            identity: Vec::new(),
+            block_counts: BTreeMap::new(),
+            warm_from_blocks: CACHE_RESIDENT_BLOCKS,
+        }
+    }
+}
+
 impl OverlapIndexer {
     /// An empty index.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty index that warms every event's probes, however small it is (tests).
+    #[cfg(test)]
+    fn always_warming() -> Self {
+        OverlapIndexer {
+            warm_from_blocks: 0,
+            ..Self::default()
+        }
     }
 
     /// Makes room for `blocks` cached blocks at once, so that the index does not grow (and
@@ -104,6 +131,9 @@ impl OverlapIndexer {
     /// Applies one KV event from `event.worker`.
     pub fn apply(&mut self, event: &KvEvent) -> EventOutcome {
         let rank = event.worker;
+        if let KvEventData::Stored { blocks, .. } | KvEventData::Removed { blocks } = &event.data {
+            self.warm(blocks);
+        }
         match &event.data {
             KvEventData::Stored { parent, blocks } => self.store(rank, *parent, blocks),
             KvEventData::Removed { blocks } => self.remove_blocks(rank, blocks),
@@ -238,6 +268,18 @@ impl OverlapIndexer {
             return Err(format!("{rank} holds blocks but is not counted"));
         }
         Ok(())
+    }
+
+    /// Reads, changing nothing, the entries of `blocks`, once the map has outgrown the caches
+    /// ([`CACHE_RESIDENT_BLOCKS`]): an event's misses then overlap here, where storing or
+    /// removing the blocks one by one would wait for each in turn.
+    fn warm(&self, blocks: &[SeqHash]) {
+        if blocks.len() < 2 || self.holders.len() < self.warm_from_blocks {
+            return;
+        }
+        for &hash in blocks {
+            std::hint::black_box(self.code(hash));
+        }
     }
 
     /// The holder code of `hash`, if a rank holds it.
@@ -615,7 +657,32 @@ mod tests {
         ]
     }
 
+    /// Everything the index answers about `ranks` and hashes 0..10.
+    fn answers(index: &OverlapIndexer) -> Vec<(WorkerWithDpRank, usize, Vec<bool>)> {
+        let ranks = index.ranks();
+        let hashes = 0..10u64;
+        let held = |r| hashes.clone().map(|h| index.holds(r, h)).collect();
+        ranks
+            .into_iter()
+            .map(|r| (r, index.block_count(r), held(r)))
+            .collect()
+    }
+
     proptest! {
+        #[test]
+        fn warming_an_events_probes_changes_no_answer(
+            events in prop::collection::vec(event_strategy(), 0..60),
+            query in prop::collection::vec(0..10u64, 0..8),
+        ) {
+            let (mut plain, mut warming) = (OverlapIndexer::new(), OverlapIndexer::always_warming());
+            for event in &events {
+                prop_assert_eq!(warming.apply(event), plain.apply(event));
+            }
+            prop_assert_eq!(warming.check_invariants(), Ok(()));
+            prop_assert_eq!(answers(&warming), answers(&plain));
+            prop_assert_eq!(warming.overlap_blocks(&query), plain.overlap_blocks(&query));
+        }
+
         #[test]
         fn overlap_matches_a_naive_prefix_scan(
             events in prop::collection::vec(event_strategy(), 0..60),

@@ -5,6 +5,7 @@
 use super::ledger::Ledger;
 use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::{FaultMark, PoolUsage, WorkerPool};
+use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{
     DecodeMemo, MockRequest, MockWorker, PassOutput, Reservation, Worker, WorkerRole,
 };
@@ -34,14 +35,24 @@ pub(super) fn reserved_blocks_per_rank(ranks: usize) -> u64 {
 
 /// The most blocks the pools' caches can hold together, up to [`RESERVED_BLOCKS`].
 pub(super) fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
-    let blocks: u64 = pools
+    fleet_blocks(pools).min(RESERVED_BLOCKS) as usize
+}
+
+/// The most blocks the pools' caches can hold together.
+fn fleet_blocks(pools: &[WorkerPool]) -> u64 {
+    pools
         .iter()
         .map(|p| {
             let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
             ranks.saturating_mul(p.engine.num_gpu_blocks)
         })
-        .fold(0, u64::saturating_add);
-    blocks.min(RESERVED_BLOCKS) as usize
+        .fold(0, u64::saturating_add)
+}
+
+/// Whether the ranks of `pools` warm their pools' probes: when the pools together can hold
+/// more blocks than the caches do ([`CACHE_RESIDENT_BLOCKS`]).
+pub(super) fn warms_probes(pools: &[WorkerPool]) -> bool {
+    fleet_blocks(pools) > CACHE_RESIDENT_BLOCKS as u64
 }
 
 /// The workers of `pools` whose role `routed` accepts (ids assigned pool by pool from 0 over
@@ -140,6 +151,8 @@ pub(super) struct WorkerFleet {
     skip_quiet: bool,
     /// Blocks each worker makes room for when it is built.
     reserved_per_rank: u64,
+    /// Workers warm their pools' probes ([`warms_probes`]).
+    warm_probes: bool,
     /// Ranks to start a pass at the end of the current instant (phase 3).
     starts_due: BTreeSet<usize>,
     /// Lock-step ranks with work whose worker was in a pass: they start with its next one.
@@ -177,6 +190,7 @@ impl WorkerFleet {
             decode_memos,
             skip_quiet,
             reserved_per_rank: reserved_blocks_per_rank(ranks),
+            warm_probes: warms_probes(&pools),
             ranks: Vec::new(),
             starts_due: BTreeSet::new(),
             waiting_for_worker: BTreeSet::new(),
@@ -205,6 +219,7 @@ impl WorkerFleet {
         let mut worker = MockWorker::new(self.pools[pool].engine.clone(), id);
         worker.reserve_blocks(self.reserved_per_rank);
         worker.set_publish_generated_blocks(!self.skip_quiet);
+        worker.set_warm_probes(self.warm_probes);
         Box::new(worker)
     }
 
