@@ -500,24 +500,51 @@ impl RequestTerms {
 
 fn score_candidates<'a>(cfg: &RouterConfig, inputs: &SelectionInputs<'a>) -> Vec<Scored<'a>> {
     debug_assert!(inputs.block_size > 0, "block_size must be positive");
-    let mut loads = RankCursor::new(inputs.loads);
     let mut overlaps = RankCursor::new(inputs.overlaps);
-    let mut scores: Vec<Scored<'a>> = inputs
-        .candidates
-        .iter()
-        .map(|&rank| Scored {
-            rank,
-            load: loads.find(rank),
-            overlap_blocks: overlaps.find(rank).map_or(0, |&(_, blocks)| blocks),
-            cost: 0.0,
-        })
-        .collect();
+    let mut overlap_of = |rank| match inputs.overlaps.is_empty() {
+        true => 0,
+        false => overlaps.find(rank).map_or(0, |&(_, blocks)| blocks),
+    };
+    let mut scores: Vec<Scored<'a>> = match rows_of_candidates(inputs) {
+        // The usual request: every rank a candidate, each with its row.
+        Some(rows) => (inputs.candidates.iter().zip(rows))
+            .map(|(&rank, row)| Scored {
+                rank,
+                load: Some(row),
+                overlap_blocks: overlap_of(rank),
+                cost: 0.0,
+            })
+            .collect(),
+        None => {
+            let mut loads = RankCursor::new(inputs.loads);
+            (inputs.candidates.iter())
+                .map(|&rank| Scored {
+                    rank,
+                    load: loads.find(rank),
+                    overlap_blocks: overlap_of(rank),
+                    cost: 0.0,
+                })
+                .collect()
+        }
+    };
     let terms = RequestTerms::new(cfg, inputs, &scores);
     for scored in &mut scores {
         scored.cost = rank_cost(cfg, &terms, scored.load, scored.overlap_blocks)
             * preferred_taint_multiplier(inputs, scored.rank);
     }
     scores
+}
+
+/// The load rows of the candidates, if the rows are exactly the candidates', in order: the
+/// rows can then be read in step, without looking each rank up.
+fn rows_of_candidates<'a>(inputs: &SelectionInputs<'a>) -> Option<&'a [RankLoad]> {
+    let (rows, candidates) = (inputs.loads, inputs.candidates);
+    let aligned = rows.len() == candidates.len()
+        && rows
+            .iter()
+            .zip(candidates)
+            .all(|(row, &rank)| row.rank == rank);
+    aligned.then_some(rows)
 }
 
 /// Dynamo's default cost for one rank before the preferred-taint multiplier (device tier
@@ -1356,7 +1383,7 @@ mod tests {
                 prop::option::of((0..5000u64, 0..80u64, 0..20u64, 0..6u64)), 24),
             overlap_rows in prop::collection::vec(prop::option::of(0..40u32), 24),
             picks in prop::collection::vec(0..24usize, 0..30),
-            order in 0..3u8,
+            order in 0..4u8,
             isl_tokens in 0..3000u64,
             block_size in 1..130u64,
             prefer_gpu in prop::option::of(-2.0..2.0f64),
@@ -1374,6 +1401,8 @@ mod tests {
                 // What eligible_ranks gives: sorted, no duplicates.
                 0 => { candidates.sort(); candidates.dedup(); }
                 1 => { candidates.sort(); candidates.reverse(); }
+                // An unconstrained request: the ranks of the load rows, each with its row.
+                3 => candidates = loads.iter().map(|row| row.rank).collect(),
                 // As drawn: shuffled, with repeats.
                 _ => {}
             }
@@ -1395,7 +1424,7 @@ mod tests {
                 prop_assert_eq!(got.0, want.0);
                 prop_assert_eq!(got.1.to_bits(), want.2.to_bits(), "{} cost {} vs {}", want.0, got.1, want.2);
             }
-            if order == 0 {
+            if order == 0 || order == 3 {
                 // The whole pick, against the shared pickers fed the reference scores.
                 let reference_scores: Vec<Scored<'_>> = expected.iter()
                     .map(|&(rank, overlap_blocks, cost)| Scored { rank, load: None, overlap_blocks, cost })
