@@ -153,8 +153,10 @@ pub(super) struct WorkerFleet {
     reserved_per_rank: u64,
     /// Workers warm their pools' probes ([`warms_probes`]).
     warm_probes: bool,
-    /// Ranks to start a pass at the end of the current instant (phase 3).
-    starts_due: BTreeSet<usize>,
+    /// Ranks to start a pass at the end of the current instant (phase 3), as marked (maybe
+    /// more than once): a list, sorted when taken, since nearly every instant takes it (a
+    /// set allocated and freed a node each time).
+    starts_due: Vec<usize>,
     /// Lock-step ranks with work whose worker was in a pass: they start with its next one.
     waiting_for_worker: BTreeSet<usize>,
     /// Lock-step workers (their first rank) that started a pass in the current instant.
@@ -192,7 +194,7 @@ impl WorkerFleet {
             reserved_per_rank: reserved_blocks_per_rank(ranks),
             warm_probes: warms_probes(&pools),
             ranks: Vec::new(),
-            starts_due: BTreeSet::new(),
+            starts_due: Vec::new(),
             waiting_for_worker: BTreeSet::new(),
             lockstep_started: BTreeSet::new(),
             passes_since_change: Vec::new(),
@@ -350,7 +352,7 @@ impl WorkerFleet {
     /// the rank's next pass. False if the rank had reserved nothing for it.
     pub fn activate_handoff(&mut self, index: usize, id: RequestId) -> bool {
         let activated = self.ranks[index].worker.activate_handoff(id);
-        self.starts_due.insert(index);
+        self.starts_due.push(index);
         activated
     }
 
@@ -393,13 +395,13 @@ impl WorkerFleet {
             return Err(format!("{}: {e}", slot.id));
         }
         if !slot.in_pass {
-            self.starts_due.insert(index);
+            self.starts_due.push(index);
         }
         Ok(end)
     }
 
-    /// The ranks due to start a pass at the end of this instant, in rank order.
-    pub fn take_starts_due(&mut self) -> BTreeSet<usize> {
+    /// The ranks due to start a pass at the end of this instant, in rank order, each once.
+    pub fn take_starts_due(&mut self) -> Vec<usize> {
         let free: Vec<usize> = self
             .waiting_for_worker
             .iter()
@@ -408,8 +410,10 @@ impl WorkerFleet {
             .collect();
         for index in free {
             self.waiting_for_worker.remove(&index);
-            self.starts_due.insert(index);
+            self.starts_due.push(index);
         }
+        self.starts_due.sort_unstable();
+        self.starts_due.dedup();
         std::mem::take(&mut self.starts_due)
     }
 
@@ -587,7 +591,7 @@ impl WorkerFleet {
             self.apply_quiet(index, self.ranks[index].quiet_ends.len(), ledger);
             self.close_pass(now, index, ledger);
             if self.ranks[index].worker.has_work() {
-                self.starts_due.insert(index);
+                self.starts_due.push(index);
             }
             return PassEnded::Quiet;
         }
@@ -603,7 +607,7 @@ impl WorkerFleet {
         slot.output = output;
         slot.worker.take_back(&mut slot.output);
         if slot.worker.has_work() {
-            self.starts_due.insert(index);
+            self.starts_due.push(index);
         }
     }
 
@@ -675,7 +679,7 @@ impl WorkerFleet {
             );
             slot.worker = fresh;
             slot.output.clear();
-            self.starts_due.remove(&index);
+            self.starts_due.retain(|&due| due != index);
             lost.extend(held);
         }
         lost
