@@ -78,7 +78,7 @@ impl MockWorker {
         growths_at.clear();
         growths_at.resize(passes as usize, 0);
         for &slot in &self.running {
-            let first = (bs - self.req(slot).computed % bs) % bs;
+            let first = passes_to_growth(self.req(slot).computed, bs);
             // One growth per iteration, fewer than `passes`: bounded.
             for j in (first..passes).step_by(bs as usize) {
                 growths_at[j as usize] += 1;
@@ -151,8 +151,11 @@ impl MockWorker {
         steps.clear();
         for (i, &slot) in self.running.iter().enumerate() {
             let computed = self.req(slot).computed;
-            let grow = (bs - computed % bs) % bs;
-            let fill = bs - 1 - computed % bs;
+            let grow = passes_to_growth(computed, bs);
+            let fill = match grow {
+                0 => bs - 1,
+                _ => grow - 1,
+            };
             // One boundary per iteration, fewer than `count`: bounded.
             steps.extend(
                 (grow..count)
@@ -200,5 +203,35 @@ impl QuietRuns for MockWorker {
 
     fn apply_quiet_run(&mut self, passes: u64, last_end: SimTime) {
         self.apply_quiet_passes(passes, last_end);
+    }
+}
+
+/// After how many passes a request with `computed` tokens, one more a pass, grows into a
+/// fresh block of `bs` tokens: `(bs - computed % bs) % bs`, with one division (a quiet run
+/// asks it of every running request, and a division is slow).
+fn passes_to_growth(computed: u64, bs: u64) -> u64 {
+    match computed % bs {
+        0 => 0,
+        used => bs - used,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes_to_growth;
+
+    #[test]
+    fn passes_to_growth_is_the_distance_to_the_next_block_boundary() {
+        for bs in 1..=130u64 {
+            for computed in 0..400u64 {
+                let growth = passes_to_growth(computed, bs);
+                assert_eq!(
+                    growth,
+                    (bs - computed % bs) % bs,
+                    "bs {bs}, computed {computed}"
+                );
+                assert!(growth < bs && (computed + growth).is_multiple_of(bs));
+            }
+        }
     }
 }
