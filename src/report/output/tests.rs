@@ -697,3 +697,40 @@ fn a_dead_processs_stage_without_its_marker_is_left_alone() {
     write_dir(&tmp.path().join("out"), OutputKind::Run, &files(&["x.csv"])).unwrap();
     assert_eq!(entries(&unsealed), set(&["requests.csv"]));
 }
+
+#[test]
+fn moving_over_a_file_puts_the_new_bytes_in_place_and_keeps_the_old_beside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (from, to) = (tmp.path().join("staged"), tmp.path().join("marker"));
+    fs::write(&from, b"new").unwrap();
+    fs::write(&to, b"old").unwrap();
+    move_over(&from, &to).unwrap();
+    assert_eq!(fs::read(&to).unwrap(), b"new");
+    // Swapped, not renamed over (Linux's ext4 and tmpfs swap names): the stage holds the old
+    // file and drops it with itself.
+    #[cfg(target_os = "linux")]
+    assert_eq!(fs::read(&from).unwrap(), b"old");
+}
+
+#[test]
+fn moving_over_an_absent_name_renames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (from, to) = (tmp.path().join("staged"), tmp.path().join("out.xml"));
+    fs::write(&from, b"new").unwrap();
+    move_over(&from, &to).unwrap();
+    assert_eq!(fs::read(&to).unwrap(), b"new");
+    assert!(!from.exists());
+}
+
+#[test]
+fn moving_over_a_folder_put_in_the_files_place_restores_it_and_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (from, to) = (tmp.path().join("staged"), tmp.path().join("marker"));
+    fs::write(&from, b"new").unwrap();
+    fs::create_dir(&to).unwrap();
+    fs::write(to.join("keep"), b"user's").unwrap();
+    let error = move_over(&from, &to).unwrap_err();
+    assert!(error.0.contains("marker"), "{error}");
+    assert_eq!(fs::read(to.join("keep")).unwrap(), b"user's");
+    assert_eq!(fs::read(&from).unwrap(), b"new");
+}
