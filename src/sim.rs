@@ -718,16 +718,18 @@ impl System {
         feed: &mut Feed<impl Iterator<Item = Arrival>>,
         queue: &mut EventQueue<Event>,
     ) {
+        let (spec, hashes) = (arrival.spec, arrival.hashes);
         let block_size = self.config.block_size();
-        let spec = arrival.spec;
-        let hashes: Arc<[u64]> = match arrival.hashes {
-            Some(hashed) if hashed.block_size == block_size => hashed.hashes,
-            _ => spec
-                .block_hashes_with(block_size, &mut self.uniform_hashes)
-                .into(),
+        let (hashes, unshared_from) =
+            feed::prompt_blocks(&spec, hashes, block_size, &mut self.uniform_hashes);
+        // A migrated request's prompt takes in its generated tokens and goes where its old
+        // blocks may still be: with faults, no block is known to be its alone.
+        let unshared_from = match self.config.faults.is_empty() {
+            true => unshared_from,
+            false => u64::MAX,
         };
         let class = spec.policy_class.clone();
-        let id = self.ledger.open(now, spec, hashes);
+        let id = self.ledger.open(now, spec, hashes, unshared_from);
         let session = arrival.session.map(|s| *s);
         self.ledger
             .set_session(id, session.as_ref().and_then(|s| s.tag.clone()));
@@ -826,6 +828,7 @@ impl System {
             prompt_tokens: f.prompt_tokens,
             prompt_hashes: f.hashes.clone(),
             max_output_tokens,
+            unshared_from: f.unshared_from,
         };
         if self.fleet.is_down(rank) {
             self.deliver_to_down(now, rank, id, queue);

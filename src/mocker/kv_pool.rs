@@ -4,6 +4,8 @@
 //! Blocks live in a slab indexed by [`BlockId`]. A block is either *private* (a partial block,
 //! or any block when prefix caching is off: it has no identity and is freed on release) or
 //! *registered* under a sequence hash (a full, computed block that other requests can reuse).
+//! A registered block that only its own request could ever look up again ([`Reuse`]) is kept
+//! out of the hash index and out of the events' block lists: nobody would find it there.
 //! A registered block whose refcount drops to zero stays cached as *inactive* at the tail of an
 //! intrusive LRU list; allocation evicts from the head. Every operation is O(1) expected
 //! (one hash-table probe at most), and nothing allocates per token.
@@ -46,6 +48,30 @@ const PUBLISHED: Marks = 1 << 1;
 const INACTIVE: Marks = 1 << 2;
 /// The current watched probe found it (see [`KvPool::match_prefix_watched`]).
 const WATCHED: Marks = 1 << 3;
+/// Its events leave its hash out ([`Reuse::OwnerAgain`], [`Reuse::Never`]): no other
+/// request can ask the router for it (meaningful only while registered).
+const WITHHELD: Marks = 1 << 4;
+/// Not in the hash index ([`Reuse::Never`]): no lookup can ask for it (meaningful only while
+/// registered).
+const UNINDEXED: Marks = 1 << 5;
+
+/// Who may look a block up again once it is registered. Dynamo indexes every block and
+/// names every published one in its events; a block no other request of the run can hold
+/// needs neither, and leaving it out saves a hash-table insert and removal in the pool and
+/// in the router's index, with every answer unchanged. The events keep their shape (one
+/// event where Dynamo has one, an empty block list where it names only such blocks), so
+/// event counts and ids stay as Dynamo's.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// Any request may hold its hash: indexed, and named in its events.
+    Shared,
+    /// Only its own request holds its hash, and may look it up again (it was preempted and
+    /// recomputes): indexed, but left out of its events.
+    OwnerAgain,
+    /// Nobody will look it up: neither indexed nor named in events, until
+    /// [`KvPool::index_unindexed`] says its request may after all.
+    Never,
+}
 
 /// Emptied event block lists a pool keeps for reuse.
 const SPARE_BLOCK_LISTS: usize = 64;
@@ -98,6 +124,9 @@ pub struct KvPool {
     primary_changes: u64,
     /// Whether batches of evictions and registrations probe first ([`Self::set_warm_probes`]).
     warm_probes: bool,
+    /// The hash of the block last recorded in a Stored event (its list may leave it out): the
+    /// parent a block must name to continue that event.
+    last_stored: Option<SeqHash>,
 }
 
 impl KvPool {
@@ -129,6 +158,7 @@ impl KvPool {
             watch_changes: 0,
             primary_changes: 0,
             warm_probes: false,
+            last_stored: None,
         }
     }
 
@@ -370,14 +400,26 @@ impl KvPool {
         hash: SeqHash,
         parent: Option<SeqHash>,
         publish: bool,
+        reuse: Reuse,
     ) -> BlockId {
         assert!(
             !self.is(id, REGISTERED) && self.refs(id) == 1,
             "register needs a private block held once"
         );
+        let kept = !(PUBLISHED | WITHHELD | UNINDEXED);
         let marks = &mut self.marks[id as usize];
-        *marks = (*marks & !PUBLISHED) | REGISTERED | if publish { PUBLISHED } else { 0 };
+        *marks = (*marks & kept) | REGISTERED | if publish { PUBLISHED } else { 0 };
+        *marks |= match reuse {
+            Reuse::Shared => 0,
+            Reuse::OwnerAgain => WITHHELD,
+            Reuse::Never => WITHHELD | UNINDEXED,
+        };
         self.slots[id as usize].hash = hash;
+        if reuse == Reuse::Never {
+            // Nobody else holds the hash, so it is new here, as the index would have said.
+            self.note_registered(hash, parent, publish, true);
+            return id;
+        }
         let slots = &self.slots;
         let entry = self.by_hash.entry(
             hash_of(hash),
@@ -393,13 +435,48 @@ impl KvPool {
                 entry.insert(id);
             }
         }
+        self.note_registered(hash, parent, publish, reuse != Reuse::Shared);
+        id
+    }
+
+    /// A new hash was registered: it may lengthen the watched probe, and is Stored if
+    /// published (its hash `withheld` from the event's list).
+    fn note_registered(
+        &mut self,
+        hash: SeqHash,
+        parent: Option<SeqHash>,
+        publish: bool,
+        withheld: bool,
+    ) {
         if self.watch_next == Some(hash) {
             self.watch_changes += 1;
         }
         if publish {
-            self.record_stored(hash, parent);
+            self.record_stored(hash, parent, withheld);
         }
-        id
+    }
+
+    /// Indexes registered block `id` if it was registered as [`Reuse::Never`]: its request
+    /// was preempted and will look its own blocks up again. Its events still leave it out.
+    pub fn index_unindexed(&mut self, id: BlockId) {
+        if !self.is(id, REGISTERED) || !self.is(id, UNINDEXED) {
+            return;
+        }
+        self.marks[id as usize] &= !UNINDEXED;
+        let hash = self.slots[id as usize].hash;
+        let slots = &self.slots;
+        let entry = self.by_hash.entry(
+            hash_of(hash),
+            |&other| slots[other as usize].hash == hash,
+            |&other| slot_hash(slots, other),
+        );
+        match entry {
+            Entry::Vacant(entry) => {
+                entry.insert(id);
+            }
+            // Not reached while only its own request holds the hash; kept consistent anyway.
+            Entry::Occupied(_) => self.duplicates.entry(hash).or_default().push_back(id),
+        }
     }
 
     /// How many of the next evictions (at most `max`) publish nothing: the leading blocks of
@@ -501,7 +578,11 @@ impl KvPool {
             if self.is(id, INACTIVE) && !is_registered {
                 return Err(format!("block {i} is inactive but not registered"));
             }
-            if is_registered {
+            if is_registered && self.is(id, UNINDEXED) {
+                if self.primary(s.hash) == Some(id) {
+                    return Err(format!("block {i} is indexed though marked unindexed"));
+                }
+            } else if is_registered {
                 registered += 1;
                 let primary = self.primary(s.hash) == Some(id);
                 let duplicate = self
@@ -599,15 +680,25 @@ impl KvPool {
         self.lru_unlink(id);
         self.inactive -= 1;
         let published = self.is(id, PUBLISHED);
+        let hash = self.slots[id as usize].hash;
+        if self.is(id, UNINDEXED) {
+            // Its only copy, never looked up: no lookup's answer changes.
+            self.marks[id as usize] &= !REGISTERED;
+            if published {
+                self.record_removed(hash, true);
+            }
+            return id;
+        }
+        let withheld = self.is(id, WITHHELD);
         self.marks[id as usize] &= !REGISTERED;
-        self.forget_copy(self.slots[id as usize].hash, id, published);
+        self.forget_copy(hash, id, published, withheld);
         id
     }
 
     /// Drops copy `id` of `hash` from the index. The hash disappears (a Removed event, if it
     /// was published) only with its last copy; evicting the primary promotes the oldest
     /// duplicate.
-    fn forget_copy(&mut self, hash: SeqHash, id: BlockId, published: bool) {
+    fn forget_copy(&mut self, hash: SeqHash, id: BlockId, published: bool, withheld: bool) {
         // Most hashes have one copy: the duplicates map, usually empty, is not probed then,
         // and the index is probed once.
         let mut dups = match self.duplicates.is_empty() {
@@ -641,7 +732,7 @@ impl KvPool {
             self.duplicates.remove(&hash);
         }
         if removed && published {
-            self.record_removed(hash);
+            self.record_removed(hash, withheld);
         }
     }
 
@@ -683,40 +774,44 @@ impl KvPool {
     }
 
     /// Appends to the previous Stored event when this block continues its chain, so a prompt
-    /// stored in one step publishes one event, as Dynamo's allocation does.
-    fn record_stored(&mut self, hash: SeqHash, parent: Option<SeqHash>) {
+    /// stored in one step publishes one event, as Dynamo's allocation does. A `withheld`
+    /// block shapes the events as any block does, but its hash stays out of their lists.
+    fn record_stored(&mut self, hash: SeqHash, parent: Option<SeqHash>, withheld: bool) {
         if !self.events_enabled {
             return;
         }
         let expected = take_one(&mut self.expected_stored);
-        if let Some(KvEventData::Stored { blocks, .. }) = self.events.last_mut()
+        let continues = matches!(self.events.last(), Some(KvEventData::Stored { .. }))
             && parent.is_some()
-            && blocks.last().copied() == parent
+            && self.last_stored == parent;
+        self.last_stored = Some(hash);
+        if !continues {
+            let blocks = self.new_block_list();
+            self.events.push(KvEventData::Stored { parent, blocks });
+        }
+        if let (false, Some(KvEventData::Stored { blocks, .. })) =
+            (withheld, self.events.last_mut())
         {
             blocks.reserve(expected);
             blocks.push(hash);
-            return;
         }
-        let mut blocks = self.new_block_list();
-        blocks.reserve(expected);
-        blocks.push(hash);
-        self.events.push(KvEventData::Stored { parent, blocks });
     }
 
-    fn record_removed(&mut self, hash: SeqHash) {
+    /// Appends to the previous event when it is a Removed one; a `withheld` block's hash
+    /// stays out of the list, as in [`Self::record_stored`].
+    fn record_removed(&mut self, hash: SeqHash, withheld: bool) {
         if !self.events_enabled {
             return;
         }
         let expected = take_one(&mut self.expected_removed);
-        if let Some(KvEventData::Removed { blocks }) = self.events.last_mut() {
+        if !matches!(self.events.last(), Some(KvEventData::Removed { .. })) {
+            let blocks = self.new_block_list();
+            self.events.push(KvEventData::Removed { blocks });
+        }
+        if let (false, Some(KvEventData::Removed { blocks })) = (withheld, self.events.last_mut()) {
             blocks.reserve(expected);
             blocks.push(hash);
-            return;
         }
-        let mut blocks = self.new_block_list();
-        blocks.reserve(expected);
-        blocks.push(hash);
-        self.events.push(KvEventData::Removed { blocks });
     }
 }
 
@@ -761,7 +856,7 @@ mod tests {
         pool.recycle_events(first.into_iter());
         assert_eq!(pool.spare_block_lists.len(), 1);
         let id = pool.allocate().unwrap();
-        pool.register(id, 9, None, true);
+        pool.register(id, 9, None, true, Reuse::Shared);
         let second = drain(&mut pool);
         assert_eq!(
             second,
@@ -788,11 +883,105 @@ mod tests {
             .iter()
             .map(|&h| {
                 let id = pool.allocate().expect("room");
-                let id = pool.register(id, h, parent, true);
+                let id = pool.register(id, h, parent, true, Reuse::Shared);
                 parent = Some(h);
                 id
             })
             .collect()
+    }
+
+    /// Registers a chain whose blocks from `unshared_from` on are registered as `reuse`.
+    fn store_chain_from(
+        pool: &mut KvPool,
+        hashes: &[SeqHash],
+        unshared_from: usize,
+        reuse: Reuse,
+    ) -> Vec<BlockId> {
+        let mut parent = None;
+        let mut ids = Vec::new();
+        for (index, &h) in hashes.iter().enumerate() {
+            let kind = if index < unshared_from {
+                Reuse::Shared
+            } else {
+                reuse
+            };
+            let id = pool.allocate().expect("room");
+            ids.push(pool.register(id, h, parent, true, kind));
+            parent = Some(h);
+        }
+        ids
+    }
+
+    #[test]
+    fn unshared_blocks_stay_out_of_index_and_event_lists_but_not_out_of_the_events() {
+        let mut pool = KvPool::new(4, true);
+        let ids = store_chain_from(&mut pool, &[1, 2, 3], 1, Reuse::Never);
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Stored {
+                parent: None,
+                blocks: vec![1]
+            }]
+        );
+        assert!(pool.contains(1) && !pool.contains(2) && !pool.contains(3));
+        // A later pass continuing the unshared chain still has its (empty) event.
+        let next = pool.allocate().unwrap();
+        pool.register(next, 4, Some(3), true, Reuse::Never);
+        let stored = drain(&mut pool);
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        assert!(matches!(&stored[0], KvEventData::Stored { blocks, .. } if blocks.is_empty()));
+        pool.check_invariants().unwrap();
+        for id in ids.iter().chain([&next]).rev() {
+            pool.release(*id);
+        }
+        // Evicting all four: one Removed event, naming the shared block alone.
+        for _ in 0..4 {
+            pool.allocate().unwrap();
+        }
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Removed { blocks: vec![1] }]
+        );
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn unshared_blocks_indexed_for_their_request_are_found_but_stay_out_of_events() {
+        let mut pool = KvPool::new(3, true);
+        let ids = store_chain_from(&mut pool, &[1, 2], 0, Reuse::Never);
+        for id in ids.iter().rev() {
+            pool.release(*id);
+        }
+        for &id in &ids {
+            pool.index_unindexed(id);
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.match_prefix([1, 2], 2).blocks, 2);
+        let owner = store_chain_from(&mut pool, &[7], 0, Reuse::OwnerAgain);
+        assert!(pool.contains(7));
+        drain(&mut pool);
+        pool.release(owner[0]);
+        for _ in 0..3 {
+            pool.allocate().unwrap();
+        }
+        assert_eq!(
+            drain(&mut pool),
+            vec![KvEventData::Removed { blocks: vec![] }]
+        );
+        assert!(!pool.contains(1) && !pool.contains(2) && !pool.contains(7));
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn the_invariants_catch_an_unshared_block_left_in_the_index() {
+        let mut pool = KvPool::new(2, true);
+        let ids = store_chain_from(&mut pool, &[1], 0, Reuse::Never);
+        pool.check_invariants().unwrap();
+        // Indexed behind the mark's back.
+        let slots = &pool.slots;
+        pool.by_hash
+            .insert_unique(hash_of(1), ids[0], |&id| slot_hash(slots, id));
+        assert!(pool.check_invariants().is_err());
     }
 
     #[test]
@@ -811,7 +1000,7 @@ mod tests {
             pool.acquire(h).unwrap();
         }
         let extra = pool.allocate().unwrap();
-        let extra = pool.register(extra, 4, Some(3), true);
+        let extra = pool.register(extra, 4, Some(3), true, Reuse::Shared);
         assert_eq!(
             drain(&mut pool),
             vec![KvEventData::Stored {
@@ -924,7 +1113,7 @@ mod tests {
         let first = store_chain(&mut pool, &[7]);
         drain(&mut pool);
         let dup = pool.allocate().unwrap();
-        assert_eq!(pool.register(dup, 7, None, true), dup);
+        assert_eq!(pool.register(dup, 7, None, true, Reuse::Shared), dup);
         assert_eq!(pool.active_blocks(), 2, "the duplicate holds its own block");
         assert!(drain(&mut pool).is_empty(), "not a new store");
         assert_eq!(
@@ -983,7 +1172,7 @@ mod tests {
         pool.acquire(1).unwrap();
         pool.release(ids[0]);
         let id = pool.allocate().unwrap();
-        pool.register(id, 5, Some(4), true);
+        pool.register(id, 5, Some(4), true, Reuse::Shared);
         assert_eq!(
             pool.watch_changes(),
             changes,
@@ -1002,7 +1191,7 @@ mod tests {
         });
         moved(&mut pool, "the next hash registered", &|p| {
             let id = p.allocate().unwrap();
-            p.register(id, 4, Some(3), true);
+            p.register(id, 4, Some(3), true, Reuse::Shared);
         });
         assert_eq!(pool.primary_changes(), primaries, "no eviction yet");
         // Full (1, 2, 3 and 4, 5 held; 10 and 3 inactive): the next allocations evict 10,

@@ -29,7 +29,7 @@ mod test_support;
 pub use config::{
     ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode, WorkerRole,
 };
-pub use kv_pool::{BlockId, KvPool, PrefixMatch};
+pub use kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
 pub use memo::DecodeMemo;
 pub use profile::{ProfileError, TimingProfile};
 pub use timing::TimingModel;

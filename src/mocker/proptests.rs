@@ -1,7 +1,8 @@
 //! Property tests: random engines and request streams never panic, keep every invariant after
 //! every pass, publish consistent KV events, and finish every request in a bounded number of
-//! passes with exactly the tokens it asked for; reusing the waiting head's prefix probe
-//! changes nothing.
+//! passes with exactly the tokens it asked for; reusing the waiting head's prefix probe, and
+//! leaving the blocks only their own request holds out of the index and the events, change
+//! nothing else.
 
 use super::config::{EngineArgs, PreemptionMode};
 use super::worker::{MockRequest, MockWorker, PassOutput};
@@ -76,6 +77,7 @@ fn build(id: u64, segments: &[(u32, u16)], output: u64, bs: u64) -> MockRequest 
         prompt_tokens: tokens.len() as u64,
         prompt_hashes: hashing::sequence_hashes(&tokens, bs as usize).into(),
         max_output_tokens: output,
+        unshared_from: u64::MAX,
     }
 }
 
@@ -196,17 +198,22 @@ struct Met {
     removed_blocks: u64,
     quiet_passes: u64,
     cancellations: u64,
+    /// Blocks the fast rank's events left out (only its own request held them).
+    withheld_blocks: u64,
 }
 
 /// Two ranks fed the same inputs: `fast` keeps the waiting head's prefix probe and hands
 /// the blocks it found on to allocation, and warms its pool's probes in batches (as a rank
-/// of a large fleet does); `plain` looks every block up afresh, one probe at a time.
+/// of a large fleet does), and with `shared` set is told which blocks only their own request
+/// holds; `plain` looks every block up afresh, one probe at a time, and is told nothing.
 struct Twins {
     fast: MockWorker,
     plain: MockWorker,
     outs: [PassOutput; 2],
     ends: [Vec<SimTime>; 2],
     met: Met,
+    /// The hashes some other request holds too, when the fast rank is told of the others.
+    shared: Option<BTreeSet<SeqHash>>,
 }
 
 impl Twins {
@@ -226,13 +233,21 @@ impl Twins {
             outs,
             ends,
             met,
+            shared: None,
         }
     }
 
+    /// Adds `req`, telling the fast rank where its unshared blocks start (with `shared`).
     fn add(&mut self, now: u64, req: &MockRequest) {
-        for w in [&mut self.fast, &mut self.plain] {
-            w.add_request(SimTime::from_ns(now), req.clone()).unwrap();
+        let now = SimTime::from_ns(now);
+        self.plain.add_request(now, req.clone()).unwrap();
+        let mut fast = req.clone();
+        if let Some(shared) = &self.shared {
+            let hashes = req.prompt_hashes.iter();
+            let first = hashes.take_while(|h| shared.contains(h)).count();
+            fast.unshared_from = first as u64;
         }
+        self.fast.add_request(now, fast).unwrap();
     }
 
     /// Cancels the waiting head (even `mv`) or the newest running request (odd).
@@ -268,6 +283,17 @@ impl Twins {
         let [fast_out, plain_out] = &mut self.outs;
         let end = self.fast.execute_pass(start, fast_out);
         assert_eq!(end, self.plain.execute_pass(start, plain_out));
+        if let Some(shared) = &self.shared {
+            let before = event_blocks(plain_out);
+            for event in &mut plain_out.kv_events {
+                if let KvEventData::Stored { blocks, .. } | KvEventData::Removed { blocks } =
+                    &mut event.data
+                {
+                    blocks.retain(|h| shared.contains(h));
+                }
+            }
+            self.met.withheld_blocks += before - event_blocks(plain_out);
+        }
         assert_eq!(fast_out, plain_out, "passes at {now} differ");
         let reused = fast_out.admitted.iter().filter(|a| a.reused_tokens > 0);
         self.met.reused_admissions += reused.count() as u64;
@@ -281,12 +307,42 @@ impl Twins {
     }
 }
 
+/// How many blocks a pass's events name.
+fn event_blocks(out: &PassOutput) -> u64 {
+    let blocks = out.kv_events.iter().map(|e| match &e.data {
+        KvEventData::Stored { blocks, .. } | KvEventData::Removed { blocks } => blocks.len(),
+        KvEventData::Cleared => 0,
+    });
+    blocks.sum::<usize>() as u64
+}
+
+/// The prompt hashes held by two requests or more of `arrivals`.
+fn shared_hashes(arrivals: &[(u64, MockRequest)]) -> BTreeSet<SeqHash> {
+    let mut holders: BTreeMap<SeqHash, u32> = BTreeMap::new();
+    for (_, req) in arrivals {
+        for &hash in req.prompt_hashes.iter() {
+            *holders.entry(hash).or_default() += 1;
+        }
+    }
+    holders
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(h, _)| h)
+        .collect()
+}
+
 /// Runs one stream through [`Twins`]. `moves` picks each step: a formed pass or a planned
 /// quiet run (part of it applied), after cancelling the waiting head or the newest running
 /// request first on some. After every step both ranks must have produced the same output
 /// (admissions, reused tokens, events, preemptions, quiet-run ends) and hold the same state
-/// (requests, blocks, pool index, LRU order).
-fn run_both(args: EngineArgs, specs: &[Spec], moves: &[u8], publish_generated: bool) -> Met {
+/// (requests, blocks, pool index, LRU order). Told of `unshared` blocks, the fast rank's
+/// events must be the plain one's without them, and its own invariants hold.
+fn run_both(
+    args: EngineArgs,
+    specs: &[Spec],
+    moves: &[u8],
+    (publish_generated, unshared): (bool, bool),
+) -> Met {
     let bs = args.block_size;
     let mut twins = Twins::new(args, publish_generated);
     let mut arrivals = Vec::new();
@@ -295,6 +351,7 @@ fn run_both(args: EngineArgs, specs: &[Spec], moves: &[u8], publish_generated: b
         t += gap;
         arrivals.push((t, build(i as u64, segs, *out, bs)));
     }
+    twins.shared = unshared.then(|| shared_hashes(&arrivals));
     let (mut next, mut now) = (0usize, 0u64);
     let work: u64 = arrivals
         .iter()
@@ -320,7 +377,10 @@ fn run_both(args: EngineArgs, specs: &[Spec], moves: &[u8], publish_generated: b
         let fast = &twins.fast;
         fast.check_invariants()
             .unwrap_or_else(|e| panic!("after step {step} at {now}: {e}"));
-        fast.assert_same_state(&twins.plain);
+        match unshared {
+            false => fast.assert_same_state(&twins.plain),
+            true => twins.plain.check_invariants().unwrap(),
+        }
     }
     assert!(!twins.fast.has_work(), "work left after the step budget");
     assert_eq!(
@@ -352,7 +412,17 @@ proptest! {
         moves in proptest::collection::vec(any::<u8>(), 1..64),
         publish_generated in any::<bool>(),
     ) {
-        run_both(args, &specs, &moves, publish_generated);
+        run_both(args, &specs, &moves, (publish_generated, false));
+    }
+
+    #[test]
+    fn leaving_unshared_blocks_out_of_index_and_events_changes_nothing_else(
+        args in engine(),
+        specs in requests(),
+        moves in proptest::collection::vec(any::<u8>(), 1..64),
+        publish_generated in any::<bool>(),
+    ) {
+        run_both(args, &specs, &moves, (publish_generated, true));
     }
 }
 
@@ -370,6 +440,7 @@ fn the_probe_differential_meets_reuse_preemption_and_eviction() {
     let mut total = Met::default();
     for _ in 0..64 {
         let (specs, moves, publish) = strategy.new_tree(&mut runner).unwrap().current();
+        let unshared = moves[0] % 2 == 1;
         let args = EngineArgs {
             block_size: 16,
             num_gpu_blocks: 48,
@@ -377,15 +448,17 @@ fn the_probe_differential_meets_reuse_preemption_and_eviction() {
             max_num_batched_tokens: 256,
             ..EngineArgs::default()
         };
-        let met = run_both(args, &specs, &moves, publish);
+        let met = run_both(args, &specs, &moves, (publish, unshared));
         total.probe_reuses += met.probe_reuses;
         total.reused_admissions += met.reused_admissions;
         total.preemptions += met.preemptions;
         total.removed_blocks += met.removed_blocks;
         total.quiet_passes += met.quiet_passes;
         total.cancellations += met.cancellations;
+        total.withheld_blocks += met.withheld_blocks;
     }
     let counts = [
+        total.withheld_blocks,
         total.probe_reuses,
         total.reused_admissions,
         total.preemptions,
@@ -412,6 +485,7 @@ fn completed_requests_get_every_token_they_asked_for() {
             prompt_tokens: tokens.len() as u64,
             prompt_hashes: hashing::sequence_hashes(&tokens, 16).into(),
             max_output_tokens: 3 + i,
+            unshared_from: u64::MAX,
         };
         w.add_request(SimTime::ZERO, req).unwrap();
     }

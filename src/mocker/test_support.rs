@@ -32,6 +32,7 @@ pub(crate) fn row(id: u64, input: u64, output: u64, hash_ids: &[u32], bs: u64) -
         prompt_tokens: input,
         prompt_hashes: hashing::sequence_hashes(&tokens, bs as usize).into(),
         max_output_tokens: output,
+        unshared_from: u64::MAX,
     }
 }
 

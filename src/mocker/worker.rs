@@ -57,7 +57,7 @@
 //! either case, so their timings are unchanged.
 
 use super::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
-use super::kv_pool::{BlockId, KvPool, PrefixMatch};
+use super::kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
 use super::memo::{DECODE_MEMO_FIRST_SLOTS, DecodeMemo, HeadProbe};
 use super::timing;
 use super::traits::{QuietRuns, Worker, WorkerLoad};
@@ -84,6 +84,10 @@ struct Req {
     blocks: Vec<BlockId>,
     /// Leading blocks of `blocks` that are registered in the pool under their hash.
     registered: usize,
+    /// Blocks from this index on hold hashes no other request has ([`MockRequest`]).
+    unshared_from: usize,
+    /// Whether its unshared blocks are indexed: once preempted, it looks them up again.
+    unshared_indexed: bool,
     phase: RequestPhase,
     preemptions: u32,
     /// Largest prefix reuse over the request's admissions.
@@ -395,6 +399,8 @@ impl MockWorker {
                     computed: 0,
                     blocks: Vec::new(),
                     registered: 0,
+                    unshared_from: usize::MAX,
+                    unshared_indexed: false,
                     phase: RequestPhase::Waiting,
                     preemptions: 0,
                     max_reused: 0,
@@ -414,6 +420,8 @@ impl MockWorker {
         r.generated = 0;
         r.computed = 0;
         r.registered = 0;
+        r.unshared_from = usize::try_from(req.unshared_from).unwrap_or(usize::MAX);
+        r.unshared_indexed = false;
         r.phase = RequestPhase::Waiting;
         r.preemptions = 0;
         r.max_reused = 0;
@@ -921,7 +929,12 @@ impl MockWorker {
         }
         ensure_hashes(r, full);
         let prompt_blocks = r.prompt_hashes.len();
-        let (prompt, generated) = hashes_between(r, r.registered, full);
+        let indexed_end = if r.unshared_indexed {
+            full
+        } else {
+            r.unshared_from.min(full)
+        };
+        let (prompt, generated) = hashes_between(r, r.registered.min(indexed_end), indexed_end);
         self.pool.warm_lookups(prompt);
         self.pool.warm_lookups(generated);
         // One block per iteration, up to `full`: bounded.
@@ -929,9 +942,18 @@ impl MockWorker {
             let index = r.registered;
             let parent = index.checked_sub(1).map(|p| block_hash(r, p));
             let publish = index < prompt_blocks || self.publish_generated_blocks;
-            let block = self
-                .pool
-                .register(r.blocks[index], block_hash(r, index), parent, publish);
+            let reuse = match (index < r.unshared_from, r.unshared_indexed) {
+                (true, _) => Reuse::Shared,
+                (false, true) => Reuse::OwnerAgain,
+                (false, false) => Reuse::Never,
+            };
+            let block = self.pool.register(
+                r.blocks[index],
+                block_hash(r, index),
+                parent,
+                publish,
+                reuse,
+            );
             r.blocks[index] = block;
             r.registered += 1;
         }
@@ -948,6 +970,7 @@ impl MockWorker {
             PreemptionMode::Fifo => 0,
         };
         let victim = self.running.remove(index);
+        self.index_unshared(victim);
         self.release_blocks(victim);
         let r = self.req_mut(victim);
         r.phase = RequestPhase::Preempted;
@@ -957,6 +980,20 @@ impl MockWorker {
         self.waiting.push_front(victim);
         out.preempted.push(id);
         Some(victim)
+    }
+
+    /// A preempted request recomputes and looks its own blocks up again: from now on its
+    /// unshared blocks are indexed (they stay out of the events).
+    fn index_unshared(&mut self, slot: Slot) {
+        let r = &mut self.reqs[slot as usize];
+        if r.unshared_indexed {
+            return;
+        }
+        r.unshared_indexed = true;
+        let from = r.unshared_from.min(r.registered);
+        for &block in &r.blocks[from..r.registered] {
+            self.pool.index_unindexed(block);
+        }
     }
 
     /// Gives back a victim's work in this pass: its tokens return to the budget and its
@@ -1500,6 +1537,7 @@ mod tests {
             prompt_tokens: tokens.len() as u64,
             prompt_hashes: hashing::sequence_hashes(&tokens, 16).into(),
             max_output_tokens: output,
+            unshared_from: u64::MAX,
         }
     }
 

@@ -6,9 +6,27 @@ use super::ClosedLoop;
 use super::ledger::Ledger;
 use crate::scheduling::types::RequestId;
 use crate::time::SimTime;
-use crate::workload::Arrival;
 use crate::workload::session::SessionTurn;
+use crate::workload::{Arrival, PromptHashes, RequestSpec, UniformBlockHashes};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A new request's prompt block hashes for `block_size` (those the reader computed, if for
+/// that size) and the first of its blocks no other request can hold: its generated blocks at
+/// least, whose hashes are its own, or earlier where the reader knows.
+pub(super) fn prompt_blocks(
+    spec: &RequestSpec,
+    hashed: Option<PromptHashes>,
+    block_size: u64,
+    uniform: &mut UniformBlockHashes,
+) -> (Arc<[u64]>, u64) {
+    let (hashes, known): (Arc<[u64]>, u64) = match hashed {
+        Some(hashed) if hashed.block_size == block_size => (hashed.hashes, hashed.unshared_from),
+        _ => (spec.block_hashes_with(block_size, uniform).into(), u64::MAX),
+    };
+    let prompt_blocks = hashes.len() as u64;
+    (hashes, known.min(prompt_blocks))
+}
 
 /// The arrivals of a run, in the order the simulator takes them.
 ///

@@ -258,6 +258,7 @@ impl System {
                 prompt_tokens,
                 prompt_hashes: f.hashes.clone(),
                 max_output_tokens: f.output_tokens,
+                unshared_from: f.unshared_from,
             };
             let cached = match self.fleet.reserve_handoff(rank, request) {
                 Ok(Reservation::Reserved { cached_blocks }) => cached_blocks,

@@ -15,6 +15,8 @@ use std::sync::Arc;
 /// the router needs to route it again after a migration.
 pub(super) struct InFlight {
     pub hashes: Arc<[u64]>,
+    /// The first block only this request holds ([`crate::mocker::MockRequest`]).
+    pub unshared_from: u64,
     pub prompt_tokens: u64,
     pub output_tokens: u64,
     pub policy_class: Option<String>,
@@ -119,9 +121,15 @@ impl Ledger {
             .clone()
     }
 
-    /// Records request `spec` arriving at `now` with prompt block hashes `hashes`; returns
-    /// its id.
-    pub fn open(&mut self, now: SimTime, spec: RequestSpec, hashes: Arc<[u64]>) -> RequestId {
+    /// Records request `spec` arriving at `now` with prompt block hashes `hashes`, of which
+    /// those from `unshared_from` on no other request holds; returns its id.
+    pub fn open(
+        &mut self,
+        now: SimTime,
+        spec: RequestSpec,
+        hashes: Arc<[u64]>,
+        unshared_from: u64,
+    ) -> RequestId {
         let id = RequestId(self.records.len() as u64);
         let policy_class = spec
             .policy_class
@@ -147,6 +155,7 @@ impl Ledger {
         });
         let in_flight = InFlight {
             hashes,
+            unshared_from,
             prompt_tokens: spec.input_tokens,
             output_tokens: spec.output_tokens,
             policy_class: spec.policy_class,
@@ -382,6 +391,7 @@ impl Ledger {
             f.prompt_tokens = input + generated;
             f.output_tokens = output.saturating_sub(generated);
             f.hashes = hashes_for(&f.hashes, f.prompt_tokens);
+            f.unshared_from = u64::MAX;
         }
     }
 
@@ -587,7 +597,12 @@ mod tests {
             assert_eq!(RankSlot::new(rank).get(), rank);
         }
         let mut ledger = Ledger::with_capacity(1);
-        let id = ledger.open(SimTime::ZERO, spec_of_class("premium"), Vec::new().into());
+        let id = ledger.open(
+            SimTime::ZERO,
+            spec_of_class("premium"),
+            Vec::new().into(),
+            u64::MAX,
+        );
         let mut record = ledger.record(id).clone();
         record.set_rank(Some(WorkerWithDpRank::new(2, 1)));
         assert_eq!(record.rank(), Some(WorkerWithDpRank::new(2, 1)));
@@ -600,7 +615,12 @@ mod tests {
         let mut ledger = Ledger::with_capacity(0);
         let names: Vec<String> = (0..5_000).map(|i| format!("user{i}")).collect();
         let mut open = |name: &str| {
-            let id = ledger.open(SimTime::ZERO, spec_of_class(name), Vec::new().into());
+            let id = ledger.open(
+                SimTime::ZERO,
+                spec_of_class(name),
+                Vec::new().into(),
+                u64::MAX,
+            );
             ledger.record(id).policy_class.clone().unwrap()
         };
         let first: Vec<_> = names.iter().map(|n| open(n)).collect();
@@ -618,8 +638,14 @@ mod tests {
     #[test]
     fn records_naming_one_class_share_one_copy_of_its_name() {
         let mut ledger = Ledger::with_capacity(3);
-        let ids = ["premium", "regular", "premium"]
-            .map(|class| ledger.open(SimTime::ZERO, spec_of_class(class), Vec::new().into()));
+        let ids = ["premium", "regular", "premium"].map(|class| {
+            ledger.open(
+                SimTime::ZERO,
+                spec_of_class(class),
+                Vec::new().into(),
+                u64::MAX,
+            )
+        });
         let name = |i: usize| ledger.record(ids[i]).policy_class.clone().unwrap();
         assert_eq!(name(0).as_str(), "premium");
         assert_eq!(name(1).as_str(), "regular");

@@ -50,6 +50,9 @@ pub struct Arrival {
 pub struct PromptHashes {
     pub block_size: u64,
     pub hashes: Arc<[SeqHash]>,
+    /// The first block whose hash no other request of the run holds, as far as the reader
+    /// knows (`u64::MAX`: none known), whatever the run's faults (the run decides).
+    pub unshared_from: u64,
 }
 
 impl From<RequestSpec> for Arrival {

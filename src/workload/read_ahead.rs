@@ -163,7 +163,11 @@ fn read_ahead<R: BufRead>(
     for spec in &mut rows {
         let hashes: Arc<[u64]> = spec.block_hashes_with(block_size, &mut known).into();
         batch_hashes += hashes.len();
-        let hashes = Some(PromptHashes { block_size, hashes });
+        let hashes = Some(PromptHashes {
+            block_size,
+            hashes,
+            unshared_from: u64::MAX,
+        });
         batch.push(Arrival {
             spec,
             hashes,

@@ -17,6 +17,12 @@ pub struct MockRequest {
     pub prompt_hashes: Arc<[SeqHash]>,
     /// Tokens to generate; 0 completes the request after its prefill without a token.
     pub max_output_tokens: u64,
+    /// The first full block (prompt or generated) whose hash no other request of the run
+    /// holds, so that only this request could ever look it and the blocks after it up
+    /// (`u64::MAX`: none is known to be). Only cost depends on it, provided it is true: the
+    /// rank neither indexes those blocks nor names them in its events until the request is
+    /// preempted (and then only indexes them).
+    pub unshared_from: u64,
 }
 
 /// Why a request was refused by [`MockWorker::add_request`](super::MockWorker::add_request).
