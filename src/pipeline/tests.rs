@@ -197,6 +197,34 @@ fn written(output: &RunOutput) -> (Vec<u8>, Vec<u8>, u64, SimTime) {
     )
 }
 
+#[test]
+fn rows_told_which_blocks_are_theirs_alone_replay_as_rows_told_nothing() {
+    // Some rows share one or two leading ids, one in three is all shared; the rest of each
+    // row is its own. The pool is small enough to evict and preempt, and two workers make
+    // the router's overlap count.
+    let rows: Vec<String> = (0..240u64)
+        .map(|i| {
+            let ids = match i % 3 {
+                0 => format!("1, 2, {}", 1000 + i),
+                1 => format!("1, 3, {}, {}", 2000 + i, 3000 + i),
+                _ => "5, 6".to_string(),
+            };
+            let input = 512 * (ids.matches(',').count() as u64 + 1) - 7 * (i % 5);
+            format!(
+                r#"{{"timestamp": {}, "input_length": {input}, "output_length": {}, "hash_ids": [{ids}]}}"#,
+                4 * i,
+                20 + 7 * (i % 11)
+            )
+        })
+        .collect();
+    let (_dir, mut spec) = replay_spec(&(rows.join("\n") + "\n"));
+    spec.config.pools[0].count = 2;
+    spec.config.pools[0].engine.num_gpu_blocks = 96;
+    let told = execute(&spec).unwrap();
+    assert!(told.result.preemptions > 0, "the pool must preempt");
+    assert_eq!(written(&told), written(&two_pass(&spec)));
+}
+
 /// `execute(spec)` and how many times it opened the trace.
 fn execute_counting_opens(spec: &RunSpec) -> (Result<RunOutput, RunError>, u32) {
     let before = read_ahead::trace_opens();

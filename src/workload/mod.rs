@@ -6,6 +6,7 @@ pub mod session;
 pub mod session_trace;
 pub mod synth;
 pub mod trace;
+pub mod unshared;
 
 use crate::rng;
 use crate::scheduling::hashing;

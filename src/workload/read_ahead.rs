@@ -5,7 +5,8 @@
 
 use super::session_trace::{SessionMode, read_sessions};
 use super::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader, TraceSummary};
-use super::{Arrival, PromptHashes, RequestSpec, UniformBlockHashes};
+use super::unshared::TokenCounts;
+use super::{Arrival, PromptHashes, PromptSpec, RequestSpec, UniformBlockHashes};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -79,10 +80,14 @@ impl ReadAhead {
         let name = path.display().to_string();
         let mut file = open_trace(path)?;
         let expected_rows = estimated_rows(&mut file);
-        let reader = TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
-        let rows = OnePass::new(reader, order);
         let (batches, arrivals) = mpsc::sync_channel(READ_AHEAD_BATCHES);
-        let reader = std::thread::spawn(move || read_ahead(rows, hash_block_size, batches));
+        let reader = std::thread::spawn(move || {
+            let counts = count_tokens(file.get_ref());
+            let reader =
+                TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
+            let rows = OnePass::new(reader, order);
+            read_ahead(rows, hash_block_size, counts.as_ref(), batches)
+        });
         Ok(ReadAhead {
             arrivals: arrivals.into_iter().flatten(),
             reader,
@@ -148,12 +153,14 @@ impl Iterator for ReadAhead {
     }
 }
 
-/// The reader thread: hands `rows` on to `batches` hashed for `block_size`, in messages that
-/// grow from few rows to many; stops when the pass ends or the simulation stops taking rows.
-/// Returns what the pass found.
+/// The reader thread: hands `rows` on to `batches` hashed for `block_size` (with what
+/// `counts` tells of the blocks only their own row holds), in messages that grow from few
+/// rows to many; stops when the pass ends or the simulation stops taking rows. Returns what
+/// the pass found.
 fn read_ahead<R: BufRead>(
     mut rows: OnePass<R>,
     block_size: u64,
+    counts: Option<&TokenCounts>,
     batches: SyncSender<Vec<Arrival>>,
 ) -> PassVerdict {
     let mut known = UniformBlockHashes::default();
@@ -163,10 +170,11 @@ fn read_ahead<R: BufRead>(
     for spec in &mut rows {
         let hashes: Arc<[u64]> = spec.block_hashes_with(block_size, &mut known).into();
         batch_hashes += hashes.len();
+        let unshared_from = counts.map_or(u64::MAX, |c| unshared_block(c, &spec, block_size));
         let hashes = Some(PromptHashes {
             block_size,
             hashes,
-            unshared_from: u64::MAX,
+            unshared_from,
         });
         batch.push(Arrival {
             spec,
@@ -185,6 +193,39 @@ fn read_ahead<R: BufRead>(
     // The last, partial batch; the simulation may have stopped already.
     let _ = batches.send(batch);
     rows.verdict()
+}
+
+/// The counts of the trace's tokens (see [`TokenCounts`]), read from `file` without moving
+/// its offset (the pass reads it next); None if it cannot be read for certain.
+fn count_tokens(file: &File) -> Option<TokenCounts> {
+    let bytes = file.metadata().ok()?.len();
+    TokenCounts::scan(BufReader::new(ReadFromStart { file, at: 0 }), bytes)
+}
+
+/// The first block of `spec`'s prompt (in blocks of `block_size`) that no other row holds.
+fn unshared_block(counts: &TokenCounts, spec: &RequestSpec, block_size: u64) -> u64 {
+    let PromptSpec::HashIds {
+        hash_ids,
+        tokens_per_hash,
+    } = &spec.prompt;
+    counts
+        .unshared_from_token(hash_ids, *tokens_per_hash)
+        .map_or(u64::MAX, |token| token / block_size)
+}
+
+/// Reads a file from its start by offset, leaving the file's own offset where it was.
+struct ReadFromStart<'a> {
+    file: &'a File,
+    at: u64,
+}
+
+impl std::io::Read for ReadFromStart<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let read = self.file.read_at(buf, self.at)?;
+        self.at += read as u64;
+        Ok(read)
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,31 @@ fn every_row_arrives_hashed_for_the_runs_block_size_and_a_whole_valid_trace_stan
 }
 
 #[test]
+fn each_row_is_told_from_which_block_on_no_other_row_holds_its_prompt() {
+    // Ids 1 and 2 are in two rows; 7, 8 and 9 in one each. 512 tokens an id, blocks of 64.
+    let text = concat!(
+        r#"{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 7]}"#,
+        "\n",
+        r#"{"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}"#,
+        "\n",
+        r#"{"timestamp": 2, "input_length": 1024, "output_length": 1, "hash_ids": [8, 9]}"#,
+        "\n",
+    );
+    let (_dir, path) = trace_file(text);
+    let rows = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 64).unwrap();
+    let from: Vec<u64> = rows.map(|a| a.hashes.unwrap().unshared_from).collect();
+    assert_eq!(from, [16, u64::MAX, 0]);
+    // A line it cannot read for certain: nobody is told anything.
+    let escaped = text.replace("\"hash_ids\": [8", "\"hash\\u005fids\": [8");
+    let (_dir, path) = trace_file(&escaped);
+    let rows = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 64).unwrap();
+    assert!(
+        rows.take(2)
+            .all(|a| a.hashes.unwrap().unshared_from == u64::MAX)
+    );
+}
+
+#[test]
 fn a_run_that_stops_taking_rows_stops_the_reader_and_a_scan_judges_the_rest() {
     // Far more rows than the reader reads ahead: it is blocked on a full channel when the
     // run stops, and must still end.
