@@ -947,13 +947,10 @@ impl MockWorker {
                 (false, true) => Reuse::OwnerAgain,
                 (false, false) => Reuse::Never,
             };
-            let block = self.pool.register(
-                r.blocks[index],
-                block_hash(r, index),
-                parent,
-                publish,
-                reuse,
-            );
+            let hash = block_hash(r, index);
+            let block = self
+                .pool
+                .register(r.blocks[index], hash, parent, publish, reuse);
             r.blocks[index] = block;
             r.registered += 1;
         }

@@ -8,7 +8,7 @@ use super::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader, TraceSumma
 use super::unshared::TokenCounts;
 use super::{Arrival, PromptHashes, PromptSpec, RequestSpec, UniformBlockHashes};
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, SyncSender};
@@ -82,7 +82,9 @@ impl ReadAhead {
         let expected_rows = estimated_rows(&mut file);
         let (batches, arrivals) = mpsc::sync_channel(READ_AHEAD_BATCHES);
         let reader = std::thread::spawn(move || {
-            let counts = count_tokens(file.get_ref());
+            let (counts, bytes) = count_tokens(file.get_ref());
+            // The rows counted are the rows read, even if the file grows meanwhile.
+            let file = file.take(bytes);
             let reader =
                 TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
             let rows = OnePass::new(reader, order);
@@ -195,11 +197,15 @@ fn read_ahead<R: BufRead>(
     rows.verdict()
 }
 
-/// The counts of the trace's tokens (see [`TokenCounts`]), read from `file` without moving
-/// its offset (the pass reads it next); None if it cannot be read for certain.
-fn count_tokens(file: &File) -> Option<TokenCounts> {
-    let bytes = file.metadata().ok()?.len();
-    TokenCounts::scan(BufReader::new(ReadFromStart { file, at: 0 }), bytes)
+/// The counts of the tokens in the first `bytes` bytes of `file` (see [`TokenCounts`]; None
+/// if they cannot be read for certain), read without moving its offset (the pass reads it
+/// next), and `bytes`: the file's length now, or no bound if that is unknown.
+fn count_tokens(file: &File) -> (Option<TokenCounts>, u64) {
+    let Ok(bytes) = file.metadata().map(|m| m.len()) else {
+        return (None, u64::MAX);
+    };
+    let counts = TokenCounts::scan(BufReader::new(ReadFromStart { file, at: 0 }), bytes);
+    (counts, bytes)
 }
 
 /// The first block of `spec`'s prompt (in blocks of `block_size`) that no other row holds.

@@ -34,13 +34,14 @@ pub struct TokenCounts {
 }
 
 impl TokenCounts {
-    /// Counts the hash ids of every line of `trace` (`bytes` long, for the table's size).
-    /// None when some line cannot be read for certain.
-    pub fn scan(mut trace: impl BufRead, bytes: u64) -> Option<TokenCounts> {
+    /// Counts the hash ids of every line of the first `bytes` bytes of `trace`. None when
+    /// some line cannot be read for certain.
+    pub fn scan(trace: impl BufRead, bytes: u64) -> Option<TokenCounts> {
         let mut counts = TokenCounts::sized_for(bytes);
         let key = memmem::Finder::new(KEY);
         let mut line = Vec::new();
-        // One line per iteration; the file is finite: bounded.
+        let mut trace = trace.take(bytes);
+        // One line per iteration, each at least a byte of at most `bytes`: bounded.
         loop {
             line.clear();
             match trace.read_until(b'\n', &mut line) {
