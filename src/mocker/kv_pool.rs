@@ -415,11 +415,16 @@ impl KvPool {
             Reuse::Never => WITHHELD | UNINDEXED,
         };
         self.slots[id as usize].hash = hash;
-        if reuse == Reuse::Never {
-            // Nobody else holds the hash, so it is new here, as the index would have said.
-            self.note_registered(hash, parent, publish, true);
-            return id;
+        // A `Never` block's hash nobody else holds, so it is new here, as the index would say.
+        if reuse == Reuse::Never || self.file(id, hash) {
+            self.note_registered(hash, parent, publish, reuse != Reuse::Shared);
         }
+        id
+    }
+
+    /// Files registered block `id` under `hash` in the index: as the copy lookups find if
+    /// the pool did not hold the hash yet (true), else as a duplicate behind it (false).
+    fn file(&mut self, id: BlockId, hash: SeqHash) -> bool {
         let slots = &self.slots;
         let entry = self.by_hash.entry(
             hash_of(hash),
@@ -429,14 +434,13 @@ impl KvPool {
         match entry {
             Entry::Occupied(_) => {
                 self.duplicates.entry(hash).or_default().push_back(id);
-                return id;
+                false
             }
             Entry::Vacant(entry) => {
                 entry.insert(id);
+                true
             }
         }
-        self.note_registered(hash, parent, publish, reuse != Reuse::Shared);
-        id
     }
 
     /// A new hash was registered: it may lengthen the watched probe, and is Stored if
@@ -463,20 +467,8 @@ impl KvPool {
             return;
         }
         self.marks[id as usize] &= !UNINDEXED;
-        let hash = self.slots[id as usize].hash;
-        let slots = &self.slots;
-        let entry = self.by_hash.entry(
-            hash_of(hash),
-            |&other| slots[other as usize].hash == hash,
-            |&other| slot_hash(slots, other),
-        );
-        match entry {
-            Entry::Vacant(entry) => {
-                entry.insert(id);
-            }
-            // Not reached while only its own request holds the hash; kept consistent anyway.
-            Entry::Occupied(_) => self.duplicates.entry(hash).or_default().push_back(id),
-        }
+        // New to the index while only its own request holds the hash; a duplicate otherwise.
+        self.file(id, self.slots[id as usize].hash);
     }
 
     /// How many of the next evictions (at most `max`) publish nothing: the leading blocks of
