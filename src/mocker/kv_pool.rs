@@ -181,8 +181,11 @@ impl KvPool {
             let Some(slot) = self.slots.get(victim as usize) else {
                 break; // NIL: fewer inactive blocks than evictions
             };
-            let entry = self.by_hash.find(hash_of(slot.hash), |&id| id == victim);
-            std::hint::black_box(entry);
+            // An unindexed block's eviction reads no index entry.
+            if !self.is(victim, UNINDEXED) {
+                let entry = self.by_hash.find(hash_of(slot.hash), |&id| id == victim);
+                std::hint::black_box(entry);
+            }
             victim = slot.links[1];
         }
     }
