@@ -202,7 +202,7 @@ fn rows_told_which_blocks_are_theirs_alone_replay_as_rows_told_nothing() {
     // Some rows share one or two leading ids, one in three is all shared; the rest of each
     // row is its own. The pool is small enough to evict and preempt, and two workers make
     // the router's overlap count.
-    let rows: Vec<String> = (0..240u64)
+    let rows: Vec<String> = (0..480u64)
         .map(|i| {
             let ids = match i % 3 {
                 0 => format!("1, 2, {}", 1000 + i),

@@ -81,27 +81,38 @@ fn every_row_arrives_hashed_for_the_runs_block_size_and_a_whole_valid_trace_stan
     assert!(matches!(rows.finish(), Ok(PassEnd::Stands)));
 }
 
+/// A row of `ids` (512 tokens each) at `timestamp`.
+fn row_of_ids(timestamp: usize, ids: &[u64]) -> String {
+    format!(
+        r#"{{"timestamp": {timestamp}, "input_length": {}, "output_length": 1, "hash_ids": {ids:?}}}"#,
+        512 * ids.len()
+    ) + "\n"
+}
+
 #[test]
-fn each_row_is_told_from_which_block_on_no_other_row_holds_its_prompt() {
-    // Ids 1 and 2 are in two rows; 7, 8 and 9 in one each. 512 tokens an id, blocks of 64.
-    let text = concat!(
-        r#"{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 7]}"#,
-        "\n",
-        r#"{"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}"#,
-        "\n",
-        r#"{"timestamp": 2, "input_length": 1024, "output_length": 1, "hash_ids": [8, 9]}"#,
-        "\n",
-    );
-    let (_dir, path) = trace_file(text);
+fn rows_after_the_first_messages_are_told_from_which_block_on_no_other_row_holds_their_prompt() {
+    // The first UNTOLD_ROWS rows go out before the count: told nothing, though the first
+    // holds ids 1 and 2 with a later row and 7 alone, and each filler an id of its own.
+    let mut text = row_of_ids(0, &[1, 2, 7]);
+    for i in 1..UNTOLD_ROWS {
+        text += &row_of_ids(i, &[1000 + i as u64]);
+    }
+    // Counted: 1 and 2 in two rows (the first's among them), 10, 8 and 9 in one each.
+    text += &row_of_ids(UNTOLD_ROWS, &[1, 2]);
+    text += &row_of_ids(UNTOLD_ROWS + 1, &[1, 2, 10]);
+    text += &row_of_ids(UNTOLD_ROWS + 2, &[8, 9]);
+    let (_dir, path) = trace_file(&text);
     let rows = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 64).unwrap();
     let from: Vec<u64> = rows.map(|a| a.hashes.unwrap().unshared_from).collect();
-    assert_eq!(from, [16, u64::MAX, 0]);
+    assert!(from[..UNTOLD_ROWS].iter().all(|&f| f == u64::MAX));
+    // Blocks of 64: the third id of a row starts at its block 16.
+    assert_eq!(from[UNTOLD_ROWS..], [u64::MAX, 16, 0]);
     // A line it cannot read for certain: nobody is told anything.
     let escaped = text.replace("\"hash_ids\": [8", "\"hash\\u005fids\": [8");
     let (_dir, path) = trace_file(&escaped);
     let rows = ReadAhead::start(&path, 512, 1.0, RowOrder::Time, 64).unwrap();
     assert!(
-        rows.take(2)
+        rows.take(UNTOLD_ROWS + 2)
             .all(|a| a.hashes.unwrap().unshared_from == u64::MAX)
     );
 }
