@@ -119,6 +119,7 @@ impl ReadAhead {
             let rows = OnePass::new(reader, order);
             read_ahead(rows, hash_block_size, (count, untold), batches)
         });
+        keep_off_this_cpu(&reader);
         Ok(ReadAhead {
             arrivals: arrivals.into_iter().flatten(),
             reader,
@@ -182,6 +183,36 @@ impl Iterator for ReadAhead {
     fn next(&mut self) -> Option<Arrival> {
         self.arrivals.next()
     }
+}
+
+/// Keeps `thread` off the CPU this thread runs on, when it may use another; returns the CPU
+/// it is kept off.
+///
+/// Linux queues a new thread on its parent's CPU and moves it to an idle one only when it
+/// next balances: the reader waited there, up to milliseconds, while the simulation set up
+/// the run and then waited for the reader's first rows (`perf sched` on a 2-core VM).
+#[cfg(target_os = "linux")]
+fn keep_off_this_cpu<T>(thread: &JoinHandle<T>) -> Option<usize> {
+    use std::os::unix::thread::JoinHandleExt;
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero `cpu_set_t` is an empty set; the calls read and write only the
+    // local set, and `thread` is a live thread of this process (its handle is not joined).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let cpu = usize::try_from(libc::sched_getcpu()).ok()?;
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return None;
+        }
+        libc::CPU_CLR(cpu, &mut allowed);
+        let kept = libc::CPU_COUNT(&allowed) > 0
+            && libc::pthread_setaffinity_np(thread.as_pthread_t(), size, &allowed) == 0;
+        kept.then_some(cpu)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn keep_off_this_cpu<T>(_thread: &JoinHandle<T>) -> Option<usize> {
+    None
 }
 
 /// The trace's token count, run by the reader when it wants it or on a thread of its own.

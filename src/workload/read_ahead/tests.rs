@@ -128,9 +128,15 @@ fn a_large_traces_count_runs_apart_and_is_taken_after_a_share_of_its_rows() {
     // Each row holds one id of its own: told, its first block is its own.
     let untold = from.iter().take_while(|&&f| f == u64::MAX).count();
     let share = untold_rows(rows as usize);
-    assert!(share > UNTOLD_ROWS, "a share larger than a small trace's first rows");
+    assert!(
+        share > UNTOLD_ROWS,
+        "a share larger than a small trace's first rows"
+    );
     // Taken at the end of the message that reaches the share.
-    assert!((share..share + READ_AHEAD_MAX_ROWS).contains(&untold), "{untold}");
+    assert!(
+        (share..share + READ_AHEAD_MAX_ROWS).contains(&untold),
+        "{untold}"
+    );
     assert!(from[untold..].iter().all(|&f| f == 0));
 }
 
@@ -154,7 +160,10 @@ fn a_count_apart_dropped_untaken_is_stopped_and_waited_for() {
         stop,
     );
     drop(count);
-    assert!(saw_stop.load(Ordering::Relaxed), "not stopped, or not waited for");
+    assert!(
+        saw_stop.load(Ordering::Relaxed),
+        "not stopped, or not waited for"
+    );
 }
 
 #[test]
@@ -164,6 +173,46 @@ fn a_stopped_count_reads_nothing_and_tells_nobody() {
     let bytes = file.metadata().unwrap().len();
     assert!(count_tokens(&file, bytes, &AtomicBool::new(false)).is_some());
     assert!(count_tokens(&file, bytes, &AtomicBool::new(true)).is_none());
+}
+
+/// The CPUs the calling thread may run on.
+#[cfg(target_os = "linux")]
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero `cpu_set_t` is an empty set, filled by the call for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_reader_is_kept_off_the_cpu_the_simulation_runs_on_when_it_may_use_another() {
+    let (go, wait) = mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        allowed_cpus()
+    });
+    let mine = allowed_cpus();
+    let kept_off = keep_off_this_cpu(&thread);
+    go.send(()).unwrap();
+    let its = thread.join().unwrap();
+    match kept_off {
+        Some(cpu) => {
+            assert!(mine.contains(&cpu));
+            let others: Vec<usize> = mine.into_iter().filter(|&c| c != cpu).collect();
+            assert_eq!(its, others);
+        }
+        // One CPU to run on: the thread keeps it.
+        None => {
+            assert_eq!(mine.len(), 1);
+            assert_eq!(its, mine);
+        }
+    }
 }
 
 #[test]
