@@ -245,7 +245,7 @@ impl Count {
     }
 
     /// The counts, once they are done.
-    fn take(self) -> Option<TokenCounts> {
+    fn finish(self) -> Option<TokenCounts> {
         match self {
             Count::Inline(count) => count(),
             Count::Apart(mut apart) => apart.join(),
@@ -323,7 +323,7 @@ fn read_ahead<R: BufRead>(
             if rows_sent >= untold
                 && let Some(count) = count.take()
             {
-                counts = count.take();
+                counts = count.finish();
             }
         }
     }
