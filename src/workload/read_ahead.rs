@@ -215,6 +215,25 @@ fn keep_off_this_cpu<T>(_thread: &JoinHandle<T>) -> Option<usize> {
     None
 }
 
+/// Lets the calling thread run on every CPU the process's main thread may use. The reader
+/// calls it once it is under way: kept off the simulation's CPU only to start at once, it
+/// should not be stuck on one CPU that something else then keeps busy.
+#[cfg(target_os = "linux")]
+fn run_where_the_process_may() {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero `cpu_set_t` is an empty set; the calls read and write only the
+    // local set (the main thread's id is the process's).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(libc::getpid(), size, &mut allowed) == 0 {
+            libc::sched_setaffinity(0, size, &allowed);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn run_where_the_process_may() {}
+
 /// The trace's token count, run by the reader when it wants it or on a thread of its own.
 enum Count {
     Inline(Box<dyn FnOnce() -> Option<TokenCounts> + Send>),
@@ -324,6 +343,7 @@ fn read_ahead<R: BufRead>(
                 && let Some(count) = count.take()
             {
                 counts = count.finish();
+                run_where_the_process_may();
             }
         }
     }

@@ -215,6 +215,53 @@ fn the_reader_is_kept_off_the_cpu_the_simulation_runs_on_when_it_may_use_another
     }
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn a_reader_under_way_may_run_wherever_the_process_may() {
+    let (go, wait) = mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        let kept_off = allowed_cpus();
+        run_where_the_process_may();
+        (kept_off, allowed_cpus())
+    });
+    let kept_off = keep_off_this_cpu(&thread);
+    go.send(()).unwrap();
+    let (while_kept_off, after) = thread.join().unwrap();
+    // The process's main thread is not this test's: its CPUs are what the thread gets back.
+    let process = std::fs::read_to_string("/proc/self/status").unwrap();
+    let listed = process
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(cpu_list(&after), listed);
+    if let Some(cpu) = kept_off {
+        assert!(!while_kept_off.contains(&cpu));
+    }
+}
+
+/// `cpus` as the kernel lists them: ranges joined by commas ("0-3,6").
+#[cfg(target_os = "linux")]
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for &cpu in cpus {
+        match ranges.last_mut() {
+            Some((_, end)) if *end + 1 == cpu => *end = cpu,
+            _ => ranges.push((cpu, cpu)),
+        }
+    }
+    let text: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| match a == b {
+            true => a.to_string(),
+            false => format!("{a}-{b}"),
+        })
+        .collect();
+    text.join(",")
+}
+
 #[test]
 fn a_run_that_stops_taking_rows_stops_the_reader_and_a_scan_judges_the_rest() {
     // Far more rows than the reader reads ahead: it is blocked on a full channel when the
