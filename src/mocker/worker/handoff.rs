@@ -206,6 +206,29 @@ mod tests {
     }
 
     #[test]
+    fn a_decode_rank_builds_no_kv_events_yet_its_published_blocks_evict_as_published() {
+        let mut w = rank(role_args(WorkerRole::Decode, |_| {}));
+        w.reserve_handoff(row(1, 1024, 1, &[1, 2], 64)).unwrap();
+        assert!(w.activate_handoff(RequestId(1)));
+        let mut out = PassOutput::default();
+        // Run dry: the prompt's 16 registered blocks end inactive, first in line to go.
+        let mut now = SimTime::ZERO;
+        while w.has_work() {
+            now = w.execute_pass(now, &mut out);
+            assert!(out.kv_events.is_empty(), "no router hears a decode rank");
+        }
+        assert_eq!(w.inactive_blocks(), 16);
+        // Their evictions would be published: a quiet run is planned as for any rank.
+        assert_eq!(w.pool.silent_evictions(16), 0);
+        // A prefill rank computing the same prompt publishes its blocks.
+        let mut p = rank(role_args(WorkerRole::Prefill, |_| {}));
+        p.add_request(SimTime::ZERO, row(1, 1024, 1, &[1, 2], 64))
+            .unwrap();
+        p.execute_pass(SimTime::ZERO, &mut out);
+        assert!(!out.kv_events.is_empty());
+    }
+
+    #[test]
     fn a_decode_rank_reserves_below_max_num_seqs_and_within_its_free_blocks() {
         let mut w = rank(role_args(WorkerRole::Decode, |a| {
             a.num_gpu_blocks = 20;
