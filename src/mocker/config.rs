@@ -201,6 +201,13 @@ impl EngineArgs {
         launch.into_args_in(base_dir)
     }
 
+    /// Whether a rank's pool builds KV events: with prefix caching (Dynamo publishes none
+    /// without), and not on a decode rank, whose events reach no router (see `sim`). A decode
+    /// rank still marks its blocks published, so its quiet runs are planned as any rank's.
+    pub fn builds_kv_events(&self) -> bool {
+        self.enable_prefix_caching && self.role != WorkerRole::Decode
+    }
+
     /// Total KV capacity of one rank in tokens (the decode model's denominator).
     pub fn total_kv_tokens(&self) -> u64 {
         self.num_gpu_blocks.saturating_mul(self.block_size)

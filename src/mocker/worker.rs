@@ -207,10 +207,7 @@ impl MockWorker {
             args.validate().is_ok(),
             "MockWorker::new needs validated EngineArgs"
         );
-        // A decode rank's events reach no router (see `sim`): it keeps its blocks' marks, so
-        // its passes are planned as any rank's, but builds no event lists.
-        let events = args.enable_prefix_caching && args.role != WorkerRole::Decode;
-        let pool = KvPool::new(args.num_gpu_blocks, events);
+        let pool = KvPool::new(args.num_gpu_blocks, args.builds_kv_events());
         MockWorker {
             args,
             rank,
