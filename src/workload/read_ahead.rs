@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 use std::thread::JoinHandle;
 
@@ -40,18 +39,6 @@ const READ_AHEAD_BATCHES: usize = 4;
 /// used to wait for it before its first row; counted after the first seven messages (1 + 2
 /// + ... + 64 rows), it runs while the simulation works through up to 120 rows queued.
 const UNTOLD_ROWS: usize = 127;
-
-/// From this many bytes the count runs on a thread of its own from the start, and the reader
-/// takes it at a fixed row ([`untold_rows`]): counting a large file (about 0.2 s for 128 MB)
-/// after the first rows kept the simulation waiting for most of it, since those rows are
-/// worked through in a few milliseconds.
-const COUNT_APART_BYTES: u64 = 1 << 20;
-
-/// With the count apart, the share of a trace's rows handed on untold: the count reads a
-/// row about thirty times as fast as the simulation takes one of the shortest, so it is
-/// done by then. A row's share of the file, and so which rows are told, depends only on the
-/// file.
-const UNTOLD_SHARE_DIVISOR: usize = 32;
 
 /// A trace replayed with its rows in `order`, read once: an iterator of the arrivals (each
 /// prompt hashed for the run's block size) as a second thread reads them, while they are
@@ -105,19 +92,13 @@ impl ReadAhead {
             let bytes = file.get_ref().metadata().map_or(u64::MAX, |m| m.len());
             // The count reads by offset, through a second handle on the same open file.
             let counted = file.get_ref().try_clone().ok();
-            let stop = Arc::new(AtomicBool::new(false));
-            let stopped = Arc::clone(&stop);
-            let count = move || counted.and_then(|file| count_tokens(&file, bytes, &stopped));
-            let (count, untold) = match bytes >= COUNT_APART_BYTES && bytes != u64::MAX {
-                true => (Count::apart(count, stop), untold_rows(expected_rows)),
-                false => (Count::Inline(Box::new(count)), UNTOLD_ROWS),
-            };
+            let count = move || counted.and_then(|file| count_tokens(&file, bytes));
             // The rows counted are the rows read, even if the file grows meanwhile.
             let file = file.take(bytes);
             let reader =
                 TraceReader::new(file, &name, block_size).with_speedup_ratio(speedup_ratio);
             let rows = OnePass::new(reader, order);
-            read_ahead(rows, hash_block_size, (count, untold), batches)
+            read_ahead(rows, hash_block_size, count, batches)
         });
         keep_off_this_cpu(&reader);
         Ok(ReadAhead {
@@ -234,78 +215,14 @@ fn run_where_the_process_may() {
 #[cfg(not(target_os = "linux"))]
 fn run_where_the_process_may() {}
 
-/// The trace's token count, run by the reader when it wants it or on a thread of its own.
-enum Count {
-    Inline(Box<dyn FnOnce() -> Option<TokenCounts> + Send>),
-    Apart(CountApart),
-}
-
-/// A count on a thread of its own. Dropped untaken (the run stopped taking rows first), it
-/// stops the count and waits for its thread, so no thread outlives the replay.
-struct CountApart {
-    counting: Option<JoinHandle<Option<TokenCounts>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Count {
-    /// Starts `count` on a thread of its own, which `stop` stops (if no thread can be had,
-    /// nobody is told).
-    fn apart(
-        count: impl FnOnce() -> Option<TokenCounts> + Send + 'static,
-        stop: Arc<AtomicBool>,
-    ) -> Count {
-        match std::thread::Builder::new().spawn(count) {
-            Ok(counting) => Count::Apart(CountApart {
-                counting: Some(counting),
-                stop,
-            }),
-            Err(_) => Count::Inline(Box::new(|| None)),
-        }
-    }
-
-    /// The counts, once they are done.
-    fn finish(self) -> Option<TokenCounts> {
-        match self {
-            Count::Inline(count) => count(),
-            Count::Apart(mut apart) => apart.join(),
-        }
-    }
-}
-
-impl CountApart {
-    fn join(&mut self) -> Option<TokenCounts> {
-        let counting = self.counting.take()?;
-        counting
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    }
-}
-
-impl Drop for CountApart {
-    fn drop(&mut self) {
-        if self.counting.is_some() {
-            self.stop.store(true, Ordering::Relaxed);
-            // Not while unwinding: a second panic would abort.
-            if !std::thread::panicking() {
-                self.join();
-            }
-        }
-    }
-}
-
-/// With the count apart, the rows handed on untold for a trace of about `expected_rows`.
-fn untold_rows(expected_rows: usize) -> usize {
-    (expected_rows / UNTOLD_SHARE_DIVISOR).max(UNTOLD_ROWS)
-}
-
 /// The reader thread: hands `rows` on to `batches` hashed for `block_size`, in messages that
 /// grow from few rows to many; stops when the pass ends or the simulation stops taking rows.
-/// Once `untold` rows are handed on, takes the `count` and tells every later row what the
+/// Once [`UNTOLD_ROWS`] are handed on, runs `count` and tells every later row what the
 /// counts say of the blocks only it holds. Returns what the pass found.
 fn read_ahead<R: BufRead>(
     mut rows: OnePass<R>,
     block_size: u64,
-    (count, untold): (Count, usize),
+    count: impl FnOnce() -> Option<TokenCounts>,
     batches: SyncSender<Vec<Arrival>>,
 ) -> PassVerdict {
     let mut known = UniformBlockHashes::default();
@@ -339,10 +256,10 @@ fn read_ahead<R: BufRead>(
             if batches.send(full).is_err() {
                 return rows.verdict(); // the simulation stopped taking rows
             }
-            if rows_sent >= untold
+            if rows_sent >= UNTOLD_ROWS
                 && let Some(count) = count.take()
             {
-                counts = count.finish();
+                counts = count();
                 run_where_the_process_may();
             }
         }
@@ -355,12 +272,11 @@ fn read_ahead<R: BufRead>(
 /// The counts of the tokens in the first `bytes` bytes of `file` (see [`TokenCounts`]; None
 /// if they cannot be read for certain, or their number is unknown), read by offset, so the
 /// pass reading the same open file is not moved.
-fn count_tokens(file: &File, bytes: u64, stop: &AtomicBool) -> Option<TokenCounts> {
+fn count_tokens(file: &File, bytes: u64) -> Option<TokenCounts> {
     if bytes == u64::MAX {
         return None;
     }
-    let from_start = ReadFromStart { file, at: 0, stop };
-    TokenCounts::scan(BufReader::new(from_start), bytes)
+    TokenCounts::scan(BufReader::new(ReadFromStart { file, at: 0 }), bytes)
 }
 
 /// The first block of `spec`'s prompt (in blocks of `block_size`) that no other row holds.
@@ -374,20 +290,15 @@ fn unshared_block(counts: &TokenCounts, spec: &RequestSpec, block_size: u64) -> 
         .map_or(u64::MAX, |token| token / block_size)
 }
 
-/// Reads a file from its start by offset, leaving the file's own offset where it was; fails
-/// once `stop` is set.
+/// Reads a file from its start by offset, leaving the file's own offset where it was.
 struct ReadFromStart<'a> {
     file: &'a File,
     at: u64,
-    stop: &'a AtomicBool,
 }
 
 impl std::io::Read for ReadFromStart<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         use std::os::unix::fs::FileExt;
-        if self.stop.load(Ordering::Relaxed) {
-            return Err(std::io::Error::other("the count was stopped"));
-        }
         let read = self.file.read_at(buf, self.at)?;
         self.at += read as u64;
         Ok(read)

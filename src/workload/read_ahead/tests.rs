@@ -117,64 +117,6 @@ fn rows_after_the_first_messages_are_told_from_which_block_on_no_other_row_holds
     );
 }
 
-#[test]
-fn a_large_traces_count_runs_apart_and_is_taken_after_a_share_of_its_rows() {
-    let rows = 13_000;
-    let text = same_length_rows(rows);
-    assert!(text.len() as u64 >= COUNT_APART_BYTES);
-    let (_dir, path) = trace_file(&text);
-    let rows_read = ReadAhead::start(&path, 64, 1.0, RowOrder::Time, 64).unwrap();
-    let from: Vec<u64> = rows_read.map(|a| a.hashes.unwrap().unshared_from).collect();
-    // Each row holds one id of its own: told, its first block is its own.
-    let untold = from.iter().take_while(|&&f| f == u64::MAX).count();
-    let share = untold_rows(rows as usize);
-    assert!(
-        share > UNTOLD_ROWS,
-        "a share larger than a small trace's first rows"
-    );
-    // Taken at the end of the message that reaches the share.
-    assert!(
-        (share..share + READ_AHEAD_MAX_ROWS).contains(&untold),
-        "{untold}"
-    );
-    assert!(from[untold..].iter().all(|&f| f == 0));
-}
-
-#[test]
-fn a_count_apart_dropped_untaken_is_stopped_and_waited_for() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let saw_stop = Arc::new(AtomicBool::new(false));
-    let (stopped, saw) = (Arc::clone(&stop), Arc::clone(&saw_stop));
-    let count = Count::apart(
-        move || {
-            // Waits for the stop: at most about ten seconds.
-            for _ in 0..10_000 {
-                if stopped.load(Ordering::Relaxed) {
-                    saw.store(true, Ordering::Relaxed);
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            None
-        },
-        stop,
-    );
-    drop(count);
-    assert!(
-        saw_stop.load(Ordering::Relaxed),
-        "not stopped, or not waited for"
-    );
-}
-
-#[test]
-fn a_stopped_count_reads_nothing_and_tells_nobody() {
-    let (_dir, path) = trace_file(&same_length_rows(10));
-    let file = File::open(&path).unwrap();
-    let bytes = file.metadata().unwrap().len();
-    assert!(count_tokens(&file, bytes, &AtomicBool::new(false)).is_some());
-    assert!(count_tokens(&file, bytes, &AtomicBool::new(true)).is_none());
-}
-
 /// The CPUs the calling thread may run on.
 #[cfg(target_os = "linux")]
 fn allowed_cpus() -> Vec<usize> {
