@@ -131,18 +131,27 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// Runs `f` on a new thread that [`keep_off_this_cpu`] handles before `f` starts; returns
+/// the CPU it kept the thread off and what `f` returned.
 #[cfg(target_os = "linux")]
-#[test]
-fn the_reader_is_kept_off_the_cpu_the_simulation_runs_on_when_it_may_use_another() {
+fn kept_off_while_it_runs<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (Option<usize>, T) {
     let (go, wait) = mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
         wait.recv().unwrap();
-        allowed_cpus()
+        f()
     });
-    let mine = allowed_cpus();
     let kept_off = keep_off_this_cpu(&thread);
     go.send(()).unwrap();
-    let its = thread.join().unwrap();
+    (kept_off, thread.join().unwrap())
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_reader_is_kept_off_the_cpu_the_simulation_runs_on_when_it_may_use_another() {
+    let mine = allowed_cpus();
+    let (kept_off, its) = kept_off_while_it_runs(allowed_cpus);
     match kept_off {
         Some(cpu) => {
             assert!(mine.contains(&cpu));
@@ -160,16 +169,11 @@ fn the_reader_is_kept_off_the_cpu_the_simulation_runs_on_when_it_may_use_another
 #[cfg(target_os = "linux")]
 #[test]
 fn a_reader_under_way_may_run_wherever_the_process_may() {
-    let (go, wait) = mpsc::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        wait.recv().unwrap();
+    let (kept_off, (while_kept_off, after)) = kept_off_while_it_runs(|| {
         let kept_off = allowed_cpus();
         run_where_the_process_may();
         (kept_off, allowed_cpus())
     });
-    let kept_off = keep_off_this_cpu(&thread);
-    go.send(()).unwrap();
-    let (while_kept_off, after) = thread.join().unwrap();
     // The process's main thread is not this test's: its CPUs are what the thread gets back.
     let process = std::fs::read_to_string("/proc/self/status").unwrap();
     let listed = process
