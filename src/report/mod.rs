@@ -40,7 +40,7 @@ pub fn data_files<'a>(
     vec![
         (
             "requests.csv".to_string(),
-            FileBody::streamed(|out| write_requests_csv(result, out)),
+            FileBody::streamed_rows(result.records.len(), |out| write_requests_csv(result, out)),
         ),
         (
             "completions.csv".to_string(),
@@ -87,7 +87,7 @@ pub fn with_report<'a>(
         .iter()
         .map(|(name, body)| match body {
             FileBody::Bytes(bytes) => (name.as_str(), bytes.as_slice()),
-            FileBody::Streamed(_) => (name.as_str(), &[][..]),
+            FileBody::Streamed { .. } => (name.as_str(), &[][..]),
         })
         .collect();
     let report = run_page::run_report(page, metrics, &inline);

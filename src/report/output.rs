@@ -31,7 +31,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
 use std::io::{self, Read};
+use std::panic::resume_unwind;
 use std::path::{Component, Path, PathBuf};
+use std::thread::ScopedJoinHandle;
 
 /// The marker file in every routersim output directory: which command wrote it, and which
 /// files with which sizes and content hashes (and so which files a rerun may replace).
@@ -40,6 +42,9 @@ pub const MARKER: &str = ".routersim-output.json";
 /// The marker a replace puts in place first: the old files' and the new files' proofs, so an
 /// interrupted replace still leaves every routersim file provably routersim's.
 const INTERIM_MARKER: &str = ".routersim-output.interim.json";
+
+/// A file's name and the thread formatting its body ahead.
+type Rendering<'scope> = (&'scope str, ScopedJoinHandle<'scope, io::Result<Vec<u8>>>);
 
 /// What a single-file output (`--junit`) must contain for routersim to replace it.
 pub const JUNIT_SIGNATURE: &str = "<testsuites name=\"routersim check\"";
@@ -216,6 +221,9 @@ impl OutputTarget {
         self.write_contents(&files)
     }
 
+    /// Writes `files`, each body to be formatted ahead ([`Contents::Ahead`]) formatted on a
+    /// thread of its own meanwhile, so that a replay's `requests.csv` costs the command
+    /// little more than the inspection and the other files it overlaps.
     fn write_contents(&self, files: &[(&str, Contents)]) -> Result<(), OutputError> {
         for (name, _) in files {
             assert!(
@@ -223,6 +231,18 @@ impl OutputTarget {
                 "bad output name {name:?}"
             );
         }
+        std::thread::scope(|scope| {
+            let ahead = files
+                .iter()
+                .filter(|(_, contents)| matches!(contents, Contents::Ahead(_)))
+                .map(|&(name, contents)| (name, scope.spawn(move || contents.render())))
+                .collect();
+            self.commit(files, ahead)
+        })
+    }
+
+    /// [`Self::write_contents`] once the bodies formatted ahead are under way.
+    fn commit(&self, files: &[(&str, Contents)], ahead: Vec<Rendering>) -> Result<(), OutputError> {
         let existing = self.inspect()?;
         if let Existing::Previous { owned, present, .. } = &existing
             && let Some((clash, _)) = files
@@ -245,7 +265,16 @@ impl OutputTarget {
         let mut stage = Stage::create(&parent, &stage_base(&self.dir), &names)?;
         let mut written = Vec::with_capacity(files.len());
         for &(name, contents) in files {
-            written.push((name, stage.write(name, contents)?));
+            if !matches!(contents, Contents::Ahead(_)) {
+                written.push((name, stage.write(name, contents)?));
+            }
+        }
+        // Last, to give them the most time.
+        for (name, rendering) in ahead {
+            let rendered = rendering
+                .join()
+                .unwrap_or_else(|panic| resume_unwind(panic));
+            written.push((name, stage.write_rendered(name, rendered)?));
         }
         let proofs = proof::proofs_from(written);
         assert_eq!(proofs.len(), files.len(), "an output name twice");

@@ -13,6 +13,7 @@ use super::proof::{self, OnDisk, Proof, Proofs};
 use super::{OutputError, io_error, is_plain_file_name};
 use crate::bounds::{self, MAX_FILE_NAME_BYTES};
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
 
@@ -131,6 +132,18 @@ impl Stage {
         self.written
             .insert(name.to_string(), std::collections::BTreeSet::from([proof]));
         Ok(proof)
+    }
+
+    /// [`Self::write`] for a body already formatted (or its formatting's error).
+    pub(super) fn write_rendered(
+        &mut self,
+        name: &str,
+        rendered: io::Result<Vec<u8>>,
+    ) -> Result<Proof, OutputError> {
+        match rendered {
+            Ok(bytes) => self.write(name, Contents::Bytes(&bytes)),
+            Err(e) => Err(io_error(&self.path.join(name), "write", e)),
+        }
     }
 
     /// Writes the stage marker, which lists every file written with its proof. Written last,

@@ -72,6 +72,73 @@ fn a_streamed_file_lands_byte_for_byte_and_its_marker_proves_it() {
     assert_eq!(entries(tmp.path()), set(&["out"]));
 }
 
+/// Writes `rows` rows and tells which thread formatted them.
+fn rows_from_a_thread(
+    rows: usize,
+    formatted_on: &std::sync::Mutex<Vec<std::thread::ThreadId>>,
+) -> FileBody<'_> {
+    FileBody::streamed_rows(rows, move |w: &mut dyn std::io::Write| {
+        formatted_on
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        (0..rows).try_for_each(|i| writeln!(w, "{i},row {i}"))
+    })
+}
+
+#[test]
+fn a_mid_sized_streamed_body_is_formatted_on_another_thread_and_lands_byte_for_byte() {
+    let here = std::thread::current().id();
+    for (rows, elsewhere) in [(10, false), (1000, true), (8192, true), (10_000, false)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let formatted_on = std::sync::Mutex::new(Vec::new());
+        let body = rows_from_a_thread(rows, &formatted_on);
+        let expected = body.to_bytes().unwrap();
+        formatted_on.lock().unwrap().clear();
+        let bodies = vec![
+            ("rows.csv".to_string(), body),
+            ("x.csv".to_string(), b"x".to_vec().into()),
+        ];
+        let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+        target.write_bodies(&bodies).unwrap();
+        let threads = formatted_on.lock().unwrap().clone();
+        assert_eq!(threads.len(), 1, "{rows} rows: formatted once");
+        assert_eq!(threads[0] != here, elsewhere, "{rows} rows");
+        assert_eq!(fs::read(out.join("rows.csv")).unwrap(), expected);
+        assert_eq!(
+            read_marker(&out).unwrap().proofs,
+            proofs_of(&[("rows.csv", &expected), ("x.csv", b"x")])
+        );
+        assert_eq!(entries(tmp.path()), set(&["out"]));
+    }
+}
+
+#[test]
+fn a_body_formatted_ahead_whose_formatting_fails_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let broken = |_: &mut dyn std::io::Write| -> std::io::Result<()> {
+        Err(std::io::Error::other("the exporter failed"))
+    };
+    let bodies = vec![
+        (
+            "rows.csv".to_string(),
+            FileBody::streamed_rows(1000, broken),
+        ),
+        ("x.csv".to_string(), b"x".to_vec().into()),
+    ];
+    let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+    let err = target.write_bodies(&bodies).unwrap_err();
+    assert!(err.0.contains("the exporter failed"), "{}", err.0);
+    assert!(
+        err.0.contains("rows.csv"),
+        "the error names the file: {}",
+        err.0
+    );
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+}
+
 #[test]
 fn a_streamed_file_whose_write_fails_leaves_nothing_behind() {
     let tmp = tempfile::tempdir().unwrap();
@@ -664,9 +731,9 @@ fn walk(root: &Path) -> Vec<String> {
 #[test]
 fn a_stage_writes_each_file_once_and_is_sealed_last_with_their_proofs() {
     let tmp = tempfile::tempdir().unwrap();
-    let exports = std::cell::Cell::new(0);
+    let exports = std::sync::atomic::AtomicUsize::new(0);
     let streamed = FileBody::streamed(|out: &mut dyn std::io::Write| {
-        exports.set(exports.get() + 1);
+        exports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         out.write_all(b"streamed rows")
     });
     let mut stage =
@@ -676,7 +743,11 @@ fn a_stage_writes_each_file_once_and_is_sealed_last_with_their_proofs() {
     let marker = stage.path.join(STAGE_MARKER);
     assert!(!marker.exists(), "a stage has no marker until it is whole");
     stage.seal().unwrap();
-    assert_eq!(exports.get(), 1, "a streamed file is formatted once");
+    assert_eq!(
+        exports.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "a streamed file is formatted once"
+    );
     let text = fs::read_to_string(&marker).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     let expected = proofs_of(&[("a.csv", b"bytes"), ("b.csv", b"streamed rows")]);
