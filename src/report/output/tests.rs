@@ -115,42 +115,30 @@ fn a_mid_sized_streamed_body_is_formatted_on_another_thread_and_lands_byte_for_b
 }
 
 #[test]
-fn a_body_formatted_ahead_whose_formatting_fails_leaves_nothing_behind() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    let broken = |_: &mut dyn std::io::Write| -> std::io::Result<()> {
-        Err(std::io::Error::other("the exporter failed"))
-    };
-    let bodies = vec![
-        (
-            "rows.csv".to_string(),
-            FileBody::streamed_rows(1000, broken),
-        ),
-        ("x.csv".to_string(), b"x".to_vec().into()),
-    ];
-    let target = claim(&out, OutputKind::Run, &[], false).unwrap();
-    let err = target.write_bodies(&bodies).unwrap_err();
-    assert!(err.0.contains("the exporter failed"), "{}", err.0);
-    assert!(
-        err.0.contains("rows.csv"),
-        "the error names the file: {}",
-        err.0
-    );
-    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
-}
-
-#[test]
 fn a_streamed_file_whose_write_fails_leaves_nothing_behind() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
     let broken = |_: &mut dyn std::io::Write| -> std::io::Result<()> {
         Err(std::io::Error::other("the exporter failed"))
     };
-    let bodies = vec![("rows.csv".to_string(), FileBody::streamed(broken))];
-    let target = claim(&out, OutputKind::Run, &[], false).unwrap();
-    let err = target.write_bodies(&bodies).unwrap_err();
-    assert!(err.0.contains("the exporter failed"), "{}", err.0);
-    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+    // Formatted in place, and ahead on a thread of its own beside another file.
+    let cases = [
+        vec![("rows.csv".to_string(), FileBody::streamed(broken))],
+        vec![
+            (
+                "rows.csv".to_string(),
+                FileBody::streamed_rows(1000, broken),
+            ),
+            ("x.csv".to_string(), b"x".to_vec().into()),
+        ],
+    ];
+    for bodies in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+        let err = target.write_bodies(&bodies).unwrap_err();
+        assert!(err.0.contains("the exporter failed"), "{}", err.0);
+        assert!(err.0.contains("rows.csv"), "the file is named: {}", err.0);
+        assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+    }
 }
 
 #[test]
