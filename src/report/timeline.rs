@@ -52,8 +52,8 @@ pub fn timeline_json(result: &SimResult, meta: &serde_json::Value, max_requests:
     bytes
 }
 
-/// What the file is written from, computed once (the stage writes a streamed body twice:
-/// into its hash, then into the file).
+/// What the file is written from, computed before the body is streamed (into the stage's
+/// file, hashed on the way, or into memory).
 struct Prepared<'a> {
     result: &'a SimResult,
     timeline: &'a Timeline,
