@@ -221,9 +221,9 @@ impl OutputTarget {
         self.write_contents(&files)
     }
 
-    /// Writes `files`, each body to be formatted ahead ([`Contents::Ahead`]) formatted on a
-    /// thread of its own meanwhile, so that a replay's `requests.csv` costs the command
-    /// little more than the inspection and the other files it overlaps.
+    /// Writes `files`. Each body marked [`Contents::Ahead`] is formatted meanwhile on a thread
+    /// of its own, so that a replay's `requests.csv` costs the command little more than the
+    /// inspection and the other files it overlaps.
     fn write_contents(&self, files: &[(&str, Contents)]) -> Result<(), OutputError> {
         for (name, _) in files {
             assert!(
