@@ -601,11 +601,12 @@ fn new_system(
     if config.is_disaggregated() {
         scheduler.router = handoff::prefill_router_config(&config.router);
     }
+    let routed = |role| role != WorkerRole::Decode;
     let router = RouterDriver::new(
         config.router_mode,
         scheduler,
-        fleet::worker_set_of(&config.pools, |role| role != WorkerRole::Decode),
-        cached_blocks_hint(&config.pools),
+        fleet::worker_set_of(&config.pools, routed),
+        cached_blocks_hint(&config.pools, routed),
         log_kv,
     );
     let fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
@@ -1797,10 +1798,35 @@ policy_classes:
                 ..EngineArgs::default()
             },
         }];
-        assert_eq!(cached_blocks_hint(&pools), RESERVED_BLOCKS as usize);
+        assert_eq!(
+            cached_blocks_hint(&pools, |_| true),
+            RESERVED_BLOCKS as usize
+        );
         pools[0].count = 2;
         pools[0].engine.num_gpu_blocks = 100;
-        assert_eq!(cached_blocks_hint(&pools), 200);
+        assert_eq!(cached_blocks_hint(&pools, |_| true), 200);
+    }
+
+    /// A router's index makes room for the blocks of the pools it hears, not of the whole
+    /// fleet: a prefill router never holds a decode pool's blocks.
+    #[test]
+    fn a_routers_index_is_sized_by_the_pools_it_hears() {
+        let pool = |name: &str, role, count, num_gpu_blocks| WorkerPool {
+            name: name.into(),
+            count,
+            engine: EngineArgs {
+                role,
+                num_gpu_blocks,
+                ..EngineArgs::default()
+            },
+        };
+        let pools = vec![
+            pool("prefill", WorkerRole::Prefill, 2, 100),
+            pool("decode", WorkerRole::Decode, 3, 1000),
+        ];
+        let prefill_heard = cached_blocks_hint(&pools, |role| role != WorkerRole::Decode);
+        assert_eq!(prefill_heard, 200, "two prefill ranks of 100 blocks");
+        assert_eq!(cached_blocks_hint(&pools, |_| true), 3200);
     }
 
     #[test]

@@ -33,15 +33,23 @@ pub(super) fn reserved_blocks_per_rank(ranks: usize) -> u64 {
     RESERVED_BLOCKS / (ranks as u64).max(1)
 }
 
-/// The most blocks the pools' caches can hold together, up to [`RESERVED_BLOCKS`].
-pub(super) fn cached_blocks_hint(pools: &[WorkerPool]) -> usize {
-    fleet_blocks(pools).min(RESERVED_BLOCKS) as usize
+/// The most blocks the caches of the pools whose role `routed` accepts can hold together, up
+/// to [`RESERVED_BLOCKS`]: what the index of the router that hears those pools' events makes
+/// room for. A disaggregated run's prefill router hears only the prefill pools; sized for the
+/// decode pools too, its table was twice as large for the same blocks, and spread their
+/// entries over twice as many fresh pages.
+pub(super) fn cached_blocks_hint(
+    pools: &[WorkerPool],
+    routed: impl Fn(WorkerRole) -> bool,
+) -> usize {
+    let heard = pools.iter().filter(|pool| routed(pool.engine.role));
+    fleet_blocks(heard).min(RESERVED_BLOCKS) as usize
 }
 
 /// The most blocks the pools' caches can hold together.
-fn fleet_blocks(pools: &[WorkerPool]) -> u64 {
+fn fleet_blocks<'a>(pools: impl IntoIterator<Item = &'a WorkerPool>) -> u64 {
     pools
-        .iter()
+        .into_iter()
         .map(|p| {
             let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
             ranks.saturating_mul(p.engine.num_gpu_blocks)
