@@ -128,6 +128,12 @@ impl OverlapIndexer {
             .reserve(blocks.saturating_sub(self.holders.len()), filed_holder);
     }
 
+    /// How many blocks the index holds without growing (tests).
+    #[cfg(test)]
+    pub(crate) fn room(&self) -> usize {
+        self.holders.capacity()
+    }
+
     /// Applies one KV event from `event.worker`.
     pub fn apply(&mut self, event: &KvEvent) -> EventOutcome {
         let rank = event.worker;

@@ -642,6 +642,12 @@ impl Scheduler {
         self.indexer.reserve(blocks);
     }
 
+    /// How many blocks the overlap index holds without growing (tests).
+    #[cfg(test)]
+    pub(crate) fn index_room(&self) -> usize {
+        self.indexer.room()
+    }
+
     /// A KV event from a worker updates the overlap index.
     pub fn handle_kv_event(&mut self, now: SimTime, event: &KvEvent) {
         self.indexer.apply(event);

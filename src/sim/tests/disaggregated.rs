@@ -40,6 +40,26 @@ fn disaggregated(
     config
 }
 
+/// The prefill router hears only the prefill pool's blocks, so its index makes room for
+/// that pool's cache alone, however large the decode pool.
+#[test]
+fn the_prefill_routers_index_makes_room_for_the_prefill_pool_only() {
+    let engine = |num_gpu_blocks| EngineArgs {
+        num_gpu_blocks,
+        ..EngineArgs::default()
+    };
+    let config = SimConfig {
+        pools: vec![
+            role_pool(WorkerRole::Prefill, 1, &engine(1_000)),
+            role_pool(WorkerRole::Decode, 1, &engine(50_000)),
+        ],
+        ..SimConfig::default()
+    };
+    let system = new_system(config, Stepping::default(), 0, false).expect("a valid fleet");
+    let room = system.router.core().index_room();
+    assert!((1_000..2_000).contains(&room), "room for {room} blocks");
+}
+
 fn ms(ns: u64) -> SimTime {
     SimTime::from_ns(ns)
 }
