@@ -944,7 +944,10 @@ impl Scheduler {
     ) {
         let queued_at = queued.map(|(at, _)| at);
         let id = request.id;
-        let selection = match self.select(now, &request) {
+        // Made once for the projection and the booking: a router that assumes no KV reuse
+        // hashes a block identity of its own for every prompt block.
+        let tracked_hashes = self.tracked_hashes(&request);
+        let selection = match self.select(now, &request, &tracked_hashes) {
             Ok(s) => s,
             Err(error) => {
                 self.notify(
@@ -966,7 +969,6 @@ impl Scheduler {
             Some((_, snapshot)) => request.prefill_tokens(snapshot.cached_tokens),
             None => request.prefill_tokens(cached_tokens),
         };
-        let tracked_hashes = self.tracked_hashes(&request);
         if let Err(e) = self
             .load
             .add_request(now, id, selection.rank, &tracked_hashes, hint)
@@ -1018,10 +1020,11 @@ impl Scheduler {
         &mut self,
         now: SimTime,
         request: &SchedulingRequest,
+        tracked_hashes: &[SeqHash],
     ) -> Result<Selection, SchedulerError> {
         let candidates = eligible_ranks(&self.workers, &request.constraints)?;
         let overlaps = self.overlaps(request);
-        let loads = self.load.project(now, &self.tracked_hashes(request));
+        let loads = self.load.project(now, tracked_hashes);
         let inputs = SelectionInputs {
             candidates: &candidates,
             loads: &loads,
