@@ -1050,9 +1050,7 @@ impl Scheduler {
         if router.router_assume_kv_reuse {
             return Cow::Borrowed(&request.block_hashes);
         }
-        (0..request.block_hashes.len() as u64)
-            .map(|i| super::hashing::chain(Some(request.id.0 ^ 0x5eed_0000_0000_0000), i))
-            .collect()
+        Cow::Owned(unshared_identities(request.id, request.block_hashes.len()))
     }
 
     /// Ends request `id` in whatever state it is in; a no-op once it is over, except that a
@@ -1205,6 +1203,21 @@ fn all_ranks_busy(
 #[cfg(test)]
 mod lifecycle_tests;
 
+/// `blocks` block identities that only request `id` holds: one hash of the id, then steps of
+/// an odd constant from it. They are distinct within the request (an odd step never returns
+/// within 2^64 steps), and another request's identities meet them only if its hash falls
+/// within a prompt's length of steps of this one's (a chance of about one in 2^56 for two
+/// prompts of 128 blocks). The load book compares identities only for equality, so any
+/// identities unique to the request count the same; these cost an addition a block where a
+/// hash a block was a sixth of a disaggregated run's routing.
+fn unshared_identities(id: RequestId, blocks: usize) -> Vec<SeqHash> {
+    const STEP: u64 = 0x9e37_79b9_7f4a_7c15;
+    let first = super::hashing::chain(Some(id.0 ^ 0x5eed_0000_0000_0000), 0);
+    (0..blocks as u64)
+        .map(|i| first.wrapping_add(i.wrapping_mul(STEP)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1265,6 +1278,46 @@ policy_classes:
 
     pub(super) fn t(ms: u64) -> SimTime {
         SimTime::from_ns(ms * 1_000_000)
+    }
+
+    /// Two requests with the same prompt on one rank: a router that assumes KV reuse counts
+    /// their blocks once, one that does not counts each request's blocks apart.
+    #[test]
+    fn only_a_router_assuming_kv_reuse_counts_a_shared_prompt_once() {
+        for (assume_kv_reuse, blocks) in [(true, 8), (false, 16)] {
+            let router = RouterConfig {
+                router_assume_kv_reuse: assume_kv_reuse,
+                ..RouterConfig::default()
+            };
+            let config = SchedulerConfig::new(router, None, None, 64, 7);
+            let mut s = Scheduler::new(config, workers(1), SimTime::ZERO);
+            for id in 0..2 {
+                let mut shared = request(id, "regular", 8 * 64);
+                shared.block_hashes = (1..=8).collect::<Vec<SeqHash>>().into();
+                s.handle_arrival(t(0), shared);
+            }
+            assert_eq!(dispatched(&decisions(&mut s)).len(), 2);
+            let rank = WorkerWithDpRank::new(0, 0);
+            assert_eq!(
+                s.load.active_blocks(rank),
+                blocks,
+                "assume {assume_kv_reuse}"
+            );
+            s.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn unshared_identities_are_distinct_within_and_across_requests() {
+        let a = unshared_identities(RequestId(1), 1000);
+        let b = unshared_identities(RequestId(2), 1000);
+        let distinct: std::collections::BTreeSet<SeqHash> = a.iter().chain(&b).copied().collect();
+        assert_eq!(distinct.len(), 2000);
+        assert_eq!(
+            unshared_identities(RequestId(1), 3),
+            a[..3],
+            "a pure function"
+        );
     }
 
     #[test]
