@@ -3,7 +3,7 @@
 //! The router (load tracking, overlap) and the mock workers (prefix cache) use this one
 //! function, so "same prefix" means the same thing on both sides.
 
-use super::types::{SeqHash, Token};
+use super::types::{RequestId, SeqHash, Token};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Dynamo's seed for block and sequence hashes.
@@ -49,9 +49,37 @@ pub fn sequence_hashes(tokens: &[Token], block_size: usize) -> Vec<SeqHash> {
     out
 }
 
+/// `blocks` block identities that only request `id` holds: one hash of the id, then steps of
+/// an odd constant from it. They are distinct within the request (an odd step never returns
+/// within 2^64 steps), and another request's identities meet them only if its hash falls
+/// within a prompt's length of steps of this one's (a chance of about one in 2^56 for two
+/// prompts of 128 blocks). The load book compares identities only for equality, so any
+/// identities unique to the request count the same; these cost an addition a block where a
+/// hash a block was a sixth of a disaggregated run's routing.
+pub fn unshared_identities(id: RequestId, blocks: usize) -> Vec<SeqHash> {
+    const STEP: u64 = 0x9e37_79b9_7f4a_7c15;
+    let first = chain(Some(id.0 ^ 0x5eed_0000_0000_0000), 0);
+    (0..blocks as u64)
+        .map(|i| first.wrapping_add(i.wrapping_mul(STEP)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unshared_identities_are_distinct_within_and_across_requests() {
+        let a = unshared_identities(RequestId(1), 1000);
+        let b = unshared_identities(RequestId(2), 1000);
+        let distinct: std::collections::BTreeSet<SeqHash> = a.iter().chain(&b).copied().collect();
+        assert_eq!(distinct.len(), 2000);
+        assert_eq!(
+            unshared_identities(RequestId(1), 3),
+            a[..3],
+            "a pure function"
+        );
+    }
 
     #[test]
     fn only_full_blocks_are_hashed() {

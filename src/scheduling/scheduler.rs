@@ -19,6 +19,7 @@
 use super::admission::{AdmissionDecision, AdmissionPolicy, AdmissionStatus, ArrivalInfo};
 use super::class_queue::{Placement, QueueEntry};
 use super::drr::{ClassQueueConfig, DeferredId, PolicyQueue, QueueRejection};
+use super::hashing::unshared_identities;
 use super::indexer::OverlapIndexer;
 use super::load::{LoadError, LoadTracker};
 use super::policy::{PolicyConfig, PolicyProfile};
@@ -642,12 +643,6 @@ impl Scheduler {
         self.indexer.reserve(blocks);
     }
 
-    /// How many blocks the overlap index holds without growing (tests).
-    #[cfg(test)]
-    pub(crate) fn index_room(&self) -> usize {
-        self.indexer.room()
-    }
-
     /// A KV event from a worker updates the overlap index.
     pub fn handle_kv_event(&mut self, now: SimTime, event: &KvEvent) {
         self.indexer.apply(event);
@@ -944,8 +939,7 @@ impl Scheduler {
     ) {
         let queued_at = queued.map(|(at, _)| at);
         let id = request.id;
-        // Made once for the projection and the booking: a router that assumes no KV reuse
-        // hashes a block identity of its own for every prompt block.
+        // Made once for both the projection and the booking.
         let tracked_hashes = self.tracked_hashes(&request);
         let selection = match self.select(now, &request, &tracked_hashes) {
             Ok(s) => s,
@@ -1203,26 +1197,18 @@ fn all_ranks_busy(
 #[cfg(test)]
 mod lifecycle_tests;
 
-/// `blocks` block identities that only request `id` holds: one hash of the id, then steps of
-/// an odd constant from it. They are distinct within the request (an odd step never returns
-/// within 2^64 steps), and another request's identities meet them only if its hash falls
-/// within a prompt's length of steps of this one's (a chance of about one in 2^56 for two
-/// prompts of 128 blocks). The load book compares identities only for equality, so any
-/// identities unique to the request count the same; these cost an addition a block where a
-/// hash a block was a sixth of a disaggregated run's routing.
-fn unshared_identities(id: RequestId, blocks: usize) -> Vec<SeqHash> {
-    const STEP: u64 = 0x9e37_79b9_7f4a_7c15;
-    let first = super::hashing::chain(Some(id.0 ^ 0x5eed_0000_0000_0000), 0);
-    (0..blocks as u64)
-        .map(|i| first.wrapping_add(i.wrapping_mul(STEP)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scheduling::admission::ConcurrencyCap;
     use crate::scheduling::select::WorkerConfig;
+
+    impl Scheduler {
+        /// How many blocks the overlap index holds without growing.
+        pub(crate) fn index_room(&self) -> usize {
+            self.indexer.room()
+        }
+    }
 
     pub(super) const TWO_CLASSES: &str = "
 default_policy_family: regular
@@ -1305,19 +1291,6 @@ policy_classes:
             );
             s.check_invariants().unwrap();
         }
-    }
-
-    #[test]
-    fn unshared_identities_are_distinct_within_and_across_requests() {
-        let a = unshared_identities(RequestId(1), 1000);
-        let b = unshared_identities(RequestId(2), 1000);
-        let distinct: std::collections::BTreeSet<SeqHash> = a.iter().chain(&b).copied().collect();
-        assert_eq!(distinct.len(), 2000);
-        assert_eq!(
-            unshared_identities(RequestId(1), 3),
-            a[..3],
-            "a pure function"
-        );
     }
 
     #[test]
