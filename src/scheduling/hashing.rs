@@ -1,7 +1,8 @@
 //! KV block hashing: XXH3-64 per full block, chained into sequence hashes, as Dynamo does it.
 //!
 //! The router (load tracking, overlap) and the mock workers (prefix cache) use this one
-//! function, so "same prefix" means the same thing on both sides.
+//! function, so "same prefix" means the same thing on both sides. A router that assumes no
+//! KV reuse books identities unique to each request instead ([`unshared_identities`]).
 
 use super::types::{RequestId, SeqHash, Token};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -54,8 +55,8 @@ pub fn sequence_hashes(tokens: &[Token], block_size: usize) -> Vec<SeqHash> {
 /// within 2^64 steps), and another request's identities meet them only if its hash falls
 /// within a prompt's length of steps of this one's (a chance of about one in 2^56 for two
 /// prompts of 128 blocks). The load book compares identities only for equality, so any
-/// identities unique to the request count the same; these cost an addition a block where a
-/// hash a block was a sixth of a disaggregated run's routing.
+/// identities unique to the request count the same; these cost an addition a block (a hash
+/// a block was a sixth of a disaggregated run's routing).
 pub fn unshared_identities(id: RequestId, blocks: usize) -> Vec<SeqHash> {
     const STEP: u64 = 0x9e37_79b9_7f4a_7c15;
     let first = chain(Some(id.0 ^ 0x5eed_0000_0000_0000), 0);

@@ -35,9 +35,9 @@ pub(super) fn reserved_blocks_per_rank(ranks: usize) -> u64 {
 
 /// The most blocks the caches of the pools whose role `routed` accepts can hold together, up
 /// to [`RESERVED_BLOCKS`]: what the index of the router that hears those pools' events makes
-/// room for. A disaggregated run's prefill router hears only the prefill pools; sized for the
-/// decode pools too, its table was twice as large for the same blocks, and spread their
-/// entries over twice as many fresh pages.
+/// room for. A disaggregated run's prefill router hears only the prefill pools: sized for the
+/// decode pools too, its table would be twice as large for the same blocks, their entries
+/// spread over twice as many fresh pages.
 pub(super) fn cached_blocks_hint(
     pools: &[WorkerPool],
     routed: impl Fn(WorkerRole) -> bool,
