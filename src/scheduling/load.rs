@@ -209,6 +209,17 @@ impl RankState {
         roots.map(|&(_, first)| first)
     }
 
+    /// The rank's row for a query that would add `additional_active_blocks` blocks here.
+    fn row(&self, rank: WorkerWithDpRank, additional_active_blocks: u64) -> RankLoad {
+        RankLoad {
+            rank,
+            active_prefill_tokens: self.active_prefill_tokens,
+            active_decode_blocks: self.active_blocks(),
+            additional_active_blocks,
+            active_requests: self.active_requests,
+        }
+    }
+
     fn active_blocks(&self) -> u64 {
         self.live_blocks
     }
@@ -488,23 +499,41 @@ impl LoadTracker {
     /// plug in; the static model ignores it.
     pub fn project(&self, _now: SimTime, query_hashes: &[SeqHash]) -> Vec<RankLoad> {
         let query_blocks = query_hashes.len() as u64;
-        let rooted = query_hashes
-            .first()
-            .is_some_and(|first| self.roots.contains_key(first));
+        let rooted = self.is_rooted(query_hashes);
         let overlap = |state: &RankState| match rooted {
             true => state.overlap_depth(query_hashes) as u64,
             false => 0,
         };
         self.ranks
             .iter()
-            .map(|(&rank, state)| RankLoad {
-                rank,
-                active_prefill_tokens: state.active_prefill_tokens,
-                active_decode_blocks: state.active_blocks(),
-                additional_active_blocks: query_blocks - overlap(state),
-                active_requests: state.active_requests,
-            })
+            .map(|(&rank, state)| state.row(rank, query_blocks - overlap(state)))
             .collect()
+    }
+
+    /// Whether some rank holds the query's first block live: if not, the query overlaps no
+    /// rank's booked prompts, and every rank's row for it depends only on its length.
+    pub fn is_rooted(&self, query_hashes: &[SeqHash]) -> bool {
+        query_hashes
+            .first()
+            .is_some_and(|first| self.roots.contains_key(first))
+    }
+
+    /// The row [`Self::project`] gives for the rank at `index` in rank order, for a query that
+    /// is not rooted ([`Self::is_rooted`]) and has `query_blocks` blocks.
+    pub fn unrooted_row(&self, index: usize, query_blocks: u64) -> RankLoad {
+        let (rank, state) = &self.ranks.entries[index];
+        state.row(*rank, query_blocks)
+    }
+
+    /// Per rank in rank order, a mark that moves whenever the rank's row may change: a row
+    /// derived from a rank stays true while its mark stands and [`Self::layout`] does too.
+    pub fn change_marks(&self) -> &[u64] {
+        &self.ranks.marks
+    }
+
+    /// Moves whenever a rank is added or removed (every rank's position and mark may move).
+    pub fn layout(&self) -> u64 {
+        self.ranks.layout
     }
 
     /// Recomputes every counter from the bookings and checks each rank's block trie
@@ -549,9 +578,18 @@ impl LoadTracker {
 
 /// The registered ranks' states, sorted by rank: every request reads them all (its load on
 /// each rank) and looks up one or two, so a sorted vector serves better than a tree.
+///
+/// Every way to change a state goes through `get_mut`, `add` or `remove`, which mark it, so a
+/// reader can keep what it derived from a rank until the rank's mark moves.
 #[derive(Clone, Debug, Default)]
 struct RankStates {
     entries: Vec<(WorkerWithDpRank, RankState)>,
+    /// Per entry, the value of `changes` when it was last handed out for change.
+    marks: Vec<u64>,
+    /// Mutable accesses so far; every new mark is a fresh value.
+    changes: u64,
+    /// Ranks added or removed so far: positions (and so marks) move when it does.
+    layout: u64,
 }
 
 impl RankStates {
@@ -569,6 +607,9 @@ impl RankStates {
             Ok(_) => false,
             Err(at) => {
                 self.entries.insert(at, (rank, RankState::default()));
+                let mark = self.next_mark();
+                self.marks.insert(at, mark);
+                self.layout += 1;
                 true
             }
         }
@@ -576,7 +617,14 @@ impl RankStates {
 
     fn remove(&mut self, rank: &WorkerWithDpRank) -> Option<RankState> {
         let at = self.position(rank).ok()?;
+        self.marks.remove(at);
+        self.layout += 1;
         Some(self.entries.remove(at).1)
+    }
+
+    fn next_mark(&mut self) -> u64 {
+        self.changes += 1;
+        self.changes
     }
 
     fn get(&self, rank: &WorkerWithDpRank) -> Option<&RankState> {
@@ -586,6 +634,7 @@ impl RankStates {
 
     fn get_mut(&mut self, rank: &WorkerWithDpRank) -> Option<&mut RankState> {
         let at = self.position(rank).ok()?;
+        self.marks[at] = self.next_mark();
         Some(&mut self.entries[at].1)
     }
 
@@ -772,6 +821,53 @@ mod tests {
             assert!(tracker.add_rank(r));
         }
         tracker
+    }
+
+    /// A rank's change mark moves with every booking, prefill end and release on it and no
+    /// other rank's does; adding or removing a rank moves the layout. An unrooted row is the
+    /// row a projection gives.
+    #[test]
+    fn a_ranks_change_mark_moves_with_its_own_load_only() {
+        let (a, b, c) = (rank(1, 0), rank(2, 0), rank(3, 0));
+        let mut tracker = tracker_with(&[a, b, c]);
+        let mut marks = tracker.change_marks().to_vec();
+        let mut moved = |tracker: &LoadTracker| {
+            let now = tracker.change_marks().to_vec();
+            let moved: Vec<usize> = (0..now.len()).filter(|&i| now[i] != marks[i]).collect();
+            marks = now;
+            moved
+        };
+        let hashes = [7, 8];
+        tracker
+            .add_request(T0, RequestId(1), b, &hashes, Some(100))
+            .unwrap();
+        assert_eq!(moved(&tracker), [1]);
+        tracker.mark_prefill_completed(RequestId(1));
+        assert_eq!(moved(&tracker), [1]);
+        tracker.free(RequestId(1));
+        assert_eq!(moved(&tracker), [1]);
+        assert_eq!(tracker.free(RequestId(1)), None);
+        assert_eq!(
+            moved(&tracker),
+            [] as [usize; 0],
+            "nothing to free changes nothing"
+        );
+        tracker
+            .add_request(T0, RequestId(2), c, &hashes, None)
+            .unwrap();
+        assert_eq!(moved(&tracker), [2]);
+        let query = [9, 10, 11];
+        assert!(!tracker.is_rooted(&query));
+        let projected = tracker.project(T0, &query);
+        for (index, row) in projected.iter().enumerate() {
+            assert_eq!(tracker.unrooted_row(index, 3), *row);
+        }
+        let layout = tracker.layout();
+        tracker.add_rank(rank(4, 0));
+        assert_ne!(tracker.layout(), layout);
+        let layout = tracker.layout();
+        tracker.remove_worker(1);
+        assert_ne!(tracker.layout(), layout);
     }
 
     #[test]

@@ -26,8 +26,7 @@ use super::policy::{PolicyConfig, PolicyProfile};
 use super::request::QueueSnapshot;
 use super::router_config::RouterConfig;
 use super::select::{
-    RequestConstraints, SelectError, Selection, SelectionInputs, WorkerSet, best_cached_tokens,
-    eligible_ranks, pinned_selection, select_worker,
+    RequestConstraints, SelectError, Selection, WorkerSet, best_cached_tokens, eligible_ranks,
 };
 use super::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::rng::{self, SimRng};
@@ -336,6 +335,8 @@ pub struct Scheduler {
     decisions: VecDeque<Decision>,
     /// When the next periodic recheck is due: set while requests wait, `None` otherwise.
     next_tick: Option<SimTime>,
+    /// The ranks' costs kept for requests that overlap no rank.
+    kept: selection::KeptCosts,
 }
 
 impl fmt::Debug for Scheduler {
@@ -383,6 +384,7 @@ impl Scheduler {
             deferred: FxHashMap::default(),
             decisions: VecDeque::new(),
             next_tick: None,
+            kept: selection::KeptCosts::default(),
         }
     }
 
@@ -765,14 +767,6 @@ impl Scheduler {
         request.snapshot(cached.min(request.isl_tokens))
     }
 
-    fn overlaps(&self, request: &SchedulingRequest) -> Vec<(WorkerWithDpRank, u32)> {
-        if self.config.router.use_kv_events {
-            self.indexer.overlap_blocks(&request.block_hashes)
-        } else {
-            Vec::new()
-        }
-    }
-
     fn admission_decision(
         &mut self,
         now: SimTime,
@@ -1009,44 +1003,6 @@ impl Scheduler {
         }));
     }
 
-    /// Eligibility then the cost-based pick; pins skip scoring.
-    fn select(
-        &mut self,
-        now: SimTime,
-        request: &SchedulingRequest,
-        tracked_hashes: &[SeqHash],
-    ) -> Result<Selection, SchedulerError> {
-        let candidates = eligible_ranks(&self.workers, &request.constraints)?;
-        let overlaps = self.overlaps(request);
-        let loads = self.load.project(now, tracked_hashes);
-        let inputs = SelectionInputs {
-            candidates: &candidates,
-            loads: &loads,
-            overlaps: &overlaps,
-            isl_tokens: request.isl_tokens,
-            block_size: self.config.block_size_tokens,
-            workers: &self.workers,
-            preferred_taints: &request.constraints.preferred_taints,
-        };
-        match request.constraints.pinned {
-            Some(pin) => Ok(pinned_selection(&self.config.router, &inputs, pin)),
-            None => Ok(select_worker(&self.config.router, &inputs, &mut self.rng)?),
-        }
-    }
-
-    /// The block identities booked for a request: its real hashes when the router assumes KV
-    /// reuse, otherwise identities unique to the request; none when block tracking is off.
-    fn tracked_hashes<'r>(&self, request: &'r SchedulingRequest) -> Cow<'r, [SeqHash]> {
-        let router = &self.config.router;
-        if !router.router_track_active_blocks {
-            return Cow::Borrowed(&[]);
-        }
-        if router.router_assume_kv_reuse {
-            return Cow::Borrowed(&request.block_hashes);
-        }
-        Cow::Owned(unshared_identities(request.id, request.block_hashes.len()))
-    }
-
     /// Ends request `id` in whatever state it is in; a no-op once it is over, except that a
     /// `Reject` the caller has not polled yet is withdrawn: to the caller the request was still
     /// waiting, and no decision may follow its end.
@@ -1193,6 +1149,8 @@ fn all_ranks_busy(
     let busy_count = ranks.iter().filter(|r| busy(**r)).count();
     class.pool_is_busy(busy_count, ranks.len())
 }
+
+mod selection;
 
 #[cfg(test)]
 mod lifecycle_tests;

@@ -395,6 +395,46 @@ fn selection_of(scored: &Scored<'_>, inputs: &SelectionInputs<'_>) -> Selection 
     }
 }
 
+/// Costs of the ranks for a request that overlaps no rank (no index overlap, no live prefix
+/// in the load book) and is scored without preferred taints, as [`select_worker`] costs
+/// them. A rank's cost then depends only on its load row and the request's length, so a
+/// caller may keep it while neither changes and pick among kept costs with
+/// [`pick_min_cost_of`], drawing what `select_worker` would.
+#[derive(Clone, Copy, Debug)]
+pub struct UnsharedCosts {
+    terms: RequestTerms,
+}
+
+impl UnsharedCosts {
+    /// None unless `select_worker` would pick the minimum cost (temperature 0) and the
+    /// overlap credit does not decay (its decay reads every rank's prefill tokens).
+    pub fn new(cfg: &RouterConfig, isl_tokens: u64, block_size: u64) -> Option<Self> {
+        let decays = cfg.overlap_score_credit_decay > 0.0 && cfg.router_track_prefill_tokens;
+        if cfg.router_temperature > 0.0 || decays {
+            return None;
+        }
+        // Without decay the lowest prefill load is never read: 0 stands for it.
+        let terms = RequestTerms::new(cfg, isl_tokens, block_size, 0);
+        Some(UnsharedCosts { terms })
+    }
+
+    /// The cost of a rank whose row is `row`.
+    pub fn cost(&self, cfg: &RouterConfig, row: &RankLoad) -> f64 {
+        rank_cost(cfg, &self.terms, Some(row), 0)
+    }
+
+    /// The selection of `rank` at `cost`: it holds none of the prompt.
+    pub fn selection(&self, rank: WorkerWithDpRank, cost: f64) -> Selection {
+        Selection {
+            rank,
+            cached_tokens: 0,
+            overlap_blocks: 0,
+            required_blocks: self.terms.isl_tokens.div_ceil(self.terms.block_size),
+            cost,
+        }
+    }
+}
+
 /// A row of a table sorted by rank.
 trait RankRow {
     fn row_rank(&self) -> WorkerWithDpRank;
@@ -477,9 +517,13 @@ struct RequestTerms {
 }
 
 impl RequestTerms {
-    fn new(cfg: &RouterConfig, inputs: &SelectionInputs<'_>, scores: &[Scored<'_>]) -> Self {
-        let block_size = inputs.block_size.max(1);
-        let isl_tokens = inputs.isl_tokens;
+    fn new(
+        cfg: &RouterConfig,
+        isl_tokens: u64,
+        block_size: u64,
+        min_active_prefill_tokens: u64,
+    ) -> Self {
+        let block_size = block_size.max(1);
         RequestTerms {
             block_size,
             block_size_f: block_size as f64,
@@ -489,11 +533,7 @@ impl RequestTerms {
             overlap_score_credit: cfg.effective_overlap_score_credit(),
             shared_cache_multiplier: cfg.effective_shared_cache_multiplier(),
             prefill_load_scale: cfg.effective_prefill_load_scale(),
-            min_active_prefill_tokens: scores
-                .iter()
-                .map(|scored| scored.load.map_or(0, |l| l.active_prefill_tokens))
-                .min()
-                .unwrap_or(0),
+            min_active_prefill_tokens,
         }
     }
 }
@@ -529,7 +569,16 @@ fn score_candidates<'a>(cfg: &RouterConfig, inputs: &SelectionInputs<'a>) -> Vec
                 .collect()
         }
     };
-    let terms = RequestTerms::new(cfg, inputs, &scores);
+    let min_active_prefill_tokens = (scores.iter())
+        .map(|scored| scored.load.map_or(0, |l| l.active_prefill_tokens))
+        .min()
+        .unwrap_or(0);
+    let terms = RequestTerms::new(
+        cfg,
+        inputs.isl_tokens,
+        inputs.block_size,
+        min_active_prefill_tokens,
+    );
     for scored in &mut scores {
         scored.cost = rank_cost(cfg, &terms, scored.load, scored.overlap_blocks)
             * preferred_taint_multiplier(inputs, scored.rank);
@@ -621,25 +670,31 @@ fn preferred_taint_multiplier(inputs: &SelectionInputs<'_>, rank: WorkerWithDpRa
 
 /// Index of a minimum-cost candidate; ties broken uniformly by reservoir sampling in order.
 fn pick_min_cost(scores: &[Scored<'_>], rng: &mut SimRng) -> Option<usize> {
-    let mut best: Option<usize> = None;
+    pick_min_cost_of(scores.iter().map(|scored| scored.cost), rng)
+}
+
+/// Index of a minimum cost of `costs` as [`select_worker`] picks at temperature 0: ties
+/// broken uniformly by reservoir sampling in order, with the same draws from `rng`.
+pub fn pick_min_cost_of(costs: impl IntoIterator<Item = f64>, rng: &mut SimRng) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
     let mut tied: u64 = 0;
-    for (index, scored) in scores.iter().enumerate() {
-        let Some(current) = best else {
-            best = Some(index);
+    for (index, cost) in costs.into_iter().enumerate() {
+        let Some((_, best_cost)) = best else {
+            best = Some((index, cost));
             tied = 1;
             continue;
         };
-        if scored.cost < scores[current].cost {
-            best = Some(index);
+        if cost < best_cost {
+            best = Some((index, cost));
             tied = 1;
-        } else if scored.cost == scores[current].cost {
+        } else if cost == best_cost {
             tied += 1;
             if rng.random_range(0..tied) == 0 {
-                best = Some(index);
+                best = Some((index, cost));
             }
         }
     }
-    best
+    best.map(|(index, _)| index)
 }
 
 /// Index drawn with `p_i ∝ exp(-(c_i - c_min) / ((c_max - c_min) * temperature))`.
