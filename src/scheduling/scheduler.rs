@@ -662,6 +662,7 @@ impl Scheduler {
         let before: BTreeSet<_> = self.workers.ranks().collect();
         let after: BTreeSet<_> = workers.ranks().collect();
         self.workers = workers;
+        self.kept.forget_workers();
         let mut stranded: Vec<RequestId> = self
             .active
             .iter()

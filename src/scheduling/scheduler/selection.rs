@@ -20,8 +20,11 @@ use crate::scheduling::select::{
 pub(super) struct KeptCosts {
     /// The ranks costed, in order: the open ranks, which are then exactly the load book's.
     ranks: Vec<WorkerWithDpRank>,
-    /// The load book's layout when `ranks` were checked against it.
+    /// The load book's layout when `ranks` were checked against it (None: not checked since
+    /// the worker set changed).
     layout: Option<u64>,
+    /// Whether `ranks` are the load book's, in order, as checked: costs are kept only then.
+    aligned: bool,
     /// The request length (tokens, tracked blocks) the costs are for.
     request: (u64, u64),
     /// Per rank, the load book's change mark its cost was computed at (0: not computed).
@@ -33,9 +36,15 @@ pub(super) struct KeptCosts {
 }
 
 impl KeptCosts {
+    /// Forgets every cost: the worker set (and so the open ranks) changed.
+    pub(super) fn forget_workers(&mut self) {
+        *self = KeptCosts::default();
+    }
+
     /// Makes the kept costs those of `open` ranks in `load` for a request of `isl_tokens`
     /// tokens and `query_blocks` tracked blocks; false if the open ranks are not the load
-    /// book's, in order (then nothing is kept).
+    /// book's, in order (then nothing is kept). The open ranks may differ from the last
+    /// call's only after [`Self::forget_workers`].
     fn prepare(
         &mut self,
         open: &[WorkerWithDpRank],
@@ -43,18 +52,23 @@ impl KeptCosts {
         isl_tokens: u64,
         query_blocks: u64,
     ) -> bool {
-        if self.layout != Some(load.layout()) || self.ranks != open {
-            let aligned =
+        #[cfg(test)]
+        assert!(
+            self.layout.is_none() || self.ranks == open,
+            "the worker set changed unannounced"
+        );
+        if self.layout != Some(load.layout()) {
+            self.aligned =
                 load.change_marks().len() == open.len() && load.ranks().as_slice() == open;
             self.ranks = open.to_vec();
-            self.layout = aligned.then_some(load.layout());
+            self.layout = Some(load.layout());
             self.forget();
         }
         if self.request != (isl_tokens, query_blocks) {
             self.request = (isl_tokens, query_blocks);
             self.forget();
         }
-        self.layout.is_some()
+        self.aligned
     }
 
     fn forget(&mut self) {
