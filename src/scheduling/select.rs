@@ -676,25 +676,22 @@ fn pick_min_cost(scores: &[Scored<'_>], rng: &mut SimRng) -> Option<usize> {
 /// Index of a minimum cost of `costs` as [`select_worker`] picks at temperature 0: ties
 /// broken uniformly by reservoir sampling in order, with the same draws from `rng`.
 pub fn pick_min_cost_of(costs: impl IntoIterator<Item = f64>, rng: &mut SimRng) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
-    let mut tied: u64 = 0;
-    for (index, cost) in costs.into_iter().enumerate() {
-        let Some((_, best_cost)) = best else {
-            best = Some((index, cost));
-            tied = 1;
-            continue;
-        };
+    let mut costs = costs.into_iter();
+    let mut best_cost = costs.next()?;
+    let (mut best, mut tied) = (0, 1u64);
+    // A tie keeps `best_cost`: the tied cost equals it (at most a zero of the other sign,
+    // which compares the same).
+    for (offset, cost) in costs.enumerate() {
         if cost < best_cost {
-            best = Some((index, cost));
-            tied = 1;
+            (best, best_cost, tied) = (offset + 1, cost, 1);
         } else if cost == best_cost {
             tied += 1;
             if rng.random_range(0..tied) == 0 {
-                best = Some((index, cost));
+                best = offset + 1;
             }
         }
     }
-    best.map(|(index, _)| index)
+    Some(best)
 }
 
 /// Index drawn with `p_i ∝ exp(-(c_i - c_min) / ((c_max - c_min) * temperature))`.
