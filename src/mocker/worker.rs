@@ -63,7 +63,9 @@ use super::timing;
 use super::traits::{QuietRuns, Worker, WorkerLoad};
 use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
-use crate::time::SimTime;
+use crate::time::{SimDuration, SimTime};
+#[cfg(test)]
+use checks::{check_found, check_probe};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -543,13 +545,28 @@ impl MockWorker {
         decode: &timing::DecodeBatch,
         memo: &mut DecodeMemo,
     ) -> SimTime {
-        // A decode rank prefills nothing (a recomputed preemption costs no time either).
-        let prefill = match self.args.role {
-            WorkerRole::Decode => crate::time::SimDuration::ZERO,
+        self.pass_end_after(now, self.prefill_time(prefill), decode, memo)
+    }
+
+    /// The prefill part of a pass's duration: a decode rank prefills nothing (a recomputed
+    /// preemption costs no time either).
+    fn prefill_time(&self, prefill: &timing::PrefillBatch) -> SimDuration {
+        match self.args.role {
+            WorkerRole::Decode => SimDuration::ZERO,
             _ => timing::prefill_duration(prefill, &self.args),
-        };
-        let decode = memo.get(decode);
-        now.saturating_add(prefill).saturating_add(decode)
+        }
+    }
+
+    /// [`Self::pass_end`] with its prefill part already timed (`prefill_time`).
+    fn pass_end_after(
+        &self,
+        now: SimTime,
+        prefill_time: SimDuration,
+        decode: &timing::DecodeBatch,
+        memo: &mut DecodeMemo,
+    ) -> SimTime {
+        now.saturating_add(prefill_time)
+            .saturating_add(memo.get(decode))
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -1140,30 +1157,6 @@ fn ensure_hashes(r: &mut Req, count: usize) {
         bytes[16..].copy_from_slice(b"gen-blk\0");
         let local = xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, hashing::XXH3_SEED);
         r.gen_hashes.push(hashing::chain(parent, local));
-    }
-}
-
-/// Test builds check every reused probe against a fresh one.
-#[cfg(test)]
-fn check_probe(pool: &KvPool, r: &Req, probe: &HeadProbe) {
-    let (limit, hit, ids) = probe.kept();
-    assert_eq!(
-        pool.match_prefix(known_hashes(r), limit),
-        hit,
-        "a kept probe differs from a fresh one"
-    );
-    check_found(pool, r, ids);
-}
-
-/// Test builds check that handed-on block ids are what lookups find.
-#[cfg(test)]
-fn check_found(pool: &KvPool, r: &Req, found: &[BlockId]) {
-    for (index, &id) in found.iter().enumerate() {
-        assert_eq!(
-            pool.lookup(block_hash(r, index)),
-            Some(id),
-            "a handed-on block is not what a lookup finds"
-        );
     }
 }
 

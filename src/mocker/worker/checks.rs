@@ -135,3 +135,27 @@ impl MockWorker {
         Ok(())
     }
 }
+
+/// Test builds check every reused probe against a fresh one.
+#[cfg(test)]
+pub(super) fn check_probe(pool: &KvPool, r: &Req, probe: &HeadProbe) {
+    let (limit, hit, ids) = probe.kept();
+    assert_eq!(
+        pool.match_prefix(known_hashes(r), limit),
+        hit,
+        "a kept probe differs from a fresh one"
+    );
+    check_found(pool, r, ids);
+}
+
+/// Test builds check that handed-on block ids are what lookups find.
+#[cfg(test)]
+pub(super) fn check_found(pool: &KvPool, r: &Req, found: &[BlockId]) {
+    for (index, &id) in found.iter().enumerate() {
+        assert_eq!(
+            pool.lookup(block_hash(r, index)),
+            Some(id),
+            "a handed-on block is not what a lookup finds"
+        );
+    }
+}

@@ -45,13 +45,15 @@ impl MockWorker {
         let n = self.running.len() as u64;
         let decode_kv_tokens: u64 = self.running.iter().map(|&s| self.req(s).seq_len()).sum();
         let mut now = start;
+        // Every quiet pass prefills nothing: its prefill part is the same for all.
+        let prefill_time = self.prefill_time(&timing::PrefillBatch::default());
         // One pass per iteration, up to `passes`: bounded.
         for j in 0..passes {
             let decode = timing::DecodeBatch {
                 count: n,
                 active_kv_tokens: decode_kv_tokens + j * n,
             };
-            let end = self.pass_end(now, &timing::PrefillBatch::default(), &decode, memo);
+            let end = self.pass_end_after(now, prefill_time, &decode, memo);
             if end <= now {
                 break;
             }
