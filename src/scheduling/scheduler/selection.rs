@@ -30,8 +30,7 @@ pub(super) struct KeptCosts {
     /// Per rank, the load book's change mark its cost was computed at (0: not computed).
     marks: Vec<u64>,
     costs: Vec<f64>,
-    /// Costs computed so far (tests).
-    #[cfg(test)]
+    /// Costs computed so far.
     computed: u64,
 }
 
@@ -77,21 +76,28 @@ impl KeptCosts {
         self.costs.resize(self.ranks.len(), 0.0);
     }
 
-    /// Brings every rank's cost up to date with `load` (see [`Self::prepare`]).
+    /// Brings every rank's cost up to date with `load` (see [`Self::prepare`], which makes
+    /// the kept ranks the load book's, so the lists below are equally long).
     fn refresh(&mut self, costs: &UnsharedCosts, router: &RouterConfig, load: &LoadTracker) {
         let query_blocks = self.request.1;
         let marks = load.change_marks();
+        #[cfg(test)]
+        assert_eq!(
+            marks.len(),
+            self.marks.len(),
+            "kept costs of another layout"
+        );
+        let kept = self.marks.iter_mut().zip(self.costs.iter_mut());
+        let mut computed = 0;
         // One rank per iteration: bounded by the rank count.
-        for (index, &mark) in marks.iter().enumerate() {
-            if self.marks[index] != mark {
-                self.marks[index] = mark;
-                self.costs[index] = costs.cost(router, &load.unrooted_row(index, query_blocks));
-                #[cfg(test)]
-                {
-                    self.computed += 1;
-                }
+        for (index, (&mark, (kept_mark, cost))) in marks.iter().zip(kept).enumerate() {
+            if *kept_mark != mark {
+                *kept_mark = mark;
+                *cost = costs.cost(router, &load.unrooted_row(index, query_blocks));
+                computed += 1;
             }
         }
+        self.computed += computed;
     }
 }
 
