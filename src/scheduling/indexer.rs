@@ -14,6 +14,7 @@ use super::types::{KvEvent, KvEventData, SeqHash, WorkerId, WorkerWithDpRank};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 
@@ -43,12 +44,14 @@ pub struct OverlapIndexer {
     /// a free list is empty and listed in `free_lists`.
     lists: Vec<Vec<u32>>,
     free_lists: Vec<u32>,
-    /// Each rank index's rank, and back.
+    /// Each rank index's rank, and back (every event looks its rank up: a hash map, never
+    /// iterated, answers in one probe where a tree of 128 ranks walked seven nodes).
     rank_of: Vec<WorkerWithDpRank>,
-    index_of: BTreeMap<WorkerWithDpRank, u32>,
+    index_of: FxHashMap<WorkerWithDpRank, u32>,
     /// `identity[i] == i` for every rank index: a lone holder's code, borrowable as a slice.
     identity: Vec<u32>,
-    block_counts: BTreeMap<WorkerWithDpRank, usize>,
+    /// Blocks held, by rank index; `None` for a rank not counted (never stored, or removed).
+    block_counts: Vec<Option<usize>>,
     /// An event's blocks are probed first once the map holds this many ([`Self::warm`]).
     warm_from_blocks: usize,
 }
@@ -98,9 +101,9 @@ impl Default for OverlapIndexer {
             lists: Vec::new(),
             free_lists: Vec::new(),
             rank_of: Vec::new(),
-            index_of: BTreeMap::new(),
+            index_of: FxHashMap::default(),
             identity: Vec::new(),
-            block_counts: BTreeMap::new(),
+            block_counts: Vec::new(),
             warm_from_blocks: CACHE_RESIDENT_BLOCKS,
         }
     }
@@ -149,15 +152,14 @@ impl OverlapIndexer {
 
     /// Forgets every rank of `worker` (it left the worker set).
     pub fn remove_worker(&mut self, worker: WorkerId) {
-        let ranks: Vec<WorkerWithDpRank> = self
-            .block_counts
-            .keys()
+        let ranks: Vec<WorkerWithDpRank> = (self.ranks().into_iter())
             .filter(|rank| rank.worker_id == worker)
-            .copied()
             .collect();
         for rank in ranks {
             self.clear_rank(rank);
-            self.block_counts.remove(&rank);
+            if let Some(count) = self.count_mut(rank) {
+                *count = None;
+            }
         }
     }
 
@@ -207,7 +209,7 @@ impl OverlapIndexer {
 
     /// Number of blocks `rank` holds.
     pub fn block_count(&self, rank: WorkerWithDpRank) -> usize {
-        self.block_counts.get(&rank).copied().unwrap_or(0)
+        self.counted(rank).unwrap_or(0)
     }
 
     /// Whether `rank` holds `hash`.
@@ -220,7 +222,24 @@ impl OverlapIndexer {
 
     /// Ranks that have ever stored a block and not been removed, sorted.
     pub fn ranks(&self) -> Vec<WorkerWithDpRank> {
-        self.block_counts.keys().copied().collect()
+        let mut ranks: Vec<WorkerWithDpRank> = (self.rank_of.iter().zip(&self.block_counts))
+            .filter(|(_, count)| count.is_some())
+            .map(|(&rank, _)| rank)
+            .collect();
+        ranks.sort_unstable();
+        ranks
+    }
+
+    /// The blocks `rank` is counted to hold, if it is counted.
+    fn counted(&self, rank: WorkerWithDpRank) -> Option<usize> {
+        let &index = self.index_of.get(&rank)?;
+        self.block_counts[index as usize]
+    }
+
+    /// The count slot of `rank`, if the rank has an index.
+    fn count_mut(&mut self, rank: WorkerWithDpRank) -> Option<&mut Option<usize>> {
+        let &index = self.index_of.get(&rank)?;
+        Some(&mut self.block_counts[index as usize])
     }
 
     /// Holder lists are sorted and hold a known rank at most once (a shared list at least
@@ -262,15 +281,16 @@ impl OverlapIndexer {
                 return Err(format!("shared list {list} has {users} users"));
             }
         }
-        for (rank, count) in &self.block_counts {
-            if counted.get(rank).copied().unwrap_or(0) != *count {
+        for rank in self.ranks() {
+            let count = self.block_count(rank);
+            if counted.get(&rank).copied().unwrap_or(0) != count {
                 return Err(format!(
                     "{rank} counts {count} blocks but holds {:?}",
-                    counted.get(rank)
+                    counted.get(&rank)
                 ));
             }
         }
-        if let Some(rank) = counted.keys().find(|r| !self.block_counts.contains_key(*r)) {
+        if let Some(rank) = counted.keys().find(|r| self.counted(**r).is_none()) {
             return Err(format!("{rank} holds blocks but is not counted"));
         }
         Ok(())
@@ -311,6 +331,7 @@ impl OverlapIndexer {
         assert!(index < SHARED, "more ranks than holder codes can name");
         self.rank_of.push(rank);
         self.identity.push(index);
+        self.block_counts.push(None);
         self.index_of.insert(rank, index);
         index
     }
@@ -364,17 +385,18 @@ impl OverlapIndexer {
                 added += 1;
             }
         }
-        *self.block_counts.entry(rank).or_default() += added;
+        let count = &mut self.block_counts[index as usize];
+        *count = Some(count.unwrap_or(0) + added);
         EventOutcome::Applied
     }
 
     fn remove_blocks(&mut self, rank: WorkerWithDpRank, blocks: &[SeqHash]) -> EventOutcome {
-        if !self.block_counts.contains_key(&rank) {
+        let Some(&index) = self.index_of.get(&rank) else {
+            return EventOutcome::UnknownRank;
+        };
+        if self.block_counts[index as usize].is_none() {
             return EventOutcome::UnknownRank;
         }
-        let Some(&index) = self.index_of.get(&rank) else {
-            return EventOutcome::Applied; // counted but never stored: holds nothing
-        };
         let mut removed = 0;
         for hash in blocks {
             let Ok(mut slot) = self.holders.find_entry(filed(*hash), is(*hash)) else {
@@ -397,20 +419,20 @@ impl OverlapIndexer {
                 }
             }
         }
-        if let Some(count) = self.block_counts.get_mut(&rank) {
+        if let Some(count) = &mut self.block_counts[index as usize] {
             *count -= removed;
         }
         EventOutcome::Applied
     }
 
     fn clear_rank(&mut self, rank: WorkerWithDpRank) -> EventOutcome {
-        let Some(count) = self.block_counts.get_mut(&rank) else {
+        let Some(&index) = self.index_of.get(&rank) else {
+            return EventOutcome::UnknownRank;
+        };
+        let Some(count) = &mut self.block_counts[index as usize] else {
             return EventOutcome::UnknownRank;
         };
         *count = 0;
-        let Some(&index) = self.index_of.get(&rank) else {
-            return EventOutcome::Applied;
-        };
         let (lists, free_lists) = (&mut self.lists, &mut self.free_lists);
         self.holders.retain(
             |holder| match drop_holder(lists, free_lists, holder.code, index) {
