@@ -521,7 +521,7 @@ impl MockWorker {
         let decode = self.emit_tokens(out);
         out.decode_kv_tokens = decode.active_kv_tokens;
         self.publish_events(out);
-        let end = self.pass_end(now, &pass.batch, &decode, memo);
+        let end = self.pass_end(now, self.prefill_time(&pass.batch), &decode, memo);
         self.last_pass_end = end;
         end
     }
@@ -534,20 +534,6 @@ impl MockWorker {
         out.clear();
     }
 
-    /// When a pass starting at `now` ends: the prefill part for `prefill`, then the decode
-    /// part for `decode`, as the engine's timing model has them. The one place pass durations
-    /// are computed, for formed and for quiet passes alike, so every model (polynomial, fixed,
-    /// profile) times a quiet run exactly as it times the passes one by one.
-    fn pass_end(
-        &self,
-        now: SimTime,
-        prefill: &timing::PrefillBatch,
-        decode: &timing::DecodeBatch,
-        memo: &mut DecodeMemo,
-    ) -> SimTime {
-        self.pass_end_after(now, self.prefill_time(prefill), decode, memo)
-    }
-
     /// The prefill part of a pass's duration: a decode rank prefills nothing (a recomputed
     /// preemption costs no time either).
     fn prefill_time(&self, prefill: &timing::PrefillBatch) -> SimDuration {
@@ -557,8 +543,12 @@ impl MockWorker {
         }
     }
 
-    /// [`Self::pass_end`] with its prefill part already timed (`prefill_time`).
-    fn pass_end_after(
+    /// When a pass starting at `now` ends: its prefill part `prefill_time` (see
+    /// [`Self::prefill_time`]), then the decode part for `decode`, as the engine's timing model
+    /// has them. The one place pass durations are computed, for formed and for quiet passes
+    /// alike, so every model (polynomial, fixed, profile) times a quiet run exactly as it times
+    /// the passes one by one.
+    fn pass_end(
         &self,
         now: SimTime,
         prefill_time: SimDuration,

@@ -53,7 +53,7 @@ impl MockWorker {
                 count: n,
                 active_kv_tokens: decode_kv_tokens + j * n,
             };
-            let end = self.pass_end_after(now, prefill_time, &decode, memo);
+            let end = self.pass_end(now, prefill_time, &decode, memo);
             if end <= now {
                 break;
             }
