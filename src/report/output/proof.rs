@@ -14,6 +14,9 @@ use std::io::{self, Read};
 use std::path::Path;
 use xxhash_rust::xxh3::{Xxh3Default, xxh3_128};
 
+/// The most a file's check reads at once.
+const READ_CHUNK_BYTES: u64 = 64 << 10;
+
 /// What routersim wrote under one name: its length and its content hash.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Proof {
@@ -84,7 +87,9 @@ impl Proof {
     fn of_file_if_length(path: &Path, bytes: u64) -> io::Result<Option<Proof>> {
         let mut file = bounds::open_regular(path)?.take(bytes.saturating_add(1));
         let mut hasher = Xxh3Default::new();
-        let mut buf = vec![0u8; 64 << 10];
+        // Sized to the file when it is small: a buffer is zeroed whole, and an inspection
+        // reads every file of an output twice, most of them a few KB.
+        let mut buf = vec![0u8; bytes.saturating_add(1).min(READ_CHUNK_BYTES) as usize];
         let mut read = 0u64;
         loop {
             match file.read(&mut buf) {
