@@ -233,6 +233,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_file_longer_or_shorter_than_asked_has_no_proof() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        for len in [0usize, 240, 70_000] {
+            fs::write(&path, vec![7u8; len]).unwrap();
+            for asked in [len.saturating_sub(1), len + 1] {
+                if asked == len {
+                    continue;
+                }
+                let proof = Proof::of_file_if_length(&path, asked as u64).unwrap();
+                assert_eq!(proof, None, "{len} bytes read as {asked}");
+            }
+        }
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_link_or_a_directory_under_a_listed_name_is_not_ours() {
