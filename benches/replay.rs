@@ -15,7 +15,8 @@
 //! Each case is timed three ways: routersim's pipeline (`pipeline::execute` in this process:
 //! reading the trace, simulating, computing the metrics; the like-for-like counterpart of
 //! Dynamo's timer), routersim's whole process (`routersim replay ... --quiet`: start-up, the
-//! same, and writing its CSVs), and Dynamo's own replay time (`sim_wall_ms` of
+//! same, and writing its CSVs; this build's binary, or the one `ROUTERSIM_BENCH_BINARY`
+//! names), and Dynamo's own replay time (`sim_wall_ms` of
 //! `tools/dynamo-replay`, or of the driver `ROUTERSIM_DYNAMO_REPLAY` names;
 //! `ROUTERSIM_DYNAMO_REPLAY=off` skips it). The three take turns, in 5 rounds
 //! (`ROUTERSIM_BENCH_RUNS` to change), so that a burst of load from the machine's neighbours
@@ -403,6 +404,16 @@ fn dynamo_replay() -> Option<PathBuf> {
     }
 }
 
+/// The routersim binary whose whole process is timed: this build's, unless
+/// `ROUTERSIM_BENCH_BINARY` names another (such as the profile-guided build of
+/// `tools/pgo-build.sh`).
+fn routersim_binary() -> PathBuf {
+    match std::env::var_os("ROUTERSIM_BENCH_BINARY") {
+        Some(v) => PathBuf::from(v),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_routersim")),
+    }
+}
+
 /// Dynamo's own replay time (`sim_wall_ms`) of one run.
 fn dynamo_ms(script: &Path, trace: &Path, workers: Workers, out: &Path) -> Option<f64> {
     let output = Command::new(script)
@@ -457,6 +468,10 @@ fn main() -> std::process::ExitCode {
     let dynamo_replay = dynamo_replay();
     if dynamo_replay.is_none() {
         println!("(no Dynamo side: routersim numbers only)");
+    }
+    let binary = routersim_binary();
+    if std::env::var_os("ROUTERSIM_BENCH_BINARY").is_some() {
+        println!("(the process timed is {})", binary.display());
     }
     let big = big_case_asked().then_some(&BIG);
     for case in CASES
@@ -528,7 +543,7 @@ fn main() -> std::process::ExitCode {
                 ms
             }));
             process_ms = process_ms.min(best_ms(|| {
-                let mut command = Command::new(env!("CARGO_BIN_EXE_routersim"));
+                let mut command = Command::new(&binary);
                 command
                     .arg("replay")
                     .arg("--trace")
