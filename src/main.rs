@@ -21,16 +21,18 @@ fn restore_default_sigpipe() {
 /// one that does work here is the allocator's, which hands every freed page back to the
 /// kernel one `madvise` call at a time (79 calls after a one-row replay, 0.5 ms or more of a
 /// small replay), pages the kernel reclaims anyway, all at once, as the process ends.
+/// The instrumented build of `tools/pgo-build.sh` (`--cfg routersim_pgo_training`) runs them:
+/// its profile is written by one.
 fn exit_without_teardown(code: i32) -> ! {
     use std::io::Write;
     // A closed or full stdout has nothing left to tell: the code stands.
     let _ = std::io::stdout().flush();
-    #[cfg(unix)]
+    #[cfg(all(unix, not(routersim_pgo_training)))]
     // SAFETY: every file routersim writes is closed by now (the command has returned and
     // dropped its writers), and stdout was flushed above; `_exit` ends the process at once.
     unsafe {
         libc::_exit(code)
     }
-    #[cfg(not(unix))]
+    #[cfg(any(not(unix), routersim_pgo_training))]
     std::process::exit(code)
 }
