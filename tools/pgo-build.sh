@@ -6,6 +6,7 @@
 #
 # Needs llvm-profdata of rustc's own LLVM version: `rustup component add llvm-tools`, or a
 # distribution's package (Debian: llvm-N, for LLVM N). LLVM_PROFDATA names it explicitly.
+# python3 writes the generated trace (tools/gen_bench_trace.py).
 # Usage: tools/pgo-build.sh
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -65,8 +66,9 @@ rm -rf "$work"
 mkdir -p "$work/profiles" "$work/out"
 cd "$repo"
 # The cfg has the instrumented binary end through the C runtime's exit handlers, one of which
-# writes its profile (the plain build skips them: src/main.rs). The counters per call site
-# are enough for the targets of routersim's indirect calls (LLVM warns when they run out).
+# writes its profile (the plain build skips them: src/main.rs). Eight value counters per call
+# site hold the targets of routersim's indirect calls (with LLVM's default, training warned
+# 140 times that they ran out).
 RUSTFLAGS="${RUSTFLAGS:-} --cfg routersim_pgo_training -Cprofile-generate=$work/profiles \
   -Cllvm-args=-vp-counters-per-site=8" \
   cargo build --release --bin routersim --target-dir "$repo/target/pgo-instrumented"
