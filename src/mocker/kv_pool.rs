@@ -391,6 +391,42 @@ impl KvPool {
         Some(id)
     }
 
+    /// Appends `count` fresh private blocks to `blocks`, exactly the ones `count` calls of
+    /// [`Self::allocate`] would take, in the same order: the free list's last first, then
+    /// never-used slots, then the LRU's head (evicted). False, with the blocks it could take
+    /// appended, once every other block is active.
+    pub fn allocate_into(&mut self, count: usize, blocks: &mut Vec<BlockId>) -> bool {
+        let from_free = count.min(self.free.len());
+        let kept = self.free.len() - from_free;
+        for &id in self.free[kept..].iter().rev() {
+            debug_assert!(self.refs(id) == 0 && !self.is(id, REGISTERED));
+            self.slots[id as usize].links[0] = 1;
+            blocks.push(id);
+        }
+        self.free.truncate(kept);
+        let first_unused = self.slots.len();
+        let unused = (count - from_free).min(self.capacity as usize - first_unused);
+        let fresh = Slot {
+            hash: 0,
+            links: [1, NIL],
+        };
+        self.slots.resize(first_unused + unused, fresh);
+        self.marks.resize(first_unused + unused, 0);
+        blocks.extend(first_unused as BlockId..(first_unused + unused) as BlockId);
+        self.active += (from_free + unused) as u64;
+        // One eviction per iteration, at most `count`: bounded.
+        for _ in from_free + unused..count {
+            if self.lru_head == NIL {
+                return false;
+            }
+            let id = self.evict_lru();
+            self.slots[id as usize].links[0] = 1;
+            self.active += 1;
+            blocks.push(id);
+        }
+        true
+    }
+
     /// Gives the full private block `id` (held once, by the caller) the identity `hash`, whose
     /// parent in the chain is `parent`. A hash the pool does not hold yet is recorded as a
     /// Stored event (if `publish`; an unpublished block's eviction is not published either).
@@ -423,6 +459,42 @@ impl KvPool {
             self.note_registered(hash, parent, publish, reuse != Reuse::Shared);
         }
         id
+    }
+
+    /// Registers the full private blocks `ids` (each held once) as the chain `hashes`, which
+    /// continues `parent`, all as [`Reuse::Never`]: exactly as registering them one by one
+    /// would, with the event bookkeeping done once for the run (every block after the first
+    /// continues the Stored event the first one is in).
+    pub fn register_unindexed_run(
+        &mut self,
+        ids: &[BlockId],
+        hashes: &[SeqHash],
+        parent: Option<SeqHash>,
+        publish: bool,
+    ) {
+        assert_eq!(ids.len(), hashes.len(), "a block without its hash");
+        let Some(&first) = hashes.first() else {
+            return;
+        };
+        let kept = !(PUBLISHED | WITHHELD | UNINDEXED);
+        let set = REGISTERED | WITHHELD | UNINDEXED | if publish { PUBLISHED } else { 0 };
+        for (&id, &hash) in ids.iter().zip(hashes) {
+            assert!(
+                !self.is(id, REGISTERED) && self.refs(id) == 1,
+                "register needs a private block held once"
+            );
+            let marks = &mut self.marks[id as usize];
+            *marks = (*marks & kept) | set;
+            self.slots[id as usize].hash = hash;
+            if self.watch_next == Some(hash) {
+                self.watch_changes += 1;
+            }
+        }
+        if publish && self.events_enabled {
+            self.record_stored(first, parent, true);
+            self.last_stored = hashes.last().copied();
+            self.expected_stored = self.expected_stored.saturating_sub(hashes.len() - 1);
+        }
     }
 
     /// Files registered block `id` under `hash` in the index: as the copy lookups find if
@@ -1201,6 +1273,76 @@ mod tests {
         assert!(!pool.contains(3) && pool.primary_changes() == primaries + 2);
         pool.release(a);
         pool.check_invariants().unwrap();
+    }
+
+    /// A pool with every source of fresh blocks in play: two private blocks on the free
+    /// list, four slots never used, and four cached blocks to evict (one never published).
+    fn pool_with_every_source() -> KvPool {
+        let mut pool = KvPool::new(10, true);
+        let cached = store_chain(&mut pool, &[1, 2, 3]);
+        let unpublished = pool.allocate().unwrap();
+        pool.register(unpublished, 7, None, false, Reuse::Shared);
+        let private: Vec<_> = (0..2).map(|_| pool.allocate().unwrap()).collect();
+        for &id in cached.iter().chain(&[unpublished]).chain(&private) {
+            pool.release(id);
+        }
+        pool
+    }
+
+    #[test]
+    fn allocate_into_takes_the_blocks_allocate_would_in_the_same_order() {
+        for count in [0, 1, 3, 6, 9, 10, 11] {
+            let (mut batch, mut single) = (pool_with_every_source(), pool_with_every_source());
+            let mut ids = vec![99];
+            let all = batch.allocate_into(count, &mut ids);
+            let mut one_by_one = vec![99];
+            let mut ok = true;
+            for _ in 0..count {
+                match single.allocate() {
+                    Some(id) => one_by_one.push(id),
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            assert_eq!((ids, all), (one_by_one, ok), "{count} blocks");
+            batch.assert_same_state(&single);
+            batch.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn registering_an_unindexed_run_is_registering_its_blocks_one_by_one() {
+        for publish in [true, false] {
+            let (mut run, mut single) = (KvPool::new(8, true), KvPool::new(8, true));
+            let mut found = Vec::new();
+            for pool in [&mut run, &mut single] {
+                store_chain(pool, &[1, 2]);
+                // Watching 1, 2 then 4: registering 4 may lengthen the probe's answer.
+                pool.match_prefix_watched([1, 2, 4], 8, &mut found);
+            }
+            let watched = run.watch_changes();
+            let hashes = [3, 4, 5];
+            let ids: Vec<_> = (0..3).map(|_| run.allocate().unwrap()).collect();
+            run.register_unindexed_run(&ids, &hashes, Some(2), publish);
+            let mut parent = Some(2);
+            for &h in &hashes {
+                let id = single.allocate().unwrap();
+                single.register(id, h, parent, publish, Reuse::Never);
+                parent = Some(h);
+            }
+            run.assert_same_state(&single);
+            assert_eq!(run.watch_changes(), single.watch_changes());
+            assert!(run.watch_changes() > watched, "4 was watched for");
+            // A block after the run continues the same Stored event in both.
+            for pool in [&mut run, &mut single] {
+                let id = pool.allocate().unwrap();
+                pool.register(id, 6, Some(5), true, Reuse::Shared);
+            }
+            run.assert_same_state(&single);
+            run.check_invariants().unwrap();
+        }
     }
 
     #[test]

@@ -894,18 +894,15 @@ impl MockWorker {
         self.pool.expect(want - have, fresh as usize);
         let evictions = fresh.saturating_sub(self.pool.free_blocks());
         self.pool.warm_evictions(evictions as usize);
-        // One block per iteration, up to `want`: bounded.
-        while r.blocks.len() < want {
-            let index = r.blocks.len();
-            // Every found block is taken before any fresh one (which may evict), so the found
-            // ids stay valid through the loop.
+        // Every cached block is taken before any fresh one (which may evict), so the found ids
+        // stay valid through this loop. One block per iteration, up to `reuse_end`: bounded.
+        for index in have..reuse_end {
             let reused = match found.get(index) {
                 Some(&id) => {
                     self.pool.acquire_id(id);
                     Some(id)
                 }
-                None if (index as u64) < cached_blocks => self.pool.acquire(block_hash(r, index)),
-                None => None,
+                None => self.pool.acquire(block_hash(r, index)),
             };
             match reused {
                 Some(block) => {
@@ -919,7 +916,8 @@ impl MockWorker {
                 },
             }
         }
-        true
+        let fresh = want - r.blocks.len();
+        self.pool.allocate_into(fresh, &mut r.blocks)
     }
 
     /// Registers the request's blocks that `computed_tokens` completes, so later requests
@@ -944,7 +942,7 @@ impl MockWorker {
         let (prompt, generated) = hashes_between(r, r.registered.min(indexed_end), indexed_end);
         self.pool.warm_lookups(prompt);
         self.pool.warm_lookups(generated);
-        // One block per iteration, up to `full`: bounded.
+        // One block, or one run of unindexed blocks, per iteration, up to `full`: bounded.
         while r.registered < full {
             let index = r.registered;
             let parent = index.checked_sub(1).map(|p| block_hash(r, p));
@@ -954,6 +952,20 @@ impl MockWorker {
                 (false, true) => Reuse::OwnerAgain,
                 (false, false) => Reuse::Never,
             };
+            if reuse == Reuse::Never {
+                // The rest of the prompt's blocks, or of the generated ones, all alike.
+                let end = if index < prompt_blocks {
+                    full.min(prompt_blocks)
+                } else {
+                    full
+                };
+                let (prompt, generated) = hashes_between(r, index, end);
+                let hashes = if prompt.is_empty() { generated } else { prompt };
+                self.pool
+                    .register_unindexed_run(&r.blocks[index..end], hashes, parent, publish);
+                r.registered = end;
+                continue;
+            }
             let hash = block_hash(r, index);
             let block = self
                 .pool
