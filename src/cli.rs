@@ -5,7 +5,7 @@ use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_SWEEP_RUNS};
 use crate::engine::StopReason;
 use crate::mocker::{EngineArgs, WorkerRole};
 use crate::pipeline::{
-    self, DisaggregatedSetup, JudgedRun, Judgement, ReplaySetup, RunError, RunOutput, RunSpec,
+    self, DisaggregatedSetup, JudgedRun, Judgement, ReplaySetup, RunError, RunSpec,
 };
 use crate::report;
 use crate::report::chart::PlotError;
@@ -812,7 +812,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
-    let RunOutput { result, metrics } = started.execute()?;
+    let (result, measuring) = started.simulate()?;
     let trace_name = args.trace.display().to_string();
     let mut meta = serde_json::json!({
         "command": "replay",
@@ -827,25 +827,32 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     } else if arrival_speedup_ratio != 1.0 {
         meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
     }
-    let mut files = if args.plots {
-        report::run_files(&result, &metrics, &meta, &[])
-            .map_err(|e| CliError::Bug(e.to_string()))?
-    } else {
-        report::data_files(&result, &metrics, &meta)
-    };
-    files.extend(args.timeline.file(&result, &meta));
-    if !args.no_report {
-        let page = RunPage {
-            command: "replay",
-            title: &file_name(&args.trace),
-            facts: replay_facts(args),
-            outcomes: None,
-        };
-        files = report::with_report(files, &page, &metrics);
-    }
-    target.write_bodies(&files).map_err(input)?;
+    std::thread::scope(|scope| {
+        // Formatted on another thread while the run is measured and the other files made.
+        let requests_csv = report::requests_csv_body(&result).start_ahead(scope);
+        let metrics = measuring.metrics(&result);
+        let mut files = report::data_files_with(requests_csv, &metrics, &meta);
+        if args.plots {
+            let plots = report::plot_files(&result, &metrics, &[]);
+            files.extend(plots.map_err(|e| CliError::Bug(e.to_string()))?);
+        }
+        files.extend(args.timeline.file(&result, &meta));
+        if !args.no_report {
+            let page = RunPage {
+                command: "replay",
+                title: &file_name(&args.trace),
+                facts: replay_facts(args),
+                outcomes: None,
+            };
+            files = report::with_report(files, &page, &metrics);
+        }
+        target.write_bodies(&files).map_err(input)?;
+        if !args.quiet {
+            print!("{}", report::table::class_table(&metrics));
+        }
+        Ok::<_, CliError>(())
+    })?;
     if !args.quiet {
-        print!("{}", report::table::class_table(&metrics));
         println!(
             "{} requests, makespan {} ms, {} events; wrote {}",
             result.records.len(),

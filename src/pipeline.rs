@@ -255,9 +255,17 @@ pub fn start(spec: &RunSpec) -> Started<'_> {
     Started { spec, rows }
 }
 
-impl Started<'_> {
+impl<'a> Started<'a> {
     /// Runs the spec: its result and what the reports show of it.
     pub fn execute(self) -> Result<RunOutput, RunError> {
+        let (result, measuring) = self.simulate()?;
+        let metrics = measuring.metrics(&result);
+        Ok(RunOutput { result, metrics })
+    }
+
+    /// Runs the spec: its result, and what measures it. A command may start formatting the
+    /// result's files on another thread while it is measured.
+    pub fn simulate(self) -> Result<(SimResult, Measuring<'a>), RunError> {
         let spec = self.spec;
         let result = match self.rows {
             Some(rows) => {
@@ -266,9 +274,29 @@ impl Started<'_> {
             }
             None => simulate(spec)?,
         };
-        let _release = (result.records.len() >= PROMPT_RELEASE_FROM_REQUESTS)
+        let release = (result.records.len() >= PROMPT_RELEASE_FROM_REQUESTS)
             .then(crate::memory::PromptRelease::start);
-        Ok(measure(spec, result))
+        Ok((
+            result,
+            Measuring {
+                spec,
+                _release: release,
+            },
+        ))
+    }
+}
+
+/// What measures a run's result ([`Started::simulate`]); a large run's freed memory goes
+/// back to the kernel promptly until it has.
+pub struct Measuring<'a> {
+    spec: &'a RunSpec,
+    _release: Option<crate::memory::PromptRelease>,
+}
+
+impl Measuring<'_> {
+    /// What the reports show of `result`, the spec's result.
+    pub fn metrics(self, result: &SimResult) -> RunMetrics {
+        metrics_of(self.spec, result)
     }
 }
 
@@ -292,15 +320,21 @@ fn streamed_trace(spec: &RunSpec) -> Option<(&Path, u64, f64, RowOrder)> {
 }
 
 /// The output of `spec`'s run: its result and what the reports show of it.
+#[cfg(test)]
 fn measure(spec: &RunSpec, result: SimResult) -> RunOutput {
+    let metrics = metrics_of(spec, &result);
+    RunOutput { result, metrics }
+}
+
+/// What the reports show of `result`, `spec`'s result.
+fn metrics_of(spec: &RunSpec, result: &SimResult) -> RunMetrics {
     let warmup_end = SimTime::ZERO.saturating_add(spec.warmup);
-    let metrics = RunMetrics::compute_with(&result, &result.class_quanta_tokens, warmup_end)
+    let metrics = RunMetrics::compute_with(result, &result.class_quanta_tokens, warmup_end)
         .with_capacity_seqs(spec.config.capacity_seqs());
-    let metrics = match spec.prefix_n {
+    match spec.prefix_n {
         Some(n) => metrics.with_prefix_n(n),
         None => metrics,
-    };
-    RunOutput { result, metrics }
+    }
 }
 
 /// The simulator's result for `spec`'s requests, when they are not a streamed trace.

@@ -37,11 +37,23 @@ pub fn data_files<'a>(
     metrics: &'a metrics::RunMetrics,
     meta: &serde_json::Value,
 ) -> Vec<(String, FileBody<'a>)> {
+    data_files_with(requests_csv_body(result), metrics, meta)
+}
+
+/// The body of `requests.csv` ([`write_requests_csv`]), streamed or formatted ahead by its
+/// size: give it to [`data_files_with`], maybe started first ([`FileBody::start_ahead`]).
+pub fn requests_csv_body(result: &SimResult) -> FileBody<'_> {
+    FileBody::streamed_rows(result.records.len(), |out| write_requests_csv(result, out))
+}
+
+/// [`data_files`] with the body of `requests.csv` given ([`requests_csv_body`]).
+pub fn data_files_with<'a>(
+    requests_csv: FileBody<'a>,
+    metrics: &'a metrics::RunMetrics,
+    meta: &serde_json::Value,
+) -> Vec<(String, FileBody<'a>)> {
     vec![
-        (
-            "requests.csv".to_string(),
-            FileBody::streamed_rows(result.records.len(), |out| write_requests_csv(result, out)),
-        ),
+        ("requests.csv".to_string(), requests_csv),
         (
             "completions.csv".to_string(),
             FileBody::streamed(|out| files::write_completions_csv(metrics, out)),
@@ -67,12 +79,21 @@ pub fn run_files<'a>(
     expectations: &[expect::Expectation],
 ) -> Result<Vec<(String, FileBody<'a>)>, chart::PlotError> {
     let mut all = data_files(result, metrics, meta);
-    all.extend(
-        plots::render_all(result, metrics, expectations)?
-            .into_iter()
-            .map(|(name, bytes)| (name, bytes.into())),
-    );
+    all.extend(plot_files(result, metrics, expectations)?);
     Ok(all)
+}
+
+/// Every plot of a run as PNG and SVG, the part of [`run_files`] after [`data_files`].
+pub fn plot_files<'a>(
+    result: &SimResult,
+    metrics: &metrics::RunMetrics,
+    expectations: &[expect::Expectation],
+) -> Result<Vec<(String, FileBody<'a>)>, chart::PlotError> {
+    let plots = plots::render_all(result, metrics, expectations)?;
+    Ok(plots
+        .into_iter()
+        .map(|(name, bytes)| (name, bytes.into()))
+        .collect())
 }
 
 /// `files` and, after them, their `report.html` ([`run_page::run_report`]): the SVG plots
@@ -87,7 +108,7 @@ pub fn with_report<'a>(
         .iter()
         .map(|(name, body)| match body {
             FileBody::Bytes(bytes) => (name.as_str(), bytes.as_slice()),
-            FileBody::Streamed { .. } => (name.as_str(), &[][..]),
+            FileBody::Streamed { .. } | FileBody::Started(_) => (name.as_str(), &[][..]),
         })
         .collect();
     let report = run_page::run_report(page, metrics, &inline);

@@ -264,8 +264,9 @@ impl OutputTarget {
         fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
         let mut stage = Stage::create(&parent, &stage_base(&self.dir), &names)?;
         let mut written = Vec::with_capacity(files.len());
+        let formatting = |contents| matches!(contents, Contents::Ahead(_) | Contents::Started(_));
         for &(name, contents) in files {
-            if !matches!(contents, Contents::Ahead(_)) {
+            if !formatting(contents) {
                 written.push((name, stage.write(name, contents)?));
             }
         }
@@ -275,6 +276,11 @@ impl OutputTarget {
                 .join()
                 .unwrap_or_else(|panic| resume_unwind(panic));
             written.push((name, stage.write_rendered(name, rendered)?));
+        }
+        for &(name, contents) in files {
+            if matches!(contents, Contents::Started(_)) {
+                written.push((name, stage.write(name, contents)?));
+            }
         }
         let proofs = proof::proofs_from(written);
         assert_eq!(proofs.len(), files.len(), "an output name twice");

@@ -7,7 +7,10 @@ use super::proof::Proof;
 use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::ops::RangeInclusive;
+use std::panic::resume_unwind;
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::thread::Scope;
 use xxhash_rust::xxh3::Xxh3Default;
 
 /// A writer of a file's bytes: deterministic, so a rerun writes the same bytes. Shareable
@@ -29,6 +32,29 @@ pub enum FileBody<'a> {
         export: Box<Exporter<'a>>,
         rows: usize,
     },
+    /// Being formatted on a thread of the caller's ([`FileBody::start_ahead`]).
+    Started(Formatting<'a>),
+}
+
+/// A body being formatted on another thread (its bytes are taken once, when it is written).
+pub struct Formatting<'a>(Box<dyn Formatted + 'a>);
+
+/// What [`Formatting`] holds: the bytes of a body formatted elsewhere, taken once.
+pub(super) trait Formatted: Sync {
+    fn take(&self) -> io::Result<Vec<u8>>;
+}
+
+/// Waits for the thread formatting a body and hands over its bytes (or re-raises its panic).
+type Join<'a> = Box<dyn FnOnce() -> io::Result<Vec<u8>> + Send + 'a>;
+
+/// [`Formatted`] by a thread of a scope: its join, until it is taken.
+struct OnThread<'a>(Mutex<Option<Join<'a>>>);
+
+impl Formatted for OnThread<'_> {
+    fn take(&self) -> io::Result<Vec<u8>> {
+        let join = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        join.expect("a started body is written once")()
+    }
 }
 
 impl From<Vec<u8>> for FileBody<'_> {
@@ -57,6 +83,29 @@ impl<'a> FileBody<'a> {
         }
     }
 
+    /// Starts formatting the body now, on a thread of `scope`, if it is one worth formatting
+    /// ahead ([`AHEAD_ROWS`]): the formatting then overlaps whatever the caller does before
+    /// it writes the files (a replay's metrics, its other files), not only their writing.
+    /// Any other body is kept as it is.
+    pub fn start_ahead<'scope>(self, scope: &'scope Scope<'scope, '_>) -> FileBody<'scope>
+    where
+        'a: 'scope,
+    {
+        let FileBody::Streamed { export, rows } = self else {
+            return self;
+        };
+        if !AHEAD_ROWS.contains(&rows) {
+            return FileBody::Streamed { export, rows };
+        }
+        let thread = scope.spawn(move || {
+            let mut bytes = Vec::new();
+            export(&mut bytes).map(|()| bytes)
+        });
+        let join: Join<'scope> =
+            Box::new(move || thread.join().unwrap_or_else(|panic| resume_unwind(panic)));
+        FileBody::Started(Formatting(Box::new(OnThread(Mutex::new(Some(join))))))
+    }
+
     /// The whole contents in memory (for tests and small files).
     pub fn to_bytes(&self) -> io::Result<Vec<u8>> {
         self.contents().render()
@@ -69,6 +118,7 @@ impl<'a> FileBody<'a> {
                 true => Contents::Ahead(export.as_ref()),
                 false => Contents::Streamed(export.as_ref()),
             },
+            FileBody::Started(formatting) => Contents::Started(formatting.0.as_ref()),
         }
     }
 }
@@ -80,6 +130,8 @@ pub(super) enum Contents<'b> {
     Bytes(&'b [u8]),
     Streamed(&'b Exporter<'b>),
     Ahead(&'b Exporter<'b>),
+    /// Being formatted on another thread already.
+    Started(&'b (dyn Formatted + 'b)),
 }
 
 impl Contents<'_> {
@@ -92,6 +144,7 @@ impl Contents<'_> {
                 export(&mut bytes)?;
                 Ok(bytes)
             }
+            Contents::Started(formatted) => formatted.take(),
         }
     }
 
@@ -108,6 +161,11 @@ impl Contents<'_> {
                 export(&mut out)?;
                 out.inner.flush()?;
                 Ok(out.proof())
+            }
+            Contents::Started(formatted) => {
+                let bytes = formatted.take()?;
+                fs::write(path, &bytes)?;
+                Ok(Proof::of(&bytes))
             }
         }
     }

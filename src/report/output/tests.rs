@@ -115,6 +115,72 @@ fn a_mid_sized_streamed_body_is_formatted_on_another_thread_and_lands_byte_for_b
 }
 
 #[test]
+fn a_body_started_ahead_is_formatted_before_the_write_on_another_thread_and_lands_alike() {
+    let here = std::thread::current().id();
+    for (rows, elsewhere) in [(10, false), (1000, true), (10_000, false)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let formatted_on = std::sync::Mutex::new(Vec::new());
+        let expected = rows_from_a_thread(rows, &formatted_on).to_bytes().unwrap();
+        formatted_on.lock().unwrap().clear();
+        std::thread::scope(|scope| {
+            let body = rows_from_a_thread(rows, &formatted_on).start_ahead(scope);
+            assert_eq!(
+                matches!(body, FileBody::Started(_)),
+                elsewhere,
+                "{rows} rows"
+            );
+            if elsewhere {
+                // Under way before any file is written: the caller's work overlaps it.
+                let under_way = (0..10_000).any(|_| {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    !formatted_on.lock().unwrap().is_empty()
+                });
+                assert!(under_way, "{rows} rows: formatting started");
+            }
+            let bodies = vec![
+                ("rows.csv".to_string(), body),
+                ("x.csv".to_string(), b"x".to_vec().into()),
+            ];
+            let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+            target.write_bodies(&bodies).unwrap();
+        });
+        let threads = formatted_on.lock().unwrap().clone();
+        assert_eq!(threads.len(), 1, "{rows} rows: formatted once");
+        assert_eq!(threads[0] != here, elsewhere, "{rows} rows");
+        assert_eq!(fs::read(out.join("rows.csv")).unwrap(), expected);
+        assert_eq!(
+            read_marker(&out).unwrap().proofs,
+            proofs_of(&[("rows.csv", &expected), ("x.csv", b"x")])
+        );
+        assert_eq!(entries(tmp.path()), set(&["out"]));
+    }
+}
+
+#[test]
+fn a_body_started_ahead_whose_formatting_fails_leaves_nothing_behind() {
+    let broken = |_: &mut dyn std::io::Write| -> std::io::Result<()> {
+        Err(std::io::Error::other("the exporter failed"))
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let err = std::thread::scope(|scope| {
+        let bodies = vec![
+            (
+                "rows.csv".to_string(),
+                FileBody::streamed_rows(1000, broken).start_ahead(scope),
+            ),
+            ("x.csv".to_string(), b"x".to_vec().into()),
+        ];
+        let target = claim(&out, OutputKind::Run, &[], false).unwrap();
+        target.write_bodies(&bodies).unwrap_err()
+    });
+    assert!(err.0.contains("the exporter failed"), "{}", err.0);
+    assert!(err.0.contains("rows.csv"), "the file is named: {}", err.0);
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+}
+
+#[test]
 fn a_streamed_file_whose_write_fails_leaves_nothing_behind() {
     let broken = |_: &mut dyn std::io::Write| -> std::io::Result<()> {
         Err(std::io::Error::other("the exporter failed"))
