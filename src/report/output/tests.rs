@@ -86,50 +86,66 @@ fn rows_from_a_thread(
     })
 }
 
+/// Writes `body` as `rows.csv`, beside a small `x.csv`, into the new directory `out`.
+fn write_rows_beside_x(out: &Path, body: FileBody<'_>) {
+    let bodies = vec![
+        ("rows.csv".to_string(), body),
+        ("x.csv".to_string(), b"x".to_vec().into()),
+    ];
+    let target = claim(out, OutputKind::Run, &[], false).unwrap();
+    target.write_bodies(&bodies).unwrap();
+}
+
+/// Checks what [`write_rows_beside_x`] left in `tmp`: `rows` rows formatted once, on another
+/// thread than this one if `elsewhere`, landed as `expected` with their proof, and nothing
+/// else beside the output.
+fn assert_rows_landed(
+    tmp: &Path,
+    rows: usize,
+    expected: &[u8],
+    formatted_on: &std::sync::Mutex<Vec<std::thread::ThreadId>>,
+    elsewhere: bool,
+) {
+    let out = tmp.join("out");
+    let threads = formatted_on.lock().unwrap().clone();
+    assert_eq!(threads.len(), 1, "{rows} rows: formatted once");
+    assert_eq!(
+        threads[0] != std::thread::current().id(),
+        elsewhere,
+        "{rows} rows"
+    );
+    assert_eq!(fs::read(out.join("rows.csv")).unwrap(), expected);
+    assert_eq!(
+        read_marker(&out).unwrap().proofs,
+        proofs_of(&[("rows.csv", expected), ("x.csv", b"x")])
+    );
+    assert_eq!(entries(tmp), set(&["out"]));
+}
+
 #[test]
 fn a_mid_sized_streamed_body_is_formatted_on_another_thread_and_lands_byte_for_byte() {
-    let here = std::thread::current().id();
     for (rows, elsewhere) in [(10, false), (1000, true), (8192, true), (10_000, false)] {
         let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("out");
         let formatted_on = std::sync::Mutex::new(Vec::new());
         let body = rows_from_a_thread(rows, &formatted_on);
         let expected = body.to_bytes().unwrap();
         formatted_on.lock().unwrap().clear();
-        let bodies = vec![
-            ("rows.csv".to_string(), body),
-            ("x.csv".to_string(), b"x".to_vec().into()),
-        ];
-        let target = claim(&out, OutputKind::Run, &[], false).unwrap();
-        target.write_bodies(&bodies).unwrap();
-        let threads = formatted_on.lock().unwrap().clone();
-        assert_eq!(threads.len(), 1, "{rows} rows: formatted once");
-        assert_eq!(threads[0] != here, elsewhere, "{rows} rows");
-        assert_eq!(fs::read(out.join("rows.csv")).unwrap(), expected);
-        assert_eq!(
-            read_marker(&out).unwrap().proofs,
-            proofs_of(&[("rows.csv", &expected), ("x.csv", b"x")])
-        );
-        assert_eq!(entries(tmp.path()), set(&["out"]));
+        write_rows_beside_x(&tmp.path().join("out"), body);
+        assert_rows_landed(tmp.path(), rows, &expected, &formatted_on, elsewhere);
     }
 }
 
 #[test]
 fn a_body_started_ahead_is_formatted_before_the_write_on_another_thread_and_lands_alike() {
-    let here = std::thread::current().id();
     for (rows, elsewhere) in [(10, false), (1000, true), (10_000, false)] {
         let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("out");
         let formatted_on = std::sync::Mutex::new(Vec::new());
         let expected = rows_from_a_thread(rows, &formatted_on).to_bytes().unwrap();
         formatted_on.lock().unwrap().clear();
         std::thread::scope(|scope| {
             let body = rows_from_a_thread(rows, &formatted_on).start_ahead(scope);
-            assert_eq!(
-                matches!(body, FileBody::Started(_)),
-                elsewhere,
-                "{rows} rows"
-            );
+            let started = matches!(body, FileBody::Started(_));
+            assert_eq!(started, elsewhere, "{rows} rows");
             if elsewhere {
                 // Under way before any file is written: the caller's work overlaps it.
                 let under_way = (0..10_000).any(|_| {
@@ -138,22 +154,9 @@ fn a_body_started_ahead_is_formatted_before_the_write_on_another_thread_and_land
                 });
                 assert!(under_way, "{rows} rows: formatting started");
             }
-            let bodies = vec![
-                ("rows.csv".to_string(), body),
-                ("x.csv".to_string(), b"x".to_vec().into()),
-            ];
-            let target = claim(&out, OutputKind::Run, &[], false).unwrap();
-            target.write_bodies(&bodies).unwrap();
+            write_rows_beside_x(&tmp.path().join("out"), body);
         });
-        let threads = formatted_on.lock().unwrap().clone();
-        assert_eq!(threads.len(), 1, "{rows} rows: formatted once");
-        assert_eq!(threads[0] != here, elsewhere, "{rows} rows");
-        assert_eq!(fs::read(out.join("rows.csv")).unwrap(), expected);
-        assert_eq!(
-            read_marker(&out).unwrap().proofs,
-            proofs_of(&[("rows.csv", &expected), ("x.csv", b"x")])
-        );
-        assert_eq!(entries(tmp.path()), set(&["out"]));
+        assert_rows_landed(tmp.path(), rows, &expected, &formatted_on, elsewhere);
     }
 }
 
