@@ -99,6 +99,9 @@ struct Req {
     /// Its prompt's KV came from a prefill worker (a decode rank's handoff): it is admitted
     /// with the prompt computed, and nothing is prefilled for it.
     transferred: bool,
+    /// The formed pass ([`MockWorker::pass_seq`]) that last decoded its token in place: that
+    /// step leaves no [`Scheduled`] entry, only this stamp, for a preemption to undo.
+    decoded_in_pass: u64,
 }
 
 impl Req {
@@ -169,7 +172,11 @@ pub struct MockWorker {
     /// Publish Stored and Removed events for blocks that hold generated tokens (see
     /// [`MockWorker::set_publish_generated_blocks`]).
     publish_generated_blocks: bool,
+    /// What the current pass scheduled, but for tokens decoded in place (the commonest step,
+    /// stamped on its request instead: see [`Req::decoded_in_pass`]).
     scheduled: Vec<Scheduled>,
+    /// Counts formed passes, from 1.
+    pass_seq: u64,
     ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
     /// Block boundaries of a quiet run: (pass, step) pairs.
@@ -227,6 +234,7 @@ impl MockWorker {
             last_pass_end: SimTime::ZERO,
             publish_generated_blocks: true,
             scheduled: Vec::new(),
+            pass_seq: 0,
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
@@ -408,6 +416,7 @@ impl MockWorker {
                     max_reused: 0,
                     live: false,
                     transferred: false,
+                    decoded_in_pass: 0,
                 });
                 (self.reqs.len() - 1) as Slot
             }
@@ -418,6 +427,7 @@ impl MockWorker {
         r.prompt_tokens = req.prompt_tokens;
         r.max_output_tokens = req.max_output_tokens;
         r.prompt_hashes = req.prompt_hashes;
+        r.decoded_in_pass = 0;
         r.gen_hashes.clear();
         r.generated = 0;
         r.computed = 0;
@@ -503,6 +513,7 @@ impl MockWorker {
         );
         self.take_back(out);
         self.scheduled.clear();
+        self.pass_seq += 1;
         let mut pass = PassState {
             budget: self.args.max_num_batched_tokens,
             batch: Batch::default(),
@@ -516,7 +527,8 @@ impl MockWorker {
         if idle && out.rejected.is_empty() && !pass.preempted_any {
             self.break_stall(out);
         }
-        out.scheduled_tokens = self.scheduled.iter().map(|s| s.tokens).sum();
+        // Every scheduled token, an undone one given back, came out of the budget.
+        out.scheduled_tokens = self.args.max_num_batched_tokens - pass.budget;
         out.prefill_tokens = pass.batch.new_tokens();
         let decode = self.emit_tokens(out);
         out.decode_kv_tokens = decode.active_kv_tokens;
@@ -596,7 +608,8 @@ impl MockWorker {
 
     /// The most common step, done directly: a decoding request's one token when it fits the
     /// blocks the request holds and fills none (nothing to allocate, register or preempt).
-    /// Leaves exactly what `schedule` would; false (nothing done) for any other step.
+    /// Leaves what `schedule` would, but for its [`Scheduled`] entry: the request's stamp
+    /// ([`Req::decoded_in_pass`]) stands for it. False (nothing done) for any other step.
     fn decode_in_place(&mut self, slot: Slot, pass: &mut PassState) -> bool {
         let bs = self.args.block_size;
         let caching = self.args.enable_prefix_caching;
@@ -610,12 +623,7 @@ impl MockWorker {
             return false;
         }
         r.computed = computed + 1;
-        self.scheduled.push(Scheduled {
-            slot,
-            tokens: 1,
-            prompt_tokens: 0,
-            prefix_tokens: r.prompt_tokens,
-        });
+        r.decoded_in_pass = self.pass_seq;
         pass.budget -= 1;
         true
     }
@@ -1016,6 +1024,12 @@ impl MockWorker {
     /// prompt tokens leave the prefill batch.
     fn undo_scheduled(&mut self, victim: Slot, pass: &mut PassState) {
         let Some(pos) = self.scheduled.iter().position(|s| s.slot == victim) else {
+            let r = &mut self.reqs[victim as usize];
+            if r.decoded_in_pass == self.pass_seq {
+                // Its one token decoded in place: no prompt tokens left the batch.
+                r.decoded_in_pass = 0;
+                pass.budget += 1;
+            }
             return;
         };
         let s = self.scheduled.swap_remove(pos);
@@ -1345,6 +1359,33 @@ mod tests {
         // are reused at readmission (the reported value is the max over admissions).
         assert_eq!(seen[&1].reused, 576);
         assert_eq!(seen[&1].tokens, 100);
+    }
+
+    /// A token decoded in place leaves only a stamp on its request; preempting that request
+    /// later in the pass gives the token back to the budget, as undoing a scheduled step does.
+    #[test]
+    fn preempting_a_request_decoded_in_place_gives_its_token_back() {
+        let args = args_with(|a| {
+            a.block_size = 16;
+            a.num_gpu_blocks = 8;
+            a.preemption_mode = PreemptionMode::Fifo;
+        });
+        let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
+        // 62 and 64 prompt tokens: four blocks each, the whole pool.
+        w.add_request(SimTime::ZERO, tokens_req(0, &[(5, 62)], 10))
+            .unwrap();
+        w.add_request(SimTime::ZERO, tokens_req(1, &[(6, 64)], 10))
+            .unwrap();
+        let mut out = PassOutput::default();
+        let end = w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(out.scheduled_tokens, 126);
+        // Request 0 decodes in place; request 1 needs a fifth block, and the oldest request
+        // (0, FIFO) is preempted for it: only request 1's token is scheduled.
+        w.execute_pass(end, &mut out);
+        assert_eq!(out.preempted, vec![RequestId(0)]);
+        assert_eq!(out.scheduled_tokens, 1);
+        assert_eq!(w.running_len(), 1);
+        w.check_invariants().unwrap();
     }
 
     #[test]
