@@ -47,12 +47,10 @@ pub(super) trait Formatted: Sync {
 /// Waits for the thread formatting a body and hands over its bytes (or re-raises its panic).
 type Join<'a> = Box<dyn FnOnce() -> io::Result<Vec<u8>> + Send + 'a>;
 
-/// [`Formatted`] by a thread of a scope: its join, until it is taken.
-struct OnThread<'a>(Mutex<Option<Join<'a>>>);
-
-impl Formatted for OnThread<'_> {
+/// A thread's join, until its bytes are taken.
+impl Formatted for Mutex<Option<Join<'_>>> {
     fn take(&self) -> io::Result<Vec<u8>> {
-        let join = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let join = self.lock().unwrap_or_else(PoisonError::into_inner).take();
         join.expect("a started body is written once")()
     }
 }
@@ -103,7 +101,7 @@ impl<'a> FileBody<'a> {
         });
         let join: Join<'scope> =
             Box::new(move || thread.join().unwrap_or_else(|panic| resume_unwind(panic)));
-        FileBody::Started(Formatting(Box::new(OnThread(Mutex::new(Some(join))))))
+        FileBody::Started(Formatting(Box::new(Mutex::new(Some(join)))))
     }
 
     /// The whole contents in memory (for tests and small files).
@@ -162,11 +160,7 @@ impl Contents<'_> {
                 out.inner.flush()?;
                 Ok(out.proof())
             }
-            Contents::Started(formatted) => {
-                let bytes = formatted.take()?;
-                fs::write(path, &bytes)?;
-                Ok(Proof::of(&bytes))
-            }
+            Contents::Started(formatted) => Contents::Bytes(&formatted.take()?).write_file(path),
         }
     }
 }
