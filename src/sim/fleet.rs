@@ -479,9 +479,6 @@ impl WorkerFleet {
         for admitted in &slot.output.admitted {
             ledger.admitted(now, admitted.id, role, admitted);
         }
-        if !slot.output.admitted.is_empty() {
-            ledger.note_change(now);
-        }
         let epoch = slot.epoch;
         Ok(Some(PassEndAt { at, rank, epoch }))
     }

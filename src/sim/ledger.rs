@@ -81,7 +81,7 @@ pub(super) struct Ledger {
     ended: u64,
     /// Ends of watched requests not yet taken by the feed.
     watched_ends: Vec<WatchedEnd>,
-    /// The latest instant a request was admitted, got its first token or ended: the makespan
+    /// The latest instant a request was first admitted, got its first token or ended: the makespan
     /// so far.
     last_change: SimTime,
     /// Bumped each time `last_change` is raised: pass times recorded under an older epoch
@@ -244,7 +244,9 @@ impl Ledger {
 
     /// A worker of `role` admitted request `id` in a pass starting at `now`, as `admitted`
     /// reports it. A decode worker's admission is the handoff's; the others' are the
-    /// request's own (its reuse is the largest over them, as 1.6.1 reports it).
+    /// request's own (its reuse is the largest over them, as 1.6.1 reports it). Only a
+    /// request's first admission is a change the makespan sees: a readmission after a
+    /// preemption, or a decode worker's admission, is not.
     pub fn admitted(&mut self, now: SimTime, id: RequestId, role: WorkerRole, admitted: &Admitted) {
         let record = &mut self.records[id.0 as usize];
         match (role, record.rare.as_mut().and_then(|r| r.handoff.as_mut())) {
@@ -253,8 +255,12 @@ impl Ledger {
                 handoff.decode_reused_input_tokens = admitted.reused_tokens;
             }
             _ => {
+                let first = record.admit.is_none();
                 record.admit.get_or_insert(now);
                 record.reused_input_tokens = record_tokens(admitted.reported_reused_tokens);
+                if first {
+                    self.note_change(now);
+                }
             }
         }
     }
@@ -395,7 +401,7 @@ impl Ledger {
         }
     }
 
-    /// A request was admitted, got its first token or ended at `now`: the makespan is at
+    /// A request was first admitted, got its first token or ended at `now`: the makespan is at
     /// least `now`.
     pub fn note_change(&mut self, now: SimTime) {
         if now > self.last_change {
@@ -550,6 +556,7 @@ impl RequestRecord {
 #[cfg(test)]
 mod tests {
     use super::{Ledger, RankSlot, RequestRecord, TokenEdge};
+    use crate::mocker::{Admitted, WorkerRole};
     use crate::scheduling::types::WorkerWithDpRank;
     use crate::time::SimTime;
     use crate::workload::{PromptSpec, RequestSpec};
@@ -581,6 +588,34 @@ mod tests {
             },
             pinned_worker: None,
         }
+    }
+
+    /// Only a request's first admission is a change the makespan sees: a readmission after a
+    /// preemption moves neither the makespan nor the change epoch the pools' busy time is
+    /// clipped by (a run a limit stopped right after one counted busy time past its makespan,
+    /// more of it pass by pass than skipping quiet passes).
+    #[test]
+    fn a_readmission_is_no_change_past_the_makespan() {
+        let mut ledger = Ledger::with_capacity(1);
+        let spec = spec_of_class("premium");
+        let id = ledger.open(SimTime::ZERO, spec, Vec::new().into(), u64::MAX);
+        let first = Admitted {
+            id,
+            reused_tokens: 0,
+            reported_reused_tokens: 0,
+            readmission: false,
+        };
+        let before = ledger.change_epoch();
+        ledger.admitted(SimTime::from_ns(10), id, WorkerRole::Aggregated, &first);
+        let epoch = ledger.change_epoch();
+        assert!(epoch > before, "a first admission is a change");
+        let again = Admitted {
+            readmission: true,
+            ..first
+        };
+        ledger.admitted(SimTime::from_ns(20), id, WorkerRole::Aggregated, &again);
+        assert_eq!(ledger.change_epoch(), epoch);
+        assert_eq!(ledger.makespan(), SimTime::from_ns(10));
     }
 
     #[test]
