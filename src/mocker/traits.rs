@@ -57,6 +57,22 @@ pub trait Worker: Send + std::fmt::Debug {
     /// Calls `f` with each running request's id, in running order.
     fn for_each_running(&self, f: &mut dyn FnMut(RequestId));
 
+    /// From now on, a token in the middle of a request's stream (neither its first nor its
+    /// last) is counted on the request instead of listed in its pass's output, and the count
+    /// rides on the last token ([`crate::mocker::TokenOut::middle_unlisted`]). Only for a
+    /// caller to whom such a token is a count and nothing else (it delivers every token at
+    /// its pass's end, with no delay), and that never takes a request off the rank but by its
+    /// last token. At the end of its run it collects what is left: the counts still on the
+    /// rank ([`Worker::credit_unlisted_tokens`]) and those on the last tokens of a pass in
+    /// flight, which were counted in passes before it. A rank that cannot count lists every
+    /// token, which is always correct.
+    fn count_middle_tokens(&mut self) {}
+
+    /// At the end of a run: calls `credit` with each request still on the rank and the middle
+    /// tokens counted for it whose pass has been delivered (handed back with
+    /// [`Worker::take_back`]; a pass in flight was never received), and forgets the counts.
+    fn credit_unlisted_tokens(&mut self, _credit: &mut dyn FnMut(RequestId, u64)) {}
+
     /// A snapshot of a held request, for diagnostics.
     fn request(&self, id: RequestId) -> Option<RequestView>;
 

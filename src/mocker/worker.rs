@@ -102,6 +102,10 @@ struct Req {
     /// The formed pass ([`MockWorker::pass_seq`]) that last decoded its token in place: that
     /// step leaves no [`Scheduled`] entry, only this stamp, for a preemption to undo.
     decoded_in_pass: u64,
+    /// Middle tokens counted and not yet handed on (see [`Worker::count_middle_tokens`]).
+    middle_unlisted: u32,
+    /// The formed pass that counted its latest middle token.
+    middle_counted_in_pass: u64,
 }
 
 impl Req {
@@ -177,6 +181,11 @@ pub struct MockWorker {
     scheduled: Vec<Scheduled>,
     /// Counts formed passes, from 1.
     pass_seq: u64,
+    /// The last formed pass whose output was handed back: delivered.
+    delivered_seq: u64,
+    /// Middle tokens are counted on their request, not listed (see
+    /// [`Worker::count_middle_tokens`]).
+    count_middle: bool,
     ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
     /// Block boundaries of a quiet run: (pass, step) pairs.
@@ -235,6 +244,8 @@ impl MockWorker {
             publish_generated_blocks: true,
             scheduled: Vec::new(),
             pass_seq: 0,
+            delivered_seq: 0,
+            count_middle: false,
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
@@ -417,6 +428,8 @@ impl MockWorker {
                     live: false,
                     transferred: false,
                     decoded_in_pass: 0,
+                    middle_unlisted: 0,
+                    middle_counted_in_pass: 0,
                 });
                 (self.reqs.len() - 1) as Slot
             }
@@ -428,6 +441,8 @@ impl MockWorker {
         r.max_output_tokens = req.max_output_tokens;
         r.prompt_hashes = req.prompt_hashes;
         r.decoded_in_pass = 0;
+        r.middle_unlisted = 0;
+        r.middle_counted_in_pass = 0;
         r.gen_hashes.clear();
         r.generated = 0;
         r.computed = 0;
@@ -474,6 +489,10 @@ impl MockWorker {
     fn forget(&mut self, slot: Slot) {
         self.head_probe.forget(slot);
         let r = self.req_mut(slot);
+        debug_assert_eq!(
+            r.middle_unlisted, 0,
+            "counted tokens leave with the last one"
+        );
         r.live = false;
         let id = r.id;
         self.slot_of.remove(&id);
@@ -541,6 +560,7 @@ impl MockWorker {
     /// Empties a pass's output once it has been applied, taking back its KV events' block
     /// lists for the next events to fill.
     pub fn take_back(&mut self, out: &mut PassOutput) {
+        self.delivered_seq = self.pass_seq;
         self.pool
             .recycle_events(out.kv_events.drain(..).map(|event| event.data));
         out.clear();
@@ -1678,6 +1698,7 @@ mod tests {
         assert_eq!(
             passes[2].1.tokens,
             vec![TokenOut {
+                middle_unlisted: 0,
                 id: RequestId(0),
                 first: true,
                 completed: true

@@ -157,6 +157,8 @@ pub(super) struct WorkerFleet {
     decode_memos: Vec<DecodeMemo>,
     /// Workers skip quiet passes (see `sim::skips_quiet_passes`).
     skip_quiet: bool,
+    /// Workers count middle tokens instead of listing them ([`Worker::count_middle_tokens`]).
+    count_middle: bool,
     /// Blocks each worker makes room for when it is built.
     reserved_per_rank: u64,
     /// Workers warm their pools' probes ([`warms_probes`]).
@@ -199,6 +201,7 @@ impl WorkerFleet {
         let mut fleet = WorkerFleet {
             decode_memos,
             skip_quiet,
+            count_middle: false,
             reserved_per_rank: reserved_blocks_per_rank(ranks),
             warm_probes: warms_probes(&pools),
             ranks: Vec::new(),
@@ -230,7 +233,35 @@ impl WorkerFleet {
         worker.reserve_blocks(self.reserved_per_rank);
         worker.set_publish_generated_blocks(!self.skip_quiet);
         worker.set_warm_probes(self.warm_probes);
+        if self.count_middle {
+            worker.count_middle_tokens();
+        }
         Box::new(worker)
+    }
+
+    /// Has every worker, of now and to come, count middle tokens instead of listing them: for
+    /// a run that delivers tokens directly and takes requests off a rank only by their last
+    /// token ([`Worker::count_middle_tokens`]).
+    pub fn count_middle_tokens(&mut self) {
+        self.count_middle = true;
+        for slot in &mut self.ranks {
+            slot.worker.count_middle_tokens();
+        }
+    }
+
+    /// At the end of a run: credits to `ledger` the middle tokens counted for requests still
+    /// on a rank, as far as their passes were delivered, and those that the last tokens of a
+    /// pass in flight carry (counted in passes before it, which were delivered; the pass
+    /// itself never reached anyone).
+    pub fn credit_unlisted_tokens(&mut self, ledger: &mut Ledger) {
+        for slot in &mut self.ranks {
+            // Empty unless a formed pass is in flight: a delivered one is handed back emptied.
+            for token in &slot.output.tokens {
+                ledger.credit(token.id, u64::from(token.middle_unlisted));
+            }
+            slot.worker
+                .credit_unlisted_tokens(&mut |id, tokens| ledger.credit(id, tokens));
+        }
     }
 
     /// Adds the empty, up ranks of worker `worker` of pool `pool` (ids only grow, so the

@@ -51,6 +51,14 @@ impl Worker for MockWorker {
         self.running_ids().for_each(f);
     }
 
+    fn count_middle_tokens(&mut self) {
+        MockWorker::count_middle_tokens(self);
+    }
+
+    fn credit_unlisted_tokens(&mut self, credit: &mut dyn FnMut(RequestId, u64)) {
+        MockWorker::credit_unlisted_tokens(self, credit);
+    }
+
     fn request(&self, id: RequestId) -> Option<RequestView> {
         MockWorker::request(self, id)
     }

@@ -107,6 +107,11 @@ pub struct TokenOut {
     pub first: bool,
     /// The request's last token: it has left the worker.
     pub completed: bool,
+    /// Tokens in the middle of the request's stream (neither first nor last) that the rank
+    /// counted instead of listing them (see [`crate::mocker::Worker::count_middle_tokens`]),
+    /// handed on with its last token; 0 for every other token, and whenever the rank lists
+    /// every token.
+    pub middle_unlisted: u32,
 }
 
 /// A request moved from waiting to running in a pass (at the pass start).
