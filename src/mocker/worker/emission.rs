@@ -102,7 +102,7 @@ impl MockWorker {
     pub fn credit_unlisted_tokens(&mut self, credit: &mut dyn FnMut(RequestId, u64)) {
         for r in self.reqs.iter_mut().filter(|r| r.live) {
             let undelivered = r.middle_counted_in_pass > self.delivered_seq;
-            let delivered = r.middle_unlisted - u32::from(undelivered && r.middle_unlisted > 0);
+            let delivered = r.middle_unlisted.saturating_sub(u32::from(undelivered));
             if delivered > 0 {
                 credit(r.id, u64::from(delivered));
             }
