@@ -13,18 +13,23 @@
 //! command's input files ([`claim`]).
 //!
 //! Files are first written into a stage beside the target (`.NAME.routersim-stage-PID`, see
-//! [`stage`]), then moved in. The stage is removed on every exit path: errors (a drop guard),
+//! [`stage`]), then moved in. Each previous file is proven once more at the moment its name
+//! is freed (swapped with its successor, then checked; one that changed is swapped back and
+//! stops the write), and a name that was free is never taken over. One process at a time
+//! re-checks and commits beside a target ([`lock`]), so concurrent writers take turns. The stage is removed on every exit path: errors (a drop guard),
 //! and SIGINT or SIGTERM (a handler that removes registered stages and exits 130). A killed
 //! process may leave a stage behind; the next write beside it removes such a stage only if
 //! every entry in it proves to be what routersim staged there, and nothing else.
 
 mod body;
+mod lock;
 mod proof;
 mod stage;
 
 use crate::bounds::{self, MAX_FILE_NAME_BYTES};
 use body::Contents;
 pub use body::FileBody;
+use lock::DirLock;
 use proof::{OnDisk, Proof, Proofs, Unproven};
 use stage::{Stage, lock_stages, stage_base};
 use std::collections::BTreeSet;
@@ -134,6 +139,7 @@ enum Existing {
         kind: OutputKind,
         owned: Proofs,
         present: BTreeSet<String>,
+        marker: Proof,
     },
 }
 
@@ -142,6 +148,8 @@ enum Existing {
 struct Marker {
     kind: OutputKind,
     proofs: Proofs,
+    /// The proof of the marker file itself, as it was read.
+    proof: Proof,
 }
 
 /// Checks that `dir` may receive an output of `kind`, before any work starts. `inputs` are the
@@ -241,8 +249,13 @@ impl OutputTarget {
         })
     }
 
-    /// [`Self::write_contents`] once the bodies formatted ahead are under way.
+    /// [`Self::write_contents`] once the bodies formatted ahead are under way. Holds the lock
+    /// on the target's parent from the re-check to the end, so that concurrent commits into
+    /// one directory follow one another and each leaves one run's files.
     fn commit(&self, files: &[(&str, Contents)], ahead: Vec<Rendering>) -> Result<(), OutputError> {
+        let parent = parent_of(&self.dir);
+        fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
+        let _one_commit_at_a_time = DirLock::acquire(&parent, lock::MAX_LOCK_WAIT)?;
         let existing = self.inspect()?;
         if let Existing::Previous { owned, present, .. } = &existing
             && let Some((clash, _)) = files
@@ -260,8 +273,6 @@ impl OutputTarget {
         if replacing {
             names.push(INTERIM_MARKER);
         }
-        let parent = parent_of(&self.dir);
-        fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
         let mut stage = Stage::create(&parent, &stage_base(&self.dir), &names)?;
         let mut written = Vec::with_capacity(files.len());
         let formatting = |contents| matches!(contents, Contents::Ahead(_) | Contents::Started(_));
@@ -284,10 +295,12 @@ impl OutputTarget {
         }
         let proofs = proof::proofs_from(written);
         assert_eq!(proofs.len(), files.len(), "an output name twice");
-        stage.write(MARKER, Contents::Bytes(&marker_json(self.kind, &proofs)))?;
+        let marker = marker_json(self.kind, &proofs);
+        stage.write(MARKER, Contents::Bytes(&marker))?;
+        let mut interim = None;
         if let Existing::Previous { owned, .. } = &existing {
-            let interim = marker_json(self.kind, &union(owned, &proofs));
-            stage.write(INTERIM_MARKER, Contents::Bytes(&interim))?;
+            let bytes = marker_json(self.kind, &union(owned, &proofs));
+            interim = Some(stage.write(INTERIM_MARKER, Contents::Bytes(&bytes))?);
         }
         stage.seal()?;
         pause_for_interrupt_tests();
@@ -298,43 +311,147 @@ impl OutputTarget {
                 fs::remove_dir(&self.dir).map_err(|e| io_error(&self.dir, "replace", e))?;
                 stage.rename_whole(&self.dir)
             }
-            Existing::Previous { owned, .. } => self.replace_files(&stage.path, &owned, &proofs),
-        }
-    }
-
-    /// Moves the staged files into a directory that holds a previous output (and maybe files
-    /// of the user's). The interim marker lists the old and the new proofs until the end, so
-    /// an interrupted replace still leaves every routersim file provably routersim's.
-    fn replace_files(
-        &self,
-        stage: &Path,
-        owned: &Proofs,
-        proofs: &Proofs,
-    ) -> Result<(), OutputError> {
-        move_over(&stage.join(INTERIM_MARKER), &self.dir.join(MARKER))?;
-        for (old, old_proofs) in owned.iter().filter(|(n, _)| !proofs.contains_key(*n)) {
-            remove_own_file(&self.dir, old, old_proofs)?;
-        }
-        for name in proofs.keys() {
-            let to = self.dir.join(name);
-            if owned.contains_key(name) {
-                free_name(&to)?;
+            Existing::Previous { owned, marker, .. } => {
+                let interim = interim.expect("an interim marker is staged for a replace");
+                let replace = Replace {
+                    dir: &self.dir,
+                    stage: &stage.path,
+                    owned: &owned,
+                    proofs: &proofs,
+                };
+                replace.run(marker, interim)
             }
-            rename(&stage.join(name), &to)?;
         }
-        move_over(&stage.join(MARKER), &self.dir.join(MARKER))
     }
 }
 
-/// Removes a previous output's file (proven when the target was inspected) before its
-/// successor is renamed in. ext4 writes a file's data out at once when it is renamed over
-/// another (so that a crash cannot leave the name empty), 100-170 µs a file on this kind of
-/// disk; a rename into a free name costs a fifth of that. The interim marker lists both
-/// proofs, and a listed file may be absent, so a replace stopped in between is still safe.
-fn free_name(path: &Path) -> Result<(), OutputError> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(path, "replace", e)),
-        _ => Ok(()),
+/// Moving a stage's files into a directory that holds a previous output (and maybe files of
+/// the user's).
+struct Replace<'a> {
+    dir: &'a Path,
+    stage: &'a Path,
+    /// The previous output's files, as proven when the target was inspected.
+    owned: &'a Proofs,
+    /// The staged files.
+    proofs: &'a Proofs,
+}
+
+impl Replace<'_> {
+    /// The interim marker lists the old and the new proofs until the end, so an interrupted
+    /// replace still leaves every routersim file provably routersim's. Each old file is proven
+    /// again at the moment its name is freed: one the user changed since the inspection stops
+    /// the replace, and stays as the user left it.
+    fn run(&self, old_marker: Proof, interim: Proof) -> Result<(), OutputError> {
+        let marker = self.dir.join(MARKER);
+        swap_in(&self.stage.join(INTERIM_MARKER), &marker, |displaced| {
+            proven(displaced, &BTreeSet::from([old_marker]))
+        })
+        .map_err(|e| self.explain(MARKER, e))?;
+        for (old, old_proofs) in self
+            .owned
+            .iter()
+            .filter(|(n, _)| !self.proofs.contains_key(*n))
+        {
+            remove_own_file(self.dir, old, old_proofs)?;
+        }
+        for name in self.proofs.keys() {
+            let (from, to) = (self.stage.join(name), self.dir.join(name));
+            match self.owned.get(name) {
+                Some(old) => swap_in(&from, &to, |displaced| proven(displaced, old)),
+                None => place_new(&from, &to),
+            }
+            .map_err(|e| self.explain(name, e))?;
+        }
+        swap_in(&self.stage.join(MARKER), &marker, |displaced| {
+            proven(displaced, &BTreeSet::from([interim]))
+        })
+        .map_err(|e| self.explain(MARKER, e))
+    }
+
+    /// The refusal for a staged file that could not be put in place.
+    fn explain(&self, name: &str, e: NotPlaced) -> OutputError {
+        match e {
+            NotPlaced::Changed(why) if name == MARKER => refused(
+                self.dir,
+                format!(
+                    "its {MARKER} changed while routersim wrote its output ({why}); \
+                     it was left as it is"
+                ),
+            ),
+            NotPlaced::Changed(why) => not_routersims(self.dir, name, &why),
+            NotPlaced::Appeared => refused(
+                self.dir,
+                format!(
+                    "`{name}` appeared there while routersim wrote its output; \
+                     it was left as it is"
+                ),
+            ),
+            NotPlaced::Failed(e) => e,
+        }
+    }
+}
+
+/// Why a staged file was not put in place.
+#[derive(Debug)]
+enum NotPlaced {
+    /// What stood under the name is no longer a file routersim may drop (and why); it is
+    /// back where it was.
+    Changed(String),
+    /// A file appeared under a name that was free when the target was inspected; it is
+    /// left as it is.
+    Appeared,
+    Failed(OutputError),
+}
+
+/// Whether the file at `path` is still one of the contents `proofs` allows.
+fn proven(path: &Path, proofs: &BTreeSet<Proof>) -> Result<(), String> {
+    match proof::on_disk(path, proofs) {
+        Ok(OnDisk::Ours(_)) => Ok(()),
+        Ok(OnDisk::Changed(why)) => Err(why.to_string()),
+        Ok(OnDisk::Absent) => Err("it was moved away".into()),
+        Err(e) => Err(format!("it cannot be read: {e}")),
+    }
+}
+
+/// Puts the staged file `from` at `to`, which holds a file routersim may replace (a previous
+/// output's, proven when the target was inspected, or a marker), in one step: `to` is never
+/// missing. ext4 writes a file's data out at once when it is renamed over another (so that a
+/// crash cannot leave the name empty), 100-170 µs a file on this kind of disk, where swapping
+/// the two names takes 12: so the names are swapped, and what was at
+/// `to`, now in the stage, must pass `still_ours` (proven once more, at the moment its name
+/// is freed) to go with the stage. Anything else (a file the user edited or put there
+/// meanwhile, a folder, a link) is swapped back, and the write stops. A `to` that is gone
+/// is a free name ([`place_new`]). Where swapping is not supported (another kernel or file
+/// system), `to` is proven, then renamed over.
+fn swap_in(
+    from: &Path,
+    to: &Path,
+    still_ours: impl Fn(&Path) -> Result<(), String>,
+) -> Result<(), NotPlaced> {
+    match rename_with(from, to, Rename::Exchange) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return place_new(from, to),
+        Err(_) => {
+            still_ours(to).map_err(NotPlaced::Changed)?;
+            return rename(from, to).map_err(NotPlaced::Failed);
+        }
+    }
+    if let Err(why) = still_ours(from) {
+        rename_with(from, to, Rename::Exchange)
+            .map_err(|e| NotPlaced::Failed(io_error(to, "restore", e)))?;
+        return Err(NotPlaced::Changed(why));
+    }
+    Ok(())
+}
+
+/// Renames the staged file `from` to `to`, a name that was free when the target was
+/// inspected, without replacing anything that appeared there since.
+fn place_new(from: &Path, to: &Path) -> Result<(), NotPlaced> {
+    match rename_with(from, to, Rename::NoReplace) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(NotPlaced::Appeared),
+        Err(_) if fs::symlink_metadata(to).is_ok() => Err(NotPlaced::Appeared),
+        Err(_) => rename(from, to).map_err(NotPlaced::Failed),
     }
 }
 
@@ -351,47 +468,35 @@ fn rename(from: &Path, to: &Path) -> Result<(), OutputError> {
     fs::rename(from, to).map_err(|e| io_error(to, "write", e))
 }
 
-/// Puts the staged file `from` at `to` in one step, where `to` may exist and must never be
-/// missing (a marker, a single-file output). Renaming over a file makes ext4 write the new
-/// file's data out at once (so that a crash cannot leave the name empty), about 150 µs on
-/// this kind of disk, where swapping the two names takes 12: so the names are swapped, and
-/// the old file, now in the stage, goes with it (a process killed in between leaves a stage
-/// whose proof does not list that file, so it is left alone like any unproven stage). Where
-/// swapping is not supported (another kernel or file system, or `to` is absent), a plain
-/// rename.
-fn move_over(from: &Path, to: &Path) -> Result<(), OutputError> {
-    if exchange(from, to).is_err() {
-        return rename(from, to);
-    }
-    // What was at `to` must be a file routersim may drop with its stage. Anything else put
-    // there meanwhile (a folder, a link) goes back where it was, and the write stops.
-    if fs::symlink_metadata(from).is_ok_and(|m| m.is_file()) {
-        return Ok(());
-    }
-    exchange(from, to).map_err(|e| io_error(to, "restore", e))?;
-    Err(OutputError(format!(
-        "{} changed while routersim wrote its output; it was left as it is",
-        to.display()
-    )))
+/// The atomic renames beyond a plain one.
+#[derive(Copy, Clone)]
+enum Rename {
+    /// Swap two existing names.
+    Exchange,
+    /// Rename only if the new name is free.
+    NoReplace,
 }
 
-/// Swaps the names `a` and `b`, both existing, atomically (`renameat2` with
-/// `RENAME_EXCHANGE`).
+/// Renames `from` to `to` as `how` says, atomically (`renameat2`).
 #[cfg(target_os = "linux")]
-fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+fn rename_with(from: &Path, to: &Path, how: Rename) -> io::Result<()> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
-    let a = CString::new(a.as_os_str().as_bytes())?;
-    let b = CString::new(b.as_os_str().as_bytes())?;
+    let from = CString::new(from.as_os_str().as_bytes())?;
+    let to = CString::new(to.as_os_str().as_bytes())?;
+    let flags = match how {
+        Rename::Exchange => libc::RENAME_EXCHANGE,
+        Rename::NoReplace => libc::RENAME_NOREPLACE,
+    };
     // SAFETY: both paths are NUL-terminated strings that outlive the call, which only reads
     // them.
     let done = unsafe {
         libc::renameat2(
             libc::AT_FDCWD,
-            a.as_ptr(),
+            from.as_ptr(),
             libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
+            to.as_ptr(),
+            flags,
         )
     };
     match done {
@@ -401,7 +506,7 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn exchange(_: &Path, _: &Path) -> io::Result<()> {
+fn rename_with(_: &Path, _: &Path, _: Rename) -> io::Result<()> {
     Err(io::ErrorKind::Unsupported.into())
 }
 
@@ -503,7 +608,11 @@ fn read_marker(dir: &Path) -> Result<Marker, OutputError> {
         ),
         Unproven::Malformed => not_ours(),
     })?;
-    Ok(Marker { kind, proofs })
+    Ok(Marker {
+        kind,
+        proofs,
+        proof: Proof::of(text.as_bytes()),
+    })
 }
 
 /// Why `name` in `dir` stops the write: it is not what routersim wrote there.
@@ -556,6 +665,7 @@ fn existing(dir: &Path) -> Result<Existing, OutputError> {
         kind: marker.kind,
         owned: proven_files(dir, &marker.proofs)?,
         present,
+        marker: marker.proof,
     })
 }
 
@@ -692,14 +802,28 @@ pub fn claim_file(path: &Path, signature: &str) -> Result<(), OutputError> {
 /// first, then renamed over `path`. An existing file is replaced only if it contains
 /// `signature` (routersim wrote it); anything else at `path` is refused.
 pub fn write_file(path: &Path, bytes: &[u8], signature: &str) -> Result<(), OutputError> {
-    claim_file(path, signature)?;
     let parent = parent_of(path);
     fs::create_dir_all(&parent).map_err(|e| io_error(&parent, "create the directory", e))?;
+    let _one_commit_at_a_time = DirLock::acquire(&parent, lock::MAX_LOCK_WAIT)?;
+    claim_file(path, signature)?;
     let mut stage = Stage::create(&parent, &stage_base(path), &["file"])?;
     stage.write("file", Contents::Bytes(bytes))?;
     stage.seal()?;
     let _no_interrupt = lock_stages();
-    move_over(&stage.path.join("file"), path)
+    let still_routersims = |displaced: &Path| {
+        check_single_file(displaced, signature).map_err(|_| "routersim did not write it".into())
+    };
+    let refuse = |why: &str| {
+        OutputError(format!(
+            "refusing to overwrite {}: {why} while routersim wrote it; it was left as it is",
+            path.display()
+        ))
+    };
+    swap_in(&stage.path.join("file"), path, still_routersims).map_err(|e| match e {
+        NotPlaced::Changed(why) => refuse(&format!("it changed ({why})")),
+        NotPlaced::Appeared => refuse("it appeared"),
+        NotPlaced::Failed(e) => e,
+    })
 }
 
 fn check_single_file(path: &Path, signature: &str) -> Result<(), OutputError> {

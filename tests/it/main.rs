@@ -12,6 +12,7 @@ mod rate;
 mod replay_modes;
 mod report_page;
 mod safety_bounds;
+mod safety_concurrent;
 mod safety_hang;
 mod safety_output;
 mod scenarios;

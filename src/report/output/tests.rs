@@ -46,6 +46,7 @@ fn a_new_directory_gets_the_files_and_a_marker_and_no_stage_is_left() {
         Marker {
             kind: OutputKind::Run,
             proofs: proofs_of(&[("x.csv", b"x.csv bytes"), ("y.csv", b"y.csv bytes")]),
+            proof: Proof::of(&fs::read(out.join(MARKER)).unwrap()),
         }
     );
 }
@@ -826,13 +827,18 @@ fn a_dead_processs_stage_without_its_marker_is_left_alone() {
     assert_eq!(entries(&unsealed), set(&["requests.csv"]));
 }
 
+/// The check a swap makes of a displaced file: it holds `bytes`.
+fn holds(bytes: &'static [u8]) -> impl Fn(&Path) -> Result<(), String> {
+    move |path| proven(path, &BTreeSet::from([Proof::of(bytes)]))
+}
+
 #[test]
-fn moving_over_a_file_puts_the_new_bytes_in_place_and_keeps_the_old_beside() {
+fn swapping_in_puts_the_new_bytes_in_place_and_keeps_the_old_beside() {
     let tmp = tempfile::tempdir().unwrap();
     let (from, to) = (tmp.path().join("staged"), tmp.path().join("marker"));
     fs::write(&from, b"new").unwrap();
     fs::write(&to, b"old").unwrap();
-    move_over(&from, &to).unwrap();
+    swap_in(&from, &to, holds(b"old")).unwrap();
     assert_eq!(fs::read(&to).unwrap(), b"new");
     // Swapped, not renamed over (Linux's ext4 and tmpfs swap names): the stage holds the old
     // file and drops it with itself.
@@ -841,24 +847,48 @@ fn moving_over_a_file_puts_the_new_bytes_in_place_and_keeps_the_old_beside() {
 }
 
 #[test]
-fn moving_over_an_absent_name_renames() {
+fn swapping_in_over_an_absent_name_renames() {
     let tmp = tempfile::tempdir().unwrap();
     let (from, to) = (tmp.path().join("staged"), tmp.path().join("out.xml"));
     fs::write(&from, b"new").unwrap();
-    move_over(&from, &to).unwrap();
+    swap_in(&from, &to, holds(b"old")).unwrap();
     assert_eq!(fs::read(&to).unwrap(), b"new");
     assert!(!from.exists());
 }
 
 #[test]
-fn moving_over_a_folder_put_in_the_files_place_restores_it_and_stops() {
+fn swapping_in_over_a_folder_put_in_the_files_place_restores_it_and_stops() {
     let tmp = tempfile::tempdir().unwrap();
     let (from, to) = (tmp.path().join("staged"), tmp.path().join("marker"));
     fs::write(&from, b"new").unwrap();
     fs::create_dir(&to).unwrap();
     fs::write(to.join("keep"), b"user's").unwrap();
-    let error = move_over(&from, &to).unwrap_err();
-    assert!(error.0.contains("marker"), "{error}");
+    let error = swap_in(&from, &to, holds(b"old")).unwrap_err();
+    assert!(matches!(error, NotPlaced::Changed(_)), "{error:?}");
     assert_eq!(fs::read(to.join("keep")).unwrap(), b"user's");
+    assert_eq!(fs::read(&from).unwrap(), b"new");
+}
+
+#[test]
+fn swapping_in_over_a_file_edited_since_it_was_proven_restores_the_edit_and_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (from, to) = (tmp.path().join("staged"), tmp.path().join("requests.csv"));
+    fs::write(&from, b"new").unwrap();
+    fs::write(&to, b"old, and the user's edit").unwrap();
+    let error = swap_in(&from, &to, holds(b"old")).unwrap_err();
+    assert!(matches!(error, NotPlaced::Changed(_)), "{error:?}");
+    assert_eq!(fs::read(&to).unwrap(), b"old, and the user's edit");
+    assert_eq!(fs::read(&from).unwrap(), b"new");
+}
+
+#[test]
+fn placing_a_new_file_never_replaces_one_that_appeared_meanwhile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (from, to) = (tmp.path().join("staged"), tmp.path().join("summary.json"));
+    fs::write(&from, b"new").unwrap();
+    fs::write(&to, b"the user's own").unwrap();
+    let error = place_new(&from, &to).unwrap_err();
+    assert!(matches!(error, NotPlaced::Appeared), "{error:?}");
+    assert_eq!(fs::read(&to).unwrap(), b"the user's own");
     assert_eq!(fs::read(&from).unwrap(), b"new");
 }
