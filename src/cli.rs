@@ -25,7 +25,22 @@ use crate::workload::trace;
 use clap::{Parser, Subcommand, ValueEnum};
 use plan_cmd::{PlanArgs, run_plan};
 use timeline::{CheckTimelineArgs, TimelineArgs};
+
+/// `println!` for the terminal: user text in it is escaped ([`terminal::shown`]).
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::cli::terminal::print_out(&(format!($($arg)*) + "\n")) };
+}
+/// `print!` for the terminal, escaped.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::terminal::print_out(&format!($($arg)*)) };
+}
+/// `eprintln!` for the terminal, escaped.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::cli::terminal::print_err(&(format!($($arg)*) + "\n")) };
+}
+
 mod plan_cmd;
+pub mod terminal;
 mod timeline;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -284,7 +299,7 @@ pub fn main() -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("routersim: {e}");
+            errln!("routersim: {e}");
             e.exit_code()
         }
     }
@@ -294,8 +309,8 @@ fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
     if scenario::file_kind_of_path(file).map_err(input)? == FileKind::Scenario {
         let scenario =
             Scenario::load_with_overrides(file, &parse_overrides(set)?).map_err(input)?;
-        print!("{}", scenario.describe());
-        println!("{}: valid scenario", file.display());
+        out!("{}", scenario.describe());
+        outln!("{}: valid scenario", file.display());
         return Ok(());
     }
     if !set.is_empty() {
@@ -304,8 +319,8 @@ fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
         ));
     }
     let config = scenario::load_policy_file(file).map_err(input)?;
-    print!("{}", policy::describe(&config));
-    println!("{}: valid policy", file.display());
+    out!("{}", policy::describe(&config));
+    outln!("{}: valid policy", file.display());
     Ok(())
 }
 
@@ -375,22 +390,22 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     if args.quiet {
         return no_progress_error(&run.result);
     }
-    println!("{} (seed {})", spec.name, spec.seed());
-    print!("{}", report::table::class_table(&run.metrics));
+    outln!("{} (seed {})", spec.name, spec.seed());
+    out!("{}", report::table::class_table(&run.metrics));
     if let Some(warning) = run.metrics.stability.warning() {
-        println!("{warning}");
+        outln!("{warning}");
     }
     if !outcomes.is_empty() {
         let passed = outcomes.iter().filter(|o| o.passed).count();
-        println!(
+        outln!(
             "expectations: {passed} of {} pass (`routersim check` gates on them)",
             outcomes.len()
         );
         for o in outcomes.iter().filter(|o| !o.passed) {
-            println!("  {}", format_outcome(o));
+            outln!("  {}", format_outcome(o));
         }
     }
-    println!(
+    outln!(
         "{} requests, makespan {} ms, {} events in {:.2} s; wrote {}",
         run.result.records.len(),
         format_ms(run.result.end_time.as_ns()),
@@ -439,7 +454,7 @@ fn stop_line(result: &sim::SimResult) -> Option<String> {
 
 fn print_stop_line(result: &sim::SimResult) {
     if let Some(line) = stop_line(result) {
-        println!("{line}");
+        outln!("{line}");
     }
 }
 
@@ -495,7 +510,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             1 => format!("seed {}", judgement.scenario.seed()),
             n => format!("{n} seeds"),
         };
-        println!(
+        outln!(
             "{} ({seeds}): {} expectations",
             path.display(),
             outcomes.len()
@@ -506,8 +521,8 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         };
         for o in &outcomes {
             match args.seeds {
-                1 => println!("  {}", format_outcome(o)),
-                _ => println!(
+                1 => outln!("  {}", format_outcome(o)),
+                _ => outln!(
                     "  {}  [{which} of {seeds}: seed {}]",
                     format_outcome(o),
                     o.seed
@@ -516,7 +531,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         }
         // One line per overloaded seed: a stability warning is about a run, not a verdict.
         for warning in warnings.iter().flatten() {
-            println!("  {warning}");
+            outln!("  {warning}");
         }
         suites.push(JunitSuite {
             name: judgement.scenario.name().to_string(),
@@ -536,7 +551,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             "{failed} of {total} expectations failed"
         )));
     }
-    println!("all {total} expectations pass");
+    outln!("all {total} expectations pass");
     Ok(())
 }
 
@@ -743,7 +758,7 @@ fn replay_disaggregated(
         && decode_engine.kv_transfer != Default::default()
         && !args.quiet
     {
-        eprintln!(
+        errln!(
             "note: --decode-engine's KV transfer settings are ignored: the prefill engine's time every transfer, as in Dynamo 1.6.1"
         );
     }
@@ -808,7 +823,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let target =
         output::claim(&args.out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
     if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
-        eprintln!(
+        errln!(
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
@@ -848,12 +863,12 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         }
         target.write_bodies(&files).map_err(input)?;
         if !args.quiet {
-            print!("{}", report::table::class_table(&metrics));
+            out!("{}", report::table::class_table(&metrics));
         }
         Ok::<_, CliError>(())
     })?;
     if !args.quiet {
-        println!(
+        outln!(
             "{} requests, makespan {} ms, {} events; wrote {}",
             result.records.len(),
             format_ms(result.end_time.as_ns()),
@@ -1003,12 +1018,12 @@ fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
     if !args.quiet {
         if plan.manifest.shard.is_none() {
             let summaries = plan.summaries(&run.rows);
-            print!("{}", sweep::summary_table(&plan.manifest, &summaries));
+            out!("{}", sweep::summary_table(&plan.manifest, &summaries));
         }
-        println!("{} runs; wrote {}", run.rows.len(), args.out.display());
+        outln!("{} runs; wrote {}", run.rows.len(), args.out.display());
     }
     if let Some(warning) = run.stop_warning() {
-        eprintln!("{warning}");
+        errln!("{warning}");
     }
     Ok(())
 }
@@ -1073,7 +1088,7 @@ fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
         seeds: args.seeds,
         jobs: args.jobs,
     })?;
-    print!("{}", outcome.describe());
+    out!("{}", outcome.describe());
     match outcome.met {
         true => Ok(()),
         false => Err(CliError::Expectation(format!(

@@ -18,6 +18,7 @@ pub mod scenario;
 pub mod scheduling;
 pub mod sim;
 pub mod sweep;
+pub mod text;
 pub mod time;
 pub mod workload;
 pub mod yaml;

@@ -180,7 +180,7 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     target.write(&files).map_err(input)?;
     if !args.quiet {
         for row in &rows {
-            print!("{}", plan::output::describe(row));
+            out!("{}", plan::output::describe(row));
         }
         print_effort(args, &rows, started, &out);
     }
@@ -195,7 +195,7 @@ fn print_effort(
     out: &Path,
 ) {
     let probes: usize = rows.iter().map(|r| r.plan.probes.len()).sum();
-    println!(
+    outln!(
         "{probes} probes x {} seeds in {:.1} s; wrote {}",
         args.seeds,
         started.elapsed().as_secs_f64(),
@@ -236,7 +236,7 @@ fn run_joint_plan(
     }
     target.write(&files).map_err(input)?;
     if !args.quiet {
-        print!("{}", plan::output::describe_joint(&joint));
+        out!("{}", plan::output::describe_joint(&joint));
         print_effort(args, &joint.rows, started, out);
     }
     feasible_or_error(joint.answer.is_some())

@@ -167,7 +167,36 @@ pub fn claim(
         inputs: inputs.to_vec(),
     };
     target.inspect()?;
+    check_writable(dir)?;
     Ok(target)
+}
+
+/// Checks, before any work, that the output can be made: a stage can be created in the
+/// nearest folder on the way to `dir` that exists (where the missing ones would be made).
+fn check_writable(dir: &Path) -> Result<(), OutputError> {
+    let mut below = dir.to_path_buf();
+    let mut nearest = parent_of(dir);
+    // Bounded by the number of components of `dir`.
+    for _ in 0..=dir.components().count() {
+        if fs::symlink_metadata(&nearest).is_ok() {
+            let probe = nearest.join(format!("{}{}", stage_base(&below), std::process::id()));
+            return match fs::create_dir(&probe) {
+                Ok(()) => fs::remove_dir(&probe).map_err(|e| io_error(&probe, "remove", e)),
+                // A stage of a dead process of this id: the folder takes entries.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(refused(
+                    dir,
+                    format!(
+                        "routersim cannot create anything in {} ({e})",
+                        nearest.display()
+                    ),
+                )),
+            };
+        }
+        below = nearest.clone();
+        nearest = parent_of(&nearest);
+    }
+    Ok(())
 }
 
 /// Claims `dir` for `kind` (no inputs, no force) and writes `files` into it.

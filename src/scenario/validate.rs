@@ -173,7 +173,8 @@ fn build(
 pub const MAX_NAME_BYTES: usize = 128;
 
 /// A scenario `name` is a file name: the default output directory is `results/<name>/`, so a
-/// name must be one path component that cannot climb out of `results/`.
+/// name must be one path component that cannot climb out of `results/`, and shows as what
+/// it is.
 fn check_name(name: &str) -> Result<(), String> {
     if name.trim().is_empty() {
         return Err("must not be empty".into());
@@ -189,9 +190,11 @@ fn check_name(name: &str) -> Result<(), String> {
             "`{name}` is not a file name: it may not contain `..` or be `.`"
         ));
     }
+    // A character that acts on the display would make `results/` hold a name that looks
+    // like another (or like nothing at all).
     if let Some(c) = name
         .chars()
-        .find(|c| matches!(c, '/' | '\\') || c.is_control())
+        .find(|&c| matches!(c, '/' | '\\') || crate::text::acts_on_display(c))
     {
         return Err(format!(
             "`{}` is not a file name: it names the output directory results/<name>/, so it may not contain {:?}",

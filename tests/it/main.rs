@@ -21,6 +21,7 @@ mod shape;
 mod stability;
 mod support;
 mod sweep;
+mod terminal_text;
 mod tidy;
 mod timeline;
 mod timing;
