@@ -86,6 +86,25 @@ fn open_without_blocking(path: &Path) -> io::Result<File> {
     File::open(path)
 }
 
+/// Opens the directory `path` (a link to one is followed) as a handle to lock, never
+/// blocking: anything else there is an `InvalidInput` error saying what it is.
+pub fn open_directory(path: &Path) -> io::Result<File> {
+    let is_dir = |meta: &fs::Metadata| match meta.is_dir() {
+        true => Ok(()),
+        false => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "it is {}, not a directory",
+                special_file_kind(&meta.file_type())
+            ),
+        )),
+    };
+    is_dir(&fs::metadata(path)?)?;
+    let handle = open_without_blocking(path)?;
+    is_dir(&handle.metadata()?)?;
+    Ok(handle)
+}
+
 fn require_regular(meta: &fs::Metadata) -> io::Result<()> {
     if meta.is_file() {
         return Ok(());

@@ -6,8 +6,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Layer of each top-level module; a module may use only modules of lower layers.
-const LAYERS: [(&str, u8); 17] = [
+const LAYERS: [(&str, u8); 18] = [
     ("time", 0),
+    ("text", 0),
     ("memory", 0),
     ("rng", 0),
     ("bounds", 0),

@@ -9,9 +9,10 @@
 //! no file is made for it, and the kernel drops it when the process ends, however it ends.
 
 use super::{OutputError, io_error};
+use crate::bounds;
 use std::fs::File;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The longest a commit waits for another process's commit beside the same target. A commit
 /// holds the lock while it writes its stage: seconds for a million requests' files.
@@ -26,27 +27,24 @@ pub(super) struct DirLock {
 }
 
 impl DirLock {
-    /// Takes the exclusive lock on the directory `dir`, waiting at most `max_wait` for
-    /// another holder to let go.
+    /// Takes the exclusive lock on the directory `dir`, waiting about `max_wait` at most (in
+    /// tries a few ms apart, no clock read) for another holder to let go.
     pub(super) fn acquire(dir: &Path, max_wait: Duration) -> Result<DirLock, OutputError> {
-        let file = File::open(dir).map_err(|e| io_error(dir, "lock", e))?;
-        let started = Instant::now();
-        // Bounded by `max_wait`: each try sleeps `RETRY_EVERY`.
-        loop {
+        let file = bounds::open_directory(dir).map_err(|e| io_error(dir, "lock", e))?;
+        let tries = max_wait.as_millis() / RETRY_EVERY.as_millis() + 1;
+        for _ in 0..tries {
             match try_lock(&file) {
                 Ok(true) => return Ok(DirLock { _dir: file }),
-                Ok(false) if started.elapsed() < max_wait => std::thread::sleep(RETRY_EVERY),
-                Ok(false) => {
-                    return Err(OutputError(format!(
-                        "{}: another routersim process has been writing an output there for \
-                         more than {} s; try again when it has finished",
-                        dir.display(),
-                        max_wait.as_secs()
-                    )));
-                }
+                Ok(false) => std::thread::sleep(RETRY_EVERY),
                 Err(e) => return Err(io_error(dir, "lock", e)),
             }
         }
+        Err(OutputError(format!(
+            "{}: another routersim process has been writing an output there for more than \
+             {} s; try again when it has finished",
+            dir.display(),
+            max_wait.as_secs()
+        )))
     }
 }
 
