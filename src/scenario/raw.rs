@@ -10,6 +10,13 @@ use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The keys a scenario file may have at its top, in [`RawScenario`]'s order: every field path
+/// (`--set`, a sweep's axis) starts at one of them.
+pub const SCENARIO_KEYS: [&str; 10] = [
+    "name", "seed", "model", "router", "workers", "workload", "expect", "limits", "delays",
+    "faults",
+];
+
 /// A whole scenario file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
