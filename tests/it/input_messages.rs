@@ -195,3 +195,22 @@ fn tiny_and_huge_bounds_print_as_written_not_rounded_or_in_300_digits() {
     let line = verdict("within: [0.0000025, 0.5]");
     assert!(line.ends_with("(within [2.5e-6, 0.5])"), "{line}");
 }
+
+#[test]
+fn a_tiny_negative_session_delay_prints_as_written_not_in_300_digits() {
+    let turn = |fields: &str| {
+        format!(
+            r#"{{"session_id": "a", {fields}, "input_length": 8, "output_length": 1, "hash_ids": [1]}}"#
+        )
+    };
+    for (second, field) in [
+        (turn(r#""delay": -1e-300"#), "delay"),
+        (turn(r#""timestamp": -1e-300"#), "timestamp"),
+    ] {
+        let (code, stderr) = replay(&format!("{}\n{second}\n", turn(r#""timestamp": 0"#)));
+        assert_eq!(code, 2, "{stderr}");
+        let wanted =
+            format!("t.jsonl:2: field `{field}`: trace line 2 has invalid delay -1e-300\n");
+        assert!(stderr.contains(&wanted), "{stderr}");
+    }
+}
