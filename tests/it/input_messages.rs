@@ -214,3 +214,12 @@ fn a_tiny_negative_session_delay_prints_as_written_not_in_300_digits() {
         assert!(stderr.contains(&wanted), "{stderr}");
     }
 }
+
+#[test]
+fn an_empty_sessions_mapping_names_the_missing_field_under_sessions() {
+    refused(
+        &small("").replace("output_tokens: 1}", "output_tokens: 1, sessions: {}}"),
+        &[],
+        &["s.yaml:5: workload.groups.a.sessions.turns: missing field `turns`"],
+    );
+}
