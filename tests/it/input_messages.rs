@@ -223,3 +223,27 @@ fn an_empty_sessions_mapping_names_the_missing_field_under_sessions() {
         &["s.yaml:5: workload.groups.a.sessions.turns: missing field `turns`"],
     );
 }
+
+#[test]
+fn a_fractional_think_time_says_it_takes_whole_ms() {
+    let sessions = "sessions: {turns: 2, new_input_tokens: 4, think_time_ms: 1.5}";
+    let stderr = refused(
+        &small("").replace(
+            "output_tokens: 1}",
+            &format!("output_tokens: 1, {sessions}}}"),
+        ),
+        &[],
+        &[
+            "workload.groups.a.sessions.think_time_ms: ",
+            "expected a whole number of ms or {dist: ",
+            "got `1.5`",
+        ],
+    );
+    assert!(!stderr.contains("token count"), "{stderr}");
+    let turns = "sessions: {turns: 2.5, new_input_tokens: 4}";
+    refused(
+        &small("").replace("output_tokens: 1}", &format!("output_tokens: 1, {turns}}}")),
+        &[],
+        &["sessions.turns: expected a whole number of turns or {dist: "],
+    );
+}
