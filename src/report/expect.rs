@@ -447,7 +447,11 @@ fn parse_bound(raw: &RawExpectation) -> Result<Bound, ExpectationError> {
     }
     if let Some([lo, hi]) = raw.within {
         if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
-            let message = format!("needs finite lo <= hi, got [{lo}, {hi}]");
+            let message = format!(
+                "needs finite lo <= hi, got [{}, {}]",
+                number(lo),
+                number(hi)
+            );
             return Err(invalid("within", message));
         }
         return Ok(Bound::Within { lo, hi });
@@ -1113,6 +1117,13 @@ mod tests {
             field_of("{token_share: {class: premium}, tolerance: -0.1}"),
             "tolerance"
         );
+    }
+
+    #[test]
+    fn a_reversed_within_prints_its_ends_compactly() {
+        let huge = parse("{prefix_count: {class: premium, n: 3}, within: [1e300, 1]}");
+        let huge = huge.unwrap_err().to_string();
+        assert_eq!(huge, "within: needs finite lo <= hi, got [1e300, 1]");
     }
 
     #[test]
