@@ -4,7 +4,8 @@
 //!
 //! Every bound here is listed in docs/scenarios.md ("Limits and bounds") and, for sweeps, in
 //! docs/sweeps.md. Each is checked where the input is validated, and an input beyond it is an
-//! input error (exit 2) naming the file and field.
+//! input error (exit 2) naming the file and field. [`number`] is how such a message, and every
+//! other, writes a number.
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, Read};
@@ -229,6 +230,45 @@ pub fn capped_jobs(requested: Option<usize>, runs: usize, cores: usize) -> usize
         .min(cores.saturating_mul(MAX_JOBS_PER_CORE))
         .min(runs)
         .max(1)
+}
+
+/// A number as people write it, the one form of every bound, figure and number of a message:
+/// whole numbers below 1e15 without a fraction; magnitudes from 1e-4 to 1e15 in fixed point
+/// with at least 4 decimals and at least 4 significant digits; smaller and larger ones in
+/// scientific notation with up to 5 significant digits (`1e-6`, `1.5e300`). Trailing zeros
+/// are dropped.
+pub fn number(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    let magnitude = v.abs();
+    if !(1e-4..1e15).contains(&magnitude) {
+        let scientific = format!("{v:.4e}");
+        let (mantissa, exponent) = scientific
+            .split_once('e')
+            .expect("LowerExp writes an exponent");
+        return format!("{}e{exponent}", without_trailing_zeros(mantissa));
+    }
+    if v.fract() == 0.0 {
+        return format!("{v:.0}");
+    }
+    // Zeros between the point and the first significant digit (0.0123 has one).
+    let leading_zeros = (-magnitude.log10().floor() - 1.0).max(0.0) as usize;
+    without_trailing_zeros(&format!("{v:.*}", 4 + leading_zeros))
+}
+
+/// `1.2500` as `1.25`, `2.0000` as `2`.
+fn without_trailing_zeros(fixed: &str) -> String {
+    match fixed.contains('.') {
+        true => fixed
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string(),
+        false => fixed.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 use super::output::PlanRow;
 use super::{Goal, PlanOptions, format_value, plan};
 use crate::pipeline::RunError;
+use crate::yaml::Step;
 
 /// The two counts of a joint search and its result.
 #[derive(Clone, Debug)]
@@ -48,6 +49,24 @@ pub fn split_sum(parameter: &str) -> Option<(String, String)> {
     let (a, b) = (a.trim(), b.trim());
     let valid = !a.is_empty() && !b.is_empty() && a != b && !b.contains('+');
     valid.then(|| (a.to_string(), b.to_string()))
+}
+
+/// Refuses a sum of anything but two worker counts (`workers.….count`, e.g.
+/// `workers.decode.pools.fast.count`): the answer is the fewest workers in all, and adding a
+/// rate or a token count to a count means nothing.
+pub fn check_worker_counts(first: &str, second: &str) -> Result<(), RunError> {
+    let is_count = |path: &str| {
+        let steps = crate::yaml::parse_path(path).unwrap_or_default();
+        let key = |step: Option<&Step>, name: &str| matches!(step, Some(Step::Key(k)) if k == name);
+        steps.len() > 1 && key(steps.first(), "workers") && key(steps.last(), "count")
+    };
+    match [first, second].into_iter().find(|path| !is_count(path)) {
+        None => Ok(()),
+        Some(other) => Err(RunError::Input(format!(
+            "--minimize {first}+{second}: a joint search sums two worker counts \
+             (workers.<role or pool>.count), and `{other}` is not one"
+        ))),
+    }
 }
 
 /// The joint search of `options`, whose parameter is `first+second` (see the module docs).
@@ -158,6 +177,21 @@ mod tests {
         assert_eq!(split_sum(" a.count + b.count "), pair("a.count", "b.count"));
         for text in ["a.count", "a.count+", "+b", "a+a", "a+b+c"] {
             assert_eq!(split_sum(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_joint_search_sums_only_worker_counts() {
+        let counts = ["workers.prefill.count", "workers.decode.pools.fast.count"];
+        assert!(check_worker_counts(counts[0], counts[1]).is_ok());
+        for (a, b) in [
+            ("workload.rate_per_s", "workers.decode.count"),
+            ("workers.prefill.count", "workload.groups.g.count"),
+            ("workers.count", "workers.engine.max_num_seqs"),
+            ("count", "workers.count"),
+        ] {
+            let e = check_worker_counts(a, b).unwrap_err().to_string();
+            assert!(e.contains("a joint search sums two worker counts"), "{e}");
         }
     }
 

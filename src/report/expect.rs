@@ -39,6 +39,7 @@
 
 use super::metrics::LatencyMetric;
 use super::slo::ThroughputMetric;
+pub use crate::bounds::number;
 use crate::sim::EndStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -446,7 +447,11 @@ fn parse_bound(raw: &RawExpectation) -> Result<Bound, ExpectationError> {
     }
     if let Some([lo, hi]) = raw.within {
         if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
-            let message = format!("needs finite lo <= hi, got [{lo}, {hi}]");
+            let message = format!(
+                "needs finite lo <= hi, got [{}, {}]",
+                number(lo),
+                number(hi)
+            );
             return Err(invalid("within", message));
         }
         return Ok(Bound::Within { lo, hi });
@@ -936,45 +941,6 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
     }
 }
 
-/// A number as people write it, the one form of every bound, figure and number of a message:
-/// whole numbers below 1e15 without a fraction; magnitudes from 1e-4 to 1e15 in fixed point
-/// with at least 4 decimals and at least 4 significant digits; smaller and larger ones in
-/// scientific notation with up to 5 significant digits (`1e-6`, `1.5e300`). Trailing zeros
-/// are dropped.
-pub fn number(v: f64) -> String {
-    if !v.is_finite() {
-        return v.to_string();
-    }
-    if v == 0.0 {
-        return "0".to_string();
-    }
-    let magnitude = v.abs();
-    if !(1e-4..1e15).contains(&magnitude) {
-        let scientific = format!("{v:.4e}");
-        let (mantissa, exponent) = scientific
-            .split_once('e')
-            .expect("LowerExp writes an exponent");
-        return format!("{}e{exponent}", without_trailing_zeros(mantissa));
-    }
-    if v.fract() == 0.0 {
-        return format!("{v:.0}");
-    }
-    // Zeros between the point and the first significant digit (0.0123 has one).
-    let leading_zeros = (-magnitude.log10().floor() - 1.0).max(0.0) as usize;
-    without_trailing_zeros(&format!("{v:.*}", 4 + leading_zeros))
-}
-
-/// `1.2500` as `1.25`, `2.0000` as `2`.
-fn without_trailing_zeros(fixed: &str) -> String {
-    match fixed.contains('.') {
-        true => fixed
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string(),
-        false => fixed.to_string(),
-    }
-}
-
 fn ordinal(k: u64) -> String {
     let suffix = match (k % 10, k % 100) {
         (_, 11..=13) => "th",
@@ -1151,6 +1117,13 @@ mod tests {
             field_of("{token_share: {class: premium}, tolerance: -0.1}"),
             "tolerance"
         );
+    }
+
+    #[test]
+    fn a_reversed_within_prints_its_ends_compactly() {
+        let huge = parse("{prefix_count: {class: premium, n: 3}, within: [1e300, 1]}");
+        let huge = huge.unwrap_err().to_string();
+        assert_eq!(huge, "within: needs finite lo <= hi, got [1e300, 1]");
     }
 
     #[test]

@@ -578,6 +578,22 @@ pub fn is_plain_file_name(name: &str) -> bool {
         && !name.contains(['/', '\\'])
 }
 
+/// User text (a class name, a swept path) as part of a file name, encoded so that distinct
+/// texts always give distinct parts: ASCII letters, digits, `_`, `.` and `-` are kept, and
+/// every other byte becomes `~` and its two upper-case hex digits (`a/b` -> `a~2Fb`, `~` ->
+/// `~7E`). Every class name a policy admits is kept as it is, and the result needs no
+/// escaping in a link. It may be `.` or `..`, so it is always used after a fixed prefix.
+pub fn file_name_part(text: &str) -> String {
+    let mut part = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-') {
+            true => part.push(char::from(byte)),
+            false => part.push_str(&format!("~{byte:02X}")),
+        }
+    }
+    part
+}
+
 /// The marker's bytes: deterministic, so reruns produce identical directories.
 fn marker_json(kind: OutputKind, proofs: &Proofs) -> Vec<u8> {
     let value = serde_json::json!({

@@ -11,6 +11,7 @@ use super::chart::{
 };
 use super::expect::{Bound, Expectation, Figure};
 use super::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
+use super::output::file_name_part;
 use super::phases::{PHASE_NAMES, PhaseCurve};
 use super::stability::in_system_curve;
 use crate::sim::{FaultMark, SimResult};
@@ -60,7 +61,8 @@ pub fn all_charts(
 
 /// A disaggregated class's latency split into queue wait, prefill, transfer and decode over
 /// arrival time: each phase's mean is a band stacked on the ones before, so the top edge is
-/// the mean end-to-end latency. One chart per class, `latency_phases_<class>`.
+/// the mean end-to-end latency. One chart per class, `latency_phases_<class>` (the
+/// class name through [`file_name_part`]).
 pub fn latency_phases(metrics: &RunMetrics, curve: &PhaseCurve) -> Chart {
     let class = &metrics.classes[curve.class].name;
     let mids: Vec<f64> = curve
@@ -74,7 +76,7 @@ pub fn latency_phases(metrics: &RunMetrics, curve: &PhaseCurve) -> Chart {
     let x = Axis::time_ms("arrival time", (0.0, end_ms.max(1e-3)));
     let y = Axis::linear("mean latency (ms)", (0.0, (peak * 1.05).max(1e-3)));
     let title = format!("Where {class}'s time went: mean per phase by arrival time");
-    let name = format!("latency_phases_{}", file_safe(class));
+    let name = format!("latency_phases_{}", file_name_part(class));
     let mut chart = Chart::new(&name, &title, x, y, LegendCorner::UpperLeft);
     let mut below = vec![0.0; curve.buckets.len()];
     for (phase, label) in PHASE_NAMES.iter().enumerate() {
@@ -96,18 +98,6 @@ pub fn latency_phases(metrics: &RunMetrics, curve: &PhaseCurve) -> Chart {
         below = above;
     }
     chart
-}
-
-/// A class name as a file-name part: letters, digits, `-` and `_` kept, anything else `_`.
-fn file_safe(name: &str) -> String {
-    name.chars()
-        .map(
-            |c| match c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                true => c,
-                false => '_',
-            },
-        )
-        .collect()
 }
 
 /// Requests in the system over time (`in_system`), the second half of the arrival window
@@ -734,7 +724,6 @@ mod tests {
         let files = render_all(&run.result, &m, &[]).unwrap();
         assert!(files.iter().any(|(n, _)| n == "latency_phases_premium.png"));
         assert_eq!(files.len(), 14, "one chart more, in both formats");
-        assert_eq!(file_safe("team a/b"), "team_a_b");
     }
 
     #[test]

@@ -10,6 +10,13 @@ use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The keys a scenario file may have at its top, in [`RawScenario`]'s order: every field path
+/// (`--set`, a sweep's axis) starts at one of them.
+pub const SCENARIO_KEYS: [&str; 10] = [
+    "name", "seed", "model", "router", "workers", "workload", "expect", "limits", "delays",
+    "faults",
+];
+
 /// A whole scenario file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -347,8 +354,10 @@ pub struct RawGroup {
 #[serde(deny_unknown_fields)]
 pub struct RawSessions {
     /// Turns per session.
+    #[serde(deserialize_with = "turn_count")]
     pub turns: RawLength,
     /// From a turn's end to the next turn's arrival, in ms (default 0).
+    #[serde(default, deserialize_with = "whole_ms")]
     pub think_time_ms: Option<RawLength>,
     /// Tokens each later turn adds after the previous prompt and output.
     pub new_input_tokens: RawLength,
@@ -395,17 +404,55 @@ pub enum RawDistKind {
 
 impl<'de> Deserialize<'de> for RawLength {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(LengthVisitor)
+        deserializer.deserialize_any(LengthVisitor("a token count"))
     }
 }
 
-struct LengthVisitor;
+/// `sessions.turns`: a length whose errors say it counts turns.
+fn turn_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<RawLength, D::Error> {
+    deserializer.deserialize_any(LengthVisitor("a whole number of turns"))
+}
+
+/// `sessions.think_time_ms`: a length whose errors say it is a time in whole ms.
+fn whole_ms<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<RawLength>, D::Error> {
+    deserializer.deserialize_option(OptionalLength(LengthVisitor("a whole number of ms")))
+}
+
+/// A length's visitor; its words say what the length counts (tokens, turns, ms).
+struct LengthVisitor(&'static str);
+
+/// A [`LengthVisitor`] for an optional length (`null` is none).
+struct OptionalLength(LengthVisitor);
+
+impl<'de> Visitor<'de> for OptionalLength {
+    type Value = Option<RawLength>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.expecting(f)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self.0).map(Some)
+    }
+}
 
 impl<'de> Visitor<'de> for LengthVisitor {
     type Value = RawLength;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a token count or {dist: uniform|normal|lognormal|exponential, ...}")
+        write!(
+            f,
+            "{} or {{dist: uniform|normal|lognormal|exponential, ...}}",
+            self.0
+        )
     }
 
     fn visit_u64<E: de::Error>(self, tokens: u64) -> Result<RawLength, E> {

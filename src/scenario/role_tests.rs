@@ -145,6 +145,23 @@ fn bad_roles_are_errors_naming_file_line_and_field() {
     );
 }
 
+#[test]
+fn a_pool_name_is_unique_across_roles() {
+    let with = |workers: &str| format!("name: r\nworkers:\n{workers}{GROUPS}");
+    assert_error(
+        &with("  prefill:\n    pools:\n      - {name: decode, count: 1}\n  decode: {count: 1}\n"),
+        5,
+        "workers.prefill.pools[0].name",
+        "pool `decode` has the name of `workers.decode`'s one pool: pool names are unique across roles",
+    );
+    assert_error(
+        &with("  prefill: {count: 1}\n  decode:\n    pools:\n      - {name: prefill, count: 1}\n"),
+        6,
+        "workers.decode.pools[0].name",
+        "pool `prefill` is named twice",
+    );
+}
+
 /// A disaggregated scenario with these `faults:` entries (1 prefill, 2 decode workers).
 fn with_faults(faults: &str) -> String {
     format!(

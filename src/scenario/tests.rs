@@ -986,3 +986,14 @@ fn set_reaches_expectations_and_engine_keys_by_name() {
         "a value never becomes a list: {e}"
     );
 }
+
+#[test]
+fn scenario_keys_are_every_top_level_field_a_scenario_takes() {
+    let e = serde_json::from_str::<raw::RawScenario>(r#"{"bogus": 1}"#).unwrap_err();
+    let expected: Vec<String> = raw::SCENARIO_KEYS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect();
+    let wanted = format!("expected one of {}", expected.join(", "));
+    assert!(e.to_string().contains(&wanted), "{e}");
+}

@@ -3,6 +3,8 @@
 
 use crate::bounds::MAX_SWEEP_RUNS;
 use crate::pipeline::RunError;
+use crate::scenario::raw::SCENARIO_KEYS;
+use crate::yaml::{self, Step};
 use serde::{Deserialize, Serialize};
 
 /// The most points one sweep may have (keeps memory and run time bounded): as many as runs.
@@ -55,6 +57,28 @@ impl Axis {
     /// Whether every value is a number (then plots use them as x positions).
     pub fn is_numeric(&self) -> bool {
         self.values.iter().all(|v| v.parse::<f64>().is_ok())
+    }
+}
+
+/// Whether `path` is an axis path a sweep could have run: trimmed, a field path (the grammar
+/// `--set` takes, no empty step) starting at a scenario key. A sweep's scenario refuses
+/// every other path; a merge, which has no scenario, checks `sweep.json` by this much.
+pub fn check_path(path: &str) -> Result<(), String> {
+    let shown = path.escape_debug();
+    if path.trim() != path || path.is_empty() {
+        return Err(format!(
+            "`{shown}` is not a field path: it is empty or padded"
+        ));
+    }
+    let steps = yaml::parse_path(path)
+        .filter(|steps| !steps.is_empty() && !steps.contains(&Step::Key(String::new())))
+        .ok_or_else(|| format!("`{shown}` is not a field path"))?;
+    match &steps[0] {
+        Step::Key(key) if SCENARIO_KEYS.contains(&key.as_str()) => Ok(()),
+        _ => Err(format!(
+            "`{shown}` is not a field path of a scenario: it starts at none of {}",
+            SCENARIO_KEYS.join(", ")
+        )),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::report::chart::{
     caption_font, class_colour, plot_error,
 };
 use crate::report::expect::Expectation;
+use crate::report::output::file_name_part;
 use crate::report::plots::latency_references;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -239,7 +240,7 @@ pub fn line_chart(
         true => LegendCorner::UpperRight,
         false => LegendCorner::LowerRight,
     };
-    let name = format!("{}_vs_{}", metric.name(), short(&a.path));
+    let name = format!("{}_vs_{}", metric.name(), file_name_part(&short(&a.path)));
     let x = x_axis(manifest, axis, &series);
     let mut chart = Chart::new(&name, &title, x, y_axis(metric, &series, &at), legend);
     chart.series = series;
@@ -320,7 +321,7 @@ pub fn heatmap(
     }
     let name = &manifest.class_names[class];
     Heatmap {
-        name: format!("heatmap_{name}_share_first_n"),
+        name: format!("heatmap_{}_share_first_n", file_name_part(name)),
         title: format!("{name}: mean share of the first N completions"),
         x_label: grid.axes[x].path.clone(),
         y_label: grid.axes[y].path.clone(),

@@ -4,13 +4,14 @@
 //! points' rows). [`read_shards`] checks that the shards belong to one sweep and cover every
 //! run exactly once, so the merged files equal an unsharded sweep's byte for byte.
 
-use super::grid::MAX_POINTS;
+use super::grid::{self, MAX_POINTS};
 use super::grid::{Grid, ShardSpec};
 use super::run::Row;
 use super::shard_check::{self, RowSource};
 use super::table;
 use crate::bounds::{self, MAX_INPUT_FILE_BYTES, MAX_REQUESTS};
 use crate::pipeline::RunError;
+use crate::scheduling::policy::{IDENTIFIER_RULE, is_identifier};
 use crate::time::MAX_INPUT_NS;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -84,6 +85,7 @@ impl Manifest {
         if self.class_names.is_empty() {
             return Err("field `class_names`: empty, a sweep has at least one class".into());
         }
+        self.check_names()?;
         if let Some(spec) = self.shard
             && (spec.index == 0 || spec.index > spec.count || spec.count > MAX_POINTS)
         {
@@ -104,6 +106,32 @@ impl Manifest {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+impl Manifest {
+    /// The names a sweep takes from its scenario, as the scenario's validation admits them:
+    /// class names are policy identifiers, each once, and axis paths are field paths
+    /// ([`grid::check_path`]). They name files and columns, so nothing else is written.
+    fn check_names(&self) -> Result<(), String> {
+        for (i, name) in self.class_names.iter().enumerate() {
+            if !is_identifier(name) {
+                return Err(format!(
+                    "field `class_names[{i}]`: `{}` is not a class name: it {IDENTIFIER_RULE}",
+                    name.escape_debug()
+                ));
+            }
+            if self.class_names[..i].contains(name) {
+                return Err(format!(
+                    "field `class_names[{i}]`: class `{name}` is given twice"
+                ));
+            }
+        }
+        for (i, axis) in self.grid.axes.iter().enumerate() {
+            grid::check_path(&axis.path)
+                .map_err(|why| format!("field `grid.axes[{i}].path`: {why}"))?;
+        }
+        Ok(())
     }
 }
 

@@ -10,7 +10,7 @@
 use super::session::{LaterTurn, SessionTag, SessionTurn};
 use super::trace::{TraceError, TraceReader, TraceRow};
 use super::{Arrival, RequestSpec};
-use crate::bounds::MAX_SESSION_TURNS;
+use crate::bounds::{MAX_SESSION_TURNS, number};
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, SimDuration, SimTime};
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -170,7 +170,7 @@ fn add_later_turn<R: BufRead>(
         (None, None) => ("delay", 0.0),
     };
     if !(delay_ms.is_finite() && delay_ms >= 0.0) {
-        let message = format!("trace line {line} has invalid delay {delay_ms}");
+        let message = format!("trace line {line} has invalid delay {}", number(delay_ms));
         return Err(error_at(reader, line, field, message));
     }
     let Some(ns) = ns_within_bound(delay_ms / ratio) else {

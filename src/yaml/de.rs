@@ -46,20 +46,32 @@ impl Document {
             return field.to_string();
         };
         let mut owner = 0;
+        let lacks = |node: &super::Node| {
+            matches!(node.kind, NodeKind::Map { .. }) && node.get(field).is_none()
+        };
         for (depth, step) in steps.iter().enumerate() {
-            if matches!(node.kind, NodeKind::Map { .. }) && node.get(field).is_none() {
+            if lacks(node) {
                 owner = depth;
             }
             match node.child(step) {
                 Some(child) => node = child,
-                None => break,
+                None => return owned_path(&steps[..owner], field),
             }
         }
-        let labels: Vec<String> = steps[..owner].iter().map(Step::label).collect();
-        let mut path = labels;
-        path.push(field.to_string());
-        join_path(&path)
+        // `near` itself is a flow mapping (`sessions: {}`): the error is at its own `}`, in no
+        // entry of it, so the field is its own.
+        if matches!(node.kind, NodeKind::Map { flow: true, .. }) && lacks(node) {
+            owner = steps.len();
+        }
+        owned_path(&steps[..owner], field)
     }
+}
+
+/// `field` under the mapping at `steps`.
+fn owned_path(steps: &[Step], field: &str) -> String {
+    let mut path: Vec<String> = steps.iter().map(Step::label).collect();
+    path.push(field.to_string());
+    join_path(&path)
 }
 
 fn to_usize(n: u64) -> usize {

@@ -195,3 +195,55 @@ fn tiny_and_huge_bounds_print_as_written_not_rounded_or_in_300_digits() {
     let line = verdict("within: [0.0000025, 0.5]");
     assert!(line.ends_with("(within [2.5e-6, 0.5])"), "{line}");
 }
+
+#[test]
+fn a_tiny_negative_session_delay_prints_as_written_not_in_300_digits() {
+    let turn = |fields: &str| {
+        format!(
+            r#"{{"session_id": "a", {fields}, "input_length": 8, "output_length": 1, "hash_ids": [1]}}"#
+        )
+    };
+    for (second, field) in [
+        (turn(r#""delay": -1e-300"#), "delay"),
+        (turn(r#""timestamp": -1e-300"#), "timestamp"),
+    ] {
+        let (code, stderr) = replay(&format!("{}\n{second}\n", turn(r#""timestamp": 0"#)));
+        assert_eq!(code, 2, "{stderr}");
+        let wanted =
+            format!("t.jsonl:2: field `{field}`: trace line 2 has invalid delay -1e-300\n");
+        assert!(stderr.contains(&wanted), "{stderr}");
+    }
+}
+
+#[test]
+fn an_empty_sessions_mapping_names_the_missing_field_under_sessions() {
+    refused(
+        &small("").replace("output_tokens: 1}", "output_tokens: 1, sessions: {}}"),
+        &[],
+        &["s.yaml:5: workload.groups.a.sessions.turns: missing field `turns`"],
+    );
+}
+
+#[test]
+fn a_fractional_think_time_says_it_takes_whole_ms() {
+    let sessions = "sessions: {turns: 2, new_input_tokens: 4, think_time_ms: 1.5}";
+    let stderr = refused(
+        &small("").replace(
+            "output_tokens: 1}",
+            &format!("output_tokens: 1, {sessions}}}"),
+        ),
+        &[],
+        &[
+            "workload.groups.a.sessions.think_time_ms: ",
+            "expected a whole number of ms or {dist: ",
+            "got `1.5`",
+        ],
+    );
+    assert!(!stderr.contains("token count"), "{stderr}");
+    let turns = "sessions: {turns: 2.5, new_input_tokens: 4}";
+    refused(
+        &small("").replace("output_tokens: 1}", &format!("output_tokens: 1, {turns}}}")),
+        &[],
+        &["sessions.turns: expected a whole number of turns or {dist: "],
+    );
+}

@@ -5,6 +5,7 @@ mod cli;
 mod disaggregated;
 mod faults;
 mod fidelity;
+mod file_names;
 mod input_messages;
 mod plan;
 mod pools;

@@ -609,3 +609,26 @@ fn a_joint_search_refuses_what_it_cannot_answer() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_joint_search_refuses_a_sum_of_a_rate_and_a_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sum = "workload.rate_per_s+workers.decode.count";
+    let args = [
+        "plan",
+        "--minimize",
+        sum,
+        "--range",
+        "2..8",
+        "--out",
+        "plan",
+    ];
+    let (code, stdout, stderr) = bundled_disaggregated(tmp.path(), &args);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("a joint search sums two worker counts")
+            && stderr.contains("`workload.rate_per_s` is not one"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("plan").exists());
+}

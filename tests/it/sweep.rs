@@ -447,3 +447,68 @@ fn merge_refuses_a_manifest_no_sweep_writes() {
         );
     }
 }
+
+/// Writes `from` -> `to` into both shards' sweep.json and sweep.csv header, as a hand-edited
+/// sweep would have them; then merges, checks nothing was written, and returns (exit code,
+/// stderr, the first shard's sweep.json).
+fn merge_renamed(from: &str, to: &str) -> (i32, String, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    for shard in &shards {
+        let json = shard.join("sweep.json");
+        let text = std::fs::read_to_string(&json).unwrap();
+        let quoted = serde_json::to_string(to).unwrap();
+        let text = text.replace(&format!("\"{from}\""), &quoted);
+        std::fs::write(&json, text).unwrap();
+        let csv = shard.join("sweep.csv");
+        let text = std::fs::read_to_string(&csv).unwrap();
+        let (header, rows) = text.split_once('\n').unwrap();
+        let header = header
+            .split(',')
+            .map(|c| match c.strip_prefix(from) {
+                Some(rest) if rest.is_empty() || rest.starts_with('.') => format!("{to}{rest}"),
+                _ => c.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        std::fs::write(&csv, format!("{header}\n{rows}")).unwrap();
+    }
+    let (code, stderr) = merge(tmp.path(), &shards);
+    assert!(!tmp.path().join("merged").exists(), "{to}: {stderr}");
+    (code, stderr, shards[0].join("sweep.json"))
+}
+
+#[test]
+fn merge_refuses_class_names_no_policy_admits_naming_the_field() {
+    // `.routersim-output.json` is not among them: a policy admits it, and a sweep writes it
+    // (its files are `heatmap_.routersim-output.json_share_first_n.png` and the like).
+    for bad in ["../../evil", "a/b", "<script>", ""] {
+        let (code, stderr, json) = merge_renamed("premium", bad);
+        assert_eq!(code, 2, "{bad}: {stderr}");
+        let wanted = format!("{}: field `class_names[0]`: ", json.display());
+        assert!(stderr.contains(&wanted), "{bad}: {stderr}");
+        assert!(stderr.contains("is not a class name"), "{bad}: {stderr}");
+    }
+}
+
+#[test]
+fn merge_refuses_a_class_given_twice() {
+    let (code, stderr, json) = merge_renamed("premium", "regular");
+    assert_eq!(code, 2, "{stderr}");
+    let wanted = format!(
+        "{}: field `class_names[1]`: class `regular` is given twice",
+        json.display()
+    );
+    assert!(stderr.contains(&wanted), "{stderr}");
+}
+
+#[test]
+fn merge_refuses_axis_paths_no_scenario_has_naming_the_field() {
+    for bad in ["x/../../y", "<img onerror=alert(1)>", "", "router..quantum"] {
+        let (code, stderr, json) = merge_renamed("router.policy_classes.regular.quantum", bad);
+        assert_eq!(code, 2, "{bad}: {stderr}");
+        let wanted = format!("{}: field `grid.axes[0].path`: ", json.display());
+        assert!(stderr.contains(&wanted), "{bad}: {stderr}");
+        assert!(stderr.contains("is not a field path"), "{bad}: {stderr}");
+    }
+}

@@ -892,3 +892,29 @@ fn placing_a_new_file_never_replaces_one_that_appeared_meanwhile() {
     assert_eq!(fs::read(&to).unwrap(), b"the user's own");
     assert_eq!(fs::read(&from).unwrap(), b"new");
 }
+
+#[test]
+fn file_name_parts_keep_policy_names_and_escape_everything_else_reversibly() {
+    for kept in ["premium", "a.b", "a_b", "tier-1", "..", "A9"] {
+        assert_eq!(file_name_part(kept), kept);
+    }
+    assert_eq!(file_name_part("team a/b"), "team~20a~2Fb");
+    assert_eq!(file_name_part("~"), "~7E");
+    assert_eq!(file_name_part("é"), "~C3~A9");
+    assert_eq!(file_name_part(""), "");
+}
+
+proptest! {
+    /// Distinct texts never share a file name, and every name made from one is a plain
+    /// file name, so that no user text can collide with another or climb out of the output.
+    #[test]
+    fn file_name_parts_are_distinct_for_distinct_texts_and_plain(
+        a in "[a-z._~/ \\\\-]{0,6}",
+        b in "[a-z._~/ \\\\-]{0,6}",
+    ) {
+        let (pa, pb) = (file_name_part(&a), file_name_part(&b));
+        prop_assert_eq!(a == b, pa == pb);
+        let name = format!("x_{pa}.png");
+        prop_assert!(is_plain_file_name(&name));
+    }
+}

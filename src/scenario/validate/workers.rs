@@ -103,6 +103,9 @@ fn pools_of(
             .map_err(|message| source.at(&format!("{at}.count"), message))?;
         bounds_check::worker_ranks(count, engine.dp_size)
             .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
+        if let Some(index) = pools.iter().position(|p| p.name == form.plain_name) {
+            return Err(plain_name_taken(source, form, pools, index));
+        }
         add_pool(
             source,
             at,
@@ -145,6 +148,34 @@ fn pools_of(
         add_pool(source, &at, pools, name, count, engine)?;
     }
     Ok(())
+}
+
+/// A role in the plain form names its one pool after the role, so an earlier role's pool of
+/// that name (a prefill pool named `decode`) would make two pools of one name: repeated
+/// `classes.csv` columns and an ambiguous `pool:` in faults. The error names that pool.
+fn plain_name_taken(
+    source: &Source,
+    form: &Form,
+    pools: &[WorkerPool],
+    index: usize,
+) -> ScenarioError {
+    let taken = &pools[index];
+    let role = taken.engine.role;
+    let first = pools
+        .iter()
+        .position(|p| p.engine.role == role)
+        .unwrap_or(0);
+    let at = format!("workers.{}.pools[{}].name", role.label(), index - first);
+    let mut error = source.at(
+        &at,
+        format!(
+            "pool `{}` has the name of `{}`'s one pool: pool names are unique across roles",
+            taken.name, form.at
+        ),
+    );
+    // By index, as `pool_name` names it: the name is what is wrong.
+    error.field_path = at;
+    error
 }
 
 /// Adds a pool of `count` workers of `engine` (at `at`) after `pools`, within the bound on

@@ -47,7 +47,7 @@ pub use describe::describe;
 pub use error::PolicyError;
 pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyProfile};
 pub use raw::RawPolicyConfig;
-pub use validate::validate;
+pub use validate::{IDENTIFIER_RULE, is_identifier, validate};
 
 use crate::yaml::Document;
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use serde_saphyr::{Location, Spanned};
 use std::collections::BTreeMap;
 
 /// Words for the identifier rule, shared by every identifier error.
-const IDENTIFIER_RULE: &str =
+pub const IDENTIFIER_RULE: &str =
     "must be non-empty and use only ASCII letters, digits, '_', '.' and '-'";
 
 /// Validates a deserialized document into profiles ready for the scheduler.
@@ -601,7 +601,7 @@ fn list_or_none(names: &[String]) -> String {
 }
 
 /// Dynamo's identifier rule: non-empty, ASCII alphanumerics and `_ . -` only.
-pub(crate) fn is_identifier(text: &str) -> bool {
+pub fn is_identifier(text: &str) -> bool {
     !text.is_empty()
         && text
             .bytes()
