@@ -194,7 +194,7 @@ fn check_name(name: &str) -> Result<(), String> {
     // like another (or like nothing at all).
     if let Some(c) = name
         .chars()
-        .find(|&c| matches!(c, '/' | '\\') || crate::text::acts_on_display(c))
+        .find(|&c| matches!(c, '/' | '\\') || c.is_control() || crate::text::acts_on_display(c))
     {
         return Err(format!(
             "`{}` is not a file name: it names the output directory results/<name>/, so it may not contain {:?}",
