@@ -143,6 +143,7 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
                 "--for: a joint search (--minimize A+B) already makes a table over A".into(),
             ));
         }
+        plan::joint::check_joint(&options, &first, &second)?;
         let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
             .map_err(input)?;
         let title = scenario.name().to_string();

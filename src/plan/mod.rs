@@ -254,13 +254,23 @@ pub fn format_value(value: f64) -> String {
 pub fn plan(options: &PlanOptions, pool: &rayon::ThreadPool) -> Result<Plan, RunError> {
     let scenarios = Parameterized::new(options)?;
     let checked = checks::check_scenarios(&scenarios)?;
+    search_checked(scenarios, &checked, pool)
+}
+
+/// Searches the range of `scenarios`, already checked as `checked`.
+fn search_checked(
+    scenarios: Parameterized,
+    checked: &Checked,
+    pool: &rayon::ThreadPool,
+) -> Result<Plan, RunError> {
+    let options = scenarios.options();
     let latency_figures = scenarios
         .scenario_at(checked.range.0)?
         .expectations()
         .iter()
         .map(|e| matches!(e.figure(), Figure::Latency { .. }))
         .collect();
-    let prober = Prober::new(scenarios, &checked, pool);
+    let prober = Prober::new(scenarios, checked, pool);
     let mut probe = |value| prober.probe(value);
     let mut search =
         search::Search::new(&mut probe, options.goal, checked.integer, options.precision);
