@@ -562,8 +562,8 @@ fn judge_replications(
     judgement: &Judgement,
     args: &CheckArgs,
 ) -> Result<Vec<(SeedVerdicts, Option<sim::SimResult>)>, CliError> {
-    let runs = args.seeds as usize;
-    let pool = sweep::run::thread_pool(args.jobs, runs).map_err(CliError::from)?;
+    let estimates = vec![judgement.memory_estimate_bytes(); args.seeds as usize];
+    let pool = sweep::run::thread_pool(args.jobs, &estimates, true).map_err(CliError::from)?;
     pool.install(|| {
         (0..args.seeds)
             .into_par_iter()

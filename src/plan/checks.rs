@@ -36,7 +36,8 @@ pub struct Checked {
 /// Checks the options that need no scenario.
 pub fn validate(options: &PlanOptions) -> Result<(), RunError> {
     let (lo, hi) = options.range;
-    if !(lo < hi) {
+    // A NaN end is refused below, with the same message.
+    if lo >= hi {
         return Err(RunError::Input(format!(
             "--range {}..{}: needs LO < HI, both finite",
             shown(lo),

@@ -13,7 +13,7 @@ use super::checks::{check_joint_row, check_run_count};
 use super::output::PlanRow;
 use super::{Goal, MAX_PROBES, Parameterized, Plan, PlanOptions, format_value};
 use crate::bounds::MAX_SWEEP_RUNS;
-use crate::pipeline::RunError;
+use crate::pipeline::{Judgement, RunError};
 
 /// The two counts of a joint search and its result.
 #[derive(Clone, Debug)]
@@ -102,6 +102,23 @@ pub fn check_joint(
         range,
         worst_case_probes,
     })
+}
+
+/// The estimated peak memory of one seed's run of a joint search's probe, in bytes: the
+/// larger of the pairs at the sum's top (the most of either count).
+pub fn probe_memory_estimate_bytes(
+    options: &PlanOptions,
+    (first, second): (&str, &str),
+    checked: &JointChecked,
+) -> Result<u64, RunError> {
+    let top = checked.range.1;
+    let mut most_bytes = 0;
+    for (a, b) in [(1, top - 1), (top - 1, 1)] {
+        let at_pair = row_options(options, (first, second), a, (b, b));
+        let scenario = Parameterized::new(&at_pair)?.scenario_at(b as f64)?;
+        most_bytes = most_bytes.max(Judgement::new(scenario)?.memory_estimate_bytes());
+    }
+    Ok(most_bytes)
 }
 
 /// The joint search of `options`, whose parameter is `first+second` (see the module docs).
@@ -410,7 +427,7 @@ mod tests {
             // Feasible only where the sum is at the range's top: every search bisects its way
             // up from its last exponential step.
             let only_the_top = joint_probes(range, |a, b| a + b as u64 == range.1);
-            let patchy = joint_probes(range, |a, b| (a * 7 + b as u64 * 3) % 5 == 0);
+            let patchy = joint_probes(range, |a, b| (a * 7 + b as u64 * 3).is_multiple_of(5));
             for probes in [nothing, only_the_top, patchy] {
                 assert!(probes <= worst, "{range:?}: {probes} > {worst}");
             }

@@ -179,6 +179,16 @@ impl<'a> Parameterized<'a> {
     }
 }
 
+/// The estimated peak memory of one seed's run of a probe of `options`, in bytes: the larger
+/// of the range's ends (where the workload or the fleet is largest).
+pub fn probe_memory_estimate_bytes(options: &PlanOptions) -> Result<u64, RunError> {
+    let scenarios = Parameterized::new(options)?;
+    let (lo, hi) = options.range;
+    let at =
+        |value| Judgement::new(scenarios.scenario_at(value)?).map(|j| j.memory_estimate_bytes());
+    Ok(at(lo)?.max(at(hi)?))
+}
+
 /// Runs one probe: the scenario with the parameter at `value`, every seed in parallel.
 pub struct Prober<'a> {
     scenarios: Parameterized<'a>,
