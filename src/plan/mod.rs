@@ -183,7 +183,8 @@ impl<'a> Parameterized<'a> {
 /// of the range's ends (where the workload or the fleet is largest).
 pub fn probe_memory_estimate_bytes(options: &PlanOptions) -> Result<u64, RunError> {
     let scenarios = Parameterized::new(options)?;
-    let (lo, hi) = options.range;
+    // The checked range: a whole-numbered parameter's far end rounded down.
+    let (lo, hi) = checks::check_scenarios(&scenarios)?.range;
     let at =
         |value| Judgement::new(scenarios.scenario_at(value)?).map(|j| j.memory_estimate_bytes());
     Ok(at(lo)?.max(at(hi)?))
