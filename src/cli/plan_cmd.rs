@@ -161,12 +161,7 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     let searches = plan_searches(&options, table)?;
     let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
         .map_err(input)?;
-    let mut estimate_bytes = 0;
-    for (_, options) in &searches {
-        estimate_bytes = estimate_bytes.max(plan::probe_memory_estimate_bytes(options)?);
-    }
-    let estimates = vec![estimate_bytes; args.seeds as usize];
-    let pool = sweep::run::thread_pool(args.jobs, &estimates, !args.quiet)?;
+    let pool = probe_pool(args, &searches)?;
     let rows = searches
         .into_iter()
         .map(|(for_value, options)| {
@@ -193,6 +188,17 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         print_effort(args, &rows, started, &out);
     }
     feasible_or_error(rows.iter().all(|r| r.plan.answer.is_some()))
+}
+
+/// The threads a probe's seeds run on: `--jobs`, or fewer when the largest probe's runs
+/// (by their estimated memory, at the ranges' ends) would not fit the process's budget.
+fn probe_pool(args: &PlanArgs, searches: &[PlanSearch]) -> Result<rayon::ThreadPool, CliError> {
+    let mut estimate_bytes = 0;
+    for (_, options) in searches {
+        estimate_bytes = estimate_bytes.max(plan::probe_memory_estimate_bytes(options)?);
+    }
+    let estimates = vec![estimate_bytes; args.seeds as usize];
+    Ok(sweep::run::thread_pool(args.jobs, &estimates, !args.quiet)?)
 }
 
 /// The closing line of a plan: how many probes it took, how long, and where it wrote.
