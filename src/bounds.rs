@@ -52,6 +52,52 @@ pub const MIN_SPEEDUP_RATIO: f64 = 1e-3;
 pub const MAX_SWEEP_RUNS: u64 = 100_000;
 /// Most sweep threads per available core.
 pub const MAX_JOBS_PER_CORE: usize = 4;
+/// Memory a process's concurrent runs may hold together, by their estimates, in bytes (2 GB):
+/// a sweep, check, plan or tune runs at once only as many runs as fit in it
+/// ([`admitted_runs`]), whatever `--jobs` says.
+pub const PROCESS_MEMORY_BUDGET_BYTES: u64 = 2_000_000_000;
+/// A run's estimated peak per request, in bytes: its record, its drawn prompt and its share of
+/// the metrics' lists. Measured (2026-12-07, release, `check --seeds 1`): 990,000 requests of
+/// one 64-token block each peaked at 807 MB, about 815 bytes a request with its block.
+pub const RUN_BYTES_PER_REQUEST: u64 = 768;
+/// A run's estimated peak per prompt block (hash id) of its workload, in bytes: the same
+/// requests with 8 blocks each (512 tokens) peaked at 1,346 MB, 78 bytes more a block.
+pub const RUN_BYTES_PER_PROMPT_BLOCK: u64 = 80;
+/// A run's estimated peak per worker rank, in bytes: 4,096 ranks took 44 MB more than one.
+pub const RUN_BYTES_PER_RANK: u64 = 16 << 10;
+/// A run's estimated peak beside its requests, blocks and ranks, in bytes (its tables,
+/// buffers and threads' stacks).
+pub const RUN_BASE_BYTES: u64 = 16 << 20;
+
+/// A run's estimated peak memory, in bytes, from what it is given: `requests`,
+/// `prompt_blocks` over all their prompts, and worker `ranks`.
+pub fn run_memory_estimate_bytes(requests: u64, prompt_blocks: u64, ranks: u64) -> u64 {
+    RUN_BASE_BYTES
+        .saturating_add(requests.saturating_mul(RUN_BYTES_PER_REQUEST))
+        .saturating_add(prompt_blocks.saturating_mul(RUN_BYTES_PER_PROMPT_BLOCK))
+        .saturating_add(ranks.saturating_mul(RUN_BYTES_PER_RANK))
+}
+
+/// How many runs may run at once, given each run's estimated peak (`run_estimates_bytes`, in
+/// any order) and the threads `jobs` would run them on: the most `k` (at most `jobs`) whose
+/// `k` largest estimates together fit [`PROCESS_MEMORY_BUDGET_BYTES`], so that any `k` of the
+/// runs fit; at least one (a run alone is held to the per-run bounds). Decided once, before
+/// any run; outputs do not depend on it (runs are collected in order).
+pub fn admitted_runs(run_estimates_bytes: &[u64], jobs: usize) -> usize {
+    let mut largest_first = run_estimates_bytes.to_vec();
+    largest_first.sort_unstable_by(|a, b| b.cmp(a));
+    let mut total_bytes = 0u64;
+    let fitting = largest_first
+        .iter()
+        .take(jobs)
+        .take_while(|&&bytes| {
+            total_bytes = total_bytes.saturating_add(bytes);
+            total_bytes <= PROCESS_MEMORY_BUDGET_BYTES
+        })
+        .count();
+    fitting.max(1)
+}
+
 /// Largest output marker (`.routersim-output.json`) or stage marker routersim reads, in bytes
 /// (1 MiB; its own list a few dozen files in a few KiB).
 pub const MAX_MARKER_BYTES: u64 = 1 << 20;
@@ -355,6 +401,35 @@ mod tests {
         assert_eq!(lines, ["ab\n", "cdef\n", "\n", "g"]);
         let mut long = "abcdef\n".as_bytes();
         assert!(read_line_capped(&mut long, &mut buf, 5).is_err());
+    }
+
+    #[test]
+    fn concurrent_runs_are_admitted_while_their_largest_estimates_fit_the_budget() {
+        const MB: u64 = 1_000_000;
+        // The 990,000-request check: 8 runs of about 850 MB each fit two at a time.
+        let big = run_memory_estimate_bytes(990_000, 990_000, 1);
+        assert!((800 * MB..900 * MB).contains(&big), "{big}");
+        assert_eq!(admitted_runs(&[big; 8], 8), 2);
+        assert_eq!(admitted_runs(&[big; 8], 1), 1, "never more than --jobs");
+        // Small runs are all admitted, up to --jobs.
+        assert_eq!(admitted_runs(&[10 * MB; 100], 16), 16);
+        assert_eq!(admitted_runs(&[10 * MB; 3], 16), 3);
+        // A run past the budget alone still runs, one at a time.
+        assert_eq!(admitted_runs(&[3_000 * MB, MB], 4), 1);
+        assert_eq!(admitted_runs(&[], 4), 1);
+        // Mixed sizes: any k runs must fit, so the k largest are counted.
+        let mixed = [100 * MB, 950 * MB, 100 * MB, 950 * MB, 100 * MB];
+        assert_eq!(
+            admitted_runs(&mixed, 8),
+            3,
+            "950 + 950 + 100 fits, 100 more does not"
+        );
+        assert_eq!(
+            admitted_runs(&[PROCESS_MEMORY_BUDGET_BYTES / 4; 4], 8),
+            4,
+            "inclusive"
+        );
+        assert_eq!(admitted_runs(&[u64::MAX; 4], 8), 1);
     }
 
     #[test]

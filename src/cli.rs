@@ -1,7 +1,7 @@
 //! The command line: clap commands, and the mapping of errors to exit codes: 0 ok, 1 an
 //! expectation failed, 2 bad input or usage, 3 the simulator caught a bug in itself.
 
-use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_SWEEP_RUNS};
+use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_SWEEP_RUNS};
 use crate::engine::StopReason;
 use crate::mocker::{EngineArgs, WorkerRole};
 use crate::pipeline::{
@@ -577,8 +577,8 @@ fn judge_replications(
     judgement: &Judgement,
     args: &CheckArgs,
 ) -> Result<Vec<(SeedVerdicts, Option<sim::SimResult>)>, CliError> {
-    let runs = args.seeds as usize;
-    let pool = sweep::run::thread_pool(args.jobs, runs).map_err(CliError::from)?;
+    let estimates = vec![judgement.memory_estimate_bytes(); args.seeds as usize];
+    let pool = sweep::run::thread_pool(args.jobs, &estimates, true).map_err(CliError::from)?;
     pool.install(|| {
         (0..args.seeds)
             .into_par_iter()
@@ -747,6 +747,10 @@ fn replay_disaggregated(
         }
         bounds_check::rank_count(count.into()).map_err(flag_error(flag))?;
     }
+    disaggregated_ranks(
+        (prefill_workers, prefill_engine.dp_size),
+        (decode_workers, decode_engine.dp_size),
+    )?;
     if prefill_engine.block_size != decode_engine.block_size {
         return Err(CliError::Input(format!(
             "--decode-engine: offline disaggregated replay requires matching prefill/decode block_size, got {} and {}",
@@ -768,6 +772,32 @@ fn replay_disaggregated(
         decode_workers,
         decode_engine,
     }))
+}
+
+/// The disaggregated fleet within the bound on ranks a scenario's `workers.prefill` and
+/// `workers.decode` are held to: each role's `workers x dp_size` alone, then both summed,
+/// given as (workers, dp_size) per role.
+fn disaggregated_ranks(prefill: (u32, u32), decode: (u32, u32)) -> Result<(), CliError> {
+    let roles = [
+        ("--prefill-workers", "--prefill-engine", prefill),
+        ("--decode-workers", "--decode-engine", decode),
+    ];
+    for (workers_flag, engine_flag, (workers, dp_size)) in roles {
+        bounds_check::worker_ranks(workers, dp_size).map_err(|message| {
+            CliError::Input(format!(
+                "{workers_flag} with {engine_flag}'s dp_size: {message}"
+            ))
+        })?;
+    }
+    let ranks =
+        u64::from(prefill.0) * u64::from(prefill.1) + u64::from(decode.0) * u64::from(decode.1);
+    if ranks > MAX_RANKS {
+        return Err(CliError::Input(format!(
+            "--prefill-workers and --decode-workers: the prefill and decode pools have {ranks} worker ranks ({} x dp_size {} + {} x dp_size {}): a run may have at most {MAX_RANKS}",
+            prefill.0, prefill.1, decode.0, decode.1
+        )));
+    }
+    Ok(())
 }
 
 /// The engine `flag` gives as `value` (default: the default engine).

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod judgement;
+pub mod memory_estimate;
 mod replay;
 mod request_cache;
 

@@ -144,12 +144,15 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
                 "--for: a joint search (--minimize A+B) already makes a table over A".into(),
             ));
         }
+        let checked = plan::joint::check_joint(&options, &first, &second)?;
+        let estimate_bytes =
+            plan::joint::probe_memory_estimate_bytes(&options, (&first, &second), &checked)?;
         let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
             .map_err(input)?;
         let title = scenario.name().to_string();
         return run_joint_plan(
             args,
-            &options,
+            (&options, estimate_bytes),
             (&first, &second),
             (target, &out),
             &title,
@@ -159,7 +162,7 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     let searches = plan_searches(&options, table)?;
     let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
         .map_err(input)?;
-    let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
+    let pool = probe_pool(args, &searches)?;
     let rows = searches
         .into_iter()
         .map(|(for_value, options)| {
@@ -186,6 +189,17 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         print_effort(args, &rows, started, &out);
     }
     feasible_or_error(rows.iter().all(|r| r.plan.answer.is_some()))
+}
+
+/// The threads a probe's seeds run on: `--jobs`, or fewer when the largest probe's runs
+/// (by their estimated memory, at the ranges' ends) would not fit the process's budget.
+fn probe_pool(args: &PlanArgs, searches: &[PlanSearch]) -> Result<rayon::ThreadPool, CliError> {
+    let mut estimate_bytes = 0;
+    for (_, options) in searches {
+        estimate_bytes = estimate_bytes.max(plan::probe_memory_estimate_bytes(options)?);
+    }
+    let estimates = vec![estimate_bytes; args.seeds as usize];
+    Ok(sweep::run::thread_pool(args.jobs, &estimates, !args.quiet)?)
 }
 
 /// The closing line of a plan: how many probes it took, how long, and where it wrote.
@@ -218,13 +232,14 @@ fn feasible_or_error(found: bool) -> Result<(), CliError> {
 /// `target` as a plan's files.
 fn run_joint_plan(
     args: &PlanArgs,
-    options: &plan::PlanOptions,
+    (options, estimate_bytes): (&plan::PlanOptions, u64),
     (first, second): (&str, &str),
     (target, out): (output::OutputTarget, &Path),
     title: &str,
     started: std::time::Instant,
 ) -> Result<(), CliError> {
-    let pool = sweep::run::thread_pool(args.jobs, args.seeds as usize)?;
+    let estimates = vec![estimate_bytes; args.seeds as usize];
+    let pool = sweep::run::thread_pool(args.jobs, &estimates, !args.quiet)?;
     let joint = plan::joint::joint_plan(options, first, second, &pool)?;
     let mut files = vec![
         ("plan.json".to_string(), plan::output::joint_json(&joint)),

@@ -1,6 +1,7 @@
 //! Judging a scenario: a replication's run, its `minus:` companions' runs, and the verdicts
 //! of its expectations.
 
+use super::memory_estimate::run_memory_estimate_bytes;
 use super::{RequestCache, RunError, RunOutput, RunSpec, execute, replication_seeds};
 use crate::report::evaluate::{ExpectationOutcome, RunFacts, evaluate};
 use crate::scenario::Scenario;
@@ -50,6 +51,14 @@ impl Judgement {
             request_cache: None,
             timeline: false,
         })
+    }
+
+    /// The estimated peak memory of one replication, in bytes: the scenario's run, and each
+    /// companion's as if alone beside it (the scenario's output is held while they run).
+    pub fn memory_estimate_bytes(&self) -> u64 {
+        let of = |s: &Scenario| run_memory_estimate_bytes(&RunSpec::from_scenario(s, s.seed()));
+        let companions = self.companions.values().map(of);
+        companions.fold(of(&self.scenario), u64::saturating_add)
     }
 
     /// The same, keeping a timeline of replication 0's run when `timeline` says so.

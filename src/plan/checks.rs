@@ -36,7 +36,22 @@ pub struct Checked {
 /// Checks the options that need no scenario.
 pub fn validate(options: &PlanOptions) -> Result<(), RunError> {
     let (lo, hi) = options.range;
-    if !(lo.is_finite() && hi.is_finite() && lo < hi && (hi - lo).is_finite()) {
+    // A NaN end is refused below, with the same message.
+    if lo >= hi {
+        return Err(RunError::Input(format!(
+            "--range {}..{}: needs LO < HI, both finite",
+            shown(lo),
+            shown(hi)
+        )));
+    }
+    validate_one_value_or_more(options)
+}
+
+/// Every check of [`validate`] but `LO < HI`: a joint search's last values of A leave one
+/// value of B to search (`LO == HI`), which the search itself handles (one probe).
+fn validate_one_value_or_more(options: &PlanOptions) -> Result<(), RunError> {
+    let (lo, hi) = options.range;
+    if !(lo.is_finite() && hi.is_finite() && lo <= hi && (hi - lo).is_finite()) {
         return Err(RunError::Input(format!(
             "--range {}..{}: needs LO < HI, both finite",
             shown(lo),
@@ -120,8 +135,20 @@ pub fn check(options: &PlanOptions) -> Result<Checked, RunError> {
 
 /// Everything checked before the first probe, with the scenario file already read.
 pub fn check_scenarios(scenarios: &Parameterized) -> Result<Checked, RunError> {
+    validate(scenarios.options())?;
+    check_ends(scenarios)
+}
+
+/// [`check_scenarios`] for one search of a joint search's B: its range may be one value.
+pub fn check_joint_row(scenarios: &Parameterized) -> Result<Checked, RunError> {
+    validate_one_value_or_more(scenarios.options())?;
+    check_ends(scenarios)
+}
+
+/// The checks of a validated range against the scenario: both ends taken, the parameter a
+/// number, and a real one's precision resolvable.
+fn check_ends(scenarios: &Parameterized) -> Result<Checked, RunError> {
     let options = scenarios.options();
-    validate(options)?;
     let (lo, hi) = options.range;
     let near = at_end(scenarios, "low end", lo)?;
     check_numeric(scenarios)?;

@@ -179,6 +179,17 @@ impl<'a> Parameterized<'a> {
     }
 }
 
+/// The estimated peak memory of one seed's run of a probe of `options`, in bytes: the larger
+/// of the range's ends (where the workload or the fleet is largest).
+pub fn probe_memory_estimate_bytes(options: &PlanOptions) -> Result<u64, RunError> {
+    let scenarios = Parameterized::new(options)?;
+    // The checked range: a whole-numbered parameter's far end rounded down.
+    let (lo, hi) = checks::check_scenarios(&scenarios)?.range;
+    let at =
+        |value| Judgement::new(scenarios.scenario_at(value)?).map(|j| j.memory_estimate_bytes());
+    Ok(at(lo)?.max(at(hi)?))
+}
+
 /// Runs one probe: the scenario with the parameter at `value`, every seed in parallel.
 pub struct Prober<'a> {
     scenarios: Parameterized<'a>,
@@ -254,13 +265,23 @@ pub fn format_value(value: f64) -> String {
 pub fn plan(options: &PlanOptions, pool: &rayon::ThreadPool) -> Result<Plan, RunError> {
     let scenarios = Parameterized::new(options)?;
     let checked = checks::check_scenarios(&scenarios)?;
+    search_checked(scenarios, &checked, pool)
+}
+
+/// Searches the range of `scenarios`, already checked as `checked`.
+fn search_checked(
+    scenarios: Parameterized,
+    checked: &Checked,
+    pool: &rayon::ThreadPool,
+) -> Result<Plan, RunError> {
+    let options = scenarios.options();
     let latency_figures = scenarios
         .scenario_at(checked.range.0)?
         .expectations()
         .iter()
         .map(|e| matches!(e.figure(), Figure::Latency { .. }))
         .collect();
-    let prober = Prober::new(scenarios, &checked, pool);
+    let prober = Prober::new(scenarios, checked, pool);
     let mut probe = |value| prober.probe(value);
     let mut search =
         search::Search::new(&mut probe, options.goal, checked.integer, options.precision);

@@ -329,3 +329,17 @@ fn a_whole_numbered_range_is_searched_over_its_whole_numbers() {
     let options = small_plan(dir.path(), "workers.count", (1.0, 16.5), 1);
     assert_eq!(check(&options).unwrap().range, (1.0, 16.0));
 }
+
+#[test]
+fn a_probes_memory_estimate_is_taken_at_the_checked_ends_of_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    // The far end 16.5 of a whole-numbered parameter is searched as 16.
+    let options = small_plan(dir.path(), "workers.count", (1.0, 16.5), 1);
+    let estimate = probe_memory_estimate_bytes(&options).unwrap();
+    let fewer = small_plan(dir.path(), "workers.count", (1.0, 2.0), 1);
+    let ranks_more = 14 * crate::bounds::RUN_BYTES_PER_RANK;
+    assert_eq!(
+        estimate,
+        probe_memory_estimate_bytes(&fewer).unwrap() + ranks_more
+    );
+}

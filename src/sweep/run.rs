@@ -4,7 +4,8 @@
 use super::grid::{Grid, ShardSpec};
 use super::shard::{self, Manifest};
 use super::table::{self, PointSummary};
-use crate::bounds::capped_jobs;
+use crate::bounds::{PROCESS_MEMORY_BUDGET_BYTES, admitted_runs, capped_jobs};
+use crate::pipeline::memory_estimate::run_memory_estimate_bytes;
 use crate::pipeline::{self, RunError, RunSpec};
 use crate::report::chart::PlotError;
 use crate::report::expect::Expectation;
@@ -188,6 +189,8 @@ pub struct PlanPoint {
     pub spec: RunSpec,
     /// The seeds of its replications ([`pipeline::replication_seeds`] of the point's seed).
     pub seeds: Vec<u64>,
+    /// The estimated peak memory of one of its runs, in bytes: how many run at once.
+    pub memory_estimate_bytes: u64,
 }
 
 /// A run that a limit stopped before its end (its row is still written).
@@ -208,6 +211,8 @@ pub struct SweepRun {
     pub rows: Vec<Row>,
     /// The runs that did not reach their end, in row order.
     pub stopped: Vec<StoppedRun>,
+    /// How many runs ran at once: `--jobs`, or fewer when their estimated memory says so.
+    pub concurrent_runs: usize,
 }
 
 impl SweepRun {
@@ -287,7 +292,12 @@ impl SweepPlan {
             .iter()
             .flat_map(|p| (0u32..).zip(&p.seeds).map(move |(r, &seed)| (p, r, seed)))
             .collect();
-        let pool = thread_pool(self.jobs, tasks.len())?;
+        let estimates: Vec<u64> = tasks
+            .iter()
+            .map(|(point, _, _)| point.memory_estimate_bytes)
+            .collect();
+        let pool = thread_pool(self.jobs, &estimates, progress)?;
+        let concurrent_runs = pool.current_num_threads();
         let bar = progress_bar(tasks.len() as u64, progress);
         let runs = pool.install(|| {
             tasks
@@ -304,6 +314,7 @@ impl SweepPlan {
         Ok(SweepRun {
             rows,
             stopped: stops.into_iter().flatten().collect(),
+            concurrent_runs,
         })
     }
 
@@ -386,18 +397,35 @@ fn plan_point(options: &SweepOptions, index: usize, scenario: &Scenario) -> Plan
     PlanPoint {
         index,
         seeds: pipeline::replication_seeds(spec.seed(), options.seeds),
+        memory_estimate_bytes: run_memory_estimate_bytes(&spec),
         spec,
     }
 }
 
-/// A rayon pool of `jobs` threads (default: all cores) for `runs` runs, capped by
-/// [`capped_jobs`]: no more threads than runs, nor than a few per core.
-pub fn thread_pool(jobs: Option<usize>, runs: usize) -> Result<rayon::ThreadPool, RunError> {
+/// A rayon pool of `jobs` threads (default: all cores) for runs whose estimated peaks are
+/// `run_estimates_bytes` (one per run), capped by [`capped_jobs`] (no more threads than runs,
+/// nor than a few per core), then by [`admitted_runs`]: no more runs at once than fit the
+/// process's memory budget. Says so on stderr when `say` and the memory lowered the count.
+/// Rows are collected in order, so the thread count never changes an output.
+pub fn thread_pool(
+    jobs: Option<usize>,
+    run_estimates_bytes: &[u64],
+    say: bool,
+) -> Result<rayon::ThreadPool, RunError> {
     if jobs == Some(0) {
         return Err(RunError::Input("--jobs must be at least 1".into()));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = capped_jobs(jobs, runs, cores);
+    let wanted = capped_jobs(jobs, run_estimates_bytes.len(), cores);
+    let threads = admitted_runs(run_estimates_bytes, wanted);
+    if say && threads < wanted {
+        let largest_bytes = run_estimates_bytes.iter().max().copied().unwrap_or(0);
+        eprintln!(
+            "note: running {threads} runs at a time, not {wanted}: a run is estimated at up to {} MB, and a process's concurrent runs may hold {} MB together",
+            largest_bytes / 1_000_000,
+            PROCESS_MEMORY_BUDGET_BYTES / 1_000_000
+        );
+    }
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

@@ -443,3 +443,24 @@ fn tune_and_sweep_run_the_same_replication_seeds() {
         "{text}"
     );
 }
+
+#[test]
+fn runs_too_large_to_fit_the_memory_budget_together_run_fewer_at_once_with_the_same_rows() {
+    let mut options = args(&["router.policy_classes.regular.quantum=128,512"], 2);
+    options.jobs = Some(4);
+    let mut plan = SweepPlan::new(&options).unwrap();
+    let small = plan.run(false).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        small.concurrent_runs,
+        4.min(4 * cores),
+        "small runs: all of --jobs"
+    );
+    // Runs estimated at 900 MB each: two fit the 2 GB budget at once.
+    for point in &mut plan.points {
+        point.memory_estimate_bytes = 900_000_000;
+    }
+    let large = plan.run(false).unwrap();
+    assert_eq!(large.concurrent_runs, 2);
+    assert_eq!(format!("{:?}", large.rows), format!("{:?}", small.rows));
+}

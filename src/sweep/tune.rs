@@ -13,6 +13,7 @@
 
 use super::run::thread_pool;
 use crate::bounds::MAX_SWEEP_RUNS;
+use crate::pipeline::memory_estimate::run_memory_estimate_bytes;
 use crate::pipeline::{self, RunError, RunSpec};
 use crate::report::metrics::{RunMetrics, quanta_sum};
 use crate::scenario::Scenario;
@@ -313,7 +314,9 @@ struct SeedShares {
 pub fn tune(options: &TuneOptions) -> Result<TuneOutcome, RunError> {
     let problem = Problem::new(options)?;
     let moves = options.vary.len() * NEIGHBOUR_FACTORS.len();
-    let pool = thread_pool(options.jobs, moves.max(1) * problem.seeds.len())?;
+    let runs = moves.max(1) * problem.seeds.len();
+    let estimate_bytes = run_memory_estimate_bytes(&problem.spec);
+    let pool = thread_pool(options.jobs, &vec![estimate_bytes; runs], true)?;
     pool.install(|| problem.solve())
 }
 

@@ -632,3 +632,68 @@ fn a_joint_search_refuses_a_sum_of_a_rate_and_a_count() {
     );
     assert!(!tmp.path().join("plan").exists());
 }
+
+/// A small disaggregated scenario whose one expectation no run meets (none migrates).
+const NEVER_FEASIBLE: &str = "name: d
+workers:
+  prefill: {count: 1}
+  decode: {count: 1}
+workload:
+  groups:
+    - {name: a, count: 4, input_tokens: 64, output_tokens: 2}
+expect:
+  - {migrations: {}, at_least: 1}
+";
+
+#[test]
+fn a_joint_search_with_nothing_feasible_ends_with_no_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("d.yaml"), NEVER_FEASIBLE).unwrap();
+    let sum = "workers.prefill.count+workers.decode.count";
+    let args = ["plan", "d.yaml", "--minimize", sum, "--range", "2..6"];
+    let (code, stdout, stderr) = routersim(tmp.path(), &[&args[..], &["--out", "p"]].concat());
+    // The last value of A leaves one value of B: it is probed, not refused as a range.
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("nothing in the range is feasible"),
+        "{stderr}"
+    );
+    let plan = plan_json(tmp.path(), "p");
+    assert_eq!(plan["frontier"].as_array().unwrap().len(), 5, "{plan}");
+}
+
+#[test]
+fn a_joint_search_past_the_plan_run_bound_is_refused_before_any_probe() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("d.yaml"), NEVER_FEASIBLE).unwrap();
+    let sum = "workers.prefill.count+workers.decode.count";
+    let refused = |range: &str, seeds: &str, expected: &[&str]| {
+        let args = ["plan", "d.yaml", "--minimize", sum, "--range", range];
+        let (code, _, stderr) = routersim(
+            tmp.path(),
+            &[&args[..], &["--seeds", seeds, "--out", "p"]].concat(),
+        );
+        assert_eq!(code, 2, "{stderr}");
+        for e in expected {
+            assert!(stderr.contains(e), "{stderr:?} should contain {e:?}");
+        }
+        assert!(!tmp.path().join("p").exists(), "nothing may be written");
+    };
+    refused(
+        "2..64",
+        "1041",
+        &[
+            "--range 2..64",
+            "up to 600 probes",
+            "x 1041 seeds = 624600 runs",
+        ],
+    );
+    refused(
+        "2..8193",
+        "1",
+        &[
+            "--range 2..8193: its top sets",
+            "workers.decode.count = 8192",
+        ],
+    );
+}

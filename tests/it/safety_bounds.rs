@@ -190,6 +190,82 @@ fn replay_workers_times_engine_dp_size_is_refused() {
     );
 }
 
+/// `replay --prefill-workers P --decode-workers D` with `extra` flags; asserts the refusal
+/// (exit 2, nothing written, each of `expected` in stderr) comes at once, before any work.
+fn refused_disaggregated_replay(pools: [&str; 2], extra: &[&str], expected: &[&str]) {
+    let mut args = vec!["replay", "--trace", "t.jsonl", "--out", "out"];
+    args.extend(["--prefill-workers", pools[0], "--decode-workers", pools[1]]);
+    args.extend(extra);
+    let started = Instant::now();
+    refused_cli(&args, expected);
+    assert!(started.elapsed() < Duration::from_secs(10), "refused late");
+}
+
+#[test]
+fn replay_prefill_and_decode_workers_over_the_rank_bound_together_are_refused() {
+    refused_disaggregated_replay(
+        ["4096", "4096"],
+        &[],
+        &[
+            "--prefill-workers and --decode-workers",
+            "8192 worker ranks",
+            "at most 4096",
+        ],
+    );
+    // At the bound exactly, summed, is the largest fleet refused by neither role alone.
+    refused_disaggregated_replay(["2048", "2049"], &[], &["4097 worker ranks"]);
+}
+
+#[test]
+fn replay_decode_workers_times_decode_engine_dp_size_is_refused() {
+    let engine = r#"{"engine": {}, "dp_size": 4096}"#;
+    refused_disaggregated_replay(
+        ["1", "2"],
+        &["--decode-engine", engine],
+        &[
+            "--decode-workers with --decode-engine's dp_size",
+            "2 workers x dp_size 4096",
+        ],
+    );
+    // One worker of 4096 ranks is within its role's bound, but not beside a prefill worker.
+    refused_disaggregated_replay(
+        ["1", "1"],
+        &["--decode-engine", engine],
+        &[
+            "--prefill-workers and --decode-workers",
+            "4097 worker ranks",
+        ],
+    );
+}
+
+#[test]
+fn replay_prefill_workers_times_prefill_engine_dp_size_is_refused() {
+    let engine = r#"{"engine": {}, "dp_size": 64}"#;
+    refused_disaggregated_replay(
+        ["65", "1"],
+        &["--prefill-engine", engine],
+        &[
+            "--prefill-workers with --prefill-engine's dp_size",
+            "65 workers x dp_size 64",
+        ],
+    );
+}
+
+#[test]
+fn replay_disaggregated_fleet_at_the_rank_bound_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("t.jsonl"), format!("{ROW}\n")).unwrap();
+    let output = routersim()
+        .current_dir(tmp.path())
+        .args(["replay", "--trace", "t.jsonl", "--out", "out", "--quiet"])
+        .args(["--prefill-workers", "2048", "--decode-workers", "2048"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}
+
 #[test]
 fn one_group_of_ten_million_requests_is_refused() {
     refused_group(
