@@ -138,7 +138,6 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         .clone()
         .unwrap_or_else(|| Path::new("results").join(format!("{}-plan", scenario.name())));
     if let Some((first, second)) = plan::joint::split_sum(&options.parameter) {
-        plan::joint::check_worker_counts(&first, &second)?;
         if table.is_some() {
             return Err(CliError::Input(
                 "--for: a joint search (--minimize A+B) already makes a table over A".into(),

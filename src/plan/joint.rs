@@ -80,15 +80,17 @@ pub struct JointChecked {
     pub worst_case_probes: u64,
 }
 
-/// Everything a joint search of `first+second` checks before its first probe: the range of
-/// the sum; the scenario taking the pairs at the range's top (the most of B beside one A,
-/// the most of A beside one B), each refused in the terms of `--range` as given; and the
-/// worst case of probes times seeds within the runs a plan may make.
+/// Everything a joint search of `first+second` checks before its first probe: that both are
+/// worker counts ([`check_worker_counts`]); the range of the sum; the scenario taking the
+/// pairs at the range's top (the most of B beside one A, the most of A beside one B), each
+/// refused in the terms of `--range` as given; and the worst case of probes times seeds
+/// within the runs a plan may make.
 pub fn check_joint(
     options: &PlanOptions,
     first: &str,
     second: &str,
 ) -> Result<JointChecked, RunError> {
+    check_worker_counts(first, second)?;
     let range = whole_sum_range(options)?;
     check_run_count(1, options.seeds)?;
     for (a, b) in [(1, range.1 - 1), (range.1 - 1, 1)] {

@@ -2,9 +2,9 @@
 //! and several routersim processes writing into one directory at once. Each test runs real
 //! processes side by side; the pause hook only makes one of them deterministic.
 
+use crate::support::spawn_held_in_write_phase;
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -61,25 +61,11 @@ fn files_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Starts a rerun whose write phase is held `pause_ms` once its stage is whole, and waits for
-/// that moment (the pause's own stderr line); the thread gives the rest of its stderr.
+/// Starts a rerun whose write phase is held `pause_ms`, once its stage is whole.
 fn spawn_held(dir: &Path, args: &[&str], pause_ms: u64) -> (Child, JoinHandle<String>) {
-    let mut child = routersim(dir, args)
-        .env(
-            routersim::report::output::STAGE_PAUSE_ENV,
-            pause_ms.to_string(),
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let full = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|line| line == routersim::report::output::STAGE_FULL_LINE);
+    let (child, full, stderr) = spawn_held_in_write_phase(dir, args, pause_ms);
     assert!(full, "the rerun never reached its write phase");
-    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect());
-    (child, rest)
+    (child, stderr)
 }
 
 fn append(path: &Path, text: &str) {

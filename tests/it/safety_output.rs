@@ -1,7 +1,7 @@
 //! Output safety end to end: no command deletes or overwrites a file it did not
 //! write, refusals happen before any work and leave nothing behind, reruns keep user files.
 
-use crate::support::run_in_dir;
+use crate::support::{run_in_dir, spawn_held_in_write_phase};
 use assert_cmd::Command;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -297,28 +297,6 @@ fn stages_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Starts routersim in `dir` with its write phase held for 20 s, and waits until the stage is
-/// full (the pause's own stderr line: the stage folder alone appears before its files are
-/// whole). The wait ends when the line comes or the process's stderr closes.
-fn spawn_held_in_write_phase(dir: &Path, args: &[&str]) -> (std::process::Child, bool) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("routersim"))
-        .current_dir(dir)
-        .env(routersim::report::output::STAGE_PAUSE_ENV, "20000")
-        .args(args)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let full = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|line| line == routersim::report::output::STAGE_FULL_LINE);
-    // Keep draining, so a later message is never a write into a closed pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, full)
-}
-
 #[test]
 fn sigint_during_replay_write_phase_leaves_no_stage() {
     let (tmp, _) = experiment();
@@ -330,7 +308,7 @@ fn sigint_during_replay_write_phase_leaves_no_stage() {
         "--out",
         "out",
     ];
-    let (mut child, staged) = spawn_held_in_write_phase(tmp.path(), &args);
+    let (mut child, staged, _) = spawn_held_in_write_phase(tmp.path(), &args, 20_000);
     let _ = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -350,7 +328,7 @@ fn a_killed_runs_stage_is_cleaned_by_the_next_run_and_nothing_else() {
     let (tmp, _) = experiment();
     fs::create_dir(tmp.path().join(".out.routersim-stage-notapid")).unwrap();
     let args = ["run", "exp/s.yaml", "--quiet", "--out", "out"];
-    let (mut child, staged) = spawn_held_in_write_phase(tmp.path(), &args);
+    let (mut child, staged, _) = spawn_held_in_write_phase(tmp.path(), &args, 20_000);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(staged, "the run never reached its write phase");
