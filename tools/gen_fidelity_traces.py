@@ -518,6 +518,37 @@ def sessions_mixed_plain():
     return rows, None, {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
 
 
+def dp_lockstep():
+    """Unshared prompts on one worker of two attention-DP ranks, busy enough that a request
+    routed to an idle rank often waits for the other rank's pass (the ranks pass together)."""
+    rng = random.Random(5005)
+    ids = Ids(5_000_000)
+    rows = []
+    for ts in poisson_times_ms(rng, 160, 30.0):
+        isl = rng.randint(100, 3000)
+        rows.append(row(ts, isl, rng.randint(1, 60), ids.take(hash_count(isl))))
+    return rows, None, {"engine": {"backend": "vllm", "worker_type": "aggregated",
+                                   "num_gpu_blocks": 512, "max_num_seqs": 16,
+                                   "max_num_batched_tokens": 4096}, "dp_size": 2}
+
+
+def threshold_two_workers():
+    """A burst of prefix-sharing requests on two workers behind a queue threshold: requests
+    wait in the router and are released as prefills finish, each booking its load on the
+    worker chosen. The burst keeps both workers loaded, so after the first request no two
+    workers tie (1.6.1 breaks ties at random)."""
+    rng = random.Random(6006)
+    ids = Ids(6_000_000)
+    prefixes = [ids.take(rng.randint(1, 6)) for _ in range(8)]
+    rows = []
+    for ts in poisson_times_ms(rng, 90, 150.0):
+        isl = rng.randint(200, 4000)
+        h = prefixed_request(rng, ids, prefixes, isl) if rng.random() < 0.8 else ids.take(hash_count(isl))
+        rows.append(row(ts, isl, rng.randint(1, 40), h))
+    engine = {"engine": {"backend": "vllm", "worker_type": "aggregated"}}
+    return rows, None, engine, "--workers 2", {"router.json": {"router_queue_threshold": 0.2}}
+
+
 def with_args(build, args):
     """A fixture built by `build` and replayed with extra flags (replay_args.txt)."""
     return lambda: build()[:3] + (args,)
@@ -585,6 +616,10 @@ FIXTURES = {
         prefill=transfer(50, "destination_missing")),
     "disagg-speedup": disaggregated(
         prefix_sharing, "--arrival-speedup-ratio 3", prefill=transfer(25)),
+    # A worker's attention-DP ranks pass in lock-step.
+    "dp-lockstep": dp_lockstep,
+    # Queued releases on two workers (the router books each on the worker it picks).
+    "threshold-two-workers": threshold_two_workers,
 }
 
 

@@ -342,12 +342,11 @@ impl WorkerFleet {
         }
     }
 
-    /// Whether the rank at `index` runs in lock-step with its worker's other ranks: in
-    /// disaggregated serving 1.6.1 steps a worker's data-parallel ranks together, each pass
-    /// lasting as long as its slowest rank's (aggregated ranks run on their own).
+    /// Whether the rank at `index` runs in lock-step with its worker's other ranks: 1.6.1
+    /// steps a worker's data-parallel ranks together, in every role, each pass lasting as
+    /// long as its slowest rank's.
     fn is_lockstep(&self, index: usize) -> bool {
-        let engine = &self.pools[self.ranks[index].pool].engine;
-        engine.role != WorkerRole::Aggregated && engine.dp_size > 1
+        self.pools[self.ranks[index].pool].engine.dp_size > 1
     }
 
     /// When the pass of lock-step rank `index` was the last of its worker's ranks' to end,
