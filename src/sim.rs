@@ -563,17 +563,23 @@ fn simulate(
     let mut engine = Engine::new(system.config.limits);
     system.schedule_faults(engine.queue());
     let mut requests = Feed::new(requests, system.config.closed_loop);
+    let mut last_instant = SimTime::ZERO;
     let stop_reason = loop {
         if let Some(v) = system.violation.take() {
             return Err(v);
         }
         let next_arrival = requests.next_time(&mut system.ledger);
         let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
+            // Each refusal round ends requests for good: bounded by the request count.
+            if system.refuse_stranded(last_instant, engine.queue()) {
+                continue;
+            }
             break StopReason::Drained;
         };
         if now > system.config.limits.max_time {
             break StopReason::TimeLimit;
         }
+        last_instant = now;
         if let Err(reason) = system.run_instant(now, &mut engine, &mut requests) {
             break reason;
         }
@@ -787,6 +793,17 @@ impl System {
         if self.config.check_every_event {
             self.check(now);
         }
+    }
+
+    /// The run has nothing left to happen at `now`, the last instant: requests still waiting
+    /// for a worker when none is left are refused (1.6.1's replay would wait for one that
+    /// never comes). Returns whether any was.
+    fn refuse_stranded(&mut self, now: SimTime, queue: &mut EventQueue<Event>) -> bool {
+        let refused = self.router.no_more_workers(now);
+        if refused {
+            self.drain_router(now, queue);
+        }
+        refused
     }
 
     fn rank_index(&self, rank: WorkerWithDpRank) -> usize {

@@ -549,6 +549,18 @@ def threshold_two_workers():
     return rows, None, engine, "--workers 2", {"router.json": {"router_queue_threshold": 0.2}}
 
 
+def one_token_release():
+    """Two workers over a queue threshold: row 1's only token is its first, so its prefill's
+    end is its completion, and the queued row 3 is released by that completion onto the
+    worker row 1 left, which no longer counts row 1's load."""
+    rows = [row(0.0, 82, 2, [18200000]), row(0.0, 1556, 1, [18200010, 18200011, 18200012, 18200013]),
+            row(11.681, 784, 203, [18200020, 18200021]), row(11.681, 114, 16, [800020])]
+    engine = {"engine": {"backend": "vllm", "worker_type": "aggregated", "num_gpu_blocks": 100,
+                         "max_num_batched_tokens": 2048, "max_num_seqs": 2}}
+    router = {"overlap_score_weight": 0.0, "router_queue_threshold": 0.25}
+    return rows, None, engine, "--workers 2", {"router.json": router}
+
+
 def with_args(build, args):
     """A fixture built by `build` and replayed with extra flags (replay_args.txt)."""
     return lambda: build()[:3] + (args,)
@@ -620,6 +632,10 @@ FIXTURES = {
     "dp-lockstep": dp_lockstep,
     # Queued releases on two workers (the router books each on the worker it picks).
     "threshold-two-workers": threshold_two_workers,
+    # A one-token request's completion, not its prefill's end, releases the queue.
+    "one-token-release": one_token_release,
+    # Round robin over two workers of two ranks each: workers in turn, each worker's ranks in turn.
+    "round-robin-dp": with_args(dp_lockstep, "--workers 2 --router-mode round_robin"),
 }
 
 

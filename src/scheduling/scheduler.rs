@@ -31,7 +31,7 @@ use super::select::{
 use super::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::rng::{self, SimRng};
 use crate::time::{SimDuration, SimTime};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
@@ -280,6 +280,9 @@ struct Queued {
     enqueued_at: SimTime,
     /// Admitted through the class's admission policy (it hears status updates).
     policy_tracked: bool,
+    /// The cached blocks per rank the index held when the request arrived: 1.6.1 selects and
+    /// books a released request with these, never measuring again.
+    overlaps: Vec<(WorkerWithDpRank, u32)>,
 }
 
 /// Where a live request is in its lifecycle (see the module docs).
@@ -328,9 +331,6 @@ pub struct Scheduler {
     policies: Vec<Option<Box<dyn AdmissionPolicy>>>,
     active: FxHashMap<RequestId, Active>,
     waiting: FxHashMap<RequestId, Waiting>,
-    /// Plain waiting requests whose caller went away: left in the queue, as in Dynamo, and
-    /// dropped without booking when popped. Over for the caller; a subset of `waiting`.
-    cancelled: FxHashSet<RequestId>,
     deferred: FxHashMap<RequestId, DeferredId>,
     decisions: VecDeque<Decision>,
     /// When the next periodic recheck is due: set while requests wait, `None` otherwise.
@@ -380,7 +380,6 @@ impl Scheduler {
             policies,
             active: FxHashMap::default(),
             waiting: FxHashMap::default(),
-            cancelled: FxHashSet::default(),
             deferred: FxHashMap::default(),
             decisions: VecDeque::new(),
             next_tick: None,
@@ -423,7 +422,7 @@ impl Scheduler {
     }
 
     /// Where request `id` is, or `None` once it is over (finished, cancelled, refused) or
-    /// was never seen. A cancelled request that still sits in a queue is over.
+    /// was never seen.
     pub fn request_state(&self, id: RequestId) -> Option<RequestState> {
         if let Some(a) = self.active.get(&id) {
             let (rank, class_index) = (a.rank, a.class_index);
@@ -434,7 +433,7 @@ impl Scheduler {
             });
         }
         let w = self.waiting.get(&id)?;
-        (!self.cancelled.contains(&id)).then_some(RequestState::Waiting {
+        Some(RequestState::Waiting {
             class_index: w.class_index,
         })
     }
@@ -458,8 +457,8 @@ impl Scheduler {
                 self.active.len()
             ));
         }
-        // A recheck is due exactly while requests wait.
-        if self.next_tick.is_some() != (self.queue.pending_count() > 0) {
+        // A recheck is due exactly while requests wait for a worker set that has a worker.
+        if self.next_tick.is_some() != self.needs_recheck() {
             return Err(format!(
                 "next tick {:?} with {} requests waiting",
                 self.next_tick,
@@ -482,17 +481,6 @@ impl Scheduler {
                     "request {id} is active on {} but not booked there",
                     a.rank
                 ));
-            }
-        }
-        let mut cancelled: Vec<_> = self.cancelled.iter().collect();
-        cancelled.sort_unstable();
-        for id in cancelled {
-            match self.waiting.get(id) {
-                None => return Err(format!("cancelled request {id} is not queued")),
-                Some(w) if w.policy_tracked => {
-                    return Err(format!("admission-managed request {id} was left queued"));
-                }
-                Some(_) => {}
             }
         }
         let mut deferred: Vec<_> = self.deferred.keys().collect();
@@ -572,6 +560,7 @@ impl Scheduler {
         }
         let snapshot = snapshot.unwrap_or_else(|| self.sample_snapshot(&request));
         let queued = Queued {
+            overlaps: self.overlaps(&request),
             request,
             enqueued_at: now,
             policy_tracked,
@@ -624,10 +613,9 @@ impl Scheduler {
 
     /// The client went away. Whatever the request's state, what it holds is released and its
     /// policy hears `Aborted` once (`Dispatched` first only if it was dispatched):
-    /// - waiting, admission-managed: it leaves its queue now;
-    /// - waiting, plain: it stays queued (counting toward limits, DRR-charged) and is dropped
-    ///   without booking when it reaches the front, as in Dynamo; it is over for the caller
-    ///   now and no decision about it follows;
+    /// - waiting: it leaves its queue now, as 1.6.1's replay takes it out (its class's
+    ///   counts and queue limit drop at once, and a class left empty loses its credit); the
+    ///   queues are not drained for it;
     /// - booked, not yet dispatched: the booking is rolled back (a `Dispatch` decision not
     ///   yet polled is withdrawn);
     /// - running: the booking is freed;
@@ -687,6 +675,32 @@ impl Scheduler {
         self.after_input(now);
     }
 
+    /// No worker will join any more (the caller has nothing else to happen): requests
+    /// waiting on an empty worker set could never be served, and are refused with
+    /// [`SchedulerError::NoEndpoints`], in queue order. Returns whether any was; nothing
+    /// happens while the set has a worker.
+    pub fn handle_no_more_workers(&mut self, now: SimTime) -> bool {
+        if self.workers.worker_count() > 0 || self.queue.pending_count() == 0 {
+            return false;
+        }
+        for entry in self.queue.take_if(|_| true) {
+            let id = entry.payload.request.id;
+            self.waiting.remove(&id);
+            self.deferred.remove(&id);
+            let tracked = entry.payload.policy_tracked;
+            self.notify(
+                now,
+                entry.class_index,
+                tracked,
+                id,
+                AdmissionStatus::Aborted,
+            );
+            self.reject(id, Some(entry.class_index), SchedulerError::NoEndpoints);
+        }
+        self.after_input(now);
+        true
+    }
+
     /// The periodic recheck, due at [`poll_timeout`](Self::poll_timeout): every lane is
     /// re-examined. A call at any other time rechecks all the same, and the next one is due
     /// an interval on.
@@ -697,7 +711,7 @@ impl Scheduler {
     }
 
     /// Refuses every queue entry pinned to a rank that is not in `ranks` (its worker left):
-    /// it could never be served. A plain entry already cancelled is only dropped.
+    /// it could never be served.
     fn refuse_pinned_to_departed(&mut self, now: SimTime, ranks: &BTreeSet<WorkerWithDpRank>) {
         let gone = |q: &Queued| {
             q.request
@@ -710,9 +724,6 @@ impl Scheduler {
             let pin = entry.payload.request.constraints.pinned;
             self.waiting.remove(&id);
             self.deferred.remove(&id);
-            if self.cancelled.remove(&id) {
-                continue; // already over for its caller: no second end
-            }
             let tracked = entry.payload.policy_tracked;
             self.notify(
                 now,
@@ -898,14 +909,11 @@ impl Scheduler {
             };
             let id = entry.payload.request.id;
             self.waiting.remove(&id);
-            if self.cancelled.remove(&id) {
-                continue; // the caller is gone: skip booking, as admit_one does
-            }
             let mut request = entry.payload.request;
             if let Placement::Exact(rank) = entry.placement {
                 request.constraints.pinned = Some(rank);
             }
-            let queued = Some((entry.payload.enqueued_at, entry.snapshot));
+            let queued = Some((entry.payload.enqueued_at, entry.payload.overlaps));
             self.admit_one(
                 now,
                 request,
@@ -920,23 +928,23 @@ impl Scheduler {
     /// The one admission path (docs/scheduling.md#the-admission-path): project, select,
     /// book, respond.
     ///
-    /// A queued request (`queued` = when it was queued and its snapshot) books the uncached
-    /// tokens of its snapshot, measured when it was queued: Dynamo 1.6.1 does not re-measure
-    /// at release (docs/fidelity.md).
+    /// A queued request (`queued` = when it was queued and the cached blocks per rank then)
+    /// is selected and booked with the cache it saw when it arrived: Dynamo 1.6.1 does not
+    /// re-measure at release (docs/fidelity.md).
     fn admit_one(
         &mut self,
         now: SimTime,
         request: SchedulingRequest,
         class_index: usize,
         path: DispatchPath,
-        queued: Option<(SimTime, QueueSnapshot)>,
+        queued: Option<(SimTime, Vec<(WorkerWithDpRank, u32)>)>,
         policy_tracked: bool,
     ) {
-        let queued_at = queued.map(|(at, _)| at);
+        let (queued_at, overlaps) = queued.unzip();
         let id = request.id;
         // Made once for both the projection and the booking.
         let tracked_hashes = self.tracked_hashes(&request);
-        let selection = match self.select(now, &request, &tracked_hashes) {
+        let selection = match self.select(now, &request, &tracked_hashes, overlaps) {
             Ok(s) => s,
             Err(error) => {
                 self.notify(
@@ -952,11 +960,9 @@ impl Scheduler {
         };
         let cached_tokens = request
             .effective_cached_tokens(selection.overlap_blocks, self.config.block_size_tokens);
-        let router = &self.config.router;
-        let hint = match queued {
-            _ if !router.router_track_prefill_tokens => None,
-            Some((_, snapshot)) => request.prefill_tokens(snapshot.cached_tokens),
-            None => request.prefill_tokens(cached_tokens),
+        let hint = match self.config.router.router_track_prefill_tokens {
+            true => request.prefill_tokens(cached_tokens),
+            false => None,
         };
         if let Err(e) = self
             .load
@@ -1037,23 +1043,20 @@ impl Scheduler {
         self.decisions.retain(|d| d.id() != id);
     }
 
-    /// Takes a waiting request out of the race. An admission-managed one leaves its queue
-    /// now; a plain one stays until popped (Dynamo keeps its heap entry until then).
+    /// Takes a waiting request out of its queue now (1.6.1's replay removes a cancelled
+    /// entry at once; O(queued), as its removal is).
     fn withdraw_waiting(&mut self, now: SimTime, id: RequestId, status: AdmissionStatus) {
         let Some(&waiting) = self.waiting.get(&id) else {
             return;
         };
-        if !waiting.policy_tracked {
-            self.cancelled.insert(id);
-            return;
-        }
         let removed = match self.deferred.remove(&id) {
             Some(d) => self.queue.remove_deferred(d).into_iter().collect(),
             None => self.queue.take_if(|q| q.request.id == id),
         };
         debug_assert_eq!(removed.len(), 1, "a waiting request has one queue entry");
         self.waiting.remove(&id);
-        self.notify(now, waiting.class_index, true, id, status);
+        let tracked = waiting.policy_tracked;
+        self.notify(now, waiting.class_index, tracked, id, status);
     }
 
     fn notify(
@@ -1102,10 +1105,17 @@ impl Scheduler {
         self.arm_tick(now);
     }
 
-    /// Keeps [`poll_timeout`](Self::poll_timeout) set exactly while requests wait: a queue
-    /// that fills at `now` needs its recheck at the next grid point after `now`.
+    /// Whether requests wait that a recheck could release: with no worker at all, nothing
+    /// can be released until one joins (which drains the queues itself).
+    fn needs_recheck(&self) -> bool {
+        self.queue.pending_count() > 0 && self.workers.worker_count() > 0
+    }
+
+    /// Keeps [`poll_timeout`](Self::poll_timeout) set exactly while requests wait for a
+    /// worker set that has a worker: a queue that fills at `now` needs its recheck at the
+    /// next grid point after `now`.
     fn arm_tick(&mut self, now: SimTime) {
-        if self.queue.pending_count() == 0 {
+        if !self.needs_recheck() {
             self.next_tick = None;
         } else if self.next_tick.is_none() {
             let interval = self.config.tick_interval.as_ns().max(1);
@@ -1127,6 +1137,10 @@ fn all_ranks_busy(
     constraints: &RequestConstraints,
     placement: Placement,
 ) -> bool {
+    if workers.worker_count() == 0 {
+        // 1.6.1's replay: an empty fleet is busy, and a request waits for a worker to join.
+        return true;
+    }
     let class = &profile.classes()[class_index];
     let busy = |rank: WorkerWithDpRank| {
         let max_batched = workers
@@ -1155,6 +1169,8 @@ mod selection;
 
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod release_tests;
 
 #[cfg(test)]
 mod tests {
@@ -1529,11 +1545,7 @@ policy_classes:
         }
         decisions(&mut s);
         s.handle_cancel(t(1), RequestId(4));
-        assert_eq!(
-            s.pending_count(),
-            2,
-            "a plain queued request stays until popped"
-        );
+        assert_eq!(s.pending_count(), 1, "a queued request leaves at once");
         for id in 0..4 {
             s.handle_finished(t(2), RequestId(id), Outcome::Completed);
         }

@@ -193,6 +193,12 @@ impl RouterDriver {
         self.core.handle_workers(now, set);
     }
 
+    /// Nothing else will happen in the run at `now`: requests waiting for a worker while
+    /// there is none are refused. Returns whether any was.
+    pub fn no_more_workers(&mut self, now: SimTime) -> bool {
+        self.core.handle_no_more_workers(now)
+    }
+
     /// The periodic recheck scheduled by [`RouterDriver::tick_due`] is due at `now`.
     pub fn tick(&mut self, now: SimTime) {
         self.tick_scheduled = false;

@@ -14,7 +14,9 @@
 use super::*;
 use crate::mocker::transfer::KvTransfer;
 use crate::mocker::{RejectReason, Reservation, WorkerRole};
+use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::scheduler::Outcome;
+use crate::scheduling::types::QueuePolicy;
 use std::collections::VecDeque;
 
 /// Where a request in its handoff is.
@@ -52,6 +54,9 @@ impl Handoff {
         let transfer = prefill.map(|p| p.engine.kv_transfer).unwrap_or_default();
         let mut scheduler = config.scheduler_config();
         scheduler.router = decode_router_config(&config.router);
+        // The decode router never queues: it books no prefill, so no class of it is ever
+        // busy, and with no decode worker left it refuses at once (no_endpoints).
+        scheduler.profile = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
         scheduler.seed = rng::stream(config.seed, "sim/decode-router").random();
         let decode_router = RouterDriver::new(
             config.router_mode,

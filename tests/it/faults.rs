@@ -416,3 +416,67 @@ fn a_bad_count_status_exits_2_naming_file_line_and_field() {
         assert!(stderr.contains(field), "expected {field:?} in {stderr}");
     }
 }
+
+/// One worker behind a busy threshold, under steady load.
+const ALONE: &str = "name: alone
+seed: 4
+router:
+  default_policy_family: all
+  uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+  policy_classes:
+    - {name: all, policy_family: all, cache_bucket: all, quantum: 512,
+       prefill_busy_threshold_frac: 0.5}
+workers: {count: 1, engine: {max_num_seqs: 8}}
+workload:
+  rate_per_s: 10
+  duration_s: 6
+  arrival: poisson
+  groups:
+    - {name: all, class: all, share: 1, input_tokens: 512, output_tokens: 20}
+";
+
+/// As in 1.6.1's replay, a fleet with no worker is busy: a request that arrives while the
+/// only worker is down waits for it instead of being refused.
+#[test]
+fn with_every_worker_down_a_request_waits_for_one_to_come_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let window = "faults:\n  - {worker_down: {worker: 0, at_ms: 2000, until_ms: 4000}}\n";
+    let rows = run(tmp.path(), "back", &format!("{ALONE}{window}"));
+    let waited = rows_where(&rows, |r| {
+        (2100.0..3900.0).contains(&ms(r, "arrival_ms")) && r["status"] == "completed"
+    });
+    assert!(waited.len() >= 10, "requests arrived while it was down");
+    for r in rows.iter().filter(|r| waited.contains(&r["row"])) {
+        assert!(
+            ms(r, "admit_ms") >= 4000.0,
+            "row {} waited for the worker",
+            r["row"]
+        );
+    }
+    let refused = rows_where(&rows, |r| {
+        r["status"] != "completed" && r["reason"] == "no_endpoints"
+    });
+    assert!(refused.is_empty(), "refused: {refused:?}");
+}
+
+/// A request still waiting for a worker when nothing else can happen (the only worker never
+/// returns) is refused at the run's last instant: every run ends.
+#[test]
+fn requests_waiting_when_no_worker_will_return_are_refused_at_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lost = "faults:\n  - {worker_down: {worker: 0, at_ms: 2000}}\n";
+    let rows = run(tmp.path(), "lost", &format!("{ALONE}{lost}"));
+    // The router hears of the loss a moment after 2,000 ms.
+    let late = rows_where(&rows, |r| ms(r, "arrival_ms") > 2001.0);
+    let refused = rows_where(&rows, |r| r["reason"] == "no_endpoints");
+    assert!(late.len() >= 20, "requests arrived after the loss");
+    assert_eq!(refused, late);
+    let last_arrival = rows.iter().map(|r| ms(r, "arrival_ms")).fold(0.0, f64::max);
+    for r in rows.iter().filter(|r| late.contains(&r["row"])) {
+        assert_eq!(r["status"], "rejected");
+        assert!(
+            ms(r, "completion_ms") >= last_arrival,
+            "refused only at the end"
+        );
+    }
+}

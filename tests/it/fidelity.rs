@@ -241,6 +241,27 @@ fn attention_dp_ranks_pass_in_lockstep_as_dynamo_does() {
     assert_matches_dynamo("dp-lockstep");
 }
 
+/// Two workers behind a queue threshold: a released request is placed and booked with the
+/// cache it saw when it arrived, and the next release sees that booking.
+#[test]
+fn queued_releases_on_two_workers_match_dynamo() {
+    assert_matches_dynamo("threshold-two-workers");
+}
+
+/// A request whose only token is its first ends at its prefill's end: its completion alone
+/// frees its load, and the request released by it goes to the worker it left.
+#[test]
+fn a_one_token_completion_releases_the_queue_as_dynamo_does() {
+    assert_matches_dynamo("one-token-release");
+}
+
+/// Round robin over two workers of two ranks: the workers take turns, and each worker's ranks
+/// take turns among themselves.
+#[test]
+fn round_robin_over_attention_dp_ranks_matches_dynamo() {
+    assert_matches_dynamo("round-robin-dp");
+}
+
 #[test]
 fn classes_wspt_matches_dynamo() {
     assert_matches_dynamo("classes-wspt");

@@ -168,23 +168,29 @@ fn cancel_of_a_deferred_request_does_not_release_another() {
     );
 }
 
+/// 1.6.1's replay takes a cancelled entry out of its queue at once: it stops counting toward
+/// the queue limit, and the next arrival is queued instead of refused.
 #[test]
-fn cancel_of_a_plain_queued_request_ends_it_once() {
+fn a_cancelled_queued_request_leaves_its_queue_at_once() {
     let mut s = scheduler(Some(TWO_CLASSES), 1);
     for id in 0..6 {
         s.handle_arrival(t(0), request(id, "premium", 512));
     }
-    decisions(&mut s);
+    assert_eq!(dispatched(&decisions(&mut s)).len(), 4, "4 and 5 queue");
     s.handle_cancel(t(1), RequestId(4));
     assert_eq!(s.request_state(RequestId(4)), None, "over for its caller");
-    assert_eq!(
-        s.pending_count(),
-        2,
-        "its entry stays until popped, as in Dynamo"
-    );
+    assert_eq!(s.pending_count(), 1, "its entry left the queue");
+    assert!(decisions(&mut s).is_empty(), "no drain for a cancellation");
     s.handle_cancel(t(1), RequestId(4));
+    assert!(
+        decisions(&mut s).is_empty(),
+        "a second cancel changes nothing"
+    );
+    // The queue holds one of its two places: the next arrival waits instead of being refused.
+    s.handle_arrival(t(1), request(6, "premium", 512));
     assert!(decisions(&mut s).is_empty());
-    // When room frees, only the request still alive is booked: 4 already ended.
+    assert_eq!(s.pending_count(), 2);
+    // When room frees, the requests still alive are booked in order: 4 already ended.
     s.handle_first_token(t(2), RequestId(0));
     assert_eq!(
         dispatched(&decisions(&mut s)),

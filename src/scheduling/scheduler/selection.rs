@@ -110,19 +110,29 @@ impl Scheduler {
         }
     }
 
-    /// Eligibility then the cost-based pick; pins skip scoring.
+    /// Eligibility then the cost-based pick; pins skip scoring. `overlaps`: the cached blocks
+    /// per rank to select with (a released request's, from its arrival), or None to measure
+    /// them now.
     pub(super) fn select(
         &mut self,
         now: SimTime,
         request: &SchedulingRequest,
         tracked_hashes: &[SeqHash],
+        overlaps: Option<Vec<(WorkerWithDpRank, u32)>>,
     ) -> Result<Selection, SchedulerError> {
-        let overlaps = self.overlaps(request);
+        let overlaps = overlaps.unwrap_or_else(|| self.overlaps(request));
         #[cfg(test)]
         let rng_before = self.rng.clone();
         if let Some(selection) = self.select_unshared(request, tracked_hashes, &overlaps) {
             #[cfg(test)]
-            self.check_unshared(now, request, tracked_hashes, rng_before, selection);
+            self.check_unshared(
+                now,
+                request,
+                tracked_hashes,
+                &overlaps,
+                rng_before,
+                selection,
+            );
             return Ok(selection);
         }
         self.select_scored(now, request, tracked_hashes, &overlaps)
@@ -194,12 +204,12 @@ impl Scheduler {
         now: SimTime,
         request: &SchedulingRequest,
         tracked_hashes: &[SeqHash],
+        overlaps: &[(WorkerWithDpRank, u32)],
         rng_before: SimRng,
         selection: Selection,
     ) {
         let rng_after = std::mem::replace(&mut self.rng, rng_before);
-        let overlaps = self.overlaps(request);
-        let scored = self.select_scored(now, request, tracked_hashes, &overlaps);
+        let scored = self.select_scored(now, request, tracked_hashes, overlaps);
         assert_eq!(
             scored.ok(),
             Some(selection),
