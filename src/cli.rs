@@ -150,7 +150,8 @@ struct ReplayArgs {
     /// policy_class / priority / strict_priority.
     #[arg(long)]
     trace: PathBuf,
-    /// Router policy-class YAML (Dynamo's schema).
+    /// Router policy-class YAML (Dynamo's schema, with an optional root router: map): the
+    /// same as --router's router_policy_config, so give one of the two.
     #[arg(long)]
     policy: Option<PathBuf>,
     /// Number of aggregated mock workers (default 1).
@@ -173,7 +174,8 @@ struct ReplayArgs {
     /// Engine config as a JSON file or inline JSON in Dynamo's form: {"engine": {...}}.
     #[arg(long)]
     engine: Option<String>,
-    /// KvRouterConfig keyword arguments as a JSON file or inline JSON.
+    /// KvRouterConfig keyword arguments as a JSON file or inline JSON; keys 1.6.1's replay
+    /// ignores are accepted with a note, keys routersim cannot honour are errors.
     #[arg(long)]
     router: Option<String>,
     #[arg(long, value_enum, default_value_t = RouterModeArg::KvRouter)]

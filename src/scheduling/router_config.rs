@@ -41,7 +41,8 @@ pub struct RouterConfig {
     pub use_kv_events: bool,
     /// Track active prompt blocks per rank (default true).
     pub router_track_active_blocks: bool,
-    /// Track output blocks with OSL decay (default false; not modelled, must stay false).
+    /// No effect, as in 1.6.1's replay, which never reads it (default false); true needs
+    /// `router_track_active_blocks`, as 1.6.1 checks.
     pub router_track_output_blocks: bool,
     /// Track prompt blocks by their real sequence hashes (default true) rather than random
     /// hashes (no cross-request sharing).
@@ -287,10 +288,10 @@ impl RouterConfig {
                 ));
             }
         }
-        if self.router_track_output_blocks {
+        if self.router_track_output_blocks && !self.router_track_active_blocks {
             return Err(config_error(
                 "router_track_output_blocks",
-                "output-block tracking is not supported by routersim",
+                "requires router_track_active_blocks: true, as in Dynamo 1.6.1",
             ));
         }
         Ok(())
@@ -374,8 +375,12 @@ impl RouterConfig {
 
     /// The keys that were set but have no effect in this model, for a note to the user.
     pub fn ignored_fields_set(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 25] = [
+        let flags: [(&'static str, bool); 26] = [
             ("use_kv_events", self.use_kv_events_setting.is_some()),
+            (
+                "router_track_output_blocks",
+                self.router_track_output_blocks,
+            ),
             ("router_replica_sync", self.router_replica_sync.is_some()),
             ("router_ttl_secs", self.router_ttl_secs.is_some()),
             (
@@ -585,6 +590,7 @@ mod tests {
         refused_naming(
             RouterConfig {
                 router_track_output_blocks: true,
+                router_track_active_blocks: false,
                 ..Default::default()
             },
             "router_track_output_blocks",

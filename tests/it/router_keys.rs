@@ -59,6 +59,11 @@ fn use_kv_events_false_changes_nothing_as_in_dynamo() {
 fn a_no_op_router_key_is_accepted_with_a_note() {
     let here = fixture("prefix-sharing");
     let (_, _, default) = replay("prefix-sharing", &here, &[]);
+    let outputs = r#"{"router_track_output_blocks": true}"#;
+    let (code, stderr, rows) = replay("prefix-sharing", &here, &["--router", outputs]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("router_track_output_blocks"), "{stderr}");
+    assert!(rows == default, "1.6.1's replay never reads it");
     let (code, stderr, rows) = replay(
         "prefix-sharing",
         &here,
@@ -77,8 +82,8 @@ fn a_router_key_routersim_cannot_honour_is_refused_by_name() {
     let here = fixture("prefix-sharing");
     for (router, key) in [
         (
-            r#"{"router_track_output_blocks": true}"#,
-            "router_track_output_blocks",
+            r#"{"router_prefill_load_model": "ais"}"#,
+            "router_prefill_load_model",
         ),
         (
             r#"{"router_prefill_policy": "thunder"}"#,
