@@ -513,6 +513,7 @@ fn main() -> std::process::ExitCode {
             policy: two_classes.then(|| {
                 routersim::scenario::load_policy_file(&policy_path).expect("the bench policy")
             }),
+            policy_file: None,
             router: RouterConfig::default(),
             engine: EngineArgs::default(),
             workers: match case.workers {

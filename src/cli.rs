@@ -17,7 +17,6 @@ use crate::report::output::{self, OutputKind};
 use crate::report::run_page::RunPage;
 use crate::scenario::{self, FileKind, Scenario, bounds_check};
 use crate::scheduling::policy;
-use crate::scheduling::router_config::RouterConfig;
 use crate::sim::{self, RouterMode};
 use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, tune};
 use crate::time::{SimDuration, format_ms};
@@ -40,6 +39,7 @@ macro_rules! errln {
 }
 
 mod plan_cmd;
+mod replay_router;
 pub mod terminal;
 mod timeline;
 use rayon::prelude::*;
@@ -150,7 +150,8 @@ struct ReplayArgs {
     /// policy_class / priority / strict_priority.
     #[arg(long)]
     trace: PathBuf,
-    /// Router policy-class YAML (Dynamo's schema).
+    /// Router policy-class YAML (Dynamo's schema, with an optional root router: map): the
+    /// same as --router's router_policy_config, so give one of the two.
     #[arg(long)]
     policy: Option<PathBuf>,
     /// Number of aggregated mock workers (default 1).
@@ -173,7 +174,8 @@ struct ReplayArgs {
     /// Engine config as a JSON file or inline JSON in Dynamo's form: {"engine": {...}}.
     #[arg(long)]
     engine: Option<String>,
-    /// KvRouterConfig keyword arguments as a JSON file or inline JSON.
+    /// KvRouterConfig keyword arguments as a JSON file or inline JSON; keys 1.6.1's replay
+    /// ignores are accepted with a note, keys routersim cannot honour are errors.
     #[arg(long)]
     router: Option<String>,
     #[arg(long, value_enum, default_value_t = RouterModeArg::KvRouter)]
@@ -632,7 +634,7 @@ fn replay_inputs(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<PathBuf> {
     for pool in setup.pools() {
         inputs.extend(pool.engine.timing.profile_source().map(PathBuf::from));
     }
-    inputs.extend(args.policy.clone());
+    inputs.extend(setup.policy_file.clone());
     let files = [
         &args.engine,
         &args.prefill_engine,
@@ -681,18 +683,14 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), Cl
         )));
     }
     bounds_check::worker_ranks(workers, engine.dp_size).map_err(flag_error("--workers"))?;
-    let router = replay_router(args)?;
-    let policy = args
-        .policy
-        .as_deref()
-        .map(scenario::load_policy_file)
-        .transpose()
-        .map_err(input)?;
+    let router =
+        replay_router::replay_router(args.router.as_deref(), args.policy.as_deref(), args.quiet)?;
     let setup = ReplaySetup {
         trace: args.trace.clone(),
         trace_block_size,
-        policy,
-        router,
+        policy: router.policy,
+        policy_file: router.policy_file,
+        router: router.config,
         engine,
         workers,
         router_mode: match args.router_mode {
@@ -815,27 +813,13 @@ fn replay_engine(value: Option<&str>, flag: &str) -> Result<EngineArgs, CliError
     EngineArgs::from_json_str_in(&text, base).map_err(|e| CliError::Input(format!("{name}: {e}")))
 }
 
-/// `--router` (default: Dynamo's KvRouterConfig defaults).
-fn replay_router(args: &ReplayArgs) -> Result<RouterConfig, CliError> {
-    let Some(v) = &args.router else {
-        return Ok(RouterConfig::default());
-    };
-    let (name, text) = json_arg("--router", v)?;
-    let config =
-        RouterConfig::from_json_str(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?;
-    config
-        .validate()
-        .map_err(|e| CliError::Input(format!("{name}: {e}")))?;
-    Ok(config)
-}
-
 /// What `replay` ran, for its report.html: the trace, the policy and the worker counts.
-fn replay_facts(args: &ReplayArgs) -> Vec<(String, String)> {
+fn replay_facts(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<(String, String)> {
     let mut facts = vec![
         ("command".to_string(), "routersim replay".to_string()),
         ("trace".to_string(), file_name(&args.trace)),
     ];
-    if let Some(policy) = &args.policy {
+    if let Some(policy) = &setup.policy_file {
         facts.push(("policy".to_string(), file_name(policy)));
     }
     facts.push(("seed".to_string(), args.seed.to_string()));
@@ -886,7 +870,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             let page = RunPage {
                 command: "replay",
                 title: &file_name(&args.trace),
-                facts: replay_facts(args),
+                facts: replay_facts(args, &setup),
                 outcomes: None,
             };
             files = report::with_report(files, &page, &metrics);

@@ -359,10 +359,12 @@ pub struct EngineSection {
     pub block_size: Option<u64>,
     /// Longest sequence; none by default.
     pub max_model_len: Option<u64>,
-    /// Most running requests (default 256).
-    pub max_num_seqs: Option<u64>,
-    /// Token budget per pass (default 8192).
-    pub max_num_batched_tokens: Option<u64>,
+    /// Most running requests (default 256). An explicit null (1.6.1: unbounded) is refused.
+    #[serde(default, deserialize_with = "null_kept")]
+    pub max_num_seqs: Option<Option<u64>>,
+    /// Token budget per pass (default 8192). An explicit null (1.6.1: unbounded) is refused.
+    #[serde(default, deserialize_with = "null_kept")]
+    pub max_num_batched_tokens: Option<Option<u64>>,
     /// vLLM prefill cadence; only 1 (every pass) is supported.
     pub prefill_schedule_interval: Option<u64>,
     /// SGLang only; must be 0.
@@ -377,7 +379,8 @@ pub struct EngineSection {
     pub decode_speedup_ratio: Option<f64>,
     /// Speculative decoding; unsupported unless null.
     pub aic_nextn: Option<Value>,
-    /// Speculative decoding; accepted, meaningful only with `aic_nextn`.
+    /// Speculative decoding's acceptance rates; unsupported unless null (1.6.1 takes them
+    /// only with `aic_nextn`, which is unsupported).
     pub aic_nextn_accept_rates: Option<Value>,
     /// Speculative decoding seed; accepted and ignored.
     pub aic_mtp_seed: Option<Value>,
@@ -387,9 +390,9 @@ pub struct EngineSection {
     pub preemption_mode: Option<PreemptionMode>,
     /// Accepted and ignored: the simulator decides where KV events go.
     pub emit_kv_events: Option<bool>,
-    /// Accepted and ignored.
+    /// Accepted and ignored; true needs `emit_kv_events: true`, as in 1.6.1.
     pub emit_kv_token_ids: Option<bool>,
-    /// Transfer/offload geometry; accepted and ignored (aggregated, no offload).
+    /// 1.6.1's other name for `kv_transfer_bytes_per_token` (give one of the two).
     pub kv_bytes_per_token: Option<Value>,
     /// Bytes of KV per token a transfer moves (positive; see [`KvTransfer`]).
     pub kv_transfer_bytes_per_token: Option<Value>,
@@ -397,7 +400,8 @@ pub struct EngineSection {
     pub kv_cache_bytes_per_token: Option<Value>,
     /// Hybrid cache groups; unsupported unless null.
     pub kv_cache_groups: Option<Value>,
-    /// Cache-group capacity; accepted and ignored.
+    /// Cache-group capacity; unsupported unless null (1.6.1 takes it only with
+    /// `kv_cache_groups`, which are unsupported).
     pub kv_cache_capacity_bytes: Option<Value>,
     /// Host offload tier; unsupported unless null.
     pub native_host_offload: Option<Value>,
@@ -423,6 +427,33 @@ pub struct EngineSection {
     pub sglang: Option<Value>,
     /// TRT-LLM settings: accepted and ignored by the vLLM core.
     pub trtllm: Option<Value>,
+}
+
+/// Keeps an explicit null apart from an absent key: absent is `None` (via `default`), null is
+/// `Some(None)`.
+fn null_kept<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// An explicit limit, its default when absent; null (1.6.1: unbounded) is refused.
+fn limit(
+    field: &'static str,
+    value: Option<Option<u64>>,
+    default: u64,
+) -> Result<u64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(Some(limit)) => Ok(limit),
+        Some(None) => Err(ConfigError::Invalid {
+            field,
+            reason: "null (unbounded in Dynamo 1.6.1) is not supported by routersim: give a number"
+                .to_string(),
+        }),
+    }
 }
 
 fn unsupported(field: &'static str, value: &impl fmt::Display) -> ConfigError {
@@ -533,7 +564,15 @@ impl EngineSection {
             return Err(unsupported("prefill_decode_interval", &i));
         }
         require_null("aic_nextn", &self.aic_nextn)?;
+        require_null("aic_nextn_accept_rates", &self.aic_nextn_accept_rates)?;
         require_null("kv_cache_groups", &self.kv_cache_groups)?;
+        require_null("kv_cache_capacity_bytes", &self.kv_cache_capacity_bytes)?;
+        if self.emit_kv_token_ids == Some(true) && self.emit_kv_events != Some(true) {
+            return Err(ConfigError::Invalid {
+                field: "emit_kv_token_ids",
+                reason: "true requires emit_kv_events: true, as in Dynamo 1.6.1".to_string(),
+            });
+        }
         require_null("native_host_offload", &self.native_host_offload)?;
         require_null("state_cache", &self.state_cache)?;
         require_null("prefix_match_unit", &self.prefix_match_unit)?;
@@ -545,11 +584,22 @@ impl EngineSection {
     fn kv_transfer(&self) -> Result<KvTransfer, ConfigError> {
         let invalid = |field: &'static str, reason: String| ConfigError::Invalid { field, reason };
         let present = |v: &Option<Value>| v.clone().filter(|v| !v.is_null());
-        let bytes = match present(&self.kv_transfer_bytes_per_token) {
+        let (field, bytes) = match (
+            present(&self.kv_transfer_bytes_per_token),
+            present(&self.kv_bytes_per_token),
+        ) {
+            (Some(_), Some(_)) => {
+                let reason = "give it or its other name kv_bytes_per_token, not both".to_string();
+                return Err(invalid("kv_transfer_bytes_per_token", reason));
+            }
+            (None, Some(v)) => ("kv_bytes_per_token", Some(v)),
+            (given, None) => ("kv_transfer_bytes_per_token", given),
+        };
+        let bytes = match bytes {
             None => None,
             Some(v) => Some(v.as_u64().ok_or_else(|| {
                 let reason = format!("expected a whole number of bytes, got {v}");
-                invalid("kv_transfer_bytes_per_token", reason)
+                invalid(field, reason)
             })?),
         };
         let bandwidth = match present(&self.kv_transfer_bandwidth) {
@@ -592,10 +642,12 @@ impl EngineSection {
         Ok(EngineArgs {
             block_size: self.block_size.unwrap_or(d.block_size),
             num_gpu_blocks: self.num_gpu_blocks.unwrap_or(d.num_gpu_blocks),
-            max_num_seqs: self.max_num_seqs.unwrap_or(d.max_num_seqs),
-            max_num_batched_tokens: self
-                .max_num_batched_tokens
-                .unwrap_or(d.max_num_batched_tokens),
+            max_num_seqs: limit("max_num_seqs", self.max_num_seqs, d.max_num_seqs)?,
+            max_num_batched_tokens: limit(
+                "max_num_batched_tokens",
+                self.max_num_batched_tokens,
+                d.max_num_batched_tokens,
+            )?,
             enable_prefix_caching: self
                 .enable_prefix_caching
                 .unwrap_or(d.enable_prefix_caching),
@@ -862,6 +914,75 @@ mod tests {
                 other => panic!("{text}: expected Unsupported({field}), got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn settings_1_6_1_takes_only_with_an_unsupported_feature_are_refused_by_name() {
+        for (text, field) in [
+            (
+                r#"{"engine": {"aic_nextn_accept_rates": "0.9"}}"#,
+                "aic_nextn_accept_rates",
+            ),
+            (
+                r#"{"engine": {"kv_cache_capacity_bytes": 1024}}"#,
+                "kv_cache_capacity_bytes",
+            ),
+        ] {
+            match EngineArgs::from_json_str(text) {
+                Err(ConfigError::Unsupported { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: expected Unsupported({field}), got {other:?}"),
+            }
+        }
+        let ids = EngineArgs::from_json_str(r#"{"engine": {"emit_kv_token_ids": true}}"#);
+        assert!(
+            matches!(
+                ids,
+                Err(ConfigError::Invalid {
+                    field: "emit_kv_token_ids",
+                    ..
+                })
+            ),
+            "{ids:?}"
+        );
+        let both = r#"{"engine": {"emit_kv_token_ids": true, "emit_kv_events": true}}"#;
+        assert_eq!(EngineArgs::from_json_str(both), Ok(EngineArgs::default()));
+    }
+
+    #[test]
+    fn an_explicit_null_limit_is_refused_not_taken_as_the_default() {
+        for field in ["max_num_seqs", "max_num_batched_tokens"] {
+            let text = format!(r#"{{"engine": {{"{field}": null}}}}"#);
+            match EngineArgs::from_json_str(&text) {
+                Err(ConfigError::Invalid { field: f, reason }) => {
+                    assert_eq!(f, field);
+                    assert!(reason.contains("unbounded"), "{reason}");
+                }
+                other => panic!("{text}: expected Invalid({field}), got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn kv_bytes_per_token_is_the_other_name_of_the_transfer_bytes() {
+        let named = |key: &str| {
+            let text = format!(
+                r#"{{"engine": {{"worker_type": "prefill", "{key}": 131072, "kv_transfer_bandwidth": 1.0}}}}"#
+            );
+            EngineArgs::from_json_str(&text).unwrap().kv_transfer
+        };
+        assert_eq!(
+            named("kv_bytes_per_token"),
+            named("kv_transfer_bytes_per_token")
+        );
+        assert_ne!(named("kv_bytes_per_token"), KvTransfer::default());
+        let twice = r#"{"engine": {"kv_bytes_per_token": 8, "kv_transfer_bytes_per_token": 8}}"#;
+        assert!(matches!(
+            EngineArgs::from_json_str(twice),
+            Err(ConfigError::Invalid {
+                field: "kv_transfer_bytes_per_token",
+                ..
+            })
+        ));
     }
 
     #[test]

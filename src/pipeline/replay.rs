@@ -20,6 +20,8 @@ pub struct ReplaySetup {
     pub trace_block_size: u64,
     /// The router policy (Dynamo's policy YAML), if any.
     pub policy: Option<PolicyConfig>,
+    /// The file the policy came from (`--policy` or `router_policy_config`), if any.
+    pub policy_file: Option<PathBuf>,
     /// KvRouterConfig knobs.
     pub router: RouterConfig,
     /// The engine every worker runs (a replay has one pool, `default`).

@@ -97,6 +97,7 @@ fn replay_spec(trace_text: &str) -> (tempfile::TempDir, RunSpec) {
         trace: path,
         trace_block_size: trace::DEFAULT_TRACE_BLOCK_SIZE,
         policy: None,
+        policy_file: None,
         router: RouterConfig::default(),
         engine: EngineArgs::default(),
         workers: 1,

@@ -109,6 +109,7 @@ fn replay_fixture(name: &str) -> RunOutput {
         trace: dir.join("dynamo.trace.jsonl"),
         trace_block_size: trace::DEFAULT_TRACE_BLOCK_SIZE,
         policy: Some(PolicyConfig::from_yaml_str(&policy_text, None).unwrap()),
+        policy_file: None,
         router: RouterConfig::default(),
         engine: EngineArgs::from_json_str(&engine_text).unwrap(),
         workers: 1,

@@ -997,3 +997,11 @@ fn scenario_keys_are_every_top_level_field_a_scenario_takes() {
     let wanted = format!("expected one of {}", expected.join(", "));
     assert!(e.to_string().contains(&wanted), "{e}");
 }
+
+#[test]
+fn a_scenario_names_its_policy_with_policy_not_router_policy_config() {
+    let text = format!("{MINIMAL}router: {{router_policy_config: p.yaml}}\n");
+    let e = error_of(&text);
+    assert_eq!(e.field_path, "router.router_policy_config", "{e}");
+    assert!(e.message.contains("policy: FILE"), "{e}");
+}

@@ -220,6 +220,12 @@ fn router_config(source: &Source, raw: &RawRouter) -> Result<RouterConfig, Scena
     }
     let config: RouterConfig = yaml::from_json_value(serde_json::Value::Object(raw.knobs.clone()))
         .map_err(|e| source.at("router", e.to_string()))?;
+    if config.router_policy_config.is_some() {
+        return Err(source.at(
+            "router.router_policy_config",
+            "a scenario names its policy YAML with `policy: FILE` (relative to the scenario)",
+        ));
+    }
     config
         .validate()
         .map_err(|e| source.at(&format!("router.{}", e.field), e.message))?;
@@ -232,6 +238,7 @@ fn policy_config(source: &Source, raw: &RawRouter) -> Result<Option<PolicyConfig
         uncached_isl_buckets: raw.uncached_isl_buckets.clone(),
         policy_classes: raw.policy_classes.clone(),
         models: raw.models.clone(),
+        router: None,
     };
     let has_inline = inline != RawPolicyConfig::default();
     match (&raw.policy, has_inline) {
@@ -259,19 +266,29 @@ fn policy_file(source: &Source, path: &Path) -> Result<PolicyConfig, ScenarioErr
     })?;
     let mut doc = Document::parse(&text).shown_under("router.");
     overrides::apply_to_policy(&name, &mut doc, &source.policy_overrides)?;
-    PolicyConfig::from_document(&doc, None).map_err(|e| {
+    let config = PolicyConfig::from_document(&doc, None).map_err(|e| {
         let field_path = match doc.name_path(&e.field_path) {
             path if path.is_empty() => "router".to_string(),
             path => format!("router.{path}"),
         };
         ScenarioError {
-            file: name,
+            file: name.clone(),
             line: e.line,
             column: e.column,
             field_path,
             message: e.message,
         }
-    })
+    })?;
+    // A scenario states router knobs in its own `router:` section, so a second place is refused.
+    if let Some(key) = config.router.keys().next() {
+        return Err(source.at(
+            "router.policy",
+            format!(
+                "{name}: its router: map (`{key}`) is taken by `replay` only; give router settings in the scenario's router: section"
+            ),
+        ));
+    }
+    Ok(config)
 }
 
 fn active_profile(

@@ -33,11 +33,16 @@ pub struct RouterConfig {
     pub shared_cache_multiplier: Option<f64>,
     /// 0 = argmin with random tie-break; > 0 = softmax sampling over normalised costs.
     pub router_temperature: f64,
-    /// Use worker KV events for overlap (default true). The caller picks the indexer.
+    /// Always true: the scheduler takes prefix overlap from the KV-event index. Dynamo 1.6.1's
+    /// offline replay never reads `use_kv_events` (KV events always feed its index), so the
+    /// key is read into [`use_kv_events_setting`](Self::use_kv_events_setting) instead, where
+    /// it only takes part in validation, and this field cannot be set from a config.
+    #[serde(skip)]
     pub use_kv_events: bool,
     /// Track active prompt blocks per rank (default true).
     pub router_track_active_blocks: bool,
-    /// Track output blocks with OSL decay (default false; not modelled, must stay false).
+    /// No effect, as in 1.6.1's replay, which never reads it (default false); true needs
+    /// `router_track_active_blocks`, as 1.6.1 checks.
     pub router_track_output_blocks: bool,
     /// Track prompt blocks by their real sequence hashes (default true) rather than random
     /// hashes (no cross-request sharing).
@@ -55,6 +60,10 @@ pub struct RouterConfig {
     pub router_seed: u64,
 
     // Accepted for compatibility with 1.6.1; no effect in this model.
+    /// No effect, as in 1.6.1's replay: the `use_kv_events` key as given. Validation still
+    /// refuses what 1.6.1 refuses with it (`lru` needs false, a predicted TTL needs true).
+    #[serde(rename = "use_kv_events")]
+    pub use_kv_events_setting: Option<bool>,
     /// No effect: replica sync (single router here).
     pub router_replica_sync: Option<bool>,
     /// No effect: approximate-indexer TTL.
@@ -85,7 +94,8 @@ pub struct RouterConfig {
     pub conditional_disagg_prefill_busy_threshold: Option<f64>,
     /// No effect: conditional disaggregation decode busy threshold.
     pub conditional_disagg_decode_busy_threshold: Option<f64>,
-    /// No effect here: the policy YAML is passed to routersim separately.
+    /// The policy YAML's path, as 1.6.1 takes it (relative to the current directory); the
+    /// caller loads it (`replay` does; a scenario names its policy with `policy:` instead).
     pub router_policy_config: Option<String>,
     /// No effect: prefill-pool selection policy (disaggregated serving).
     pub router_prefill_policy: Option<String>,
@@ -128,6 +138,7 @@ impl Default for RouterConfig {
             router_queue_threshold: None,
             router_queue_policy: QueuePolicy::Fcfs,
             router_seed: 0,
+            use_kv_events_setting: None,
             router_replica_sync: None,
             router_ttl_secs: None,
             router_approximate_cache_policy: None,
@@ -277,10 +288,10 @@ impl RouterConfig {
                 ));
             }
         }
-        if self.router_track_output_blocks {
+        if self.router_track_output_blocks && !self.router_track_active_blocks {
             return Err(config_error(
                 "router_track_output_blocks",
-                "output-block tracking is not supported by routersim",
+                "requires router_track_active_blocks: true, as in Dynamo 1.6.1",
             ));
         }
         Ok(())
@@ -301,6 +312,18 @@ impl RouterConfig {
             self.router_approximate_cache_policy.as_deref(),
             &["ttl", "lru"],
         )?;
+        self.validate_kv_events_pairing()?;
+        // 1.6.1's replay takes only the built-in worker selection.
+        check_one_of(
+            "router_prefill_policy",
+            self.router_prefill_policy.as_deref(),
+            &["default"],
+        )?;
+        check_one_of(
+            "router_decode_policy",
+            self.router_decode_policy.as_deref(),
+            &["default"],
+        )?;
         check_one_of(
             "shared_cache_type",
             self.shared_cache_type.as_deref(),
@@ -311,6 +334,24 @@ impl RouterConfig {
             self.router_tracking_hash.as_deref(),
             &["public-xxh3-v1", "keyed-xxh3-v1"],
         )
+    }
+
+    /// The two settings 1.6.1 accepts only with a given `use_kv_events` (default true).
+    fn validate_kv_events_pairing(&self) -> Result<(), RouterConfigError> {
+        let kv_events = self.use_kv_events_setting.unwrap_or(true);
+        if kv_events && self.router_approximate_cache_policy.as_deref() == Some("lru") {
+            return Err(config_error(
+                "router_approximate_cache_policy",
+                "`lru` requires use_kv_events: false, as in Dynamo 1.6.1",
+            ));
+        }
+        if !kv_events && self.router_predicted_ttl_secs.is_some() {
+            return Err(config_error(
+                "router_predicted_ttl_secs",
+                "requires use_kv_events: true, as in Dynamo 1.6.1",
+            ));
+        }
+        Ok(())
     }
 
     /// `prefill_load_scale`, or the legacy `overlap_score_weight` when that is set (it wins).
@@ -334,7 +375,12 @@ impl RouterConfig {
 
     /// The keys that were set but have no effect in this model, for a note to the user.
     pub fn ignored_fields_set(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 25] = [
+        let flags: [(&'static str, bool); 26] = [
+            ("use_kv_events", self.use_kv_events_setting.is_some()),
+            (
+                "router_track_output_blocks",
+                self.router_track_output_blocks,
+            ),
             ("router_replica_sync", self.router_replica_sync.is_some()),
             ("router_ttl_secs", self.router_ttl_secs.is_some()),
             (
@@ -377,7 +423,6 @@ impl RouterConfig {
                 "conditional_disagg_decode_busy_threshold",
                 self.conditional_disagg_decode_busy_threshold.is_some(),
             ),
-            ("router_policy_config", self.router_policy_config.is_some()),
             (
                 "router_prefill_policy",
                 self.router_prefill_policy.is_some(),
@@ -545,6 +590,7 @@ mod tests {
         refused_naming(
             RouterConfig {
                 router_track_output_blocks: true,
+                router_track_active_blocks: false,
                 ..Default::default()
             },
             "router_track_output_blocks",
@@ -563,6 +609,57 @@ mod tests {
             },
             "shared_cache_type",
         );
+    }
+
+    #[test]
+    fn use_kv_events_is_read_but_never_turns_overlap_off() {
+        let cfg: RouterConfig = serde_json::from_str(r#"{"use_kv_events": false}"#).unwrap();
+        assert!(cfg.use_kv_events, "1.6.1's replay never reads the key");
+        assert_eq!(cfg.use_kv_events_setting, Some(false));
+        assert_eq!(cfg.ignored_fields_set(), vec!["use_kv_events"]);
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn settings_that_need_a_given_use_kv_events_are_refused_without_it() {
+        refused_naming(
+            RouterConfig {
+                router_approximate_cache_policy: Some("lru".into()),
+                ..Default::default()
+            },
+            "router_approximate_cache_policy",
+        );
+        refused_naming(
+            RouterConfig {
+                use_kv_events_setting: Some(false),
+                router_predicted_ttl_secs: Some(5.0),
+                ..Default::default()
+            },
+            "router_predicted_ttl_secs",
+        );
+        let lru = RouterConfig {
+            use_kv_events_setting: Some(false),
+            router_approximate_cache_policy: Some("lru".into()),
+            ..Default::default()
+        };
+        assert!(lru.validate().is_ok());
+    }
+
+    #[test]
+    fn only_the_built_in_worker_selection_is_accepted() {
+        refused_naming(
+            RouterConfig {
+                router_decode_policy: Some("custom".into()),
+                ..Default::default()
+            },
+            "router_decode_policy",
+        );
+        let builtin = RouterConfig {
+            router_prefill_policy: Some("default".into()),
+            ..Default::default()
+        };
+        assert_eq!(builtin.ignored_fields_set(), vec!["router_prefill_policy"]);
+        assert!(builtin.validate().is_ok());
     }
 
     #[test]

@@ -197,6 +197,36 @@ fn assert_matches_dynamo(name: &str) {
     );
 }
 
+/// 1.6.1 takes the policy by `--router`'s `router_policy_config`, a path from the current
+/// directory (its own driver's `--policy` sets that key): given that way, the premium-weighted
+/// fixture runs its two classes and matches Dynamo's rows.
+#[test]
+fn a_policy_given_as_router_policy_config_matches_dynamo() {
+    let dir = fixture_dir("premium-weighted");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    Command::cargo_bin("routersim")
+        .unwrap()
+        .current_dir(&dir)
+        .args([
+            "replay",
+            "--trace",
+            "dynamo.trace.jsonl",
+            "--engine",
+            "engine.json",
+        ])
+        .args(["--router", r#"{"router_policy_config": "policy.yaml"}"#])
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .assert()
+        .success();
+    let ours = read_rows(&out.join("requests.csv"));
+    let bad = mismatches(&ours, &read_rows(&dir.join("dynamo.csv")));
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_eq!(burst_figures(&ours, "premium", 320), (255, 239));
+}
+
 #[test]
 fn disaggregated_premium_burst_matches_dynamo() {
     assert_matches_dynamo("disagg-premium-weighted");

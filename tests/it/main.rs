@@ -12,6 +12,7 @@ mod pools;
 mod rate;
 mod replay_modes;
 mod report_page;
+mod router_keys;
 mod safety_bounds;
 mod safety_concurrent;
 mod safety_hang;

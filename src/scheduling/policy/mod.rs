@@ -47,18 +47,23 @@ pub use describe::describe;
 pub use error::PolicyError;
 pub use profile::{CacheBucket, DEFAULT_MAX_BATCHED_TOKENS, PolicyClass, PolicyProfile};
 pub use raw::RawPolicyConfig;
-pub use validate::{IDENTIFIER_RULE, is_identifier, validate};
+pub use validate::{IDENTIFIER_RULE, ROUTER_SETTINGS, is_identifier, validate};
 
 use crate::yaml::Document;
 use std::collections::BTreeMap;
 
-/// A validated policy document: an optional root profile and per-model profiles.
+/// A validated policy document: an optional root profile, per-model profiles, and router
+/// settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
     /// The profile for models without their own (`None` if the document has no root profile).
     pub root: Option<PolicyProfile>,
     /// Model name -> the profile that replaces the root profile for that model.
     pub models: BTreeMap<String, PolicyProfile>,
+    /// The root `router:` map: `KvRouterConfig` keys (each one of [`ROUTER_SETTINGS`]) that
+    /// replace the router's own values, as Dynamo 1.6.1 applies them; their values are
+    /// checked when the caller applies them. Empty when the file has none.
+    pub router: BTreeMap<String, serde_json::Value>,
 }
 
 impl PolicyConfig {
@@ -331,12 +336,32 @@ mod tests {
     }
 
     #[test]
+    fn a_root_router_map_is_kept_and_may_stand_alone() {
+        let config =
+            PolicyConfig::from_yaml_str("router:\n  router_track_active_blocks: false\n", None)
+                .unwrap();
+        assert!(config.root.is_none() && config.models.is_empty());
+        assert_eq!(
+            config.router.get("router_track_active_blocks"),
+            Some(&serde_json::Value::Bool(false))
+        );
+        let text = format!("{PREMIUM_REGULAR}router:\n  router_temperature: 0.5\n");
+        let error = PolicyConfig::from_yaml_str(&text, Some("p.yaml")).unwrap_err();
+        assert_eq!(&*error.field_path, "router.router_temperature");
+        assert!(
+            error.to_string().contains("unknown router setting"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn synthetic_profile_is_the_fallback_callers_use() {
         let config = PolicyConfig::from_yaml_str(MODELS, None).unwrap();
         let fallback = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
         let models_only = PolicyConfig {
             root: None,
             models: config.models.clone(),
+            router: BTreeMap::new(),
         };
         let chosen = models_only.profile_for(Some("other")).unwrap_or(&fallback);
         assert!(chosen.is_synthetic());

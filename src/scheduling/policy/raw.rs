@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 
-/// A whole policy document: an optional root profile plus per-model profiles.
+/// A whole policy document: an optional root profile plus per-model profiles, and optional
+/// router settings.
 ///
 /// The three root profile fields are all-or-nothing; validation enforces that.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -27,6 +28,10 @@ pub struct RawPolicyConfig {
     /// Model name -> profile that replaces the root profile for that model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Spanned<BTreeMap<String, Spanned<RawPolicyProfile>>>>,
+    /// Router settings (`KvRouterConfig` keys) the file applies over the router's own, as
+    /// 1.6.1 applies a policy file's root `router:` map; only some keys are allowed there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<Spanned<BTreeMap<String, serde_json::Value>>>,
 }
 
 /// One complete profile (a `models:` entry); all three fields are required here.

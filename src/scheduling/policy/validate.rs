@@ -18,6 +18,7 @@ pub const IDENTIFIER_RULE: &str =
 /// document `raw` was read from, so embedding the keys in a larger file keeps them right) and a
 /// `field_path` relative to the policy keys. `source_name` is left empty for the caller to set.
 pub fn validate(raw: &RawPolicyConfig) -> Result<PolicyConfig, PolicyError> {
+    let router = router_settings(raw)?;
     let root = validate_root(raw)?;
     let mut models = BTreeMap::new();
     if let Some(raw_models) = &raw.models {
@@ -39,17 +40,71 @@ pub fn validate(raw: &RawPolicyConfig) -> Result<PolicyConfig, PolicyError> {
             models.insert(model_name.clone(), built);
         }
     }
-    if root.is_none() && models.is_empty() {
+    if root.is_none() && models.is_empty() && router.is_empty() {
         let at = raw.models.as_ref().map(|models| &models.referenced);
         return Err(PolicyError::new(
             "root",
             String::new(),
             at,
             "the document defines no profile: give default_policy_family, uncached_isl_buckets \
-             and policy_classes, or at least one profile under models",
+             and policy_classes, at least one profile under models, or router settings",
         ));
     }
-    Ok(PolicyConfig { root, models })
+    Ok(PolicyConfig {
+        root,
+        models,
+        router,
+    })
+}
+
+/// The `KvRouterConfig` keys Dynamo 1.6.1 takes from a policy file's root `router:` map (any
+/// other key there is an error in 1.6.1 too).
+pub const ROUTER_SETTINGS: [&str; 20] = [
+    "host_cache_hit_weight",
+    "disk_cache_hit_weight",
+    "use_kv_events",
+    "router_replica_sync",
+    "router_track_active_blocks",
+    "router_track_output_blocks",
+    "router_assume_kv_reuse",
+    "router_track_prefill_tokens",
+    "router_tracking_hash",
+    "router_tracking_key_file",
+    "router_tracking_key_id",
+    "router_prefill_load_model",
+    "router_ttl_secs",
+    "router_approximate_cache_policy",
+    "router_event_threads",
+    "use_remote_indexer",
+    "serve_indexer",
+    "enable_session_prefix_index",
+    "shared_cache_type",
+    "router_predicted_ttl_secs",
+];
+
+/// The root `router:` map, each key one of [`ROUTER_SETTINGS`].
+fn router_settings(
+    raw: &RawPolicyConfig,
+) -> Result<BTreeMap<String, serde_json::Value>, PolicyError> {
+    let Some(router) = &raw.router else {
+        return Ok(BTreeMap::new());
+    };
+    if let Some(key) = router
+        .value
+        .keys()
+        .find(|k| !ROUTER_SETTINGS.contains(&k.as_str()))
+    {
+        return Err(PolicyError::new(
+            "root",
+            format!("router.{key}"),
+            Some(&router.referenced),
+            format!(
+                "unknown router setting `{key}` (a policy file's router: map takes only {})",
+                ROUTER_SETTINGS.join(", ")
+            ),
+        ));
+    }
+    Ok(router.value.clone())
 }
 
 /// The root profile, if the document has one; its three fields are all-or-nothing.
