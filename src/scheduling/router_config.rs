@@ -33,12 +33,6 @@ pub struct RouterConfig {
     pub shared_cache_multiplier: Option<f64>,
     /// 0 = argmin with random tie-break; > 0 = softmax sampling over normalised costs.
     pub router_temperature: f64,
-    /// Always true: the scheduler takes prefix overlap from the KV-event index. Dynamo 1.6.1's
-    /// offline replay never reads `use_kv_events` (KV events always feed its index), so the
-    /// key is read into [`use_kv_events_setting`](Self::use_kv_events_setting) instead, where
-    /// it only takes part in validation, and this field cannot be set from a config.
-    #[serde(skip)]
-    pub use_kv_events: bool,
     /// Track active prompt blocks per rank (default true).
     pub router_track_active_blocks: bool,
     /// No effect, as in 1.6.1's replay, which never reads it (default false); true needs
@@ -60,7 +54,8 @@ pub struct RouterConfig {
     pub router_seed: u64,
 
     // Accepted for compatibility with 1.6.1; no effect in this model.
-    /// No effect, as in 1.6.1's replay: the `use_kv_events` key as given. Validation still
+    /// No effect, as in 1.6.1's replay, which always takes prefix overlap from the KV-event
+    /// index: the `use_kv_events` key as given. Validation still
     /// refuses what 1.6.1 refuses with it (`lru` needs false, a predicted TTL needs true).
     #[serde(rename = "use_kv_events")]
     pub use_kv_events_setting: Option<bool>,
@@ -129,7 +124,6 @@ impl Default for RouterConfig {
             disk_cache_hit_weight: 0.25,
             shared_cache_multiplier: None,
             router_temperature: 0.0,
-            use_kv_events: true,
             router_track_active_blocks: true,
             router_track_output_blocks: false,
             router_assume_kv_reuse: true,
@@ -469,7 +463,7 @@ mod tests {
         assert_eq!(cfg.host_cache_hit_weight, 0.75);
         assert_eq!(cfg.disk_cache_hit_weight, 0.25);
         assert_eq!(cfg.router_temperature, 0.0);
-        assert!(cfg.use_kv_events && cfg.router_track_active_blocks);
+        assert!(cfg.router_track_active_blocks);
         assert!(cfg.router_assume_kv_reuse && cfg.router_track_prefill_tokens);
         assert!(!cfg.router_track_output_blocks);
         assert_eq!(cfg.router_queue_threshold, None);
@@ -614,7 +608,6 @@ mod tests {
     #[test]
     fn use_kv_events_is_read_but_never_turns_overlap_off() {
         let cfg: RouterConfig = serde_json::from_str(r#"{"use_kv_events": false}"#).unwrap();
-        assert!(cfg.use_kv_events, "1.6.1's replay never reads the key");
         assert_eq!(cfg.use_kv_events_setting, Some(false));
         assert_eq!(cfg.ignored_fields_set(), vec!["use_kv_events"]);
         cfg.validate().unwrap();

@@ -174,3 +174,38 @@ fn a_class_that_never_queues_is_refused_at_once_on_an_empty_worker_set() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// Dynamo's own test of a blocked pinned lane, ported: threshold 0 (any prefill is busy), two
+/// workers, requests of 256 tokens. A and B are pinned to worker 1 (A runs, B waits in its
+/// lane); a request for idle worker 0 is dispatched at once, pinned there or not.
+#[test]
+fn a_blocked_pinned_lane_does_not_hold_back_a_request_for_an_idle_worker() {
+    let zero_threshold = "
+default_policy_family: all
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: all, policy_family: all, cache_bucket: all, quantum: 256, prefill_busy_threshold: 0}
+";
+    let (w0, w1) = (WorkerWithDpRank::new(0, 0), WorkerWithDpRank::new(1, 0));
+    for pin_c in [Some(w0), None] {
+        let mut s = scheduler(Some(zero_threshold), 2);
+        let pinned = |id, pin| {
+            let mut r = request(id, "all", 256);
+            r.constraints.pinned = pin;
+            r
+        };
+        s.handle_arrival(t(0), pinned(1, Some(w1)));
+        s.handle_arrival(t(0), pinned(2, Some(w1)));
+        assert_eq!(
+            dispatched(&decisions(&mut s)),
+            vec![(1, DispatchPath::Immediate)]
+        );
+        assert_eq!(s.pending_count(), 1, "B waits in worker 1's lane");
+        s.handle_arrival(t(1), pinned(3, pin_c));
+        let d = the_dispatch(&mut s);
+        assert_eq!((d.id, d.rank), (RequestId(3), w0), "pin {pin_c:?}");
+        assert_eq!(s.pending_count(), 1);
+        s.check_invariants().unwrap();
+    }
+}

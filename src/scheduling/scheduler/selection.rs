@@ -102,12 +102,9 @@ impl KeptCosts {
 }
 
 impl Scheduler {
+    /// The cached blocks per rank the index holds for the request's prompt.
     pub(super) fn overlaps(&self, request: &SchedulingRequest) -> Vec<(WorkerWithDpRank, u32)> {
-        if self.config.router.use_kv_events {
-            self.indexer.overlap_blocks(&request.block_hashes)
-        } else {
-            Vec::new()
-        }
+        self.indexer.overlap_blocks(&request.block_hashes)
     }
 
     /// Eligibility then the cost-based pick; pins skip scoring. `overlaps`: the cached blocks
