@@ -24,6 +24,7 @@ def canonical(path):
         for column in ("worker", "prefill_worker"):
             if row.get(column):
                 row[column] = str(names.setdefault((column, row[column]), len(names)))
+        row["dp_rank"] = None  # the driver's worker numbers ranks: renamed with it
         out.append(row)
     return out
 sys.exit(0 if canonical(sys.argv[1]) == canonical(sys.argv[2]) else 1)
@@ -41,7 +42,7 @@ for name in "${names[@]}"; do
   tmp=$(mktemp -d)
   (cd "$d" && "$replay" "${args[@]}" --out "$tmp/a.csv" --tagged-trace "$tmp/a.trace.jsonl" >"$tmp/a.out")
   (cd "$d" && "$replay" "${args[@]}" --out "$tmp/b.csv" --tagged-trace "$tmp/b.trace.jsonl" >"$tmp/b.out")
-  # Two workers that tie are picked between at random by 1.6.1: runs may name the workers
+  # Two workers (or ranks) that tie are picked between at random by 1.6.1: runs may name them
   # the other way round, so they are compared with workers renamed in order of first use.
   same_up_to_worker_names "$tmp/a.csv" "$tmp/b.csv" || { echo "$name: two runs differ" >&2; exit 1; }
   cp "$tmp/a.csv" "$d/dynamo.csv"
