@@ -692,18 +692,7 @@ impl Scheduler {
             return false;
         }
         for entry in self.queue.take_if(|_| true) {
-            let id = entry.payload.request.id;
-            self.waiting.remove(&id);
-            self.deferred.remove(&id);
-            let tracked = entry.payload.policy_tracked;
-            self.notify(
-                now,
-                entry.class_index,
-                tracked,
-                id,
-                AdmissionStatus::Aborted,
-            );
-            self.reject(id, Some(entry.class_index), SchedulerError::NoEndpoints);
+            self.refuse_taken(now, entry, SchedulerError::NoEndpoints);
         }
         self.after_input(now);
         true
@@ -728,25 +717,20 @@ impl Scheduler {
                 .is_some_and(|pin| !ranks.contains(&pin))
         };
         for entry in self.queue.take_if(gone) {
-            let id = entry.payload.request.id;
             let pin = entry.payload.request.constraints.pinned;
-            self.waiting.remove(&id);
-            self.deferred.remove(&id);
-            let tracked = entry.payload.policy_tracked;
-            self.notify(
-                now,
-                entry.class_index,
-                tracked,
-                id,
-                AdmissionStatus::Aborted,
-            );
             let rank = pin.expect("taken because it is pinned");
-            self.reject(
-                id,
-                Some(entry.class_index),
-                SchedulerError::PinnedWorkerGone(rank),
-            );
+            self.refuse_taken(now, entry, SchedulerError::PinnedWorkerGone(rank));
         }
+    }
+
+    /// Refuses a request taken out of its queue: its policy hears `Aborted`.
+    fn refuse_taken(&mut self, now: SimTime, entry: QueueEntry<Queued>, error: SchedulerError) {
+        let id = entry.payload.request.id;
+        self.waiting.remove(&id);
+        self.deferred.remove(&id);
+        let (class_index, tracked) = (entry.class_index, entry.payload.policy_tracked);
+        self.notify(now, class_index, tracked, id, AdmissionStatus::Aborted);
+        self.reject(id, Some(class_index), error);
     }
 
     // ---- outputs -----------------------------------------------------------------------
