@@ -39,6 +39,7 @@ macro_rules! errln {
 }
 
 mod plan_cmd;
+mod replay_inputs;
 mod replay_router;
 pub mod terminal;
 mod timeline;
@@ -157,6 +158,10 @@ struct ReplayArgs {
     /// Number of aggregated mock workers (default 1).
     #[arg(long, conflicts_with_all = ["prefill_workers", "decode_workers"])]
     workers: Option<u32>,
+    /// Refuse (exit 2) a trace whose rows name a policy_class the policy does not have,
+    /// instead of serving them as the default class with a warning.
+    #[arg(long)]
+    strict_classes: bool,
     /// Disaggregated serving: prefill workers (give --decode-workers too).
     #[arg(long, value_name = "N", requires = "decode_workers")]
     prefill_workers: Option<u32>,
@@ -823,6 +828,7 @@ fn replay_facts(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<(String, String)>
         facts.push(("policy".to_string(), file_name(policy)));
     }
     facts.push(("seed".to_string(), args.seed.to_string()));
+    facts.extend(replay_inputs::settings_facts(setup));
     facts
 }
 
@@ -855,6 +861,10 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         meta["replay_concurrency"] = n.into();
     } else if arrival_speedup_ratio != 1.0 {
         meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
+    }
+    let warning = replay_inputs::record_inputs(&mut meta, &setup, &result, args.strict_classes)?;
+    if let Some(warning) = warning.filter(|_| !args.quiet) {
+        errln!("{warning}");
     }
     std::thread::scope(|scope| {
         // Formatted on another thread while the run is measured and the other files made.
@@ -889,6 +899,9 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             result.events,
             args.out.display()
         );
+        for (name, settings) in replay_inputs::settings_facts(&setup) {
+            outln!("{name}: {settings}");
+        }
         print_stop_line(&result);
     }
     no_progress_error(&result)

@@ -20,6 +20,7 @@ pub mod output;
 pub mod phases;
 pub mod plots;
 pub mod pools;
+pub mod run_inputs;
 pub mod run_page;
 pub mod sessions;
 pub mod slo;

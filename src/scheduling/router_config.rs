@@ -2,7 +2,7 @@
 //! list of knobs accepted for compatibility that have no effect in this model.
 
 use super::types::QueuePolicy;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The router knobs, with the keyword names of ai-dynamo-runtime 1.6.1's `KvRouterConfig`.
@@ -11,7 +11,7 @@ use std::fmt;
 /// that exist in Dynamo but have no effect in this model are accepted for compatibility and
 /// listed by [`RouterConfig::ignored_fields_set`]. Call [`RouterConfig::validate`] after
 /// parsing.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RouterConfig {
     /// Weight of device-cache overlap blocks credited against prefill blocks (default 1.0).

@@ -10,6 +10,7 @@ mod input_messages;
 mod plan;
 mod pools;
 mod rate;
+mod replay_inputs;
 mod replay_modes;
 mod report_page;
 mod router_keys;

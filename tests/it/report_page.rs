@@ -201,7 +201,7 @@ fn the_shipped_page_has_no_script_no_web_font_and_no_remote_address() {
 }
 
 /// `None` (skip) only when `ROUTERSIM_SKIP_BROWSER=1`; a missing browser otherwise fails.
-fn chromium() -> Option<&'static str> {
+pub(crate) fn chromium() -> Option<&'static str> {
     if std::env::var("ROUTERSIM_SKIP_BROWSER").as_deref() == Ok("1") {
         eprintln!("ROUTERSIM_SKIP_BROWSER=1: report.html is not rendered");
         return None;
@@ -218,7 +218,12 @@ fn chromium() -> Option<&'static str> {
 /// returns (stdout, stderr). A browser that hangs is killed after a minute, failing the test.
 /// Its output goes to files beside the profile: a dumped page fills a pipe nobody reads
 /// while the test waits.
-fn headless(browser: &str, profile: &Path, extra: &[&str], page: &Path) -> (String, String) {
+pub(crate) fn headless(
+    browser: &str,
+    profile: &Path,
+    extra: &[&str],
+    page: &Path,
+) -> (String, String) {
     let (stdout, stderr) = (profile.with_extension("out"), profile.with_extension("err"));
     let mut child = Command::new(browser)
         .args([

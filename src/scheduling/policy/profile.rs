@@ -259,6 +259,12 @@ impl PolicyProfile {
         self.classes.iter().any(PolicyClass::queueing_enabled)
     }
 
+    /// Whether a request naming `name` finds it: a class or a family of the policy (the
+    /// synthetic profile has neither, so every name falls through to its one class).
+    pub fn knows_name(&self, name: &str) -> bool {
+        self.explicit_index.contains_key(name) || self.family_index.contains_key(name)
+    }
+
     /// Index of the class called `name`, if any.
     pub fn class_index(&self, name: &str) -> Option<usize> {
         self.classes.iter().position(|class| class.name == name)

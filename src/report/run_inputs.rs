@@ -1,0 +1,103 @@
+//! What a run was given, in full, as `summary.json`'s meta and the page name it: the engine
+//! every worker ran (with the defaults it took) and the router's settings, in Dynamo's key
+//! names; and the rows whose `policy_class` the policy does not know.
+
+use crate::mocker::transfer::TransferTimingMode;
+use crate::mocker::{EngineArgs, TimingModel};
+use crate::scheduling::policy::PolicyProfile;
+use crate::scheduling::router_config::RouterConfig;
+use crate::sim::RequestRecord;
+use serde_json::{Value, json};
+
+/// The engine's settings as a worker ran them, every default filled in.
+pub fn engine_json(engine: &EngineArgs) -> Value {
+    let timing = match &engine.timing {
+        TimingModel::Polynomial => json!({"type": "polynomial"}),
+        TimingModel::Fixed {
+            prefill_ms,
+            decode_ms,
+        } => json!({"type": "fixed", "prefill_ms": prefill_ms, "decode_ms": decode_ms}),
+        TimingModel::Profile(profile) => json!({"type": "profile", "source": profile.source()}),
+    };
+    let transfer = &engine.kv_transfer;
+    let mode = match transfer.mode {
+        TransferTimingMode::FullPrompt => "full_prompt",
+        TransferTimingMode::DestinationMissing => "destination_missing",
+    };
+    json!({
+        "worker_type": engine.role.label(),
+        "block_size": engine.block_size,
+        "num_gpu_blocks": engine.num_gpu_blocks,
+        "max_num_seqs": engine.max_num_seqs,
+        "max_num_batched_tokens": engine.max_num_batched_tokens,
+        "enable_prefix_caching": engine.enable_prefix_caching,
+        "enable_chunked_prefill": engine.enable_chunked_prefill,
+        "speedup_ratio": engine.speedup_ratio,
+        "decode_speedup_ratio": engine.decode_speedup_ratio,
+        "dp_size": engine.dp_size,
+        "preemption_mode": engine.preemption_mode,
+        "max_model_len": engine.max_model_len,
+        "timing_model": timing,
+        "kv_transfer_bytes_per_token": transfer.bytes_per_token,
+        "kv_transfer_bandwidth": transfer.bandwidth_gb_per_s,
+        "kv_transfer_timing_mode": mode,
+    })
+}
+
+/// The router's settings as the run used them, every default filled in.
+pub fn router_json(router: &RouterConfig) -> Value {
+    serde_json::to_value(router).expect("router settings are plain values")
+}
+
+/// Rows whose `policy_class` names neither a class nor a family of the policy (with no
+/// policy, any name): they were served as the default class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnknownClasses {
+    pub rows: u64,
+    /// The first such row (by row number) and the name it gave.
+    pub first: Option<(u64, String)>,
+}
+
+impl UnknownClasses {
+    /// Counts the records of a run whose class name `profile` does not know.
+    pub fn of(records: &[RequestRecord], profile: &PolicyProfile) -> UnknownClasses {
+        let mut found = UnknownClasses::default();
+        // One record per request: bounded by the run's size.
+        for record in records {
+            let Some(name) = record.policy_class.as_deref() else {
+                continue;
+            };
+            if profile.knows_name(name) {
+                continue;
+            }
+            found.rows += 1;
+            if found
+                .first
+                .as_ref()
+                .is_none_or(|(row, _)| record.row < *row)
+            {
+                found.first = Some((record.row, name.to_string()));
+            }
+        }
+        found
+    }
+
+    /// The count for `summary.json`, with the first row when there is one.
+    pub fn json(&self) -> Value {
+        let mut value = json!({"rows": self.rows});
+        if let Some((row, name)) = &self.first {
+            value["first"] = json!({"row": row, "policy_class": name});
+        }
+        value
+    }
+
+    /// What they are, in words, if there are any.
+    pub fn describe(&self, trace: &str) -> Option<String> {
+        let (row, name) = self.first.as_ref()?;
+        Some(format!(
+            "{trace}: {} row(s) name a policy_class the policy does not have (the first: row \
+             {row}, {name:?})",
+            self.rows
+        ))
+    }
+}
