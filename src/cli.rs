@@ -316,6 +316,9 @@ fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
     if scenario::file_kind_of_path(file).map_err(input)? == FileKind::Scenario {
         let scenario =
             Scenario::load_with_overrides(file, &parse_overrides(set)?).map_err(input)?;
+        if let Some(warning) = scenario.share_warning() {
+            errln!("{warning}");
+        }
         out!("{}", scenario.describe());
         outln!("{}: valid scenario", file.display());
         return Ok(());
@@ -356,6 +359,9 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     let overrides = parse_overrides(&args.set)?;
     let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
+    if let Some(warning) = scenario.share_warning().filter(|_| !args.quiet) {
+        errln!("{warning}");
+    }
     let out = args
         .out
         .clone()
@@ -502,6 +508,9 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
+        if let Some(warning) = scenario.share_warning() {
+            errln!("{warning}");
+        }
         let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline.timeline);
         let timeline_target = args.timeline.claim(&judgement.scenario)?;
         let judged = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;

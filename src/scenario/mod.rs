@@ -63,7 +63,7 @@ mod validate;
 pub use error::ScenarioError;
 
 use crate::bounds;
-use crate::report::expect::Expectation;
+use crate::report::expect::{Expectation, Figure};
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::sim::{ClosedLoop, SimConfig, WorkerPool};
 use crate::time::SimDuration;
@@ -230,6 +230,35 @@ impl Scenario {
     /// The `expect:` entries, parsed and validated.
     pub fn expectations(&self) -> &[Expectation] {
         &self.expectations
+    }
+
+    /// A warning when expectations judge how classes share the workers but no class can ever
+    /// queue: without a busy threshold every request is dispatched at once, DRR never picks
+    /// between classes, and the shares only follow the arrival order.
+    pub fn share_warning(&self) -> Option<String> {
+        if self.config.profile.any_queueing_enabled() {
+            return None;
+        }
+        let about_shares = |e: &&Expectation| {
+            matches!(
+                e.figure(),
+                Figure::PrefixCount { .. }
+                    | Figure::PrefixShare { .. }
+                    | Figure::RemainingWhenDone { .. }
+                    | Figure::CountAt { .. }
+                    | Figure::Growth { .. }
+                    | Figure::TokenShare { .. }
+            )
+        };
+        let first = self.expectations.iter().find(about_shares)?;
+        Some(format!(
+            "warning: {}: `{}` judges how classes share the workers, but no class can queue (none \
+             has a busy threshold), so every request is dispatched on arrival and the quanta never \
+             apply; set prefill_busy_threshold or prefill_busy_threshold_frac on the classes \
+             (router.policy_classes), or router_queue_threshold without a policy",
+            self.file.display(),
+            first.label()
+        ))
     }
 
     /// Companion scenarios named by `minus:` (resolved against this file's directory, sorted,

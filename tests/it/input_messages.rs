@@ -247,3 +247,54 @@ fn a_fractional_think_time_says_it_takes_whole_ms() {
         &["sessions.turns: expected a whole number of turns or {dist: "],
     );
 }
+
+/// A share expectation on classes that can never queue judges nothing DRR decides: `check`,
+/// `run` and `validate` say so at load, and name what to set.
+#[test]
+fn share_expectations_without_any_queueing_class_are_warned_about_at_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = |threshold: &str| {
+        format!(
+            "name: no-queue
+seed: 1
+router:
+  default_policy_family: regular
+  uncached_isl_buckets: [{{min_tokens: 0, bucket: all}}]
+  policy_classes:
+    - {{name: premium, policy_family: premium, cache_bucket: all, quantum: 512{threshold}}}
+    - {{name: regular, policy_family: regular, cache_bucket: all, quantum: 128{threshold}}}
+workers: {{count: 1, engine: {{max_num_seqs: 4}}}}
+workload:
+  burst: {{spacing_ns: 1, order: alternate}}
+  groups:
+    - {{name: premium, class: premium, count: 40, input_tokens: 512, output_tokens: 1}}
+    - {{name: regular, class: regular, count: 40, input_tokens: 512, output_tokens: 1}}
+expect:
+  - prefix_share: {{class: premium, n: 40}}
+    at_least: 0.0
+"
+        )
+    };
+    let warned = "no class can queue";
+    for (threshold, warns) in [("", true), (", prefill_busy_threshold: 1536", false)] {
+        let path = tmp.path().join("s.yaml");
+        std::fs::write(&path, scenario(threshold)).unwrap();
+        for command in ["check", "validate"] {
+            let output = assert_cmd::Command::cargo_bin("routersim")
+                .unwrap()
+                .args([command, path.to_str().unwrap()])
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "{command}: {output:?}");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(
+                stderr.contains(warned),
+                warns,
+                "{command} {threshold:?}: {stderr}"
+            );
+            if warns {
+                assert!(stderr.contains("prefill_busy_threshold"), "{stderr}");
+            }
+        }
+    }
+}
