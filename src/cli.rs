@@ -552,6 +552,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         suites.push(JunitSuite {
             name: judgement.scenario.name().to_string(),
             outcomes,
+            overrides: args.set.clone(),
         });
     }
     if let Some(junit) = &args.junit {

@@ -28,6 +28,9 @@ pub struct JunitSuite {
     /// The scenario's name (or file), shown as the testsuite name.
     pub name: String,
     pub outcomes: Vec<ExpectationOutcome>,
+    /// The `--set PATH=VALUE` overrides the scenario ran with, in order: the testsuite's
+    /// `<property name="set">` entries, so a CI report says what was judged.
+    pub overrides: Vec<String>,
 }
 
 /// The JUnit XML document for `suites`, in the given order.
@@ -73,6 +76,14 @@ fn write_suite(xml: &mut String, suite: &JunitSuite) {
         failure_count(suite),
         seconds(suite_time_s(suite))
     );
+    if !suite.overrides.is_empty() {
+        *xml += "    <properties>\n";
+        for set in &suite.overrides {
+            let set = escape(set);
+            *xml += &format!("      <property name=\"set\" value=\"{set}\"/>\n");
+        }
+        *xml += "    </properties>\n";
+    }
     for outcome in &suite.outcomes {
         write_case(xml, &name, outcome);
     }
@@ -164,16 +175,38 @@ mod tests {
                     outcome("premium among first 320", true, 0),
                     outcome("it's <bad> & \"worse\"\u{1}", false, 17),
                 ],
+                overrides: vec![],
             },
             JunitSuite {
                 name: "empty".into(),
                 outcomes: vec![],
+                overrides: vec![],
             },
             JunitSuite {
                 name: "unmeasured".into(),
                 outcomes: vec![unmeasured],
+                overrides: vec![],
             },
         ]
+    }
+
+    #[test]
+    fn a_suite_records_the_overrides_it_ran_with() {
+        let suite = JunitSuite {
+            name: "s".into(),
+            outcomes: vec![outcome("premium among first 320", true, 0)],
+            overrides: vec!["workers.count=8".into(), "router.x=\"<a>\"".into()],
+        };
+        let text = String::from_utf8(junit_xml(&[suite])).unwrap();
+        let doc = parsed(&text);
+        let testsuite = elements(doc.root_element())[0];
+        assert_eq!(
+            properties(testsuite),
+            vec![
+                ("set".to_string(), "workers.count=8".to_string()),
+                ("set".to_string(), "router.x=\"<a>\"".to_string()),
+            ]
+        );
     }
 
     fn parsed(text: &str) -> roxmltree::Document<'_> {
@@ -184,7 +217,7 @@ mod tests {
         node.children().filter(|n| n.is_element()).collect()
     }
 
-    /// `(name, value)` of each `<property>` of a testcase.
+    /// `(name, value)` of each `<property>` of a testcase (or a testsuite).
     fn properties(case: roxmltree::Node) -> Vec<(String, String)> {
         let block = elements(case)
             .into_iter()
