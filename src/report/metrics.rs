@@ -634,6 +634,81 @@ impl RunMetrics {
         })
     }
 
+    /// Class `class`'s mean DRR cost per request (`max(1, uncached)` tokens): over its
+    /// dispatches counted in backlogged windows, else over all its dispatches, else 1.
+    pub fn request_cost(&self, class: usize) -> f64 {
+        let (mut tokens, mut count) = (0u64, 0u64);
+        for credit in self.windows.iter().flat_map(|w| &w.credits) {
+            if credit.class == class {
+                tokens += credit.tokens.max(1);
+                count += 1;
+            }
+        }
+        let c = &self.classes[class];
+        if count == 0 {
+            (tokens, count) = (c.service_tokens, c.immediate + c.queued);
+        }
+        match count {
+            0 => 1.0,
+            _ => (tokens as f64 / count as f64).max(1.0),
+        }
+    }
+
+    /// The request split DRR implies for one credit's token split: each class's ideal tokens
+    /// over its mean request cost, as fractions of one completion (empty without tokens).
+    pub fn ideal_request_split(&self, credit: &Credit) -> Vec<f64> {
+        let requests: Vec<f64> = (credit.ideal_tokens.iter().enumerate())
+            .map(|(c, &t)| t / self.request_cost(c))
+            .collect();
+        let total: f64 = requests.iter().sum();
+        match total > 0.0 {
+            true => requests.iter().map(|r| r / total).collect(),
+            false => Vec::new(),
+        }
+    }
+
+    /// Per class, its ideal count among the first `n` completions: outside backlogged windows
+    /// the count it got (it asked for no more), inside them each completion split as DRR
+    /// splits requests of these sizes ([`Self::ideal_request_split`] of the dispatch in force).
+    pub fn ideal_prefix_counts(&self, n: u64) -> Vec<f64> {
+        let mut ideal = vec![0.0; self.classes.len()];
+        let done = &self.completions[..(n as usize).min(self.completions.len())];
+        let mut next = 0;
+        let measured = |ideal: &mut Vec<f64>, k: usize| {
+            if let Some(c) = done[k].class {
+                ideal[c] += 1.0;
+            }
+        };
+        for w in &self.windows {
+            while next < done.len() && done[next].time < w.start {
+                measured(&mut ideal, next);
+                next += 1;
+            }
+            let mut credit = 0;
+            while next < done.len() && done[next].time <= w.end && !w.credits.is_empty() {
+                while credit + 1 < w.credits.len() && w.credits[credit + 1].time <= done[next].time
+                {
+                    credit += 1;
+                }
+                let split = self.ideal_request_split(&w.credits[credit]);
+                match split.is_empty() {
+                    true => measured(&mut ideal, next),
+                    false => ideal.iter_mut().zip(split).for_each(|(a, b)| *a += b),
+                }
+                next += 1;
+            }
+        }
+        (next..done.len()).for_each(|k| measured(&mut ideal, k));
+        ideal
+    }
+
+    /// Class `class`'s ideal share of the first `n` completions ([`Self::ideal_prefix_counts`]);
+    /// `None` when `n` is 0 or nothing completed.
+    pub fn ideal_prefix_share(&self, class: usize, n: u64) -> Option<f64> {
+        let denominator = n.min(self.completions.len() as u64);
+        (denominator > 0).then(|| self.ideal_prefix_counts(n)[class] / denominator as f64)
+    }
+
     /// The worst |share - ideal| over all classes, aggregated over every backlogged window.
     pub fn worst_token_share_gap(&self) -> Option<f64> {
         (0..self.classes.len())
