@@ -5,7 +5,7 @@
 //! (a class with fewer than `k` completions, no backlogged service, a companion that was not
 //! run) is a failure that says why.
 
-use super::expect::{Bound, Expectation, Figure};
+use super::expect::{Bound, Expectation, Figure, ShareReference};
 use super::metrics::RunMetrics;
 use super::sessions::SessionCounts;
 use super::slo::LatencyBounds;
@@ -195,9 +195,24 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
         Figure::Latency { class: c, metric } => m
             .latency_ms(class(m, c)?, *metric)
             .ok_or_else(|| format!("{c} has no {} samples", metric.kind.name())),
-        Figure::TokenShare { class: c } => m
-            .token_share_gap(class(m, c)?)
-            .ok_or_else(|| "no service while two or more classes were backlogged".to_string()),
+        Figure::TokenShare {
+            class: c,
+            reference,
+        } => {
+            let c = class(m, c)?;
+            let unmeasured = || "no service while two or more classes were backlogged".to_string();
+            match reference {
+                ShareReference::Ideal => m.token_share_gap(c).ok_or_else(unmeasured),
+                ShareReference::Target(target) => {
+                    let (share, _) = m.backlogged_shares(c).ok_or_else(unmeasured)?;
+                    Ok(share - target)
+                }
+                ShareReference::Absolute => m
+                    .backlogged_shares(c)
+                    .map(|(share, _)| share)
+                    .ok_or_else(unmeasured),
+            }
+        }
         Figure::Attainment {
             class: c,
             ttft_ms,

@@ -14,6 +14,8 @@
 //!   - {prefix_count: {class: premium, n: 320}, minus: premium-vs-regular-equal.yaml, at_least: 60}
 //!   - {latency: {class: premium, metric: ttft_ms_p99}, at_most: 500}
 //!   - {token_share: {class: premium}, tolerance: 0.05}
+//!   - {token_share: {class: premium, at_least: 0.75}}
+//!   - {token_share: {class: premium, target: 0.8}, tolerance: 0.03}
 //!   - {attainment: {class: premium, ttft_ms: 2000, e2e_ms: 10000}, at_least: 0.99}
 //!   - {throughput: {class: premium, metric: throughput_rps}, at_least: 10}
 //!   - {throughput: {metric: output_tokens_per_s}, at_least: 4000}
@@ -129,10 +131,30 @@ pub struct LatencyFigure {
     pub metric: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+/// `{class}`: the gap from the ideal DRR share (which moves with the quanta); with `at_least`
+/// or `at_most`, the backlogged token share itself, bounded there (no outer bound); with
+/// `target`, the gap from that fixed share (bounded outside, e.g. by `tolerance`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenShare {
     pub class: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_least: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_most: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<f64>,
+}
+
+/// What a `token_share` figure compares the class's backlogged token share with.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum ShareReference {
+    /// The ideal DRR share of the current quanta: the figure is the gap from it.
+    Ideal,
+    /// A fixed share: the figure is the gap from it.
+    Target(f64),
+    /// Nothing: the figure is the share itself.
+    Absolute,
 }
 
 /// `{class, ttft_ms, e2e_ms}`: at least one bound, in ms.
@@ -212,8 +234,12 @@ pub enum Figure {
         class: String,
         metric: LatencyMetric,
     },
-    /// `class`'s backlogged token share minus its ideal DRR share.
-    TokenShare { class: String },
+    /// `class`'s backlogged token share, minus its ideal DRR share or a fixed target, or
+    /// itself ([`ShareReference`]).
+    TokenShare {
+        class: String,
+        reference: ShareReference,
+    },
     /// The fraction of `class`'s requests completed within every given bound (ms; at least
     /// one is set).
     Attainment {
@@ -320,7 +346,11 @@ impl Expectation {
                 return Err(invalid("", message));
             }
         };
-        let bound = parse_bound(raw)?;
+        let bound = match figure {
+            RawFigure::TokenShare(f) => parse_share_bound(raw, f)?,
+            _ => None,
+        };
+        let bound = bound.map_or_else(|| parse_bound(raw), Ok)?;
         let figure = parse_figure(figure, class_names)?;
         let companion = parse_companion(raw)?;
         check_bound_fits(&figure, bound, companion.is_some())?;
@@ -470,6 +500,45 @@ fn parse_bound(raw: &RawExpectation) -> Result<Bound, ExpectationError> {
     Ok(Bound::Tolerance(tolerance))
 }
 
+/// The bound written inside a `token_share` figure (`at_least` or `at_most`, an absolute
+/// share in [0, 1]), if any: then no bound may stand outside it. At most one of `at_least`,
+/// `at_most` and `target` is set, each a fraction.
+fn parse_share_bound(
+    raw: &RawExpectation,
+    f: &TokenShare,
+) -> Result<Option<Bound>, ExpectationError> {
+    let inner = [
+        ("token_share.at_least", f.at_least),
+        ("token_share.at_most", f.at_most),
+        ("token_share.target", f.target),
+    ];
+    let set: Vec<(&str, f64)> = inner
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+    if let [_, (second, _), ..] = set[..] {
+        let message = "takes one of at_least, at_most or target";
+        return Err(invalid(second, message));
+    }
+    let Some(&(field, v)) = set.first() else {
+        return Ok(None);
+    };
+    if !(0.0..=1.0).contains(&v) {
+        let message = format!("a share is a fraction in [0, 1], got {}", number(v));
+        return Err(invalid(field, message));
+    }
+    let bound = match field {
+        "token_share.at_least" => Bound::AtLeast(v),
+        "token_share.at_most" => Bound::AtMost(v),
+        _ => return Ok(None),
+    };
+    if let Some(key) = bounds_set(raw).first() {
+        let message = format!("{field} is the bound already");
+        return Err(invalid(key, message));
+    }
+    Ok(Some(bound))
+}
+
 fn finite(field: &str, v: f64) -> Result<f64, ExpectationError> {
     match v.is_finite() {
         true => Ok(v),
@@ -502,6 +571,11 @@ fn parse_figure(raw: RawFigure, class_names: &[String]) -> Result<Figure, Expect
         }),
         RawFigure::TokenShare(f) => Ok(Figure::TokenShare {
             class: class("token_share.class", &f.class)?,
+            reference: match (f.target, f.at_least.or(f.at_most)) {
+                (Some(target), _) => ShareReference::Target(target),
+                (None, Some(_)) => ShareReference::Absolute,
+                (None, None) => ShareReference::Ideal,
+            },
         }),
         RawFigure::Attainment(f) => parse_attainment(f, class_names),
         RawFigure::Throughput(f) => parse_throughput(f, class_names),
@@ -779,9 +853,14 @@ impl fmt::Display for Figure {
                 ordinal(*to)
             ),
             Figure::Latency { class, metric } => write!(f, "{class} {}", metric.name()),
-            Figure::TokenShare { class } => {
-                write!(f, "{class} token share minus ideal (backlogged)")
-            }
+            Figure::TokenShare { class, reference } => match reference {
+                ShareReference::Ideal => write!(f, "{class} token share minus ideal (backlogged)"),
+                ShareReference::Target(target) => {
+                    let target = number(*target);
+                    write!(f, "{class} token share minus {target} (backlogged)")
+                }
+                ShareReference::Absolute => write!(f, "{class} token share (backlogged)"),
+            },
             Figure::Attainment {
                 class,
                 ttft_ms,
@@ -879,7 +958,21 @@ impl From<Expectation> for RawExpectation {
             raw.stable = Some(true);
             return raw;
         }
+        let absolute = matches!(
+            e.figure,
+            Figure::TokenShare {
+                reference: ShareReference::Absolute,
+                ..
+            }
+        );
         set_raw_figure(&mut raw, e.figure);
+        if let (true, Some(share)) = (absolute, raw.token_share.as_mut()) {
+            match e.bound {
+                Bound::AtLeast(v) => share.at_least = Some(v),
+                _ => share.at_most = e.bound.values().first().copied(),
+            }
+            return raw;
+        }
         match e.bound {
             Bound::AtLeast(v) => raw.at_least = Some(v),
             Bound::AtMost(v) => raw.at_most = Some(v),
@@ -915,7 +1008,17 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
             let metric = metric.name();
             raw.latency = Some(LatencyFigure { class, metric })
         }
-        Figure::TokenShare { class } => raw.token_share = Some(TokenShare { class }),
+        Figure::TokenShare { class, reference } => {
+            raw.token_share = Some(TokenShare {
+                class,
+                at_least: None,
+                at_most: None,
+                target: match reference {
+                    ShareReference::Target(v) => Some(v),
+                    _ => None,
+                },
+            })
+        }
         Figure::Attainment {
             class,
             ttft_ms,
@@ -1051,8 +1154,49 @@ mod tests {
         );
         assert_eq!(
             figure_of(DOCUMENTED[9]),
-            Figure::TokenShare { class: premium }
+            Figure::TokenShare {
+                class: premium,
+                reference: ShareReference::Ideal
+            }
         );
+    }
+
+    #[test]
+    fn token_share_takes_an_absolute_bound_or_a_fixed_target() {
+        let at_least = parse("{token_share: {class: premium, at_least: 0.75}}").unwrap();
+        assert_eq!(at_least.bound(), Bound::AtLeast(0.75));
+        assert_eq!(at_least.label(), "premium token share (backlogged)");
+        let target = parse("{token_share: {class: premium, target: 0.8}, tolerance: 0.03}");
+        let target = target.unwrap();
+        assert_eq!(target.bound(), Bound::Tolerance(0.03));
+        assert_eq!(target.label(), "premium token share minus 0.8 (backlogged)");
+        for e in [at_least, target] {
+            let raw = RawExpectation::from(e.clone());
+            assert_eq!(
+                Expectation::parse(&raw, &classes()).unwrap(),
+                e,
+                "round trip"
+            );
+        }
+        let at_most = parse("{token_share: {class: premium, at_most: 0.9}}").unwrap();
+        assert_eq!(at_most.bound(), Bound::AtMost(0.9));
+        for (yaml, field) in [
+            (
+                "{token_share: {class: premium, at_least: 75}}",
+                "token_share.at_least",
+            ),
+            (
+                "{token_share: {class: premium, at_least: 0.7}, at_most: 0.9}",
+                "at_most",
+            ),
+            (
+                "{token_share: {class: premium, at_least: 0.7, target: 0.8}}",
+                "token_share.target",
+            ),
+            ("{token_share: {class: premium, target: 0.8}}", ""),
+        ] {
+            assert_eq!(field_of(yaml), field, "{yaml}");
+        }
     }
 
     #[test]

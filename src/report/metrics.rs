@@ -11,10 +11,14 @@
 //!   also the instant a queued request stops backlogging its class.
 //! - **Backlog**: a request that took the queued path backlogs its class from its arrival to its
 //!   dispatch (to the end of the run if it was never dispatched). A *backlogged window* is a
-//!   maximal span in which two or more classes are backlogged at once. A dispatch at time `t`
-//!   counts in the window that is open just before the backlog changes at `t`, and only for a
-//!   class that is backlogged then; its ideal is split among the classes backlogged at that
-//!   moment in proportion to their quanta.
+//!   maximal span in which two or more classes are backlogged at once. The dispatches at an
+//!   instant `t` count in the window open just before `t`, each only for a class backlogged
+//!   just before `t`. Their tokens' ideal is split among the classes backlogged then in
+//!   proportion to their quanta, except that a class whose backlog the instant empties asked
+//!   for no more than it got: its ideal is capped at what it got, and the rest goes to the
+//!   classes still waiting (weighted water-filling). Without the cap, a class served
+//!   everything it had queued looked starved whenever another class's dispatches shared the
+//!   instant.
 //! - **Percentiles**: nearest rank: the `p`-th percentile of `n` sorted values is the value at
 //!   rank `ceil(p * n / 100)` (1-based, at least 1). Means round to the nearest nanosecond.
 //! - **Jain's fairness index** of quantum-normalised service: over the classes with a non-zero
@@ -630,6 +634,81 @@ impl RunMetrics {
         })
     }
 
+    /// Class `class`'s mean DRR cost per request (`max(1, uncached)` tokens): over its
+    /// dispatches counted in backlogged windows, else over all its dispatches, else 1.
+    pub fn request_cost(&self, class: usize) -> f64 {
+        let (mut tokens, mut count) = (0u64, 0u64);
+        for credit in self.windows.iter().flat_map(|w| &w.credits) {
+            if credit.class == class {
+                tokens += credit.tokens.max(1);
+                count += 1;
+            }
+        }
+        let c = &self.classes[class];
+        if count == 0 {
+            (tokens, count) = (c.service_tokens, c.immediate + c.queued);
+        }
+        match count {
+            0 => 1.0,
+            _ => (tokens as f64 / count as f64).max(1.0),
+        }
+    }
+
+    /// The request split DRR implies for one credit's token split: each class's ideal tokens
+    /// over its mean request cost, as fractions of one completion (empty without tokens).
+    pub fn ideal_request_split(&self, credit: &Credit) -> Vec<f64> {
+        let requests: Vec<f64> = (credit.ideal_tokens.iter().enumerate())
+            .map(|(c, &t)| t / self.request_cost(c))
+            .collect();
+        let total: f64 = requests.iter().sum();
+        match total > 0.0 {
+            true => requests.iter().map(|r| r / total).collect(),
+            false => Vec::new(),
+        }
+    }
+
+    /// Per class, its ideal count among the first `n` completions: outside backlogged windows
+    /// the count it got (it asked for no more), inside them each completion split as DRR
+    /// splits requests of these sizes ([`Self::ideal_request_split`] of the dispatch in force).
+    pub fn ideal_prefix_counts(&self, n: u64) -> Vec<f64> {
+        let mut ideal = vec![0.0; self.classes.len()];
+        let done = &self.completions[..(n as usize).min(self.completions.len())];
+        let mut next = 0;
+        let measured = |ideal: &mut Vec<f64>, k: usize| {
+            if let Some(c) = done[k].class {
+                ideal[c] += 1.0;
+            }
+        };
+        for w in &self.windows {
+            while next < done.len() && done[next].time < w.start {
+                measured(&mut ideal, next);
+                next += 1;
+            }
+            let mut credit = 0;
+            while next < done.len() && done[next].time <= w.end && !w.credits.is_empty() {
+                while credit + 1 < w.credits.len() && w.credits[credit + 1].time <= done[next].time
+                {
+                    credit += 1;
+                }
+                let split = self.ideal_request_split(&w.credits[credit]);
+                match split.is_empty() {
+                    true => measured(&mut ideal, next),
+                    false => ideal.iter_mut().zip(split).for_each(|(a, b)| *a += b),
+                }
+                next += 1;
+            }
+        }
+        (next..done.len()).for_each(|k| measured(&mut ideal, k));
+        ideal
+    }
+
+    /// Class `class`'s ideal share of the first `n` completions ([`Self::ideal_prefix_counts`]);
+    /// `None` when `n` is 0 or nothing completed.
+    pub fn ideal_prefix_share(&self, class: usize, n: u64) -> Option<f64> {
+        let denominator = n.min(self.completions.len() as u64);
+        (denominator > 0).then(|| self.ideal_prefix_counts(n)[class] / denominator as f64)
+    }
+
     /// The worst |share - ideal| over all classes, aggregated over every backlogged window.
     pub fn worst_token_share_gap(&self) -> Option<f64> {
         (0..self.classes.len())
@@ -992,7 +1071,9 @@ fn sweep_events(
     events
 }
 
-/// The backlogged windows of a run and the service in them (see the module docs).
+/// The backlogged windows of a run and the service in them (see the module docs). Events are
+/// taken an instant at a time: the dispatches of an instant see the backlog just before it,
+/// and their ideal is capped by what each class asked for then ([`instant_ideal`]).
 pub fn backlog_windows(
     records: &[RequestRecord],
     dispatches: &[Dispatch],
@@ -1000,64 +1081,122 @@ pub fn backlog_windows(
     end: SimTime,
 ) -> Vec<BacklogWindow> {
     let class_count = quanta_tokens.len();
+    let events = sweep_events(records, dispatches, class_count, end);
     let mut backlog = vec![0u64; class_count];
     let mut windows = Vec::new();
     let mut open: Option<BacklogWindow> = None;
-    for e in sweep_events(records, dispatches, class_count, end) {
-        match e.kind {
-            SweepKind::Dispatch => {
-                if let Some(w) = open.as_mut()
-                    && backlog[e.class] > 0
-                {
-                    credit(w, &backlog, quanta_tokens, &e);
-                }
-            }
-            SweepKind::BacklogEnd => {
-                debug_assert!(backlog[e.class] > 0, "a backlog ends after it starts");
-                backlog[e.class] = backlog[e.class].saturating_sub(1);
-            }
-            SweepKind::BacklogStart => backlog[e.class] += 1,
+    for instant in events.chunk_by(|a, b| a.time == b.time) {
+        let time = instant[0].time;
+        let before = backlog.clone();
+        for e in instant.iter().filter(|e| e.kind == SweepKind::BacklogEnd) {
+            debug_assert!(backlog[e.class] > 0, "a backlog ends after it starts");
+            backlog[e.class] = backlog[e.class].saturating_sub(1);
         }
-        let backlogged = backlog.iter().filter(|&&b| b > 0).count();
-        if backlogged >= 2 && open.is_none() {
+        if let Some(w) = open.as_mut() {
+            let counted: Vec<&SweepEvent> = instant
+                .iter()
+                .filter(|e| e.kind == SweepKind::Dispatch && before[e.class] > 0)
+                .collect();
+            credit_instant(w, &counted, &before, &backlog, quanta_tokens);
+        }
+        if backlogged_classes(&backlog) < 2
+            && let Some(mut w) = open.take()
+        {
+            w.end = time;
+            windows.push(w);
+        }
+        for e in instant.iter().filter(|e| e.kind == SweepKind::BacklogStart) {
+            backlog[e.class] += 1;
+        }
+        if backlogged_classes(&backlog) >= 2 && open.is_none() {
             open = Some(BacklogWindow {
-                start: e.time,
-                end: e.time,
+                start: time,
+                end: time,
                 service_tokens: vec![0; class_count],
                 ideal_tokens: vec![0.0; class_count],
                 credits: Vec::new(),
             });
-        } else if backlogged < 2
-            && let Some(mut w) = open.take()
-        {
-            w.end = e.time;
-            windows.push(w);
         }
     }
     debug_assert!(open.is_none(), "every backlog ends by the end of the run");
     windows
 }
 
-/// Credits dispatch `d` to window `w`, splitting the ideal among the classes backlogged now
-/// in proportion to their quanta.
-fn credit(w: &mut BacklogWindow, backlog: &[u64], quanta: &[u64], d: &SweepEvent) {
-    w.service_tokens[d.class] += d.tokens;
-    let active_quanta = quanta_sum(
-        (0..backlog.len())
-            .filter(|&c| backlog[c] > 0)
-            .map(|c| quanta[c]),
-    );
-    let mut ideal_tokens = vec![0.0; backlog.len()];
-    for c in (0..backlog.len()).filter(|&c| backlog[c] > 0) {
-        ideal_tokens[c] = d.tokens as f64 * quanta[c] as f64 / active_quanta as f64;
-        w.ideal_tokens[c] += ideal_tokens[c];
+fn backlogged_classes(backlog: &[u64]) -> usize {
+    backlog.iter().filter(|&&b| b > 0).count()
+}
+
+/// Credits the dispatches `counted` of one instant to window `w`. `before` is the backlog
+/// just before the instant, `after` once the instant's dispatches have ended theirs. Each
+/// dispatch carries its part (by tokens) of the instant's ideal split.
+fn credit_instant(
+    w: &mut BacklogWindow,
+    counted: &[&SweepEvent],
+    before: &[u64],
+    after: &[u64],
+    quanta: &[u64],
+) {
+    let mut served = vec![0u64; before.len()];
+    for d in counted {
+        served[d.class] += d.tokens;
     }
-    w.credits.push(Credit {
-        time: d.time,
-        class: d.class,
-        tokens: d.tokens,
-        ideal_tokens,
-    });
+    let total: u64 = served.iter().sum();
+    if counted.is_empty() {
+        return;
+    }
+    let ideal = instant_ideal(&served, before, after, quanta);
+    for d in counted {
+        w.service_tokens[d.class] += d.tokens;
+        let part = match total {
+            0 => 0.0,
+            _ => d.tokens as f64 / total as f64,
+        };
+        let ideal_tokens: Vec<f64> = ideal.iter().map(|i| i * part).collect();
+        for (sum, i) in w.ideal_tokens.iter_mut().zip(&ideal_tokens) {
+            *sum += i;
+        }
+        w.credits.push(Credit {
+            time: d.time,
+            class: d.class,
+            tokens: d.tokens,
+            ideal_tokens,
+        });
+    }
+}
+
+/// The ideal DRR split of the tokens `served` at one instant among the classes backlogged
+/// just before it (`before`), in proportion to their quanta, but never more to a class than
+/// it asked for: a class whose backlog the instant emptied (`after` is 0) asked for exactly
+/// what it was served, and the rest of its quantum share goes to the classes still waiting
+/// (weighted water-filling). A class that got all it asked for thus shows no gap.
+fn instant_ideal(served: &[u64], before: &[u64], after: &[u64], quanta: &[u64]) -> Vec<f64> {
+    let classes = served.len();
+    let mut ideal = vec![0.0; classes];
+    let mut open: Vec<usize> = (0..classes).filter(|&c| before[c] > 0).collect();
+    let mut left: f64 = served.iter().sum::<u64>() as f64;
+    loop {
+        let weight = quanta_sum(open.iter().map(|&c| quanta[c])) as f64;
+        let fair = |c: usize| left * quanta[c] as f64 / weight;
+        let capped: Vec<usize> = open
+            .iter()
+            .copied()
+            .filter(|&c| after[c] == 0 && (served[c] as f64) < fair(c))
+            .collect();
+        if capped.is_empty() {
+            for &c in &open {
+                ideal[c] = fair(c);
+            }
+            return ideal;
+        }
+        for &c in &capped {
+            ideal[c] = served[c] as f64;
+            left -= served[c] as f64;
+        }
+        open.retain(|c| !capped.contains(c));
+        if open.is_empty() {
+            return ideal;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1261,23 +1400,47 @@ mod tests {
     }
 
     #[test]
+    fn a_class_served_all_it_queued_at_an_instant_is_not_counted_as_starved() {
+        // Quanta 4:1. At 10 ms a slot frees: chat's one queued request and two of batch's
+        // three go out together; chat's queue is empty after it, batch's is not.
+        let records = vec![
+            done(0, 0, DispatchPath::Queued, [0, 10, 11]),
+            done(1, 1, DispatchPath::Queued, [0, 10, 11]),
+            done(2, 1, DispatchPath::Queued, [0, 10, 11]),
+            done(3, 1, DispatchPath::Queued, [0, 20, 21]),
+        ];
+        let m = RunMetrics::compute(&result_of(&["chat", "batch"], records), &[4, 1]);
+        let w = &m.windows[0];
+        assert_eq!((w.start, w.end), (ms(0), ms(10)));
+        assert_eq!(w.service_tokens, [100, 200]);
+        // Chat asked for 100 tokens and got them: its ideal is 100, not 0.8 of 300.
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(near(w.ideal_tokens[0], 100.0) && near(w.ideal_tokens[1], 200.0));
+        assert!(near(m.token_share_gap(0).unwrap(), 0.0));
+    }
+
+    #[test]
     fn ideal_follows_the_backlogged_set() {
-        // Three classes, quanta 2:1:1. A and B backlogged from 0 to 10, C joins from 5 to 10.
+        // Three classes, quanta 2:1:1. A and B backlogged from 0 to 15, C joins from 5 to 15.
         let records = vec![
             done(0, 0, DispatchPath::Queued, [0, 10, 11]),
             done(1, 1, DispatchPath::Queued, [0, 10, 11]),
             done(2, 2, DispatchPath::Queued, [5, 10, 11]),
             done(3, 0, DispatchPath::Queued, [0, 4, 11]),
+            done(4, 0, DispatchPath::Queued, [0, 15, 16]),
+            done(5, 1, DispatchPath::Queued, [0, 15, 16]),
+            done(6, 2, DispatchPath::Queued, [5, 15, 16]),
         ];
         let m = RunMetrics::compute(&result_of(&["a", "b", "c"], records), &[2, 1, 1]);
         assert_eq!(m.windows.len(), 1);
         let w = &m.windows[0];
-        // Row 3 at 4 ms: a and b backlogged (2:1); rows 0-2 at 10 ms: all three (2:1:1).
-        assert_eq!(w.service_tokens, [200, 100, 100]);
+        // Row 3 at 4 ms: a and b backlogged (2:1); rows 0-2 at 10 ms: all three (2:1:1);
+        // rows 4-6 at 15 ms empty every queue, each class getting what it asked for.
+        assert_eq!(w.service_tokens, [300, 200, 200]);
         let expected = [
-            200.0 / 3.0 + 3.0 * 50.0,
-            100.0 / 3.0 + 3.0 * 25.0,
-            3.0 * 25.0,
+            200.0 / 3.0 + 3.0 * 50.0 + 100.0,
+            100.0 / 3.0 + 3.0 * 25.0 + 100.0,
+            3.0 * 25.0 + 100.0,
         ];
         for (got, want) in w.ideal_tokens.iter().zip(expected) {
             assert!((got - want).abs() < 1e-9, "{got} vs {want}");

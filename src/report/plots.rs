@@ -166,9 +166,10 @@ fn active_classes(metrics: &RunMetrics) -> Vec<usize> {
 /// were backlogged together, as (completion index, count) points with a NaN between windows.
 /// A line starts from the class's measured count when its window opens, and each completion
 /// inside the window (by completion time) is split among the classes backlogged at that
-/// moment in proportion to their quanta. Outside those windows every class gets what it asks
-/// for, so no ideal applies there and none is drawn; a class never backlogged in a window
-/// gets no line over it.
+/// moment as DRR splits requests: in proportion to their quanta over their mean request
+/// costs ([`RunMetrics::ideal_request_split`]), so a class of large requests completes
+/// fewer. Outside those windows every class gets what it asks for, so no ideal applies there
+/// and none is drawn; a class never backlogged in a window gets no line over it.
 pub fn windowed_ideal_lines(metrics: &RunMetrics) -> Vec<Line> {
     let classes = metrics.classes.len();
     let mut lines: Vec<Line> = vec![Vec::new(); classes];
@@ -203,13 +204,10 @@ pub fn windowed_ideal_lines(metrics: &RunMetrics) -> Vec<Line> {
             while credit + 1 < w.credits.len() && w.credits[credit + 1].time <= done.time {
                 credit += 1;
             }
-            let split = &w.credits[credit].ideal_tokens;
-            let total: f64 = split.iter().sum();
+            let split = metrics.ideal_request_split(&w.credits[credit]);
             count_completion(&mut measured, done);
             for &c in &in_window {
-                if total > 0.0 {
-                    ideal[c] += split[c] / total;
-                }
+                ideal[c] += split.get(c).copied().unwrap_or(0.0);
                 lines[c].push((done.index as f64, ideal[c]));
             }
         }

@@ -57,8 +57,10 @@ fn strings<const N: usize>(cells: [&str; N]) -> Vec<String> {
 /// One line per class: counts, TTFT p50/p99 and E2E p50/p99 in ms; a line per worker pool
 /// when there are several; then a totals line. When
 /// classes were backlogged together ([`RunMetrics::classes_backlogged_together`]) it also shows
-/// each class's count and share of the first `prefix_n` completions against its ideal DRR
-/// share; otherwise each class got what it asked for and those columns would mean nothing.
+/// each class's count and share of the first `prefix_n` completions against its ideal share
+/// of them ([`RunMetrics::ideal_prefix_share`]: DRR's split of requests of the classes' sizes
+/// while they are backlogged together, what each class got elsewhere); otherwise each class
+/// got what it asked for and those columns would mean nothing.
 pub fn class_table(metrics: &RunMetrics) -> String {
     let mut out = class_cells(metrics).text();
     out += &pool_cells(metrics).map(|c| c.text()).unwrap_or_default();
@@ -94,7 +96,10 @@ pub fn class_cells(metrics: &RunMetrics) -> Cells {
                 .prefix_share(i, n)
                 .map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
             let first_n = metrics.completed_through(i, n);
-            row.extend([first_n.to_string(), share, format!("{:.3}", c.ideal_share)]);
+            let ideal = metrics
+                .ideal_prefix_share(i, n)
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
+            row.extend([first_n.to_string(), share, ideal]);
         }
         row.extend([
             ms(&c.latencies.ttft, Stat::P50),

@@ -21,6 +21,7 @@ mod safety_output;
 mod scenarios;
 mod sessions;
 mod shape;
+mod shares;
 mod stability;
 mod support;
 mod sweep;
