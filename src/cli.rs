@@ -41,6 +41,7 @@ macro_rules! errln {
 mod plan_cmd;
 mod replay_inputs;
 mod replay_router;
+mod seed_words;
 pub mod terminal;
 mod timeline;
 use rayon::prelude::*;
@@ -527,23 +528,27 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             n => format!("{n} seeds"),
         };
         outln!(
-            "{} ({seeds}): {} expectations",
+            "{} ({seeds}): {}",
             path.display(),
-            outcomes.len()
+            crate::text::count_of(outcomes.len(), "expectation")
         );
         let which = match args.quantile {
             Some(q) => format!("{q}-quantile"),
             None => "worst".to_string(),
         };
+        let replications = seed_words::Replications::new(judgement.scenario.seed(), args.seeds);
         for o in &outcomes {
             match args.seeds {
                 1 => outln!("  {}", format_outcome(o)),
                 _ => outln!(
-                    "  {}  [{which} of {seeds}: seed {}]",
+                    "  {}  [{which} of {seeds}: {}]",
                     format_outcome(o),
-                    o.seed
+                    replications.name(o.seed)
                 ),
             }
+        }
+        if let Some(note) = replications.note(outcomes.iter().map(|o| o.seed)) {
+            outln!("  {note}");
         }
         // One line per overloaded seed: a stability warning is about a run, not a verdict.
         for warning in warnings.iter().flatten() {
@@ -564,11 +569,15 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         .sum();
     let total: usize = suites.iter().map(|s| s.outcomes.len()).sum();
     if failed > 0 {
-        return Err(CliError::Expectation(format!(
-            "{failed} of {total} expectations failed"
-        )));
+        return Err(CliError::Expectation(match total {
+            1 => "the expectation failed".to_string(),
+            _ => format!("{failed} of {total} expectations failed"),
+        }));
     }
-    outln!("all {total} expectations pass");
+    match total {
+        1 => outln!("the expectation passes"),
+        _ => outln!("all {total} expectations pass"),
+    }
     Ok(())
 }
 

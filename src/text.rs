@@ -1,6 +1,6 @@
 //! Characters that act on a display rather than being read (terminal controls, bidi
 //! overrides, zero-width characters), and text with them escaped: what routersim prints and
-//! which names may become paths.
+//! which names may become paths; and counts of things in words.
 
 use std::borrow::Cow;
 
@@ -37,9 +37,24 @@ pub fn shown(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `n` and `noun`, the noun plural unless `n` is 1: `1 expectation`, `3 expectations`.
+pub fn count_of(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_thing_is_counted_in_the_singular() {
+        assert_eq!(count_of(1, "expectation"), "1 expectation");
+        assert_eq!(count_of(0, "expectation"), "0 expectations");
+        assert_eq!(count_of(9, "expectation"), "9 expectations");
+    }
 
     #[test]
     fn control_and_bidi_characters_are_escaped_and_the_rest_kept() {

@@ -1,6 +1,6 @@
 //! Pure exporters of a run's metrics to the result files `completions.csv`, `classes.csv`
-//! and `summary.json` (a contract, spelled out in README.md). Every byte is a function of the
-//! metrics and the metadata passed in: fixed float formatting, no map iteration.
+//! and `summary.json` (a contract, spelled out in docs/outputs.md). Every byte is a function
+//! of the metrics and the metadata passed in: fixed float formatting, no map iteration.
 
 use super::metrics::{ClassMetrics, LatencyKind, LatencyStats, RunMetrics, Stat};
 use super::pools::{PoolMetrics, tokens_per_s};

@@ -13,8 +13,15 @@
 //!   same window and the same requests as the run's `output_tokens_per_s`, so the pools' rates
 //!   add up to the run's. In disaggregated serving the prefill tokens count in the prefill
 //!   pool and the output tokens in the decode pool, so the rates still add up.
+//! - **role latencies** (disaggregated serving only) are the parts of a completed request's
+//!   time that belong to the role: on its prefill pool the queue wait (arrival to prefill
+//!   admission), the prefill (to the end of its last prefill pass) and the handoff (to its
+//!   decode admission: room on the decode worker, the transfer, a running slot), on its
+//!   decode pool the decode (decode admission to the last token) and the inter-token latency.
+//!   TTFT and end-to-end latency are the whole request's, the same on both pools.
 
 use super::metrics::LatencyStats;
+use super::phases::phase_ns;
 use crate::mocker::WorkerRole;
 use crate::sim::{PoolUsage, RequestRecord, SimResult, Status};
 use crate::time::SimTime;
@@ -70,6 +77,24 @@ pub struct PoolMetrics {
     pub ttft: LatencyStats,
     /// End-to-end latency of the pool's completed requests (after the warmup).
     pub e2e: LatencyStats,
+    /// The latencies that belong to the pool's role (empty for an aggregated pool).
+    pub role_latency: RoleLatencies,
+}
+
+/// The parts of its completed requests' time a disaggregated pool is answerable for (after
+/// the warmup); a prefill pool fills the first three, a decode pool the last two.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoleLatencies {
+    /// Arrival to prefill admission.
+    pub queue_wait: LatencyStats,
+    /// Prefill admission to the end of the last prefill pass.
+    pub prefill: LatencyStats,
+    /// The prefill's end to the decode admission (room, the transfer, a running slot).
+    pub handoff: LatencyStats,
+    /// Decode admission to the last token.
+    pub decode: LatencyStats,
+    /// (completion - first token) / (output tokens - 1), for more than one output token.
+    pub itl: LatencyStats,
 }
 
 impl PoolMetrics {
@@ -143,7 +168,48 @@ pub fn pool_metrics(
         pool.ttft = LatencyStats::from_values(ttft);
         pool.e2e = LatencyStats::from_values(e2e);
     }
+    set_role_latencies(result, measured, &mut pools);
     pools
+}
+
+/// Fills each disaggregated pool's [`RoleLatencies`] from the completed `measured` records:
+/// a request's queue wait, prefill and handoff on its prefill worker's pool, its decode and
+/// inter-token latency on its decode worker's.
+fn set_role_latencies(result: &SimResult, measured: &[RequestRecord], pools: &mut [PoolMetrics]) {
+    let mut samples: Vec<[Vec<u64>; 5]> = vec![Default::default(); pools.len()];
+    for r in measured.iter().filter(|r| r.status == Status::Completed) {
+        let (Some(handoff), Some([queue, prefill, handoff_ns, decode])) =
+            (r.handoff(), phase_ns(r))
+        else {
+            continue;
+        };
+        if let Some(s) = result
+            .pool_of(handoff.prefill_rank.worker_id)
+            .and_then(|p| samples.get_mut(p))
+        {
+            s[0].push(queue);
+            s[1].push(prefill);
+            s[2].push(handoff_ns);
+        }
+        let decode_pool = r.rank().and_then(|rank| result.pool_of(rank.worker_id));
+        if let Some(s) = decode_pool.and_then(|p| samples.get_mut(p)) {
+            s[3].push(decode);
+            if let (Some(first), Some(done)) = (r.first_token, r.completion)
+                && r.output_tokens > 1
+            {
+                s[4].push(done.saturating_since(first).as_ns() / u64::from(r.output_tokens - 1));
+            }
+        }
+    }
+    for (pool, [queue_wait, prefill, handoff, decode, itl]) in pools.iter_mut().zip(samples) {
+        pool.role_latency = RoleLatencies {
+            queue_wait: LatencyStats::from_values(queue_wait),
+            prefill: LatencyStats::from_values(prefill),
+            handoff: LatencyStats::from_values(handoff),
+            decode: LatencyStats::from_values(decode),
+            itl: LatencyStats::from_values(itl),
+        };
+    }
 }
 
 /// The pools request `r` was served by (indexes in `result.pools`): its worker's, and in
@@ -268,6 +334,29 @@ mod tests {
         assert_eq!(pools[1].utilisation(SimTime::ZERO), None);
         assert_eq!(tokens_per_s(180, result.end_time), 1800.0);
         assert_eq!(tokens_per_s(180, SimTime::ZERO), 0.0);
+    }
+
+    #[test]
+    fn role_latencies_count_on_the_pool_of_their_role() {
+        let run = crate::report::test_support::disaggregated_run("disagg-prefix-missing");
+        let [prefill, decode] = &run.metrics.pools[..] else {
+            panic!("two pools")
+        };
+        let completed = prefill.served.completed;
+        assert!(completed > 0);
+        let (p, d) = (&prefill.role_latency, &decode.role_latency);
+        let counts =
+            |l: &RoleLatencies| [l.queue_wait, l.prefill, l.handoff, l.decode].map(|s| s.count);
+        assert_eq!(counts(p), [completed, completed, completed, 0]);
+        assert_eq!(counts(d), [0, 0, 0, completed]);
+        assert_eq!((p.itl.count, d.itl.count > 0), (0, true));
+        // The four parts add up to the whole: their means to the mean end-to-end latency.
+        let means = p.queue_wait.mean_ns + p.prefill.mean_ns + p.handoff.mean_ns + d.decode.mean_ns;
+        assert!(
+            means.abs_diff(prefill.e2e.mean_ns) <= 4,
+            "{means} {:?}",
+            prefill.e2e
+        );
     }
 
     #[test]

@@ -84,13 +84,14 @@ fn classes_section(out: &mut Page, metrics: &RunMetrics) {
     out.section("classes", "Per class");
     let classes = table::class_cells(metrics);
     out.table("classes", &classes.header, &classes.rows);
-    for (id, cells) in [
-        ("pool-table", table::pool_cells(metrics)),
-        ("session-table", table::session_cells(metrics)),
-    ] {
-        if let Some(cells) = cells {
-            out.table(id, &cells.header, &cells.rows);
-        }
+    for (id, cells) in table::pool_cells(metrics) {
+        out.table(id, &cells.header, &cells.rows);
+    }
+    if let Some(note) = table::pool_note(metrics) {
+        out.paragraph(&note);
+    }
+    if let Some(cells) = table::session_cells(metrics) {
+        out.table("session-table", &cells.header, &cells.rows);
     }
     out.paragraph(&table::totals_line(metrics));
     out.paragraph("The same figures as classes.csv and summary.json, which hold more columns.");

@@ -2,6 +2,8 @@
 //! `report.html` shows).
 
 use super::metrics::{LatencyStats, RunMetrics, Stat};
+use super::pools::PoolMetrics;
+use crate::mocker::WorkerRole;
 
 fn ms(stats: &LatencyStats, stat: Stat) -> String {
     stats
@@ -63,7 +65,13 @@ fn strings<const N: usize>(cells: [&str; N]) -> Vec<String> {
 /// got what it asked for and those columns would mean nothing.
 pub fn class_table(metrics: &RunMetrics) -> String {
     let mut out = class_cells(metrics).text();
-    out += &pool_cells(metrics).map(|c| c.text()).unwrap_or_default();
+    for (_, cells) in pool_cells(metrics) {
+        out += &cells.text();
+    }
+    if let Some(note) = pool_note(metrics) {
+        out += &note;
+        out += "\n";
+    }
     out += &session_cells(metrics).map(|c| c.text()).unwrap_or_default();
     out += &totals_line(metrics);
     out += "\n";
@@ -127,42 +135,108 @@ pub fn totals_line(metrics: &RunMetrics) -> String {
     )
 }
 
-/// With two or more worker pools, one line per pool: workers, requests sent to it, completed,
-/// utilisation, TTFT p50/p99 and E2E p50/p99 in ms. `None` for a single pool (the totals line
-/// says it all).
-pub fn pool_cells(metrics: &RunMetrics) -> Option<Cells> {
+/// With two or more worker pools, the pool tables, each with its id on `report.html`
+/// (`pool-table`, or `pool-table-prefill` and `pool-table-decode`). Aggregated pools share
+/// one table: workers, requests sent to the pool, completed, busy fraction, TTFT p50/p99 and
+/// E2E p50/p99 in ms. In disaggregated serving every request passes both roles, so the
+/// whole request's TTFT and E2E would read the same on both: each role gets a table of the
+/// figures that are its own ([`RoleLatencies`](super::pools::RoleLatencies)). Empty for a
+/// single pool (the totals line says it all).
+pub fn pool_cells(metrics: &RunMetrics) -> Vec<(&'static str, Cells)> {
     if metrics.pools.len() < 2 {
-        return None;
+        return Vec::new();
     }
-    let header = strings([
-        "pool",
-        "workers",
-        "requests",
-        "completed",
-        "util",
-        "ttft p50",
-        "ttft p99",
-        "e2e p50",
-        "e2e p99",
-    ]);
-    let mut cells = Cells::new(header, vec![16, 8, 9, 9, 8, 9, 9, 9, 9]);
-    for pool in &metrics.pools {
-        let utilisation = pool
+    let of_role = |role: WorkerRole| metrics.pools.iter().filter(move |p| p.role == role);
+    if of_role(WorkerRole::Aggregated).count() == metrics.pools.len() {
+        let header = ["ttft p50", "ttft p99", "e2e p50", "e2e p99"];
+        let rows = of_role(WorkerRole::Aggregated).map(|p| {
+            let figures = [(&p.ttft, Stat::P50), (&p.ttft, Stat::P99)];
+            let figures = figures
+                .into_iter()
+                .chain([(&p.e2e, Stat::P50), (&p.e2e, Stat::P99)]);
+            (p, figures.map(|(s, stat)| ms(s, stat)).collect())
+        });
+        return vec![("pool-table", pool_table(metrics, "pool", &header, rows))];
+    }
+    let prefill = of_role(WorkerRole::Prefill).map(|p| {
+        let l = &p.role_latency;
+        let figures = [&l.queue_wait, &l.prefill, &l.handoff];
+        let figures = figures
+            .into_iter()
+            .flat_map(|s| [ms(s, Stat::P50), ms(s, Stat::P99)]);
+        (p, figures.collect())
+    });
+    let prefill_header = [
+        "wait p50",
+        "wait p99",
+        "prefill p50",
+        "prefill p99",
+        "xfer p50",
+        "xfer p99",
+    ];
+    let decode = of_role(WorkerRole::Decode).map(|p| {
+        let figures = [&p.role_latency.itl, &p.role_latency.decode];
+        let figures = figures
+            .into_iter()
+            .flat_map(|s| [ms(s, Stat::P50), ms(s, Stat::P99)]);
+        (p, figures.collect())
+    });
+    let decode_header = ["itl p50", "itl p99", "decode p50", "decode p99"];
+    vec![
+        (
+            "pool-table-prefill",
+            pool_table(metrics, "prefill pool", &prefill_header, prefill),
+        ),
+        (
+            "pool-table-decode",
+            pool_table(metrics, "decode pool", &decode_header, decode),
+        ),
+    ]
+}
+
+/// A pool table: `first` heads the pool names, then workers, requests, completed and busy,
+/// then `header`'s columns with each row's `figures`.
+fn pool_table<'a>(
+    metrics: &RunMetrics,
+    first: &str,
+    header: &[&str],
+    rows: impl Iterator<Item = (&'a PoolMetrics, Vec<String>)>,
+) -> Cells {
+    let mut head = strings([first, "workers", "requests", "completed", "busy"]);
+    head.extend(header.iter().map(|h| h.to_string()));
+    let mut widths = vec![16, 8, 9, 9, 6];
+    widths.extend(header.iter().map(|h| h.len().max(9)));
+    let mut cells = Cells::new(head, widths);
+    for (pool, figures) in rows {
+        let busy = pool
             .utilisation(metrics.makespan)
             .map_or_else(|| "-".to_string(), |u| format!("{u:.3}"));
-        cells.rows.push(vec![
+        let mut row = vec![
             pool.name.clone(),
             pool.workers.to_string(),
             pool.requests.to_string(),
             pool.served.completed.to_string(),
-            utilisation,
-            ms(&pool.ttft, Stat::P50),
-            ms(&pool.ttft, Stat::P99),
-            ms(&pool.e2e, Stat::P50),
-            ms(&pool.e2e, Stat::P99),
-        ]);
+            busy,
+        ];
+        row.extend(figures);
+        cells.rows.push(row);
     }
-    Some(cells)
+    cells
+}
+
+/// What the pool tables' words mean, printed under them (`None` without pool tables).
+pub fn pool_note(metrics: &RunMetrics) -> Option<String> {
+    let tables = pool_cells(metrics);
+    let busy = "busy: the fraction of the run a pool's ranks spent running passes; a rank \
+                runs passes whenever it holds any request, so 1.000 says never idle, not full";
+    match tables.first()?.0 {
+        "pool-table" => Some(format!("{busy}.")),
+        _ => Some(format!(
+            "{busy}.\nEach role's own part of a request: wait = arrival to prefill admission, \
+             prefill = to its end, xfer = to decode admission (room, the KV transfer, a slot), \
+             decode = to the last token, itl = per output token after the first."
+        )),
+    }
 }
 
 /// When the run had sessions, one line per class that started any: sessions started and
@@ -213,6 +287,45 @@ mod tests {
         let (result, quanta) = run_fixture("premium-weighted");
         let table = class_table(&RunMetrics::compute(&result, &quanta));
         insta::assert_snapshot!(table);
+    }
+
+    #[test]
+    fn a_disaggregated_run_shows_each_roles_own_figures_not_the_same_latencies_twice() {
+        let run = crate::report::test_support::disaggregated_run("disagg-prefix-missing");
+        let table = class_table(&run.metrics);
+        insta::assert_snapshot!(table);
+        let line = |start: &str| table.lines().find(|l| l.starts_with(start)).unwrap();
+        let prefill_header = line("prefill pool");
+        for column in ["busy", "wait p99", "prefill p99", "xfer p99"] {
+            assert!(prefill_header.contains(column), "{prefill_header}");
+        }
+        let decode_header = line("decode pool");
+        for column in ["busy", "itl p99", "decode p99"] {
+            assert!(decode_header.contains(column), "{decode_header}");
+        }
+        for header in [prefill_header, decode_header] {
+            assert!(
+                !header.contains("ttft") && !header.contains("e2e"),
+                "{header}"
+            );
+        }
+        let tables = pool_cells(&run.metrics);
+        let ids: Vec<&str> = tables.iter().map(|t| t.0).collect();
+        assert_eq!(ids, ["pool-table-prefill", "pool-table-decode"]);
+        assert_ne!(tables[0].1.rows[0][5..], tables[1].1.rows[0][5..9]);
+    }
+
+    #[test]
+    fn the_pool_table_says_what_busy_means() {
+        let run = crate::report::test_support::disaggregated_run("disagg-prefix-missing");
+        let table = class_table(&run.metrics);
+        assert!(
+            table.contains("busy: the fraction of the run") && table.contains("not full"),
+            "{table}"
+        );
+        let (result, quanta) = run_fixture("premium-weighted");
+        let one_pool = RunMetrics::compute(&result, &quanta);
+        assert_eq!(pool_note(&one_pool), None, "no pool table, no note");
     }
 
     #[test]

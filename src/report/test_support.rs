@@ -100,15 +100,42 @@ pub fn run_fixture(name: &str) -> (SimResult, Vec<u64>) {
 
 /// Replays fidelity fixture `name` through the one run pipeline, as `routersim replay` does.
 fn replay_fixture(name: &str) -> RunOutput {
+    pipeline::execute(&RunSpec::from_replay(&fixture_setup(name))).unwrap()
+}
+
+/// Replays disaggregated fidelity fixture `name` (`disagg-prefix-missing`, say) on one
+/// prefill worker of its `prefill.json` and one decode worker of its `engine.json`, as
+/// `routersim replay --prefill-workers 1 --decode-workers 1 --prefill-engine prefill.json`.
+pub fn disaggregated_run(name: &str) -> RunOutput {
+    use crate::mocker::WorkerRole;
+    let mut setup = fixture_setup(name);
+    let dir = setup.trace.parent().unwrap().to_path_buf();
+    let prefill_text = std::fs::read_to_string(dir.join("prefill.json")).unwrap();
+    let mut prefill_engine = EngineArgs::from_json_str(&prefill_text).unwrap();
+    prefill_engine.role = WorkerRole::Prefill;
+    let mut decode_engine = setup.engine.clone();
+    decode_engine.role = WorkerRole::Decode;
+    setup.disaggregated = Some(pipeline::DisaggregatedSetup {
+        prefill_workers: 1,
+        prefill_engine,
+        decode_workers: 1,
+        decode_engine,
+    });
+    pipeline::execute(&RunSpec::from_replay(&setup)).unwrap()
+}
+
+/// The replay of fidelity fixture `name`: its Dynamo trace, policy (if any) and engine, on
+/// one aggregated worker.
+fn fixture_setup(name: &str) -> ReplaySetup {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/fidelity")
         .join(name);
     let engine_text = std::fs::read_to_string(dir.join("engine.json")).unwrap();
-    let policy_text = std::fs::read_to_string(dir.join("policy.yaml")).unwrap();
-    let setup = ReplaySetup {
+    let policy_text = std::fs::read_to_string(dir.join("policy.yaml")).ok();
+    ReplaySetup {
         trace: dir.join("dynamo.trace.jsonl"),
         trace_block_size: trace::DEFAULT_TRACE_BLOCK_SIZE,
-        policy: Some(PolicyConfig::from_yaml_str(&policy_text, None).unwrap()),
+        policy: policy_text.map(|text| PolicyConfig::from_yaml_str(&text, None).unwrap()),
         policy_file: None,
         router: RouterConfig::default(),
         engine: EngineArgs::from_json_str(&engine_text).unwrap(),
@@ -117,6 +144,5 @@ fn replay_fixture(name: &str) -> RunOutput {
         seed: 0,
         kv_event_lag: crate::time::SimDuration::ZERO,
         disaggregated: None,
-    };
-    pipeline::execute(&RunSpec::from_replay(&setup)).unwrap()
+    }
 }

@@ -75,7 +75,7 @@ fn plain_workers_are_one_pool_named_default() {
     assert!(
         scenario
             .describe()
-            .contains("workers: 3 x dp 2, KvRouter router; engine")
+            .contains("workers: 3 x dp 2, kv_router router; engine")
     );
 }
 

@@ -741,12 +741,57 @@ fn describe_lists_classes_workers_workload_and_expectations() {
         "max_num_seqs 4",
         "prefix caching off",
         "640 requests",
-        "Alternate",
+        "burst at 0 ms (alternate, spacing 1 ns)",
         "expectations: 7",
-        "\"minus\":\"premium-vs-regular-equal.yaml\"",
+        "minus premium-vs-regular-equal.yaml",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+}
+
+#[test]
+fn describe_prints_expectations_as_check_words_them_not_as_json() {
+    let scenario = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
+    let text = scenario.describe();
+    assert!(
+        text.contains("  W premium in first 320 (premium among first 320): at least 240\n"),
+        "{text}"
+    );
+    assert!(!text.contains('{') && !text.contains("\":"), "{text}");
+    let capacity = Scenario::load(&bundled("capacity-two-tenants.yaml")).unwrap();
+    let text = capacity.describe();
+    assert!(
+        text.contains("  premium p99 TTFT SLO (premium ttft_ms_p99): at most 2000\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  keeps up with the load: the run keeps up with its load\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn describe_names_the_router_and_burst_as_a_scenario_spells_them() {
+    let scenario = Scenario::load(&bundled("premium-vs-regular-weighted.yaml")).unwrap();
+    let text = scenario.describe();
+    assert!(
+        text.contains("workers: 1 x dp 1, kv_router router;"),
+        "{text}"
+    );
+    for rust_name in ["KvRouter", "Alternate", "Sequential"] {
+        assert!(!text.contains(rust_name), "{rust_name} in\n{text}");
+    }
+}
+
+#[test]
+fn describe_shows_no_burst_for_a_rate_workload() {
+    let scenario = Scenario::load(&bundled("capacity-two-tenants.yaml")).unwrap();
+    let text = scenario.describe();
+    assert!(!text.contains("burst"), "{text}");
+    assert!(
+        text.contains("workload: 2 groups, about 7200 requests; 64 tokens per hash id\n"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -47,6 +47,14 @@ impl ShareKind {
         }
     }
 
+    /// The share as `tune --share` spells it: `first-n` or `tokens`.
+    pub fn spelling(self) -> &'static str {
+        match self {
+            ShareKind::FirstN => "first-n",
+            ShareKind::Tokens => "tokens",
+        }
+    }
+
     /// The share in words, e.g. `share of the first 320 completions` (`prefix_n` = N).
     pub fn words(self, prefix_n: u64) -> String {
         match self {
@@ -182,8 +190,9 @@ impl TuneOutcome {
         };
         let _ = writeln!(
             out,
-            "tune ({:?} share{seeds}), {verdict} tolerance {}:",
-            self.share_kind, self.tolerance
+            "tune (--share {}{seeds}), {verdict} tolerance {}:",
+            self.share_kind.spelling(),
+            self.tolerance
         );
         for (class, q) in self.varied.iter().zip(&self.quanta) {
             let _ = writeln!(out, "  router.policy_classes.{class}.quantum={q}");
@@ -625,6 +634,40 @@ mod tests {
 
     fn names() -> Vec<String> {
         vec!["premium".into(), "regular".into()]
+    }
+
+    #[test]
+    fn the_report_names_the_share_as_the_user_spells_it() {
+        let spread = Spread {
+            mean: 0.8,
+            min: 0.8,
+            max: 0.8,
+        };
+        let outcome = |share_kind| TuneOutcome {
+            varied: vec!["regular".into()],
+            targets: vec![parse_target("premium=0.8", &names()).unwrap()],
+            share_kind,
+            seeds: vec![0],
+            fluid_start: vec![128],
+            trials: Vec::new(),
+            quanta: vec![128],
+            achieved: vec![spread],
+            error: 0.0,
+            tolerance: 0.02,
+            met: true,
+            neighbours: Vec::new(),
+        };
+        let text = outcome(ShareKind::FirstN).describe();
+        assert!(
+            text.starts_with("tune (--share first-n), within tolerance 0.02:\n"),
+            "{text}"
+        );
+        let text = outcome(ShareKind::Tokens).describe();
+        assert!(text.starts_with("tune (--share tokens), within"), "{text}");
+        assert!(
+            !text.contains("Tokens") && !text.contains("FirstN"),
+            "{text}"
+        );
     }
 
     #[test]

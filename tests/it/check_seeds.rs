@@ -1,5 +1,6 @@
 //! `check --seeds N` as a CI gate: one seed can pass by luck, N replications with
-//! the sweep's seeds cannot; each line names the worst value and the seed that gave it.
+//! the sweep's seeds cannot; each line names the worst value and the replication that gave
+//! it, and a note gives a derived replication's seed.
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
@@ -24,14 +25,20 @@ fn check_at_254(extra: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stdout)
 }
 
-/// The seed a `[... seed S]` suffix names.
-fn seed_named(line: &str) -> u64 {
-    line.rsplit("seed ")
-        .next()
-        .unwrap()
-        .trim_end_matches(']')
-        .parse()
-        .unwrap()
+/// The seed of the replication a `[... replication R]` suffix of `line` names: the seed
+/// itself for replication 0, else the one the note under the lines gives
+/// (`replication R = S`).
+fn seed_named(stdout: &str, line: &str) -> u64 {
+    let named = line.rsplit(": ").next().unwrap().trim_end_matches(']');
+    if let Some(seed) = named.strip_prefix("replication 0, seed ") {
+        return seed.parse().unwrap();
+    }
+    let note = stdout
+        .lines()
+        .find(|l| l.contains("run seeds drawn from the scenario's seed"))
+        .unwrap_or_else(|| panic!("no note on the derived seeds in {stdout}"));
+    let given = note.split(&format!("{named} = ")).nth(1).unwrap();
+    given.split(',').next().unwrap().parse().unwrap()
 }
 
 /// Premium's count among the first 320 completions of a run with `seed`.
@@ -72,8 +79,16 @@ fn one_seed_passes_by_luck_where_eight_seeds_fail_and_name_the_worst_seed() {
         .find(|l| l.contains("premium in first 320"))
         .unwrap();
     assert!(
-        line.starts_with("  FAIL") && line.contains("worst of 8 seeds"),
+        line.starts_with("  FAIL") && line.contains("worst of 8 seeds: replication "),
         "{line}"
+    );
+    let longest_number = line
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::len)
+        .max();
+    assert!(
+        longest_number < Some(6),
+        "no 20-digit seed on the line: {line}"
     );
     let value: u64 = line
         .split(" = ")
@@ -86,7 +101,7 @@ fn one_seed_passes_by_luck_where_eight_seeds_fail_and_name_the_worst_seed() {
         .unwrap();
     assert!(value < 254, "{line}");
     assert_eq!(
-        premium_first_320(seed_named(line)),
+        premium_first_320(seed_named(&stdout, line)),
         value,
         "the named seed reproduces it"
     );

@@ -480,3 +480,95 @@ fn rgb_pixels(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
         .collect();
     (frame.width, frame.height, pixels)
 }
+
+/// On load, measures each pool table (its header cells, first cells, size) and the note that
+/// says what `busy` means, and writes them as JSON into `pre#pools`.
+const MEASURE_POOLS: &str = r#"<script>addEventListener('load',function(){
+function seen(el){var r=el.getBoundingClientRect(),s=getComputedStyle(el);
+return {w:r.width,h:r.height,shown:s.display!=='none'&&s.visibility!=='hidden'};}
+var out={tables:[].map.call(document.querySelectorAll('table[id^="pool-table"]'),function(t){
+return Object.assign(seen(t),{id:t.id,header:[].map.call(t.tHead.rows[0].cells,function(c){return c.textContent;}),
+rows:[].map.call(t.tBodies[0].rows,function(r){return [].map.call(r.cells,function(c){return c.textContent;});})});}),
+notes:[].filter.call(document.querySelectorAll('p'),function(p){return p.textContent.indexOf('busy:')===0;}).map(function(p){return Object.assign(seen(p),{text:p.textContent});})};
+var p=document.createElement('pre');p.id='pools';p.textContent=JSON.stringify(out);document.body.appendChild(p);});</script>"#;
+
+#[test]
+fn in_a_browser_a_disaggregated_run_shows_each_roles_own_figures_and_what_busy_means() {
+    let Some(browser) = chromium() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fidelity/disagg-prefix-missing");
+    let trace = fixture.join("dynamo.trace.jsonl").display().to_string();
+    let prefill = fixture.join("prefill.json").display().to_string();
+    let args = [
+        "replay",
+        "--trace",
+        &trace,
+        "--prefill-workers",
+        "1",
+        "--decode-workers",
+        "1",
+        "--prefill-engine",
+        &prefill,
+        "--quiet",
+        "--out",
+        "out",
+    ];
+    let (code, _, stderr) = run_in_dir(tmp.path(), &args);
+    assert_eq!(code, 0, "{stderr}");
+    let page = instrumented(&tmp.path().join("out/report.html"), MEASURE_POOLS);
+    let flags = [
+        "--window-size=1280,4000",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+    ];
+    let (dom, _) = headless(browser, &tmp.path().join("profile-pools"), &flags, &page);
+    let start = dom.find("<pre id=\"pools\">").expect("the pool script ran") + 16;
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let tables = seen["tables"].as_array().unwrap();
+    let ids: Vec<&str> = tables.iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["pool-table-prefill", "pool-table-decode"]);
+    let header = |t: &serde_json::Value| -> Vec<String> {
+        let cells = t["header"].as_array().unwrap();
+        cells
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    for (table, own) in tables.iter().zip([
+        &["busy", "wait p99", "prefill p99", "xfer p99"][..],
+        &["busy", "itl p99", "decode p99"][..],
+    ]) {
+        let (w, h, shown) = size(table);
+        assert!(w > 300.0 && h > 30.0 && shown, "{table}");
+        let header = header(table);
+        for column in own {
+            assert!(
+                header.iter().any(|c| c == column),
+                "{column} missing: {header:?}"
+            );
+        }
+        assert!(
+            !header
+                .iter()
+                .any(|c| c.contains("ttft") || c.contains("e2e")),
+            "{header:?}"
+        );
+    }
+    assert_eq!(tables[0]["rows"][0][0], "prefill");
+    assert_eq!(tables[1]["rows"][0][0], "decode");
+    let notes = seen["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{seen}");
+    let (w, h, shown) = size(&notes[0]);
+    assert!(w > 100.0 && h > 10.0 && shown, "{}", notes[0]);
+    assert!(
+        notes[0]["text"].as_str().unwrap().contains("not full"),
+        "{}",
+        notes[0]
+    );
+}

@@ -318,6 +318,23 @@ fn check_gates_on_a_prefix_share_bound() {
     );
 }
 
+#[test]
+fn check_counts_a_single_expectation_in_the_singular() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pass = "  - {prefix_share: {class: premium, n: 320}, within: [0.45, 0.55]}\n";
+    let file = equal_arm_expecting(tmp.path(), pass);
+    let (code, stdout, stderr) = stdout_of(routersim().arg("check").arg(&file));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("(seed 0): 1 expectation\n"), "{stdout}");
+    assert!(stdout.ends_with("the expectation passes\n"), "{stdout}");
+    let fail = "  - {prefix_share: {class: premium, n: 320}, at_least: 0.75}\n";
+    let file = equal_arm_expecting(tmp.path(), fail);
+    let (code, stdout, stderr) = stdout_of(routersim().arg("check").arg(&file));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("the expectation failed"), "{stderr}");
+    assert!(!stdout.contains("1 expectations") && !stderr.contains("1 of 1"));
+}
+
 /// The JUnit file with every `time="..."` attribute replaced by `time="T"`: wall times are
 /// the only bytes that differ between runs.
 fn junit_masked(path: &Path) -> String {

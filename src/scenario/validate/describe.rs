@@ -2,10 +2,11 @@
 
 use super::worker_ids;
 use crate::mocker::EngineArgs;
+use crate::report::expect::{Expectation, Figure};
 use crate::scenario::{Scenario, Workload};
 use crate::scheduling::policy;
-use crate::sim::DEFAULT_POOL;
-use crate::workload::synth::Arrival;
+use crate::sim::{DEFAULT_POOL, RouterMode};
+use crate::workload::synth::{Arrival, BurstOrder};
 
 /// The text `routersim validate` prints for a scenario.
 pub(in crate::scenario) fn describe(scenario: &Scenario) -> String {
@@ -23,17 +24,40 @@ pub(in crate::scenario) fn describe(scenario: &Scenario) -> String {
     out.push_str(&describe_workload(&scenario.workload));
     out.push_str(&format!("expectations: {}\n", scenario.expectations.len()));
     for e in &scenario.expectations {
-        let json = serde_json::to_value(e).expect("expectations serialise");
-        let compact: serde_json::Map<_, _> = json
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        out.push_str(&format!("  {}\n", serde_json::Value::Object(compact)));
+        out.push_str(&format!("  {}\n", describe_expectation(e)));
     }
     out
+}
+
+/// One expectation in the words `check` uses: its label, what it measures when the label is
+/// a name, and its bound (`W premium in first 320 (premium among first 320): at least 240`).
+fn describe_expectation(e: &Expectation) -> String {
+    if *e.figure() == Figure::Stable {
+        return format!("{}: the run keeps up with its load", e.label());
+    }
+    let minus = e.companion().map(|c| format!(" minus {}", c.file));
+    let measures = format!("{}{}", e.figure(), minus.unwrap_or_default());
+    match e.name() {
+        Some(_) => format!("{} ({measures}): {}", e.label(), e.bound()),
+        None => format!("{measures}: {}", e.bound()),
+    }
+}
+
+/// The router mode as a scenario spells it (`router.router_mode`).
+fn router_mode_spelling(mode: RouterMode) -> &'static str {
+    match mode {
+        RouterMode::KvRouter => "kv_router",
+        RouterMode::RoundRobin => "round_robin",
+    }
+}
+
+/// The burst order as a scenario spells it (`workload.burst.order`).
+fn burst_order_spelling(order: BurstOrder) -> &'static str {
+    match order {
+        BurstOrder::Sequential => "sequential",
+        BurstOrder::RoundRobin => "round_robin",
+        BurstOrder::Alternate => "alternate",
+    }
 }
 
 /// One line for the unnamed pool; a line per pool, with its worker ids, for named pools.
@@ -55,17 +79,18 @@ fn describe_workers(scenario: &Scenario) -> String {
     {
         let e = &pool.engine;
         return format!(
-            "workers: {} x dp {}, {:?} router; {}\n",
+            "workers: {} x dp {}, {} router; {}\n",
             pool.count,
             e.dp_size,
-            router_mode,
+            router_mode_spelling(router_mode),
             engine(e)
         );
     }
     let total: u64 = pools.iter().map(|p| u64::from(p.count)).sum();
     let mut out = format!(
-        "workers: {total} in {} pools, {router_mode:?} router\n",
+        "workers: {total} in {} pools, {} router\n",
         pools.len(),
+        router_mode_spelling(router_mode),
     );
     let mut first = 0u64;
     for pool in pools {
@@ -124,13 +149,19 @@ fn describe_workload(workload: &Workload) -> String {
         (0, sessions) => format!("{about}{sessions} sessions"),
         (requests, sessions) => format!("{about}{requests} requests and {sessions} sessions"),
     };
+    // Only burst groups are released by the burst: without one its settings mean nothing.
+    let burst = match synth.groups.iter().any(|g| g.arrival == Arrival::Burst) {
+        true => format!(
+            "; burst at {} ms ({}, spacing {} ns)",
+            synth.burst.at.as_ms_f64(),
+            burst_order_spelling(synth.burst.order),
+            synth.burst.spacing_ns,
+        ),
+        false => String::new(),
+    };
     let mut out = format!(
-        "workload: {} groups, {}; burst at {} ({:?}, spacing {} ns); {} tokens per hash id\n",
+        "workload: {} groups, {total}{burst}; {} tokens per hash id\n",
         synth.groups.len(),
-        total,
-        synth.burst.at,
-        synth.burst.order,
-        synth.burst.spacing_ns,
         synth.tokens_per_hash
     );
     for g in &synth.groups {
