@@ -26,31 +26,105 @@ pub(super) fn worst(probe: &Probe) -> Vec<ExpectationOutcome> {
     aggregate(&per_seed)
 }
 
-/// The expectation closest to failing at the answer (its worst outcome over the seeds).
-pub(super) fn binding_outcome(plan: &Plan) -> Option<ExpectationOutcome> {
-    let probe = plan.answer.and_then(|a| plan.probe_at(a))?;
-    worst(probe)
-        .into_iter()
-        .min_by(|a, b| relative_margin(a).total_cmp(&relative_margin(b)))
+/// The expectation that binds at the answer: the one that fails first past it.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    /// Its index among the scenario's expectations.
+    pub index: usize,
+    /// Its worst outcome over the seeds at the answer.
+    pub at_answer: ExpectationOutcome,
+    /// Whether its figure is a yes or a no (`stable`), which has no margin to speak of.
+    pub boolean: bool,
+    /// The probe just past the answer (the bracket's infeasible end), if one was made.
+    pub past: Option<Past>,
 }
 
-/// The expectation closest to failing at the answer: (label, value, bound, margin, seed).
+/// What failed at the probe just past the answer.
+#[derive(Clone, Debug)]
+pub struct Past {
+    /// The parameter's value there.
+    pub value: f64,
+    /// The binding expectation's worst outcome there.
+    pub outcome: ExpectationOutcome,
+    /// Every expectation that failed there, in the scenario's order.
+    pub failing: Vec<String>,
+    /// Whether some seed's run was overloaded there.
+    pub overloaded: bool,
+}
+
+/// The binding expectation (see [`Binding`]): among the expectations that fail at the probe
+/// just past the answer, the one with the least headroom at the answer relative to its bound,
+/// a figure before a yes-or-no one (a `stable: true` that holds is exactly at its bound, so a
+/// margin would always call it binding). With no failing probe past the answer (the answer
+/// is an end of the range, or the probe past it failed only by overload), every expectation
+/// is a candidate.
+pub fn binding_of(plan: &Plan) -> Option<Binding> {
+    let at_answer = worst(plan.answer.and_then(|a| plan.probe_at(a))?);
+    let past_probe = plan.bracket.0.and_then(|v| plan.probe_at(v));
+    let past_worst = past_probe.map(worst);
+    let failing: Vec<usize> = past_worst
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, o)| !o.passed)
+        .map(|(i, _)| i)
+        .collect();
+    let candidates: Vec<usize> = match failing.is_empty() {
+        true => (0..at_answer.len()).collect(),
+        false => failing.clone(),
+    };
+    let boolean = |i: usize| plan.boolean_figures.get(i) == Some(&true);
+    let headroom = |i: &usize| (boolean(*i), relative_margin(&at_answer[*i]));
+    let index = candidates
+        .into_iter()
+        .min_by(|a, b| {
+            let ((a_bool, a_margin), (b_bool, b_margin)) = (headroom(a), headroom(b));
+            a_bool.cmp(&b_bool).then(a_margin.total_cmp(&b_margin))
+        })?;
+    let past = past_probe.zip(past_worst).map(|(probe, outcomes)| Past {
+        value: probe.value,
+        outcome: outcomes[index].clone(),
+        failing: failing.iter().map(|i| outcomes[*i].label.clone()).collect(),
+        overloaded: probe.overloaded(),
+    });
+    Some(Binding {
+        index,
+        at_answer: at_answer[index].clone(),
+        boolean: boolean(index),
+        past,
+    })
+}
+
+/// The binding expectation in `plan.json`: its label, value, bound, margin (absolute, and
+/// relative to the bound) and seed at the answer, and what failed just past the answer.
 fn binding(plan: &Plan) -> Value {
-    match binding_outcome(plan) {
-        None => Value::Null,
-        Some(o) => json!({
-            "expectation": o.label,
-            "value": o.measured,
-            "bound": o.bound.to_string(),
-            "margin": o.measured.map(|v| o.bound.margin(v)),
-            "seed": o.seed,
-        }),
-    }
+    let Some(b) = binding_of(plan) else {
+        return Value::Null;
+    };
+    let o = &b.at_answer;
+    let past = b.past.as_ref().map(|p| {
+        json!({
+            "value": value_json(plan, p.value),
+            "measured": p.outcome.measured,
+            "failing": p.failing,
+            "overloaded": p.overloaded,
+        })
+    });
+    json!({
+        "expectation": o.label,
+        "value": o.measured,
+        "bound": o.bound.to_string(),
+        "margin": o.measured.map(|v| o.bound.margin(v)),
+        "relative_margin": o.measured.map(|_| relative_margin(o)),
+        "boolean": b.boolean,
+        "seed": o.seed,
+        "past_answer": past,
+    })
 }
 
 /// The margin as a fraction of the bound's own size, so that bounds in different units
-/// (ms, counts, shares) compare: the binding expectation is the relatively closest.
-fn relative_margin(o: &ExpectationOutcome) -> f64 {
+/// (ms, counts, shares) compare (negative infinity when the figure was not measured).
+pub(super) fn relative_margin(o: &ExpectationOutcome) -> f64 {
     use crate::report::expect::Bound;
     let Some(value) = o.measured else {
         return f64::NEG_INFINITY;
@@ -395,7 +469,7 @@ pub fn describe(row: &PlanRow) -> String {
             "{prefix}{} = {}: {}",
             plan.parameter,
             format_value(probe.value),
-            verdicts(probe, false)
+            verdicts(plan, probe, false)
         ),
         None => format!(
             "{prefix}{}: nothing in {}..{} is feasible",
@@ -409,8 +483,11 @@ pub fn describe(row: &PlanRow) -> String {
             "; {} = {} fails: {}",
             plan.parameter,
             format_value(probe.value),
-            verdicts(probe, true)
+            verdicts(plan, probe, true)
         );
+    }
+    if let Some(b) = binding_of(plan) {
+        out += &format!("\n  {}", binding_line(plan, &b));
     }
     for line in monotonicity_warnings(plan) {
         out += &format!("\n  warning: not monotone: {line}");
@@ -465,14 +542,12 @@ fn failing_shown(plan: &Plan) -> Vec<&Probe> {
 }
 
 /// The worst verdicts of a probe (only the failing ones when `failing`), plus overload.
-fn verdicts(probe: &Probe, failing: bool) -> String {
+fn verdicts(plan: &Plan, probe: &Probe, failing: bool) -> String {
     let mut parts: Vec<String> = worst(probe)
         .iter()
-        .filter(|o| !failing || !o.passed)
-        .map(|o| {
-            let value = o.measured.map_or_else(|| "n/a".to_string(), number);
-            format!("{} = {value} ({})", o.label, o.bound)
-        })
+        .enumerate()
+        .filter(|(_, o)| !failing || !o.passed)
+        .map(|(i, o)| said(o, is_boolean(plan, i)))
         .collect();
     if probe.overloaded() {
         parts.push("overloaded".into());
@@ -483,6 +558,62 @@ fn verdicts(probe: &Probe, failing: bool) -> String {
         return "no expectation (and not overloaded)".into();
     }
     parts.join(", ")
+}
+
+/// Whether the plan's expectation `index` is a yes-or-no figure (`stable: true`).
+pub(super) fn is_boolean(plan: &Plan, index: usize) -> bool {
+    plan.boolean_figures.get(index) == Some(&true)
+}
+
+/// An outcome's value as a plan shows it: a number, or `yes` / `no` for a yes-or-no figure
+/// (`n/a` when it could not be measured).
+pub(super) fn value_text(o: &ExpectationOutcome, boolean: bool) -> String {
+    match (o.measured, boolean) {
+        (None, _) => "n/a".into(),
+        (Some(v), true) => if v >= 1.0 { "yes" } else { "no" }.into(),
+        (Some(v), false) => number(v),
+    }
+}
+
+/// An outcome as the terminal says it: `label = 572 (at most 2000)`, or `label: yes` for a
+/// yes-or-no figure (whose "at least 1" says nothing a person needs).
+fn said(o: &ExpectationOutcome, boolean: bool) -> String {
+    match boolean {
+        true => format!("{}: {}", o.label, value_text(o, true)),
+        false => format!("{} = {} ({})", o.label, value_text(o, false), o.bound),
+    }
+}
+
+/// The terminal's line on the binding expectation of a plan with an answer, e.g. `binding:
+/// regular p99 TTFT SLO = 991 (at most 10000, 90.1% to spare); workers.count = 4 fails it:
+/// 40600`.
+fn binding_line(plan: &Plan, b: &Binding) -> String {
+    let o = &b.at_answer;
+    let here = match (b.boolean, o.measured) {
+        (false, Some(v)) => format!(
+            "{} = {} ({}, {:.1}% to spare)",
+            o.label,
+            number(v),
+            o.bound,
+            100.0 * relative_margin(o)
+        ),
+        _ => said(o, b.boolean),
+    };
+    let past = match &b.past {
+        None => "nothing past the answer in the range fails".to_string(),
+        Some(p) if p.failing.is_empty() => format!(
+            "{} = {} fails by overload alone",
+            plan.parameter,
+            format_value(p.value)
+        ),
+        Some(p) => format!(
+            "{} = {} fails it: {}",
+            plan.parameter,
+            format_value(p.value),
+            value_text(&p.outcome, b.boolean)
+        ),
+    };
+    format!("binding: {here}; {past}")
 }
 
 #[cfg(test)]
