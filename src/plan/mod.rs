@@ -15,6 +15,7 @@ pub mod joint;
 pub mod output;
 pub mod report;
 pub mod search;
+pub mod split;
 #[cfg(test)]
 mod tests;
 

@@ -2,6 +2,7 @@
 //! terminal answer. Pure functions of the plans; `report::output` writes the files.
 
 use super::joint::JointPlan;
+use super::split::{Total, best_split, split_of};
 use super::{Goal, Plan, Probe, format_value};
 use crate::report::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
@@ -75,12 +76,10 @@ pub fn binding_of(plan: &Plan) -> Option<Binding> {
     };
     let boolean = |i: usize| plan.boolean_figures.get(i) == Some(&true);
     let headroom = |i: &usize| (boolean(*i), relative_margin(&at_answer[*i]));
-    let index = candidates
-        .into_iter()
-        .min_by(|a, b| {
-            let ((a_bool, a_margin), (b_bool, b_margin)) = (headroom(a), headroom(b));
-            a_bool.cmp(&b_bool).then(a_margin.total_cmp(&b_margin))
-        })?;
+    let index = candidates.into_iter().min_by(|a, b| {
+        let ((a_bool, a_margin), (b_bool, b_margin)) = (headroom(a), headroom(b));
+        a_bool.cmp(&b_bool).then(a_margin.total_cmp(&b_margin))
+    })?;
     let past = past_probe.zip(past_worst).map(|(probe, outcomes)| Past {
         value: probe.value,
         outcome: outcomes[index].clone(),
@@ -253,6 +252,110 @@ pub fn describe_joint(joint: &JointPlan) -> String {
     out
 }
 
+/// What a split plan (`--total A+B=T`) found: the rows, one search per split, and the best.
+pub struct SplitPlan<'a> {
+    /// The two counts and their total.
+    pub total: &'a Total,
+    /// One search per split `a + b`, in order of `a`.
+    pub rows: &'a [PlanRow],
+    /// The row with the best answer ([`best_split`]).
+    pub best: Option<usize>,
+}
+
+impl<'a> SplitPlan<'a> {
+    /// The split plan of `rows` (from [`super::split::split_searches`]).
+    pub fn new(total: &'a Total, rows: &'a [PlanRow]) -> SplitPlan<'a> {
+        let goal = rows.first().map_or(Goal::Maximize, |r| r.plan.goal);
+        SplitPlan {
+            total,
+            rows,
+            best: best_split(rows, goal),
+        }
+    }
+
+    /// Each split `(a, b)` and its search's answer.
+    pub fn splits(&self) -> Vec<((u64, u64), Option<f64>)> {
+        let split = |r: &PlanRow| split_of(r).unwrap_or_default();
+        self.rows
+            .iter()
+            .map(|r| (split(r), r.plan.answer))
+            .collect()
+    }
+}
+
+/// `plan.json` of a split plan: the searched parameter and goal, the total, the answer (the
+/// best split's counts and its value), every split's answer, and each search as a `--for`
+/// table's entry.
+pub fn split_json(split: &SplitPlan) -> Vec<u8> {
+    let Some(first) = split.rows.first() else {
+        return b"{}\n".to_vec();
+    };
+    let parameter = &first.plan.parameter;
+    let entry = |(a, b): (u64, u64), answer: Option<f64>, plan: &Plan| {
+        let mut object = serde_json::Map::new();
+        object.insert(split.total.first.clone(), json!(a));
+        object.insert(split.total.second.clone(), json!(b));
+        object.insert(
+            parameter.clone(),
+            json!(answer.map(|v| value_json(plan, v))),
+        );
+        Value::Object(object)
+    };
+    let splits: Vec<Value> = split
+        .splits()
+        .into_iter()
+        .zip(split.rows)
+        .map(|((ab, answer), row)| entry(ab, answer, &row.plan))
+        .collect();
+    let answer = split.best.map(|i| splits[i].clone());
+    let value = json!({
+        "parameter": parameter,
+        "goal": first.plan.goal.name(),
+        "total": {"counts": [split.total.first, split.total.second], "value": split.total.total},
+        "answer": answer,
+        "splits": splits,
+        "table": split.rows.iter().map(plan_json_value).collect::<Vec<_>>(),
+    });
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of plain values");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The terminal answer of a split plan: each split's search, then the best split.
+pub fn describe_split(split: &SplitPlan) -> String {
+    let mut out: String = split.rows.iter().map(describe).collect();
+    let total = split.total;
+    let splits = split.splits();
+    out += &match split.best {
+        Some(i) => {
+            let ((a, b), answer) = splits[i];
+            format!(
+                "best split of {}: {} = {a}, {} = {b}: {} = {}\n",
+                total.total,
+                total.first,
+                total.second,
+                split.rows[i].plan.parameter,
+                format_value(answer.unwrap_or_default())
+            )
+        }
+        None => format!(
+            "{} = {}: no split has a feasible value\n",
+            total.sum(),
+            total.total
+        ),
+    };
+    out
+}
+
+/// The capacity chart of a split plan: each split's answer, the best marked.
+pub fn split_capacity_files(split: &SplitPlan) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    let mark = split.best.map(|i| {
+        let ((a, b), _) = split.splits()[i];
+        (i, format!("best split: {a} + {b}"))
+    });
+    marked_capacity_files(split.rows, mark)
+}
+
 /// `plan.csv`: one row per probe and seed, with every expectation's value and verdict.
 pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
     let labels: Vec<String> = rows
@@ -311,11 +414,41 @@ pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
 /// the parameter (log axis when every figure is a latency), its bound as a line, the feasible
 /// side shaded; with `--for`, the answer against the `--for` values.
 pub fn capacity_files(rows: &[PlanRow]) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    marked_capacity_files(rows, None)
+}
+
+/// [`capacity_files`] of a table whose one answer is row `mark.0` (a joint search's pair, a
+/// split's best), marked on the chart by a line labelled `mark.1`.
+pub fn marked_capacity_files(
+    rows: &[PlanRow],
+    mark: Option<(usize, String)>,
+) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let chart = match rows {
         [one] if one.for_value.is_none() => figures_chart(&one.plan),
-        _ => table_chart(rows),
+        _ => table_chart(rows, mark),
     };
     render_files("capacity", &chart)
+}
+
+/// The capacity chart of a joint search: the frontier, the pair with the fewest workers in
+/// all marked.
+pub fn joint_capacity_files(joint: &JointPlan) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    let first = joint.frontier();
+    let mark = joint.answer.and_then(|(a, b)| {
+        let row = first.iter().position(|(x, _)| *x == a)?;
+        Some((row, format!("fewest in all: {a} + {b} = {}", a + b)))
+    });
+    marked_capacity_files(&joint.rows, mark)
+}
+
+/// A vertical line at `at` labelled `label`: where the answer is.
+fn answer_line(at: f64, label: String) -> ReferenceLine {
+    ReferenceLine {
+        direction: Direction::Vertical,
+        at,
+        label,
+        class: None,
+    }
 }
 
 fn figures_chart(plan: &Plan) -> Chart {
@@ -345,7 +478,10 @@ fn figures_chart(plan: &Plan) -> Chart {
         series.push(s);
     }
     let references = bound_lines(&worsts, &mut all_y, drawn);
-    let x = Axis::linear(&plan.parameter, (plan.range.0, plan.range.1));
+    let x = match plan.integer {
+        true => Axis::whole(&plan.parameter, plan.range),
+        false => Axis::linear(&plan.parameter, plan.range),
+    };
     let y = match latency_only {
         true => Axis::log_over("worst value over seeds (ms)", all_y.iter().copied()),
         false => Axis::linear("worst value over seeds", value_range(&all_y)),
@@ -362,6 +498,10 @@ fn figures_chart(plan: &Plan) -> Chart {
     let mut chart = Chart::new("capacity", &title, x, y, LegendCorner::UpperRight);
     chart.series = series;
     chart.references = references;
+    if let Some(a) = plan.answer {
+        let label = format!("answer: {} = {}", plan.parameter, format_value(a));
+        chart.references.push(answer_line(a, label));
+    }
     chart.shadings = Vec::from_iter(plan.answer.map(|a| Shading {
         label: "feasible".into(),
         windows: vec![match plan.goal {
@@ -416,7 +556,7 @@ fn value_range(values: &[f64]) -> (f64, f64) {
     (bottom, top.max(bottom + 1.0))
 }
 
-fn table_chart(rows: &[PlanRow]) -> Chart {
+fn table_chart(rows: &[PlanRow], mark: Option<(usize, String)>) -> Chart {
     let points: Vec<(f64, f64)> = rows
         .iter()
         .enumerate()
@@ -441,7 +581,10 @@ fn table_chart(rows: &[PlanRow]) -> Chart {
         .unwrap_or_default();
     let answers: Vec<f64> = points.iter().map(|p| p.1).collect();
     let x = Axis::categories(&for_path, &names);
-    let y = Axis::linear(&parameter, value_range(&answers));
+    let y = match rows[0].plan.integer {
+        true => Axis::whole(&parameter, value_range(&answers)),
+        false => Axis::linear(&parameter, value_range(&answers)),
+    };
     let mut chart = Chart::new(
         "capacity",
         &format!("capacity table: {parameter} for each {for_path}"),
@@ -452,6 +595,7 @@ fn table_chart(rows: &[PlanRow]) -> Chart {
     let mut series = Series::measured(format!("answer ({})", rows[0].plan.goal.name()), 0, points);
     series.markers = true;
     chart.series = vec![series];
+    chart.references = Vec::from_iter(mark.map(|(row, label)| answer_line(row as f64, label)));
     chart
 }
 

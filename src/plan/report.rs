@@ -3,7 +3,10 @@
 //! [`crate::report::html::Page`] from the plans (bytes from data, no file system).
 
 use super::joint::JointPlan;
-use super::output::{PlanRow, binding_of, describe, relative_margin, describe_joint, is_boolean, value_text, worst};
+use super::output::{
+    PlanRow, SplitPlan, binding_of, describe, describe_joint, describe_split, is_boolean,
+    relative_margin, value_text, worst,
+};
 use super::{Plan, Probe, format_value};
 use crate::report::html::{Page, linked_names};
 
@@ -50,6 +53,41 @@ pub fn joint_report<S: AsRef<str>, B: AsRef<[u8]>>(
         .collect();
     page.table("frontier", &header, &rows);
     for (i, row) in joint.rows.iter().enumerate() {
+        search_section(&mut page, i, row);
+    }
+    finish(page, files)
+}
+
+/// The page of a split plan (`--total A+B=T`): the best split, every split's answer, then
+/// each search.
+pub fn split_report<S: AsRef<str>, B: AsRef<[u8]>>(
+    title: &str,
+    facts: &[(String, String)],
+    split: &SplitPlan,
+    files: &[(S, B)],
+) -> Vec<u8> {
+    let mut page = Page::new("plan", title);
+    page.facts(facts);
+    page.section("answer", "Answer");
+    let answer = describe_split(split);
+    page.mono("answer", answer.lines().last().unwrap_or_default());
+    page.section("splits", "Splits");
+    let parameter = split.rows.first().map(|r| r.plan.parameter.clone());
+    let header = [
+        split.total.first.clone(),
+        split.total.second.clone(),
+        parameter.unwrap_or_default(),
+    ];
+    let rows: Vec<Vec<String>> = split
+        .splits()
+        .into_iter()
+        .map(|((a, b), answer)| {
+            let answer = answer.map_or_else(|| "none in range".to_string(), format_value);
+            vec![a.to_string(), b.to_string(), answer]
+        })
+        .collect();
+    page.table("splits", &header, &rows);
+    for (i, row) in split.rows.iter().enumerate() {
         search_section(&mut page, i, row);
     }
     finish(page, files)
@@ -116,7 +154,11 @@ fn binding_table(page: &mut Page, index: usize, plan: &Plan) {
     .map(String::from);
     let row = vec![
         o.label.clone(),
-        if b.boolean { "yes".into() } else { o.bound.to_string() },
+        if b.boolean {
+            "yes".into()
+        } else {
+            o.bound.to_string()
+        },
         value_text(o, b.boolean),
         headroom,
         past_value,

@@ -384,7 +384,11 @@ fn chat_probe(value: f64, ttft_ms: f64, overloaded: bool) -> Probe {
 
 /// The highest rate of a chat SLO and `stable: true`, answering 48 with 48.25 failing.
 fn chat_rate_plan(past: Probe) -> Plan {
-    let probes = vec![chat_probe(1.0, 80.0, false), chat_probe(48.0, 948.5, false), past];
+    let probes = vec![
+        chat_probe(1.0, 80.0, false),
+        chat_probe(48.0, 948.5, false),
+        past,
+    ];
     Plan {
         parameter: "workload.rate_per_s".into(),
         goal: Goal::Maximize,
@@ -408,12 +412,11 @@ fn the_binding_expectation_is_the_one_that_fails_past_the_answer_not_a_kept_stab
     let past = binding.past.unwrap();
     assert_eq!((past.value, past.outcome.measured), (48.25, Some(1072.9)));
     assert_eq!(past.failing, ["chat p99 TTFT SLO"]);
-    let json: serde_json::Value =
-        serde_json::from_slice(&output::plan_json(&[output::PlanRow {
-            for_value: None,
-            plan: plan.clone(),
-        }]))
-        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&output::plan_json(&[output::PlanRow {
+        for_value: None,
+        plan: plan.clone(),
+    }]))
+    .unwrap();
     assert_eq!(json["binding"]["expectation"], "chat p99 TTFT SLO");
     assert_eq!(json["binding"]["value"], 948.5);
     assert_eq!(json["binding"]["margin"], 51.5);
@@ -433,7 +436,10 @@ fn stable_binds_when_it_is_what_fails_past_the_answer() {
     let plan = chat_rate_plan(chat_probe(48.25, 1072.9, true));
     let binding = output::binding_of(&plan).unwrap();
     assert_eq!(binding.at_answer.label, "chat p99 TTFT SLO");
-    assert_eq!(binding.past.unwrap().failing, ["chat p99 TTFT SLO", "keeps up"]);
+    assert_eq!(
+        binding.past.unwrap().failing,
+        ["chat p99 TTFT SLO", "keeps up"]
+    );
 }
 
 #[test]
