@@ -59,14 +59,14 @@ pub fn parse_total(text: &str) -> Result<Total, RunError> {
     })
 }
 
+/// One split's search: its `for` value (`A+B`, `a+b`) and its options (both counts set).
+pub type SplitSearch = (Option<(String, String)>, PlanOptions);
+
 /// The searches of a split plan, one per split `a + (T - a)`, each with both counts set,
 /// checked before any run: the searched path is neither count, no `--set` sets either, and
 /// the `T - 1` searches' runs stay within a plan's bound. (Each search's range is checked
 /// against its scenario by the caller, as a `--for` table's are.)
-pub fn split_searches(
-    options: &PlanOptions,
-    total: &Total,
-) -> Result<Vec<(Option<(String, String)>, PlanOptions)>, RunError> {
+pub fn split_searches(options: &PlanOptions, total: &Total) -> Result<Vec<SplitSearch>, RunError> {
     let flag = format!("--total {}={}", total.sum(), total.total);
     for count in [&total.first, &total.second] {
         check_not_searched(&flag, count, &options.parameter)?;
