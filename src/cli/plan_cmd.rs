@@ -42,6 +42,11 @@ pub(super) struct PlanArgs {
     /// Repeat the search for each value of PATH (a capacity table), e.g. workers.count=1,2,4,8.
     #[arg(long = "for", value_name = "PATH=V1,V2,...")]
     for_values: Option<String>,
+    /// Split a fixed number of workers between two counts and find the best split: A+B=T
+    /// (e.g. workers.prefill.count+workers.decode.count=8) searches PATH for every split
+    /// a + b = T (one of each at least) and answers the split with the best value.
+    #[arg(long, value_name = "A+B=T")]
+    total: Option<String>,
     /// Count an overloaded run as feasible.
     #[arg(long)]
     allow_overload: bool,
@@ -81,6 +86,9 @@ fn plan_facts(args: &PlanArgs) -> Vec<(String, String)> {
         ),
         ("seeds per probe".to_string(), args.seeds.to_string()),
     ];
+    if let Some(total) = &args.total {
+        facts.push(("split (--total)".to_string(), total.clone()));
+    }
     if let Some(table) = &args.for_values {
         facts.push(("table (--for)".to_string(), table.clone()));
     }
@@ -109,10 +117,11 @@ fn parse_for(text: &str) -> Result<(String, Vec<String>), CliError> {
     Ok((path.trim().to_string(), values))
 }
 
-pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
-    let started = std::time::Instant::now();
-    let overrides = parse_overrides(&args.set)?;
-    let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
+/// The options of the search `args` ask for (before any check against the scenario).
+fn plan_options(
+    args: &PlanArgs,
+    overrides: &[(String, String)],
+) -> Result<plan::PlanOptions, CliError> {
     let (goal, parameter) = match (&args.minimize, &args.maximize) {
         (Some(p), None) => (plan::Goal::Minimize, p.clone()),
         (None, Some(p)) => (plan::Goal::Maximize, p.clone()),
@@ -122,21 +131,41 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
             ));
         }
     };
-    let options = plan::PlanOptions {
+    Ok(plan::PlanOptions {
         scenario: args.scenario.clone(),
-        overrides: overrides.clone(),
+        overrides: overrides.to_vec(),
         parameter,
         goal,
         range: parse_range(&args.range)?,
         seeds: args.seeds,
         precision: args.precision,
         allow_overload: args.allow_overload,
-    };
+    })
+}
+
+pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
+    let started = std::time::Instant::now();
+    let overrides = parse_overrides(&args.set)?;
+    let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
+    let options = plan_options(args, &overrides)?;
     let table = args.for_values.as_deref().map(parse_for).transpose()?;
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| Path::new("results").join(format!("{}-plan", scenario.name())));
+    if let Some(total) = &args.total {
+        let (total, searches) = split_searches(total, &options, table.is_some())?;
+        let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
+            .map_err(input)?;
+        return run_split_plan(
+            args,
+            &total,
+            searches,
+            (target, &out),
+            scenario.name(),
+            started,
+        );
+    }
     if let Some((first, second)) = plan::joint::split_sum(&options.parameter) {
         if table.is_some() {
             return Err(CliError::Input(
@@ -244,7 +273,7 @@ fn run_joint_plan(
         ("plan.json".to_string(), plan::output::joint_json(&joint)),
         ("plan.csv".to_string(), plan::output::plan_csv(&joint.rows)),
     ];
-    files.extend(plan::output::capacity_files(&joint.rows).map_err(plot_bug)?);
+    files.extend(plan::output::joint_capacity_files(&joint).map_err(plot_bug)?);
     if !args.no_report {
         let report = plan::report::joint_report(title, &plan_facts(args), &joint, &files);
         files.push((REPORT_FILE.to_string(), report));
@@ -255,6 +284,62 @@ fn run_joint_plan(
         print_effort(args, &joint.rows, started, out);
     }
     feasible_or_error(joint.answer.is_some())
+}
+
+/// The searches of `--total A+B=T` (see `plan::split`), each checked before any run.
+fn split_searches(
+    total: &str,
+    options: &plan::PlanOptions,
+    with_table: bool,
+) -> Result<(plan::split::Total, Vec<PlanSearch>), CliError> {
+    let total = plan::split::parse_total(total)?;
+    if with_table || plan::joint::split_sum(&options.parameter).is_some() {
+        return Err(CliError::Input(
+            "--total: searches one parameter per split; give neither --for nor an A+B parameter with it".into(),
+        ));
+    }
+    let searches = plan::split::split_searches(options, &total)?;
+    for (_, options) in &searches {
+        plan::check(options)?;
+    }
+    Ok((total, searches))
+}
+
+/// `plan --total A+B=T`: one search per split (see `plan::split`), written to `target`.
+fn run_split_plan(
+    args: &PlanArgs,
+    total: &plan::split::Total,
+    searches: Vec<PlanSearch>,
+    (target, out): (output::OutputTarget, &Path),
+    title: &str,
+    started: std::time::Instant,
+) -> Result<(), CliError> {
+    let pool = probe_pool(args, &searches)?;
+    let rows = searches
+        .into_iter()
+        .map(|(for_value, options)| {
+            Ok(plan::output::PlanRow {
+                plan: plan::plan(&options, &pool)?,
+                for_value,
+            })
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    let split = plan::output::SplitPlan::new(total, &rows);
+    let mut files = vec![
+        ("plan.json".to_string(), plan::output::split_json(&split)),
+        ("plan.csv".to_string(), plan::output::plan_csv(&rows)),
+    ];
+    files.extend(plan::output::split_capacity_files(&split).map_err(plot_bug)?);
+    if !args.no_report {
+        let report = plan::report::split_report(title, &plan_facts(args), &split, &files);
+        files.push((REPORT_FILE.to_string(), report));
+    }
+    target.write(&files).map_err(input)?;
+    if !args.quiet {
+        out!("{}", plan::output::describe_split(&split));
+        print_effort(args, &rows, started, out);
+    }
+    feasible_or_error(split.best.is_some())
 }
 
 /// One search of a plan: its `--for` (path, value), if any, and its options.

@@ -15,6 +15,7 @@ pub mod joint;
 pub mod output;
 pub mod report;
 pub mod search;
+pub mod split;
 #[cfg(test)]
 mod tests;
 
@@ -124,6 +125,9 @@ pub struct Plan {
     /// Per expectation (in the scenario's order), whether its figure is a latency (plotted
     /// on a log axis).
     pub latency_figures: Vec<bool>,
+    /// Per expectation, whether its figure is a yes or a no (`stable: true`: 1 or 0), said
+    /// as such and never binding by its margin.
+    pub boolean_figures: Vec<bool>,
     /// The answer: `None` when nothing in the range is feasible.
     pub answer: Option<f64>,
     /// The last infeasible and the first feasible value around the answer (either may be
@@ -275,12 +279,15 @@ fn search_checked(
     pool: &rayon::ThreadPool,
 ) -> Result<Plan, RunError> {
     let options = scenarios.options();
-    let latency_figures = scenarios
+    let figures: Vec<Figure> = scenarios
         .scenario_at(checked.range.0)?
         .expectations()
         .iter()
-        .map(|e| matches!(e.figure(), Figure::Latency { .. }))
+        .map(|e| e.figure().clone())
         .collect();
+    let is = |kind: fn(&Figure) -> bool| figures.iter().map(kind).collect();
+    let latency_figures = is(|f| matches!(f, Figure::Latency { .. }));
+    let boolean_figures = is(|f| matches!(f, Figure::Stable));
     let prober = Prober::new(scenarios, checked, pool);
     let mut probe = |value| prober.probe(value);
     let mut search =
@@ -294,6 +301,7 @@ fn search_checked(
         range: options.range,
         integer: checked.integer,
         latency_figures,
+        boolean_figures,
         answer,
         bracket,
         probes,

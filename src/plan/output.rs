@@ -2,6 +2,7 @@
 //! terminal answer. Pure functions of the plans; `report::output` writes the files.
 
 use super::joint::JointPlan;
+use super::split::{Total, best_split, split_of};
 use super::{Goal, Plan, Probe, format_value};
 use crate::report::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
@@ -26,31 +27,103 @@ pub(super) fn worst(probe: &Probe) -> Vec<ExpectationOutcome> {
     aggregate(&per_seed)
 }
 
-/// The expectation closest to failing at the answer (its worst outcome over the seeds).
-pub(super) fn binding_outcome(plan: &Plan) -> Option<ExpectationOutcome> {
-    let probe = plan.answer.and_then(|a| plan.probe_at(a))?;
-    worst(probe)
-        .into_iter()
-        .min_by(|a, b| relative_margin(a).total_cmp(&relative_margin(b)))
+/// The expectation that binds at the answer: the one that fails first past it.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    /// Its index among the scenario's expectations.
+    pub index: usize,
+    /// Its worst outcome over the seeds at the answer.
+    pub at_answer: ExpectationOutcome,
+    /// Whether its figure is a yes or a no (`stable`), which has no margin to speak of.
+    pub boolean: bool,
+    /// The probe just past the answer (the bracket's infeasible end), if one was made.
+    pub past: Option<Past>,
 }
 
-/// The expectation closest to failing at the answer: (label, value, bound, margin, seed).
+/// What failed at the probe just past the answer.
+#[derive(Clone, Debug)]
+pub struct Past {
+    /// The parameter's value there.
+    pub value: f64,
+    /// The binding expectation's worst outcome there.
+    pub outcome: ExpectationOutcome,
+    /// Every expectation that failed there, in the scenario's order.
+    pub failing: Vec<String>,
+    /// Whether some seed's run was overloaded there.
+    pub overloaded: bool,
+}
+
+/// The binding expectation (see [`Binding`]): among the expectations that fail at the probe
+/// just past the answer, the one with the least headroom at the answer relative to its bound,
+/// a figure before a yes-or-no one (a `stable: true` that holds is exactly at its bound, so a
+/// margin would always call it binding). With no failing probe past the answer (the answer
+/// is an end of the range, or the probe past it failed only by overload), every expectation
+/// is a candidate.
+pub fn binding_of(plan: &Plan) -> Option<Binding> {
+    let at_answer = worst(plan.answer.and_then(|a| plan.probe_at(a))?);
+    let past_probe = plan.bracket.0.and_then(|v| plan.probe_at(v));
+    let past_worst = past_probe.map(worst);
+    let failing: Vec<usize> = past_worst
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, o)| !o.passed)
+        .map(|(i, _)| i)
+        .collect();
+    let candidates: Vec<usize> = match failing.is_empty() {
+        true => (0..at_answer.len()).collect(),
+        false => failing.clone(),
+    };
+    let boolean = |i: usize| plan.boolean_figures.get(i) == Some(&true);
+    let headroom = |i: &usize| (boolean(*i), relative_margin(&at_answer[*i]));
+    let index = candidates.into_iter().min_by(|a, b| {
+        let ((a_bool, a_margin), (b_bool, b_margin)) = (headroom(a), headroom(b));
+        a_bool.cmp(&b_bool).then(a_margin.total_cmp(&b_margin))
+    })?;
+    let past = past_probe.zip(past_worst).map(|(probe, outcomes)| Past {
+        value: probe.value,
+        outcome: outcomes[index].clone(),
+        failing: failing.iter().map(|i| outcomes[*i].label.clone()).collect(),
+        overloaded: probe.overloaded(),
+    });
+    Some(Binding {
+        index,
+        at_answer: at_answer[index].clone(),
+        boolean: boolean(index),
+        past,
+    })
+}
+
+/// The binding expectation in `plan.json`: its label, value, bound, margin (absolute, and
+/// relative to the bound) and seed at the answer, and what failed just past the answer.
 fn binding(plan: &Plan) -> Value {
-    match binding_outcome(plan) {
-        None => Value::Null,
-        Some(o) => json!({
-            "expectation": o.label,
-            "value": o.measured,
-            "bound": o.bound.to_string(),
-            "margin": o.measured.map(|v| o.bound.margin(v)),
-            "seed": o.seed,
-        }),
-    }
+    let Some(b) = binding_of(plan) else {
+        return Value::Null;
+    };
+    let o = &b.at_answer;
+    let past = b.past.as_ref().map(|p| {
+        json!({
+            "value": value_json(plan, p.value),
+            "measured": p.outcome.measured,
+            "failing": p.failing,
+            "overloaded": p.overloaded,
+        })
+    });
+    json!({
+        "expectation": o.label,
+        "value": o.measured,
+        "bound": o.bound.to_string(),
+        "margin": o.measured.map(|v| o.bound.margin(v)),
+        "relative_margin": o.measured.map(|_| relative_margin(o)),
+        "boolean": b.boolean,
+        "seed": o.seed,
+        "past_answer": past,
+    })
 }
 
 /// The margin as a fraction of the bound's own size, so that bounds in different units
-/// (ms, counts, shares) compare: the binding expectation is the relatively closest.
-fn relative_margin(o: &ExpectationOutcome) -> f64 {
+/// (ms, counts, shares) compare (negative infinity when the figure was not measured).
+pub(super) fn relative_margin(o: &ExpectationOutcome) -> f64 {
     use crate::report::expect::Bound;
     let Some(value) = o.measured else {
         return f64::NEG_INFINITY;
@@ -179,6 +252,110 @@ pub fn describe_joint(joint: &JointPlan) -> String {
     out
 }
 
+/// What a split plan (`--total A+B=T`) found: the rows, one search per split, and the best.
+pub struct SplitPlan<'a> {
+    /// The two counts and their total.
+    pub total: &'a Total,
+    /// One search per split `a + b`, in order of `a`.
+    pub rows: &'a [PlanRow],
+    /// The row with the best answer ([`best_split`]).
+    pub best: Option<usize>,
+}
+
+impl<'a> SplitPlan<'a> {
+    /// The split plan of `rows` (from [`super::split::split_searches`]).
+    pub fn new(total: &'a Total, rows: &'a [PlanRow]) -> SplitPlan<'a> {
+        let goal = rows.first().map_or(Goal::Maximize, |r| r.plan.goal);
+        SplitPlan {
+            total,
+            rows,
+            best: best_split(rows, goal),
+        }
+    }
+
+    /// Each split `(a, b)` and its search's answer.
+    pub fn splits(&self) -> Vec<((u64, u64), Option<f64>)> {
+        let split = |r: &PlanRow| split_of(r).unwrap_or_default();
+        self.rows
+            .iter()
+            .map(|r| (split(r), r.plan.answer))
+            .collect()
+    }
+}
+
+/// `plan.json` of a split plan: the searched parameter and goal, the total, the answer (the
+/// best split's counts and its value), every split's answer, and each search as a `--for`
+/// table's entry.
+pub fn split_json(split: &SplitPlan) -> Vec<u8> {
+    let Some(first) = split.rows.first() else {
+        return b"{}\n".to_vec();
+    };
+    let parameter = &first.plan.parameter;
+    let entry = |(a, b): (u64, u64), answer: Option<f64>, plan: &Plan| {
+        let mut object = serde_json::Map::new();
+        object.insert(split.total.first.clone(), json!(a));
+        object.insert(split.total.second.clone(), json!(b));
+        object.insert(
+            parameter.clone(),
+            json!(answer.map(|v| value_json(plan, v))),
+        );
+        Value::Object(object)
+    };
+    let splits: Vec<Value> = split
+        .splits()
+        .into_iter()
+        .zip(split.rows)
+        .map(|((ab, answer), row)| entry(ab, answer, &row.plan))
+        .collect();
+    let answer = split.best.map(|i| splits[i].clone());
+    let value = json!({
+        "parameter": parameter,
+        "goal": first.plan.goal.name(),
+        "total": {"counts": [split.total.first, split.total.second], "value": split.total.total},
+        "answer": answer,
+        "splits": splits,
+        "table": split.rows.iter().map(plan_json_value).collect::<Vec<_>>(),
+    });
+    let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON of plain values");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The terminal answer of a split plan: each split's search, then the best split.
+pub fn describe_split(split: &SplitPlan) -> String {
+    let mut out: String = split.rows.iter().map(describe).collect();
+    let total = split.total;
+    let splits = split.splits();
+    out += &match split.best {
+        Some(i) => {
+            let ((a, b), answer) = splits[i];
+            format!(
+                "best split of {}: {} = {a}, {} = {b}: {} = {}\n",
+                total.total,
+                total.first,
+                total.second,
+                split.rows[i].plan.parameter,
+                format_value(answer.unwrap_or_default())
+            )
+        }
+        None => format!(
+            "{} = {}: no split has a feasible value\n",
+            total.sum(),
+            total.total
+        ),
+    };
+    out
+}
+
+/// The capacity chart of a split plan: each split's answer, the best marked.
+pub fn split_capacity_files(split: &SplitPlan) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    let mark = split.best.map(|i| {
+        let ((a, b), _) = split.splits()[i];
+        (i, format!("best split: {a} + {b}"))
+    });
+    marked_capacity_files(split.rows, mark)
+}
+
 /// `plan.csv`: one row per probe and seed, with every expectation's value and verdict.
 pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
     let labels: Vec<String> = rows
@@ -237,11 +414,41 @@ pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
 /// the parameter (log axis when every figure is a latency), its bound as a line, the feasible
 /// side shaded; with `--for`, the answer against the `--for` values.
 pub fn capacity_files(rows: &[PlanRow]) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    marked_capacity_files(rows, None)
+}
+
+/// [`capacity_files`] of a table whose one answer is row `mark.0` (a joint search's pair, a
+/// split's best), marked on the chart by a line labelled `mark.1`.
+pub fn marked_capacity_files(
+    rows: &[PlanRow],
+    mark: Option<(usize, String)>,
+) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
     let chart = match rows {
         [one] if one.for_value.is_none() => figures_chart(&one.plan),
-        _ => table_chart(rows),
+        _ => table_chart(rows, mark),
     };
     render_files("capacity", &chart)
+}
+
+/// The capacity chart of a joint search: the frontier, the pair with the fewest workers in
+/// all marked.
+pub fn joint_capacity_files(joint: &JointPlan) -> Result<Vec<(String, Vec<u8>)>, PlotError> {
+    let first = joint.frontier();
+    let mark = joint.answer.and_then(|(a, b)| {
+        let row = first.iter().position(|(x, _)| *x == a)?;
+        Some((row, format!("fewest in all: {a} + {b} = {}", a + b)))
+    });
+    marked_capacity_files(&joint.rows, mark)
+}
+
+/// A vertical line at `at` labelled `label`: where the answer is.
+fn answer_line(at: f64, label: String) -> ReferenceLine {
+    ReferenceLine {
+        direction: Direction::Vertical,
+        at,
+        label,
+        class: None,
+    }
 }
 
 fn figures_chart(plan: &Plan) -> Chart {
@@ -271,7 +478,10 @@ fn figures_chart(plan: &Plan) -> Chart {
         series.push(s);
     }
     let references = bound_lines(&worsts, &mut all_y, drawn);
-    let x = Axis::linear(&plan.parameter, (plan.range.0, plan.range.1));
+    let x = match plan.integer {
+        true => Axis::whole(&plan.parameter, plan.range),
+        false => Axis::linear(&plan.parameter, plan.range),
+    };
     let y = match latency_only {
         true => Axis::log_over("worst value over seeds (ms)", all_y.iter().copied()),
         false => Axis::linear("worst value over seeds", value_range(&all_y)),
@@ -288,6 +498,10 @@ fn figures_chart(plan: &Plan) -> Chart {
     let mut chart = Chart::new("capacity", &title, x, y, LegendCorner::UpperRight);
     chart.series = series;
     chart.references = references;
+    if let Some(a) = plan.answer {
+        let label = format!("answer: {} = {}", plan.parameter, format_value(a));
+        chart.references.push(answer_line(a, label));
+    }
     chart.shadings = Vec::from_iter(plan.answer.map(|a| Shading {
         label: "feasible".into(),
         windows: vec![match plan.goal {
@@ -342,7 +556,7 @@ fn value_range(values: &[f64]) -> (f64, f64) {
     (bottom, top.max(bottom + 1.0))
 }
 
-fn table_chart(rows: &[PlanRow]) -> Chart {
+fn table_chart(rows: &[PlanRow], mark: Option<(usize, String)>) -> Chart {
     let points: Vec<(f64, f64)> = rows
         .iter()
         .enumerate()
@@ -367,7 +581,10 @@ fn table_chart(rows: &[PlanRow]) -> Chart {
         .unwrap_or_default();
     let answers: Vec<f64> = points.iter().map(|p| p.1).collect();
     let x = Axis::categories(&for_path, &names);
-    let y = Axis::linear(&parameter, value_range(&answers));
+    let y = match rows[0].plan.integer {
+        true => Axis::whole(&parameter, value_range(&answers)),
+        false => Axis::linear(&parameter, value_range(&answers)),
+    };
     let mut chart = Chart::new(
         "capacity",
         &format!("capacity table: {parameter} for each {for_path}"),
@@ -378,6 +595,7 @@ fn table_chart(rows: &[PlanRow]) -> Chart {
     let mut series = Series::measured(format!("answer ({})", rows[0].plan.goal.name()), 0, points);
     series.markers = true;
     chart.series = vec![series];
+    chart.references = Vec::from_iter(mark.map(|(row, label)| answer_line(row as f64, label)));
     chart
 }
 
@@ -395,7 +613,7 @@ pub fn describe(row: &PlanRow) -> String {
             "{prefix}{} = {}: {}",
             plan.parameter,
             format_value(probe.value),
-            verdicts(probe, false)
+            verdicts(plan, probe, false)
         ),
         None => format!(
             "{prefix}{}: nothing in {}..{} is feasible",
@@ -409,8 +627,11 @@ pub fn describe(row: &PlanRow) -> String {
             "; {} = {} fails: {}",
             plan.parameter,
             format_value(probe.value),
-            verdicts(probe, true)
+            verdicts(plan, probe, true)
         );
+    }
+    if let Some(b) = binding_of(plan) {
+        out += &format!("\n  {}", binding_line(plan, &b));
     }
     for line in monotonicity_warnings(plan) {
         out += &format!("\n  warning: not monotone: {line}");
@@ -465,14 +686,12 @@ fn failing_shown(plan: &Plan) -> Vec<&Probe> {
 }
 
 /// The worst verdicts of a probe (only the failing ones when `failing`), plus overload.
-fn verdicts(probe: &Probe, failing: bool) -> String {
+fn verdicts(plan: &Plan, probe: &Probe, failing: bool) -> String {
     let mut parts: Vec<String> = worst(probe)
         .iter()
-        .filter(|o| !failing || !o.passed)
-        .map(|o| {
-            let value = o.measured.map_or_else(|| "n/a".to_string(), number);
-            format!("{} = {value} ({})", o.label, o.bound)
-        })
+        .enumerate()
+        .filter(|(_, o)| !failing || !o.passed)
+        .map(|(i, o)| said(o, is_boolean(plan, i)))
         .collect();
     if probe.overloaded() {
         parts.push("overloaded".into());
@@ -483,6 +702,62 @@ fn verdicts(probe: &Probe, failing: bool) -> String {
         return "no expectation (and not overloaded)".into();
     }
     parts.join(", ")
+}
+
+/// Whether the plan's expectation `index` is a yes-or-no figure (`stable: true`).
+pub(super) fn is_boolean(plan: &Plan, index: usize) -> bool {
+    plan.boolean_figures.get(index) == Some(&true)
+}
+
+/// An outcome's value as a plan shows it: a number, or `yes` / `no` for a yes-or-no figure
+/// (`n/a` when it could not be measured).
+pub(super) fn value_text(o: &ExpectationOutcome, boolean: bool) -> String {
+    match (o.measured, boolean) {
+        (None, _) => "n/a".into(),
+        (Some(v), true) => if v >= 1.0 { "yes" } else { "no" }.into(),
+        (Some(v), false) => number(v),
+    }
+}
+
+/// An outcome as the terminal says it: `label = 572 (at most 2000)`, or `label: yes` for a
+/// yes-or-no figure (whose "at least 1" says nothing a person needs).
+fn said(o: &ExpectationOutcome, boolean: bool) -> String {
+    match boolean {
+        true => format!("{}: {}", o.label, value_text(o, true)),
+        false => format!("{} = {} ({})", o.label, value_text(o, false), o.bound),
+    }
+}
+
+/// The terminal's line on the binding expectation of a plan with an answer, e.g. `binding:
+/// regular p99 TTFT SLO = 991 (at most 10000, 90.1% to spare); workers.count = 4 fails it:
+/// 40600`.
+fn binding_line(plan: &Plan, b: &Binding) -> String {
+    let o = &b.at_answer;
+    let here = match (b.boolean, o.measured) {
+        (false, Some(v)) => format!(
+            "{} = {} ({}, {:.1}% to spare)",
+            o.label,
+            number(v),
+            o.bound,
+            100.0 * relative_margin(o)
+        ),
+        _ => said(o, b.boolean),
+    };
+    let past = match &b.past {
+        None => "nothing past the answer in the range fails".to_string(),
+        Some(p) if p.failing.is_empty() => format!(
+            "{} = {} fails by overload alone",
+            plan.parameter,
+            format_value(p.value)
+        ),
+        Some(p) => format!(
+            "{} = {} fails it: {}",
+            plan.parameter,
+            format_value(p.value),
+            value_text(&p.outcome, b.boolean)
+        ),
+    };
+    format!("binding: {here}; {past}")
 }
 
 #[cfg(test)]

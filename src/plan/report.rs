@@ -3,9 +3,11 @@
 //! [`crate::report::html::Page`] from the plans (bytes from data, no file system).
 
 use super::joint::JointPlan;
-use super::output::{PlanRow, binding_outcome, describe, describe_joint, worst};
+use super::output::{
+    PlanRow, SplitPlan, binding_of, describe, describe_joint, describe_split, is_boolean,
+    relative_margin, value_text, worst,
+};
 use super::{Plan, Probe, format_value};
-use crate::report::evaluate::number;
 use crate::report::html::{Page, linked_names};
 
 /// The plan page of `rows` (one search, or a `--for` table) whose directory holds `files`.
@@ -56,6 +58,41 @@ pub fn joint_report<S: AsRef<str>, B: AsRef<[u8]>>(
     finish(page, files)
 }
 
+/// The page of a split plan (`--total A+B=T`): the best split, every split's answer, then
+/// each search.
+pub fn split_report<S: AsRef<str>, B: AsRef<[u8]>>(
+    title: &str,
+    facts: &[(String, String)],
+    split: &SplitPlan,
+    files: &[(S, B)],
+) -> Vec<u8> {
+    let mut page = Page::new("plan", title);
+    page.facts(facts);
+    page.section("answer", "Answer");
+    let answer = describe_split(split);
+    page.mono("answer", answer.lines().last().unwrap_or_default());
+    page.section("splits", "Splits");
+    let parameter = split.rows.first().map(|r| r.plan.parameter.clone());
+    let header = [
+        split.total.first.clone(),
+        split.total.second.clone(),
+        parameter.unwrap_or_default(),
+    ];
+    let rows: Vec<Vec<String>> = split
+        .splits()
+        .into_iter()
+        .map(|((a, b), answer)| {
+            let answer = answer.map_or_else(|| "none in range".to_string(), format_value);
+            vec![a.to_string(), b.to_string(), answer]
+        })
+        .collect();
+    page.table("splits", &header, &rows);
+    for (i, row) in split.rows.iter().enumerate() {
+        search_section(&mut page, i, row);
+    }
+    finish(page, files)
+}
+
 fn finish<S: AsRef<str>, B: AsRef<[u8]>>(mut page: Page, files: &[(S, B)]) -> Vec<u8> {
     page.section("plots", "Capacity chart");
     page.charts(files);
@@ -73,13 +110,62 @@ fn search_section(page: &mut Page, index: usize, row: &PlanRow) {
     };
     page.section(&format!("search-{index}"), &heading);
     page.facts(&bracket_facts(plan));
-    if let Some(o) = binding_outcome(plan) {
-        page.paragraph(
-            "The binding expectation (the relatively closest to failing at the answer):",
-        );
-        page.verdicts(&format!("binding-{index}"), &[o]);
-    }
+    binding_table(page, index, plan);
     probe_table(page, index, plan);
+}
+
+/// The binding expectation: the one that fails first past the answer, its value and
+/// headroom at the answer, and its value just past it (see [`binding_of`]).
+fn binding_table(page: &mut Page, index: usize, plan: &Plan) {
+    let Some(b) = binding_of(plan) else {
+        return;
+    };
+    page.paragraph(
+        "The binding expectation: of those that fail just past the answer, the one with the \
+         least headroom at the answer (a figure before a yes-or-no one).",
+    );
+    let o = &b.at_answer;
+    let headroom = match (b.boolean, o.measured) {
+        (false, Some(_)) => format!("{:.1}%", 100.0 * relative_margin(o)),
+        _ => "-".into(),
+    };
+    let answer = plan.answer.map_or_else(String::new, format_value);
+    let (past_value, past_text, failing) = match &b.past {
+        None => ("none in range".into(), "-".into(), "-".into()),
+        Some(p) => (
+            format_value(p.value),
+            value_text(&p.outcome, b.boolean),
+            match (p.failing.is_empty(), p.overloaded) {
+                (true, _) => "overloaded only".to_string(),
+                (false, true) => format!("{}; overloaded", p.failing.join("; ")),
+                (false, false) => p.failing.join("; "),
+            },
+        ),
+    };
+    let header = [
+        "expectation",
+        "bound",
+        &format!("at {} = {answer}", plan.parameter),
+        "headroom",
+        "past the answer",
+        "value there",
+        "failing there",
+    ]
+    .map(String::from);
+    let row = vec![
+        o.label.clone(),
+        if b.boolean {
+            "yes".into()
+        } else {
+            o.bound.to_string()
+        },
+        value_text(o, b.boolean),
+        headroom,
+        past_value,
+        past_text,
+        failing,
+    ];
+    page.table(&format!("binding-{index}"), &header, &[row]);
 }
 
 fn bracket_facts(plan: &Plan) -> Vec<(String, String)> {
@@ -119,22 +205,21 @@ fn probe_table(page: &mut Page, index: usize, plan: &Plan) {
         .probes
         .iter()
         .enumerate()
-        .map(|(i, p)| probe_row(i, p))
+        .map(|(i, p)| probe_row(plan, i, p))
         .collect();
     page.table(&format!("probes-{index}"), &header, &rows);
 }
 
-fn probe_row(i: usize, probe: &Probe) -> Vec<String> {
+fn probe_row(plan: &Plan, i: usize, probe: &Probe) -> Vec<String> {
     let mut row = vec![
         (i + 1).to_string(),
         format_value(probe.value),
         probe.feasible.to_string(),
         probe.overloaded().to_string(),
     ];
-    row.extend(worst(probe).iter().map(|o| {
-        let value = o.measured.map_or_else(|| "n/a".to_string(), number);
+    row.extend(worst(probe).iter().enumerate().map(|(e, o)| {
         let verdict = if o.passed { "PASS" } else { "FAIL" };
-        format!("{value} {verdict}")
+        format!("{} {verdict}", value_text(o, is_boolean(plan, e)))
     }));
     row
 }

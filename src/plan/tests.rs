@@ -343,3 +343,111 @@ fn a_probes_memory_estimate_is_taken_at_the_checked_ends_of_the_range() {
         probe_memory_estimate_bytes(&fewer).unwrap() + ranks_more
     );
 }
+
+/// One seed's outcome of an expectation: its label, value and bound (passing by the bound).
+fn outcome(label: &str, value: f64, bound: crate::report::expect::Bound) -> ExpectationOutcome {
+    ExpectationOutcome {
+        label: label.into(),
+        measured: Some(value),
+        bound,
+        passed: bound.holds(value),
+        reason: None,
+        seed: 7,
+        wall_time_s: 0.0,
+    }
+}
+
+/// A probe at `value` with one seed: a chat p99 TTFT SLO (at most 1000 ms) measuring
+/// `ttft_ms`, and `stable: true` kept (`overloaded` false) or not.
+fn chat_probe(value: f64, ttft_ms: f64, overloaded: bool) -> Probe {
+    use crate::report::expect::Bound;
+    let outcomes = vec![
+        outcome("chat p99 TTFT SLO", ttft_ms, Bound::AtMost(1000.0)),
+        outcome(
+            "keeps up",
+            if overloaded { 0.0 } else { 1.0 },
+            Bound::AtLeast(1.0),
+        ),
+    ];
+    let feasible = outcomes.iter().all(|o| o.passed);
+    Probe {
+        value,
+        runs: vec![SeedRun {
+            seed: 7,
+            outcomes,
+            overloaded: Some(overloaded),
+            unjudged: None,
+        }],
+        feasible,
+    }
+}
+
+/// The highest rate of a chat SLO and `stable: true`, answering 48 with 48.25 failing.
+fn chat_rate_plan(past: Probe) -> Plan {
+    let probes = vec![
+        chat_probe(1.0, 80.0, false),
+        chat_probe(48.0, 948.5, false),
+        past,
+    ];
+    Plan {
+        parameter: "workload.rate_per_s".into(),
+        goal: Goal::Maximize,
+        range: (1.0, 200.0),
+        integer: false,
+        latency_figures: vec![true, false],
+        boolean_figures: vec![false, true],
+        answer: Some(48.0),
+        bracket: (Some(48.25), Some(48.0)),
+        probes,
+        contradictions: Vec::new(),
+    }
+}
+
+#[test]
+fn the_binding_expectation_is_the_one_that_fails_past_the_answer_not_a_kept_stable() {
+    let plan = chat_rate_plan(chat_probe(48.25, 1072.9, false));
+    let binding = output::binding_of(&plan).unwrap();
+    assert_eq!(binding.at_answer.label, "chat p99 TTFT SLO");
+    assert!(!binding.boolean);
+    let past = binding.past.unwrap();
+    assert_eq!((past.value, past.outcome.measured), (48.25, Some(1072.9)));
+    assert_eq!(past.failing, ["chat p99 TTFT SLO"]);
+    let json: serde_json::Value = serde_json::from_slice(&output::plan_json(&[output::PlanRow {
+        for_value: None,
+        plan: plan.clone(),
+    }]))
+    .unwrap();
+    assert_eq!(json["binding"]["expectation"], "chat p99 TTFT SLO");
+    assert_eq!(json["binding"]["value"], 948.5);
+    assert_eq!(json["binding"]["margin"], 51.5);
+    assert_eq!(json["binding"]["relative_margin"], 0.0515);
+    assert_eq!(json["binding"]["past_answer"]["value"], 48.25);
+    assert_eq!(json["binding"]["past_answer"]["measured"], 1072.9);
+}
+
+#[test]
+fn stable_binds_when_it_is_what_fails_past_the_answer() {
+    // Past the answer the run falls behind while the chat SLO still holds.
+    let plan = chat_rate_plan(chat_probe(48.25, 990.0, true));
+    let binding = output::binding_of(&plan).unwrap();
+    assert_eq!(binding.at_answer.label, "keeps up");
+    assert!(binding.boolean);
+    // When both fail past the answer, the figure with a margin binds.
+    let plan = chat_rate_plan(chat_probe(48.25, 1072.9, true));
+    let binding = output::binding_of(&plan).unwrap();
+    assert_eq!(binding.at_answer.label, "chat p99 TTFT SLO");
+    assert_eq!(
+        binding.past.unwrap().failing,
+        ["chat p99 TTFT SLO", "keeps up"]
+    );
+}
+
+#[test]
+fn a_plan_says_a_yes_or_no_expectation_as_yes_or_no_and_names_the_binding_one() {
+    let plan = chat_rate_plan(chat_probe(48.25, 1072.9, true));
+    let text = output::describe(&output::PlanRow {
+        for_value: None,
+        plan,
+    });
+    insta::assert_snapshot!(text);
+}

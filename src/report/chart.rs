@@ -151,6 +151,14 @@ impl Axis {
         }
     }
 
+    /// A linear axis of whole numbers (counts of workers) over `range`, widened to at least
+    /// [`LINEAR_TICKS`] wide so that its tick step is at least 1: every labelled tick is a
+    /// whole number.
+    pub fn whole(label: &str, range: (f64, f64)) -> Axis {
+        let (lo, hi) = range;
+        Axis::linear(label, (lo, hi.max(lo + LINEAR_TICKS)))
+    }
+
     /// A time axis over `range_ms` (data stays in milliseconds), labelled "`what` (unit)" in
     /// the unit [`TimeUnit::for_span_ms`] picks for its span.
     pub fn time_ms(what: &str, range_ms: (f64, f64)) -> Axis {

@@ -697,3 +697,127 @@ fn a_joint_search_past_the_plan_run_bound_is_refused_before_any_probe() {
         ],
     );
 }
+
+#[test]
+fn a_total_answers_the_split_of_a_fixed_fleet_that_carries_the_most_and_check_agrees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let short = "workload.duration_s=30";
+    let (code, stdout, stderr) = bundled_disaggregated(
+        tmp.path(),
+        &[
+            "plan",
+            "--total",
+            "workers.prefill.count+workers.decode.count=4",
+            "--maximize",
+            "workload.rate_per_s",
+            "--range",
+            "5..100",
+            "--precision",
+            "0.05",
+            "--set",
+            short,
+            "--out",
+            "split",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let plan = plan_json(tmp.path(), "split");
+    let splits = plan["splits"].as_array().unwrap();
+    let pairs: Vec<(u64, u64)> = splits
+        .iter()
+        .map(|s| {
+            let count = |k: &str| s[k].as_u64().unwrap();
+            (
+                count("workers.prefill.count"),
+                count("workers.decode.count"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [(1, 3), (2, 2), (3, 1)],
+        "every split of 4, one of each at least"
+    );
+    let rate = |v: &serde_json::Value| v["workload.rate_per_s"].as_f64().unwrap();
+    let best = splits.iter().map(rate).fold(f64::NEG_INFINITY, f64::max);
+    let answer = &plan["answer"];
+    assert_eq!(rate(answer), best, "{plan}");
+    let (prefill, decode) = (
+        answer["workers.prefill.count"].clone(),
+        answer["workers.decode.count"].clone(),
+    );
+    assert!(
+        stdout.contains(&format!(
+            "best split of 4: workers.prefill.count = {prefill}, workers.decode.count = {decode}: workload.rate_per_s = {best}"
+        )),
+        "{stdout}"
+    );
+    // check agrees at the best split: it passes at the rate and fails just above it.
+    let row = plan["table"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["answer"].as_f64() == Some(best))
+        .unwrap();
+    let above = row["bracket"]["infeasible"].as_f64().unwrap();
+    let check = |rate: f64| {
+        let sets = [
+            format!("workers.prefill.count={prefill}"),
+            format!("workers.decode.count={decode}"),
+            format!("workload.rate_per_s={rate}"),
+            short.to_string(),
+        ];
+        let mut args = vec!["check"];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        bundled_disaggregated(tmp.path(), &args).0
+    };
+    assert_eq!((check(best), check(above)), (0, 1));
+}
+
+#[test]
+fn a_total_refuses_what_it_cannot_split() {
+    let tmp = tempfile::tempdir().unwrap();
+    let total = "workers.prefill.count+workers.decode.count=4";
+    for (extra, needle) in [
+        (
+            vec!["--total", "workers.prefill.count+workers.decode.count=1"],
+            "--total workers.prefill.count+workers.decode.count=1: T must be a whole number",
+        ),
+        (
+            vec!["--total", "workload.rate_per_s+workers.decode.count=4"],
+            "two worker counts",
+        ),
+        (
+            vec!["--total", total, "--set", "workers.decode.count=2"],
+            "--set workers.decode.count=2: sets workers.decode.count, which --total",
+        ),
+        (
+            vec![
+                "--total",
+                total,
+                "--for",
+                "workers.engine.max_num_seqs=8,16",
+            ],
+            "give neither --for",
+        ),
+    ] {
+        let args = [
+            &[
+                "plan",
+                "--maximize",
+                "workload.rate_per_s",
+                "--range",
+                "5..100",
+            ][..],
+            &extra,
+            &["--out", "o"],
+        ]
+        .concat();
+        let (code, _, stderr) = bundled_disaggregated(tmp.path(), &args);
+        assert_eq!(code, 2, "{extra:?}: {stderr}");
+        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+        assert!(!tmp.path().join("o").exists(), "{extra:?}: nothing written");
+    }
+}

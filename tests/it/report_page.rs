@@ -572,3 +572,114 @@ fn in_a_browser_a_disaggregated_run_shows_each_roles_own_figures_and_what_busy_m
         notes[0]
     );
 }
+
+/// On load, reads what a plan page shows a person: each binding table's row, every probe
+/// table's cells, and the capacity chart's visible texts, as JSON into `pre#plan-harness`.
+const MEASURE_PLAN: &str = r#"<script>addEventListener('load',function(){
+function cells(r){return [].map.call(r.cells,function(c){return c.textContent;});}
+function shown(el){var r=el.getBoundingClientRect(),s=getComputedStyle(el);return r.width>0&&r.height>0&&s.display!=='none'&&s.visibility!=='hidden';}
+var out={binding:[].map.call(document.querySelectorAll('table[id^=binding] tbody tr'),cells),
+header:[].map.call(document.querySelectorAll('table[id^=binding] thead th'),function(c){return c.textContent;}),
+probes:[].concat.apply([],[].map.call(document.querySelectorAll('table[id^=probes] tbody tr'),cells)),
+chart:[].filter.call(document.querySelectorAll('#chart-capacity svg text'),shown).map(function(t){return t.textContent.trim();})};
+var p=document.createElement('pre');p.id='plan-harness';p.textContent=JSON.stringify(out);document.body.appendChild(p);});</script>"#;
+
+#[test]
+fn in_a_browser_a_plan_names_the_failing_slo_as_binding_says_yes_or_no_and_marks_whole_workers() {
+    let Some(browser) = chromium() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let disaggregated =
+        scenario().replace("premium-vs-regular-weighted", "disaggregated-two-tenants");
+    let args = [
+        "plan",
+        &disaggregated,
+        "--minimize",
+        "workers.prefill.count+workers.decode.count",
+        "--range",
+        "2..8",
+        "--quiet",
+        "--out",
+        "plan",
+    ];
+    let (code, _, stderr) = run_in_dir(tmp.path(), &args);
+    assert_eq!(code, 0, "{stderr}");
+    let report = tmp.path().join("plan/report.html");
+    let page = fs::read_to_string(&report).unwrap();
+    let checked = report.with_file_name("checked.html");
+    fs::write(
+        &checked,
+        page.replacen("</body>", &format!("{MEASURE_PLAN}</body>"), 1),
+    )
+    .unwrap();
+    let flags = [
+        "--window-size=1280,4000",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+    ];
+    let (dom, _) = headless(browser, &tmp.path().join("profile-plan"), &flags, &checked);
+    let start = dom
+        .find("<pre id=\"plan-harness\">")
+        .expect("the harness ran")
+        + 23;
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    // Two prefill workers need three decode workers: with two, the premium SLO fails (and the
+    // run falls behind). The kept `stable: true` at the answer does not bind; the SLO does.
+    let bindings = seen["binding"].as_array().unwrap();
+    let two_prefill = &bindings[1];
+    assert_eq!(two_prefill[0], "premium p99 TTFT SLO", "{seen}");
+    assert_eq!(
+        two_prefill[4], "2",
+        "it fails just past the answer, at 2 decode workers"
+    );
+    assert!(
+        two_prefill[6]
+            .as_str()
+            .unwrap()
+            .ends_with("keeps up with the load; overloaded"),
+        "{two_prefill}"
+    );
+    assert!(
+        bindings.iter().all(|b| b[0] != "keeps up with the load"),
+        "{bindings:?}"
+    );
+    // A yes-or-no expectation reads yes or no, never 1 or 0.
+    let probes: Vec<&str> = seen["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        probes.contains(&"yes PASS") && probes.contains(&"no FAIL"),
+        "{probes:?}"
+    );
+    assert!(
+        !probes
+            .iter()
+            .any(|c| c.starts_with("1 ") || c.starts_with("0 ")),
+        "{probes:?}"
+    );
+    // The frontier chart counts whole workers and marks the answer.
+    let texts: Vec<&str> = seen["chart"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(texts.contains(&"fewest in all: 2 + 3 = 5"), "{texts:?}");
+    let numbers: Vec<&str> = texts
+        .iter()
+        .copied()
+        .filter(|t| t.parse::<f64>().is_ok())
+        .collect();
+    assert!(numbers.len() >= 5, "{texts:?}");
+    assert!(
+        numbers.iter().all(|t| t.parse::<u64>().is_ok()),
+        "whole workers: {numbers:?}"
+    );
+}
