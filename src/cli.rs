@@ -523,37 +523,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             Some(q) => aggregate_quantile(&per_seed, q),
             None => aggregate(&per_seed),
         };
-        let seeds = match args.seeds {
-            1 => format!("seed {}", judgement.scenario.seed()),
-            n => format!("{n} seeds"),
-        };
-        outln!(
-            "{} ({seeds}): {}",
-            path.display(),
-            crate::text::count_of(outcomes.len(), "expectation")
-        );
-        let which = match args.quantile {
-            Some(q) => format!("{q}-quantile"),
-            None => "worst".to_string(),
-        };
-        let replications = seed_words::Replications::new(judgement.scenario.seed(), args.seeds);
-        for o in &outcomes {
-            match args.seeds {
-                1 => outln!("  {}", format_outcome(o)),
-                _ => outln!(
-                    "  {}  [{which} of {seeds}: {}]",
-                    format_outcome(o),
-                    replications.name(o.seed)
-                ),
-            }
-        }
-        if let Some(note) = replications.note(outcomes.iter().map(|o| o.seed)) {
-            outln!("  {note}");
-        }
-        // One line per overloaded seed: a stability warning is about a run, not a verdict.
-        for warning in warnings.iter().flatten() {
-            outln!("  {warning}");
-        }
+        print_verdicts(args, path, judgement.scenario.seed(), &outcomes, &warnings);
         suites.push(JunitSuite {
             name: judgement.scenario.name().to_string(),
             outcomes,
@@ -579,6 +549,48 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
         _ => outln!("all {total} expectations pass"),
     }
     Ok(())
+}
+
+/// One scenario's verdicts as `check` prints them: a header, a line per expectation (naming
+/// the replication that decided it), the seed note, and a line per overloaded seed.
+fn print_verdicts(
+    args: &CheckArgs,
+    path: &Path,
+    scenario_seed: u64,
+    outcomes: &[ExpectationOutcome],
+    warnings: &[Option<String>],
+) {
+    let seeds = match args.seeds {
+        1 => format!("seed {scenario_seed}"),
+        n => format!("{n} seeds"),
+    };
+    outln!(
+        "{} ({seeds}): {}",
+        path.display(),
+        crate::text::count_of(outcomes.len(), "expectation")
+    );
+    let which = match args.quantile {
+        Some(q) => format!("{q}-quantile"),
+        None => "worst".to_string(),
+    };
+    let replications = seed_words::Replications::new(scenario_seed, args.seeds);
+    for o in outcomes {
+        match args.seeds {
+            1 => outln!("  {}", format_outcome(o)),
+            _ => outln!(
+                "  {}  [{which} of {seeds}: {}]",
+                format_outcome(o),
+                replications.name(o.seed)
+            ),
+        }
+    }
+    if let Some(note) = replications.note(outcomes.iter().map(|o| o.seed)) {
+        outln!("  {note}");
+    }
+    // One line per overloaded seed: a stability warning is about a run, not a verdict.
+    for warning in warnings.iter().flatten() {
+        outln!("  {warning}");
+    }
 }
 
 fn check_replication_args(args: &CheckArgs) -> Result<(), CliError> {

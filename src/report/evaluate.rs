@@ -198,21 +198,7 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
         Figure::TokenShare {
             class: c,
             reference,
-        } => {
-            let c = class(m, c)?;
-            let unmeasured = || "no service while two or more classes were backlogged".to_string();
-            match reference {
-                ShareReference::Ideal => m.token_share_gap(c).ok_or_else(unmeasured),
-                ShareReference::Target(target) => {
-                    let (share, _) = m.backlogged_shares(c).ok_or_else(unmeasured)?;
-                    Ok(share - target)
-                }
-                ShareReference::Absolute => m
-                    .backlogged_shares(c)
-                    .map(|(share, _)| share)
-                    .ok_or_else(unmeasured),
-            }
-        }
+        } => token_share(m, class(m, c)?, reference),
         Figure::Attainment {
             class: c,
             ttft_ms,
@@ -249,6 +235,23 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
                 .cache_hit()
                 .ok_or_else(|| "no completed request with input tokens".to_string())
         }
+    }
+}
+
+/// Class `c`'s backlogged token share, as `reference` reads it: its gap from the ideal, its
+/// gap from a fixed target, or the share itself.
+fn token_share(m: &RunMetrics, c: usize, reference: &ShareReference) -> Result<f64, String> {
+    let unmeasured = || "no service while two or more classes were backlogged".to_string();
+    match reference {
+        ShareReference::Ideal => m.token_share_gap(c).ok_or_else(unmeasured),
+        ShareReference::Target(target) => {
+            let (share, _) = m.backlogged_shares(c).ok_or_else(unmeasured)?;
+            Ok(share - target)
+        }
+        ShareReference::Absolute => m
+            .backlogged_shares(c)
+            .map(|(share, _)| share)
+            .ok_or_else(unmeasured),
     }
 }
 

@@ -16,9 +16,8 @@
 //!   just before `t`. Their tokens' ideal is split among the classes backlogged then in
 //!   proportion to their quanta, except that a class whose backlog the instant empties asked
 //!   for no more than it got: its ideal is capped at what it got, and the rest goes to the
-//!   classes still waiting (weighted water-filling). Without the cap, a class served
-//!   everything it had queued looked starved whenever another class's dispatches shared the
-//!   instant.
+//!   classes still waiting (weighted water-filling), or a class served all it had queued
+//!   would look starved whenever another class's dispatches shared the instant.
 //! - **Percentiles**: nearest rank: the `p`-th percentile of `n` sorted values is the value at
 //!   rank `ceil(p * n / 100)` (1-based, at least 1). Means round to the nearest nanosecond.
 //! - **Jain's fairness index** of quantum-normalised service: over the classes with a non-zero
@@ -644,8 +643,8 @@ impl RunMetrics {
                 count += 1;
             }
         }
-        let c = &self.classes[class];
         if count == 0 {
+            let c = &self.classes[class];
             (tokens, count) = (c.service_tokens, c.immediate + c.queued);
         }
         match count {
