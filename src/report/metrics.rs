@@ -14,10 +14,9 @@
 //!   maximal span in which two or more classes are backlogged at once. The dispatches at an
 //!   instant `t` count in the window open just before `t`, each only for a class backlogged
 //!   just before `t`. Their tokens' ideal is split among the classes backlogged then in
-//!   proportion to their quanta, except that a class whose backlog the instant empties asked
-//!   for no more than it got: its ideal is capped at what it got, and the rest goes to the
-//!   classes still waiting (weighted water-filling), or a class served all it had queued
-//!   would look starved whenever another class's dispatches shared the instant.
+//!   proportion to their quanta, but a class whose backlog the instant empties asked for no
+//!   more than it got: its ideal is capped there, the rest going to the classes still waiting
+//!   (weighted water-filling), so a class served all it had queued is never called starved.
 //! - **Percentiles**: nearest rank: the `p`-th percentile of `n` sorted values is the value at
 //!   rank `ceil(p * n / 100)` (1-based, at least 1). Means round to the nearest nanosecond.
 //! - **Jain's fairness index** of quantum-normalised service: over the classes with a non-zero
