@@ -94,10 +94,12 @@ fn big_case_asked() -> bool {
     std::env::var_os("ROUTERSIM_BENCH_BIG").is_some_and(|v| v == "1")
 }
 
-/// Who serves a case: aggregated workers, or prefill and decode workers.
+/// Who serves a case: aggregated workers (of one rank, or of `dp_size` attention-DP ranks
+/// that pass in lock-step), or prefill and decode workers.
 #[derive(Copy, Clone)]
 enum Workers {
     Aggregated(u32),
+    DataParallel { workers: u32, dp_size: u32 },
     Disaggregated { prefill: u32, decode: u32 },
 }
 
@@ -106,6 +108,12 @@ impl Workers {
     fn flags(self) -> Vec<String> {
         match self {
             Workers::Aggregated(n) => vec!["--workers".into(), n.to_string()],
+            Workers::DataParallel { workers, dp_size } => vec![
+                "--workers".into(),
+                workers.to_string(),
+                "--engine".into(),
+                format!(r#"{{"engine": {{}}, "dp_size": {dp_size}}}"#),
+            ],
             Workers::Disaggregated { prefill, decode } => vec![
                 "--prefill-workers".into(),
                 prefill.to_string(),
@@ -118,6 +126,9 @@ impl Workers {
     fn describe(self) -> String {
         match self {
             Workers::Aggregated(n) => format!("{n} workers"),
+            Workers::DataParallel { workers, dp_size } => {
+                format!("{workers} workers of {dp_size} ranks")
+            }
             Workers::Disaggregated { prefill, decode } => {
                 format!("{prefill} prefill + {decode} decode workers")
             }
@@ -131,7 +142,7 @@ struct Case {
     workers: Workers,
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     Case {
         name: "a",
         trace: Trace::Poisson {
@@ -159,6 +170,14 @@ const CASES: [Case; 6] = [
         name: "mooncake-4",
         trace: Trace::Mooncake,
         workers: Workers::Aggregated(4),
+    },
+    Case {
+        name: "mooncake-2dp2",
+        trace: Trace::Mooncake,
+        workers: Workers::DataParallel {
+            workers: 2,
+            dp_size: 2,
+        },
     },
     Case {
         name: "mooncake-1p1d",
@@ -515,9 +534,15 @@ fn main() -> std::process::ExitCode {
             }),
             policy_file: None,
             router: RouterConfig::default(),
-            engine: EngineArgs::default(),
+            engine: EngineArgs {
+                dp_size: match case.workers {
+                    Workers::DataParallel { dp_size, .. } => dp_size,
+                    _ => 1,
+                },
+                ..EngineArgs::default()
+            },
             workers: match case.workers {
-                Workers::Aggregated(n) => n,
+                Workers::Aggregated(n) | Workers::DataParallel { workers: n, .. } => n,
                 Workers::Disaggregated { .. } => 1,
             },
             router_mode: RouterMode::KvRouter,
