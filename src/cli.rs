@@ -142,6 +142,10 @@ struct CheckArgs {
     /// Worker threads for the replications (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Print nothing but errors (the exit status still says pass or fail, and a failure
+    /// still says how many expectations failed), as every other command's --quiet does.
+    #[arg(long)]
+    quiet: bool,
     #[command(flatten)]
     timeline: CheckTimelineArgs,
 }
@@ -509,7 +513,7 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
     let mut suites = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
-        if let Some(warning) = scenario.share_warning() {
+        if let Some(warning) = scenario.share_warning().filter(|_| !args.quiet) {
             errln!("{warning}");
         }
         let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline.timeline);
@@ -523,7 +527,9 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             Some(q) => aggregate_quantile(&per_seed, q),
             None => aggregate(&per_seed),
         };
-        print_verdicts(args, path, judgement.scenario.seed(), &outcomes, &warnings);
+        if !args.quiet {
+            print_verdicts(args, path, judgement.scenario.seed(), &outcomes, &warnings);
+        }
         suites.push(JunitSuite {
             name: judgement.scenario.name().to_string(),
             outcomes,
@@ -544,9 +550,10 @@ fn check(args: &CheckArgs) -> Result<(), CliError> {
             _ => format!("{failed} of {total} expectations failed"),
         }));
     }
-    match total {
-        1 => outln!("the expectation passes"),
-        _ => outln!("all {total} expectations pass"),
+    match (args.quiet, total) {
+        (true, _) => {}
+        (false, 1) => outln!("the expectation passes"),
+        (false, _) => outln!("all {total} expectations pass"),
     }
     Ok(())
 }

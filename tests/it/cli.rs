@@ -344,3 +344,32 @@ fn a_closed_stdout_pipe_ends_quietly_without_a_panic() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// `check --quiet` prints nothing on a pass, and on a failure only the error line; the exit
+/// status carries the verdict either way.
+#[test]
+fn check_quiet_prints_nothing_but_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scenario = root.join("scenarios/premium-vs-regular-weighted.yaml");
+    let pass = routersim()
+        .args(["check", "--quiet"])
+        .arg(&scenario)
+        .output()
+        .unwrap();
+    assert_eq!(pass.status.code(), Some(0));
+    assert!(pass.stdout.is_empty() && pass.stderr.is_empty(), "{pass:?}");
+    let fail = routersim()
+        .args([
+            "check",
+            "--quiet",
+            "--set",
+            "router.policy_classes.regular.quantum=512",
+        ])
+        .arg(&scenario)
+        .output()
+        .unwrap();
+    assert_eq!(fail.status.code(), Some(1));
+    assert!(fail.stdout.is_empty(), "{fail:?}");
+    let stderr = String::from_utf8_lossy(&fail.stderr);
+    assert!(stderr.contains("expectations failed"), "{stderr}");
+}
