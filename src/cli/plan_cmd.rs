@@ -190,16 +190,7 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     let searches = plan_searches(&options, table)?;
     let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
         .map_err(input)?;
-    let pool = probe_pool(args, &searches)?;
-    let rows = searches
-        .into_iter()
-        .map(|(for_value, options)| {
-            Ok(plan::output::PlanRow {
-                plan: plan::plan(&options, &pool)?,
-                for_value,
-            })
-        })
-        .collect::<Result<Vec<_>, CliError>>()?;
+    let rows = run_searches(args, searches)?;
     let mut files = vec![
         ("plan.json".to_string(), plan::output::plan_json(&rows)),
         ("plan.csv".to_string(), plan::output::plan_csv(&rows)),
@@ -314,16 +305,7 @@ fn run_split_plan(
     title: &str,
     started: std::time::Instant,
 ) -> Result<(), CliError> {
-    let pool = probe_pool(args, &searches)?;
-    let rows = searches
-        .into_iter()
-        .map(|(for_value, options)| {
-            Ok(plan::output::PlanRow {
-                plan: plan::plan(&options, &pool)?,
-                for_value,
-            })
-        })
-        .collect::<Result<Vec<_>, CliError>>()?;
+    let rows = run_searches(args, searches)?;
     let split = plan::output::SplitPlan::new(total, &rows);
     let mut files = vec![
         ("plan.json".to_string(), plan::output::split_json(&split)),
@@ -369,4 +351,21 @@ fn plan_searches(
         plan::check(options)?;
     }
     Ok(searches)
+}
+
+/// Runs every search of a plan on one pool of probe threads, in order.
+fn run_searches(
+    args: &PlanArgs,
+    searches: Vec<PlanSearch>,
+) -> Result<Vec<plan::output::PlanRow>, CliError> {
+    let pool = probe_pool(args, &searches)?;
+    searches
+        .into_iter()
+        .map(|(for_value, options)| {
+            Ok(plan::output::PlanRow {
+                plan: plan::plan(&options, &pool)?,
+                for_value,
+            })
+        })
+        .collect()
 }
