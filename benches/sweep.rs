@@ -18,6 +18,7 @@ fn options(jobs: Option<usize>) -> SweepOptions {
         shard: None,
         arrival_jitter_ns: 1_000,
         prefix_n: None,
+        seed: None,
     }
 }
 

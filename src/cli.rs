@@ -1,7 +1,7 @@
 //! The command line: clap commands, and the mapping of errors to exit codes: 0 ok, 1 an
 //! expectation failed, 2 bad input or usage, 3 the simulator caught a bug in itself.
 
-use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_RANKS, MAX_SWEEP_RUNS};
+use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_RANKS};
 use crate::engine::StopReason;
 use crate::mocker::{EngineArgs, WorkerRole};
 use crate::pipeline::{
@@ -9,10 +9,8 @@ use crate::pipeline::{
 };
 use crate::report;
 use crate::report::chart::PlotError;
-use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
-use crate::report::expect::Bound;
+use crate::report::evaluate::format_outcome;
 use crate::report::html::REPORT_FILE;
-use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind};
 use crate::report::run_page::RunPage;
 use crate::scenario::{self, FileKind, Scenario, bounds_check};
@@ -21,9 +19,10 @@ use crate::sim::{self, RouterMode};
 use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, tune};
 use crate::time::{SimDuration, format_ms};
 use crate::workload::trace;
+use check_cmd::{CheckArgs, check};
 use clap::{Parser, Subcommand, ValueEnum};
 use plan_cmd::{PlanArgs, run_plan};
-use timeline::{CheckTimelineArgs, TimelineArgs};
+use timeline::TimelineArgs;
 
 /// `println!` for the terminal: user text in it is escaped ([`terminal::shown`]).
 macro_rules! outln {
@@ -38,13 +37,14 @@ macro_rules! errln {
     ($($arg:tt)*) => { $crate::cli::terminal::print_err(&(format!($($arg)*) + "\n")) };
 }
 
+mod check_cmd;
+mod out_dir;
 mod plan_cmd;
 mod replay_inputs;
 mod replay_router;
 mod seed_words;
 pub mod terminal;
 mod timeline;
-use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
@@ -119,38 +119,6 @@ struct RunArgs {
 }
 
 #[derive(clap::Args, Debug)]
-struct CheckArgs {
-    /// Scenario files.
-    #[arg(required = true)]
-    scenarios: Vec<PathBuf>,
-    /// Also write the outcomes as JUnit XML. An existing file is replaced only if routersim
-    /// wrote it.
-    #[arg(long)]
-    junit: Option<PathBuf>,
-    /// Override a field of every scenario by its dotted path (repeatable).
-    #[arg(long = "set", value_name = "PATH=VALUE")]
-    set: Vec<String>,
-    /// Replications per scenario, with the seeds `sweep --seeds N` uses (the first is the
-    /// scenario's own seed). An expectation fails if it fails on any seed; each line shows
-    /// the worst value and the seed that gave it.
-    #[arg(long, default_value_t = 1)]
-    seeds: u32,
-    /// Judge the Q-quantile of the seeds instead of the worst one: an expectation passes when
-    /// at least a fraction Q of the seeds pass it (Q in (0, 1]).
-    #[arg(long, value_name = "Q")]
-    quantile: Option<f64>,
-    /// Worker threads for the replications (default: all cores).
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Print nothing but errors (the exit status still says pass or fail, and a failure
-    /// still says how many expectations failed), as every other command's --quiet does.
-    #[arg(long)]
-    quiet: bool,
-    #[command(flatten)]
-    timeline: CheckTimelineArgs,
-}
-
-#[derive(clap::Args, Debug)]
 struct ReplayArgs {
     /// Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids, optional
     /// policy_class / priority / strict_priority.
@@ -215,11 +183,12 @@ struct ReplayArgs {
     /// Seed for the router's tie-breaks.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Output directory (requests.csv, summary.json, ...). It must be new, empty, or a previous
-    /// `replay` output: a rerun replaces the files routersim wrote there and keeps every other
-    /// file; any other directory is refused before the replay starts.
+    /// Output directory (requests.csv, summary.json, ...; default:
+    /// results/<trace file stem>-replay/). It must be new, empty, or a previous `replay`
+    /// output: a rerun replaces the files routersim wrote there and keeps every other file;
+    /// any other directory is refused before the replay starts.
     #[arg(long)]
-    out: PathBuf,
+    out: Option<PathBuf>,
     /// Also replace a previous output of another routersim command in --out (only the files
     /// routersim wrote there).
     #[arg(long)]
@@ -321,7 +290,7 @@ fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
     if scenario::file_kind_of_path(file).map_err(input)? == FileKind::Scenario {
         let scenario =
             Scenario::load_with_overrides(file, &parse_overrides(set)?).map_err(input)?;
-        if let Some(warning) = scenario.share_warning() {
+        for warning in scenario.warnings() {
             errln!("{warning}");
         }
         out!("{}", scenario.describe());
@@ -337,6 +306,12 @@ fn validate(file: &Path, set: &[String]) -> Result<(), CliError> {
     out!("{}", policy::describe(&config));
     outln!("{}: valid policy", file.display());
     Ok(())
+}
+
+/// `overrides` with `--seed S` as the `seed=S` override it is, after the `--set`s.
+fn with_seed(mut overrides: Vec<(String, String)>, seed: Option<u64>) -> Vec<(String, String)> {
+    overrides.extend(seed.map(|s| ("seed".to_string(), s.to_string())));
+    overrides
 }
 
 /// Splits `PATH=VALUE` arguments.
@@ -364,13 +339,10 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     let overrides = parse_overrides(&args.set)?;
     let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
-    if let Some(warning) = scenario.share_warning().filter(|_| !args.quiet) {
+    for warning in scenario.warnings().into_iter().filter(|_| !args.quiet) {
         errln!("{warning}");
     }
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("results").join(scenario.name()));
+    let out = (args.out.clone()).unwrap_or_else(|| out_dir::run_dir(scenario.name()));
     let target =
         output::claim(&out, OutputKind::Run, &scenario.input_files(), args.force).map_err(input)?;
     let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline);
@@ -487,177 +459,6 @@ fn no_progress_error(result: &sim::SimResult) -> Result<(), CliError> {
         ))),
         _ => Ok(()),
     }
-}
-
-/// A failed outcome line for a run a limit cut short, so that `check` fails with its reason.
-fn limit_outcome(result: &sim::SimResult, seed: u64) -> Option<ExpectationOutcome> {
-    stop_line(result).map(|line| ExpectationOutcome {
-        label: "unfinished requests (the run must reach its end)".to_string(),
-        measured: Some(result.count(crate::sim::EndStatus::Pending) as f64),
-        bound: Bound::AtMost(0.0),
-        passed: false,
-        reason: Some(line),
-        seed,
-        wall_time_s: 0.0,
-    })
-}
-
-fn check(args: &CheckArgs) -> Result<(), CliError> {
-    let overrides = parse_overrides(&args.set)?;
-    check_replication_args(args)?;
-    if let Some(junit) = &args.junit {
-        // Before any run: a report that cannot be written must not cost a whole check.
-        output::claim_file(junit, output::JUNIT_SIGNATURE).map_err(input)?;
-    }
-    args.timeline.check_scenarios(args.scenarios.len())?;
-    let mut suites = Vec::new();
-    for path in &args.scenarios {
-        let scenario = Scenario::load_with_overrides(path, &overrides).map_err(input)?;
-        if let Some(warning) = scenario.share_warning().filter(|_| !args.quiet) {
-            errln!("{warning}");
-        }
-        let judgement = Judgement::new(scenario)?.with_timeline(args.timeline.timeline.timeline);
-        let timeline_target = args.timeline.claim(&judgement.scenario)?;
-        let judged = judge_replications(&judgement, args).map_err(|e| e.in_file(path))?;
-        let (judged, kept) = timeline::split_timeline(judged);
-        args.timeline
-            .write(&args.set, &judgement, kept, timeline_target)?;
-        let (per_seed, warnings): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
-        let outcomes = match args.quantile {
-            Some(q) => aggregate_quantile(&per_seed, q),
-            None => aggregate(&per_seed),
-        };
-        if !args.quiet {
-            print_verdicts(args, path, judgement.scenario.seed(), &outcomes, &warnings);
-        }
-        suites.push(JunitSuite {
-            name: judgement.scenario.name().to_string(),
-            outcomes,
-            overrides: args.set.clone(),
-        });
-    }
-    if let Some(junit) = &args.junit {
-        output::write_file(junit, &junit_xml(&suites), output::JUNIT_SIGNATURE).map_err(input)?;
-    }
-    let failed: usize = suites
-        .iter()
-        .map(|s| s.outcomes.iter().filter(|o| !o.passed).count())
-        .sum();
-    let total: usize = suites.iter().map(|s| s.outcomes.len()).sum();
-    if failed > 0 {
-        return Err(CliError::Expectation(match total {
-            1 => "the expectation failed".to_string(),
-            _ => format!("{failed} of {total} expectations failed"),
-        }));
-    }
-    match (args.quiet, total) {
-        (true, _) => {}
-        (false, 1) => outln!("the expectation passes"),
-        (false, _) => outln!("all {total} expectations pass"),
-    }
-    Ok(())
-}
-
-/// One scenario's verdicts as `check` prints them: a header, a line per expectation (naming
-/// the replication that decided it), the seed note, and a line per overloaded seed.
-fn print_verdicts(
-    args: &CheckArgs,
-    path: &Path,
-    scenario_seed: u64,
-    outcomes: &[ExpectationOutcome],
-    warnings: &[Option<String>],
-) {
-    let seeds = match args.seeds {
-        1 => format!("seed {scenario_seed}"),
-        n => format!("{n} seeds"),
-    };
-    outln!(
-        "{} ({seeds}): {}",
-        path.display(),
-        crate::text::count_of(outcomes.len(), "expectation")
-    );
-    let which = match args.quantile {
-        Some(q) => format!("{q}-quantile"),
-        None => "worst".to_string(),
-    };
-    let replications = seed_words::Replications::new(scenario_seed, args.seeds);
-    for o in outcomes {
-        match args.seeds {
-            1 => outln!("  {}", format_outcome(o)),
-            _ => outln!(
-                "  {}  [{which} of {seeds}: {}]",
-                format_outcome(o),
-                replications.name(o.seed)
-            ),
-        }
-    }
-    if let Some(note) = replications.note(outcomes.iter().map(|o| o.seed)) {
-        outln!("  {note}");
-    }
-    // One line per overloaded seed: a stability warning is about a run, not a verdict.
-    for warning in warnings.iter().flatten() {
-        outln!("  {warning}");
-    }
-}
-
-fn check_replication_args(args: &CheckArgs) -> Result<(), CliError> {
-    if args.seeds == 0 || u64::from(args.seeds) > MAX_SWEEP_RUNS {
-        return Err(CliError::Input(format!(
-            "--seeds {}: must be from 1 to {MAX_SWEEP_RUNS}",
-            args.seeds
-        )));
-    }
-    match args.quantile {
-        Some(q) if !(q > 0.0 && q <= 1.0) => Err(CliError::Input(format!(
-            "--quantile {q}: must be in (0, 1]"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Runs every replication of a judged scenario in parallel; returns each seed's verdicts
-/// (with a failed line for a run a limit cut short) and its overload warning, in
-/// replication order.
-fn judge_replications(
-    judgement: &Judgement,
-    args: &CheckArgs,
-) -> Result<Vec<(SeedVerdicts, Option<sim::SimResult>)>, CliError> {
-    let estimates = vec![judgement.memory_estimate_bytes(); args.seeds as usize];
-    let pool = sweep::run::thread_pool(args.jobs, &estimates, true).map_err(CliError::from)?;
-    pool.install(|| {
-        (0..args.seeds)
-            .into_par_iter()
-            .map(|replication| judge_one(judgement, replication, args.seeds))
-            .collect()
-    })
-}
-
-/// One seed's verdicts and its overload warning (with the seed), if it was overloaded.
-type SeedVerdicts = (Vec<ExpectationOutcome>, Option<String>);
-
-/// One seed's verdicts, and its result if it kept a timeline (a check's first, `--timeline`).
-fn judge_one(
-    judgement: &Judgement,
-    replication: u32,
-    replications: u32,
-) -> Result<(SeedVerdicts, Option<sim::SimResult>), CliError> {
-    let started = std::time::Instant::now();
-    let JudgedRun {
-        spec,
-        output,
-        mut outcomes,
-    } = judgement.run(replication, replications, None)?;
-    no_progress_error(&output.result)?;
-    outcomes.extend(limit_outcome(&output.result, spec.seed()));
-    let wall_time_s = started.elapsed().as_secs_f64();
-    for o in &mut outcomes {
-        o.wall_time_s = wall_time_s;
-    }
-    let seed = spec.seed();
-    let warning = output.metrics.stability.warning();
-    let warning = warning.map(|w| format!("{w} (seed {seed})"));
-    let kept = output.result.timeline.is_some().then_some(output.result);
-    Ok(((outcomes, warning), kept))
 }
 
 /// Reads `--engine` / `--router` values: inline JSON if it starts with `{`, else a file.
@@ -878,8 +679,11 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         .with_timeline(args.timeline.timeline);
     // The trace's reader starts while the output directory is claimed (see `Started`).
     let started = pipeline::start(&spec);
-    let target =
-        output::claim(&args.out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
+    let out = (args.out.clone()).unwrap_or_else(|| {
+        let stem = args.trace.file_stem().unwrap_or_default();
+        out_dir::command_dir(&stem.to_string_lossy(), "replay")
+    });
+    let target = output::claim(&out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
     if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
         errln!(
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
@@ -901,8 +705,13 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
     }
     let warning = replay_inputs::record_inputs(&mut meta, &setup, &result, args.strict_classes)?;
-    if let Some(warning) = warning.filter(|_| !args.quiet) {
-        errln!("{warning}");
+    let surplus = measuring.surplus_hash_ids;
+    meta["surplus_hash_ids"] = replay_inputs::surplus_json(&surplus);
+    let surplus_warning = surplus.warning(&trace_name);
+    for warning in [warning, surplus_warning].into_iter().flatten() {
+        if !args.quiet {
+            errln!("{warning}");
+        }
     }
     std::thread::scope(|scope| {
         // Formatted on another thread while the run is measured and the other files made.
@@ -935,7 +744,7 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             result.records.len(),
             format_ms(result.end_time.as_ns()),
             result.events,
-            args.out.display()
+            out.display()
         );
         for (name, settings) in replay_inputs::settings_facts(&setup) {
             outln!("{name}: {settings}");
@@ -961,16 +770,20 @@ struct SweepArgs {
     /// Worker threads (default: all cores). The output does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
-    /// The output directory. It must be new, empty, or a previous sweep output: a rerun
-    /// replaces the files routersim wrote there and keeps every other file; any other
-    /// directory is refused before the sweep starts.
-    #[arg(long, default_value = "sweep-out")]
-    out: PathBuf,
+    /// The output directory (default: results/<scenario name>-sweep/). It must be new,
+    /// empty, or a previous sweep output: a rerun replaces the files routersim wrote there
+    /// and keeps every other file; any other directory is refused before the sweep starts.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Also replace a previous output of another routersim command in --out (only the files
     /// routersim wrote there).
     #[arg(long)]
     force: bool,
-    /// No progress bar.
+    /// The first replication's seed (default: the scenario's `seed`); the same as
+    /// `--set seed=S`.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print nothing but errors: no progress bar, no summary table.
     #[arg(long)]
     quiet: bool,
     /// Do not write report.html (the one-page summary of the output directory; a shard's
@@ -982,7 +795,8 @@ struct SweepArgs {
     #[arg(long, value_name = "K/N")]
     shard: Option<String>,
     /// Seeded arrival jitter: each request arrives up to this many ns later than written,
-    /// drawn per seed, which reorders requests released together (0 = off).
+    /// drawn per seed, which reorders requests released together (0 = off). Kept for old
+    /// command lines: `--set delays.arrival_jitter_ns=N` says the same, on every command.
     #[arg(long, default_value_t = 0)]
     arrival_jitter_ns: u64,
     /// Report shares of the first N completions (default: the smallest completed count among
@@ -997,11 +811,12 @@ struct MergeArgs {
     /// The shard directories written by `sweep --shard K/N` (all N of them, any order).
     #[arg(required = true)]
     dirs: Vec<PathBuf>,
-    /// The output directory. It must be new, empty, or a previous sweep output: a rerun
-    /// replaces the files routersim wrote there and keeps every other file; any other
-    /// directory is refused before anything is read.
-    #[arg(long, default_value = "sweep-out")]
-    out: PathBuf,
+    /// The output directory (default: results/<scenario name>-sweep/, as the unsharded sweep
+    /// writes). It must be new, empty, or a previous sweep output: a rerun replaces the files
+    /// routersim wrote there and keeps every other file; any other directory is refused
+    /// before anything is written.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Also replace a previous output of another routersim command in --out (only the files
     /// routersim wrote there).
     #[arg(long)]
@@ -1043,6 +858,13 @@ struct TuneArgs {
     /// delays.arrival_jitter_ns=1000 (repeatable).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
+    /// The first replication's seed (default: the scenario's `seed`); the same as
+    /// `--set seed=S`.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print nothing but errors (the exit status still says whether the target was met).
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `tune --share`: which share to hit.
@@ -1062,18 +884,27 @@ fn plot_bug(e: PlotError) -> CliError {
 /// Runs a sweep (or one shard of it): every point is loaded and the output directory claimed
 /// before the first run; the files are written after the last.
 fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
+    if args.arrival_jitter_ns != 0 && !args.quiet {
+        errln!(
+            "note: --arrival-jitter-ns {0} is --set delays.arrival_jitter_ns={0}, which every command takes",
+            args.arrival_jitter_ns
+        );
+    }
+    let (sets, seed) = sweep_seed(args);
     let options = SweepOptions {
         scenario: args.scenario.clone(),
-        grid: Grid::parse(&args.sets)?,
+        grid: Grid::parse(&sets)?,
         seeds: args.seeds,
         jobs: args.jobs,
         shard: args.shard.as_deref().map(ShardSpec::parse).transpose()?,
         arrival_jitter_ns: args.arrival_jitter_ns,
         prefix_n: args.prefix_n,
+        seed,
     };
     let plan = SweepPlan::new(&options)?;
-    let target = output::claim(&args.out, OutputKind::Sweep, &plan.input_files, args.force)
-        .map_err(input)?;
+    let out = (args.out.clone()).unwrap_or_else(|| sweep_dir(&plan.manifest));
+    let target =
+        output::claim(&out, OutputKind::Sweep, &plan.input_files, args.force).map_err(input)?;
     let run = plan.run(!args.quiet)?;
     let mut files = plan.files(&run.rows).map_err(plot_bug)?;
     if !args.no_report && plan.manifest.shard.is_none() {
@@ -1085,7 +916,7 @@ fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
             let summaries = plan.summaries(&run.rows);
             out!("{}", sweep::summary_table(&plan.manifest, &summaries));
         }
-        outln!("{} runs; wrote {}", run.rows.len(), args.out.display());
+        outln!("{} runs; wrote {}", run.rows.len(), out.display());
     }
     if let Some(warning) = run.stop_warning() {
         errln!("{warning}");
@@ -1093,18 +924,42 @@ fn run_sweep(args: &SweepArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The sweep's axes and its first seed: a one-value `--set seed=S` is `--seed S`, so that the
+/// seed column says it once (a `seed=S1,S2,...` axis stays an axis, as it always was).
+fn sweep_seed(args: &SweepArgs) -> (Vec<String>, Option<u64>) {
+    let mut seed = args.seed;
+    let mut axes = Vec::new();
+    for set in &args.sets {
+        let one_seed = set
+            .split_once('=')
+            .filter(|(path, _)| path.trim() == "seed")
+            .and_then(|(_, value)| value.trim().parse::<u64>().ok());
+        match one_seed {
+            Some(value) => seed = Some(value),
+            None => axes.push(set.clone()),
+        }
+    }
+    (axes, seed)
+}
+
+/// A sweep's default directory: results/<name>-sweep/, and a shard's its own beside it
+/// (results/<name>-sweep-shard-K-of-N/), so that shards run on one machine keep apart.
+fn sweep_dir(manifest: &sweep::Manifest) -> PathBuf {
+    let command = match &manifest.shard {
+        Some(shard) => format!("sweep-shard-{}-of-{}", shard.index, shard.count),
+        None => "sweep".to_string(),
+    };
+    out_dir::command_dir(&manifest.scenario, &command)
+}
+
 /// Merges shard directories into the files an unsharded sweep writes (without latency
 /// bounds on the charts: a merge has no scenario).
 fn run_merge(args: &MergeArgs) -> Result<(), CliError> {
-    let target =
-        output::claim(&args.out, OutputKind::Sweep, &args.dirs, args.force).map_err(input)?;
-    let (manifest, rows) = sweep::shard::read_shards(&args.dirs)?;
-    let mut files = sweep::table::sweep_files(&manifest, &rows).map_err(plot_bug)?;
+    let (whole, rows) = sweep::shard::read_shards(&args.dirs)?;
+    let out = (args.out.clone()).unwrap_or_else(|| sweep_dir(&whole));
+    let target = output::claim(&out, OutputKind::Sweep, &args.dirs, args.force).map_err(input)?;
+    let mut files = sweep::table::sweep_files(&whole, &rows).map_err(plot_bug)?;
     if !args.no_report {
-        let whole = sweep::Manifest {
-            shard: None,
-            ..manifest
-        };
         let summaries = sweep::table::summarize(&whole, &rows);
         add_sweep_report(&mut files, &whole, &summaries);
     }
@@ -1124,7 +979,7 @@ fn add_sweep_report(
 /// Runs `tune` and prints the solution, the achieved shares and their sensitivity; a missed
 /// target is printed too, then exits 1.
 fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
-    let overrides = parse_overrides(&args.set)?;
+    let overrides = with_seed(parse_overrides(&args.set)?, args.seed);
     let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
     let names = scenario.class_names().to_vec();
     let targets = args
@@ -1153,7 +1008,9 @@ fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
         seeds: args.seeds,
         jobs: args.jobs,
     })?;
-    out!("{}", outcome.describe());
+    if !args.quiet {
+        out!("{}", outcome.describe());
+    }
     match outcome.met {
         true => Ok(()),
         false => Err(CliError::Expectation(format!(

@@ -19,7 +19,7 @@ use crate::time::{SimDuration, SimTime};
 use crate::workload::read_ahead;
 use crate::workload::session_trace::SessionMode;
 use crate::workload::synth::SynthWorkload;
-use crate::workload::trace::RowOrder;
+use crate::workload::trace::{RowOrder, SurplusHashIds};
 use crate::workload::{Arrival, jitter_arrivals};
 use rand::Rng;
 use std::fmt;
@@ -127,6 +127,7 @@ impl RunSpec {
                 path,
                 block_size,
                 arrival_speedup_ratio,
+                ..
             } => RequestSource::Trace {
                 path: path.clone(),
                 block_size: *block_size,
@@ -268,12 +269,12 @@ impl<'a> Started<'a> {
     /// result's files on another thread while it is measured.
     pub fn simulate(self) -> Result<(SimResult, Measuring<'a>), RunError> {
         let spec = self.spec;
-        let result = match self.rows {
+        let (result, surplus_hash_ids) = match self.rows {
             Some(rows) => {
                 let rows = rows.map_err(RunError::Input)?;
                 replay::replay_trace(&spec.config, rows, spec.timeline)?
             }
-            None => simulate(spec)?,
+            None => (simulate(spec)?, SurplusHashIds::default()),
         };
         let release = (result.records.len() >= PROMPT_RELEASE_FROM_REQUESTS)
             .then(crate::memory::PromptRelease::start);
@@ -281,6 +282,7 @@ impl<'a> Started<'a> {
             result,
             Measuring {
                 spec,
+                surplus_hash_ids,
                 _release: release,
             },
         ))
@@ -291,6 +293,8 @@ impl<'a> Started<'a> {
 /// back to the kernel promptly until it has.
 pub struct Measuring<'a> {
     spec: &'a RunSpec,
+    /// The replayed trace's rows whose hash ids outrun their input (none for other runs).
+    pub surplus_hash_ids: SurplusHashIds,
     _release: Option<crate::memory::PromptRelease>,
 }
 

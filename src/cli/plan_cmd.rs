@@ -1,7 +1,7 @@
 //! The `plan` command: its flags, the searches it makes (one, one per `--for` value, or a
 //! joint A+B search), and what it prints and writes.
 
-use super::{CliError, file_name, input, parse_overrides, plot_bug};
+use super::{CliError, file_name, input, out_dir, parse_overrides, plot_bug, with_seed};
 use crate::plan;
 use crate::report::html::REPORT_FILE;
 use crate::report::output::{self, OutputKind};
@@ -39,6 +39,10 @@ pub(super) struct PlanArgs {
     /// Override a scenario field for every probe (repeatable).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
+    /// The first replication's seed (default: the scenario's `seed`); the same as
+    /// `--set seed=S`.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Repeat the search for each value of PATH (a capacity table), e.g. workers.count=1,2,4,8.
     #[arg(long = "for", value_name = "PATH=V1,V2,...")]
     for_values: Option<String>,
@@ -53,9 +57,11 @@ pub(super) struct PlanArgs {
     /// Worker threads for a probe's seeds (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Output directory (default: results/<scenario name>-plan/). It must be new, empty, or a
-    /// previous plan output: a rerun replaces the files routersim wrote there and keeps every
-    /// other file; any other directory is refused before the search starts.
+    /// Output directory (default: results/<scenario name>-plan-<minimize|maximize>-<PATH>/,
+    /// with -total-<T> for a --total split, so that different plans keep apart). It must be
+    /// new, empty, or a previous plan output: a rerun replaces the files routersim wrote
+    /// there and keeps every other file; any other directory is refused before the search
+    /// starts.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Also replace a previous output of another routersim command in the output directory
@@ -145,14 +151,22 @@ fn plan_options(
 
 pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     let started = std::time::Instant::now();
-    let overrides = parse_overrides(&args.set)?;
+    let overrides = with_seed(parse_overrides(&args.set)?, args.seed);
     let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
     let options = plan_options(args, &overrides)?;
     let table = args.for_values.as_deref().map(parse_for).transpose()?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("results").join(format!("{}-plan", scenario.name())));
+    let goal = match options.goal {
+        plan::Goal::Minimize => "minimize",
+        plan::Goal::Maximize => "maximize",
+    };
+    let out = (args.out.clone()).unwrap_or_else(|| {
+        out_dir::plan_dir(
+            scenario.name(),
+            goal,
+            &options.parameter,
+            args.total.as_deref(),
+        )
+    });
     if let Some(total) = &args.total {
         let (total, searches) = split_searches(total, &options, table.is_some())?;
         let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
@@ -230,8 +244,9 @@ fn print_effort(
 ) {
     let probes: usize = rows.iter().map(|r| r.plan.probes.len()).sum();
     outln!(
-        "{probes} probes x {} seeds in {:.1} s; wrote {}",
-        args.seeds,
+        "{} x {} in {:.1} s; wrote {}",
+        crate::text::count_of(probes, "probe"),
+        crate::text::count_of(args.seeds as usize, "seed"),
         started.elapsed().as_secs_f64(),
         out.display()
     );

@@ -1,12 +1,13 @@
-//! What a replay records of its inputs: the engine and router settings it ran, and the trace
+//! What a replay records of its inputs: the engine and router settings it ran, the trace
 //! rows whose `policy_class` the policy does not know (a warning, or with `--strict-classes`
-//! an error before anything is written).
+//! an error before anything is written), and the rows whose hash ids outrun their input.
 
 use super::CliError;
 use crate::pipeline::ReplaySetup;
 use crate::report::run_inputs::{UnknownClasses, engine_json, router_json};
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::SimResult;
+use crate::workload::trace::SurplusHashIds;
 use serde_json::Value;
 
 /// The engine(s) and router settings the replay ran, in full, as one-line JSON facts for the
@@ -59,4 +60,11 @@ pub(super) fn record_inputs(
              this an error)"
         ))),
     }
+}
+
+/// summary.json's `surplus_hash_ids`: how many rows have hash ids past their input_length,
+/// and the first one's line (null when none).
+pub(super) fn surplus_json(surplus: &SurplusHashIds) -> Value {
+    let first_line = (surplus.rows > 0).then_some(surplus.first_line);
+    serde_json::json!({ "rows": surplus.rows, "first_line": first_line })
 }

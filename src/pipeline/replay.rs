@@ -8,7 +8,8 @@ use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{self, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool};
 use crate::time::SimDuration;
-use crate::workload::read_ahead::{PassEnd, ReadAhead};
+use crate::workload::read_ahead::{Judged, PassEnd, ReadAhead};
+use crate::workload::trace::SurplusHashIds;
 use std::path::PathBuf;
 
 /// The inputs of a trace replay, as Dynamo's offline replay takes them.
@@ -131,21 +132,27 @@ impl RunSpec {
 
 /// Replays a trace as `rows` reads it (see [`ReadAhead`]): the run takes the rows as a second
 /// thread reads them, and stands, is made again on the sorted rows, or gives way to the
-/// trace's error once the trace is judged.
+/// trace's error once the trace is judged. Also returns the rows whose hash ids outrun their
+/// input, for a warning.
 pub(super) fn replay_trace(
     config: &SimConfig,
     mut rows: ReadAhead,
     timeline: bool,
-) -> Result<SimResult, RunError> {
+) -> Result<(SimResult, SurplusHashIds), RunError> {
     let options = sim::Options::new(config.clone())
         .expecting(rows.expected_rows())
         .with_timeline(timeline);
     let result = sim::run(options, &mut rows);
-    match rows.finish().map_err(RunError::Input)? {
-        PassEnd::Stands => result.map_err(RunError::Bug),
+    let Judged {
+        end,
+        surplus_hash_ids,
+    } = rows.finish().map_err(RunError::Input)?;
+    let result = match end {
+        PassEnd::Stands => result.map_err(RunError::Bug)?,
         PassEnd::RunAgain(sorted) => {
             let options = sim::Options::new(config.clone()).with_timeline(timeline);
-            sim::run(options, sorted).map_err(RunError::Bug)
+            sim::run(options, sorted).map_err(RunError::Bug)?
         }
-    }
+    };
+    Ok((result, surplus_hash_ids))
 }

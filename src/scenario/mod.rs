@@ -68,6 +68,7 @@ use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::sim::{ClosedLoop, SimConfig, WorkerPool};
 use crate::time::SimDuration;
 use crate::workload::synth::SynthWorkload;
+use crate::workload::trace::SurplusHashIds;
 use std::path::{Path, PathBuf};
 
 /// A validated scenario: everything a run needs except the seed it is run with.
@@ -107,6 +108,8 @@ pub enum Workload {
         block_size: u64,
         /// Timestamps are divided by this (`workload.arrival_speedup_ratio`, default 1).
         arrival_speedup_ratio: f64,
+        /// The rows whose hash ids outrun their input, found by the scan (a warning).
+        surplus_hash_ids: SurplusHashIds,
     },
 }
 
@@ -230,6 +233,21 @@ impl Scenario {
     /// The `expect:` entries, parsed and validated.
     pub fn expectations(&self) -> &[Expectation] {
         &self.expectations
+    }
+
+    /// What to warn about at load, one line each: share expectations no class can make
+    /// meaningful ([`Self::share_warning`]), and trace rows whose hash ids outrun their input.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self.share_warning().into_iter().collect();
+        if let Workload::Trace {
+            path,
+            surplus_hash_ids,
+            ..
+        } = &self.workload
+        {
+            warnings.extend(surplus_hash_ids.warning(&path.display().to_string()));
+        }
+        warnings
     }
 
     /// A warning when expectations judge how classes share the workers but no class can ever

@@ -27,6 +27,7 @@ impl Scenario {
                 path,
                 block_size,
                 arrival_speedup_ratio,
+                ..
             } => read_trace(path, *block_size, *arrival_speedup_ratio)?
                 .into_iter()
                 .map(Into::into)

@@ -178,6 +178,8 @@ pub struct SweepOptions {
     pub arrival_jitter_ns: u64,
     /// Report shares of the first N completions (default: each run's own choice).
     pub prefix_n: Option<u64>,
+    /// Every point's first replication seed in place of the scenario's `seed` (`--seed`).
+    pub seed: Option<u64>,
 }
 
 /// One point of a plan: its run spec, resolved once, and its replication seeds.
@@ -387,9 +389,10 @@ fn point_scenario(
 }
 
 /// The run of a point: its scenario's spec with the sweep's first-N and, when set, the
-/// sweep's arrival jitter in place of the scenario's (one jitter, one RNG stream).
+/// sweep's seed and arrival jitter in place of the scenario's (one jitter, one RNG stream).
 fn plan_point(options: &SweepOptions, index: usize, scenario: &Scenario) -> PlanPoint {
-    let mut spec = RunSpec::from_scenario(scenario, scenario.seed());
+    let seed = options.seed.unwrap_or(scenario.seed());
+    let mut spec = RunSpec::from_scenario(scenario, seed);
     spec.prefix_n = options.prefix_n;
     if options.arrival_jitter_ns != 0 {
         spec.arrival_jitter_ns = options.arrival_jitter_ns;

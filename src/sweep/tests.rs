@@ -21,6 +21,7 @@ fn args(sets: &[&str], seeds: u32) -> SweepOptions {
         shard: None,
         arrival_jitter_ns: 0,
         prefix_n: None,
+        seed: None,
     }
 }
 

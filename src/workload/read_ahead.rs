@@ -4,7 +4,9 @@
 //! vouch for what the run saw, or when every row is needed before the run (arrival jitter).
 
 use super::session_trace::{SessionMode, read_sessions};
-use super::trace::{self, OnePass, PassVerdict, RowOrder, TraceReader, TraceSummary};
+use super::trace::{
+    self, OnePass, PassVerdict, RowOrder, SurplusHashIds, TraceReader, TraceSummary,
+};
 use super::unshared::TokenCounts;
 use super::{Arrival, PromptHashes, PromptSpec, RequestSpec, UniformBlockHashes};
 use std::fs::File;
@@ -68,6 +70,12 @@ pub enum PassEnd {
     RunAgain(Box<dyn Iterator<Item = Arrival>>),
 }
 
+/// A judged trace: what its run is worth, and the rows worth a warning.
+pub struct Judged {
+    pub end: PassEnd,
+    pub surplus_hash_ids: SurplusHashIds,
+}
+
 impl ReadAhead {
     /// Opens the trace at `path` (`block_size` tokens per hash id) and starts reading it in
     /// `order`, timestamps divided by `speedup_ratio` (a closed loop, in file order, ignores
@@ -123,19 +131,24 @@ impl ReadAhead {
     ///   stopped reading (a time limit, a closed loop's end of issue, a caught bug): a scan
     ///   decides. Its error, if any; else a time-ordered trace's run stands (it had every row
     ///   it asked for, with the scan's origin), and an unsorted one must run again sorted.
-    pub fn finish(self) -> Result<PassEnd, String> {
+    pub fn finish(self) -> Result<Judged, String> {
         // The reader, blocked on a full channel or not, stops at its next hand-off.
         drop(self.arrivals);
         let verdict = self
             .reader
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let judged = |end, surplus_hash_ids| Judged {
+            end,
+            surplus_hash_ids,
+        };
         match verdict {
-            PassVerdict::Valid => Ok(PassEnd::Stands),
+            PassVerdict::Valid(surplus) => Ok(judged(PassEnd::Stands, surplus)),
             PassVerdict::Invalid(e) => Err(e.to_string()),
             PassVerdict::Undecided => {
                 let (path, block_size) = (&self.path, self.block_size);
                 let summary = scan_trace(path, block_size, self.speedup_ratio)?;
+                let surplus = summary.surplus_hash_ids;
                 if summary.sessions {
                     let mode = match self.order {
                         RowOrder::Time => SessionMode::Trace {
@@ -144,13 +157,15 @@ impl ReadAhead {
                         RowOrder::File => SessionMode::ClosedLoop,
                     };
                     let arrivals = session_arrivals(path, block_size, mode)?;
-                    return Ok(PassEnd::RunAgain(Box::new(arrivals.into_iter())));
+                    let end = PassEnd::RunAgain(Box::new(arrivals.into_iter()));
+                    return Ok(judged(end, surplus));
                 }
                 if summary.sorted || self.order == RowOrder::File {
-                    return Ok(PassEnd::Stands);
+                    return Ok(judged(PassEnd::Stands, surplus));
                 }
                 let sorted = in_time_order(path, block_size, self.speedup_ratio, &summary)?;
-                Ok(PassEnd::RunAgain(Box::new(sorted.map(Arrival::from))))
+                let end = PassEnd::RunAgain(Box::new(sorted.map(Arrival::from)));
+                Ok(judged(end, surplus))
             }
         }
     }

@@ -95,6 +95,48 @@ pub struct TraceSummary {
     /// Some row is a session's turn: the trace is replayed through the session loader
     /// ([`super::session_trace::read_sessions`]), which checks its times itself.
     pub sessions: bool,
+    /// The rows whose `hash_ids` describe more tokens than their `input_length`.
+    pub surplus_hash_ids: SurplusHashIds,
+}
+
+/// Rows whose `hash_ids` describe more blocks than their `input_length` fills: accepted, as
+/// Dynamo 1.6.1 accepts them (the prompt is the first `input_length` tokens; later ids are
+/// never used), but worth a warning, since a trace made that way usually has a mistake.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SurplusHashIds {
+    /// How many rows.
+    pub rows: u64,
+    /// The first such row's line in the file (0 when there is none).
+    pub first_line: usize,
+}
+
+impl SurplusHashIds {
+    /// Counts the row at `line`, `input_tokens` long, with `ids` hash ids of `tokens_per_hash`
+    /// tokens each, if its last id covers none of its tokens.
+    fn add(&mut self, line: usize, input_tokens: u64, ids: u64, tokens_per_hash: u64) {
+        if ids.saturating_sub(1).saturating_mul(tokens_per_hash) >= input_tokens {
+            self.rows += 1;
+            if self.first_line == 0 {
+                self.first_line = line;
+            }
+        }
+    }
+
+    /// The warning about them, naming `source` (`None` when there are none).
+    pub fn warning(&self, source: &str) -> Option<String> {
+        let (rows, whose) = match self.rows {
+            0 => return None,
+            1 => (format!("1 row (line {}) has", self.first_line), "its"),
+            n => (
+                format!("{n} rows (the first at line {}) have", self.first_line),
+                "their",
+            ),
+        };
+        Some(format!(
+            "warning: {source}: {rows} more hash_ids than {whose} input_length fills; the prompt \
+             is the first input_length tokens and the ids past them are unused, as in Dynamo 1.6.1"
+        ))
+    }
 }
 
 /// Validates every row of a trace without keeping any, so that a bad trace is refused before
@@ -141,6 +183,7 @@ struct Tally {
     latest_ms: f64,
     latest_line: usize,
     sessions: bool,
+    surplus_hash_ids: SurplusHashIds,
 }
 
 impl Default for Tally {
@@ -154,6 +197,7 @@ impl Default for Tally {
             latest_ms: f64::NEG_INFINITY,
             latest_line: 0,
             sessions: false,
+            surplus_hash_ids: SurplusHashIds::default(),
         }
     }
 }
@@ -169,6 +213,9 @@ impl Tally {
         self.blocks += row.spec.prompt.block_count();
         reader.check_totals(self.rows, self.blocks)?;
         self.sessions |= row.is_session_row();
+        let PromptSpec::HashIds { hash_ids, .. } = &row.spec.prompt;
+        let (ids, input_tokens) = (hash_ids.len() as u64, row.spec.input_tokens);
+        (self.surplus_hash_ids).add(row.line, input_tokens, ids, reader.tokens_per_hash);
         let timestamp_ms = row.timestamp_ms.unwrap_or(0.0);
         self.origin_ms = self.origin_ms.min(timestamp_ms);
         self.sorted &= timestamp_ms >= self.last_ms;
@@ -215,6 +262,7 @@ impl Tally {
             origin_ms,
             sorted: self.sorted,
             sessions: self.sessions,
+            surplus_hash_ids: self.surplus_hash_ids,
         })
     }
 }
@@ -522,8 +570,9 @@ pub enum RowOrder {
 /// What a [`OnePass`] found out about its trace.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PassVerdict {
-    /// Read to its end: every row valid and handed on (in time order, for [`RowOrder::Time`]).
-    Valid,
+    /// Read to its end: every row valid and handed on (in time order, for [`RowOrder::Time`]),
+    /// with the rows whose hash ids outrun their input.
+    Valid(SurplusHashIds),
     /// Invalid: the error [`scan_scaled`] gives for this trace (the rows before it were valid,
     /// so a scan stops at the same row, or at the end for the time bound, with the same words).
     Invalid(TraceError),
@@ -572,7 +621,7 @@ impl<R: BufRead> OnePass<R> {
         let Some(row) = self.reader.next_row() else {
             // The whole trace is read: the tally gives a scan's own answer.
             return match self.tally.finish(&self.reader, self.reader.speedup_ratio) {
-                Ok(_) => Err(PassVerdict::Valid),
+                Ok(summary) => Err(PassVerdict::Valid(summary.surplus_hash_ids)),
                 Err(e) => Err(PassVerdict::Invalid(e)),
             };
         };
@@ -958,6 +1007,24 @@ mod tests {
     }
 
     #[test]
+    fn a_row_is_surplus_when_its_last_hash_id_covers_none_of_its_input() {
+        let mut surplus = SurplusHashIds::default();
+        surplus.add(3, 513, 2, 512); // the second id holds token 513
+        assert_eq!(surplus, SurplusHashIds::default());
+        surplus.add(4, 512, 2, 512); // 512 tokens fill the first id
+        surplus.add(9, 1, 3, 512);
+        assert_eq!(
+            surplus,
+            SurplusHashIds {
+                rows: 2,
+                first_line: 4
+            }
+        );
+        surplus.add(10, 0, u64::MAX, u64::MAX); // saturates, never overflows
+        assert_eq!(surplus.rows, 3);
+    }
+
+    #[test]
     fn parses_rows_with_optional_fields() {
         let rows = read(concat!(
             r#"{"timestamp": 1.5, "input_length": 600, "output_length": 3, "hash_ids": [4, 5]}"#,
@@ -1003,6 +1070,7 @@ mod tests {
             origin_ms: 1000.5,
             sorted: false,
             sessions: false,
+            surplus_hash_ids: SurplusHashIds::default(),
         };
         assert_eq!(summary, expected);
         let arrivals: Vec<u64> = TraceReader::new(text.as_bytes(), "t", 512)

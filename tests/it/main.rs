@@ -7,6 +7,7 @@ mod faults;
 mod fidelity;
 mod file_names;
 mod input_messages;
+mod out_dirs;
 mod plan;
 mod pools;
 mod rate;

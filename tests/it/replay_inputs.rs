@@ -1,6 +1,6 @@
 //! What a replay says about its inputs: the engine and router settings it ran, in full (in
 //! summary.json, on the terminal and on report.html), and the trace rows whose
-//! `policy_class` the policy does not have.
+//! `policy_class` the policy does not have, or whose hash ids outrun their input.
 
 use crate::report_page::{chromium, headless};
 use assert_cmd::Command;
@@ -114,4 +114,82 @@ fn strict_classes_refuses_unknown_classes_before_writing_anything() {
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
     assert!(stderr.contains("refused by --strict-classes"), "{stderr}");
     assert!(!out.exists(), "nothing is written");
+}
+
+/// A trace whose rows 1 and 3 have hash ids past their input (row 2 fills its last block).
+const SURPLUS_TRACE: &str = concat!(
+    "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 2, \"hash_ids\": [1, 2]}\n",
+    "{\"timestamp\": 1, \"input_length\": 513, \"output_length\": 2, \"hash_ids\": [1, 2]}\n",
+    "{\"timestamp\": 2, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1, 3]}\n",
+);
+
+#[test]
+fn hash_ids_past_the_input_are_counted_and_warned_about_and_still_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("t.jsonl"), SURPLUS_TRACE).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        Command::cargo_bin("routersim")
+            .unwrap()
+            .current_dir(tmp.path())
+            .args(["replay", "--trace", "t.jsonl", "--no-report", "--out", out])
+            .args(extra)
+            .assert()
+            .success()
+    };
+    let stderr = String::from_utf8_lossy(&run("out", &[]).get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(
+            "t.jsonl: 2 rows (the first at line 1) have more hash_ids than their input_length fills"
+        ),
+        "{stderr}"
+    );
+    let found = meta(&tmp.path().join("out"));
+    assert_eq!(
+        found["surplus_hash_ids"],
+        serde_json::json!({"rows": 2, "first_line": 1})
+    );
+    let requests = std::fs::read_to_string(tmp.path().join("out/requests.csv")).unwrap();
+    assert_eq!(
+        requests
+            .lines()
+            .filter(|l| l.contains(",completed"))
+            .count(),
+        3
+    );
+    let quiet = run("quiet", &["--quiet"]);
+    assert!(quiet.get_output().stderr.is_empty());
+    // A clean trace says none, with the same keys.
+    std::fs::write(
+        tmp.path().join("t.jsonl"),
+        SURPLUS_TRACE.lines().nth(1).unwrap(),
+    )
+    .unwrap();
+    let clean = run("clean", &[]);
+    assert!(clean.get_output().stderr.is_empty());
+    let none = meta(&tmp.path().join("clean"));
+    assert_eq!(
+        none["surplus_hash_ids"],
+        serde_json::json!({"rows": 0, "first_line": null})
+    );
+}
+
+#[test]
+fn a_scenario_over_a_trace_with_hash_ids_past_the_input_warns_at_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("t.jsonl"), SURPLUS_TRACE).unwrap();
+    let scenario = "name: surplus\nworkers: {count: 1}\nworkload: {trace: t.jsonl}\n";
+    std::fs::write(tmp.path().join("s.yaml"), scenario).unwrap();
+    for command in ["run", "validate"] {
+        let assert = Command::cargo_bin("routersim")
+            .unwrap()
+            .current_dir(tmp.path())
+            .args([command, "s.yaml"])
+            .assert()
+            .success();
+        let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
+        assert!(
+            stderr.contains("2 rows (the first at line 1) have more hash_ids"),
+            "{command}: {stderr}"
+        );
+    }
 }

@@ -215,7 +215,6 @@ fn a_bound_without_timeline_or_not_a_number_exits_2() {
             "--timeline-max-requests",
             "many",
         ],
-        vec!["check", &file, "--out", "x"],
     ] {
         let (code, _, stderr) = run_in_dir(dir.path(), &args);
         assert_eq!(code, 2, "{args:?}: {stderr}");

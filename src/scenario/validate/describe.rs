@@ -118,6 +118,7 @@ fn describe_workload(workload: &Workload) -> String {
             path,
             block_size,
             arrival_speedup_ratio,
+            ..
         } => {
             let speedup = match *arrival_speedup_ratio == 1.0 {
                 true => String::new(),

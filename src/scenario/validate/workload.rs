@@ -121,6 +121,7 @@ fn trace_workload(
         path,
         block_size,
         arrival_speedup_ratio,
+        surplus_hash_ids: summary.surplus_hash_ids,
     })
 }
 
