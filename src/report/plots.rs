@@ -352,19 +352,21 @@ fn mark_faults(chart: &mut Chart, marks: &[FaultMark], end_ms: f64) {
 /// Points of a line.
 type Line = Vec<(f64, f64)>;
 
-/// Per class, its cumulative share of the service dispatched in backlogged windows and its
-/// cumulative ideal share there, at each counted dispatch; a NaN point separates windows.
+/// Per class, its share of all the service dispatched in backlogged windows so far and its
+/// ideal share of it, at each counted dispatch: one continuous line across the windows, held
+/// flat from one window's last dispatch to the next window's start (nothing is counted
+/// between windows), so its last point is the run's backlogged share.
 fn backlogged_share_curves(metrics: &RunMetrics) -> Vec<(Line, Line)> {
     let classes = metrics.classes.len();
     let mut service = vec![0u64; classes];
     let mut ideal = vec![0.0; classes];
-    let mut curves = vec![(Vec::new(), Vec::new()); classes];
-    for (i, w) in metrics.windows.iter().enumerate() {
-        if i > 0 {
-            let gap = (w.start.as_ms_f64(), f64::NAN);
-            for (measured, ideal) in &mut curves {
-                measured.push(gap);
-                ideal.push(gap);
+    let mut curves: Vec<(Line, Line)> = vec![(Vec::new(), Vec::new()); classes];
+    for w in &metrics.windows {
+        let start = w.start.as_ms_f64();
+        for (measured, ideal) in &mut curves {
+            if let (Some(&(_, m)), Some(&(_, i))) = (measured.last(), ideal.last()) {
+                measured.push((start, m));
+                ideal.push((start, i));
             }
         }
         for credit in &w.credits {
@@ -387,17 +389,17 @@ fn backlogged_share_curves(metrics: &RunMetrics) -> Vec<(Line, Line)> {
     curves
 }
 
-/// Each class's share of the uncached-token service dispatched while two or more classes were
-/// backlogged (cumulative over those windows, which are shaded), against its ideal DRR share
-/// there (dashed; it follows which classes were backlogged). Its last value is the
-/// `backlogged_share` of `classes.csv`. Outside the windows no class competes, so no share
-/// is drawn there.
+/// Each class's share of all the uncached-token service dispatched so far while two or more
+/// classes were backlogged (those windows are shaded), against its ideal DRR share of it
+/// (dashed; it follows which classes were backlogged). One line, cumulative across the
+/// windows and flat between them, however short they are (Poisson load gives many brief
+/// ones); its last value is the `backlogged_share` of `classes.csv`.
 pub fn token_share_over_time(metrics: &RunMetrics) -> Chart {
     let end_ms = metrics.makespan.as_ms_f64().max(1e-3);
     let x = Axis::time_ms("simulated time", (0.0, end_ms));
-    let y = Axis::linear("cumulative share of backlogged service", (0.0, 1.0));
+    let y = Axis::linear("share of backlogged service so far", (0.0, 1.0));
     let title = match metrics.classes_backlogged_together() {
-        true => "Share of uncached-token service while classes are backlogged together",
+        true => "Cumulative share of uncached-token service while classes are backlogged",
         false => "Token-service share: classes were never backlogged together",
     };
     let mut chart = Chart::new("token_share", title, x, y, LegendCorner::UpperRight);
@@ -871,15 +873,39 @@ mod tests {
     }
 
     #[test]
-    fn token_share_is_drawn_only_inside_backlogged_windows() {
+    fn token_share_is_one_line_held_flat_between_backlogged_windows() {
+        let mut m = weighted();
+        // Cut the one window into two with a gap of completions between them.
+        let whole = m.windows.remove(0);
+        let (early, late) = (m.completions[99].time, m.completions[200].time);
+        let mut first = whole.clone();
+        first.end = early;
+        first.credits.retain(|c| c.time <= early);
+        let mut second = whole;
+        second.start = late;
+        second.credits.retain(|c| c.time >= late);
+        m.windows = vec![first, second];
+        let chart = token_share_over_time(&m);
+        for s in &chart.series {
+            assert!(s.points.iter().all(|p| p.1.is_finite()), "{}", s.label);
+            let (before, after): (Vec<&(f64, f64)>, Vec<_>) =
+                s.points.iter().partition(|p| p.0 <= early.as_ms_f64());
+            // Nothing is counted between the windows: the share the first one ended with
+            // holds until the second opens.
+            let held = (late.as_ms_f64(), before.last().unwrap().1);
+            assert_eq!(*after[0], held, "{}", s.label);
+        }
+    }
+
+    #[test]
+    fn token_share_is_drawn_inside_backlogged_windows_and_ends_at_the_backlogged_share() {
         let m = weighted();
         let chart = token_share_over_time(&m);
         let windows = &chart.shadings[0].windows;
         assert_eq!(windows.len(), m.windows.len());
         let inside = |x: f64| windows.iter().any(|&(a, b)| a <= x && x <= b);
         for s in &chart.series {
-            let drawn = s.points.iter().filter(|p| p.1.is_finite());
-            assert!(drawn.clone().all(|p| inside(p.0)), "{}", s.label);
+            assert!(s.points.iter().all(|p| inside(p.0)), "{}", s.label);
         }
         // Its end is the backlogged share that classes.csv reports, not the drift to 0.5 of
         // a share over the whole run.

@@ -35,7 +35,9 @@ pub use table::PointSummary;
 pub use tune::{ShareKind, Spread, TuneOptions, TuneOutcome, TuneTarget};
 
 /// The terminal summary of a whole sweep: per point, the axis values and each class's share
-/// of the first N completions (mean and 95% interval over seeds).
+/// of the first N completions (mean and 95% interval over seeds) beside its ideal there, the
+/// request split DRR implies for the classes' sizes (the run table's `ideal`, mean over seeds;
+/// not the quantum share, which splits tokens).
 pub fn summary_table(manifest: &Manifest, summaries: &[PointSummary]) -> String {
     let mut out = String::new();
     for axis in &manifest.grid.axes {
@@ -43,26 +45,35 @@ pub fn summary_table(manifest: &Manifest, summaries: &[PointSummary]) -> String 
     }
     for class in &manifest.class_names {
         out += &format!("{:>24} ", format!("{class} share [95% CI]"));
+        out += &format!("{:>w$} ", format!("{class} ideal"), w = ideal_width(class));
     }
     out = out.trim_end().to_string() + "\n";
     for summary in summaries {
-        out += &summary_line(summary);
+        out += &summary_line(summary, &manifest.class_names);
     }
     out
 }
 
-fn summary_line(summary: &PointSummary) -> String {
+/// The width of a class's ideal column: its header's, at least the 12 of a short name's.
+fn ideal_width(class: &str) -> usize {
+    (class.len() + " ideal".len()).max(12)
+}
+
+fn summary_line(summary: &PointSummary, class_names: &[String]) -> String {
     let mut line = String::new();
     for value in &summary.values {
         line += &format!("{value:>14} ");
     }
-    for class in 0..summary.ideal_share.len() {
+    for (class, name) in class_names.iter().enumerate() {
         let cell = match summary.get(class, ClassMetric::ShareFirstN) {
             Some(s) => format!("{:.3} [{:.3}, {:.3}]", s.mean, s.ci95_low, s.ci95_high),
             // No run had a first-N share to measure.
             None => "-".to_string(),
         };
         line += &format!("{cell:>24} ");
+        let ideal = summary.ideal(class, ClassMetric::ShareFirstN);
+        let ideal = ideal.map_or_else(|| "-".to_string(), |i| format!("{i:.3}"));
+        line += &format!("{ideal:>w$} ", w = ideal_width(name));
     }
     line.trim_end().to_string() + "\n"
 }

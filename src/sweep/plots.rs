@@ -1,8 +1,14 @@
 //! Sweep plots: with one varied axis, each metric against it (one line per class with its 95%
-//! confidence band over seeds; shares with the ideal DRR share dashed where classes were
-//! backlogged together, latencies on a log axis with the scenario's bounds on that metric as
-//! labelled lines); with two, a heatmap of each class's mean first-N share. More varied axes
-//! get no plots (fix all but one or two with single-valued `--set`).
+//! confidence band over seeds; shares with their ideal dashed where classes were backlogged
+//! together, latencies on a log axis with the scenario's bounds on that metric as labelled
+//! lines); with two, a heatmap of each class's mean first-N share. More varied axes get no
+//! plots (fix all but one or two with single-valued `--set`).
+//!
+//! The two shares have different ideals. DRR splits tokens by quanta, so the backlogged token
+//! share's ideal is the quantum share; the share of the first N completions counts requests,
+//! and its ideal is the request split DRR implies for the classes' request sizes (the run
+//! table's `ideal`, [`PointSummary::ideal`]): a class of 2,000-token prompts gets far fewer
+//! requests than its quantum share.
 //!
 //! Line charts are [`crate::report::chart::Chart`]s, the model and renderer the run plots use;
 //! only the heatmap draws itself here.
@@ -214,9 +220,9 @@ pub fn line_chart(
     for (class, name) in names.iter().enumerate() {
         series.push(class_series(summaries, class, name, metric, &x_of));
         if ideal {
-            let points = ideal_curve(manifest, summaries, axis, class, &x_of);
+            let points = ideal_curve(manifest, summaries, (axis, metric), class, &x_of);
             series.push(Series::ideal(
-                format!("{name} ideal DRR share"),
+                format!("{name} {}", ideal_label(metric)),
                 class,
                 points,
             ));
@@ -233,7 +239,10 @@ pub fn line_chart(
         "{} vs {} (mean, 95% CI{})",
         metric.name(),
         short(&a.path),
-        if ideal { "; dashed: ideal" } else { "" }
+        match ideal {
+            true => format!("; dashed: {}", ideal_label(metric)),
+            false => String::new(),
+        }
     );
     // Shares cross mid-height; latencies grow upward, leaving the lower right free.
     let legend = match metric.is_share() {
@@ -248,25 +257,37 @@ pub fn line_chart(
     chart
 }
 
+/// What the dashed line of share `metric` is, for legends and titles.
+fn ideal_label(metric: ClassMetric) -> &'static str {
+    match metric {
+        ClassMetric::ShareFirstN => "ideal request share",
+        _ => "ideal token share",
+    }
+}
+
 /// Samples of the dashed ideal line between measured points.
 const IDEAL_SAMPLES: usize = 200;
 
-/// Class `class`'s ideal DRR share against the axis. When the axis is a class's quantum
-/// (`router.policy_classes.<name>.quantum`), the fluid share q_i / sum q is drawn as the
-/// smooth curve it is (the other quanta recovered from a measured point's ideal shares);
-/// otherwise the ideal shares of the points are joined.
+/// Class `class`'s ideal of share `metric` ([`PointSummary::ideal`]) against the axis. The
+/// points' ideals are joined, but when the axis is a class's quantum
+/// (`router.policy_classes.<name>.quantum`) the token ideal, the fluid share q_i / sum q, is
+/// drawn as the smooth curve it is (the other quanta recovered from a measured point's ideal
+/// shares). The first-N request ideal has no such form: it depends on each run's sizes.
 fn ideal_curve(
     manifest: &Manifest,
     summaries: &[PointSummary],
-    axis: usize,
+    (axis, metric): (usize, ClassMetric),
     class: usize,
     x_of: &dyn Fn(&PointSummary) -> f64,
 ) -> Vec<(f64, f64)> {
     let mut at_points: Vec<(f64, f64)> = summaries
         .iter()
-        .map(|s| (x_of(s), s.ideal_share[class]))
+        .filter_map(|s| Some((x_of(s), s.ideal(class, metric)?)))
         .collect();
     at_points.sort_by(|p, q| p.0.total_cmp(&q.0));
+    if metric != ClassMetric::BackloggedTokenShare {
+        return at_points;
+    }
     let path = &manifest.grid.axes[axis].path;
     let varied_class = path
         .strip_prefix("router.policy_classes.")

@@ -1,6 +1,7 @@
 //! The `report.html` of a whole (or merged) sweep: what was swept, the summary table (per
-//! point: each class's first-N share with its 95% interval over seeds, and its p99 TTFT) and
-//! the metric charts, built with [`crate::report::html::Page`] (bytes from data).
+//! point: each class's first-N share with its 95% interval over seeds beside its first-N
+//! request ideal, and its p99 TTFT) and the metric charts, built with
+//! [`crate::report::html::Page`] (bytes from data).
 
 use super::ClassMetric;
 use super::shard::Manifest;
@@ -21,7 +22,9 @@ pub fn sweep_report<S: AsRef<str>, B: AsRef<[u8]>>(
     page.table("summary", &header, &rows);
     page.paragraph(
         "Means over each point's seeds; the share is of the first N completions, with its \
-         Student-t 95% confidence interval. sweep-summary.csv holds every metric.",
+         Student-t 95% confidence interval, and the ideal is the share of them DRR implies for \
+         the classes' request sizes (the run table's ideal; the quantum share splits tokens, \
+         not requests). sweep-summary.csv holds every metric.",
     );
     page.section("plots", "Plots");
     match files.iter().any(|(n, _)| n.as_ref().ends_with(".svg")) {
@@ -64,6 +67,7 @@ fn summary_cells(
     header.push("runs".into());
     for class in &manifest.class_names {
         header.push(format!("{class} share [95% CI]"));
+        header.push(format!("{class} ideal"));
         header.push(format!("{class} ttft p99 ms"));
     }
     let rows = summaries.iter().map(|s| summary_row(s, manifest)).collect();
@@ -79,6 +83,8 @@ fn summary_row(summary: &PointSummary, manifest: &Manifest) -> Vec<String> {
             Some(s) => format!("{:.3} [{:.3}, {:.3}]", s.mean, s.ci95_low, s.ci95_high),
             None => "-".to_string(),
         });
+        let ideal = summary.ideal(class, ClassMetric::ShareFirstN);
+        row.push(ideal.map_or_else(|| "-".to_string(), |i| format!("{i:.3}")));
         row.push(
             summary
                 .get(class, ClassMetric::TtftMsP99)

@@ -23,8 +23,8 @@ use std::path::PathBuf;
 pub struct ClassRow {
     /// Completed requests.
     pub completed: u64,
-    /// The class's ideal DRR share: its quantum over the sum of the quanta of the classes
-    /// that had requests.
+    /// The class's ideal DRR token share: its quantum over the sum of the quanta of the
+    /// classes that had requests (the reference of the backlogged token share).
     pub ideal_share: f64,
     /// Its share of the first `prefix_n` completions.
     pub share_first_n: Option<f64>,
@@ -38,6 +38,10 @@ pub struct ClassRow {
     pub e2e_ms_p50: Option<f64>,
     /// End-to-end latency 99th percentile, ms.
     pub e2e_ms_p99: Option<f64>,
+    /// The class's ideal share of the first `prefix_n` completions, the reference of
+    /// `share_first_n`: the request split DRR implies for the classes' request sizes, the
+    /// run table's `ideal` ([`RunMetrics::ideal_prefix_share`]); `None` when nothing completed.
+    pub ideal_share_first_n: Option<f64>,
 }
 
 /// A per-class metric of [`ClassRow`] that the summary and plots aggregate over seeds.
@@ -97,7 +101,9 @@ impl ClassMetric {
         }
     }
 
-    /// Whether the metric is a share (so the ideal DRR share is its reference).
+    /// Whether the metric is a share (so an ideal DRR share is its reference: the first-N
+    /// request ideal for [`ClassMetric::ShareFirstN`], the token ideal for
+    /// [`ClassMetric::BackloggedTokenShare`]).
     pub fn is_share(self) -> bool {
         matches!(
             self,
@@ -158,6 +164,7 @@ fn class_row(metrics: &RunMetrics, class: usize) -> ClassRow {
         ttft_ms_p99: latency(LatencyKind::Ttft, Stat::P99),
         e2e_ms_p50: latency(LatencyKind::E2e, Stat::P50),
         e2e_ms_p99: latency(LatencyKind::E2e, Stat::P99),
+        ideal_share_first_n: metrics.ideal_prefix_share(class, metrics.prefix_n),
     }
 }
 

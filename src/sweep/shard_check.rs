@@ -40,7 +40,8 @@ pub fn max_rows_csv_bytes(manifest: &Manifest, runs: usize) -> u64 {
         .iter()
         .map(|a| a.values.iter().map(|v| quoted(v)).max().unwrap_or(1))
         .sum();
-    let per_class = INTEGER_CELL + FLOAT_CELL * ClassMetric::ALL.len() as u64;
+    // `completed`, then as floats `ideal_share`, the other metrics and `ideal_share_first_n`.
+    let per_class = INTEGER_CELL + FLOAT_CELL * (ClassMetric::ALL.len() as u64 + 1);
     let classes = manifest.class_names.len() as u64;
     let row = 4 * INTEGER_CELL + axes + classes * per_class + 1;
     let header: u64 = super::table::rows_header(manifest)
@@ -113,6 +114,8 @@ fn check_prefix_n(manifest: &Manifest, row: &Row, at: &RowSource) -> Result<(), 
 fn check_class(class: &ClassRow, name: &str, at: &RowSource) -> Result<(), RunError> {
     let column = |suffix: &str| format!("{name}.{suffix}");
     check_share(Some(class.ideal_share), &column("ideal_share"), at)?;
+    let first_n_ideal = column("ideal_share_first_n");
+    check_share(class.ideal_share_first_n, &first_n_ideal, at)?;
     if class.completed > MAX_REQUESTS {
         return Err(at.error(
             &column("completed"),
@@ -225,6 +228,7 @@ mod tests {
                 class.ttft_ms_p99 = Some(-5e-324);
                 class.e2e_ms_p50 = Some(f64::MAX);
                 class.e2e_ms_p99 = Some(-1.2345678901234567e-300);
+                class.ideal_share_first_n = Some(-2.2250738585072014e-308 / 7.0);
             }
         }
         let bytes = rows_csv(&m, &longest).len() as u64;

@@ -19,10 +19,13 @@ pub struct PointSummary {
     pub values: Vec<String>,
     /// How many runs (seeds) it has.
     pub runs: usize,
-    /// Per class, the ideal DRR share (mean over runs; equal in all of them).
+    /// Per class, the ideal DRR token share (mean over runs; equal in all of them).
     pub ideal_share: Vec<f64>,
     /// Per class, per [`ClassMetric::ALL`] entry, the summary (`None` if no run had a value).
     pub metrics: Vec<Vec<Option<Summary>>>,
+    /// Per class, the mean over runs of its ideal share of the first N completions (the
+    /// request split DRR implies for the sizes each seed drew); `None` if no run had one.
+    pub ideal_share_first_n: Vec<Option<f64>>,
 }
 
 impl PointSummary {
@@ -30,6 +33,17 @@ impl PointSummary {
     pub fn get(&self, class: usize, metric: ClassMetric) -> Option<Summary> {
         let m = ClassMetric::ALL.iter().position(|&x| x == metric)?;
         *self.metrics.get(class)?.get(m)?
+    }
+
+    /// The reference of share `metric` for class `class`: the first-N request ideal for
+    /// [`ClassMetric::ShareFirstN`], the token ideal for [`ClassMetric::BackloggedTokenShare`]
+    /// (`None` for a metric that is no share, or when no run had a first-N ideal).
+    pub fn ideal(&self, class: usize, metric: ClassMetric) -> Option<f64> {
+        match metric {
+            ClassMetric::ShareFirstN => *self.ideal_share_first_n.get(class)?,
+            ClassMetric::BackloggedTokenShare => self.ideal_share.get(class).copied(),
+            _ => None,
+        }
     }
 }
 
@@ -69,7 +83,8 @@ pub fn sweep_files_with_expectations(
 }
 
 /// The `sweep.csv` header: `point`, the axis paths, `replication`, `seed`, `prefix_n`, then
-/// per class `<class>.ideal_share` and `<class>.<metric>` for every [`ClassMetric`].
+/// per class `<class>.ideal_share` and `<class>.<metric>` for every [`ClassMetric`], then
+/// per class `<class>.ideal_share_first_n` (added last, so earlier columns kept their places).
 pub fn rows_header(manifest: &Manifest) -> Vec<String> {
     let mut header = vec!["point".to_string()];
     header.extend(manifest.grid.axes.iter().map(|a| a.path.clone()));
@@ -82,7 +97,14 @@ pub fn rows_header(manifest: &Manifest) -> Vec<String> {
                 .map(|m| format!("{class}.{}", m.name())),
         );
     }
+    header.extend(first_n_ideal_columns(manifest));
     header
+}
+
+/// `<class>.ideal_share_first_n` per class: the last columns of both CSVs.
+fn first_n_ideal_columns(manifest: &Manifest) -> impl Iterator<Item = String> + '_ {
+    let names = manifest.class_names.iter();
+    names.map(|class| format!("{class}.ideal_share_first_n"))
 }
 
 /// `sweep.csv` bytes. Floats use Rust's shortest round-trip form, so [`parse_rows_csv`] gives
@@ -102,6 +124,7 @@ pub fn rows_csv(manifest: &Manifest, rows: &[Row]) -> Vec<u8> {
             record.push(class.ideal_share.to_string());
             record.extend(ClassMetric::ALL.iter().map(|m| cell(m.of(class))));
         }
+        record.extend(row.classes.iter().map(|c| cell(c.ideal_share_first_n)));
         write_record(&mut out, &record);
     }
     finish(out)
@@ -181,9 +204,12 @@ fn parse_row(fields: &[&str], header: &[String], axes: usize) -> Result<Row, Str
     };
     let fixed = 1 + axes + 3;
     let per_class = 1 + ClassMetric::ALL.len();
-    let classes = (fixed..fields.len())
-        .step_by(per_class)
-        .map(|c| {
+    // Each class has its block, then one first-N ideal among the last columns.
+    let class_count = (fields.len() - fixed) / (per_class + 1);
+    let first_n_ideals = fixed + class_count * per_class;
+    let classes = (0..class_count)
+        .map(|k| {
+            let c = fixed + k * per_class;
             Ok(ClassRow {
                 ideal_share: float(c)?,
                 completed: int(c + 1)?,
@@ -193,6 +219,7 @@ fn parse_row(fields: &[&str], header: &[String], axes: usize) -> Result<Row, Str
                 ttft_ms_p99: optional(c + 5)?,
                 e2e_ms_p50: optional(c + 6)?,
                 e2e_ms_p99: optional(c + 7)?,
+                ideal_share_first_n: optional(first_n_ideals + k)?,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -232,18 +259,29 @@ fn summarize_point(class_count: usize, runs: &[Row]) -> PointSummary {
                 .collect()
         })
         .collect();
+    let ideal_share_first_n = (0..class_count)
+        .map(|c| {
+            let ideals: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| r.classes[c].ideal_share_first_n)
+                .collect();
+            Summary::of(&ideals).map(|s| s.mean)
+        })
+        .collect();
     PointSummary {
         point: runs[0].point,
         values: runs[0].values.clone(),
         runs: runs.len(),
         ideal_share,
         metrics,
+        ideal_share_first_n,
     }
 }
 
 /// `sweep-summary.csv` bytes: `point`, the axis paths, `runs`, then per class
-/// `<class>.ideal_share` and, per metric, `.mean .min .max .ci95_low .ci95_high` (6 decimals;
-/// empty when no run had a value).
+/// `<class>.ideal_share` (the token ideal) and, per metric, `.mean .min .max .ci95_low
+/// .ci95_high`, then per class `<class>.ideal_share_first_n` (the mean first-N request ideal,
+/// the reference of `share_first_n`); 6 decimals, empty when no run had a value.
 pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
     let mut out = csv::Writer::from_writer(Vec::new());
     let mut header = vec!["point".to_string()];
@@ -257,6 +295,7 @@ pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
             }
         }
     }
+    header.extend(first_n_ideal_columns(manifest));
     write_record(&mut out, &header);
     for s in summaries {
         let mut record = vec![s.point.to_string()];
@@ -268,6 +307,8 @@ pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
                 record.extend(summary_cells(summary));
             }
         }
+        let first_n_ideals = s.ideal_share_first_n.iter();
+        record.extend(first_n_ideals.map(|i| i.map(|v| format!("{v:.6}")).unwrap_or_default()));
         write_record(&mut out, &record);
     }
     finish(out)
@@ -312,6 +353,7 @@ pub(crate) mod tests {
             ttft_ms_p99: None,
             e2e_ms_p50: Some(1234.567891),
             e2e_ms_p99: Some(f64::MIN_POSITIVE),
+            ideal_share_first_n: share.map(|s| s + 0.1 + 1e-16),
         }
     }
 
@@ -340,6 +382,11 @@ pub(crate) mod tests {
         let bytes = rows_csv(&m, &rows);
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.starts_with("point,router.policy_classes.b.quantum,replication,seed,prefix_n,a.ideal_share,a.completed,a.share_first_n,"));
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.ends_with(",b.e2e_ms_p99,a.ideal_share_first_n,b.ideal_share_first_n"),
+            "the first-N ideals come after every earlier column: {header}"
+        );
         let back = parse_rows_csv(&m, &bytes[..], "x.csv", rows.len()).unwrap();
         assert_eq!(
             back.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
@@ -401,5 +448,28 @@ pub(crate) mod tests {
             "{}",
             lines[2]
         );
+    }
+
+    #[test]
+    fn the_summary_compares_the_first_n_share_with_the_mean_request_ideal() {
+        let summaries = summarize(&manifest(), &rows());
+        let s = &summaries[1];
+        // The two seeds' first-N ideals are 0.35 and 0.475; the token ideal stays 1/3.
+        let ideal = s.ideal(0, ClassMetric::ShareFirstN).unwrap();
+        assert!((ideal - 0.4125).abs() < 1e-12, "{ideal}");
+        assert_eq!(s.ideal(1, ClassMetric::ShareFirstN), None);
+        assert_eq!(
+            s.ideal(0, ClassMetric::BackloggedTokenShare),
+            Some(1.0 / 3.0)
+        );
+        assert_eq!(s.ideal(0, ClassMetric::TtftMsP99), None);
+        let csv = String::from_utf8(summary_csv(&manifest(), &summaries)).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(
+            lines[0].ends_with(",a.ideal_share_first_n,b.ideal_share_first_n"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[2].ends_with(",0.412500,"), "{}", lines[2]);
     }
 }

@@ -112,11 +112,17 @@ fn a_bad_path_or_value_is_an_input_error_naming_the_path() {
 }
 
 #[test]
-fn the_share_chart_has_bands_and_the_smooth_ideal_curve() {
+fn the_share_charts_have_bands_and_the_token_ideal_is_the_smooth_quantum_curve() {
     let (manifest, rows) = rows_of(&args(&["router.policy_classes.regular.quantum=128,512"], 1));
     let summaries = table::summarize(&manifest, &rows);
-    let chart = plots::line_chart(&manifest, &summaries, 0, ClassMetric::ShareFirstN, &[]);
-    assert_eq!(chart.name, "share_first_n_vs_regular.quantum");
+    let chart = plots::line_chart(
+        &manifest,
+        &summaries,
+        0,
+        ClassMetric::BackloggedTokenShare,
+        &[],
+    );
+    assert_eq!(chart.name, "backlogged_token_share_vs_regular.quantum");
     let [premium, premium_ideal, regular, regular_ideal] = &chart.series[..] else {
         panic!("a measured and an ideal line per class: {:?}", chart.series)
     };
@@ -132,11 +138,79 @@ fn the_share_chart_has_bands_and_the_smooth_ideal_curve() {
     );
     // The ideal premium share at regular quantum x is 512 / (512 + x), not a straight line.
     assert!(premium_ideal.dashed && !regular.dashed);
+    assert_eq!(premium_ideal.label, "premium ideal token share");
     let (x, ideal) = premium_ideal.points[premium_ideal.points.len() / 2];
     assert_eq!(x, 320.0);
     assert!((ideal - 512.0 / 832.0).abs() < 1e-9, "{ideal}");
     let regular_share = regular_ideal.points[regular_ideal.points.len() / 2].1;
     assert!((regular_share - 320.0 / 832.0).abs() < 1e-9);
+    // The first-N share's ideal depends on each run's request sizes: the points' are joined.
+    let first_n = plots::line_chart(&manifest, &summaries, 0, ClassMetric::ShareFirstN, &[]);
+    let joined: Vec<f64> = first_n.series[1].points.iter().map(|p| p.0).collect();
+    assert_eq!(joined, vec![128.0, 512.0]);
+}
+
+fn gold_bronze_scenario() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shares/gold-bronze.yaml")
+}
+
+/// Gold's 2,000-token prompts against bronze's 400-token ones, backlogged together at one
+/// worker: DRR at 400:123 gives gold 0.765 of the tokens but only 0.394 of the requests.
+#[test]
+fn the_sweep_compares_the_first_n_share_with_the_request_ideal_not_the_token_ideal() {
+    let mut options = args(&["router.policy_classes.gold.quantum=200,400"], 1);
+    options.scenario = gold_bronze_scenario();
+    let (manifest, rows) = rows_of(&options);
+    let summaries = table::summarize(&manifest, &rows);
+    let first_n = ClassMetric::ShareFirstN;
+    let at_400 = &summaries[1];
+    let share = at_400.get(0, first_n).unwrap().mean;
+    let request_ideal = at_400.ideal(0, first_n).unwrap();
+    let token_ideal = at_400.ideal(0, ClassMetric::BackloggedTokenShare).unwrap();
+    assert_eq!(rows[1].classes[0].ideal_share_first_n, Some(request_ideal));
+    assert!((token_ideal - 400.0 / 523.0).abs() < 1e-12, "{token_ideal}");
+    assert!((request_ideal - 0.394).abs() < 0.001, "{request_ideal}");
+    assert!(
+        (share - request_ideal).abs() < 0.02 && (share - token_ideal).abs() > 0.3,
+        "gold's first-N share {share}: request ideal {request_ideal}, token ideal {token_ideal}"
+    );
+    let text = summary_table(&manifest, &summaries);
+    let line = text.lines().nth(2).unwrap();
+    assert!(
+        text.lines().next().unwrap().contains("gold ideal"),
+        "{text}"
+    );
+    assert!(line.contains(&format!(" {request_ideal:.3} ")), "{text}");
+    assert!(!line.contains(&format!("{token_ideal:.3}")), "{text}");
+    let csv = String::from_utf8(table::summary_csv(&manifest, &summaries)).unwrap();
+    let at_400_csv = csv.lines().nth(2).unwrap();
+    let wanted = format!(
+        ",{request_ideal:.6},{:.6}",
+        at_400.ideal(1, first_n).unwrap()
+    );
+    assert!(at_400_csv.ends_with(&wanted), "{csv}");
+    let chart = plots::line_chart(&manifest, &summaries, 0, first_n, &[]);
+    assert!(
+        chart.title.ends_with("dashed: ideal request share)"),
+        "{}",
+        chart.title
+    );
+    let gold_ideal = &chart.series[1];
+    assert!(gold_ideal.dashed && gold_ideal.label == "gold ideal request share");
+    let request_ideals: Vec<(f64, f64)> = [(200.0, &summaries[0]), (400.0, at_400)]
+        .map(|(x, s)| (x, s.ideal(0, first_n).unwrap()))
+        .to_vec();
+    assert_eq!(gold_ideal.points, request_ideals);
+    let tokens = plots::line_chart(
+        &manifest,
+        &summaries,
+        0,
+        ClassMetric::BackloggedTokenShare,
+        &[],
+    );
+    let token_end = tokens.series[1].points.last().unwrap();
+    assert_eq!(token_end.0, 400.0);
+    assert!((token_end.1 - token_ideal).abs() < 1e-12);
 }
 
 #[test]

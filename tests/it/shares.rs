@@ -1,6 +1,7 @@
 //! The share figures tell the truth (issue 60): the first-N ideal is the request share DRR
 //! implies for the classes' request sizes, a class served all it queued is not shown starved,
-//! and `token_share` can guard an absolute share that editing a quantum does not move.
+//! `token_share` can guard an absolute share that editing a quantum does not move, and the
+//! token-share chart is one cumulative line that ends at the run's backlogged share.
 
 use crate::support::run_in_dir;
 use std::path::Path;
@@ -84,4 +85,76 @@ fn an_absolute_token_share_bound_does_not_move_with_the_quanta() {
     assert_eq!(code, 1, "{stdout}{stderr}");
     let shown = stdout.replace(&tmp.path().display().to_string(), "<tmp>");
     insta::assert_snapshot!(shown);
+}
+
+/// Runs scenario `path` (with `overrides`) as `routersim run` does and returns its metrics.
+fn metrics_of(path: &Path, overrides: &[(&str, &str)]) -> routersim::report::metrics::RunMetrics {
+    use routersim::pipeline::{RunSpec, execute};
+    let overrides: Vec<(String, String)> = (overrides.iter())
+        .map(|(p, v)| (p.to_string(), v.to_string()))
+        .collect();
+    let scenario = routersim::scenario::Scenario::load_with_overrides(path, &overrides).unwrap();
+    execute(&RunSpec::from_scenario(&scenario, scenario.seed()))
+        .unwrap()
+        .metrics
+}
+
+/// `backlogged_share` and `backlogged_ideal_share` of every class in the `classes.csv` of
+/// `metrics`, by class index.
+fn csv_backlogged_shares(metrics: &routersim::report::metrics::RunMetrics) -> Vec<(f64, f64)> {
+    let bytes = routersim::report::files::classes_csv(metrics);
+    let mut reader = csv::Reader::from_reader(&bytes[..]);
+    let header = reader.headers().unwrap().clone();
+    let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (share, ideal) = (at("backlogged_share"), at("backlogged_ideal_share"));
+    let records = reader.records().map(Result::unwrap);
+    let number = |r: &csv::StringRecord, i: usize| r[i].parse::<f64>().unwrap();
+    let rows: Vec<(f64, f64)> = records
+        .map(|r| (number(&r, share), number(&r, ideal)))
+        .collect();
+    rows[..metrics.classes.len()].to_vec()
+}
+
+#[test]
+fn the_token_share_chart_is_one_cumulative_line_ending_at_the_backlogged_share() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let poisson = root.join("scenarios/poisson-multi-worker.yaml");
+    let burst = root.join("scenarios/premium-vs-regular-weighted.yaml");
+    let chat_batch = Path::new(&fixture("chat-batch.yaml")).to_path_buf();
+    let runs = [
+        metrics_of(&poisson, &[]),
+        metrics_of(&chat_batch, &[("workers.count", "3"), ("seed", "1")]),
+        metrics_of(&burst, &[]),
+    ];
+    // Poisson load backlogs the classes together in windows apart (61 and 6 of them), which
+    // the chart once drew as separate pieces, each a point or two wide.
+    assert!(runs[0].windows.len() > 50, "{}", runs[0].windows.len());
+    assert!(runs[1].windows.len() > 1, "{}", runs[1].windows.len());
+    for metrics in &runs {
+        let chart = routersim::report::plots::token_share_over_time(metrics);
+        let from_csv = csv_backlogged_shares(metrics);
+        assert_eq!(chart.series.len(), 2 * metrics.classes.len());
+        for (c, pair) in chart.series.chunks(2).enumerate() {
+            let (measured, ideal) = (&pair[0], &pair[1]);
+            for line in [measured, ideal] {
+                assert!(
+                    line.points.iter().all(|p| p.1.is_finite()),
+                    "{}: one line, no gap between windows",
+                    line.label
+                );
+                assert!(line.points.windows(2).all(|w| w[0].0 <= w[1].0));
+            }
+            let (share, ideal_share) = metrics.backlogged_shares(c).unwrap();
+            let end = measured.points.last().unwrap().1;
+            assert!((end - share).abs() < 1e-12, "{end} vs {share}");
+            assert!(
+                (end - from_csv[c].0).abs() <= 0.5e-4,
+                "{end} vs {:?}",
+                from_csv[c]
+            );
+            let ideal_end = ideal.points.last().unwrap().1;
+            assert!((ideal_end - ideal_share).abs() < 1e-12);
+            assert!((ideal_end - from_csv[c].1).abs() <= 0.5e-4);
+        }
+    }
 }

@@ -317,6 +317,7 @@ fn merge_refuses_a_share_that_is_not_a_number_from_0_to_1() {
     assert_merge_refuses("premium.share_first_n", "NaN", "NaN is not a share");
     assert_merge_refuses("premium.share_first_n", "-5", "-5 is not a share");
     assert_merge_refuses("regular.ideal_share", "1.5", "1.5 is not a share");
+    assert_merge_refuses("premium.ideal_share_first_n", "2", "2 is not a share");
     assert_merge_refuses(
         "regular.backlogged_token_share",
         "inf",
@@ -365,6 +366,48 @@ fn merge_names_the_axis_value_a_shard_row_changed() {
         "5 is not below the sweep's 2 replications",
     );
     assert_merge_refuses("prefix_n", "99999999", "more than the 1000000 requests");
+}
+
+/// The `column` cells of `csv`, row by row.
+fn column_of(csv: &Path, column: &str) -> Vec<String> {
+    let mut reader = csv::Reader::from_path(csv).unwrap();
+    let at = reader.headers().unwrap().iter().position(|h| h == column);
+    let at = at.unwrap_or_else(|| panic!("no column {column} in {}", csv.display()));
+    reader
+        .records()
+        .map(|r| r.unwrap()[at].to_string())
+        .collect()
+}
+
+#[test]
+fn merge_keeps_each_runs_first_n_request_ideal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = two_shards(tmp.path());
+    assert_eq!(merge(tmp.path(), &shards).0, 0);
+    let merged = tmp.path().join("merged");
+    let header = std::fs::read_to_string(merged.join("sweep.csv")).unwrap();
+    let header = header.lines().next().unwrap().to_string();
+    assert!(
+        header.ends_with(
+            ",regular.e2e_ms_p99,premium.ideal_share_first_n,regular.ideal_share_first_n"
+        ),
+        "the new columns come after every earlier one: {header}"
+    );
+    for class in ["premium", "regular"] {
+        let column = format!("{class}.ideal_share_first_n");
+        let from_shards: Vec<String> = shards
+            .iter()
+            .flat_map(|dir| column_of(&dir.join("sweep.csv"), &column))
+            .collect();
+        assert_eq!(from_shards.len(), 4);
+        assert!(
+            from_shards.iter().all(|v| v.parse::<f64>().is_ok()),
+            "{from_shards:?}"
+        );
+        assert_eq!(column_of(&merged.join("sweep.csv"), &column), from_shards);
+        let means = column_of(&merged.join("sweep-summary.csv"), &column);
+        assert_eq!(means.len(), 2, "one mean per point");
+    }
 }
 
 #[test]
