@@ -18,7 +18,7 @@ use crate::scheduling::policy;
 use crate::sim::{self, RouterMode};
 use crate::sweep::{self, Grid, ShardSpec, SweepOptions, SweepPlan, TuneOptions, tune};
 use crate::time::{SimDuration, format_ms};
-use crate::workload::trace;
+use crate::workload::trace::{self, SurplusHashIds};
 use check_cmd::{CheckArgs, check};
 use clap::{Parser, Subcommand, ValueEnum};
 use plan_cmd::{PlanArgs, run_plan};
@@ -498,9 +498,17 @@ fn flag_error(flag: &'static str) -> impl Fn(String) -> CliError {
     move |message| CliError::Input(format!("{flag}: {message}"))
 }
 
+/// How a replay paces its trace: a closed loop of `concurrency` requests, or the trace's own
+/// timestamps divided by `arrival_speedup_ratio`.
+#[derive(Clone, Copy, Debug)]
+struct ReplayPacing {
+    concurrency: Option<u32>,
+    arrival_speedup_ratio: f64,
+}
+
 /// `replay`'s flags, checked against the bounds a scenario is checked against, and read:
-/// the setup, the closed loop's concurrency (if any) and the arrival speed-up ratio.
-fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), CliError> {
+/// the setup and how the trace is paced.
+fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, ReplayPacing), CliError> {
     let workers = bounds_check::rank_count(args.workers.unwrap_or(1).into())
         .map_err(flag_error("--workers"))?;
     let trace_block_size = bounds_check::trace_block_size(args.trace_block_size)
@@ -545,7 +553,11 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, Option<u32>, f64), Cl
         kv_event_lag,
         disaggregated,
     };
-    Ok((setup, replay_concurrency, arrival_speedup_ratio))
+    let pacing = ReplayPacing {
+        concurrency: replay_concurrency,
+        arrival_speedup_ratio,
+    };
+    Ok((setup, pacing))
 }
 
 /// The disaggregated pools `--prefill-workers`, `--decode-workers`, `--prefill-engine` and
@@ -671,11 +683,38 @@ fn replay_facts(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<(String, String)>
     facts
 }
 
+/// The replay's `summary.json` meta: what was replayed and how, and the trace's inputs as
+/// read; with the warning about classes the policy does not admit, if any.
+fn replay_meta(
+    args: &ReplayArgs,
+    setup: &ReplaySetup,
+    result: &sim::SimResult,
+    pacing: ReplayPacing,
+    surplus: &SurplusHashIds,
+) -> Result<(serde_json::Value, Option<String>), CliError> {
+    let mut meta = serde_json::json!({
+        "command": "replay",
+        "trace": args.trace.display().to_string(),
+        "workers": args.workers.unwrap_or(1),
+        "seed": args.seed,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    // Only when given, so that a plain replay's summary stays as it was.
+    if let Some(n) = pacing.concurrency {
+        meta["replay_concurrency"] = n.into();
+    } else if pacing.arrival_speedup_ratio != 1.0 {
+        meta["arrival_speedup_ratio"] = pacing.arrival_speedup_ratio.into();
+    }
+    let warning = replay_inputs::record_inputs(&mut meta, setup, result, args.strict_classes)?;
+    meta["surplus_hash_ids"] = replay_inputs::surplus_json(surplus);
+    Ok((meta, warning))
+}
+
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
-    let (setup, replay_concurrency, arrival_speedup_ratio) = replay_setup(args)?;
+    let (setup, pacing) = replay_setup(args)?;
     let inputs = replay_inputs(args, &setup);
     let spec = RunSpec::from_replay(&setup)
-        .with_replay_modes(replay_concurrency, arrival_speedup_ratio)
+        .with_replay_modes(pacing.concurrency, pacing.arrival_speedup_ratio)
         .with_timeline(args.timeline.timeline);
     // The trace's reader starts while the output directory is claimed (see `Started`).
     let started = pipeline::start(&spec);
@@ -684,31 +723,19 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         out_dir::command_dir(&stem.to_string_lossy(), "replay")
     });
     let target = output::claim(&out, OutputKind::Replay, &inputs, args.force).map_err(input)?;
-    if replay_concurrency.is_some() && arrival_speedup_ratio != 1.0 && !args.quiet {
+    if pacing.concurrency.is_some() && pacing.arrival_speedup_ratio != 1.0 && !args.quiet {
         errln!(
             "note: --arrival-speedup-ratio has no effect with --replay-concurrency (a closed loop ignores timestamps), as in Dynamo"
         );
     }
     let (result, measuring) = started.simulate()?;
     let trace_name = args.trace.display().to_string();
-    let mut meta = serde_json::json!({
-        "command": "replay",
-        "trace": trace_name,
-        "workers": args.workers.unwrap_or(1),
-        "seed": args.seed,
-        "version": env!("CARGO_PKG_VERSION"),
-    });
-    // Only when given, so that a plain replay's summary stays as it was.
-    if let Some(n) = replay_concurrency {
-        meta["replay_concurrency"] = n.into();
-    } else if arrival_speedup_ratio != 1.0 {
-        meta["arrival_speedup_ratio"] = arrival_speedup_ratio.into();
-    }
-    let warning = replay_inputs::record_inputs(&mut meta, &setup, &result, args.strict_classes)?;
     let surplus = measuring.surplus_hash_ids;
-    meta["surplus_hash_ids"] = replay_inputs::surplus_json(&surplus);
-    let surplus_warning = surplus.warning(&trace_name);
-    for warning in [warning, surplus_warning].into_iter().flatten() {
+    let (meta, warning) = replay_meta(args, &setup, &result, pacing, &surplus)?;
+    for warning in [warning, surplus.warning(&trace_name)]
+        .into_iter()
+        .flatten()
+    {
         if !args.quiet {
             errln!("{warning}");
         }

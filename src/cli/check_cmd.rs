@@ -8,7 +8,7 @@ use super::{
     CliError, file_name, input, no_progress_error, out_dir, parse_overrides, stop_line, with_seed,
 };
 use crate::bounds::MAX_SWEEP_RUNS;
-use crate::pipeline::{JudgedRun, Judgement, RunOutput};
+use crate::pipeline::{JudgedRun, Judgement, RunOutput, replication_seeds};
 use crate::report;
 use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
 use crate::report::expect::Bound;
@@ -110,6 +110,7 @@ fn limit_outcome(result: &sim::SimResult, seed: u64) -> Option<ExpectationOutcom
         reason: Some(line),
         seed,
         wall_time_s: 0.0,
+        boolean: false,
     })
 }
 
@@ -147,6 +148,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<(), CliError> {
             name: judgement.scenario.name().to_string(),
             outcomes,
             overrides: args.set.clone(),
+            replication_seeds: replication_seeds(judgement.scenario.seed(), args.seeds),
         });
     }
     if let Some(junit) = &args.junit {

@@ -7,7 +7,7 @@ use super::{Goal, Plan, Probe, format_value};
 use crate::report::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
-use crate::report::evaluate::{ExpectationOutcome, aggregate};
+use crate::report::evaluate::{ExpectationOutcome, aggregate, measured_text};
 use crate::report::expect::number;
 use serde_json::{Value, json};
 
@@ -599,8 +599,19 @@ fn table_chart(rows: &[PlanRow], mark: Option<(usize, String)>) -> Chart {
     chart
 }
 
-/// The terminal answer, e.g. `workers.count = 3: premium ttft p99 = 96 (at most 1500), ...;
-/// workers.count = 2 fails: regular ttft p99 = 15372 (at most 6000)`.
+/// The terminal answer: the answer on a line of its own, then the probe at it and the one
+/// just past it, one verdict per line, then the binding expectation, e.g.
+///
+/// ```text
+/// workers.count = 5
+///   at 5 every expectation holds:
+///     premium p99 TTFT SLO = 572.4735 (at most 2000)
+///     keeps up with the load: yes
+///   at 4 these fail:
+///     regular p99 TTFT SLO = 40608.8213 (at most 10000)
+///     keeps up with the load: no
+///   binding: regular p99 TTFT SLO = 991.0152 (at most 10000, 90.1% to spare); ...
+/// ```
 pub fn describe(row: &PlanRow) -> String {
     let plan = &row.plan;
     let prefix = row
@@ -610,13 +621,14 @@ pub fn describe(row: &PlanRow) -> String {
         .unwrap_or_default();
     let mut out = match plan.answer.and_then(|a| plan.probe_at(a)) {
         Some(probe) => format!(
-            "{prefix}{} = {}: {}",
+            "{prefix}{} = {}\n  at {} every expectation holds:\n{}",
             plan.parameter,
             format_value(probe.value),
-            verdicts(plan, probe, false)
+            format_value(probe.value),
+            verdict_lines(plan, probe, false)
         ),
         None => format!(
-            "{prefix}{}: nothing in {}..{} is feasible",
+            "{prefix}{}: nothing in {}..{} is feasible\n",
             plan.parameter,
             format_value(plan.range.0),
             format_value(plan.range.1)
@@ -624,19 +636,18 @@ pub fn describe(row: &PlanRow) -> String {
     };
     for probe in failing_shown(plan) {
         out += &format!(
-            "; {} = {} fails: {}",
-            plan.parameter,
+            "  at {} these fail:\n{}",
             format_value(probe.value),
-            verdicts(plan, probe, true)
+            verdict_lines(plan, probe, true)
         );
     }
     if let Some(b) = binding_of(plan) {
-        out += &format!("\n  {}", binding_line(plan, &b));
+        out += &format!("  {}\n", binding_line(plan, &b));
     }
     for line in monotonicity_warnings(plan) {
-        out += &format!("\n  warning: not monotone: {line}");
+        out += &format!("  warning: not monotone: {line}\n");
     }
-    out + "\n"
+    out
 }
 
 /// One line per probe that fails where monotonicity says it should pass: `16 passes but 1
@@ -685,23 +696,23 @@ fn failing_shown(plan: &Plan) -> Vec<&Probe> {
     ends
 }
 
-/// The worst verdicts of a probe (only the failing ones when `failing`), plus overload.
-fn verdicts(plan: &Plan, probe: &Probe, failing: bool) -> String {
-    let mut parts: Vec<String> = worst(probe)
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| !failing || !o.passed)
-        .map(|(i, o)| said(o, is_boolean(plan, i)))
-        .collect();
-    if probe.overloaded() {
+/// The worst verdicts of a probe (only the failing ones when `failing`), plus overload, one
+/// per line, each indented under its `at V` line.
+fn verdict_lines(plan: &Plan, probe: &Probe, failing: bool) -> String {
+    let outcomes = worst(probe);
+    let shown = || (outcomes.iter().enumerate()).filter(|(_, o)| !failing || !o.passed);
+    let mut parts: Vec<String> = shown().map(|(i, o)| said(o, is_boolean(plan, i))).collect();
+    // A failing yes-or-no figure (`stable`) already says the probe could not keep up.
+    let says_overload = shown().any(|(i, o)| is_boolean(plan, i) && !o.passed);
+    if probe.overloaded() && !says_overload {
         parts.push("overloaded".into());
     } else if let Some(reason) = probe.unjudged() {
         parts.push(format!("stability not judged ({reason})"));
     }
     if parts.is_empty() {
-        return "no expectation (and not overloaded)".into();
+        parts.push("no expectation (and not overloaded)".into());
     }
-    parts.join(", ")
+    parts.iter().map(|p| format!("    {p}\n")).collect()
 }
 
 /// Whether the plan's expectation `index` is a yes-or-no figure (`stable: true`).
@@ -712,11 +723,7 @@ pub(super) fn is_boolean(plan: &Plan, index: usize) -> bool {
 /// An outcome's value as a plan shows it: a number, or `yes` / `no` for a yes-or-no figure
 /// (`n/a` when it could not be measured).
 pub(super) fn value_text(o: &ExpectationOutcome, boolean: bool) -> String {
-    match (o.measured, boolean) {
-        (None, _) => "n/a".into(),
-        (Some(v), true) => if v >= 1.0 { "yes" } else { "no" }.into(),
-        (Some(v), false) => number(v),
-    }
+    measured_text(o.measured, boolean)
 }
 
 /// An outcome as the terminal says it: `label = 572 (at most 2000)`, or `label: yes` for a

@@ -354,6 +354,7 @@ fn outcome(label: &str, value: f64, bound: crate::report::expect::Bound) -> Expe
         reason: None,
         seed: 7,
         wall_time_s: 0.0,
+        boolean: false,
     }
 }
 

@@ -32,6 +32,34 @@ pub struct ExpectationOutcome {
     /// Wall-clock seconds of the run(s) behind the verdict (simulation and measurement,
     /// companions included); [`aggregate`] sums them over seeds.
     pub wall_time_s: f64,
+    /// The figure is a yes (1) or a no (0), as `stable` is: said as `yes`/`no`, since its
+    /// "at least 1" says nothing a person needs.
+    pub boolean: bool,
+}
+
+impl ExpectationOutcome {
+    /// The measured value as a person reads it: a number, `yes`/`no`, or `n/a`.
+    pub fn value_text(&self) -> String {
+        measured_text(self.measured, self.boolean)
+    }
+
+    /// The bound as a person reads it: `at most 2000`, or `yes` for a yes-or-no figure.
+    pub fn bound_text(&self) -> String {
+        match self.boolean {
+            true => "yes".into(),
+            false => self.bound.to_string(),
+        }
+    }
+}
+
+/// A measured value as a person reads it: a number, `yes`/`no` for a yes-or-no figure (1 is
+/// yes), or `n/a` when it could not be measured.
+pub fn measured_text(measured: Option<f64>, boolean: bool) -> String {
+    match (measured, boolean) {
+        (None, _) => "n/a".into(),
+        (Some(v), true) => if v >= 1.0 { "yes" } else { "no" }.into(),
+        (Some(v), false) => number(v),
+    }
 }
 
 /// The facts about a run that a verdict reports besides its value.
@@ -73,6 +101,7 @@ fn evaluate_one(
             .or_else(|| overload_note(e.figure(), metrics)),
         seed: run.seed,
         wall_time_s: run.wall_time_s,
+        boolean: matches!(e.figure(), Figure::Stable),
     }
 }
 
@@ -310,10 +339,15 @@ fn prefix_share(m: &RunMetrics, class: usize, n: u64) -> Result<f64, String> {
 /// an unmeasurable figure reads `FAIL  ... = n/a  (bound): why`.
 pub fn format_outcome(o: &ExpectationOutcome) -> String {
     let verdict = if o.passed { "PASS" } else { "FAIL" };
-    let value = o.measured.map_or_else(|| "n/a".to_string(), number);
-    let mut line = format!("{verdict}  {} = {value}  ({})", o.label, o.bound);
+    let (mut line, before_reason) = match o.boolean {
+        true => (format!("{verdict}  {}: {}", o.label, o.value_text()), ", "),
+        false => {
+            let said = format!("{verdict}  {} = {}  ({})", o.label, o.value_text(), o.bound);
+            (said, ": ")
+        }
+    };
     if let Some(reason) = &o.reason {
-        line += ": ";
+        line += before_reason;
         line += reason;
     }
     line
@@ -622,8 +656,8 @@ mod tests {
         let line = format_outcome(&overloaded);
         assert!(
             line.starts_with(
-                "FAIL  stable (1 = kept up with the offered load) = 0  (at least 1): overloaded: \
-                 requests in the system grew from "
+                "FAIL  keeps up with the offered load: no, overloaded: requests in the system \
+                 grew from "
             ),
             "{line}"
         );
@@ -687,6 +721,7 @@ mod tests {
             reason: measured.is_none().then(|| "unmeasured".to_string()),
             seed,
             wall_time_s: 1.5,
+            boolean: false,
         }
     }
 

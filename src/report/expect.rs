@@ -876,7 +876,7 @@ impl fmt::Display for Figure {
                 let class = class.as_deref().unwrap_or("total");
                 write!(f, "{class} {}", metric.name())
             }
-            Figure::Stable => write!(f, "stable (1 = kept up with the offered load)"),
+            Figure::Stable => write!(f, "keeps up with the offered load"),
             Figure::CountStatus { class, status } => {
                 let class = class.as_deref().unwrap_or("total");
                 write!(f, "{class} {} requests", status.label())

@@ -5,7 +5,7 @@
 //! Pure: bytes from data, no file system. The page is a function of what is added to it, in
 //! the order it is added, so a rerun writes the same bytes (no clock, no map iteration).
 
-use super::evaluate::{ExpectationOutcome, number};
+use super::evaluate::ExpectationOutcome;
 
 /// The file name every command writes its page under (a contract).
 pub const REPORT_FILE: &str = "report.html";
@@ -50,7 +50,7 @@ td.text,th.text{text-align:left;white-space:normal}\
 .verdict{font-weight:bold}.pass{color:#11692b;background:#e6f4ea}.fail{color:#a50e0e;background:#fce8e6}\
 dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-weight:bold}dd{margin:0}\
 figure{margin:1em 0}figure svg{display:block;max-width:100%;height:auto;border:1px solid #eee}\
-figcaption{font-size:0.9em;color:#555}code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace}\
+figcaption{font-size:0.9em;color:#555}code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace}.mono{white-space:pre-wrap}\
 ";
 
 /// One report page, built section by section.
@@ -194,13 +194,12 @@ fn verdict_row(o: &ExpectationOutcome) -> String {
         true => ("pass", "PASS"),
         false => ("fail", "FAIL"),
     };
-    let value = o.measured.map_or_else(|| "n/a".to_string(), number);
     format!(
         "<tr class=\"{class}\"><td class=\"verdict {class}\">{verdict}</td><td class=\"text\">{}</td>\
          <td>{}</td><td>{}</td><td>{}</td><td class=\"text\">{}</td></tr>\n",
         escape(&o.label),
-        escape(&value),
-        escape(&o.bound.to_string()),
+        escape(&o.value_text()),
+        escape(&o.bound_text()),
         o.seed,
         escape(o.reason.as_deref().unwrap_or(""))
     )

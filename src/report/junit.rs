@@ -20,7 +20,7 @@
 //! `system-out`. Every testcase of a scenario shares its run, so each carries the run's whole
 //! time, and the testsuite's `time` is that run's time (not the sum of its testcases).
 
-use super::evaluate::{ExpectationOutcome, format_outcome, number};
+use super::evaluate::{ExpectationOutcome, format_outcome};
 
 /// The expectations of one scenario and their verdicts.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +31,10 @@ pub struct JunitSuite {
     /// The `--set PATH=VALUE` overrides the scenario ran with, in order: the testsuite's
     /// `<property name="set">` entries, so a CI report says what was judged.
     pub overrides: Vec<String>,
+    /// The seed of each replication, in order (one for a single-seed check): a testcase
+    /// whose seed is one of several says which replication it came from, since a derived
+    /// seed is a 20-digit number no one typed.
+    pub replication_seeds: Vec<u64>,
 }
 
 /// The JUnit XML document for `suites`, in the given order.
@@ -85,16 +89,25 @@ fn write_suite(xml: &mut String, suite: &JunitSuite) {
         *xml += "    </properties>\n";
     }
     for outcome in &suite.outcomes {
-        write_case(xml, &name, outcome);
+        let replication = match suite.replication_seeds.len() {
+            0 | 1 => None,
+            _ => (suite.replication_seeds.iter()).position(|&s| s == outcome.seed),
+        };
+        write_case(xml, &name, outcome, replication);
     }
     *xml += "  </testsuite>\n";
 }
 
-fn write_case(xml: &mut String, suite_name: &str, outcome: &ExpectationOutcome) {
+fn write_case(
+    xml: &mut String,
+    suite_name: &str,
+    outcome: &ExpectationOutcome,
+    replication: Option<usize>,
+) {
     let case = escape(&outcome.label);
     let time = seconds(outcome.wall_time_s);
     *xml += &format!("    <testcase name=\"{case}\" classname=\"{suite_name}\" time=\"{time}\">\n");
-    write_properties(xml, outcome);
+    write_properties(xml, outcome, replication);
     let verdict = escape(&format!(
         "{} on seed {}",
         format_outcome(outcome),
@@ -109,14 +122,17 @@ fn write_case(xml: &mut String, suite_name: &str, outcome: &ExpectationOutcome) 
     *xml += "    </testcase>\n";
 }
 
-/// The measured value (`n/a` when unmeasurable), the bound and the seed, for CI dashboards.
-fn write_properties(xml: &mut String, outcome: &ExpectationOutcome) {
-    let value = outcome.measured.map_or_else(|| "n/a".to_string(), number);
-    let properties = [
-        ("value", value),
-        ("bound", outcome.bound.to_string()),
+/// The measured value (`n/a` when unmeasurable, `yes`/`no` for a yes-or-no figure), the
+/// bound, the seed and (of several) the replication, for CI dashboards.
+fn write_properties(xml: &mut String, outcome: &ExpectationOutcome, replication: Option<usize>) {
+    let mut properties = vec![
+        ("value", outcome.value_text()),
+        ("bound", outcome.bound_text()),
         ("seed", outcome.seed.to_string()),
     ];
+    if let Some(r) = replication {
+        properties.push(("replication", r.to_string()));
+    }
     *xml += "      <properties>\n";
     for (name, value) in properties {
         *xml += &format!(
@@ -160,6 +176,7 @@ mod tests {
             reason: None,
             seed,
             wall_time_s: 1.25,
+            boolean: false,
         }
     }
 
@@ -176,16 +193,19 @@ mod tests {
                     outcome("it's <bad> & \"worse\"\u{1}", false, 17),
                 ],
                 overrides: vec![],
+                replication_seeds: vec![],
             },
             JunitSuite {
                 name: "empty".into(),
                 outcomes: vec![],
                 overrides: vec![],
+                replication_seeds: vec![],
             },
             JunitSuite {
                 name: "unmeasured".into(),
                 outcomes: vec![unmeasured],
                 overrides: vec![],
+                replication_seeds: vec![],
             },
         ]
     }
@@ -196,6 +216,7 @@ mod tests {
             name: "s".into(),
             outcomes: vec![outcome("premium among first 320", true, 0)],
             overrides: vec!["workers.count=8".into(), "router.x=\"<a>\"".into()],
+            replication_seeds: vec![0],
         };
         let text = String::from_utf8(junit_xml(&[suite])).unwrap();
         let doc = parsed(&text);
@@ -206,6 +227,34 @@ mod tests {
                 ("set".to_string(), "workers.count=8".to_string()),
                 ("set".to_string(), "router.x=\"<a>\"".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn a_case_of_several_seeds_names_its_replication_and_a_yes_or_no_figure_says_yes() {
+        let derived_seed = 12_345_678_901_234_567_890;
+        let mut stable = outcome("keeps up with the load", true, derived_seed);
+        (stable.boolean, stable.measured) = (true, Some(1.0));
+        let suite = JunitSuite {
+            name: "s".into(),
+            outcomes: vec![outcome("premium among first 320", true, 7), stable],
+            overrides: vec![],
+            replication_seeds: vec![7, 99, derived_seed],
+        };
+        let text = String::from_utf8(junit_xml(&[suite])).unwrap();
+        let doc = parsed(&text);
+        let cases = elements(elements(doc.root_element())[0]);
+        let property = |case, name: &str| {
+            let found = properties(case).into_iter().find(|(n, _)| n == name);
+            found.map(|(_, v)| v)
+        };
+        assert_eq!(property(cases[0], "replication").as_deref(), Some("0"));
+        assert_eq!(property(cases[1], "replication").as_deref(), Some("2"));
+        assert_eq!(property(cases[1], "value").as_deref(), Some("yes"));
+        assert_eq!(property(cases[1], "bound").as_deref(), Some("yes"));
+        assert_eq!(
+            property(cases[1], "seed").as_deref(),
+            Some("12345678901234567890")
         );
     }
 

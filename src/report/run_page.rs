@@ -139,6 +139,7 @@ mod tests {
             reason: None,
             seed: 0,
             wall_time_s: 0.0,
+            boolean: false,
         }
     }
 

@@ -465,6 +465,17 @@ fn tune_finds_512_to_128_for_a_premium_share_of_0_8() {
 }
 
 #[test]
+fn tune_says_why_a_quantum_raised_past_the_solution_moves_no_share() {
+    let text = tune_premium(&["premium=0.8"], &[]).unwrap().describe();
+    // Premium's 640 and 1024 rows give the same 0.7969 as 512; regular's rows all move.
+    assert!(
+        text.contains("  note: raising premium's quantum past 512 moves no share: "),
+        "{text}"
+    );
+    assert!(!text.contains("raising regular's"), "{text}");
+}
+
+#[test]
 fn tune_with_one_varied_quantum_keeps_the_others() {
     let outcome =
         tune_premium(&["regular=0.5"], &["router.policy_classes.regular.quantum"]).unwrap();

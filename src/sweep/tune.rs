@@ -233,7 +233,36 @@ impl TuneOutcome {
                 self.shares(n.achieved.iter().map(Option::as_ref))
             );
         }
+        for note in self.flat_notes() {
+            let _ = writeln!(out, "  note: {note}");
+        }
         out
+    }
+
+    /// A note for each varied class whose quantum, raised past the solution, moves no share:
+    /// a reader otherwise takes the flat rows for a broken tuner.
+    fn flat_notes(&self) -> Vec<String> {
+        let at_solution: Vec<Option<f64>> = self.achieved.iter().map(|a| Some(a.mean)).collect();
+        let flat = |class: &str| {
+            let raised =
+                (self.neighbours.iter()).filter(|n| n.class == class && n.quantum > n.from);
+            let mut raised = raised.peekable();
+            raised.peek().is_some()
+                && raised.all(|n| {
+                    let means = n.achieved.iter().map(|a| a.as_ref().map(|a| a.mean));
+                    means.eq(at_solution.iter().copied())
+                })
+        };
+        (self.varied.iter().zip(&self.quanta))
+            .filter(|(class, _)| flat(class))
+            .map(|(class, q)| {
+                format!(
+                    "raising {class}'s quantum past {q} moves no share: a quantum above one \
+                     request's cost buys no extra share while the workers free one slot at a \
+                     time (docs/sweeps.md, \"Tune\")"
+                )
+            })
+            .collect()
     }
 
     /// `premium 0.7969, regular 0.2031`: each target's class and share.

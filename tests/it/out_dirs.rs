@@ -319,7 +319,7 @@ const VISIBLE_TEXT: &str = "<script>addEventListener('load',function(){var t=doc
 var p=document.createElement('pre');p.id='text';p.textContent=t;document.body.appendChild(p);});</script>";
 
 /// The text a person sees on `report`.
-fn visible_text(browser: &str, dir: &Path, report: &Path) -> String {
+pub(crate) fn visible_text(browser: &str, dir: &Path, report: &Path) -> String {
     let page = fs::read_to_string(report).unwrap().replacen(
         "</body>",
         &format!("{VISIBLE_TEXT}</body>"),

@@ -84,11 +84,11 @@ fn minimize_workers_agrees_with_check_on_both_sides() {
     );
     assert_eq!(check_at(tmp.path(), answer - 1), 1, "check fails one below");
     assert!(
-        stdout.contains(&format!("workers.count = {answer}:")),
+        stdout.lines().next() == Some(format!("workers.count = {answer}").as_str()),
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("workers.count = {} fails", answer - 1)),
+        stdout.contains(&format!("\n  at {} these fail:\n", answer - 1)),
         "{stdout}"
     );
     let csv = fs::read_to_string(tmp.path().join("p/plan.csv")).unwrap();

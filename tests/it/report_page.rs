@@ -108,6 +108,42 @@ fn a_plan_report_shows_the_answer_bracket_binding_expectation_and_probes() {
 }
 
 #[test]
+fn in_a_browser_a_plans_answer_reads_one_verdict_per_line_as_the_terminal_prints_it() {
+    let Some(browser) = chromium() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let capacity = scenario().replace("premium-vs-regular-weighted", "capacity-two-tenants");
+    let args = [
+        "plan",
+        &capacity,
+        "--minimize",
+        "workers.count",
+        "--range",
+        "3..8",
+    ];
+    let (code, stdout, stderr) = run_in_dir(tmp.path(), &[&args[..], &["--out", "plan"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let seen =
+        crate::out_dirs::visible_text(browser, tmp.path(), &tmp.path().join("plan/report.html"));
+    // The page shows the terminal's answer block line for line, not run together.
+    let answer_block: Vec<&str> = stdout
+        .lines()
+        .take_while(|l| !l.contains(" probes x "))
+        .collect();
+    assert!(answer_block.len() >= 6, "{stdout}");
+    assert!(answer_block.contains(&"  at 4 these fail:"), "{stdout}");
+    let seen_lines: Vec<&str> = seen.lines().collect();
+    let first = seen_lines
+        .iter()
+        .position(|l| *l == answer_block[0])
+        .expect(&seen);
+    assert_eq!(
+        &seen_lines[first..first + answer_block.len()],
+        &answer_block[..],
+        "{seen}"
+    );
+}
+
+#[test]
 fn a_rerun_writes_the_same_report_and_no_report_writes_none() {
     let tmp = tempfile::tempdir().unwrap();
     let out = run_equal_quanta(tmp.path(), &[]);

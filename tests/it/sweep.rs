@@ -191,6 +191,7 @@ fn tune_with_seeds_and_set_prints_the_spread_and_names_the_classes() {
         .lines()
         .skip_while(|l| !l.starts_with("sensitivity"))
         .skip(1)
+        .filter(|l| !l.starts_with("  note: "))
         .collect();
     assert_eq!(sensitivity.len(), 8, "{stdout}");
     assert!(sensitivity[0].starts_with("  premium quantum 512 -> 256: premium 0."));
