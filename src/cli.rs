@@ -156,8 +156,8 @@ struct ReplayArgs {
     /// ignores are accepted with a note, keys routersim cannot honour are errors.
     #[arg(long)]
     router: Option<String>,
-    #[arg(long, value_enum, default_value_t = RouterModeArg::KvRouter)]
-    router_mode: RouterModeArg,
+    #[arg(long, default_value = "kv_router", value_parser = router_mode_parser())]
+    router_mode: RouterMode,
     /// Tokens per hash id.
     #[arg(long, default_value_t = trace::DEFAULT_TRACE_BLOCK_SIZE)]
     trace_block_size: u64,
@@ -207,11 +207,11 @@ struct ReplayArgs {
     timeline: TimelineArgs,
 }
 
-#[derive(Copy, Clone, Debug, ValueEnum)]
-#[value(rename_all = "snake_case")]
-enum RouterModeArg {
-    KvRouter,
-    RoundRobin,
+/// `--router-mode`: Dynamo's names, listed in `--help` and in the error for any other.
+fn router_mode_parser() -> impl clap::builder::TypedValueParser<Value = RouterMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(RouterMode::NAMES)
+        .try_map(|name| RouterMode::from_name(&name).ok_or("not a router mode"))
 }
 
 /// Why a command failed, and so its exit code.
@@ -545,10 +545,7 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, ReplayPacing), CliErr
         router: router.config,
         engine,
         workers,
-        router_mode: match args.router_mode {
-            RouterModeArg::KvRouter => RouterMode::KvRouter,
-            RouterModeArg::RoundRobin => RouterMode::RoundRobin,
-        },
+        router_mode: args.router_mode,
         seed: args.seed,
         kv_event_lag,
         disaggregated,

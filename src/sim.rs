@@ -49,14 +49,30 @@ use rand::RngExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// How the router picks workers.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+/// How the router picks workers, with Dynamo's `--router-mode` names (`kv_router`,
+/// `round_robin`) as a scenario's `router.router_mode` and replay's `--router-mode` spell it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RouterMode {
     /// Dynamo's KV router: the scheduling core with policy classes and cost-based selection.
     #[default]
     KvRouter,
     /// Plain round robin over worker ranks, no queueing.
     RoundRobin,
+}
+
+impl RouterMode {
+    /// Every mode's name, as Dynamo spells it.
+    pub const NAMES: [&str; 2] = ["kv_router", "round_robin"];
+
+    /// The mode Dynamo's name `name` stands for.
+    pub fn from_name(name: &str) -> Option<RouterMode> {
+        match name {
+            "kv_router" => Some(RouterMode::KvRouter),
+            "round_robin" => Some(RouterMode::RoundRobin),
+            _ => None,
+        }
+    }
 }
 
 /// Latencies between the parts of the system (all default to zero).
@@ -1171,6 +1187,21 @@ policy_classes:
   - {name: regular, policy_family: regular, cache_bucket: all, quantum: 100,
      prefill_busy_threshold_frac: 0.1}
 ";
+
+    #[test]
+    fn a_router_mode_reads_the_same_from_a_flag_name_and_from_yaml() {
+        for name in RouterMode::NAMES {
+            let from_flag = RouterMode::from_name(name).unwrap();
+            let from_yaml: RouterMode = serde_saphyr::from_str(name).unwrap();
+            assert_eq!(from_flag, from_yaml, "{name}");
+        }
+        assert_eq!(
+            RouterMode::from_name("kv_router"),
+            Some(RouterMode::KvRouter)
+        );
+        assert_eq!(RouterMode::from_name("round-robin"), None);
+        assert!(serde_saphyr::from_str::<RouterMode>("RoundRobin").is_err());
+    }
 
     /// A random small system: engine knobs, worker count, delays, and a request stream.
     #[derive(Debug, Clone)]

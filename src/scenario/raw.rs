@@ -4,6 +4,7 @@
 use crate::mocker::config::EngineSection;
 use crate::report::expect::RawExpectation;
 use crate::scheduling::policy::raw::{RawBucket, RawPolicyClass, RawPolicyProfile};
+use crate::sim::RouterMode;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
@@ -130,21 +131,11 @@ pub struct RawRouter {
     /// A Dynamo policy YAML file, relative to the scenario file.
     pub policy: Option<String>,
     /// `kv_router` (default) or `round_robin`.
-    pub router_mode: Option<RawRouterMode>,
+    pub router_mode: Option<RouterMode>,
     /// Dynamo frontend's `migration_limit` (default 0).
     pub migration_limit: Option<u32>,
     /// Every other key: checked against `KvRouterConfig` after parsing.
     pub knobs: serde_json::Map<String, serde_json::Value>,
-}
-
-/// The router's worker choice, with Dynamo's `--router-mode` names.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RawRouterMode {
-    /// Dynamo's KV router: policy classes and cost-based selection.
-    KvRouter,
-    /// Plain round robin, no queueing.
-    RoundRobin,
 }
 
 impl<'de> Deserialize<'de> for RawRouter {

@@ -3,14 +3,14 @@
 
 use super::bounds_check;
 use super::overrides;
-use super::raw::{RawRouter, RawRouterMode, RawScenario};
+use super::raw::{RawRouter, RawScenario};
 use super::{Scenario, ScenarioError};
 use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
 use crate::scheduling::policy::{PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
-use crate::sim::{RouterMode, SimConfig, TransportDelays};
+use crate::sim::{SimConfig, TransportDelays};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::SynthError;
 use crate::yaml::{self, Document, NodeKind};
@@ -141,10 +141,7 @@ fn build(
         router,
         profile,
         pools,
-        router_mode: match raw.router.router_mode {
-            None | Some(RawRouterMode::KvRouter) => RouterMode::KvRouter,
-            Some(RawRouterMode::RoundRobin) => RouterMode::RoundRobin,
-        },
+        router_mode: raw.router.router_mode.unwrap_or_default(),
         delays,
         limits,
         seed: raw.seed,
