@@ -462,9 +462,9 @@ struct FaultState {
 
 struct System {
     config: SimConfig,
-    /// The router requests arrive at: the only one, or the prefill pool's.
-    router: RouterDriver,
-    /// Disaggregated serving's decode router and handoffs (`None`: aggregated).
+    /// Every router instance, and which one hears what.
+    routers: Routers,
+    /// Disaggregated serving's handoffs (`None`: aggregated).
     handoff: Option<Handoff>,
     fleet: WorkerFleet,
     ledger: Ledger,
@@ -640,6 +640,10 @@ fn new_system(
     let handoff = config
         .is_disaggregated()
         .then(|| Handoff::new(&config, fleet.rank_count()));
+    let decode_router = config
+        .is_disaggregated()
+        .then(|| handoff::decode_router(&config));
+    let routers = Routers::new(router, decode_router);
     let faults = FaultState {
         cancel_rngs: (0..config.faults.len())
             .map(|k| rng::stream(config.seed, &format!("faults/cancel/{k}")))
@@ -648,7 +652,7 @@ fn new_system(
     };
     Ok(System {
         faults,
-        router,
+        routers,
         handoff,
         fleet,
         ledger: Ledger::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
@@ -681,9 +685,9 @@ fn finish_run(
     let pools = system
         .fleet
         .pool_usage(end_time, system.ledger.change_epoch());
-    let kv_log = system.router.take_kv_log();
+    let kv_log = system.routers.entry().take_kv_log();
     let timeline = system.take_timeline();
-    let classes = system.router.core().profile().classes();
+    let classes = system.routers.entry_ref().core().profile().classes();
     let result = SimResult {
         timeline,
         pools,
@@ -774,13 +778,13 @@ impl System {
         let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
-        self.router.route(now, id, f);
+        self.routers.entry().route(now, id, f);
         self.drain_router(now, queue);
     }
 
     /// Acts on every decision the router made.
     fn drain_router(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
-        while let Some(decision) = self.router.poll_decision() {
+        while let Some(decision) = self.routers.entry().poll_decision() {
             match decision {
                 RouterDecision::Dispatch {
                     id,
@@ -815,7 +819,7 @@ impl System {
     /// for a worker when none is left are refused (1.6.1's replay would wait for one that
     /// never comes). Returns whether any was.
     fn refuse_stranded(&mut self, now: SimTime, queue: &mut EventQueue<Event>) -> bool {
-        let refused = self.router.no_more_workers(now);
+        let refused = self.routers.entry().no_more_workers(now);
         if refused {
             self.drain_router(now, queue);
         }
@@ -882,7 +886,7 @@ impl System {
             }
         }
         // The caller drains.
-        self.router.dispatched(now, id);
+        self.routers.entry().dispatched(now, id);
     }
 
     /// Ends request `id` at `now` with `status`: every end passes here. The ledger records
@@ -990,7 +994,7 @@ impl System {
         let lag = self.config.delays.kv_event_lag;
         if lag == SimDuration::ZERO {
             for event in events {
-                self.router.kv_event(now, event);
+                self.routers.entry().kv_event(now, event);
             }
         } else {
             queue.schedule(now.saturating_add(lag), Event::Kv(events.to_vec()));
@@ -1018,39 +1022,25 @@ impl System {
         }
     }
 
-    /// The router that hears rank `rank`'s tokens and ends: the decode router for a decode
-    /// rank, else the one router requests arrive at.
+    /// The router that hears rank `rank`'s tokens and ends.
     fn token_router(&mut self, rank: usize) -> &mut RouterDriver {
-        match (&mut self.handoff, self.fleet.role(rank)) {
-            (Some(handoff), WorkerRole::Decode) => &mut handoff.decode_router,
-            _ => &mut self.router,
-        }
+        self.routers.for_role(self.fleet.role(rank))
     }
 
     /// Schedules the router's periodic recheck when it needs one and none is scheduled.
     fn schedule_tick(&mut self, queue: &mut EventQueue<Event>) {
-        if let Some(at) = self.router.tick_due() {
+        if let Some(at) = self.routers.entry().tick_due() {
             queue.schedule(at, Event::Tick);
         }
     }
 
     fn check(&mut self, now: SimTime) {
-        let router = &self.router;
-        let handoff = self.handoff.as_ref();
+        let (routers, handoff) = (&self.routers, self.handoff.as_ref());
         // A request may end on its decode worker before its source lets go (at the end of
         // its prefill worker's pass): the prefill router holds it until then.
-        let holds = |id| match handoff {
-            Some(h) if h.is_releasing(id) => h.decode_router.holds(id),
-            Some(h) => router.holds(id).or_else(|| h.decode_router.holds(id)),
-            None => router.holds(id),
-        };
-        let result = router
-            .core()
+        let holds = |id| routers.holds(id, handoff.is_some_and(|h| h.is_releasing(id)));
+        let result = routers
             .check_invariants()
-            .and_then(|()| match handoff {
-                Some(h) => h.decode_router.core().check_invariants(),
-                None => Ok(()),
-            })
             .and_then(|()| self.fleet.check())
             .and_then(|()| self.ledger.check(holds));
         if let Err(message) = result
@@ -1072,7 +1062,7 @@ impl System {
                 self.fail(now, message);
             }
             // Everything that ran has been freed: no booking, queue entry or worker state left.
-            if let Err(message) = self.router.check_drained() {
+            if let Err(message) = self.routers.check_drained() {
                 self.fail(now, message);
             }
             if let Err(message) = self.fleet.check_drained() {
@@ -1122,13 +1112,13 @@ impl Model for System {
             Event::Drop { rank, request } => self.drop_request(rank, request),
             Event::Kv(events) => {
                 for event in &events {
-                    self.router.kv_event(now, event);
+                    self.routers.entry().kv_event(now, event);
                 }
                 self.drain_router(now, queue);
             }
             Event::Tick => {
                 self.touch_all_ranks();
-                self.router.tick(now);
+                self.routers.entry().tick(now);
                 self.drain_router(now, queue);
             }
             Event::TransferDone { request, attempt } => {
@@ -1147,6 +1137,7 @@ mod fleet;
 mod handoff;
 mod handoff_loss;
 mod ledger;
+mod routers;
 mod status;
 pub mod timeline;
 mod tokens;
@@ -1160,6 +1151,7 @@ use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank, warms_probes};
 use handoff::Handoff;
 pub use ledger::RareParts;
 use ledger::{Ledger, RankSlot, TokenEdge};
+use routers::Routers;
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 use timeline::{CounterRecorder, Timeline};
 

@@ -110,7 +110,7 @@ impl System {
     ) {
         let worker = self.fleet.rank_id(rank).worker_id;
         if self.faults.router_knows_down.contains(&worker) {
-            self.router.delivery_failed(now, id);
+            self.routers.entry().delivery_failed(now, id);
             self.lose(now, id, worker, queue);
         } else {
             self.lost_on(worker, id);
@@ -228,7 +228,7 @@ impl System {
         }
         let rank = record.rank().filter(|_| record.dispatched.is_some());
         self.end(now, id, Status::Cancelled(CancelReason::ClientCancel));
-        self.router.cancel(now, id);
+        self.routers.entry().cancel(now, id);
         self.drain_router(now, queue);
         let Some(rank) = rank.and_then(|r| self.fleet.rank_index(r)) else {
             return;

@@ -27,11 +27,9 @@ pub(super) struct Flight {
     pub decode_rank: usize,
 }
 
-/// The handoff state of a disaggregated run: the decode router and every request between
-/// its prefill's end and its source's release.
+/// The handoff state of a disaggregated run: every request between its prefill's end and
+/// its source's release.
 pub(super) struct Handoff {
-    /// The decode pool's router (asked once per request, when its prefill ends).
-    pub decode_router: RouterDriver,
     /// The prefill engine's transfer settings (the decode engine's are never read).
     transfer: KvTransfer,
     block_size: u64,
@@ -52,21 +50,7 @@ impl Handoff {
             .iter()
             .find(|p| p.engine.role == WorkerRole::Prefill);
         let transfer = prefill.map(|p| p.engine.kv_transfer).unwrap_or_default();
-        let mut scheduler = config.scheduler_config();
-        scheduler.router = decode_router_config(&config.router);
-        // The decode router never queues: it books no prefill, so no class of it is ever
-        // busy, and with no decode worker left it refuses at once (no_endpoints).
-        scheduler.profile = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
-        scheduler.seed = rng::stream(config.seed, "sim/decode-router").random();
-        let decode_router = RouterDriver::new(
-            config.router_mode,
-            scheduler,
-            fleet::worker_set_of(&config.pools, |role| role == WorkerRole::Decode),
-            0,
-            false,
-        );
         Handoff {
-            decode_router,
             transfer,
             block_size: config.block_size(),
             flights: Default::default(),
@@ -96,11 +80,29 @@ impl Handoff {
 
     /// At the end of a drained run: Err unless no handoff is left.
     pub fn check_drained(&self) -> Result<(), String> {
-        if !self.flights.is_empty() {
-            return Err(format!("{} handoffs never ended", self.flights.len()));
+        match self.flights.len() {
+            0 => Ok(()),
+            n => Err(format!("{n} handoffs never ended")),
         }
-        self.decode_router.check_drained()
     }
+}
+
+/// The decode pool's router of a disaggregated run of `config` (asked once per request,
+/// when its prefill ends).
+pub(super) fn decode_router(config: &SimConfig) -> RouterDriver {
+    let mut scheduler = config.scheduler_config();
+    scheduler.router = decode_router_config(&config.router);
+    // The decode router never queues: it books no prefill, so no class of it is ever
+    // busy, and with no decode worker left it refuses at once (no_endpoints).
+    scheduler.profile = PolicyProfile::synthetic(QueuePolicy::Fcfs, None);
+    scheduler.seed = rng::stream(config.seed, "sim/decode-router").random();
+    RouterDriver::new(
+        config.router_mode,
+        scheduler,
+        fleet::worker_set_of(&config.pools, |role| role == WorkerRole::Decode),
+        0,
+        false,
+    )
 }
 
 /// The prefill router's knobs: the user's, without active-block tracking (a prefill worker's
@@ -160,25 +162,26 @@ impl System {
         queue: &mut EventQueue<Event>,
     ) {
         self.ledger.prefill_held(now, id);
-        self.router.first_token(now, id);
+        self.routers.entry().first_token(now, id);
         self.drain_router(now, queue);
         let Some(f) = self.ledger.in_flight(id) else {
             return;
         };
-        let handoff = self.handoff.as_mut().expect("a disaggregated run");
-        handoff.decode_router.route(now, id, f);
-        while let Some(decision) = self.handoff().decode_router.poll_decision() {
+        let decode_router = self.routers.decode().expect("a disaggregated run");
+        decode_router.route(now, id, f);
+        while let Some(decision) = (self.routers.decode()).and_then(|r| r.poll_decision()) {
             match decision {
                 RouterDecision::Dispatch { id, rank: to, .. } => {
                     let decode_rank = self.rank_index(to);
                     self.ledger.decode_routed(id, to);
-                    let handoff = self.handoff();
-                    handoff.decode_router.dispatched(now, id);
+                    self.routers
+                        .for_role(WorkerRole::Decode)
+                        .dispatched(now, id);
                     let flight = Flight {
                         prefill_rank: rank,
                         decode_rank,
                     };
-                    handoff.flights.insert(id, flight);
+                    self.handoff().flights.insert(id, flight);
                     if self.fleet.is_down(decode_rank) {
                         self.handed_to_down_rank(now, id, decode_rank, queue);
                         continue;
@@ -189,7 +192,7 @@ impl System {
                 RouterDecision::Reject { id, error, .. } => {
                     self.fleet.release_held(rank, id);
                     self.end(now, id, Status::Rejected(Rejection::router(error)));
-                    self.router.finished(now, id, Outcome::Aborted);
+                    self.routers.entry().finished(now, id, Outcome::Aborted);
                     self.drain_router(now, queue);
                 }
             }
@@ -364,9 +367,7 @@ impl System {
             return;
         };
         self.end(now, id, Status::Rejected(Rejection::Worker(reason)));
-        self.handoff()
-            .decode_router
-            .finished(now, id, Outcome::Aborted);
+        (self.routers.for_role(WorkerRole::Decode)).finished(now, id, Outcome::Aborted);
         self.release_source(now, id, prefill_rank, queue);
     }
 
@@ -388,7 +389,7 @@ impl System {
             return;
         }
         self.ledger.source_released(now, id);
-        self.router.finished(now, id, Outcome::Completed);
+        self.routers.entry().finished(now, id, Outcome::Completed);
         self.drain_router(now, queue);
     }
 }

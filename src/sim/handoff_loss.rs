@@ -68,14 +68,16 @@ impl System {
             .is_some_and(|h| h.transfer_end.is_some());
         if landed {
             self.ledger.source_released(now, id);
-            self.router.finished(now, id, Outcome::Completed);
+            self.routers.entry().finished(now, id, Outcome::Completed);
             self.drain_router(now, queue);
             return false;
         }
         let handoff = self.handoff();
         handoff.pending[decode_rank].retain(|&r| r != id);
         handoff.landed[decode_rank].retain(|&r| r != id);
-        handoff.decode_router.finished(now, id, Outcome::Aborted);
+        self.routers
+            .for_role(WorkerRole::Decode)
+            .finished(now, id, Outcome::Aborted);
         self.fleet.drop_request(decode_rank, id);
         let pending = !self.handoff().pending[decode_rank].is_empty();
         self.fleet.set_handoffs_pending(decode_rank, pending);
@@ -111,13 +113,7 @@ impl System {
     /// The router that hears of worker `worker`: the decode router for a decode worker, else
     /// the one requests arrive at.
     pub(super) fn router_of_worker(&mut self, worker: u64) -> &mut RouterDriver {
-        let decode = self
-            .fleet
-            .pool_of(worker)
-            .is_some_and(|p| p.engine.role == WorkerRole::Decode);
-        match (&mut self.handoff, decode) {
-            (Some(handoff), true) => &mut handoff.decode_router,
-            _ => &mut self.router,
-        }
+        let role = (self.fleet.pool_of(worker)).map_or(WorkerRole::Aggregated, |p| p.engine.role);
+        self.routers.for_role(role)
     }
 }

@@ -240,9 +240,12 @@ impl System {
             recorder.touch_all();
         }
         let fleet = &self.fleet;
-        recorder.sample(now, self.router.core(), fleet.rank_count(), |i| {
-            fleet.rank_id(i)
-        });
+        recorder.sample(
+            now,
+            self.routers.entry_ref().core(),
+            fleet.rank_count(),
+            |i| fleet.rank_id(i),
+        );
     }
 
     /// Marks rank `rank`'s router load as perhaps changed (for the timeline).

@@ -86,11 +86,7 @@ impl System {
         if !self.ledger.receive(now, id, attempt, edge) {
             return;
         }
-        // Tokens only come from aggregated and decode workers.
-        let router = match &mut self.handoff {
-            Some(handoff) => &mut handoff.decode_router,
-            None => &mut self.router,
-        };
+        let router = self.routers.for_tokens();
         // A request whose first token is its last ends without its prefill's end being
         // heard on its own: 1.6.1 frees the whole booking and drains once.
         if edge.is_first() && !edge.is_last() {

@@ -144,3 +144,65 @@ fn the_function_measure_counts_from_fn_to_its_closing_brace() {
         ]
     );
 }
+
+/// The one file of the simulated system that may hold a router instance.
+const ROUTER_HOLDER: &str = "sim/routers.rs";
+
+/// Whether `line` declares a field or a binding that holds a router instance.
+fn holds_a_router(line: &str) -> bool {
+    let line = line.trim();
+    !line.starts_with("//")
+        && (line.ends_with(": RouterDriver,") || line.ends_with(": Option<RouterDriver>,"))
+}
+
+#[test]
+fn only_routers_holds_router_instances() {
+    let holders: Vec<String> = read_sources()
+        .iter()
+        .filter(|f| f.rel.starts_with("sim") && f.rel != ROUTER_HOLDER && !is_test_file(&f.rel))
+        .flat_map(|f| {
+            let found = f.code_lines().filter(|(_, line)| holds_a_router(line));
+            found
+                .map(|(n, line)| format!("src/{}:{n}: {}", f.rel, line.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        holders.is_empty(),
+        "router instances held outside {ROUTER_HOLDER} (docs/architecture.md, \"Adding a router instance\"):\n{}",
+        holders.join("\n")
+    );
+}
+
+#[test]
+fn a_router_field_is_caught_and_a_mention_is_not() {
+    assert!(holds_a_router("    pub decode_router: RouterDriver,"));
+    assert!(holds_a_router("    decode: Option<RouterDriver>,"));
+    assert!(!holds_a_router("    /// decode: RouterDriver,"));
+    assert!(!holds_a_router(
+        "pub(super) fn decode_router(config: &SimConfig) -> RouterDriver {"
+    ));
+}
+
+/// The line of docs/architecture.md that says how long the spine is: `under N lines`.
+#[test]
+fn the_spine_is_as_short_as_the_architecture_says() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let doc = std::fs::read_to_string(format!("{root}/docs/architecture.md")).unwrap();
+    let claim = doc
+        .lines()
+        .find(|l| l.contains("`src/pipeline.rs`: the spine, under "))
+        .expect("docs/architecture.md says how long src/pipeline.rs is");
+    let bound: usize = claim
+        .split("under ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a number of lines");
+    let spine = std::fs::read_to_string(format!("{root}/src/pipeline.rs")).unwrap();
+    assert!(
+        spine.lines().count() < bound,
+        "src/pipeline.rs has {} lines; docs/architecture.md says under {bound}",
+        spine.lines().count()
+    );
+}
