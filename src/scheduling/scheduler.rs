@@ -19,20 +19,18 @@
 use super::admission::{AdmissionDecision, AdmissionPolicy, AdmissionStatus, ArrivalInfo};
 use super::class_queue::{Placement, QueueEntry};
 use super::drr::{ClassQueueConfig, DeferredId, PolicyQueue, QueueRejection};
-use super::hashing::unshared_identities;
 use super::indexer::OverlapIndexer;
 use super::load::{LoadError, LoadTracker};
 use super::policy::{PolicyConfig, PolicyProfile};
 use super::request::QueueSnapshot;
 use super::router_config::RouterConfig;
 use super::select::{
-    RequestConstraints, SelectError, Selection, WorkerSet, best_cached_tokens, eligible_ranks,
+    RequestConstraints, SelectError, WorkerSet, best_cached_tokens, eligible_ranks,
 };
 use super::types::{KvEvent, RequestId, SeqHash, WorkerWithDpRank};
 use crate::rng::{self, SimRng};
 use crate::time::{SimDuration, SimTime};
 use rustc_hash::FxHashMap;
-use std::borrow::Cow;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;

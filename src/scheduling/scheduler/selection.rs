@@ -9,10 +9,17 @@
 //! [`KeptCosts`] keeps those costs and recomputes only the ranks whose change mark in the load
 //! book moved, so such a request reads a few ranks' state instead of every rank's.
 
-use super::*;
+use super::{Scheduler, SchedulerError, SchedulingRequest};
+use crate::scheduling::hashing::unshared_identities;
+use crate::scheduling::load::LoadTracker;
+use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::select::{
-    SelectionInputs, UnsharedCosts, pick_min_cost_of, pinned_selection, select_worker,
+    Selection, SelectionInputs, UnsharedCosts, eligible_ranks, pick_min_cost_of, pinned_selection,
+    select_worker,
 };
+use crate::scheduling::types::{SeqHash, WorkerWithDpRank};
+use crate::time::SimTime;
+use std::borrow::Cow;
 
 /// The ranks' costs for requests that overlap no rank, each kept while its rank's change mark
 /// in the load book stands.
@@ -202,7 +209,7 @@ impl Scheduler {
         request: &SchedulingRequest,
         tracked_hashes: &[SeqHash],
         overlaps: &[(WorkerWithDpRank, u32)],
-        rng_before: SimRng,
+        rng_before: crate::rng::SimRng,
         selection: Selection,
     ) {
         let rng_after = std::mem::replace(&mut self.rng, rng_before);
@@ -233,8 +240,11 @@ impl Scheduler {
 mod tests {
     use super::super::tests::{decisions, dispatched, request, scheduler, t, workers};
     use super::*;
-    use crate::scheduling::select::WorkerConfig;
+    use crate::scheduling::scheduler::{Outcome, SchedulerConfig};
+    use crate::scheduling::select::{WorkerConfig, WorkerSet};
+    use crate::scheduling::types::RequestId;
     use proptest::prelude::*;
+    use std::collections::{BTreeSet, VecDeque};
 
     fn ranks_costed(s: &Scheduler) -> u64 {
         s.kept.computed
