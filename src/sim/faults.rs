@@ -7,8 +7,14 @@
 //! the router rolls it back at once (the client and router share the frontend) and the
 //! worker drops it after `router_to_worker`.
 
-use super::*;
-use fleet::worker_config;
+use super::fleet::worker_config;
+use super::timeline;
+use super::{AbortReason, CancelReason, Event, Fault, Status, System};
+use crate::engine::EventQueue;
+use crate::scheduling::types::RequestId;
+use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
+use std::sync::Arc;
 
 /// A worker fault as it happened in a run (for plots: the completions-by-time chart marks
 /// them).

@@ -11,12 +11,20 @@
 //! too. A transfer takes the prefill engine's
 //! [`KvTransfer`] delay; concurrent transfers do not share bandwidth.
 
-use super::*;
+use super::driver::{RouterDecision, RouterDriver};
+use super::{Event, Rejection, SimConfig, Status, System, fleet, schedule_pass_end};
+use crate::engine::EventQueue;
+use crate::mocker::MockRequest;
 use crate::mocker::transfer::KvTransfer;
 use crate::mocker::{RejectReason, Reservation, WorkerRole};
+use crate::rng;
 use crate::scheduling::policy::PolicyProfile;
+use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::Outcome;
 use crate::scheduling::types::QueuePolicy;
+use crate::scheduling::types::RequestId;
+use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
 use std::collections::VecDeque;
 
 /// Where a request in its handoff is.

@@ -11,9 +11,13 @@
 //! hears of the loss, as in aggregated serving: migrated, it starts over at the prefill router
 //! with the tokens its client received joining its prompt.
 
-use super::*;
+use super::driver::RouterDriver;
+use super::{Event, System};
+use crate::engine::EventQueue;
 use crate::mocker::WorkerRole;
 use crate::scheduling::scheduler::Outcome;
+use crate::scheduling::types::RequestId;
+use crate::time::SimTime;
 use std::collections::BTreeSet;
 
 impl System {

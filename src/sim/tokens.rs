@@ -1,8 +1,13 @@
 //! Token delivery: a formed pass's tokens on their way from the worker to the router and the
 //! ledger, received at the pass's end or after the transport's delay.
 
-use super::*;
+use super::ledger::TokenEdge;
+use super::{Event, SimConfig, System};
+use crate::engine::EventQueue;
 use crate::mocker::PassOutput;
+use crate::scheduling::scheduler::Outcome;
+use crate::scheduling::types::RequestId;
+use crate::time::{SimDuration, SimTime};
 
 /// Whether a run of `config` receives each token at the end of the pass that made it, with
 /// no event of its own: a token in the middle of a stream is then only a count.
