@@ -26,7 +26,7 @@
 
 use std::collections::BTreeMap;
 
-use super::expect::number;
+use crate::bounds::number;
 use crate::sim::{EndStatus, RequestRecord, Status};
 use crate::time::{SimDuration, SimTime};
 

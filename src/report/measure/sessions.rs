@@ -130,7 +130,7 @@ pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [Clas
 
 #[cfg(test)]
 mod tests {
-    use crate::report::metrics::{LatencyKind, RunMetrics, Stat};
+    use crate::report::measure::metrics::{LatencyKind, RunMetrics, Stat};
     use crate::report::test_support::{done, ms, rejected, result_of, turn};
     use crate::scheduling::scheduler::DispatchPath::Immediate;
 
