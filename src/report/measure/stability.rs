@@ -234,7 +234,7 @@ fn session_ramp(visits: &[Visit]) -> SimDuration {
     durations.sort_unstable();
     match durations.is_empty() {
         true => SimDuration::ZERO,
-        false => SimDuration::from_ns(super::metrics::nearest_rank(&durations, 50)),
+        false => SimDuration::from_ns(super::latency::nearest_rank(&durations, 50)),
     }
 }
 

@@ -3,7 +3,8 @@
 //! of the metrics and the metadata passed in: fixed float formatting, no map iteration.
 
 use crate::mocker::WorkerRole;
-use crate::report::measure::metrics::{ClassMetrics, LatencyKind, LatencyStats, RunMetrics, Stat};
+use crate::report::measure::latency::{LatencyStats, Stat};
+use crate::report::measure::metrics::{ClassMetrics, LatencyKind, RunMetrics};
 use crate::report::measure::pools::{PoolMetrics, tokens_per_s};
 use crate::report::measure::stability::Stability;
 use crate::report::verdict::queries::Queries;

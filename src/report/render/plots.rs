@@ -167,7 +167,7 @@ fn active_classes(metrics: &RunMetrics) -> Vec<usize> {
 /// A line starts from the class's measured count when its window opens, and each completion
 /// inside the window (by completion time) is split among the classes backlogged at that
 /// moment as DRR splits requests: in proportion to their quanta over their mean request
-/// costs ([`RunMetrics::ideal_request_split`]), so a class of large requests completes
+/// costs ([`Queries::ideal_request_split`]), so a class of large requests completes
 /// fewer. Outside those windows every class gets what it asks for, so no ideal applies there
 /// and none is drawn; a class never backlogged in a window gets no line over it.
 pub fn windowed_ideal_lines(metrics: &RunMetrics) -> Vec<Line> {

@@ -2,7 +2,8 @@
 //! `report.html` shows).
 
 use crate::mocker::WorkerRole;
-use crate::report::measure::metrics::{LatencyStats, RunMetrics, Stat};
+use crate::report::measure::latency::{LatencyStats, Stat};
+use crate::report::measure::metrics::RunMetrics;
 use crate::report::measure::pools::PoolMetrics;
 use crate::report::verdict::queries::Queries;
 
@@ -61,7 +62,7 @@ fn strings<const N: usize>(cells: [&str; N]) -> Vec<String> {
 /// when there are several; then a totals line. When
 /// classes were backlogged together ([`RunMetrics::classes_backlogged_together`]) it also shows
 /// each class's count and share of the first `prefix_n` completions against its ideal share
-/// of them ([`RunMetrics::ideal_prefix_share`]: DRR's split of requests of the classes' sizes
+/// of them ([`Queries::ideal_prefix_share`]: DRR's split of requests of the classes' sizes
 /// while they are backlogged together, what each class got elsewhere); otherwise each class
 /// got what it asked for and those columns would mean nothing.
 pub fn class_table(metrics: &RunMetrics) -> String {

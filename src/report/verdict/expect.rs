@@ -1058,7 +1058,8 @@ fn ordinal(k: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::measure::metrics::{LatencyKind, Stat};
+    use crate::report::measure::latency::Stat;
+    use crate::report::measure::metrics::LatencyKind;
 
     fn classes() -> Vec<String> {
         vec!["premium".into(), "regular".into()]

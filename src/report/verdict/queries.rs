@@ -1,9 +1,11 @@
 //! The queries over a run's metrics that answer expectation figures: counts and shares of
 //! the completion order, what a class had left when another finished, service shares in
-//! backlogged windows against the DRR ideal, and latency statistics in milliseconds. They
+//! backlogged windows against the DRR ideal, latency statistics in milliseconds, and
+//! service-level attainment and throughput over the measured window. They
 //! read `RunMetrics`; `measure` computes it and knows nothing of them.
 
 use crate::report::measure::metrics::{Completion, Credit, LatencyMetric, RunMetrics};
+use crate::report::measure::slo::{LatencyBounds, ThroughputMetric};
 
 /// Expectation queries over a run's measured metrics (implemented by [`RunMetrics`]).
 pub trait Queries {
@@ -65,6 +67,18 @@ pub trait Queries {
 
     /// A latency statistic of `class` in milliseconds.
     fn latency_ms(&self, class: usize, metric: LatencyMetric) -> Option<f64>;
+
+    /// The fraction of `class`'s requests that completed within `bounds`; `None` when the
+    /// class had no requests.
+    fn attainment(&self, class: usize, bounds: LatencyBounds) -> Option<f64>;
+
+    /// The measured window in seconds (first arrival to last completion); `None` when it is
+    /// empty.
+    fn measured_window_s(&self) -> Option<f64>;
+
+    /// Throughput of `class` (all classes for `None`) over the measured window; `None` when
+    /// the window is empty.
+    fn window_throughput(&self, class: Option<usize>, metric: ThroughputMetric) -> Option<f64>;
 }
 
 impl Queries for RunMetrics {
@@ -229,5 +243,36 @@ impl Queries for RunMetrics {
             .of(metric.kind)
             .get(metric.stat)?;
         Some(ns as f64 / 1e6)
+    }
+
+    fn attainment(&self, class: usize, bounds: LatencyBounds) -> Option<f64> {
+        let requests = self.classes.get(class)?.requests;
+        if requests == 0 {
+            return None;
+        }
+        let met = self.slo.completed.get(class)?;
+        let met = met.iter().filter(|l| bounds.met_by(l)).count();
+        Some(met as f64 / requests as f64)
+    }
+
+    fn measured_window_s(&self) -> Option<f64> {
+        let (start, end) = self.slo.window?;
+        (end > start).then(|| (end.as_ns() - start.as_ns()) as f64 / 1e9)
+    }
+
+    fn window_throughput(&self, class: Option<usize>, metric: ThroughputMetric) -> Option<f64> {
+        let span_s = self.measured_window_s()?;
+        let classes = match class {
+            Some(c) => std::slice::from_ref(self.classes.get(c)?),
+            None => &self.classes[..],
+        };
+        let count: u64 = classes
+            .iter()
+            .map(|c| match metric {
+                ThroughputMetric::Rps => c.completed,
+                ThroughputMetric::OutputTokensPerS => c.output_tokens_completed,
+            })
+            .sum();
+        Some(count as f64 / span_s)
     }
 }
