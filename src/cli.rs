@@ -8,11 +8,11 @@ use crate::pipeline::{
     self, DisaggregatedSetup, JudgedRun, Judgement, ReplaySetup, RunError, RunSpec,
 };
 use crate::report;
-use crate::report::chart::PlotError;
-use crate::report::evaluate::format_outcome;
-use crate::report::html::REPORT_FILE;
 use crate::report::output::{self, OutputKind};
-use crate::report::run_page::RunPage;
+use crate::report::render::chart::PlotError;
+use crate::report::render::html::REPORT_FILE;
+use crate::report::render::run_page::RunPage;
+use crate::report::verdict::evaluate::format_outcome;
 use crate::scenario::{self, FileKind, Scenario, bounds_check};
 use crate::scheduling::policy;
 use crate::sim::{self, RouterMode};
@@ -359,7 +359,7 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
         "seed": spec.seed(),
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let mut files = report::run_files(
+    let mut files = report::output::run_files::run_files(
         &run.result,
         &run.metrics,
         &meta,
@@ -374,14 +374,14 @@ fn run(args: &RunArgs) -> Result<(), CliError> {
             facts: run_facts(args, spec.seed()),
             outcomes: Some(&outcomes),
         };
-        files = report::with_report(files, &page, &run.metrics);
+        files = report::output::run_files::with_report(files, &page, &run.metrics);
     }
     target.write_bodies(&files).map_err(input)?;
     if args.quiet {
         return no_progress_error(&run.result);
     }
     outln!("{} (seed {})", spec.name, spec.seed());
-    out!("{}", report::table::class_table(&run.metrics));
+    out!("{}", report::render::table::class_table(&run.metrics));
     if let Some(warning) = run.metrics.stability.warning() {
         outln!("{warning}");
     }
@@ -739,11 +739,11 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     }
     std::thread::scope(|scope| {
         // Formatted on another thread while the run is measured and the other files made.
-        let requests_csv = report::requests_csv_body(&result).start_ahead(scope);
+        let requests_csv = report::output::run_files::requests_csv_body(&result).start_ahead(scope);
         let metrics = measuring.metrics(&result);
-        let mut files = report::data_files_with(requests_csv, &metrics, &meta);
+        let mut files = report::output::run_files::data_files_with(requests_csv, &metrics, &meta);
         if args.plots {
-            let plots = report::plot_files(&result, &metrics, &[]);
+            let plots = report::output::run_files::plot_files(&result, &metrics, &[]);
             files.extend(plots.map_err(|e| CliError::Bug(e.to_string()))?);
         }
         files.extend(args.timeline.file(&result, &meta));
@@ -754,11 +754,11 @@ fn replay(args: &ReplayArgs) -> Result<(), CliError> {
                 facts: replay_facts(args, &setup),
                 outcomes: None,
             };
-            files = report::with_report(files, &page, &metrics);
+            files = report::output::run_files::with_report(files, &page, &metrics);
         }
         target.write_bodies(&files).map_err(input)?;
         if !args.quiet {
-            out!("{}", report::table::class_table(&metrics));
+            out!("{}", report::render::table::class_table(&metrics));
         }
         Ok::<_, CliError>(())
     })?;

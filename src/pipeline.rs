@@ -11,7 +11,7 @@
 //! ([`RunSpec::with_seed`], [`RunSpec::set_quantum`]) and executes it again, without reading
 //! or validating any file twice.
 
-use crate::report::metrics::RunMetrics;
+use crate::report::measure::metrics::RunMetrics;
 use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
 use crate::sim::{self, InvariantViolation, SimConfig, SimResult};

@@ -10,11 +10,13 @@ use super::{
 use crate::bounds::MAX_SWEEP_RUNS;
 use crate::pipeline::{JudgedRun, Judgement, RunOutput, replication_seeds};
 use crate::report;
-use crate::report::evaluate::{ExpectationOutcome, aggregate, aggregate_quantile, format_outcome};
-use crate::report::expect::Bound;
-use crate::report::junit::{JunitSuite, junit_xml};
 use crate::report::output::{self, OutputKind, OutputTarget};
-use crate::report::run_page::RunPage;
+use crate::report::render::junit::{JunitSuite, junit_xml};
+use crate::report::render::run_page::RunPage;
+use crate::report::verdict::evaluate::{
+    ExpectationOutcome, aggregate, aggregate_quantile, format_outcome,
+};
+use crate::report::verdict::expect::Bound;
 use crate::scenario::Scenario;
 use crate::sim;
 use crate::sweep;
@@ -313,8 +315,9 @@ fn write_directory(
         "version": env!("CARGO_PKG_VERSION"),
     });
     let expectations = scenario.expectations();
-    let mut files = report::run_files(&kept.result, &kept.metrics, &meta, expectations)
-        .map_err(|e| CliError::Bug(e.to_string()))?;
+    let mut files =
+        report::output::run_files::run_files(&kept.result, &kept.metrics, &meta, expectations)
+            .map_err(|e| CliError::Bug(e.to_string()))?;
     files.extend(args.timeline.file(&kept.result, &meta));
     let page = RunPage {
         command: "check",
@@ -322,7 +325,7 @@ fn write_directory(
         facts: check_facts(args, path, scenario.seed()),
         outcomes: Some(outcomes),
     };
-    let files = report::with_report(files, &page, &kept.metrics);
+    let files = report::output::run_files::with_report(files, &page, &kept.metrics);
     target.write_bodies(&files).map_err(input)
 }
 

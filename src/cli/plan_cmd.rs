@@ -3,8 +3,8 @@
 
 use super::{CliError, file_name, input, out_dir, parse_overrides, plot_bug, with_seed};
 use crate::plan;
-use crate::report::html::REPORT_FILE;
 use crate::report::output::{self, OutputKind};
+use crate::report::render::html::REPORT_FILE;
 use crate::scenario::Scenario;
 use crate::sweep;
 use std::path::{Path, PathBuf};

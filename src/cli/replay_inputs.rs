@@ -4,7 +4,7 @@
 
 use super::CliError;
 use crate::pipeline::ReplaySetup;
-use crate::report::run_inputs::{UnknownClasses, engine_json, router_json};
+use crate::report::render::run_inputs::{UnknownClasses, engine_json, router_json};
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::SimResult;
 use crate::workload::trace::SurplusHashIds;

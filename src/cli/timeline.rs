@@ -24,10 +24,10 @@ impl TimelineArgs {
         &self,
         result: &'a SimResult,
         meta: &serde_json::Value,
-    ) -> Option<(String, report::FileBody<'a>)> {
+    ) -> Option<(String, report::output::FileBody<'a>)> {
         let max_requests = self
             .timeline_max_requests
-            .unwrap_or(report::timeline::DEFAULT_MAX_REQUESTS);
-        report::timeline::timeline_file(result, meta, max_requests)
+            .unwrap_or(report::render::timeline::DEFAULT_MAX_REQUESTS);
+        report::output::run_files::timeline_file(result, meta, max_requests)
     }
 }

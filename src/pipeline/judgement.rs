@@ -3,7 +3,7 @@
 
 use super::memory_estimate::run_memory_estimate_bytes;
 use super::{RequestCache, RunError, RunOutput, RunSpec, execute, replication_seeds};
-use crate::report::evaluate::{ExpectationOutcome, RunFacts, evaluate};
+use crate::report::verdict::evaluate::{ExpectationOutcome, RunFacts, evaluate};
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
 use std::sync::Arc;

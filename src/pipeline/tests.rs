@@ -191,8 +191,8 @@ fn written(output: &RunOutput) -> (Vec<u8>, Vec<u8>, u64, SimTime) {
     let result = &output.result;
     assert_eq!(result.stop_reason, crate::engine::StopReason::Drained);
     (
-        crate::report::requests_csv(result),
-        crate::report::files::summary_json(&output.metrics, &serde_json::json!({})),
+        crate::report::render::requests_csv::requests_csv(result),
+        crate::report::render::data_files::summary_json(&output.metrics, &serde_json::json!({})),
         result.events,
         result.end_time,
     )
@@ -333,8 +333,8 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     );
     let reference = two_pass(&limited);
     assert_eq!(
-        crate::report::requests_csv(&output.result),
-        crate::report::requests_csv(&reference.result)
+        crate::report::render::requests_csv::requests_csv(&output.result),
+        crate::report::render::requests_csv::requests_csv(&reference.result)
     );
 }
 
@@ -354,8 +354,8 @@ fn a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_trace() {
         "the run stopped early"
     );
     assert_eq!(
-        crate::report::requests_csv(&output.result),
-        crate::report::requests_csv(&reference.result)
+        crate::report::render::requests_csv::requests_csv(&output.result),
+        crate::report::render::requests_csv::requests_csv(&reference.result)
     );
 }
 

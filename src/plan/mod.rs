@@ -23,8 +23,8 @@ pub use checks::{Checked, check, finest_precision, validate};
 pub use search::contradictions;
 
 use crate::pipeline::{Judgement, RequestCache, RunError};
-use crate::report::evaluate::ExpectationOutcome;
-use crate::report::expect::Figure;
+use crate::report::verdict::evaluate::ExpectationOutcome;
+use crate::report::verdict::expect::Figure;
 use crate::scenario::Scenario;
 use rayon::prelude::*;
 use std::path::PathBuf;

@@ -4,11 +4,11 @@
 use super::joint::JointPlan;
 use super::split::{Total, best_split, split_of};
 use super::{Goal, Plan, Probe, format_value};
-use crate::report::chart::{
+use crate::report::render::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
-use crate::report::evaluate::{ExpectationOutcome, aggregate, measured_text};
-use crate::report::expect::number;
+use crate::report::verdict::evaluate::{ExpectationOutcome, aggregate, measured_text};
+use crate::report::verdict::expect::number;
 use serde_json::{Value, json};
 
 /// One search of a `--for` table: the `--for` value it ran with (none without `--for`).
@@ -124,7 +124,7 @@ fn binding(plan: &Plan) -> Value {
 /// The margin as a fraction of the bound's own size, so that bounds in different units
 /// (ms, counts, shares) compare (negative infinity when the figure was not measured).
 pub(super) fn relative_margin(o: &ExpectationOutcome) -> f64 {
-    use crate::report::expect::Bound;
+    use crate::report::verdict::expect::Bound;
     let Some(value) = o.measured else {
         return f64::NEG_INFINITY;
     };
@@ -518,7 +518,7 @@ fn bound_lines(
     all_y: &mut Vec<f64>,
     drawn: impl Fn(usize) -> bool,
 ) -> Vec<ReferenceLine> {
-    use crate::report::expect::Bound;
+    use crate::report::verdict::expect::Bound;
     let Some(first) = worsts.first() else {
         return Vec::new();
     };

@@ -1,6 +1,6 @@
 //! The `report.html` of `routersim plan`: the answer, the bracket, the binding expectation,
 //! every probe with its worst verdicts and the capacity chart, built with
-//! [`crate::report::html::Page`] from the plans (bytes from data, no file system).
+//! [`crate::report::render::html::Page`] from the plans (bytes from data, no file system).
 
 use super::joint::JointPlan;
 use super::output::{
@@ -8,7 +8,7 @@ use super::output::{
     relative_margin, value_text, worst,
 };
 use super::{Plan, Probe, format_value};
-use crate::report::html::{Page, linked_names};
+use crate::report::render::html::{Page, linked_names};
 
 /// The plan page of `rows` (one search, or a `--for` table) whose directory holds `files`.
 pub fn plan_report<S: AsRef<str>, B: AsRef<[u8]>>(

@@ -345,7 +345,11 @@ fn a_probes_memory_estimate_is_taken_at_the_checked_ends_of_the_range() {
 }
 
 /// One seed's outcome of an expectation: its label, value and bound (passing by the bound).
-fn outcome(label: &str, value: f64, bound: crate::report::expect::Bound) -> ExpectationOutcome {
+fn outcome(
+    label: &str,
+    value: f64,
+    bound: crate::report::verdict::expect::Bound,
+) -> ExpectationOutcome {
     ExpectationOutcome {
         label: label.into(),
         measured: Some(value),
@@ -361,7 +365,7 @@ fn outcome(label: &str, value: f64, bound: crate::report::expect::Bound) -> Expe
 /// A probe at `value` with one seed: a chat p99 TTFT SLO (at most 1000 ms) measuring
 /// `ttft_ms`, and `stable: true` kept (`overloaded` false) or not.
 fn chat_probe(value: f64, ttft_ms: f64, overloaded: bool) -> Probe {
-    use crate::report::expect::Bound;
+    use crate::report::verdict::expect::Bound;
     let outcomes = vec![
         outcome("chat p99 TTFT SLO", ttft_ms, Bound::AtMost(1000.0)),
         outcome(

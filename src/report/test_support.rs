@@ -81,7 +81,7 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
 }
 
 /// The metrics of the premium burst's weighted arm (fixture `premium-weighted`).
-pub fn weighted_metrics() -> crate::report::metrics::RunMetrics {
+pub fn weighted_metrics() -> crate::report::measure::metrics::RunMetrics {
     weighted_run().metrics
 }
 

@@ -63,7 +63,7 @@ mod validate;
 pub use error::ScenarioError;
 
 use crate::bounds;
-use crate::report::expect::{Expectation, Figure};
+use crate::report::verdict::expect::{Expectation, Figure};
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::sim::{ClosedLoop, SimConfig, WorkerPool};
 use crate::time::SimDuration;

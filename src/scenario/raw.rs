@@ -2,7 +2,7 @@
 //! every depth (the `router` section checks its knobs against Dynamo's `KvRouterConfig`).
 
 use crate::mocker::config::EngineSection;
-use crate::report::expect::RawExpectation;
+use crate::report::verdict::expect::RawExpectation;
 use crate::scheduling::policy::raw::{RawBucket, RawPolicyClass, RawPolicyProfile};
 use crate::sim::RouterMode;
 use serde::de::{self, MapAccess, Visitor};

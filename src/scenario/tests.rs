@@ -1016,7 +1016,7 @@ fn set_reaches_expectations_and_engine_keys_by_name() {
     let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
     assert_eq!(
         scenario.expectations()[1].bound(),
-        crate::report::expect::Bound::AtLeast(50.0)
+        crate::report::verdict::expect::Bound::AtLeast(50.0)
     );
     assert!(scenario.pools()[0].engine.enable_prefix_caching);
     let requests = scenario.requests(0).unwrap();

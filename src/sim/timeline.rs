@@ -1,7 +1,7 @@
 //! The timeline a run keeps when asked (`--timeline`): every pass (a run of skipped quiet
 //! passes as one slice), the DRR deficit of each class and the router's active prefill tokens
 //! on each rank as they change, and each request moved or aborted off a lost worker.
-//! `report::timeline` turns it (with the run's records and fault marks) into a trace file.
+//! `report::render::timeline` turns it (with the run's records and fault marks) into a trace file.
 //!
 //! Off, a run holds `None` and each hook is one branch; on, each pass costs one
 //! [`PassSlice`] and each change of a counter one [`CounterSample`]. Request slices are not

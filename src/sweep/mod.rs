@@ -14,7 +14,7 @@
 //! [`shard::read_shards`], then [`table::sweep_files`]. Tuning: [`tune::tune`]. Every run
 //! goes through [`crate::pipeline`]; input and simulator errors are its
 //! [`RunError`](crate::pipeline::RunError), drawing errors are a
-//! [`PlotError`](crate::report::chart::PlotError).
+//! [`PlotError`](crate::report::render::chart::PlotError).
 
 pub mod grid;
 pub mod plots;

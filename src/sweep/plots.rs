@@ -10,19 +10,19 @@
 //! table's `ideal`, [`PointSummary::ideal`]): a class of 2,000-token prompts gets far fewer
 //! requests than its quantum share.
 //!
-//! Line charts are [`crate::report::chart::Chart`]s, the model and renderer the run plots use;
+//! Line charts are [`crate::report::render::chart::Chart`]s, the model and renderer the run plots use;
 //! only the heatmap draws itself here.
 
 use super::run::ClassMetric;
 use super::shard::Manifest;
 use super::table::PointSummary;
-use crate::report::chart::{
+use crate::report::render::chart::{
     self, Axis, Chart, Direction, Drawable, LegendCorner, PlotError, PlotFormat, Series,
     caption_font, class_colour, plot_error,
 };
-use crate::report::expect::Expectation;
-use crate::report::output::file_name_part;
-use crate::report::plots::latency_references;
+use crate::report::render::plots::file_name_part;
+use crate::report::render::plots::latency_references;
+use crate::report::verdict::expect::Expectation;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 

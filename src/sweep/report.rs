@@ -1,13 +1,13 @@
 //! The `report.html` of a whole (or merged) sweep: what was swept, the summary table (per
 //! point: each class's first-N share with its 95% interval over seeds beside its first-N
 //! request ideal, and its p99 TTFT) and the metric charts, built with
-//! [`crate::report::html::Page`] (bytes from data).
+//! [`crate::report::render::html::Page`] (bytes from data).
 
 use super::ClassMetric;
 use super::shard::Manifest;
 use super::table::PointSummary;
-use crate::report::evaluate::number;
-use crate::report::html::{Page, linked_names};
+use crate::report::render::html::{Page, linked_names};
+use crate::report::verdict::evaluate::number;
 
 /// The sweep page of `summaries` whose directory holds `files`.
 pub fn sweep_report<S: AsRef<str>, B: AsRef<[u8]>>(

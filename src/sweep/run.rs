@@ -7,9 +7,11 @@ use super::table::{self, PointSummary};
 use crate::bounds::{PROCESS_MEMORY_BUDGET_BYTES, admitted_runs, capped_jobs};
 use crate::pipeline::memory_estimate::run_memory_estimate_bytes;
 use crate::pipeline::{self, RunError, RunSpec};
-use crate::report::chart::PlotError;
-use crate::report::expect::Expectation;
-use crate::report::metrics::{LatencyKind, LatencyMetric, RunMetrics, Stat};
+use crate::report::measure::latency::Stat;
+use crate::report::measure::metrics::{LatencyKind, LatencyMetric, RunMetrics};
+use crate::report::render::chart::PlotError;
+use crate::report::verdict::expect::Expectation;
+use crate::report::verdict::queries::Queries;
 use crate::scenario::Scenario;
 use crate::time::MAX_INPUT_NS;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -40,7 +42,7 @@ pub struct ClassRow {
     pub e2e_ms_p99: Option<f64>,
     /// The class's ideal share of the first `prefix_n` completions, the reference of
     /// `share_first_n`: the request split DRR implies for the classes' request sizes, the
-    /// run table's `ideal` ([`RunMetrics::ideal_prefix_share`]); `None` when nothing completed.
+    /// run table's `ideal` ([`Queries::ideal_prefix_share`]); `None` when nothing completed.
     pub ideal_share_first_n: Option<f64>,
 }
 

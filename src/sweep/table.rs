@@ -7,8 +7,8 @@ use super::run::{ClassMetric, ClassRow, Row};
 use super::shard::Manifest;
 use super::stats::Summary;
 use crate::pipeline::RunError;
-use crate::report::chart::PlotError;
-use crate::report::expect::Expectation;
+use crate::report::render::chart::PlotError;
+use crate::report::verdict::expect::Expectation;
 
 /// A point's statistics over its replications.
 #[derive(Clone, Debug, PartialEq)]

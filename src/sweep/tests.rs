@@ -3,7 +3,7 @@
 use super::plots::{self, SweepChart};
 use super::*;
 use crate::pipeline::RunError;
-use crate::report::chart::PlotFormat;
+use crate::report::render::chart::PlotFormat;
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 
@@ -215,8 +215,8 @@ fn the_sweep_compares_the_first_n_share_with_the_request_ideal_not_the_token_ide
 
 #[test]
 fn latency_charts_are_log_scaled_with_the_scenarios_bounds() {
-    use crate::report::chart::{Direction, Scale};
-    use crate::report::expect::{LatencyFigure, RawExpectation};
+    use crate::report::render::chart::{Direction, Scale};
+    use crate::report::verdict::expect::{LatencyFigure, RawExpectation};
     let (manifest, rows) = rows_of(&args(&["router.policy_classes.regular.quantum=128,512"], 1));
     let summaries = table::summarize(&manifest, &rows);
     let bound = |metric: &str| RawExpectation {
@@ -229,7 +229,7 @@ fn latency_charts_are_log_scaled_with_the_scenarios_bounds() {
     };
     let classes = ["premium".to_string(), "regular".to_string()];
     let expectations = [bound("ttft_ms_p99"), bound("ttft_ms_p50")]
-        .map(|raw| crate::report::expect::Expectation::parse(&raw, &classes).unwrap());
+        .map(|raw| crate::report::verdict::expect::Expectation::parse(&raw, &classes).unwrap());
     let latency = plots::line_chart(
         &manifest,
         &summaries,

@@ -4,6 +4,7 @@
 //! token-share chart is one cumulative line that ends at the run's backlogged share.
 
 use crate::support::run_in_dir;
+use routersim::report::verdict::queries::Queries;
 use std::path::Path;
 
 fn fixture(name: &str) -> String {
@@ -88,7 +89,10 @@ fn an_absolute_token_share_bound_does_not_move_with_the_quanta() {
 }
 
 /// Runs scenario `path` (with `overrides`) as `routersim run` does and returns its metrics.
-fn metrics_of(path: &Path, overrides: &[(&str, &str)]) -> routersim::report::metrics::RunMetrics {
+fn metrics_of(
+    path: &Path,
+    overrides: &[(&str, &str)],
+) -> routersim::report::measure::metrics::RunMetrics {
     use routersim::pipeline::{RunSpec, execute};
     let overrides: Vec<(String, String)> = (overrides.iter())
         .map(|(p, v)| (p.to_string(), v.to_string()))
@@ -101,8 +105,10 @@ fn metrics_of(path: &Path, overrides: &[(&str, &str)]) -> routersim::report::met
 
 /// `backlogged_share` and `backlogged_ideal_share` of every class in the `classes.csv` of
 /// `metrics`, by class index.
-fn csv_backlogged_shares(metrics: &routersim::report::metrics::RunMetrics) -> Vec<(f64, f64)> {
-    let bytes = routersim::report::files::classes_csv(metrics);
+fn csv_backlogged_shares(
+    metrics: &routersim::report::measure::metrics::RunMetrics,
+) -> Vec<(f64, f64)> {
+    let bytes = routersim::report::render::data_files::classes_csv(metrics);
     let mut reader = csv::Reader::from_reader(&bytes[..]);
     let header = reader.headers().unwrap().clone();
     let at = |name: &str| header.iter().position(|h| h == name).unwrap();
@@ -131,7 +137,7 @@ fn the_token_share_chart_is_one_cumulative_line_ending_at_the_backlogged_share()
     assert!(runs[0].windows.len() > 50, "{}", runs[0].windows.len());
     assert!(runs[1].windows.len() > 1, "{}", runs[1].windows.len());
     for metrics in &runs {
-        let chart = routersim::report::plots::token_share_over_time(metrics);
+        let chart = routersim::report::render::plots::token_share_over_time(metrics);
         let from_csv = csv_backlogged_shares(metrics);
         assert_eq!(chart.series.len(), 2 * metrics.classes.len());
         for (c, pair) in chart.series.chunks(2).enumerate() {

@@ -27,9 +27,9 @@ const LAYERS: [(&str, u8); 18] = [
     ("main", 7),
 ];
 
-/// Uses across one layer that are allowed: the expectation syntax (`report::expect`) is the
+/// Uses across one layer that are allowed: the expectation syntax (`report::verdict::expect`) is the
 /// vocabulary scenarios are written in, so scenario parsing may name it.
-const ALLOWED_SAME_LAYER: [(&str, &str); 1] = [("scenario", "crate::report::expect")];
+const ALLOWED_SAME_LAYER: [(&str, &str); 1] = [("scenario", "crate::report::verdict::expect")];
 
 /// Test-only files allowed to use a higher layer: the report tests' fixtures run through the
 /// one run pipeline, as the commands do.
@@ -474,6 +474,159 @@ fn each_core_input_call_is_caught_and_look_alikes_are_not() {
         "// the core's handle_tick runs at poll_timeout",
     ] {
         assert!(core_input_calls_in(clean, &inputs).is_empty(), "{clean}");
+    }
+}
+
+/// The rooms of `report`, lowest first: a file in one may use only the rooms before it
+/// (docs/architecture.md). `output` writes files, `render` makes their bytes, `verdict`
+/// judges, `measure` computes the figures.
+const REPORT_ROOMS: [&str; 4] = ["measure", "verdict", "render", "output"];
+
+/// The rooms below `output`, which touch no file (`render`'s exporters make bytes only).
+const REPORT_ROOMS_WITHOUT_FILE_IO: usize = 3;
+
+/// The room of a file (its path relative to src/), if it is in one.
+fn report_room(rel: &str) -> Option<usize> {
+    let room = rel.strip_prefix("report/")?.split('/').next()?;
+    REPORT_ROOMS.iter().position(|r| *r == room)
+}
+
+/// Whether `line` names `name` as a whole word (not `outputs` for `output`).
+fn names_word(line: &str, name: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(name).any(|(at, _)| {
+        !line[..at].chars().next_back().is_some_and(word)
+            && !line[at + name.len()..].chars().next().is_some_and(word)
+    })
+}
+
+/// The rooms of `report` that `line` reaches by path: `report::verdict`, `super::verdict`
+/// (and `super::super::verdict`), or a room inside a `report::{...}` group.
+fn rooms_named(line: &str) -> Vec<&'static str> {
+    let group = line.split_once("report::{").map(|(_, rest)| rest);
+    REPORT_ROOMS
+        .into_iter()
+        .filter(|room| {
+            names_word(line, &format!("report::{room}"))
+                || names_word(line, &format!("super::{room}"))
+                || group.is_some_and(|g| names_word(g, room))
+        })
+        .collect()
+}
+
+/// The rooms above its own that a line of the file at `rel` uses.
+fn upward_room_uses(rel: &str, line: &str) -> Vec<&'static str> {
+    let Some(own) = report_room(rel) else {
+        return Vec::new();
+    };
+    rooms_named(line)
+        .into_iter()
+        .filter(|room| report_room(&format!("report/{room}/")).is_some_and(|r| r > own))
+        .collect()
+}
+
+#[test]
+fn report_rooms_use_only_lower_rooms() {
+    let files = read_sources();
+    for room in REPORT_ROOMS {
+        let prefix = format!("report/{room}/");
+        assert!(
+            files.iter().any(|f| f.rel.starts_with(&prefix)),
+            "src/report/{room}/ is gone: update REPORT_ROOMS"
+        );
+    }
+    let mut violations = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !TEST_FILES.iter().any(|t| f.rel.ends_with(t)))
+    {
+        let Some(own) = report_room(&file.rel) else {
+            continue;
+        };
+        for (n, line) in file.code_lines() {
+            for room in upward_room_uses(&file.rel, line) {
+                violations.push(format!("src/{}:{n}: uses report::{room}", file.rel));
+            }
+            if own < REPORT_ROOMS_WITHOUT_FILE_IO {
+                for call in FILE_IO.iter().filter(|call| line.contains(*call)) {
+                    violations.push(format!("src/{}:{n}: uses {call}", file.rel));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "report's rooms are {REPORT_ROOMS:?}, each using only those before it, and only \
+         output touches files:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn each_upward_room_use_is_caught_and_look_alikes_are_not() {
+    for (rel, line, rooms) in [
+        (
+            "report/measure/slo.rs",
+            "use crate::report::verdict::queries::Queries;",
+            &["verdict"][..],
+        ),
+        (
+            "report/measure/mod.rs",
+            "pub use super::render::table;",
+            &["render"],
+        ),
+        (
+            "report/verdict/evaluate.rs",
+            "use super::super::render::junit;",
+            &["render"],
+        ),
+        (
+            "report/render/plots.rs",
+            "use crate::report::output::file_name_part;",
+            &["output"],
+        ),
+        (
+            "report/render/table.rs",
+            "use crate::report::{measure::metrics, output::FileBody};",
+            &["output"],
+        ),
+        (
+            "report/verdict/expect.rs",
+            "let p = crate::report::render::plots::bounds();",
+            &["render"],
+        ),
+    ] {
+        assert_eq!(upward_room_uses(rel, line), rooms, "{rel}: {line}");
+    }
+    for (rel, line) in [
+        (
+            "report/render/plots.rs",
+            "use crate::report::verdict::expect::Bound;",
+        ),
+        (
+            "report/render/plots.rs",
+            "use crate::report::measure::metrics::RunMetrics;",
+        ),
+        (
+            "report/output/run_files.rs",
+            "use crate::report::render::{chart, plots};",
+        ),
+        (
+            "report/measure/metrics.rs",
+            "use super::pools::{PoolMetrics, pool_metrics};",
+        ),
+        (
+            "report/measure/metrics.rs",
+            "let output = render_table(verdict);",
+        ),
+        (
+            "report/measure/metrics.rs",
+            "use crate::report::outputs::x; // report::renderer",
+        ),
+        ("sweep/report.rs", "use crate::report::output::OutputKind;"),
+        ("report/mod.rs", "pub mod output;"),
+    ] {
+        assert!(upward_room_uses(rel, line).is_empty(), "{rel}: {line}");
     }
 }
 

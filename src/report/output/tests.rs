@@ -2,6 +2,7 @@
 
 use super::stage::{STAGE_INFIX, STAGE_MARKER};
 use super::*;
+use crate::report::render::plots::file_name_part;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

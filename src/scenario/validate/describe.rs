@@ -2,7 +2,7 @@
 
 use super::worker_ids;
 use crate::mocker::EngineArgs;
-use crate::report::expect::{Expectation, Figure};
+use crate::report::verdict::expect::{Expectation, Figure};
 use crate::scenario::{Scenario, Workload};
 use crate::scheduling::policy;
 use crate::sim::{DEFAULT_POOL, RouterMode};

@@ -1,6 +1,6 @@
 //! `expect:` validated: each entry parsed once into its typed form, companions located.
 
-use crate::report::expect::{Expectation, RawExpectation};
+use crate::report::verdict::expect::{Expectation, RawExpectation};
 use crate::scenario::ScenarioError;
 use std::collections::BTreeSet;
 use std::path::PathBuf;

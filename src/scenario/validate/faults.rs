@@ -5,7 +5,7 @@ use super::{Source, time_ms, worker_ids};
 use crate::bounds::MAX_RANKS;
 use crate::engine::{DEFAULT_MAX_TIME_NS, Limits};
 use crate::mocker::WorkerRole;
-use crate::report::expect::number;
+use crate::report::verdict::expect::number;
 use crate::scenario::ScenarioError;
 use crate::scenario::raw::{
     RawCancel, RawFault, RawFaultKind, RawGroup, RawLimits, RawScenario, RawWorkerDown, RawWorkerUp,

@@ -39,9 +39,9 @@
 //! in [0, 1], a throughput metric is known, `stable` is `true` with no bound or `minus`, and a
 //! `count_status` status is one of completed, rejected, cancelled or aborted.
 
-use super::metrics::LatencyMetric;
-use super::slo::ThroughputMetric;
 pub use crate::bounds::number;
+use crate::report::measure::metrics::LatencyMetric;
+use crate::report::measure::slo::ThroughputMetric;
 use crate::sim::EndStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -1058,7 +1058,8 @@ fn ordinal(k: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::metrics::{LatencyKind, Stat};
+    use crate::report::measure::latency::Stat;
+    use crate::report::measure::metrics::LatencyKind;
 
     fn classes() -> Vec<String> {
         vec!["premium".into(), "regular".into()]

@@ -9,7 +9,6 @@
 //!   class or all; every class is divided by the same window, so class rates add up to the
 //!   total.
 
-use super::metrics::RunMetrics;
 use crate::sim::{RequestRecord, Status};
 use crate::time::SimTime;
 
@@ -67,7 +66,7 @@ pub struct LatencyBounds {
 }
 
 impl LatencyBounds {
-    fn met_by(&self, l: &CompletedLatencies) -> bool {
+    pub fn met_by(&self, l: &CompletedLatencies) -> bool {
         self.ttft_ns.is_none_or(|b| l.ttft_ns <= b) && self.e2e_ns.is_none_or(|b| l.e2e_ns <= b)
     }
 }
@@ -98,49 +97,12 @@ impl ThroughputMetric {
     }
 }
 
-impl RunMetrics {
-    /// The fraction of `class`'s requests that completed within `bounds`; `None` when the
-    /// class had no requests.
-    pub fn attainment(&self, class: usize, bounds: LatencyBounds) -> Option<f64> {
-        let requests = self.classes.get(class)?.requests;
-        if requests == 0 {
-            return None;
-        }
-        let met = self.slo.completed.get(class)?;
-        let met = met.iter().filter(|l| bounds.met_by(l)).count();
-        Some(met as f64 / requests as f64)
-    }
-
-    /// The measured window in seconds (first arrival to last completion); `None` when it is
-    /// empty.
-    pub fn measured_window_s(&self) -> Option<f64> {
-        let (start, end) = self.slo.window?;
-        (end > start).then(|| (end.as_ns() - start.as_ns()) as f64 / 1e9)
-    }
-
-    /// Throughput of `class` (all classes for `None`) over the measured window; `None` when
-    /// the window is empty.
-    pub fn window_throughput(&self, class: Option<usize>, metric: ThroughputMetric) -> Option<f64> {
-        let span_s = self.measured_window_s()?;
-        let classes = match class {
-            Some(c) => std::slice::from_ref(self.classes.get(c)?),
-            None => &self.classes[..],
-        };
-        let count: u64 = classes
-            .iter()
-            .map(|c| match metric {
-                ThroughputMetric::Rps => c.completed,
-                ThroughputMetric::OutputTokensPerS => c.output_tokens_completed,
-            })
-            .sum();
-        Some(count as f64 / span_s)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::measure::metrics::RunMetrics;
     use crate::report::test_support::{done, result_of};
+    use crate::report::verdict::queries::Queries;
     use crate::scheduling::scheduler::DispatchPath;
 
     /// Premium: TTFT 10, 20, 30, 40 ms (e2e = TTFT + 5) and one rejected; regular: one.

@@ -5,7 +5,7 @@
 //! Pure: bytes from data, no file system. The page is a function of what is added to it, in
 //! the order it is added, so a rerun writes the same bytes (no clock, no map iteration).
 
-use super::evaluate::ExpectationOutcome;
+use crate::report::verdict::evaluate::ExpectationOutcome;
 
 /// The file name every command writes its page under (a contract).
 pub const REPORT_FILE: &str = "report.html";

@@ -1,4 +1,5 @@
-//! The one place that writes result files, and the rules that keep a user's files safe.
+//! The one place that writes result files, and the rules that keep a user's files safe;
+//! [`run_files`] names a run's files and gathers their bodies from `render`.
 //!
 //! An output directory is routersim's alone. A command writes into it only when it does not
 //! exist, is empty, or holds a previous routersim output: the marker file [`MARKER`] names the
@@ -24,6 +25,7 @@
 mod body;
 mod lock;
 mod proof;
+pub mod run_files;
 mod stage;
 
 use crate::bounds::{self, MAX_FILE_NAME_BYTES};
@@ -576,22 +578,6 @@ pub fn is_plain_file_name(name: &str) -> bool {
     matches!(components.next(), Some(Component::Normal(_)))
         && components.next().is_none()
         && !name.contains(['/', '\\'])
-}
-
-/// User text (a class name, a swept path) as part of a file name, encoded so that distinct
-/// texts always give distinct parts: ASCII letters, digits, `_`, `.` and `-` are kept, and
-/// every other byte becomes `~` and its two upper-case hex digits (`a/b` -> `a~2Fb`, `~` ->
-/// `~7E`). Every class name a policy admits is kept as it is, and the result needs no
-/// escaping in a link. It may be `.` or `..`, so it is always used after a fixed prefix.
-pub fn file_name_part(text: &str) -> String {
-    let mut part = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        match byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-') {
-            true => part.push(char::from(byte)),
-            false => part.push_str(&format!("~{byte:02X}")),
-        }
-    }
-    part
 }
 
 /// The marker's bytes: deterministic, so reruns produce identical directories.

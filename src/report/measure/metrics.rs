@@ -23,9 +23,10 @@
 //!   ideal in the backlogged windows, `x_c = service_c / ideal_c`, and
 //!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
 
+use super::latency::{LatencyStats, Stat};
 use super::phases::{PhaseCurve, phase_curves};
 use super::pools::{PoolMetrics, pool_metrics};
-use super::sessions::{SessionCounts, set_session_figures};
+use super::sessions::{SessionCounts, session_figures};
 use super::slo::SloRecords;
 use super::stability::Stability;
 use crate::scheduling::scheduler::DispatchPath;
@@ -42,44 +43,6 @@ pub struct Completion {
     pub row: u64,
     /// The resolved class, if the request resolved one.
     pub class: Option<usize>,
-}
-
-/// Summary statistics of one latency distribution, in nanoseconds. With `count == 0` every
-/// statistic is `None` (see [`LatencyStats::get`]).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct LatencyStats {
-    pub count: u64,
-    pub mean_ns: u64,
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
-}
-
-/// Which statistic of a latency distribution.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Stat {
-    Mean,
-    P50,
-    P90,
-    P99,
-    Max,
-}
-
-impl Stat {
-    /// Every statistic, in report order.
-    pub const ALL: [Stat; 5] = [Stat::Mean, Stat::P50, Stat::P90, Stat::P99, Stat::Max];
-
-    /// The suffix used in metric names (`mean`, `p50`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Stat::Mean => "mean",
-            Stat::P50 => "p50",
-            Stat::P90 => "p90",
-            Stat::P99 => "p99",
-            Stat::Max => "max",
-        }
-    }
 }
 
 /// Which latency of a request.
@@ -178,55 +141,6 @@ impl LatencyMetric {
             })
             .collect()
     }
-}
-
-impl LatencyStats {
-    /// Statistics of `values_ns` (any order) with nearest-rank percentiles.
-    pub fn from_values(mut values_ns: Vec<u64>) -> LatencyStats {
-        values_ns.sort_unstable();
-        LatencyStats::from_sorted(&values_ns)
-    }
-
-    /// Statistics of ascending `values_ns` with nearest-rank percentiles.
-    pub fn from_sorted(values_ns: &[u64]) -> LatencyStats {
-        debug_assert!(values_ns.is_sorted(), "samples are sorted");
-        if values_ns.is_empty() {
-            return LatencyStats::default();
-        }
-        let n = values_ns.len() as u64;
-        let sum: u128 = values_ns.iter().map(|&v| u128::from(v)).sum();
-        let mean = (sum + u128::from(n) / 2) / u128::from(n);
-        LatencyStats {
-            count: n,
-            mean_ns: mean as u64,
-            p50_ns: nearest_rank(values_ns, 50),
-            p90_ns: nearest_rank(values_ns, 90),
-            p99_ns: nearest_rank(values_ns, 99),
-            max_ns: *values_ns.last().expect("non-empty"),
-        }
-    }
-
-    /// One statistic in nanoseconds, `None` when there are no values.
-    pub fn get(&self, stat: Stat) -> Option<u64> {
-        if self.count == 0 {
-            return None;
-        }
-        Some(match stat {
-            Stat::Mean => self.mean_ns,
-            Stat::P50 => self.p50_ns,
-            Stat::P90 => self.p90_ns,
-            Stat::P99 => self.p99_ns,
-            Stat::Max => self.max_ns,
-        })
-    }
-}
-
-/// The nearest-rank `percent`-th percentile of non-empty ascending `sorted`.
-pub fn nearest_rank(sorted: &[u64], percent: u64) -> u64 {
-    assert!(!sorted.is_empty() && percent <= 100);
-    let n = sorted.len() as u64;
-    let rank = (percent * n).div_ceil(100).max(1);
-    sorted[(rank - 1) as usize]
 }
 
 /// Per-class latency distributions.
@@ -368,11 +282,11 @@ pub struct RunMetrics {
     pub preemptions: u64,
     pub stop_reason: String,
     /// Per class, the positions (1-based) of its completions in completion order, ascending.
-    positions: Vec<Vec<u64>>,
+    pub positions: Vec<Vec<u64>>,
     /// Per class, the arrival times of its requests, ascending.
-    arrivals: Vec<Vec<SimTime>>,
+    pub arrivals: Vec<Vec<SimTime>>,
     /// Per class, when its rejected or aborted requests ended, ascending.
-    ended_unserved: Vec<Vec<SimTime>>,
+    pub ended_unserved: Vec<Vec<SimTime>>,
     /// What attainment and window throughput need ([`super::slo`]).
     pub slo: SloRecords,
     /// Whether the run kept up with its offered load ([`super::stability`]).
@@ -536,185 +450,6 @@ impl RunMetrics {
         self
     }
 
-    /// The index of the class called `name`.
-    pub fn class_index(&self, name: &str) -> Option<usize> {
-        self.classes.iter().position(|c| c.name == name)
-    }
-
-    /// How many of the first `n` completions belong to each class (all of them if `n` exceeds
-    /// the completions).
-    pub fn prefix_counts(&self, n: u64) -> Vec<u64> {
-        (0..self.classes.len())
-            .map(|c| self.completed_through(c, n))
-            .collect()
-    }
-
-    /// How many of class `class`'s completions are at positions `1..=position`.
-    pub fn completed_through(&self, class: usize, position: u64) -> u64 {
-        self.positions
-            .get(class)
-            .map_or(0, |p| p.partition_point(|&i| i <= position) as u64)
-    }
-
-    /// Class `class`'s share of the first `n` completions (`None` when `n` is 0). The
-    /// denominator is `min(n, completions)`.
-    pub fn prefix_share(&self, class: usize, n: u64) -> Option<f64> {
-        let denominator = n.min(self.completions.len() as u64);
-        if denominator == 0 {
-            return None;
-        }
-        Some(self.completed_through(class, n) as f64 / denominator as f64)
-    }
-
-    /// The position and time of class `class`'s `k`-th completion (1-based).
-    pub fn kth_completion(&self, class: usize, k: u64) -> Option<&Completion> {
-        let position = *self.positions.get(class)?.get(k.checked_sub(1)? as usize)?;
-        self.completions.get((position - 1) as usize)
-    }
-
-    /// Completions of `class` at the moment `when` completes its `k`-th request (inclusive).
-    pub fn count_at(&self, class: usize, when: usize, k: u64) -> Option<u64> {
-        let at = self.kth_completion(when, k)?;
-        Some(self.completed_through(class, at.index))
-    }
-
-    /// Completions of `class` between `when`'s `from`-th and `to`-th completions.
-    pub fn growth(&self, class: usize, when: usize, from: u64, to: u64) -> Option<i64> {
-        let start = self.count_at(class, when, from)?;
-        let end = self.count_at(class, when, to)?;
-        Some(end as i64 - start as i64)
-    }
-
-    /// Requests of `class` unfinished when `done` completes its `k`-th request (its last when
-    /// `k` is `None`): those that had arrived by then, had not completed before it in the
-    /// completion order, and had not been rejected or aborted by then. With every request
-    /// released at once and none rejected this is Dynamo's "total − completions".
-    pub fn remaining_when_done(&self, class: usize, done: usize, k: Option<u64>) -> Option<u64> {
-        let k = k.unwrap_or(self.positions.get(done)?.len() as u64);
-        let at = self.kth_completion(done, k)?;
-        let arrived = self.arrivals.get(class)?.partition_point(|&t| t <= at.time) as u64;
-        let unserved = self
-            .ended_unserved
-            .get(class)?
-            .partition_point(|&t| t <= at.time) as u64;
-        let completed = self.completed_through(class, at.index);
-        Some(arrived.saturating_sub(unserved + completed))
-    }
-
-    /// The class's share of the service dispatched in backlogged windows minus its ideal share
-    /// there; `None` when no service happened in such a window.
-    pub fn token_share_gap(&self, class: usize) -> Option<f64> {
-        let total: u64 = self
-            .classes
-            .iter()
-            .map(|c| c.backlogged_service_tokens)
-            .sum();
-        if total == 0 {
-            return None;
-        }
-        let c = self.classes.get(class)?;
-        Some((c.backlogged_service_tokens as f64 - c.backlogged_ideal_tokens) / total as f64)
-    }
-
-    /// The class's share of service in backlogged windows, and its ideal share there.
-    pub fn backlogged_shares(&self, class: usize) -> Option<(f64, f64)> {
-        let total: u64 = self
-            .classes
-            .iter()
-            .map(|c| c.backlogged_service_tokens)
-            .sum();
-        let c = self.classes.get(class)?;
-        (total > 0).then(|| {
-            (
-                c.backlogged_service_tokens as f64 / total as f64,
-                c.backlogged_ideal_tokens / total as f64,
-            )
-        })
-    }
-
-    /// Class `class`'s mean DRR cost per request (`max(1, uncached)` tokens): over its
-    /// dispatches counted in backlogged windows, else over all its dispatches, else 1.
-    pub fn request_cost(&self, class: usize) -> f64 {
-        let (mut tokens, mut count) = (0u64, 0u64);
-        for credit in self.windows.iter().flat_map(|w| &w.credits) {
-            if credit.class == class {
-                tokens += credit.tokens.max(1);
-                count += 1;
-            }
-        }
-        if count == 0 {
-            let c = &self.classes[class];
-            (tokens, count) = (c.service_tokens, c.immediate + c.queued);
-        }
-        match count {
-            0 => 1.0,
-            _ => (tokens as f64 / count as f64).max(1.0),
-        }
-    }
-
-    /// The request split DRR implies for one credit's token split: each class's ideal tokens
-    /// over its mean request cost, as fractions of one completion (empty without tokens).
-    pub fn ideal_request_split(&self, credit: &Credit) -> Vec<f64> {
-        let requests: Vec<f64> = (credit.ideal_tokens.iter().enumerate())
-            .map(|(c, &t)| t / self.request_cost(c))
-            .collect();
-        let total: f64 = requests.iter().sum();
-        match total > 0.0 {
-            true => requests.iter().map(|r| r / total).collect(),
-            false => Vec::new(),
-        }
-    }
-
-    /// Per class, its ideal count among the first `n` completions: outside backlogged windows
-    /// the count it got (it asked for no more), inside them each completion split as DRR
-    /// splits requests of these sizes ([`Self::ideal_request_split`] of the dispatch in force).
-    pub fn ideal_prefix_counts(&self, n: u64) -> Vec<f64> {
-        let mut ideal = vec![0.0; self.classes.len()];
-        let done = &self.completions[..(n as usize).min(self.completions.len())];
-        let mut next = 0;
-        let measured = |ideal: &mut Vec<f64>, k: usize| {
-            if let Some(c) = done[k].class {
-                ideal[c] += 1.0;
-            }
-        };
-        for w in &self.windows {
-            while next < done.len() && done[next].time < w.start {
-                measured(&mut ideal, next);
-                next += 1;
-            }
-            let mut credit = 0;
-            while next < done.len() && done[next].time <= w.end && !w.credits.is_empty() {
-                while credit + 1 < w.credits.len() && w.credits[credit + 1].time <= done[next].time
-                {
-                    credit += 1;
-                }
-                let split = self.ideal_request_split(&w.credits[credit]);
-                match split.is_empty() {
-                    true => measured(&mut ideal, next),
-                    false => ideal.iter_mut().zip(split).for_each(|(a, b)| *a += b),
-                }
-                next += 1;
-            }
-        }
-        (next..done.len()).for_each(|k| measured(&mut ideal, k));
-        ideal
-    }
-
-    /// Class `class`'s ideal share of the first `n` completions ([`Self::ideal_prefix_counts`]);
-    /// `None` when `n` is 0 or nothing completed.
-    pub fn ideal_prefix_share(&self, class: usize, n: u64) -> Option<f64> {
-        let denominator = n.min(self.completions.len() as u64);
-        (denominator > 0).then(|| self.ideal_prefix_counts(n)[class] / denominator as f64)
-    }
-
-    /// The worst |share - ideal| over all classes, aggregated over every backlogged window.
-    pub fn worst_token_share_gap(&self) -> Option<f64> {
-        (0..self.classes.len())
-            .filter_map(|c| self.token_share_gap(c))
-            .map(f64::abs)
-            .reduce(f64::max)
-    }
-
     /// The worst |share - ideal| within any single backlogged window (short windows are noisy:
     /// one dispatch is a whole share).
     pub fn worst_window_gap(&self) -> Option<f64> {
@@ -746,17 +481,6 @@ impl RunMetrics {
         self.windows
             .iter()
             .any(|w| w.service_tokens.iter().any(|&t| t > 0))
-    }
-
-    /// A latency statistic of `class` in milliseconds.
-    pub fn latency_ms(&self, class: usize, metric: LatencyMetric) -> Option<f64> {
-        let ns = self
-            .classes
-            .get(class)?
-            .latencies
-            .of(metric.kind)
-            .get(metric.stat)?;
-        Some(ns as f64 / 1e6)
     }
 
     /// Completed requests per second of simulated time (0 for an empty run).
@@ -820,6 +544,18 @@ fn with_resolved_classes<'a>(
         ..r.clone()
     };
     std::borrow::Cow::Owned(records.iter().map(resolve).collect())
+}
+
+/// Sets each class's session counts and its first-turn, follow-up and session latencies
+/// ([`session_figures`] of the measured `records`).
+fn set_session_figures(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
+    let figures = session_figures(records, classes.len());
+    for (class, f) in classes.iter_mut().zip(figures) {
+        class.sessions = f.counts;
+        class.latencies.first_turn_ttft = f.first_turn_ttft;
+        class.latencies.followup_ttft = f.followup_ttft;
+        class.latencies.session = f.session;
+    }
 }
 
 fn count_requests(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
@@ -1200,7 +936,9 @@ fn instant_ideal(served: &[u64], before: &[u64], after: &[u64], quanta: &[u64]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::measure::latency::nearest_rank;
     use crate::report::test_support::{done, ms, result_of};
+    use crate::report::verdict::queries::Queries;
 
     const P: usize = 0;
     const R: usize = 1;

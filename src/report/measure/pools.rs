@@ -20,7 +20,7 @@
 //!   decode pool the decode (decode admission to the last token) and the inter-token latency.
 //!   TTFT and end-to-end latency are the whole request's, the same on both pools.
 
-use super::metrics::LatencyStats;
+use super::latency::LatencyStats;
 use super::phases::phase_ns;
 use crate::mocker::WorkerRole;
 use crate::sim::{PoolUsage, RequestRecord, SimResult, Status};

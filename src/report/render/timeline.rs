@@ -8,10 +8,9 @@
 //! a fixed order (metadata, passes in the order they ended, fault instants, counters in
 //! time order, requests by row), never from a hash map.
 
-use super::FileBody;
-use super::metrics::resolved_class;
-use super::pools::worker_in_role;
 use crate::mocker::WorkerRole;
+use crate::report::measure::metrics::resolved_class;
+use crate::report::measure::pools::worker_in_role;
 use crate::sim::timeline::{CounterSample, PassSlice, Timeline};
 use crate::sim::{FaultMark, RequestRecord, SimResult};
 use crate::time::SimTime;
@@ -30,17 +29,16 @@ const ROUTER_PID: u64 = 1;
 /// Bytes gathered before they go to the file.
 const FLUSH_BYTES: usize = 64 << 10;
 
-/// `timeline.json` of `result` (which must hold a timeline), keeping the slices of its first
-/// `max_requests` requests by row; `meta` goes into `otherData.run` as is. `None` when the
-/// run kept no timeline.
-pub fn timeline_file<'a>(
+/// The writer of `timeline.json` for `result` (which must hold a timeline), keeping the
+/// slices of its first `max_requests` requests by row; `meta` goes into `otherData.run` as
+/// is. `None` when the run kept no timeline.
+pub fn timeline_exporter<'a>(
     result: &'a SimResult,
     meta: &serde_json::Value,
     max_requests: u64,
-) -> Option<(String, FileBody<'a>)> {
+) -> Option<impl Fn(&mut dyn Write) -> io::Result<()> + Send + Sync + 'a> {
     let prepared = Prepared::new(result, meta, max_requests)?;
-    let body = FileBody::streamed(move |out| prepared.write(out));
-    Some((TIMELINE_FILE.to_string(), body))
+    Some(move |out: &mut dyn Write| prepared.write(out))
 }
 
 /// The whole file in memory (for tests and small runs).

@@ -11,7 +11,7 @@
 //! - **Cache hit**: reused over input tokens of the class's completed requests (Dynamo's
 //!   `prefix_cache_reused_ratio`), sessions or not.
 
-use super::metrics::{ClassMetrics, LatencyStats};
+use super::latency::LatencyStats;
 use crate::sim::{RequestRecord, Status};
 use crate::time::SimTime;
 use std::collections::BTreeMap;
@@ -64,19 +64,30 @@ struct Tally {
     last_end: SimTime,
 }
 
-/// Fills each class's [`SessionCounts`] and its first-turn, follow-up and session latencies
-/// from the measured `records`.
-pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [ClassMetrics]) {
-    let mut first_ttft = vec![Vec::new(); classes.len()];
-    let mut followup_ttft = vec![Vec::new(); classes.len()];
+/// One class's session figures: its counts and its first-turn, follow-up and session
+/// latencies.
+pub(super) struct SessionFigures {
+    pub counts: SessionCounts,
+    pub first_turn_ttft: LatencyStats,
+    pub followup_ttft: LatencyStats,
+    pub session: LatencyStats,
+}
+
+/// The [`SessionFigures`] of each of `class_count` classes, from the measured `records`.
+pub(super) fn session_figures(
+    records: &[RequestRecord],
+    class_count: usize,
+) -> Vec<SessionFigures> {
+    let mut counts = vec![SessionCounts::default(); class_count];
+    let mut first_ttft = vec![Vec::new(); class_count];
+    let mut followup_ttft = vec![Vec::new(); class_count];
     let mut sessions: BTreeMap<u32, Tally> = BTreeMap::new();
     for r in records {
-        let class = r.class().filter(|&c| c < classes.len());
+        let class = r.class().filter(|&c| c < class_count);
         let completed = matches!(r.status, Status::Completed);
         if let (Some(c), true) = (class, completed) {
-            classes[c].sessions.input_tokens += u64::from(r.input_tokens);
-            classes[c].sessions.reused_input_tokens +=
-                u64::from(r.reused_input_tokens.min(r.input_tokens));
+            counts[c].input_tokens += u64::from(r.input_tokens);
+            counts[c].reused_input_tokens += u64::from(r.reused_input_tokens.min(r.input_tokens));
         }
         let Some(tag) = r.session() else {
             continue;
@@ -107,12 +118,12 @@ pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [Clas
             tally.last_end = tally.last_end.max(end);
         }
     }
-    let mut durations = vec![Vec::new(); classes.len()];
+    let mut durations = vec![Vec::new(); class_count];
     for tally in sessions.values() {
         let (Some(c), Some(start)) = (tally.class, tally.first_arrival) else {
             continue; // its first turn was not measured (warmup) or resolved no class
         };
-        let counts = &mut classes[c].sessions;
+        let counts = &mut counts[c];
         counts.started += 1;
         counts.turns += tally.arrived;
         if tally.completed == u64::from(tally.turns) {
@@ -120,17 +131,20 @@ pub(super) fn set_session_figures(records: &[RequestRecord], classes: &mut [Clas
             durations[c].push(tally.last_end.saturating_since(start).as_ns());
         }
     }
-    for (c, class) in classes.iter_mut().enumerate() {
-        let latencies = &mut class.latencies;
-        latencies.first_turn_ttft = LatencyStats::from_values(std::mem::take(&mut first_ttft[c]));
-        latencies.followup_ttft = LatencyStats::from_values(std::mem::take(&mut followup_ttft[c]));
-        latencies.session = LatencyStats::from_values(std::mem::take(&mut durations[c]));
-    }
+    (counts.into_iter().enumerate())
+        .map(|(c, counts)| SessionFigures {
+            counts,
+            first_turn_ttft: LatencyStats::from_values(std::mem::take(&mut first_ttft[c])),
+            followup_ttft: LatencyStats::from_values(std::mem::take(&mut followup_ttft[c])),
+            session: LatencyStats::from_values(std::mem::take(&mut durations[c])),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::report::metrics::{LatencyKind, RunMetrics, Stat};
+    use crate::report::measure::latency::Stat;
+    use crate::report::measure::metrics::{LatencyKind, RunMetrics};
     use crate::report::test_support::{done, ms, rejected, result_of, turn};
     use crate::scheduling::scheduler::DispatchPath::Immediate;
 

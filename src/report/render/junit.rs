@@ -20,7 +20,7 @@
 //! `system-out`. Every testcase of a scenario shares its run, so each carries the run's whole
 //! time, and the testsuite's `time` is that run's time (not the sum of its testcases).
 
-use super::evaluate::{ExpectationOutcome, format_outcome};
+use crate::report::verdict::evaluate::{ExpectationOutcome, format_outcome};
 
 /// The expectations of one scenario and their verdicts.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,7 +165,7 @@ pub fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::expect::Bound;
+    use crate::report::verdict::expect::Bound;
 
     fn outcome(label: &str, passed: bool, seed: u64) -> ExpectationOutcome {
         ExpectationOutcome {

@@ -1,9 +1,11 @@
 //! The compact per-class table printed after each run, as text and as cells (which
 //! `report.html` shows).
 
-use super::metrics::{LatencyStats, RunMetrics, Stat};
-use super::pools::PoolMetrics;
 use crate::mocker::WorkerRole;
+use crate::report::measure::latency::{LatencyStats, Stat};
+use crate::report::measure::metrics::RunMetrics;
+use crate::report::measure::pools::PoolMetrics;
+use crate::report::verdict::queries::Queries;
 
 fn ms(stats: &LatencyStats, stat: Stat) -> String {
     stats
@@ -60,7 +62,7 @@ fn strings<const N: usize>(cells: [&str; N]) -> Vec<String> {
 /// when there are several; then a totals line. When
 /// classes were backlogged together ([`RunMetrics::classes_backlogged_together`]) it also shows
 /// each class's count and share of the first `prefix_n` completions against its ideal share
-/// of them ([`RunMetrics::ideal_prefix_share`]: DRR's split of requests of the classes' sizes
+/// of them ([`Queries::ideal_prefix_share`]: DRR's split of requests of the classes' sizes
 /// while they are backlogged together, what each class got elsewhere); otherwise each class
 /// got what it asked for and those columns would mean nothing.
 pub fn class_table(metrics: &RunMetrics) -> String {
@@ -140,7 +142,7 @@ pub fn totals_line(metrics: &RunMetrics) -> String {
 /// one table: workers, requests sent to the pool, completed, busy fraction, TTFT p50/p99 and
 /// E2E p50/p99 in ms. In disaggregated serving every request passes both roles, so the
 /// whole request's TTFT and E2E would read the same on both: each role gets a table of the
-/// figures that are its own ([`RoleLatencies`](super::pools::RoleLatencies)). Empty for a
+/// figures that are its own ([`RoleLatencies`](crate::report::measure::pools::RoleLatencies)). Empty for a
 /// single pool (the totals line says it all).
 pub fn pool_cells(metrics: &RunMetrics) -> Vec<(&'static str, Cells)> {
     if metrics.pools.len() < 2 {

@@ -9,11 +9,11 @@
 use super::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
-use super::expect::{Bound, Expectation, Figure};
-use super::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
-use super::output::file_name_part;
-use super::phases::{PHASE_NAMES, PhaseCurve};
-use super::stability::in_system_curve;
+use crate::report::measure::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
+use crate::report::measure::phases::{PHASE_NAMES, PhaseCurve};
+use crate::report::measure::stability::in_system_curve;
+use crate::report::verdict::expect::{Bound, Expectation, Figure};
+use crate::report::verdict::queries::Queries;
 use crate::sim::{FaultMark, SimResult};
 use crate::time::SimTime;
 use std::collections::BTreeMap;
@@ -167,7 +167,7 @@ fn active_classes(metrics: &RunMetrics) -> Vec<usize> {
 /// A line starts from the class's measured count when its window opens, and each completion
 /// inside the window (by completion time) is split among the classes backlogged at that
 /// moment as DRR splits requests: in proportion to their quanta over their mean request
-/// costs ([`RunMetrics::ideal_request_split`]), so a class of large requests completes
+/// costs ([`Queries::ideal_request_split`]), so a class of large requests completes
 /// fewer. Outside those windows every class gets what it asks for, so no ideal applies there
 /// and none is drawn; a class never backlogged in a window gets no line over it.
 pub fn windowed_ideal_lines(metrics: &RunMetrics) -> Vec<Line> {
@@ -541,14 +541,30 @@ pub fn latency_cdf(metrics: &RunMetrics, kind: CdfKind, expectations: &[Expectat
     chart
 }
 
+/// User text (a class name, a swept path) as part of a file name, encoded so that distinct
+/// texts always give distinct parts: ASCII letters, digits, `_`, `.` and `-` are kept, and
+/// every other byte becomes `~` and its two upper-case hex digits (`a/b` -> `a~2Fb`, `~` ->
+/// `~7E`). Every class name a policy admits is kept as it is, and the result needs no
+/// escaping in a link. It may be `.` or `..`, so it is always used after a fixed prefix.
+pub fn file_name_part(text: &str) -> String {
+    let mut part = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-') {
+            true => part.push(char::from(byte)),
+            false => part.push_str(&format!("~{byte:02X}")),
+        }
+    }
+    part
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::chart::{PlotFormat, Scale, render};
-    use crate::report::expect::RawExpectation;
+    use crate::report::render::chart::{PlotFormat, Scale, render};
     use crate::report::test_support::{
         done, result_of, weighted_metrics as weighted, weighted_run,
     };
+    use crate::report::verdict::expect::RawExpectation;
     use crate::scheduling::scheduler::DispatchPath;
 
     #[test]
@@ -583,7 +599,7 @@ mod tests {
 
     #[test]
     fn completions_by_time_marks_fault_windows_and_joins() {
-        use crate::report::chart::tests::svg_has_text;
+        use crate::report::render::chart::tests::svg_has_text;
         use crate::report::test_support::ms;
         // Completions at 1..=100 ms; the x axis ends at 100 ms.
         let records = (0..100)
@@ -668,7 +684,7 @@ mod tests {
                 assert!(classes || name == "in_system.svg", "{name}");
             }
         }
-        // To look at them: ROUTERSIM_PLOT_DIR=/tmp/plots cargo test --lib report::plots
+        // To look at them: ROUTERSIM_PLOT_DIR=/tmp/plots cargo test --lib report::render::plots
         if let Some(dir) = std::env::var_os("ROUTERSIM_PLOT_DIR") {
             crate::report::output::write_dir(
                 std::path::Path::new(&dir),
@@ -681,7 +697,7 @@ mod tests {
 
     #[test]
     fn latency_phases_stack_each_phase_on_the_ones_before_up_to_end_to_end() {
-        use crate::report::phases::PhaseBucket;
+        use crate::report::measure::phases::PhaseBucket;
         let run = weighted_run();
         let mut m = run.metrics;
         let bucket = |start_ms: f64, mean_ms: [f64; 4]| PhaseBucket {
@@ -919,7 +935,7 @@ mod tests {
 
     fn raw_latency_bound(class: &str, metric: &str, at_most: f64) -> RawExpectation {
         RawExpectation {
-            latency: Some(crate::report::expect::LatencyFigure {
+            latency: Some(crate::report::verdict::expect::LatencyFigure {
                 class: class.into(),
                 metric: metric.into(),
             }),
@@ -959,7 +975,7 @@ mod tests {
         assert!(e2e.x.range.1 >= 9000.5, "the bound is on the chart");
         let svg = String::from_utf8(render(&ttft, PlotFormat::Svg).unwrap()).unwrap();
         assert!(svg.contains(">\npremium ttft p99 ≤ 2500 ms\n<"));
-        let has = |text| crate::report::chart::tests::svg_has_text(&svg, text);
+        let has = |text| crate::report::render::chart::tests::svg_has_text(&svg, text);
         assert!(has("1000") && has("10000"), "decade ticks");
     }
 }

@@ -2,10 +2,12 @@
 //! and `summary.json` (a contract, spelled out in docs/outputs.md). Every byte is a function
 //! of the metrics and the metadata passed in: fixed float formatting, no map iteration.
 
-use super::metrics::{ClassMetrics, LatencyKind, LatencyStats, RunMetrics, Stat};
-use super::pools::{PoolMetrics, tokens_per_s};
-use super::stability::Stability;
 use crate::mocker::WorkerRole;
+use crate::report::measure::latency::{LatencyStats, Stat};
+use crate::report::measure::metrics::{ClassMetrics, LatencyKind, RunMetrics};
+use crate::report::measure::pools::{PoolMetrics, tokens_per_s};
+use crate::report::measure::stability::Stability;
+use crate::report::verdict::queries::Queries;
 use crate::time::format_ms;
 use serde_json::{Value, json};
 
@@ -303,7 +305,7 @@ fn class_pools_json(metrics: &RunMetrics, class: usize) -> Value {
     Value::Array(pools.collect())
 }
 
-/// One pool's entry in `summary.json`'s `pools` (see [`super::pools`] for the definitions).
+/// One pool's entry in `summary.json`'s `pools` (see [`crate::report::measure::pools`] for the definitions).
 fn pool_json(metrics: &RunMetrics, pool: &PoolMetrics) -> Value {
     let makespan = metrics.makespan;
     let mut value = json!({

@@ -6,9 +6,10 @@
 //! run) is a failure that says why.
 
 use super::expect::{Bound, Expectation, Figure, ShareReference};
-use super::metrics::RunMetrics;
-use super::sessions::SessionCounts;
-use super::slo::LatencyBounds;
+use crate::report::measure::metrics::RunMetrics;
+use crate::report::measure::sessions::SessionCounts;
+use crate::report::measure::slo::LatencyBounds;
+use crate::report::verdict::queries::Queries;
 use crate::sim::EndStatus;
 use std::collections::BTreeMap;
 
@@ -356,8 +357,8 @@ pub fn format_outcome(o: &ExpectationOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::expect::RawExpectation;
     use crate::report::test_support::{done, result_of, run_fixture};
+    use crate::report::verdict::expect::RawExpectation;
     use crate::scheduling::scheduler::DispatchPath;
     use crate::sim::{AbortReason, CancelReason, Status};
 

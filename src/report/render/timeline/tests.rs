@@ -102,7 +102,7 @@ fn a_step_counter_shows_each_tracks_value_at_the_end_of_each_instant_it_changed(
 #[test]
 fn a_run_without_a_recorded_timeline_has_no_timeline_file() {
     let result = result_of(&["a"], vec![done(0, 0, DispatchPath::Queued, [0, 1, 2])]);
-    assert!(timeline_file(&result, &serde_json::Value::Null, 10).is_none());
+    assert!(timeline_exporter(&result, &serde_json::Value::Null, 10).is_none());
 }
 
 #[test]

@@ -2,10 +2,10 @@
 //! table, the expectations' verdicts, the stability verdict, every plot inline and links to
 //! the files beside it. Bytes from data, like every other exporter here.
 
-use super::evaluate::ExpectationOutcome;
 use super::html::{self, Page};
-use super::metrics::RunMetrics;
 use super::table;
+use crate::report::measure::metrics::RunMetrics;
+use crate::report::verdict::evaluate::ExpectationOutcome;
 
 /// What the page says about a run besides its metrics.
 pub struct RunPage<'a> {
@@ -125,9 +125,9 @@ fn stability_section(out: &mut Page, metrics: &RunMetrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::evaluate::ExpectationOutcome;
-    use crate::report::expect::Bound;
     use crate::report::test_support::{done, result_of};
+    use crate::report::verdict::evaluate::ExpectationOutcome;
+    use crate::report::verdict::expect::Bound;
     use crate::scheduling::scheduler::DispatchPath;
 
     fn outcome(label: &str, passed: bool) -> ExpectationOutcome {
@@ -156,7 +156,7 @@ mod tests {
             .collect();
         let result = result_of(class_names, records);
         let metrics = RunMetrics::compute(&result, &[2, 1]);
-        let plots = crate::report::plots::render_all(&result, &metrics, &[]).unwrap();
+        let plots = crate::report::render::plots::render_all(&result, &metrics, &[]).unwrap();
         let page = RunPage {
             command: "run",
             title: "demo <run>",

@@ -26,7 +26,7 @@
 
 use std::collections::BTreeMap;
 
-use super::expect::number;
+use crate::bounds::number;
 use crate::sim::{EndStatus, RequestRecord, Status};
 use crate::time::{SimDuration, SimTime};
 
@@ -234,7 +234,7 @@ fn session_ramp(visits: &[Visit]) -> SimDuration {
     durations.sort_unstable();
     match durations.is_empty() {
         true => SimDuration::ZERO,
-        false => SimDuration::from_ns(super::metrics::nearest_rank(&durations, 50)),
+        false => SimDuration::from_ns(super::latency::nearest_rank(&durations, 50)),
     }
 }
 

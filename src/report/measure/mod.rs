@@ -1,0 +1,10 @@
+//! Measuring: the figures of a run computed from its records (per-class metrics, stability,
+//! pools, sessions, disaggregated phases, service-level figures). Uses no other room.
+
+pub mod latency;
+pub mod metrics;
+pub mod phases;
+pub mod pools;
+pub mod sessions;
+pub mod slo;
+pub mod stability;
