@@ -14,6 +14,8 @@ pub mod kv_pool;
 pub mod memo;
 pub mod profile;
 mod profile_dir;
+pub mod protocol;
+pub mod step_memo;
 pub mod timing;
 pub mod traits;
 pub mod transfer;
@@ -30,11 +32,12 @@ pub use config::{
     ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode, WorkerRole,
 };
 pub use kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
-pub use memo::DecodeMemo;
 pub use profile::{ProfileError, TimingProfile};
-pub use timing::TimingModel;
-pub use traits::{QuietRuns, Worker, WorkerLoad};
-pub use worker::{
-    AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RejectReason, Rejection,
-    RequestPhase, RequestView, Reservation, TokenOut,
+pub use protocol::{
+    AddRequestError, Admitted, MockRequest, PassOutput, RejectReason, Rejection, RequestPhase,
+    RequestView, Reservation, TokenOut, WorkerLoad,
 };
+pub use step_memo::StepMemo;
+pub use timing::TimingModel;
+pub use traits::{Handoffs, QuietRuns, Worker};
+pub use worker::MockWorker;

@@ -34,7 +34,7 @@ impl MockWorker {
         &mut self,
         start: SimTime,
         max_passes: usize,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
         ends: &mut Vec<SimTime>,
     ) {
         ends.clear();
@@ -197,7 +197,7 @@ impl QuietRuns for MockWorker {
         &mut self,
         start: SimTime,
         max_passes: usize,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
         ends: &mut Vec<SimTime>,
     ) {
         self.plan_quiet_run_with(start, max_passes, memo, ends);
