@@ -6,7 +6,7 @@
 
 use super::config::{EngineArgs, PreemptionMode};
 use super::protocol::{MockRequest, PassOutput};
-use super::worker::MockWorker;
+use super::vllm::MockWorker;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEventData, RequestId, SeqHash, Token, WorkerWithDpRank};
 use crate::time::SimTime;

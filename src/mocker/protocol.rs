@@ -3,6 +3,7 @@
 //! decode rank answers a handoff, and the snapshots (a request, the rank's load) a caller may
 //! read. Nothing here belongs to one kind of engine.
 
+use super::config::EngineArgs;
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash};
 use std::fmt;
 use std::sync::Arc;
@@ -240,4 +241,33 @@ pub struct WorkerLoad {
     pub max_running: u64,
     /// The most tokens one pass computes.
     pub max_batched_tokens: u64,
+}
+
+/// What a rank holds at most, as its kind reports it: what routers and reports size against
+/// without naming any kind's own knobs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// The most requests the running batch holds.
+    pub max_running: u64,
+    /// The most tokens one pass computes (the budget busy fractions multiply).
+    pub max_batched_tokens: u64,
+    /// KV blocks the rank's cache holds.
+    pub kv_blocks: u64,
+}
+
+/// How a rank is set up when it is built: the same for every rank of a run, whatever its
+/// kind (a kind takes what applies to it).
+#[derive(Copy, Clone, Debug)]
+pub struct WorkerSetup<'a> {
+    /// The engine arguments of the rank's pool.
+    pub engine: &'a EngineArgs,
+    /// Blocks the rank makes room for at once.
+    pub reserved_blocks: u64,
+    /// The caller skips quiet passes ([`super::QuietRuns`]) where the rank can: what only a
+    /// quiet pass would publish must never be published.
+    pub skips_quiet_passes: bool,
+    /// The fleet's pools together outgrow the CPU caches: ranks warm what they probe.
+    pub warm_probes: bool,
+    /// The rank counts middle tokens from the start ([`super::Worker::count_middle_tokens`]).
+    pub count_middle_tokens: bool,
 }

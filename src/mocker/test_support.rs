@@ -3,7 +3,7 @@
 
 use super::config::EngineArgs;
 use super::protocol::{MockRequest, PassOutput};
-use super::worker::MockWorker;
+use super::vllm::MockWorker;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{RequestId, Token, WorkerWithDpRank};
 use crate::time::SimTime;

@@ -7,7 +7,7 @@ use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::{FaultMark, PoolUsage, WorkerPool};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{
-    MockRequest, MockWorker, PassOutput, Reservation, StepMemo, Worker, WorkerRole,
+    MockRequest, PassOutput, Reservation, StepMemo, Worker, WorkerRole, WorkerSetup,
 };
 use crate::scheduling::select::{WorkerConfig, WorkerSet};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
@@ -52,7 +52,7 @@ fn fleet_blocks<'a>(pools: impl IntoIterator<Item = &'a WorkerPool>) -> u64 {
         .into_iter()
         .map(|p| {
             let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
-            ranks.saturating_mul(p.engine.num_gpu_blocks)
+            ranks.saturating_mul(p.capacity().kv_blocks)
         })
         .fold(0, u64::saturating_add)
 }
@@ -84,7 +84,7 @@ pub(super) fn worker_config(pool: &WorkerPool) -> WorkerConfig {
     WorkerConfig {
         dp_start: 0,
         dp_size: pool.engine.dp_size,
-        max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
+        max_num_batched_tokens: Some(pool.capacity().max_batched_tokens),
         ..WorkerConfig::default()
     }
 }
@@ -225,18 +225,20 @@ impl WorkerFleet {
         fleet
     }
 
-    /// Builds a worker rank of pool `pool`: the one place workers are made, with their
-    /// set-up (room for blocks, KV events as skipping needs them; the pool's decode table is
-    /// lent to each of its passes).
+    /// Builds a worker rank of pool `pool` through the pool's kind: the one place workers
+    /// are made, every one with the same set-up (room for blocks, whether quiet passes are
+    /// skipped, warm probes, counted middle tokens; the pool's step table is lent to each of
+    /// its passes).
     fn build(&self, pool: usize, id: WorkerWithDpRank) -> Box<dyn Worker> {
-        let mut worker = MockWorker::new(self.pools[pool].engine.clone(), id);
-        worker.reserve_blocks(self.reserved_per_rank);
-        worker.set_publish_generated_blocks(!self.skip_quiet);
-        worker.set_warm_probes(self.warm_probes);
-        if self.count_middle {
-            worker.count_middle_tokens();
-        }
-        Box::new(worker)
+        let pool = &self.pools[pool];
+        let setup = WorkerSetup {
+            engine: &pool.engine,
+            reserved_blocks: self.reserved_per_rank,
+            skips_quiet_passes: self.skip_quiet,
+            warm_probes: self.warm_probes,
+            count_middle_tokens: self.count_middle,
+        };
+        pool.kind().build(id, &setup)
     }
 
     /// Has every worker, of now and to come, count middle tokens instead of listing them: for

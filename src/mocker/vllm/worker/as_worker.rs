@@ -1,8 +1,14 @@
 //! The mock rank as the simulator sees it: [`Worker`] and its [`Handoffs`] capability for
 //! [`MockWorker`], each method the rank's own.
 
-use super::*;
-
+use super::MockWorker;
+use crate::mocker::protocol::{
+    AddRequestError, MockRequest, PassOutput, RequestPhase, RequestView, Reservation, WorkerLoad,
+};
+use crate::mocker::step_memo::StepMemo;
+use crate::mocker::traits::{Handoffs, QuietRuns, Worker};
+use crate::scheduling::types::{RequestId, WorkerWithDpRank};
+use crate::time::SimTime;
 impl Worker for MockWorker {
     fn rank(&self) -> WorkerWithDpRank {
         self.rank

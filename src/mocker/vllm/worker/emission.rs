@@ -1,8 +1,11 @@
 //! Token emission of a mock rank's pass: a token for every running request whose known
 //! tokens are all computed, completions, and the decode batch the pass is charged for.
 
-use super::*;
-
+use super::MockWorker;
+use crate::mocker::config::WorkerRole;
+use crate::mocker::protocol::{PassOutput, TokenOut};
+use crate::mocker::timing;
+use crate::scheduling::types::RequestId;
 impl MockWorker {
     /// Gives a token to every running request whose known tokens are all computed and
     /// completes the finished ones. Returns the decode batch the timing model charges: the
@@ -113,6 +116,7 @@ impl MockWorker {
 
 #[cfg(test)]
 mod tests {
+    use super::super::*;
     use super::*;
     use crate::mocker::test_support::row;
 

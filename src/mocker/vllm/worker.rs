@@ -56,22 +56,21 @@
 //! unchunked prompt larger than `max_num_batched_tokens`. Runs 1.6.1 completes never meet
 //! either case, so their timings are unchanged.
 
-use super::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
 use super::memo::HeadProbe;
-use super::protocol::{
+use crate::mocker::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
+use crate::mocker::protocol::{
     AddRequestError, Admitted, MockRequest, PassOutput, RejectReason, Rejection, RequestPhase,
-    RequestView, Reservation, TokenOut, WorkerLoad,
+    RequestView,
 };
-use super::step_memo::{STEP_MEMO_FIRST_SLOTS, StepMemo};
-use super::timing;
-use super::traits::{Handoffs, QuietRuns, Worker};
+use crate::mocker::step_memo::{STEP_MEMO_FIRST_SLOTS, StepMemo};
+use crate::mocker::timing;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 #[cfg(test)]
 use checks::{check_found, check_probe};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -1157,6 +1156,7 @@ mod tests {
     //! printed ms converted to ns), so each test pins one observed behaviour.
 
     use super::*;
+    use crate::mocker::protocol::TokenOut;
     use crate::mocker::test_support::{Seen, drive, ms, row};
 
     fn args_with(f: impl FnOnce(&mut EngineArgs)) -> EngineArgs {

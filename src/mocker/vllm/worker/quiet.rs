@@ -1,8 +1,11 @@
 //! Quiet runs of a mock rank: planning the passes whose only effect is one more token for
 //! every running request, and applying them at once (the rank's [`QuietRuns`] capability).
 
-use super::*;
+use super::{Decision, MockWorker};
+use crate::mocker::step_memo::StepMemo;
+use crate::mocker::timing;
 use crate::mocker::traits::QuietRuns;
+use crate::time::SimTime;
 
 impl MockWorker {
     /// Plans the run of *quiet* passes that starts at `start`: pushes onto `ends` (cleared
