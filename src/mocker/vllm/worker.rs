@@ -104,7 +104,7 @@ struct Req {
     /// The formed pass ([`MockWorker::pass_seq`]) that last decoded its token in place: that
     /// step leaves no [`Scheduled`] entry, only this stamp, for a preemption to undo.
     decoded_in_pass: u64,
-    /// Middle tokens counted and not yet handed on (see [`Worker::count_middle_tokens`]).
+    /// Middle tokens counted and not yet handed on (see [`Worker::count_middle_tokens`](crate::mocker::Worker::count_middle_tokens)).
     middle_unlisted: u32,
     /// The formed pass that counted its latest middle token.
     middle_counted_in_pass: u64,
@@ -186,7 +186,7 @@ pub struct MockWorker {
     /// The last formed pass whose output was handed back: delivered.
     delivered_seq: u64,
     /// Middle tokens are counted on their request, not listed (see
-    /// [`Worker::count_middle_tokens`]).
+    /// [`Worker::count_middle_tokens`](crate::mocker::Worker::count_middle_tokens)).
     count_middle: bool,
     ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
