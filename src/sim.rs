@@ -34,7 +34,7 @@
 //! no prompt the router ever looks up can match it.
 
 use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
-use crate::mocker::{EngineArgs, MockRequest, WorkerRole};
+use crate::mocker::{Capacity, EngineArgs, MockRequest, WorkerKind, WorkerRole};
 use crate::rng::{self, SimRng};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
@@ -124,6 +124,16 @@ impl WorkerPool {
             count,
             engine,
         }
+    }
+
+    /// The kind of worker the pool runs.
+    pub fn kind(&self) -> WorkerKind {
+        WorkerKind::of(&self.engine)
+    }
+
+    /// What each data-parallel rank of the pool holds at most, as its kind reports it.
+    pub fn capacity(&self) -> Capacity {
+        self.kind().capacity(&self.engine)
     }
 }
 
@@ -218,12 +228,14 @@ impl SimConfig {
             .map_or(EngineArgs::default().block_size, |p| p.engine.block_size)
     }
 
-    /// The workers' total `max_num_seqs` over every data-parallel rank of every pool.
+    /// The workers' total running-batch capacity (vLLM's `max_num_seqs`) over every
+    /// data-parallel rank of every pool.
     pub fn capacity_seqs(&self) -> u64 {
         self.pools
             .iter()
             .map(|p| {
-                u64::from(p.count) * u64::from(p.engine.dp_size.max(1)) * p.engine.max_num_seqs
+                let ranks = u64::from(p.count) * u64::from(p.engine.dp_size.max(1));
+                ranks * p.capacity().max_running
             })
             .sum()
     }

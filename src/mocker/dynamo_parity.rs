@@ -9,8 +9,8 @@
 //! MOCKER_OUT=o.csv cargo test --lib mocker::dynamo_parity -- --ignored`.
 
 use super::config::EngineArgs;
+use super::protocol::MockRequest;
 use super::test_support::{Seen, drive_checked, row};
-use super::worker::MockRequest;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -1,23 +1,26 @@
-//! Mock aggregated worker modelled on Dynamo 1.6.1's mocker (vLLM-style core): engine
-//! arguments, the per-rank KV block pool, the timing models and the scheduler core.
+//! Mock workers modelled on Dynamo 1.6.1's mocker: engine arguments, the protocol every
+//! worker kind speaks ([`protocol`], [`traits`]), the kinds ([`kind`]; today only
+//! [`vllm`], the vLLM-style scheduler core with its KV block pool), the timing models and KV
+//! transfers.
 //!
-//! A pure state machine per data-parallel rank: [`MockWorker::execute_pass`] is handed `now`
-//! and returns the pass end, with the tokens, completions and KV events it delivers then.
+//! A rank is a pure state machine: [`Worker::start_pass`] is handed `now` and returns the
+//! pass end, with the tokens, completions and KV events it delivers then.
 //!
 //! Matching Dynamo 1.6.1 request by request (to the ns) is this module's contract; the
-//! behaviours of 1.6.1 that differ from other revisions are listed in `worker`'s docs.
+//! behaviours of 1.6.1 that differ from other revisions are listed in `vllm::worker`'s docs.
 
 #![deny(missing_docs)]
 
 pub mod config;
-pub mod kv_pool;
-pub mod memo;
+pub mod kind;
 pub mod profile;
 mod profile_dir;
+pub mod protocol;
+pub mod step_memo;
 pub mod timing;
 pub mod traits;
 pub mod transfer;
-pub mod worker;
+pub mod vllm;
 
 #[cfg(test)]
 mod dynamo_parity;
@@ -29,12 +32,13 @@ mod test_support;
 pub use config::{
     ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode, WorkerRole,
 };
-pub use kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
-pub use memo::DecodeMemo;
+pub use kind::WorkerKind;
 pub use profile::{ProfileError, TimingProfile};
-pub use timing::TimingModel;
-pub use traits::{QuietRuns, Worker, WorkerLoad};
-pub use worker::{
-    AddRequestError, Admitted, MockRequest, MockWorker, PassOutput, RejectReason, Rejection,
-    RequestPhase, RequestView, Reservation, TokenOut,
+pub use protocol::{
+    AddRequestError, Admitted, Capacity, MockRequest, PassOutput, RejectReason, Rejection,
+    RequestPhase, RequestView, Reservation, TokenOut, WorkerLoad, WorkerSetup,
 };
+pub use step_memo::StepMemo;
+pub use timing::TimingModel;
+pub use traits::{Handoffs, QuietRuns, Worker};
+pub use vllm::{BlockId, KvPool, MockWorker, PrefixMatch, Reuse};

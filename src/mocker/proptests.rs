@@ -5,7 +5,8 @@
 //! nothing else.
 
 use super::config::{EngineArgs, PreemptionMode};
-use super::worker::{MockRequest, MockWorker, PassOutput};
+use super::protocol::{MockRequest, PassOutput};
+use super::vllm::MockWorker;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEventData, RequestId, SeqHash, Token, WorkerWithDpRank};
 use crate::time::SimTime;

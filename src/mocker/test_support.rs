@@ -2,7 +2,8 @@
 //! does, and mooncake-row request builders.
 
 use super::config::EngineArgs;
-use super::worker::{MockRequest, MockWorker, PassOutput};
+use super::protocol::{MockRequest, PassOutput};
+use super::vllm::MockWorker;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{RequestId, Token, WorkerWithDpRank};
 use crate::time::SimTime;

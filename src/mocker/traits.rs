@@ -1,27 +1,15 @@
-//! What a simulator asks of a worker rank: [`Worker`], which every worker kind implements
-//! (requests go in, a pass starts and ends, and what the pass delivers at its end: token
-//! edges, finished and refused requests, KV events), and [`QuietRuns`], the optional
-//! capability of skipping through passes nobody outside the rank can observe.
+//! What a simulator asks of a worker rank, in the words of [`super::protocol`]: [`Worker`],
+//! which every worker kind implements (requests go in, a pass starts and ends, and what the
+//! pass delivers at its end: token edges, finished and refused requests, KV events), and the
+//! optional capabilities a kind may have: [`Handoffs`], serving one side of a disaggregated
+//! handoff, and [`QuietRuns`], skipping through passes nobody outside the rank can observe.
 
-use super::memo::DecodeMemo;
-use super::worker::{AddRequestError, MockRequest, PassOutput, RequestView, Reservation};
+use super::protocol::{
+    AddRequestError, MockRequest, PassOutput, RequestView, Reservation, WorkerLoad,
+};
+use super::step_memo::StepMemo;
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
-
-/// What a rank holds, as a router or a checker may read it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkerLoad {
-    /// Requests queued (including preempted ones).
-    pub waiting: usize,
-    /// Requests in the running batch.
-    pub running: usize,
-    /// KV blocks held by requests.
-    pub active_blocks: u64,
-    /// The most requests the running batch holds.
-    pub max_running: u64,
-    /// The most tokens one pass computes.
-    pub max_batched_tokens: u64,
-}
 
 /// One worker rank, driven pass by pass in virtual time. Add requests with
 /// [`Worker::add_request`]; when the rank is idle and has work, start a pass with
@@ -43,9 +31,10 @@ pub trait Worker: Send + std::fmt::Debug {
     fn has_work(&self) -> bool;
 
     /// Forms and runs one pass starting at `now`, fills `out` (cleared first) and returns
-    /// the pass end. `memo` is the table of decode durations of the rank's engine, which the
-    /// ranks of one pool share.
-    fn start_pass(&mut self, now: SimTime, memo: &mut DecodeMemo, out: &mut PassOutput) -> SimTime;
+    /// the pass end. `memo` is the table of step durations of the rank's engine
+    /// configuration, which the ranks of one pool share (a kind that does not time steps by
+    /// batch leaves it alone).
+    fn start_pass(&mut self, now: SimTime, memo: &mut StepMemo, out: &mut PassOutput) -> SimTime;
 
     /// Empties a pass's output once it has been delivered, taking back what the rank reuses.
     fn take_back(&mut self, out: &mut PassOutput);
@@ -85,25 +74,35 @@ pub trait Worker: Send + std::fmt::Debug {
     /// The rank's own bookkeeping checks (Err: a bug in the worker model).
     fn check_invariants(&self) -> Result<(), String>;
 
-    /// A prefill rank lets go of held request `id` (see [`MockWorker::release_held`](super::MockWorker::release_held)).
-    fn release_held(&mut self, id: RequestId) -> bool;
-
-    /// A decode rank is asked to reserve blocks for a handoff (see
-    /// [`MockWorker::reserve_handoff`](super::MockWorker::reserve_handoff)).
-    fn reserve_handoff(&mut self, request: MockRequest) -> Result<Reservation, AddRequestError>;
-
-    /// A reserved handoff's transfer landed on a decode rank (see
-    /// [`MockWorker::activate_handoff`](super::MockWorker::activate_handoff)).
-    fn activate_handoff(&mut self, id: RequestId) -> bool;
-
-    /// Whether handoffs wait for room on a decode rank (see
-    /// [`MockWorker::set_handoffs_pending`](super::MockWorker::set_handoffs_pending)).
-    fn set_handoffs_pending(&mut self, pending: bool);
+    /// The rank's handoff capability (disaggregated serving), if it has one.
+    fn handoffs(&mut self) -> Option<&mut dyn Handoffs> {
+        None
+    }
 
     /// The rank's quiet-run capability, if it has one.
     fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
         None
     }
+}
+
+/// Serving one side of a disaggregated handoff: a prefill rank holds a request's blocks
+/// once its prompt is computed, until its decode worker has them; a decode rank reserves
+/// blocks for a prompt whose KV is on its way and runs the request once it lands.
+pub trait Handoffs {
+    /// A prefill rank lets go of held request `id` (its KV reached its decode worker, or the
+    /// handoff was given up); false if it holds no such request.
+    fn release_held(&mut self, id: RequestId) -> bool;
+
+    /// A decode rank is asked, between passes, to reserve blocks for `request`'s handoff.
+    fn reserve_handoff(&mut self, request: MockRequest) -> Result<Reservation, AddRequestError>;
+
+    /// A reserved handoff's transfer landed on a decode rank: the request joins its next
+    /// pass. False if the rank had reserved nothing for it.
+    fn activate_handoff(&mut self, id: RequestId) -> bool;
+
+    /// Whether handoffs wait for room on a decode rank: until they have it, only landed
+    /// handoffs are admitted.
+    fn set_handoffs_pending(&mut self, pending: bool);
 }
 
 /// Skipping quiet passes: a run of passes whose only effect is one more token for every
@@ -119,7 +118,7 @@ pub trait QuietRuns {
         &mut self,
         start: SimTime,
         max_passes: usize,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
         ends: &mut Vec<SimTime>,
     );
 

@@ -7,15 +7,15 @@ use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::{FaultMark, PoolUsage, WorkerPool};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{
-    DecodeMemo, MockRequest, MockWorker, PassOutput, Reservation, Worker, WorkerRole,
+    MockRequest, PassOutput, Reservation, StepMemo, Worker, WorkerRole, WorkerSetup,
 };
 use crate::scheduling::select::{WorkerConfig, WorkerSet};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 use std::collections::BTreeSet;
 
-/// Most slots the decode-duration table a pool's ranks share grows to (1.5 MiB).
-const SHARED_DECODE_MEMO_SLOTS: usize = 1 << 16;
+/// Most slots the step-duration table a pool's ranks share grows to (1.5 MiB).
+const SHARED_STEP_MEMO_SLOTS: usize = 1 << 16;
 
 /// Passes a worker plans ahead in one quiet run. A run cut short by a dispatch wastes the
 /// planning of its later passes (in the bench's replays, 25 to 45% of those planned, at tens
@@ -52,7 +52,7 @@ fn fleet_blocks<'a>(pools: impl IntoIterator<Item = &'a WorkerPool>) -> u64 {
         .into_iter()
         .map(|p| {
             let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
-            ranks.saturating_mul(p.engine.num_gpu_blocks)
+            ranks.saturating_mul(p.capacity().kv_blocks)
         })
         .fold(0, u64::saturating_add)
 }
@@ -84,7 +84,7 @@ pub(super) fn worker_config(pool: &WorkerPool) -> WorkerConfig {
     WorkerConfig {
         dp_start: 0,
         dp_size: pool.engine.dp_size,
-        max_num_batched_tokens: Some(pool.engine.max_num_batched_tokens),
+        max_num_batched_tokens: Some(pool.capacity().max_batched_tokens),
         ..WorkerConfig::default()
     }
 }
@@ -152,9 +152,9 @@ pub(super) enum PassEnded {
 pub(super) struct WorkerFleet {
     pools: Vec<WorkerPool>,
     ranks: Vec<RankSlot>,
-    /// One table of decode durations per pool: its ranks run one engine, and contexts recur
+    /// One table of step durations per pool: its ranks run one engine, and batches recur
     /// across them.
-    decode_memos: Vec<DecodeMemo>,
+    step_memos: Vec<StepMemo>,
     /// Workers skip quiet passes (see `sim::skips_quiet_passes`).
     skip_quiet: bool,
     /// Workers count middle tokens instead of listing them ([`Worker::count_middle_tokens`]).
@@ -190,16 +190,16 @@ pub(super) struct WorkerFleet {
 impl WorkerFleet {
     /// The workers of `pools`, every rank empty and up.
     pub fn new(pools: Vec<WorkerPool>, skip_quiet: bool) -> WorkerFleet {
-        let decode_memos = pools
+        let step_memos = pools
             .iter()
-            .map(|pool| DecodeMemo::new(pool.engine.clone(), SHARED_DECODE_MEMO_SLOTS))
+            .map(|_| StepMemo::new(SHARED_STEP_MEMO_SLOTS))
             .collect();
         let ranks: usize = pools
             .iter()
             .map(|p| p.count as usize * p.engine.dp_size as usize)
             .sum();
         let mut fleet = WorkerFleet {
-            decode_memos,
+            step_memos,
             skip_quiet,
             count_middle: false,
             reserved_per_rank: reserved_blocks_per_rank(ranks),
@@ -225,18 +225,20 @@ impl WorkerFleet {
         fleet
     }
 
-    /// Builds a worker rank of pool `pool`: the one place workers are made, with their
-    /// set-up (room for blocks, KV events as skipping needs them; the pool's decode table is
-    /// lent to each of its passes).
+    /// Builds a worker rank of pool `pool` through the pool's kind: the one place workers
+    /// are made, every one with the same set-up (room for blocks, whether quiet passes are
+    /// skipped, warm probes, counted middle tokens; the pool's step table is lent to each of
+    /// its passes).
     fn build(&self, pool: usize, id: WorkerWithDpRank) -> Box<dyn Worker> {
-        let mut worker = MockWorker::new(self.pools[pool].engine.clone(), id);
-        worker.reserve_blocks(self.reserved_per_rank);
-        worker.set_publish_generated_blocks(!self.skip_quiet);
-        worker.set_warm_probes(self.warm_probes);
-        if self.count_middle {
-            worker.count_middle_tokens();
-        }
-        Box::new(worker)
+        let pool = &self.pools[pool];
+        let setup = WorkerSetup {
+            engine: &pool.engine,
+            reserved_blocks: self.reserved_per_rank,
+            skips_quiet_passes: self.skip_quiet,
+            warm_probes: self.warm_probes,
+            count_middle_tokens: self.count_middle,
+        };
+        pool.kind().build(id, &setup)
     }
 
     /// Has every worker, of now and to come, count middle tokens instead of listing them: for
@@ -369,34 +371,42 @@ impl WorkerFleet {
     }
 
     /// Decode rank `index`, between passes, is asked to reserve blocks for `request`'s
-    /// handoff (see [`MockWorker::reserve_handoff`]). Err (a bug) if the worker refuses it.
+    /// handoff (see [`crate::mocker::Handoffs::reserve_handoff`]). Err (a bug) if the worker refuses it, or
+    /// its kind takes no handoffs.
     pub fn reserve_handoff(
         &mut self,
         index: usize,
         request: MockRequest,
     ) -> Result<Reservation, String> {
         let slot = &mut self.ranks[index];
-        slot.worker
+        let Some(handoffs) = slot.worker.handoffs() else {
+            return Err(format!("{}: its kind of worker takes no handoffs", slot.id));
+        };
+        handoffs
             .reserve_handoff(request)
             .map_err(|e| format!("{}: {e}", slot.id))
     }
 
     /// Tells decode rank `index` whether handoffs wait for room on it.
     pub fn set_handoffs_pending(&mut self, index: usize, pending: bool) {
-        self.ranks[index].worker.set_handoffs_pending(pending);
+        if let Some(handoffs) = self.ranks[index].worker.handoffs() {
+            handoffs.set_handoffs_pending(pending);
+        }
     }
 
     /// Request `id`'s transfer to decode rank `index` landed, between its passes: it joins
     /// the rank's next pass. False if the rank had reserved nothing for it.
     pub fn activate_handoff(&mut self, index: usize, id: RequestId) -> bool {
-        let activated = self.ranks[index].worker.activate_handoff(id);
+        let worker = &mut self.ranks[index].worker;
+        let activated = worker.handoffs().is_some_and(|h| h.activate_handoff(id));
         self.starts_due.push(index);
         activated
     }
 
     /// Prefill rank `index` lets go of held request `id`; false if it holds no such request.
     pub fn release_held(&mut self, index: usize, id: RequestId) -> bool {
-        self.ranks[index].worker.release_held(id)
+        let worker = &mut self.ranks[index].worker;
+        worker.handoffs().is_some_and(|h| h.release_held(id))
     }
 
     /// Whether the worker of the rank at `index` is down.
@@ -480,7 +490,7 @@ impl WorkerFleet {
         let allow_quiet = allow_quiet && !lockstep;
         let slot = &mut self.ranks[index];
         let rank = index;
-        let memo = &mut self.decode_memos[slot.pool];
+        let memo = &mut self.step_memos[slot.pool];
         if self.skip_quiet
             && allow_quiet
             && let Some(quiet) = slot.worker.quiet_runs()

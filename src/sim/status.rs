@@ -2,7 +2,7 @@
 //! the `count_status` expectation) and, for requests that did not complete, the typed reason
 //! (`requests.csv`'s `reason` column prints its label).
 
-use crate::mocker::worker::RejectReason;
+use crate::mocker::RejectReason;
 use crate::scheduling::scheduler::{SchedulerError, SchedulerErrorKind};
 
 /// The kind of end a request reached, without its reason.

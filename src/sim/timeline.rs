@@ -291,7 +291,7 @@ fn busy_thresholds(config: &SimConfig) -> Vec<Vec<(usize, u64)>> {
         }
     };
     let of_pool = |pool: &WorkerPool| {
-        let budget = pool.engine.max_num_batched_tokens;
+        let budget = pool.capacity().max_batched_tokens;
         let with = classes.iter().enumerate();
         with.filter_map(|(i, c)| threshold(c, budget).map(|t| (i, t)))
             .collect()

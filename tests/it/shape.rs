@@ -1,19 +1,70 @@
-//! The shape of the simulated system, kept by test: only the worker fleet builds workers,
-//! so every worker gets the same set-up; and no file or function in src/ outgrows what a
-//! reader can hold.
+//! The shape of the simulated system, kept by test: only the worker fleet builds workers
+//! (through their kind), so every worker gets the same set-up; only a kind builds its own
+//! workers; and no file or function in src/ outgrows what a reader can hold.
 
 use crate::tidy::read_sources;
 
-/// The one file outside `mocker` that may build a worker.
+/// The one file that builds workers, through their kind (`WorkerKind::build` with the one
+/// `WorkerSetup` every worker gets).
 const WORKER_BUILDER: &str = "sim/fleet.rs";
 
-/// The calls that build a mock worker.
-const BUILDS_A_WORKER: [&str; 2] = ["MockWorker::new(", "MockWorker::try_new("];
+/// What building a worker through its kind takes: a set-up, handed to the kind's `build`.
+const BUILDS_THROUGH_A_KIND: [&str; 2] = ["WorkerSetup {", ".build("];
+
+/// Each worker kind's constructors, with the folder (and its `.rs`) that alone may call them.
+const KIND_BUILDERS: [(&str, &str); 2] = [
+    ("mocker/vllm", "MockWorker::new("),
+    ("mocker/vllm", "MockWorker::try_new("),
+];
 
 /// Whether a file holds only tests (by its name).
 fn is_test_file(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     name.ends_with("tests.rs") || name == "test_support.rs" || name == "dynamo_parity.rs"
+}
+
+/// Whether `rel` is in the module `module` (its file or its folder).
+fn in_module(rel: &str, module: &str) -> bool {
+    rel == format!("{module}.rs") || rel.starts_with(&format!("{module}/"))
+}
+
+#[test]
+fn only_kinds_build_their_workers() {
+    let mut builders = Vec::new();
+    for file in read_sources() {
+        let rel = file.rel.as_str();
+        if is_test_file(rel) {
+            continue;
+        }
+        for (n, line) in file.code_lines() {
+            for (kind, call) in KIND_BUILDERS {
+                if line.contains(call) && !in_module(rel, kind) {
+                    builders.push(format!("src/{rel}:{n}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        builders.is_empty(),
+        "a kind's workers are built by its own module alone (src/{WORKER_BUILDER} goes \
+         through WorkerKind::build):\n{}",
+        builders.join("\n")
+    );
+}
+
+#[test]
+fn the_kinds_really_build_their_workers() {
+    let files = read_sources();
+    for (kind, _) in KIND_BUILDERS {
+        let calls = KIND_BUILDERS.iter().filter(|(k, _)| *k == kind);
+        let builds = |line: &str| calls.clone().any(|(_, call)| line.contains(call));
+        assert!(
+            files
+                .iter()
+                .any(|f| in_module(&f.rel, kind) && f.code_lines().any(|(_, l)| builds(l))),
+            "src/{kind} no longer builds its workers: update KIND_BUILDERS"
+        );
+    }
 }
 
 #[test]
@@ -25,7 +76,7 @@ fn only_the_fleet_builds_workers() {
             continue;
         }
         for (n, line) in file.code_lines() {
-            if BUILDS_A_WORKER.iter().any(|call| line.contains(call)) {
+            if line.contains(BUILDS_THROUGH_A_KIND[0]) {
                 builders.push(format!("src/{rel}:{n}: {}", line.trim()));
             }
         }
@@ -42,8 +93,10 @@ fn the_worker_builder_really_builds_workers() {
     let files = read_sources();
     let fleet = files.iter().find(|f| f.rel == WORKER_BUILDER).unwrap();
     assert!(
-        BUILDS_A_WORKER.iter().any(|call| fleet.text.contains(call)),
-        "src/{WORKER_BUILDER} no longer builds workers: update WORKER_BUILDER"
+        BUILDS_THROUGH_A_KIND
+            .iter()
+            .all(|call| fleet.code_lines().any(|(_, l)| l.contains(call))),
+        "src/{WORKER_BUILDER} no longer builds workers through their kind: update WORKER_BUILDER"
     );
 }
 

@@ -1,8 +1,14 @@
-//! The mock rank as the simulator sees it: [`Worker`] for [`MockWorker`], each method the
-//! rank's own.
+//! The mock rank as the simulator sees it: [`Worker`] and its [`Handoffs`] capability for
+//! [`MockWorker`], each method the rank's own.
 
-use super::*;
-
+use super::MockWorker;
+use crate::mocker::protocol::{
+    AddRequestError, MockRequest, PassOutput, RequestPhase, RequestView, Reservation, WorkerLoad,
+};
+use crate::mocker::step_memo::StepMemo;
+use crate::mocker::traits::{Handoffs, QuietRuns, Worker};
+use crate::scheduling::types::{RequestId, WorkerWithDpRank};
+use crate::time::SimTime;
 impl Worker for MockWorker {
     fn rank(&self) -> WorkerWithDpRank {
         self.rank
@@ -20,7 +26,7 @@ impl Worker for MockWorker {
         MockWorker::has_work(self)
     }
 
-    fn start_pass(&mut self, now: SimTime, memo: &mut DecodeMemo, out: &mut PassOutput) -> SimTime {
+    fn start_pass(&mut self, now: SimTime, memo: &mut StepMemo, out: &mut PassOutput) -> SimTime {
         self.execute_pass_with(now, memo, out)
     }
 
@@ -81,6 +87,16 @@ impl Worker for MockWorker {
         MockWorker::check_invariants(self)
     }
 
+    fn handoffs(&mut self) -> Option<&mut dyn Handoffs> {
+        Some(self)
+    }
+
+    fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
+        Some(self)
+    }
+}
+
+impl Handoffs for MockWorker {
     fn release_held(&mut self, id: RequestId) -> bool {
         MockWorker::release_held(self, id)
     }
@@ -95,9 +111,5 @@ impl Worker for MockWorker {
 
     fn set_handoffs_pending(&mut self, pending: bool) {
         MockWorker::set_handoffs_pending(self, pending)
-    }
-
-    fn quiet_runs(&mut self) -> Option<&mut dyn QuietRuns> {
-        Some(self)
     }
 }

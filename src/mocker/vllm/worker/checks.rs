@@ -1,8 +1,16 @@
 //! The rank's checker, beside the model: every request in exactly one queue, blocks held as
 //! computed tokens need, refcounts as requests hold them, capacity and batch limits kept.
 
-use super::*;
-
+use super::{MockWorker, Req, Slot};
+use crate::mocker::protocol::RequestPhase;
+use crate::mocker::vllm::kv_pool::BlockId;
+use rustc_hash::{FxHashMap, FxHashSet};
+#[cfg(test)]
+use {
+    super::{block_hash, known_hashes},
+    crate::mocker::vllm::kv_pool::KvPool,
+    crate::mocker::vllm::memo::HeadProbe,
+};
 impl MockWorker {
     /// Verifies the rank's bookkeeping: every request in exactly one queue (or held) with a
     /// matching phase, waiting requests holding no KV, running requests holding exactly the blocks their

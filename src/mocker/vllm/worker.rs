@@ -56,21 +56,23 @@
 //! unchunked prompt larger than `max_num_batched_tokens`. Runs 1.6.1 completes never meet
 //! either case, so their timings are unchanged.
 
-use super::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
 use super::kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
-use super::memo::{DECODE_MEMO_FIRST_SLOTS, DecodeMemo, HeadProbe};
-use super::timing;
-use super::traits::{QuietRuns, Worker, WorkerLoad};
+use super::memo::HeadProbe;
+use crate::mocker::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
+use crate::mocker::protocol::{
+    AddRequestError, Admitted, MockRequest, PassOutput, RejectReason, Rejection, RequestPhase,
+    RequestView,
+};
+use crate::mocker::step_memo::{STEP_MEMO_FIRST_SLOTS, StepMemo};
+use crate::mocker::timing;
 use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 #[cfg(test)]
 use checks::{check_found, check_probe};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
-
-pub use types::*;
 
 #[derive(Debug)]
 struct Req {
@@ -102,7 +104,7 @@ struct Req {
     /// The formed pass ([`MockWorker::pass_seq`]) that last decoded its token in place: that
     /// step leaves no [`Scheduled`] entry, only this stamp, for a preemption to undo.
     decoded_in_pass: u64,
-    /// Middle tokens counted and not yet handed on (see [`Worker::count_middle_tokens`]).
+    /// Middle tokens counted and not yet handed on (see [`Worker::count_middle_tokens`](crate::mocker::Worker::count_middle_tokens)).
     middle_unlisted: u32,
     /// The formed pass that counted its latest middle token.
     middle_counted_in_pass: u64,
@@ -184,7 +186,7 @@ pub struct MockWorker {
     /// The last formed pass whose output was handed back: delivered.
     delivered_seq: u64,
     /// Middle tokens are counted on their request, not listed (see
-    /// [`Worker::count_middle_tokens`]).
+    /// [`Worker::count_middle_tokens`](crate::mocker::Worker::count_middle_tokens)).
     count_middle: bool,
     ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
@@ -194,7 +196,7 @@ pub struct MockWorker {
     growth_counts: Vec<u64>,
     /// Decode durations of recent batches, for passes run without one lent (see
     /// [`MockWorker::execute_pass`]); made on first use.
-    own_memo: Option<Box<DecodeMemo>>,
+    own_memo: Option<Box<StepMemo>>,
     head_probe: HeadProbe,
     /// Keep and hand on prefix probes (`head_probe`); off only to check that it changes
     /// nothing.
@@ -209,7 +211,7 @@ pub struct MockWorker {
 
 /// Slots of a rank's own table of decode durations (a rank outside a simulator's pools:
 /// it never grows).
-const OWN_DECODE_MEMO_SLOTS: usize = DECODE_MEMO_FIRST_SLOTS;
+const OWN_DECODE_MEMO_SLOTS: usize = STEP_MEMO_FIRST_SLOTS;
 
 impl MockWorker {
     /// A rank with an empty pool, or the validation error of `args`.
@@ -507,10 +509,10 @@ impl MockWorker {
     }
 
     /// Runs `f` with the rank's own table of decode durations.
-    fn with_own_memo<R>(&mut self, f: impl FnOnce(&mut Self, &mut DecodeMemo) -> R) -> R {
+    fn with_own_memo<R>(&mut self, f: impl FnOnce(&mut Self, &mut StepMemo) -> R) -> R {
         let mut memo = match self.own_memo.take() {
             Some(memo) => memo,
-            None => Box::new(DecodeMemo::new(self.args.clone(), OWN_DECODE_MEMO_SLOTS)),
+            None => Box::new(StepMemo::new(OWN_DECODE_MEMO_SLOTS)),
         };
         let result = f(self, &mut memo);
         self.own_memo = Some(memo);
@@ -522,10 +524,9 @@ impl MockWorker {
     pub fn execute_pass_with(
         &mut self,
         now: SimTime,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
         out: &mut PassOutput,
     ) -> SimTime {
-        debug_assert!(memo.is_for(&self.args), "a decode table of another engine");
         debug_assert!(
             now >= self.last_pass_end,
             "a pass started before the previous one ended"
@@ -585,10 +586,14 @@ impl MockWorker {
         now: SimTime,
         prefill_time: SimDuration,
         decode: &timing::DecodeBatch,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
     ) -> SimTime {
-        now.saturating_add(prefill_time)
-            .saturating_add(memo.get(decode))
+        let decode_time = || timing::decode_duration(decode, &self.args);
+        now.saturating_add(prefill_time).saturating_add(memo.get(
+            decode.count,
+            decode.active_kv_tokens,
+            decode_time,
+        ))
     }
 
     /// Safety net: a pass that schedules nothing with an empty batch would repeat forever at
@@ -1144,7 +1149,6 @@ mod checks;
 mod emission;
 mod handoff;
 mod quiet;
-mod types;
 
 #[cfg(test)]
 mod tests {
@@ -1152,6 +1156,7 @@ mod tests {
     //! printed ms converted to ns), so each test pins one observed behaviour.
 
     use super::*;
+    use crate::mocker::protocol::TokenOut;
     use crate::mocker::test_support::{Seen, drive, ms, row};
 
     fn args_with(f: impl FnOnce(&mut EngineArgs)) -> EngineArgs {

@@ -1,8 +1,11 @@
 //! Quiet runs of a mock rank: planning the passes whose only effect is one more token for
 //! every running request, and applying them at once (the rank's [`QuietRuns`] capability).
 
-use super::*;
+use super::{Decision, MockWorker};
+use crate::mocker::step_memo::StepMemo;
+use crate::mocker::timing;
 use crate::mocker::traits::QuietRuns;
+use crate::time::SimTime;
 
 impl MockWorker {
     /// Plans the run of *quiet* passes that starts at `start`: pushes onto `ends` (cleared
@@ -34,7 +37,7 @@ impl MockWorker {
         &mut self,
         start: SimTime,
         max_passes: usize,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
         ends: &mut Vec<SimTime>,
     ) {
         ends.clear();
@@ -197,7 +200,7 @@ impl QuietRuns for MockWorker {
         &mut self,
         start: SimTime,
         max_passes: usize,
-        memo: &mut DecodeMemo,
+        memo: &mut StepMemo,
         ends: &mut Vec<SimTime>,
     ) {
         self.plan_quiet_run_with(start, max_passes, memo, ends);

@@ -1,6 +1,9 @@
-//! What a mock rank takes and gives: the request it receives, why it refuses one, and
-//! everything a pass delivers at its end (tokens, admissions, rejections, KV events).
+//! The protocol every worker kind speaks: the request a rank receives, why it refuses one,
+//! everything a pass delivers at its end (tokens, admissions, rejections, KV events), what a
+//! decode rank answers a handoff, and the snapshots (a request, the rank's load) a caller may
+//! read. Nothing here belongs to one kind of engine.
 
+use super::config::EngineArgs;
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash};
 use std::fmt;
 use std::sync::Arc;
@@ -25,7 +28,7 @@ pub struct MockRequest {
     pub unshared_from: u64,
 }
 
-/// Why a request was refused by [`MockWorker::add_request`](super::MockWorker::add_request).
+/// Why a request was refused by [`Worker::add_request`](super::Worker::add_request).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AddRequestError {
     /// A live request already has this id.
@@ -128,7 +131,8 @@ pub struct Admitted {
     pub readmission: bool,
 }
 
-/// Everything one pass produced. Reused across passes: `execute_pass` clears it first.
+/// Everything one pass produced. Reused across passes: [`Worker::start_pass`](super::Worker::start_pass)
+/// clears it first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassOutput {
     /// Tokens, in running order.
@@ -188,7 +192,7 @@ pub enum RequestPhase {
 }
 
 /// What a decode rank says to a handoff (see
-/// [`MockWorker::reserve_handoff`](super::MockWorker::reserve_handoff)).
+/// [`Handoffs::reserve_handoff`](super::Handoffs::reserve_handoff)).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Reservation {
     /// Blocks are reserved.
@@ -222,4 +226,48 @@ pub struct RequestView {
     pub held_blocks: u64,
     /// Times it was preempted.
     pub preemptions: u32,
+}
+
+/// What a rank holds, as a router or a checker may read it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerLoad {
+    /// Requests queued (including preempted ones).
+    pub waiting: usize,
+    /// Requests in the running batch.
+    pub running: usize,
+    /// KV blocks held by requests.
+    pub active_blocks: u64,
+    /// The most requests the running batch holds.
+    pub max_running: u64,
+    /// The most tokens one pass computes.
+    pub max_batched_tokens: u64,
+}
+
+/// What a rank holds at most, as its kind reports it: what routers and reports size against
+/// without naming any kind's own knobs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// The most requests the running batch holds.
+    pub max_running: u64,
+    /// The most tokens one pass computes (the budget busy fractions multiply).
+    pub max_batched_tokens: u64,
+    /// KV blocks the rank's cache holds.
+    pub kv_blocks: u64,
+}
+
+/// How a rank is set up when it is built: the same for every rank of a run, whatever its
+/// kind (a kind takes what applies to it).
+#[derive(Copy, Clone, Debug)]
+pub struct WorkerSetup<'a> {
+    /// The engine arguments of the rank's pool.
+    pub engine: &'a EngineArgs,
+    /// Blocks the rank makes room for at once.
+    pub reserved_blocks: u64,
+    /// The caller skips quiet passes ([`super::QuietRuns`]) where the rank can: what only a
+    /// quiet pass would publish must never be published.
+    pub skips_quiet_passes: bool,
+    /// The fleet's pools together outgrow the CPU caches: ranks warm what they probe.
+    pub warm_probes: bool,
+    /// The rank counts middle tokens from the start ([`super::Worker::count_middle_tokens`]).
+    pub count_middle_tokens: bool,
 }

@@ -2,8 +2,13 @@
 //! until its decode worker has them; a decode rank reserves blocks for a handoff, queues it
 //! when its transfer lands, and admits it with the prompt computed.
 
-use super::*;
-
+use super::{MockWorker, Slot};
+use crate::mocker::protocol::{
+    AddRequestError, Admitted, MockRequest, PassOutput, RequestPhase, Reservation,
+};
+use crate::mocker::vllm::kv_pool::PrefixMatch;
+use crate::scheduling::types::RequestId;
+use crate::time::SimTime;
 impl MockWorker {
     /// A prefill rank lets go of held request `id` (its decode worker has the KV): its blocks
     /// are released (full ones stay cached). False if the rank holds no such held request.
@@ -137,6 +142,7 @@ impl MockWorker {
 
 #[cfg(test)]
 mod tests {
+    use super::super::*;
     use super::*;
     use crate::mocker::test_support::row;
 

@@ -1,8 +1,11 @@
 //! Token emission of a mock rank's pass: a token for every running request whose known
 //! tokens are all computed, completions, and the decode batch the pass is charged for.
 
-use super::*;
-
+use super::MockWorker;
+use crate::mocker::config::WorkerRole;
+use crate::mocker::protocol::{PassOutput, TokenOut};
+use crate::mocker::timing;
+use crate::scheduling::types::RequestId;
 impl MockWorker {
     /// Gives a token to every running request whose known tokens are all computed and
     /// completes the finished ones. Returns the decode batch the timing model charges: the
@@ -90,13 +93,13 @@ impl MockWorker {
     }
 
     /// Counts middle tokens on their requests instead of listing them (see
-    /// [`Worker::count_middle_tokens`]).
+    /// [`Worker::count_middle_tokens`](crate::mocker::Worker::count_middle_tokens)).
     pub fn count_middle_tokens(&mut self) {
         self.count_middle = true;
     }
 
     /// Hands each live request's delivered middle-token count to `credit` and forgets the
-    /// counts (see [`Worker::credit_unlisted_tokens`]). A request that got its latest counted
+    /// counts (see [`Worker::credit_unlisted_tokens`](crate::mocker::Worker::credit_unlisted_tokens)). A request that got its latest counted
     /// token in a pass not yet delivered has that token taken off: a request gets at most
     /// one token a pass.
     pub fn credit_unlisted_tokens(&mut self, credit: &mut dyn FnMut(RequestId, u64)) {
@@ -113,6 +116,7 @@ impl MockWorker {
 
 #[cfg(test)]
 mod tests {
+    use super::super::*;
     use super::*;
     use crate::mocker::test_support::row;
 

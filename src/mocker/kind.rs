@@ -1,0 +1,37 @@
+//! Worker kinds: [`WorkerKind`], which engine a pool's ranks model, picked from its engine
+//! arguments; the one way a rank is built ([`WorkerKind::build`]) and the capacity a kind
+//! reports ([`WorkerKind::capacity`]), so the simulator never names a kind's own knobs.
+
+use super::config::EngineArgs;
+use super::protocol::{Capacity, WorkerSetup};
+use super::traits::Worker;
+use super::vllm;
+use crate::scheduling::types::WorkerWithDpRank;
+
+/// Which engine a worker models.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WorkerKind {
+    /// Dynamo 1.6.1's mocker, vLLM-style ([`vllm::MockWorker`]).
+    Vllm,
+}
+
+impl WorkerKind {
+    /// The kind of the ranks that run `engine` (the arguments refuse every backend but vLLM).
+    pub fn of(_engine: &EngineArgs) -> WorkerKind {
+        WorkerKind::Vllm
+    }
+
+    /// A rank `rank` of this kind, set up as `setup` asks.
+    pub fn build(self, rank: WorkerWithDpRank, setup: &WorkerSetup) -> Box<dyn Worker> {
+        match self {
+            WorkerKind::Vllm => vllm::build(rank, setup),
+        }
+    }
+
+    /// What a rank of this kind running `engine` holds at most.
+    pub fn capacity(self, engine: &EngineArgs) -> Capacity {
+        match self {
+            WorkerKind::Vllm => vllm::capacity(engine),
+        }
+    }
+}
