@@ -630,16 +630,6 @@ fn each_upward_room_use_is_caught_and_look_alikes_are_not() {
     }
 }
 
-/// Files that still split one type's methods over files with a glob import of their parent
-/// (`impl MockWorker` in mocker/worker/); the list only shrinks.
-const GLOB_IMPORT_DEBT: [&str; 5] = [
-    "mocker/worker/as_worker.rs",
-    "mocker/worker/checks.rs",
-    "mocker/worker/emission.rs",
-    "mocker/worker/handoff.rs",
-    "mocker/worker/quiet.rs",
-];
-
 /// Whether `line` imports everything of its parent module at file level (a test module's
 /// `    use super::*;` is indented and allowed).
 fn is_file_level_glob_import(line: &str) -> bool {
@@ -651,18 +641,16 @@ fn production_code_names_what_it_imports() {
     let mut found = Vec::new();
     for file in read_sources() {
         let tests_only = file.rel.ends_with("tests.rs") || file.rel.contains("/tests/");
-        let globbed = (file.code_lines()).any(|(_, line)| is_file_level_glob_import(line));
-        if globbed && !tests_only {
-            found.push(file.rel.clone());
+        let globbed = (file.code_lines()).find(|(_, line)| is_file_level_glob_import(line));
+        if let (Some((n, _)), false) = (globbed, tests_only) {
+            found.push(format!("src/{}:{n}", file.rel));
         }
     }
-    found.sort();
-    let mut debt: Vec<String> = GLOB_IMPORT_DEBT.iter().map(|s| s.to_string()).collect();
-    debt.sort();
-    assert_eq!(
-        found, debt,
-        "`use super::*;` at file level hides where names come from: import them by name (and \
-         take a file off GLOB_IMPORT_DEBT when it no longer needs one)"
+    assert!(
+        found.is_empty(),
+        "`use super::*;` at file level hides where names come from (and lets one type's methods \
+         spread over files): import them by name:\n{}",
+        found.join("\n")
     );
 }
 
