@@ -78,9 +78,9 @@ fn run_plan_and_sweep_outputs_carry_report_html_unless_no_report() {
     assert!(!tmp.path().join("bare/report.html").exists());
 }
 
-#[test]
-fn a_plan_report_shows_the_answer_bracket_binding_expectation_and_probes() {
-    let tmp = tempfile::tempdir().unwrap();
+/// `plan` of the bundled capacity scenario (fewest workers in 3..8) into `dir/plan`, with
+/// `extra` flags: its exit code, stdout and stderr.
+fn plan_capacity_into_plan(dir: &Path, extra: &[&str]) -> (i32, String, String) {
     let capacity = scenario().replace("premium-vs-regular-weighted", "capacity-two-tenants");
     let args = [
         "plan",
@@ -89,11 +89,14 @@ fn a_plan_report_shows_the_answer_bracket_binding_expectation_and_probes() {
         "workers.count",
         "--range",
         "3..8",
-        "--quiet",
-        "--out",
-        "plan",
     ];
-    let (code, _, stderr) = run_in_dir(tmp.path(), &args);
+    run_in_dir(dir, &[&args[..], extra, &["--out", "plan"]].concat())
+}
+
+#[test]
+fn a_plan_report_shows_the_answer_bracket_binding_expectation_and_probes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = plan_capacity_into_plan(tmp.path(), &["--quiet"]);
     assert_eq!(code, 0, "{stderr}");
     let page = fs::read_to_string(tmp.path().join("plan/report.html")).unwrap();
     for part in [
@@ -111,16 +114,7 @@ fn a_plan_report_shows_the_answer_bracket_binding_expectation_and_probes() {
 fn in_a_browser_a_plans_answer_reads_one_verdict_per_line_as_the_terminal_prints_it() {
     let Some(browser) = chromium() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let capacity = scenario().replace("premium-vs-regular-weighted", "capacity-two-tenants");
-    let args = [
-        "plan",
-        &capacity,
-        "--minimize",
-        "workers.count",
-        "--range",
-        "3..8",
-    ];
-    let (code, stdout, stderr) = run_in_dir(tmp.path(), &[&args[..], &["--out", "plan"]].concat());
+    let (code, stdout, stderr) = plan_capacity_into_plan(tmp.path(), &[]);
     assert_eq!(code, 0, "{stderr}");
     let seen =
         crate::out_dirs::visible_text(browser, tmp.path(), &tmp.path().join("plan/report.html"));
