@@ -397,7 +397,6 @@ mod tests {
             range,
             integer: true,
             latency_figures: Vec::new(),
-            boolean_figures: Vec::new(),
             answer,
             bracket,
             probes: std::mem::take(&mut search.probes),

@@ -125,9 +125,6 @@ pub struct Plan {
     /// Per expectation (in the scenario's order), whether its figure is a latency (plotted
     /// on a log axis).
     pub latency_figures: Vec<bool>,
-    /// Per expectation, whether its figure is a yes or a no (`stable: true`: 1 or 0), said
-    /// as such and never binding by its margin.
-    pub boolean_figures: Vec<bool>,
     /// The answer: `None` when nothing in the range is feasible.
     pub answer: Option<f64>,
     /// The last infeasible and the first feasible value around the answer (either may be
@@ -287,7 +284,6 @@ fn search_checked(
         .collect();
     let is = |kind: fn(&Figure) -> bool| figures.iter().map(kind).collect();
     let latency_figures = is(|f| matches!(f, Figure::Latency { .. }));
-    let boolean_figures = is(|f| matches!(f, Figure::Stable));
     let prober = Prober::new(scenarios, checked, pool);
     let mut probe = |value| prober.probe(value);
     let mut search =
@@ -301,7 +297,6 @@ fn search_checked(
         range: options.range,
         integer: checked.integer,
         latency_figures,
-        boolean_figures,
         answer,
         bracket,
         probes,

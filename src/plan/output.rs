@@ -7,7 +7,7 @@ use super::{Goal, Plan, Probe, format_value};
 use crate::report::render::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
-use crate::report::verdict::evaluate::{ExpectationOutcome, aggregate, measured_text};
+use crate::report::verdict::evaluate::{ExpectationOutcome, aggregate};
 use crate::report::verdict::expect::number;
 use serde_json::{Value, json};
 
@@ -74,8 +74,8 @@ pub fn binding_of(plan: &Plan) -> Option<Binding> {
         true => (0..at_answer.len()).collect(),
         false => failing.clone(),
     };
-    let boolean = |i: usize| plan.boolean_figures.get(i) == Some(&true);
-    let headroom = |i: &usize| (boolean(*i), relative_margin(&at_answer[*i]));
+    // A yes-or-no figure has no margin to speak of: it binds only after every other.
+    let headroom = |i: &usize| (at_answer[*i].boolean, relative_margin(&at_answer[*i]));
     let index = candidates.into_iter().min_by(|a, b| {
         let ((a_bool, a_margin), (b_bool, b_margin)) = (headroom(a), headroom(b));
         a_bool.cmp(&b_bool).then(a_margin.total_cmp(&b_margin))
@@ -89,7 +89,7 @@ pub fn binding_of(plan: &Plan) -> Option<Binding> {
     Some(Binding {
         index,
         at_answer: at_answer[index].clone(),
-        boolean: boolean(index),
+        boolean: at_answer[index].boolean,
         past,
     })
 }
@@ -625,7 +625,7 @@ pub fn describe(row: &PlanRow) -> String {
             plan.parameter,
             format_value(probe.value),
             format_value(probe.value),
-            verdict_lines(plan, probe, false)
+            verdict_lines(probe, false)
         ),
         None => format!(
             "{prefix}{}: nothing in {}..{} is feasible\n",
@@ -638,7 +638,7 @@ pub fn describe(row: &PlanRow) -> String {
         out += &format!(
             "  at {} these fail:\n{}",
             format_value(probe.value),
-            verdict_lines(plan, probe, true)
+            verdict_lines(probe, true)
         );
     }
     if let Some(b) = binding_of(plan) {
@@ -698,12 +698,12 @@ fn failing_shown(plan: &Plan) -> Vec<&Probe> {
 
 /// The worst verdicts of a probe (only the failing ones when `failing`), plus overload, one
 /// per line, each indented under its `at V` line.
-fn verdict_lines(plan: &Plan, probe: &Probe, failing: bool) -> String {
+fn verdict_lines(probe: &Probe, failing: bool) -> String {
     let outcomes = worst(probe);
-    let shown = || (outcomes.iter().enumerate()).filter(|(_, o)| !failing || !o.passed);
-    let mut parts: Vec<String> = shown().map(|(i, o)| said(o, is_boolean(plan, i))).collect();
+    let shown = || outcomes.iter().filter(|o| !failing || !o.passed);
+    let mut parts: Vec<String> = shown().map(said).collect();
     // A failing yes-or-no figure (`stable`) already says the probe could not keep up.
-    let says_overload = shown().any(|(i, o)| is_boolean(plan, i) && !o.passed);
+    let says_overload = shown().any(|o| o.boolean && !o.passed);
     if probe.overloaded() && !says_overload {
         parts.push("overloaded".into());
     } else if let Some(reason) = probe.unjudged() {
@@ -715,23 +715,12 @@ fn verdict_lines(plan: &Plan, probe: &Probe, failing: bool) -> String {
     parts.iter().map(|p| format!("    {p}\n")).collect()
 }
 
-/// Whether the plan's expectation `index` is a yes-or-no figure (`stable: true`).
-pub(super) fn is_boolean(plan: &Plan, index: usize) -> bool {
-    plan.boolean_figures.get(index) == Some(&true)
-}
-
-/// An outcome's value as a plan shows it: a number, or `yes` / `no` for a yes-or-no figure
-/// (`n/a` when it could not be measured).
-pub(super) fn value_text(o: &ExpectationOutcome, boolean: bool) -> String {
-    measured_text(o.measured, boolean)
-}
-
 /// An outcome as the terminal says it: `label = 572 (at most 2000)`, or `label: yes` for a
 /// yes-or-no figure (whose "at least 1" says nothing a person needs).
-fn said(o: &ExpectationOutcome, boolean: bool) -> String {
-    match boolean {
-        true => format!("{}: {}", o.label, value_text(o, true)),
-        false => format!("{} = {} ({})", o.label, value_text(o, false), o.bound),
+fn said(o: &ExpectationOutcome) -> String {
+    match o.boolean {
+        true => format!("{}: {}", o.label, o.value_text()),
+        false => format!("{} = {} ({})", o.label, o.value_text(), o.bound),
     }
 }
 
@@ -748,7 +737,7 @@ fn binding_line(plan: &Plan, b: &Binding) -> String {
             o.bound,
             100.0 * relative_margin(o)
         ),
-        _ => said(o, b.boolean),
+        _ => said(o),
     };
     let past = match &b.past {
         None => "nothing past the answer in the range fails".to_string(),
@@ -761,7 +750,7 @@ fn binding_line(plan: &Plan, b: &Binding) -> String {
             "{} = {} fails it: {}",
             plan.parameter,
             format_value(p.value),
-            value_text(&p.outcome, b.boolean)
+            p.outcome.value_text()
         ),
     };
     format!("binding: {here}; {past}")

@@ -4,8 +4,8 @@
 
 use super::joint::JointPlan;
 use super::output::{
-    PlanRow, SplitPlan, binding_of, describe, describe_joint, describe_split, is_boolean,
-    relative_margin, value_text, worst,
+    PlanRow, SplitPlan, binding_of, describe, describe_joint, describe_split, relative_margin,
+    worst,
 };
 use super::{Plan, Probe, format_value};
 use crate::report::render::html::{Page, linked_names};
@@ -134,7 +134,7 @@ fn binding_table(page: &mut Page, index: usize, plan: &Plan) {
         None => ("none in range".into(), "-".into(), "-".into()),
         Some(p) => (
             format_value(p.value),
-            value_text(&p.outcome, b.boolean),
+            p.outcome.value_text(),
             match (p.failing.is_empty(), p.overloaded) {
                 (true, _) => "overloaded only".to_string(),
                 (false, true) => format!("{}; overloaded", p.failing.join("; ")),
@@ -159,7 +159,7 @@ fn binding_table(page: &mut Page, index: usize, plan: &Plan) {
         } else {
             o.bound.to_string()
         },
-        value_text(o, b.boolean),
+        o.value_text(),
         headroom,
         past_value,
         past_text,
@@ -205,21 +205,21 @@ fn probe_table(page: &mut Page, index: usize, plan: &Plan) {
         .probes
         .iter()
         .enumerate()
-        .map(|(i, p)| probe_row(plan, i, p))
+        .map(|(i, p)| probe_row(i, p))
         .collect();
     page.table(&format!("probes-{index}"), &header, &rows);
 }
 
-fn probe_row(plan: &Plan, i: usize, probe: &Probe) -> Vec<String> {
+fn probe_row(i: usize, probe: &Probe) -> Vec<String> {
     let mut row = vec![
         (i + 1).to_string(),
         format_value(probe.value),
         probe.feasible.to_string(),
         probe.overloaded().to_string(),
     ];
-    row.extend(worst(probe).iter().enumerate().map(|(e, o)| {
+    row.extend(worst(probe).iter().map(|o| {
         let verdict = if o.passed { "PASS" } else { "FAIL" };
-        format!("{} {verdict}", value_text(o, is_boolean(plan, e)))
+        format!("{} {verdict}", o.value_text())
     }));
     row
 }

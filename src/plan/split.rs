@@ -170,7 +170,6 @@ mod tests {
                 range: (1.0, 100.0),
                 integer: false,
                 latency_figures: Vec::new(),
-                boolean_figures: Vec::new(),
                 answer,
                 bracket: (None, answer),
                 probes: Vec::<Probe>::new(),

@@ -344,11 +344,13 @@ fn a_probes_memory_estimate_is_taken_at_the_checked_ends_of_the_range() {
     );
 }
 
-/// One seed's outcome of an expectation: its label, value and bound (passing by the bound).
+/// One seed's outcome of an expectation: its label, value and bound (passing by the bound),
+/// and whether its figure is a yes or a no.
 fn outcome(
     label: &str,
     value: f64,
     bound: crate::report::verdict::expect::Bound,
+    boolean: bool,
 ) -> ExpectationOutcome {
     ExpectationOutcome {
         label: label.into(),
@@ -358,7 +360,7 @@ fn outcome(
         reason: None,
         seed: 7,
         wall_time_s: 0.0,
-        boolean: false,
+        boolean,
     }
 }
 
@@ -367,11 +369,12 @@ fn outcome(
 fn chat_probe(value: f64, ttft_ms: f64, overloaded: bool) -> Probe {
     use crate::report::verdict::expect::Bound;
     let outcomes = vec![
-        outcome("chat p99 TTFT SLO", ttft_ms, Bound::AtMost(1000.0)),
+        outcome("chat p99 TTFT SLO", ttft_ms, Bound::AtMost(1000.0), false),
         outcome(
             "keeps up",
             if overloaded { 0.0 } else { 1.0 },
             Bound::AtLeast(1.0),
+            true,
         ),
     ];
     let feasible = outcomes.iter().all(|o| o.passed);
@@ -400,7 +403,6 @@ fn chat_rate_plan(past: Probe) -> Plan {
         range: (1.0, 200.0),
         integer: false,
         latency_figures: vec![true, false],
-        boolean_figures: vec![false, true],
         answer: Some(48.0),
         bracket: (Some(48.25), Some(48.0)),
         probes,

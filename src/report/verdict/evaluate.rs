@@ -41,7 +41,11 @@ pub struct ExpectationOutcome {
 impl ExpectationOutcome {
     /// The measured value as a person reads it: a number, `yes`/`no`, or `n/a`.
     pub fn value_text(&self) -> String {
-        measured_text(self.measured, self.boolean)
+        match (self.measured, self.boolean) {
+            (None, _) => "n/a".into(),
+            (Some(v), true) => if v >= 1.0 { "yes" } else { "no" }.into(),
+            (Some(v), false) => number(v),
+        }
     }
 
     /// The bound as a person reads it: `at most 2000`, or `yes` for a yes-or-no figure.
@@ -50,16 +54,6 @@ impl ExpectationOutcome {
             true => "yes".into(),
             false => self.bound.to_string(),
         }
-    }
-}
-
-/// A measured value as a person reads it: a number, `yes`/`no` for a yes-or-no figure (1 is
-/// yes), or `n/a` when it could not be measured.
-pub fn measured_text(measured: Option<f64>, boolean: bool) -> String {
-    match (measured, boolean) {
-        (None, _) => "n/a".into(),
-        (Some(v), true) => if v >= 1.0 { "yes" } else { "no" }.into(),
-        (Some(v), false) => number(v),
     }
 }
 
