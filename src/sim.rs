@@ -33,20 +33,16 @@
 //! generated tokens when skipping: such a block's hash is derived from its own request, so
 //! no prompt the router ever looks up can match it.
 
-use crate::engine::{Engine, EventQueue, Limits, Model, StopReason};
-use crate::mocker::{Capacity, EngineArgs, MockRequest, WorkerKind, WorkerRole};
-use crate::rng::{self, SimRng};
+use crate::engine::{Limits, StopReason};
+use crate::mocker::{Capacity, EngineArgs, WorkerKind, WorkerRole};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, DispatchPath, Outcome, SchedulerConfig};
-use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
+use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, DispatchPath, SchedulerConfig};
+use crate::scheduling::types::WorkerWithDpRank;
 use crate::time::{SimDuration, SimTime};
-use crate::workload::UniformBlockHashes;
 pub use crate::workload::session::SessionTag;
 // What a run takes in: requests, their prompts perhaps hashed ahead.
 pub use crate::workload::{Arrival, PromptHashes};
-use rand::RngExt;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// How the router picks workers, with Dynamo's `--router-mode` names (`kv_router`,
@@ -420,79 +416,6 @@ impl std::fmt::Display for InvariantViolation {
 
 impl std::error::Error for InvariantViolation {}
 
-enum Event {
-    /// A dispatched request reaches its worker (only with a router-to-worker delay);
-    /// `attempt` is its migration count when sent.
-    Deliver {
-        rank: usize,
-        request: RequestId,
-        attempt: u32,
-    },
-    /// A worker's pass (or run of quiet passes) ends: its tokens and KV events leave the
-    /// worker. Stale unless `epoch` is the rank's current one: the rank went down since (the
-    /// pass is lost) or its quiet run was cut (its new end is scheduled).
-    PassEnd { rank: usize, epoch: u64 },
-    /// Tokens reach the router (only with a worker-to-router delay).
-    Tokens {
-        request: RequestId,
-        attempt: u32,
-        edge: TokenEdge,
-    },
-    /// A worker stops (fault).
-    WorkerDown { worker: u64 },
-    /// The router hears that a worker is gone.
-    RouterLearnsDown { worker: u64 },
-    /// A down worker returns with an empty cache (fault).
-    WorkerBack { worker: u64 },
-    /// A worker of pool `pool` joins (fault).
-    WorkerJoin { pool: usize },
-    /// The router hears of a worker that came up.
-    RouterLearnsUp { worker: u64 },
-    /// A client gives up on a request.
-    Cancel { request: RequestId },
-    /// A cancellation reaches the worker rank holding the request.
-    Drop { rank: usize, request: RequestId },
-    /// KV events reach the router's indexer (only with a lag).
-    Kv(Vec<KvEvent>),
-    /// The router's periodic recheck.
-    Tick,
-    /// A request's KV transfer to its decode worker lands (disaggregated serving), unless
-    /// it was migrated since (a later `attempt`).
-    TransferDone { request: RequestId, attempt: u32 },
-}
-
-/// Fault state: which workers are down, what the router has heard, what was lost.
-#[derive(Default)]
-struct FaultState {
-    /// Workers the router has heard are gone (and not back).
-    router_knows_down: BTreeSet<u64>,
-    /// Requests (with their attempt) lost on a worker before the router heard of it.
-    lost: std::collections::BTreeMap<u64, Vec<(RequestId, u32)>>,
-    /// One draw stream per cancel fault, in fault order.
-    cancel_rngs: Vec<SimRng>,
-}
-
-struct System {
-    config: SimConfig,
-    /// Every router instance, and which one hears what.
-    routers: Routers,
-    /// Disaggregated serving's handoffs (`None`: aggregated).
-    handoff: Option<Handoff>,
-    fleet: WorkerFleet,
-    ledger: Ledger,
-    faults: FaultState,
-    violation: Option<InvariantViolation>,
-    /// Draws the transport jitter.
-    transport_rng: SimRng,
-    /// When each request's latest worker-to-router message lands, so jitter never reorders
-    /// one request's tokens.
-    last_delivery: rustc_hash::FxHashMap<RequestId, SimTime>,
-    /// Local hashes of the prompts' one-token blocks seen so far.
-    uniform_hashes: UniformBlockHashes,
-    /// The timeline's counters, when the run keeps a timeline (`None`: one branch an instant).
-    timeline: Option<Box<CounterRecorder>>,
-}
-
 /// How workers advance through their passes (see the module docs). Both give the same
 /// records; skipping is much faster on decode-heavy runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -503,10 +426,6 @@ pub enum Stepping {
     /// Every pass is an event (the reference the skipping is tested against).
     PassByPass,
 }
-
-/// The most request records a run reserves room for before its requests arrive (about
-/// 220 MB); a run with more grows its table as they come.
-const MAX_RESERVED_RECORDS: usize = 1 << 20;
 
 /// What a run needs besides its requests: the configuration, and how to step it.
 #[derive(Clone, Debug)]
@@ -558,11 +477,9 @@ pub fn run<A: Into<Arrival>>(
     options: Options,
     requests: impl IntoIterator<Item = A>,
 ) -> Result<SimResult, InvariantViolation> {
-    simulate(options, requests.into_iter().map(Into::into), false).map(|(result, _)| result)
+    let requests = requests.into_iter().map(Into::into);
+    event_loop::simulate(options, requests, false).map(|(result, _)| result)
 }
-
-/// Every KV event the router applied, with when (kept only when asked: for tests).
-type KvLog = Vec<(SimTime, KvEvent)>;
 
 /// Whether a run of `config` stepped as `stepping` skips quiet passes: only when asked, and
 /// never with transport jitter (each token message draws its own delay) or with faults
@@ -575,597 +492,25 @@ pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
         && config.faults.is_empty()
 }
 
-/// [`run`], keeping the router's KV events when `log_kv` says so.
-fn simulate(
-    options: Options,
-    requests: impl Iterator<Item = Arrival>,
-    log_kv: bool,
-) -> Result<(SimResult, KvLog), InvariantViolation> {
-    let expected_requests = options
-        .expected_requests
-        .unwrap_or_else(|| requests.size_hint().0);
-    let mut system = new_system(options.config, options.stepping, expected_requests, log_kv)?;
-    if options.timeline {
-        system.start_timeline();
-    }
-    let mut engine = Engine::new(system.config.limits);
-    system.schedule_faults(engine.queue());
-    let mut requests = Feed::new(requests, system.config.closed_loop);
-    let mut last_instant = SimTime::ZERO;
-    let stop_reason = loop {
-        if let Some(v) = system.violation.take() {
-            return Err(v);
-        }
-        let next_arrival = requests.next_time(&mut system.ledger);
-        let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
-            // Each refusal round ends requests for good: bounded by the request count.
-            if system.refuse_stranded(last_instant, engine.queue()) {
-                continue;
-            }
-            break StopReason::Drained;
-        };
-        if now > system.config.limits.max_time {
-            break StopReason::TimeLimit;
-        }
-        last_instant = now;
-        if let Err(reason) = system.run_instant(now, &mut engine, &mut requests) {
-            break reason;
-        }
-    };
-    finish_run(system, &engine, stop_reason)
-}
-
-/// The system at the start of a run of `config`, with room for `expected_requests` records;
-/// a pool list it cannot run is the caller's bug.
-fn new_system(
-    config: SimConfig,
-    stepping: Stepping,
-    expected_requests: usize,
-    log_kv: bool,
-) -> Result<System, InvariantViolation> {
-    if let Err(message) = config.check_pools() {
-        return Err(InvariantViolation {
-            seed: config.seed,
-            time: SimTime::ZERO,
-            message,
-        });
-    }
-    let skip_quiet = skips_quiet_passes(&config, stepping);
-    let mut scheduler = config.scheduler_config();
-    if config.is_disaggregated() {
-        scheduler.router = handoff::prefill_router_config(&config.router);
-    }
-    let routed = |role| role != WorkerRole::Decode;
-    let router = RouterDriver::new(
-        config.router_mode,
-        scheduler,
-        fleet::worker_set_of(&config.pools, routed),
-        cached_blocks_hint(&config.pools, routed),
-        log_kv,
-    );
-    let mut fleet = WorkerFleet::new(config.pools.clone(), skip_quiet);
-    // A run that skips quiet passes has no faults: a request leaves its rank by its last
-    // token, which can carry the count of the middle ones.
-    if skip_quiet && tokens::delivers_tokens_directly(&config) {
-        fleet.count_middle_tokens();
-    }
-    let handoff = config
-        .is_disaggregated()
-        .then(|| Handoff::new(&config, fleet.rank_count()));
-    let decode_router = config
-        .is_disaggregated()
-        .then(|| handoff::decode_router(&config));
-    let routers = Routers::new(router, decode_router);
-    let faults = FaultState {
-        cancel_rngs: (0..config.faults.len())
-            .map(|k| rng::stream(config.seed, &format!("faults/cancel/{k}")))
-            .collect(),
-        ..FaultState::default()
-    };
-    Ok(System {
-        faults,
-        routers,
-        handoff,
-        fleet,
-        ledger: Ledger::with_capacity(expected_requests.min(MAX_RESERVED_RECORDS)),
-        violation: None,
-        transport_rng: rng::stream(config.seed, "sim/transport"),
-        last_delivery: Default::default(),
-        uniform_hashes: UniformBlockHashes::default(),
-        timeline: None,
-        config,
-    })
-}
-
-/// The result of a run that stopped for `stop_reason`, after the end-of-run checks.
-fn finish_run(
-    mut system: System,
-    engine: &Engine<Event>,
-    stop_reason: StopReason,
-) -> Result<(SimResult, KvLog), InvariantViolation> {
-    if stop_reason.is_limit() {
-        // Passes over by the stop count, as they would pass by pass.
-        let at = match stop_reason {
-            StopReason::TimeLimit => system.config.limits.max_time,
-            _ => engine.now(),
-        };
-        system.fleet.apply_quiet_until(at, &mut system.ledger);
-    }
-    system.fleet.credit_unlisted_tokens(&mut system.ledger);
-    let end_time = system.ledger.makespan();
-    system.finish(stop_reason, end_time)?;
-    let pools = system
-        .fleet
-        .pool_usage(end_time, system.ledger.change_epoch());
-    let kv_log = system.routers.entry().take_kv_log();
-    let timeline = system.take_timeline();
-    let classes = system.routers.entry_ref().core().profile().classes();
-    let result = SimResult {
-        timeline,
-        pools,
-        fault_marks: system.fleet.take_marks(),
-        class_names: classes.iter().map(|c| c.name.clone()).collect(),
-        class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
-        records: system.ledger.into_records(),
-        stop_reason,
-        events: engine.events_processed(),
-        end_time,
-        preemptions: system.fleet.preemptions(),
-    };
-    Ok((result, kv_log))
-}
-
-/// Schedules the end of a pass just started or cut, if any.
-fn schedule_pass_end(queue: &mut EventQueue<Event>, end: Option<PassEndAt>) {
-    if let Some(PassEndAt { at, rank, epoch }) = end {
-        queue.schedule(at, Event::PassEnd { rank, epoch });
-    }
-}
-
-fn min_time(a: Option<SimTime>, b: Option<SimTime>) -> Option<SimTime> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-impl System {
-    /// Runs the three phases of one instant (see the module docs).
-    fn run_instant(
-        &mut self,
-        now: SimTime,
-        engine: &mut Engine<Event>,
-        requests: &mut Feed<impl Iterator<Item = Arrival>>,
-    ) -> Result<(), StopReason> {
-        while engine.queue().peek_time() == Some(now) {
-            engine.step(self)?;
-        }
-        while let Some(arrival) = requests.next_at(now, &mut self.ledger) {
-            self.arrive(now, arrival, requests, engine.queue());
-        }
-        for rank in self.fleet.take_starts_due() {
-            self.start_pass(now, rank, engine.queue());
-        }
-        for end in self.fleet.align_lockstep() {
-            schedule_pass_end(engine.queue(), Some(end));
-        }
-        self.schedule_tick(engine.queue());
-        if self.timeline.is_some() {
-            self.sample_counters(now);
-        }
-        Ok(())
-    }
-
-    fn arrive(
-        &mut self,
-        now: SimTime,
-        arrival: Arrival,
-        feed: &mut Feed<impl Iterator<Item = Arrival>>,
-        queue: &mut EventQueue<Event>,
-    ) {
-        let (spec, hashes) = (arrival.spec, arrival.hashes);
-        let block_size = self.config.block_size();
-        let (hashes, unshared_from) =
-            feed::prompt_blocks(&spec, hashes, block_size, &mut self.uniform_hashes);
-        // A migrated request's prompt takes in its generated tokens and goes where its old
-        // blocks may still be: with faults, no block is known to be its alone.
-        let unshared_from = match self.config.faults.is_empty() {
-            true => unshared_from,
-            false => u64::MAX,
-        };
-        let class = spec.policy_class.clone();
-        let id = self.ledger.open(now, spec, hashes, unshared_from);
-        let session = arrival.session.map(|s| *s);
-        self.ledger
-            .set_session(id, session.as_ref().and_then(|s| s.tag.clone()));
-        // Watched before it is routed: a router may reject it at once, ending it.
-        feed.opened(id, session, &mut self.ledger);
-        self.draw_cancel(now, id, class.as_deref(), queue);
-        self.route(now, id, queue);
-        self.schedule_tick(queue);
-    }
-
-    /// Hands request `id` (in flight) to the router and acts on what it decides.
-    fn route(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(f) = self.ledger.in_flight(id) else {
-            return;
-        };
-        self.routers.entry().route(now, id, f);
-        self.drain_router(now, queue);
-    }
-
-    /// Acts on every decision the router made.
-    fn drain_router(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
-        while let Some(decision) = self.routers.entry().poll_decision() {
-            match decision {
-                RouterDecision::Dispatch {
-                    id,
-                    rank,
-                    path,
-                    class_index,
-                } => {
-                    self.ledger.dispatched(now, id, rank, path, class_index);
-                    self.touch_rank(Some(rank));
-                    if self.handoff.is_some() {
-                        self.ledger.prefill_routed(id);
-                    }
-                    let rank = self.rank_index(rank);
-                    self.send_to_worker(now, rank, id, queue);
-                }
-                RouterDecision::Reject {
-                    id,
-                    class_index,
-                    error,
-                } => {
-                    self.ledger.set_class(id, class_index);
-                    self.end(now, id, Status::Rejected(Rejection::router(error)));
-                }
-            }
-        }
-        if self.config.check_every_event {
-            self.check(now);
-        }
-    }
-
-    /// The run has nothing left to happen at `now`, the last instant: requests still waiting
-    /// for a worker when none is left are refused (1.6.1's replay would wait for one that
-    /// never comes). Returns whether any was.
-    fn refuse_stranded(&mut self, now: SimTime, queue: &mut EventQueue<Event>) -> bool {
-        let refused = self.routers.entry().no_more_workers(now);
-        if refused {
-            self.drain_router(now, queue);
-        }
-        refused
-    }
-
-    fn rank_index(&self, rank: WorkerWithDpRank) -> usize {
-        self.fleet
-            .rank_index(rank)
-            .expect("the router only dispatches to known ranks")
-    }
-
-    fn send_to_worker(
-        &mut self,
-        now: SimTime,
-        rank: usize,
-        id: RequestId,
-        queue: &mut EventQueue<Event>,
-    ) {
-        let delay = self
-            .config
-            .delays
-            .router_to_worker
-            .saturating_add(self.jitter());
-        if delay == SimDuration::ZERO {
-            self.deliver(now, rank, id, queue);
-        } else {
-            let attempt = self.ledger.attempt(id);
-            let request = id;
-            let event = Event::Deliver {
-                rank,
-                request,
-                attempt,
-            };
-            queue.schedule(now.saturating_add(delay), event);
-        }
-    }
-
-    fn deliver(&mut self, now: SimTime, rank: usize, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(f) = self.ledger.in_flight(id) else {
-            return;
-        };
-        // A prefill worker computes the prompt and one token nobody sees.
-        let max_output_tokens = match self.handoff {
-            Some(_) => 1,
-            None => f.output_tokens,
-        };
-        let request = MockRequest {
-            id,
-            prompt_tokens: f.prompt_tokens,
-            prompt_hashes: f.hashes.clone(),
-            max_output_tokens,
-            unshared_from: f.unshared_from,
-        };
-        if self.fleet.is_down(rank) {
-            self.deliver_to_down(now, rank, id, queue);
-            return;
-        }
-        match self.fleet.deliver(now, rank, request, &mut self.ledger) {
-            Ok(end) => schedule_pass_end(queue, end),
-            Err(message) => {
-                self.fail(now, message);
-                return;
-            }
-        }
-        // The caller drains.
-        self.routers.entry().dispatched(now, id);
-    }
-
-    /// Ends request `id` at `now` with `status`: every end passes here. The ledger records
-    /// it (a second end is a bug); the request's transport ordering is forgotten.
-    fn end(&mut self, now: SimTime, id: RequestId, status: Status) {
-        if let Err(message) = self.ledger.finish(now, id, status) {
-            self.fail(now, message);
-            return;
-        }
-        self.last_delivery.remove(&id);
-    }
-
-    /// One message's extra transport delay (zero, drawing nothing, when jitter is off).
-    fn jitter(&mut self) -> SimDuration {
-        let max_ns = self.config.delays.jitter.as_ns();
-        if max_ns == 0 {
-            return SimDuration::ZERO;
-        }
-        SimDuration::from_ns(self.transport_rng.random_range(0..=max_ns))
-    }
-
-    fn fail(&mut self, now: SimTime, message: String) {
-        if self.violation.is_none() {
-            self.violation = Some(InvariantViolation {
-                seed: self.config.seed,
-                time: now,
-                message,
-            });
-        }
-    }
-
-    fn start_pass(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        // A decode rank with a handoff waiting takes a step at every pass end: no quiet run.
-        let allow_quiet = self.handoff.as_ref().is_none_or(|h| !h.has_pending(rank));
-        match self
-            .fleet
-            .start_pass(now, rank, allow_quiet, &mut self.ledger)
-        {
-            Ok(end) => schedule_pass_end(queue, end),
-            Err(message) => self.fail(now, message),
-        }
-    }
-
-    fn end_pass(&mut self, now: SimTime, rank: usize, epoch: u64, queue: &mut EventQueue<Event>) {
-        let output = match self.fleet.end_pass(now, rank, epoch, &mut self.ledger) {
-            PassEnded::Formed(output) => output,
-            PassEnded::Stale => return,
-            PassEnded::Quiet => {
-                if self.handoff.is_some() && self.fleet.role(rank) == WorkerRole::Decode {
-                    self.decode_pass_ended(now, rank, queue);
-                }
-                return;
-            }
-        };
-        let role = self.fleet.role(rank);
-        // Decode workers publish to no router.
-        if role != WorkerRole::Decode {
-            self.publish_kv_events(now, &output.kv_events, queue);
-        }
-        self.deliver_rejections(now, rank, &output.rejected, queue);
-        if role == WorkerRole::Prefill {
-            self.prefill_pass_ended(now, rank, &output.held, queue);
-            self.fleet.give_back(rank, output);
-            self.end_idle_lockstep_peers(now, rank, queue);
-            return;
-        }
-        self.deliver_tokens(now, &output, queue);
-        self.fleet.give_back(rank, output);
-        // A lock-step decode rank steps when its worker's pass has ended on every rank.
-        if role == WorkerRole::Decode && !self.fleet.in_pass(rank) {
-            self.decode_pass_ended(now, rank, queue);
-            self.end_idle_lockstep_peers(now, rank, queue);
-        }
-    }
-
-    /// A lock-step worker's pass ended at `now` with rank `rank`'s, the last of its ranks to
-    /// end: the worker steps all its ranks at once, so every other prefill rank lets go of the
-    /// sources released while the pass ran, and every other decode rank takes its pass-end
-    /// step (landed transfers activated, a reservation).
-    fn end_idle_lockstep_peers(
-        &mut self,
-        now: SimTime,
-        rank: usize,
-        queue: &mut EventQueue<Event>,
-    ) {
-        for peer in self.fleet.lockstep_peers(rank) {
-            match self.fleet.role(peer) {
-                WorkerRole::Prefill => self.prefill_pass_ended(now, peer, &[], queue),
-                WorkerRole::Decode => self.decode_pass_ended(now, peer, queue),
-                WorkerRole::Aggregated => {}
-            }
-        }
-    }
-
-    /// A pass's KV events reach the router's index, now or after the lag.
-    fn publish_kv_events(
-        &mut self,
-        now: SimTime,
-        events: &[KvEvent],
-        queue: &mut EventQueue<Event>,
-    ) {
-        if events.is_empty() {
-            return;
-        }
-        let lag = self.config.delays.kv_event_lag;
-        if lag == SimDuration::ZERO {
-            for event in events {
-                self.routers.entry().kv_event(now, event);
-            }
-        } else {
-            queue.schedule(now.saturating_add(lag), Event::Kv(events.to_vec()));
-        }
-    }
-
-    /// Requests rank `rank` refused in its pass end at `now`.
-    fn deliver_rejections(
-        &mut self,
-        now: SimTime,
-        rank: usize,
-        rejected: &[crate::mocker::Rejection],
-        queue: &mut EventQueue<Event>,
-    ) {
-        for rejection in rejected {
-            let id = rejection.id;
-            if !self.ledger.is_pending(id) {
-                continue; // cancelled while the pass ran
-            }
-            let status = Status::Rejected(Rejection::Worker(rejection.reason));
-            self.touch_all_ranks();
-            self.end(now, id, status);
-            self.token_router(rank).finished(now, id, Outcome::Aborted);
-            self.drain_router(now, queue);
-        }
-    }
-
-    /// The router that hears rank `rank`'s tokens and ends.
-    fn token_router(&mut self, rank: usize) -> &mut RouterDriver {
-        self.routers.for_role(self.fleet.role(rank))
-    }
-
-    /// Schedules the router's periodic recheck when it needs one and none is scheduled.
-    fn schedule_tick(&mut self, queue: &mut EventQueue<Event>) {
-        if let Some(at) = self.routers.entry().tick_due() {
-            queue.schedule(at, Event::Tick);
-        }
-    }
-
-    fn check(&mut self, now: SimTime) {
-        let (routers, handoff) = (&self.routers, self.handoff.as_ref());
-        // A request may end on its decode worker before its source lets go (at the end of
-        // its prefill worker's pass): the prefill router holds it until then.
-        let holds = |id| routers.holds(id, handoff.is_some_and(|h| h.is_releasing(id)));
-        let result = routers
-            .check_invariants()
-            .and_then(|()| self.fleet.check())
-            .and_then(|()| self.ledger.check(holds));
-        if let Err(message) = result
-            && self.violation.is_none()
-        {
-            self.violation = Some(InvariantViolation {
-                seed: self.config.seed,
-                time: now,
-                message,
-            });
-        }
-    }
-
-    /// End-of-run checks: conservation, and the core's invariants.
-    fn finish(&mut self, stop_reason: StopReason, now: SimTime) -> Result<(), InvariantViolation> {
-        self.check(now);
-        if stop_reason == StopReason::Drained {
-            if let Err(message) = self.ledger.check_all_ended() {
-                self.fail(now, message);
-            }
-            // Everything that ran has been freed: no booking, queue entry or worker state left.
-            if let Err(message) = self.routers.check_drained() {
-                self.fail(now, message);
-            }
-            if let Err(message) = self.fleet.check_drained() {
-                self.fail(now, message);
-            }
-            if let Some(Err(message)) = self.handoff.as_ref().map(Handoff::check_drained) {
-                self.fail(now, message);
-            }
-        }
-        match self.violation.take() {
-            Some(v) => Err(v),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Model for System {
-    type Event = Event;
-
-    fn handle(&mut self, now: SimTime, event: Event, queue: &mut EventQueue<Event>) {
-        match event {
-            Event::Deliver {
-                rank,
-                request,
-                attempt,
-            } => {
-                if self.ledger.attempt(request) == attempt {
-                    self.deliver(now, rank, request, queue);
-                }
-                self.drain_router(now, queue);
-            }
-            Event::PassEnd { rank, epoch } => self.end_pass(now, rank, epoch, queue),
-            Event::Tokens {
-                request,
-                attempt,
-                edge,
-            } => {
-                self.receive_tokens(now, request, attempt, edge);
-                self.drain_router(now, queue);
-            }
-            Event::WorkerDown { worker } => self.worker_down(now, worker, queue),
-            Event::RouterLearnsDown { worker } => self.router_learns_down(now, worker, queue),
-            Event::WorkerBack { worker } => self.worker_back(now, worker, queue),
-            Event::WorkerJoin { pool } => self.worker_join(now, pool, queue),
-            Event::RouterLearnsUp { worker } => self.router_learns_up(now, worker, queue),
-            Event::Cancel { request } => self.cancel(now, request, queue),
-            Event::Drop { rank, request } => self.drop_request(rank, request),
-            Event::Kv(events) => {
-                for event in &events {
-                    self.routers.entry().kv_event(now, event);
-                }
-                self.drain_router(now, queue);
-            }
-            Event::Tick => {
-                self.touch_all_ranks();
-                self.routers.entry().tick(now);
-                self.drain_router(now, queue);
-            }
-            Event::TransferDone { request, attempt } => {
-                if self.ledger.attempt(request) == attempt {
-                    self.transfer_done(now, request, queue);
-                }
-            }
-        }
-    }
-}
-
 mod driver;
+mod effects;
+mod event_loop;
 mod faults;
 mod feed;
 mod fleet;
 mod handoff;
-mod handoff_loss;
 mod ledger;
 mod routers;
+mod serving;
 mod status;
 pub mod timeline;
-mod tokens;
+mod transport;
 
-use driver::{RouterDecision, RouterDriver};
 pub use faults::FaultMark;
-use feed::Feed;
-use fleet::{PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
-#[cfg(test)]
-use fleet::{RESERVED_BLOCKS, reserved_blocks_per_rank, warms_probes};
-use handoff::Handoff;
 pub use ledger::RareParts;
-use ledger::{Ledger, RankSlot, TokenEdge};
-use routers::Routers;
+use ledger::RankSlot;
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
-use timeline::{CounterRecorder, Timeline};
+use timeline::Timeline;
 
 #[cfg(test)]
 mod pool_tests;
@@ -1176,6 +521,12 @@ mod tests {
     mod sessions;
     use super::*;
     use crate::mocker::{PreemptionMode, RejectReason, TimingModel, TimingProfile};
+    use driver::{KvLog, RouterDriver};
+    use event_loop::{new_system, simulate};
+    use fleet::{RESERVED_BLOCKS, WorkerFleet, cached_blocks_hint, reserved_blocks_per_rank};
+    use fleet::warms_probes;
+    use ledger::Ledger;
+    use std::collections::BTreeSet;
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::scheduling::types::KvEventData;
@@ -1734,7 +1085,7 @@ policy_classes:
             if let Some(ms) = limit_ms {
                 config.limits.max_time = SimTime::from_ns(ms * 1_000_000);
             }
-            prop_assert!(tokens::delivers_tokens_directly(&config));
+            prop_assert!(transport::delivers_tokens_directly(&config));
             same_records_either_way(&case, config, seed)?;
         }
 
@@ -1935,7 +1286,7 @@ policy_classes:
         let case = two_long_decodes_and_a_late_arrival(1, false);
         let mut config = config(&case, 3);
         config.check_every_event = false;
-        assert!(tokens::delivers_tokens_directly(&config));
+        assert!(transport::delivers_tokens_directly(&config));
         let whole = run(Options::new(config.clone()), requests(&case)).unwrap();
         let second = whole.records.iter().position(|r| r.output_tokens == 250);
         let second = second.expect("the 250-token request");
@@ -2153,6 +1504,7 @@ policy_classes:
         send::<WorkerFleet>();
         send::<RouterDriver>();
         send::<Ledger>();
+        send::<event_loop::System>();
     }
 
     #[test]

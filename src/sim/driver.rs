@@ -8,7 +8,7 @@
 //! disaggregated one with a second router, one in wall-clock time) reuses it as it is.
 
 use super::ledger::InFlight;
-use super::{KvLog, RouterMode};
+use super::RouterMode;
 use crate::scheduling::round_robin::RoundRobin;
 use crate::scheduling::scheduler::{
     Decision, DispatchPath, Outcome, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,
@@ -17,6 +17,9 @@ use crate::scheduling::select::{RequestConstraints, WorkerConfig, WorkerSet};
 use crate::scheduling::types::{KvEvent, RequestId, WorkerWithDpRank};
 use crate::time::SimTime;
 use std::collections::VecDeque;
+
+/// Every KV event the router applied, with when (kept only when asked: for tests).
+pub(super) type KvLog = Vec<(SimTime, KvEvent)>;
 
 /// What the router decided about a request: the caller acts on each, in order.
 #[derive(Clone, Debug, PartialEq)]

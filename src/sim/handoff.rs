@@ -1,19 +1,29 @@
-//! Disaggregated serving's handoff of a request from its prefill worker to its decode worker,
-//! in Dynamo 1.6.1's vLLM order (source first): the prefill pass ends and the source holds
-//! the KV; the decode router picks a decode worker; that worker reserves room for it (the
-//! transfer starts); the transfer lands and the destination is activated; the source lets go
-//! of its blocks. docs/disaggregated.md gives the rules and the experiments behind them.
+//! Disaggregated serving: the handoff of a request from its prefill worker to its decode
+//! worker, in Dynamo 1.6.1's vLLM order (source first): the prefill pass ends and the source
+//! holds the KV; the decode router picks a decode worker; that worker reserves room for it
+//! (the transfer starts); the transfer lands and the destination is activated; the source
+//! lets go of its blocks. docs/disaggregated.md gives the rules and the experiments behind
+//! them.
 //!
 //! Timing: a decode worker reserves and activates only between its passes, so a handoff that
 //! becomes possible while it runs a pass waits for that pass's end; it takes one pending
 //! reservation per step, in the order the prompts were held (see
-//! [`System::reservation_steps`]); a prefill worker releases a source only between its passes
-//! too. A transfer takes the prefill engine's
-//! [`KvTransfer`] delay; concurrent transfers do not share bandwidth.
+//! [`Disaggregated::reservation_steps`]); a prefill worker releases a source only between its
+//! passes too. A transfer takes the prefill engine's [`KvTransfer`] delay; concurrent
+//! transfers do not share bandwidth.
+//!
+//! Losing a worker: a lost **prefill** worker loses the requests it was prefilling and every
+//! handoff whose transfer had not landed (the KV's source is gone, so the decode worker's
+//! reservation, or its place in the queue for one, is dropped); a handoff that had landed
+//! keeps going, only its source's release is moot. A lost **decode** worker loses what it ran
+//! or queued and the handoffs reserved on it or waiting for it, and each of those handoffs'
+//! source is released at once. Every lost request is then migrated or aborted when the
+//! router of its worker's role hears of the loss, as in aggregated serving.
 
 use super::driver::{RouterDecision, RouterDriver};
-use super::{Event, Rejection, SimConfig, Status, System, fleet, schedule_pass_end};
-use crate::engine::EventQueue;
+use super::effects::{Effects, Event};
+use super::serving::Serving;
+use super::{Rejection, SimConfig, Status, fleet};
 use crate::mocker::MockRequest;
 use crate::mocker::transfer::KvTransfer;
 use crate::mocker::{RejectReason, Reservation, WorkerRole};
@@ -25,74 +35,29 @@ use crate::scheduling::types::QueuePolicy;
 use crate::scheduling::types::RequestId;
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 /// Where a request in its handoff is.
-pub(super) struct Flight {
+struct Flight {
     /// The prefill rank (fleet index) holding its KV until released.
-    pub prefill_rank: usize,
+    prefill_rank: usize,
     /// The decode rank (fleet index) the decode router chose.
-    pub decode_rank: usize,
+    decode_rank: usize,
 }
 
-/// The handoff state of a disaggregated run: every request between its prefill's end and
-/// its source's release.
-pub(super) struct Handoff {
+/// Disaggregated serving's state: every request between its prefill's end and its source's
+/// release.
+pub(super) struct Disaggregated {
     /// The prefill engine's transfer settings (the decode engine's are never read).
     transfer: KvTransfer,
     block_size: u64,
-    pub(super) flights: rustc_hash::FxHashMap<RequestId, Flight>,
+    flights: rustc_hash::FxHashMap<RequestId, Flight>,
     /// Per decode rank: requests waiting for a reservation there, in held order.
-    pub(super) pending: Vec<VecDeque<RequestId>>,
+    pending: Vec<VecDeque<RequestId>>,
     /// Per decode rank: transfers that landed while it ran a pass.
-    pub(super) landed: Vec<Vec<RequestId>>,
+    landed: Vec<Vec<RequestId>>,
     /// Per prefill rank: sources to release when its pass ends.
-    pub(super) releases: Vec<Vec<RequestId>>,
-}
-
-impl Handoff {
-    /// The handoff of a run of `config` (disaggregated) over a fleet of `ranks` ranks.
-    pub fn new(config: &SimConfig, ranks: usize) -> Handoff {
-        let prefill = config
-            .pools
-            .iter()
-            .find(|p| p.engine.role == WorkerRole::Prefill);
-        let transfer = prefill.map(|p| p.engine.kv_transfer).unwrap_or_default();
-        Handoff {
-            transfer,
-            block_size: config.block_size(),
-            flights: Default::default(),
-            pending: vec![VecDeque::new(); ranks],
-            landed: vec![Vec::new(); ranks],
-            releases: vec![Vec::new(); ranks],
-        }
-    }
-
-    /// Whether decode rank `rank` has a handoff waiting for a reservation, or a landed one
-    /// waiting for its pass end.
-    pub fn has_pending(&self, rank: usize) -> bool {
-        !self.pending[rank].is_empty() || !self.landed[rank].is_empty()
-    }
-
-    /// Whether request `id`'s source has yet to let go of it.
-    pub fn is_releasing(&self, id: RequestId) -> bool {
-        self.flights.contains_key(&id)
-    }
-
-    /// The fleet has `ranks` ranks now (workers joined): each gets empty queues.
-    pub fn grow(&mut self, ranks: usize) {
-        self.pending.resize_with(ranks, VecDeque::new);
-        self.landed.resize_with(ranks, Vec::new);
-        self.releases.resize_with(ranks, Vec::new);
-    }
-
-    /// At the end of a drained run: Err unless no handoff is left.
-    pub fn check_drained(&self) -> Result<(), String> {
-        match self.flights.len() {
-            0 => Ok(()),
-            n => Err(format!("{n} handoffs never ended")),
-        }
-    }
+    releases: Vec<Vec<RequestId>>,
 }
 
 /// The decode pool's router of a disaggregated run of `config` (asked once per request,
@@ -135,98 +100,161 @@ fn decode_router_config(router: &RouterConfig) -> RouterConfig {
     }
 }
 
-impl System {
-    /// The handoff of a disaggregated run (only called in one).
-    pub(super) fn handoff(&mut self) -> &mut Handoff {
-        self.handoff
-            .as_mut()
-            .expect("only a disaggregated run hands off")
+impl Serving for Disaggregated {
+    fn allows_quiet_run(&self, rank: usize) -> bool {
+        self.pending[rank].is_empty() && self.landed[rank].is_empty()
     }
 
-    /// A prefill rank's pass ended at `now`: sources released while it ran let go now, then
-    /// every prompt the pass completed is held and handed off, in running order.
-    pub(super) fn prefill_pass_ended(
+    /// Sources released while the pass ran let go now, then every prompt the pass completed
+    /// is held and handed off, in running order.
+    fn prefill_pass_ended(
         &mut self,
+        fx: &mut dyn Effects,
         now: SimTime,
         rank: usize,
         held: &[RequestId],
-        queue: &mut EventQueue<Event>,
     ) {
-        for id in std::mem::take(&mut self.handoff().releases[rank]) {
-            self.release_source(now, id, rank, queue);
+        for id in std::mem::take(&mut self.releases[rank]) {
+            self.release_source(fx, now, id, rank);
         }
         for &id in held {
-            self.hand_off(now, rank, id, queue);
+            self.hand_off(fx, now, rank, id);
+        }
+    }
+
+    /// Transfers that landed meanwhile activate, and the rank takes a step for its pass end
+    /// and one for each of them.
+    fn decode_pass_ended(&mut self, fx: &mut dyn Effects, now: SimTime, rank: usize) {
+        let landed = std::mem::take(&mut self.landed[rank]);
+        for &id in &landed {
+            self.activate(fx, now, id);
+        }
+        self.reservation_steps(fx, now, rank, 1 + landed.len());
+    }
+
+    /// The transfer activates and its rank takes a step, or it waits for its decode rank's
+    /// pass end.
+    fn transfer_done(&mut self, fx: &mut dyn Effects, now: SimTime, id: RequestId) {
+        let Some(rank) = self.flights.get(&id).map(|f| f.decode_rank) else {
+            return;
+        };
+        fx.settle_rank(now, rank);
+        if fx.shared().fleet.in_pass(rank) {
+            self.landed[rank].push(id);
+        } else {
+            self.activate(fx, now, id);
+            self.reservation_steps(fx, now, rank, 1);
+        }
+    }
+
+    /// See the module docs: what losing a prefill or a decode worker does to its handoffs.
+    fn lost_with(
+        &mut self,
+        fx: &mut dyn Effects,
+        now: SimTime,
+        worker: u64,
+        held: Vec<RequestId>,
+    ) -> Vec<RequestId> {
+        let fleet = fx.shared().fleet;
+        let ranks = fleet.ranks_of(worker);
+        let Some(first) = ranks.clone().next() else {
+            return held;
+        };
+        if fleet.role(first) == WorkerRole::Prefill {
+            return (held.into_iter())
+                .filter(|&id| self.source_lost(fx, now, id))
+                .collect();
+        }
+        let mut lost: BTreeSet<RequestId> = held.into_iter().collect();
+        for rank in ranks {
+            lost.extend(self.pending[rank].drain(..));
+            self.landed[rank].clear();
+            fx.shared().fleet.set_handoffs_pending(rank, false);
+        }
+        for &id in &lost {
+            self.destination_lost(fx, now, id);
+        }
+        lost.into_iter().collect()
+    }
+
+    fn fleet_grew(&mut self, ranks: usize) {
+        self.pending.resize_with(ranks, VecDeque::new);
+        self.landed.resize_with(ranks, Vec::new);
+        self.releases.resize_with(ranks, Vec::new);
+    }
+
+    fn is_releasing(&self, id: RequestId) -> bool {
+        self.flights.contains_key(&id)
+    }
+
+    fn check_drained(&self) -> Result<(), String> {
+        match self.flights.len() {
+            0 => Ok(()),
+            n => Err(format!("{n} handoffs never ended")),
+        }
+    }
+}
+
+impl Disaggregated {
+    /// The handoffs of a run of `config` (disaggregated) over a fleet of `ranks` ranks.
+    pub fn new(config: &SimConfig, ranks: usize) -> Disaggregated {
+        let prefill = config
+            .pools
+            .iter()
+            .find(|p| p.engine.role == WorkerRole::Prefill);
+        let transfer = prefill.map(|p| p.engine.kv_transfer).unwrap_or_default();
+        Disaggregated {
+            transfer,
+            block_size: config.block_size(),
+            flights: Default::default(),
+            pending: vec![VecDeque::new(); ranks],
+            landed: vec![Vec::new(); ranks],
+            releases: vec![Vec::new(); ranks],
         }
     }
 
     /// Request `id`'s prompt is computed and held on prefill rank `rank`: the prefill router
     /// hears its prefill is done, and the decode router picks its decode worker.
-    fn hand_off(
-        &mut self,
-        now: SimTime,
-        rank: usize,
-        id: RequestId,
-        queue: &mut EventQueue<Event>,
-    ) {
-        self.ledger.prefill_held(now, id);
-        self.routers.entry().first_token(now, id);
-        self.drain_router(now, queue);
-        let Some(f) = self.ledger.in_flight(id) else {
+    fn hand_off(&mut self, fx: &mut dyn Effects, now: SimTime, rank: usize, id: RequestId) {
+        let shared = fx.shared();
+        shared.ledger.prefill_held(now, id);
+        shared.routers.entry().first_token(now, id);
+        fx.drain_router(now);
+        let shared = fx.shared();
+        let Some(f) = shared.ledger.in_flight(id) else {
             return;
         };
-        let decode_router = self.routers.decode().expect("a disaggregated run");
+        let decode_router = shared.routers.decode().expect("a disaggregated run");
         decode_router.route(now, id, f);
-        while let Some(decision) = (self.routers.decode()).and_then(|r| r.poll_decision()) {
+        // The decode router never queues: one route, one decision.
+        while let Some(decision) = (fx.shared().routers.decode()).and_then(|r| r.poll_decision()) {
             match decision {
                 RouterDecision::Dispatch { id, rank: to, .. } => {
-                    let decode_rank = self.rank_index(to);
-                    self.ledger.decode_routed(id, to);
-                    self.routers
-                        .for_role(WorkerRole::Decode)
-                        .dispatched(now, id);
+                    let shared = fx.shared();
+                    let decode_rank = (shared.fleet.rank_index(to))
+                        .expect("the router only dispatches to known ranks");
+                    shared.ledger.decode_routed(id, to);
+                    (shared.routers.for_role(WorkerRole::Decode)).dispatched(now, id);
                     let flight = Flight {
                         prefill_rank: rank,
                         decode_rank,
                     };
-                    self.handoff().flights.insert(id, flight);
-                    if self.fleet.is_down(decode_rank) {
-                        self.handed_to_down_rank(now, id, decode_rank, queue);
+                    self.flights.insert(id, flight);
+                    if shared.fleet.is_down(decode_rank) {
+                        self.handed_to_down_rank(fx, now, id, decode_rank);
                         continue;
                     }
-                    self.handoff().pending[decode_rank].push_back(id);
-                    self.reservation_step(now, decode_rank, queue);
+                    self.pending[decode_rank].push_back(id);
+                    self.reservation_steps(fx, now, decode_rank, 1);
                 }
                 RouterDecision::Reject { id, error, .. } => {
-                    self.fleet.release_held(rank, id);
-                    self.end(now, id, Status::Rejected(Rejection::router(error)));
-                    self.routers.entry().finished(now, id, Outcome::Aborted);
-                    self.drain_router(now, queue);
+                    fx.shared().fleet.release_held(rank, id);
+                    fx.end(now, id, Status::Rejected(Rejection::router(error)));
+                    fx.shared().routers.entry().finished(now, id, Outcome::Aborted);
+                    fx.drain_router(now);
                 }
             }
         }
-    }
-
-    /// A decode rank's pass ended at `now` (its tokens delivered): transfers that landed
-    /// meanwhile activate, and the rank takes a step for its pass end and one for each of
-    /// them.
-    pub(super) fn decode_pass_ended(
-        &mut self,
-        now: SimTime,
-        rank: usize,
-        queue: &mut EventQueue<Event>,
-    ) {
-        let landed = std::mem::take(&mut self.handoff().landed[rank]);
-        for &id in &landed {
-            self.activate(now, id, queue);
-        }
-        self.reservation_steps(now, rank, 1 + landed.len(), queue);
-    }
-
-    /// Decode rank `rank` takes a step, if it is between passes (see
-    /// [`System::reservation_steps`]).
-    fn reservation_step(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        self.reservation_steps(now, rank, 1, queue);
     }
 
     /// Decode rank `rank`, between passes, takes `steps` steps: each reserves room for its
@@ -235,37 +263,32 @@ impl System {
     /// (one chosen for it, or a transfer landing; one that landed during a pass counts at the
     /// pass end), so a busy rank takes about one reservation per pass, as 1.6.1's does. A
     /// transfer of no time lands at once, which is another step.
-    fn reservation_steps(
-        &mut self,
-        now: SimTime,
-        rank: usize,
-        steps: usize,
-        queue: &mut EventQueue<Event>,
-    ) {
-        self.settle_decode_rank(now, rank, queue);
-        if !self.fleet.in_pass(rank) {
-            self.take_reservations(now, rank, steps, queue);
+    fn reservation_steps(&mut self, fx: &mut dyn Effects, now: SimTime, rank: usize, steps: usize) {
+        fx.settle_rank(now, rank);
+        if !fx.shared().fleet.in_pass(rank) {
+            self.take_reservations(fx, now, rank, steps);
         }
         // The rank's next pass starts after this (never in it): it knows what still waits.
-        let pending = !self.handoff().pending[rank].is_empty();
-        self.fleet.set_handoffs_pending(rank, pending);
+        let pending = !self.pending[rank].is_empty();
+        fx.shared().fleet.set_handoffs_pending(rank, pending);
     }
 
-    /// The reservations of [`System::reservation_steps`] on a rank between passes.
+    /// The reservations of [`Disaggregated::reservation_steps`] on a rank between passes.
     fn take_reservations(
         &mut self,
+        fx: &mut dyn Effects,
         now: SimTime,
         rank: usize,
         mut steps: usize,
-        queue: &mut EventQueue<Event>,
     ) {
         // Each iteration removes a pending handoff or stops: bounded by the pending handoffs.
         while steps > 0
-            && let Some(&id) = self.handoff().pending[rank].front()
+            && let Some(&id) = self.pending[rank].front()
         {
-            let Some(f) = self.ledger.in_flight(id) else {
+            let shared = fx.shared();
+            let Some(f) = shared.ledger.in_flight(id) else {
                 // It ended meanwhile: it takes no step.
-                self.handoff().pending[rank].pop_front();
+                self.pending[rank].pop_front();
                 continue;
             };
             let prompt_tokens = f.prompt_tokens;
@@ -276,88 +299,53 @@ impl System {
                 max_output_tokens: f.output_tokens,
                 unshared_from: f.unshared_from,
             };
-            let cached = match self.fleet.reserve_handoff(rank, request) {
+            let cached = match shared.fleet.reserve_handoff(rank, request) {
                 Ok(Reservation::Reserved { cached_blocks }) => cached_blocks,
                 Ok(Reservation::Wait) => break,
                 Ok(Reservation::Never(reason)) => {
                     // Refused for good: the step passes to the next one.
-                    self.handoff().pending[rank].pop_front();
-                    self.fail_handoff(now, id, reason, queue);
+                    self.pending[rank].pop_front();
+                    self.fail_handoff(fx, now, id, reason);
                     continue;
                 }
-                Err(message) => return self.fail(now, message),
+                Err(message) => return fx.fail(now, message),
             };
             steps -= 1;
-            let handoff = self.handoff();
-            handoff.pending[rank].pop_front();
-            let tokens = handoff
-                .transfer
-                .tokens_moved(prompt_tokens, handoff.block_size, cached);
-            let delay = handoff.transfer.delay(tokens);
-            self.ledger.transfer_started(now, id);
+            self.pending[rank].pop_front();
+            let tokens = (self.transfer).tokens_moved(prompt_tokens, self.block_size, cached);
+            let delay = self.transfer.delay(tokens);
+            shared.ledger.transfer_started(now, id);
             if delay == SimDuration::ZERO {
-                self.activate(now, id, queue);
+                self.activate(fx, now, id);
                 steps += 1;
             } else {
-                let attempt = self.ledger.attempt(id);
-                queue.schedule(
-                    now.saturating_add(delay),
-                    Event::TransferDone {
-                        request: id,
-                        attempt,
-                    },
-                );
+                let attempt = shared.ledger.attempt(id);
+                let landing = Event::TransferDone {
+                    request: id,
+                    attempt,
+                };
+                fx.schedule(now.saturating_add(delay), landing);
             }
         }
     }
 
-    /// Request `id`'s transfer lands at `now`: it activates and its rank takes a step, or it
-    /// waits for its decode rank's pass end.
-    pub(super) fn transfer_done(
-        &mut self,
-        now: SimTime,
-        id: RequestId,
-        queue: &mut EventQueue<Event>,
-    ) {
-        let Some(rank) = self.handoff().flights.get(&id).map(|f| f.decode_rank) else {
-            return;
-        };
-        self.settle_decode_rank(now, rank, queue);
-        if self.fleet.in_pass(rank) {
-            self.handoff().landed[rank].push(id);
-        } else {
-            self.activate(now, id, queue);
-            self.reservation_step(now, rank, queue);
-        }
-    }
-
-    /// A handoff reaches decode rank `rank` at `now`: a quiet run it is in ends after the pass
-    /// in progress (or, over by now, is applied), so the handoff meets the rank's next pass
-    /// end as it would pass by pass.
-    fn settle_decode_rank(&mut self, now: SimTime, rank: usize, queue: &mut EventQueue<Event>) {
-        let end = self.fleet.settle(now, rank, &mut self.ledger);
-        schedule_pass_end(queue, end);
-    }
-
     /// Request `id` becomes a waiting request of its decode rank with its prompt computed;
     /// its source lets go now, or at its prefill rank's pass end.
-    fn activate(&mut self, now: SimTime, id: RequestId, queue: &mut EventQueue<Event>) {
-        let Some(flight) = self.handoff().flights.get(&id) else {
+    fn activate(&mut self, fx: &mut dyn Effects, now: SimTime, id: RequestId) {
+        let Some(flight) = self.flights.get(&id) else {
             return;
         };
         let (prefill_rank, decode_rank) = (flight.prefill_rank, flight.decode_rank);
-        if !self.fleet.activate_handoff(decode_rank, id) {
-            self.fail(
-                now,
-                format!("request {id} landed where nothing was reserved"),
-            );
-            return;
+        let shared = fx.shared();
+        if !shared.fleet.activate_handoff(decode_rank, id) {
+            let message = format!("request {id} landed where nothing was reserved");
+            return fx.fail(now, message);
         }
-        self.ledger.transfer_ended(now, id);
-        if self.fleet.in_pass(prefill_rank) {
-            self.handoff().releases[prefill_rank].push(id);
+        shared.ledger.transfer_ended(now, id);
+        if shared.fleet.in_pass(prefill_rank) {
+            self.releases[prefill_rank].push(id);
         } else {
-            self.release_source(now, id, prefill_rank, queue);
+            self.release_source(fx, now, id, prefill_rank);
         }
     }
 
@@ -366,38 +354,84 @@ impl System {
     /// effects at most: a held request is in no pass).
     fn fail_handoff(
         &mut self,
+        fx: &mut dyn Effects,
         now: SimTime,
         id: RequestId,
         reason: RejectReason,
-        queue: &mut EventQueue<Event>,
     ) {
-        let Some(prefill_rank) = self.handoff().flights.get(&id).map(|f| f.prefill_rank) else {
+        let Some(prefill_rank) = self.flights.get(&id).map(|f| f.prefill_rank) else {
             return;
         };
-        self.end(now, id, Status::Rejected(Rejection::Worker(reason)));
-        (self.routers.for_role(WorkerRole::Decode)).finished(now, id, Outcome::Aborted);
-        self.release_source(now, id, prefill_rank, queue);
+        fx.end(now, id, Status::Rejected(Rejection::Worker(reason)));
+        let decode_router = fx.shared().routers.for_role(WorkerRole::Decode);
+        decode_router.finished(now, id, Outcome::Aborted);
+        self.release_source(fx, now, id, prefill_rank);
     }
 
     /// Prefill rank `rank` lets go of request `id`'s blocks at `now`; the prefill router
     /// frees it.
-    pub(super) fn release_source(
+    fn release_source(&mut self, fx: &mut dyn Effects, now: SimTime, id: RequestId, rank: usize) {
+        self.flights.remove(&id);
+        let shared = fx.shared();
+        if !shared.fleet.release_held(rank, id) {
+            let message = format!("request {id} was not held on its prefill rank");
+            return fx.fail(now, message);
+        }
+        shared.ledger.source_released(now, id);
+        shared.routers.entry().finished(now, id, Outcome::Completed);
+        fx.drain_router(now);
+    }
+
+    /// Request `id` was on a prefill worker that stopped at `now`: lost (true) unless its
+    /// transfer had landed, in which case its source counts as released now. A lost
+    /// handoff's destination lets go of it (its reservation, or its place in the queue).
+    fn source_lost(&mut self, fx: &mut dyn Effects, now: SimTime, id: RequestId) -> bool {
+        let Some(flight) = self.flights.remove(&id) else {
+            return true; // still prefilling or queued there
+        };
+        let (prefill_rank, decode_rank) = (flight.prefill_rank, flight.decode_rank);
+        self.releases[prefill_rank].retain(|&r| r != id);
+        let shared = fx.shared();
+        let landed = (shared.ledger.record(id).handoff()).is_some_and(|h| h.transfer_end.is_some());
+        if landed {
+            shared.ledger.source_released(now, id);
+            shared.routers.entry().finished(now, id, Outcome::Completed);
+            fx.drain_router(now);
+            return false;
+        }
+        self.pending[decode_rank].retain(|&r| r != id);
+        self.landed[decode_rank].retain(|&r| r != id);
+        let decode_router = shared.routers.for_role(WorkerRole::Decode);
+        decode_router.finished(now, id, Outcome::Aborted);
+        shared.fleet.drop_request(decode_rank, id);
+        let pending = !self.pending[decode_rank].is_empty();
+        shared.fleet.set_handoffs_pending(decode_rank, pending);
+        true
+    }
+
+    /// Request `id` lost its decode worker at `now`: if its source still holds its KV, that
+    /// is released now and the prefill router frees it (a lost prefill worker's flights
+    /// ended with it, so the source is up).
+    fn destination_lost(&mut self, fx: &mut dyn Effects, now: SimTime, id: RequestId) {
+        let Some(prefill_rank) = self.flights.get(&id).map(|f| f.prefill_rank) else {
+            return; // its source was released already
+        };
+        self.releases[prefill_rank].retain(|&r| r != id);
+        self.release_source(fx, now, id, prefill_rank);
+    }
+
+    /// The decode router chose for request `id` decode rank `decode_rank`, which is down and
+    /// which it has not heard of yet: the handoff is lost with that worker, and its source
+    /// lets go.
+    fn handed_to_down_rank(
         &mut self,
+        fx: &mut dyn Effects,
         now: SimTime,
         id: RequestId,
-        rank: usize,
-        queue: &mut EventQueue<Event>,
+        decode_rank: usize,
     ) {
-        self.handoff().flights.remove(&id);
-        if !self.fleet.release_held(rank, id) {
-            self.fail(
-                now,
-                format!("request {id} was not held on its prefill rank"),
-            );
-            return;
-        }
-        self.ledger.source_released(now, id);
-        self.routers.entry().finished(now, id, Outcome::Completed);
-        self.drain_router(now, queue);
+        self.destination_lost(fx, now, id);
+        let worker = fx.shared().fleet.rank_id(decode_rank).worker_id;
+        fx.lost_on(worker, id);
     }
 }

@@ -2,6 +2,7 @@
 //! the router judging busy against each worker's own budget, and pass time per pool.
 
 use super::*;
+use fleet::WorkerFleet;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::workload::{PromptSpec, RequestSpec};

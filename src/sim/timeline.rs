@@ -7,7 +7,7 @@
 //! [`PassSlice`] and each change of a counter one [`CounterSample`]. Request slices are not
 //! recorded here: the records already hold every instant they need.
 
-use super::{SimConfig, System, WorkerPool};
+use super::{SimConfig, WorkerPool};
 use crate::scheduling::policy::PolicyClass;
 use crate::scheduling::scheduler::Scheduler;
 use crate::scheduling::types::WorkerWithDpRank;
@@ -221,60 +221,22 @@ impl PassArgs {
     }
 }
 
-/// The timeline's hooks in the event loop.
-impl System {
-    /// Keeps a timeline from now on.
-    pub(super) fn start_timeline(&mut self) {
-        self.fleet.record_passes();
-        self.timeline = Some(Box::new(CounterRecorder::new()));
-    }
-
-    /// Samples the timeline's counters at the end of instant `now`. Disaggregated serving
-    /// and runs with faults change the router's loads at more places than the hooks mark, so
-    /// they look at every rank each instant (both are pass by pass and small anyway).
-    pub(super) fn sample_counters(&mut self, now: SimTime) {
-        let Some(recorder) = self.timeline.as_mut() else {
-            return;
-        };
-        if self.handoff.is_some() || !self.config.faults.is_empty() {
-            recorder.touch_all();
-        }
-        let fleet = &self.fleet;
-        recorder.sample(
-            now,
-            self.routers.entry_ref().core(),
-            fleet.rank_count(),
-            |i| fleet.rank_id(i),
-        );
-    }
-
-    /// Marks rank `rank`'s router load as perhaps changed (for the timeline).
-    pub(super) fn touch_rank(&mut self, rank: Option<WorkerWithDpRank>) {
-        if let (Some(recorder), Some(rank)) = (self.timeline.as_mut(), rank) {
-            recorder.touch(rank);
-        }
-    }
-
-    /// Marks every rank's router load as perhaps changed (for the timeline).
-    pub(super) fn touch_all_ranks(&mut self) {
-        if let Some(recorder) = self.timeline.as_mut() {
-            recorder.touch_all();
-        }
-    }
-
-    /// The run's timeline, if it kept one.
-    pub(super) fn take_timeline(&mut self) -> Option<Box<Timeline>> {
-        let recorder = self.timeline.take()?;
-        let (ranks, passes) = self.fleet.take_passes();
-        let mut timeline = Timeline {
-            busy_thresholds: busy_thresholds(&self.config),
-            ranks,
-            passes,
-            ..Timeline::default()
-        };
-        recorder.finish(&mut timeline);
-        Some(Box::new(timeline))
-    }
+/// The timeline of a run of `config` that `recorder` kept, over the fleet's `ranks` and
+/// `passes`.
+pub(super) fn finish(
+    recorder: Box<CounterRecorder>,
+    ranks: Vec<RankTrack>,
+    passes: Vec<PassSlice>,
+    config: &SimConfig,
+) -> Box<Timeline> {
+    let mut timeline = Timeline {
+        busy_thresholds: busy_thresholds(config),
+        ranks,
+        passes,
+        ..Timeline::default()
+    };
+    recorder.finish(&mut timeline);
+    Box::new(timeline)
 }
 
 /// Per pool, each class's busy threshold on the pool's ranks in tokens: its absolute one, or

@@ -56,7 +56,7 @@ fn the_prefill_routers_index_makes_room_for_the_prefill_pool_only() {
         ..SimConfig::default()
     };
     let system = new_system(config, Stepping::default(), 0, false).expect("a valid fleet");
-    let room = system.routers.entry_ref().core().index_room();
+    let room = system.hub.routers.entry_ref().core().index_room();
     assert!((1_000..2_000).contains(&room), "room for {room} blocks");
 }
 
