@@ -8,7 +8,7 @@
 //! derived pool sizes) are rejected with [`ConfigError::Unsupported`] rather than silently
 //! ignored. The result is a validated [`EngineArgs`].
 
-use super::profile::{ProfileError, TimingProfile};
+use super::profile::ProfileError;
 use super::timing::TimingModel;
 use super::transfer::KvTransfer;
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_STEP_MS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
@@ -633,7 +633,7 @@ impl EngineSection {
                 decode_ms,
             },
             TimingChoice::Profile { field, path } => {
-                let profile = TimingProfile::load(&base_dir.join(path))
+                let profile = super::profile_dir::load(&base_dir.join(path))
                     .map_err(|error| ConfigError::Profile { field, error })?;
                 TimingModel::Profile(Arc::new(profile))
             }

@@ -76,13 +76,10 @@ pub(super) struct Array {
 }
 
 impl TimingProfile {
-    /// Loads `path`: a mocker-format NPZ file, or a Dynamo profiler results directory
-    /// (converted as 1.6.1's `planner_profiler_perf_data_converter` converts it).
-    pub fn load(path: &Path) -> Result<TimingProfile, ProfileError> {
+    /// Loads the mocker-format NPZ file at `path` (a profiler results directory is
+    /// `profile_dir::load`'s).
+    pub fn from_npz_file(path: &Path) -> Result<TimingProfile, ProfileError> {
         let name = path.display().to_string();
-        if path.is_dir() {
-            return super::profile_dir::convert(path, &name);
-        }
         let bytes = bounds::read_bytes_capped(path, MAX_PROFILE_FILE_BYTES)
             .map_err(|e| error(&name, None, format!("cannot read the profile: {e}")))?;
         TimingProfile::from_npz_bytes(&bytes, &name)
@@ -717,7 +714,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_path_names_the_file() {
-        let err = TimingProfile::load(Path::new("/no/such/profile.npz")).unwrap_err();
+        let err = TimingProfile::from_npz_file(Path::new("/no/such/profile.npz")).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("/no/such/profile.npz: cannot read the profile"),

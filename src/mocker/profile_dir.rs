@@ -1,5 +1,5 @@
-//! Converting a Dynamo profiler results directory into a timing profile, the way 1.6.1's mocker
-//! converts one (`planner_profiler_perf_data_converter`, through the planner's regression
+//! Loading a timing profile from disk ([`load`]: a mocker-format NPZ file, or a Dynamo profiler
+//! results directory), and converting such a directory the way 1.6.1's mocker converts one (`planner_profiler_perf_data_converter`, through the planner's regression
 //! models): an ordinary least-squares line of prefill time over the prompt length, and a plane
 //! of decode step time over (batch size, KV tokens), evaluated on a 100-point grid.
 //!
@@ -19,8 +19,17 @@ const MIN_WALL_TIME_S: f64 = 1e-6;
 /// A batch-size coefficient this far below 0 is clamped to 0 (noise under collinearity).
 const RELAXABLE_NEG_TOLERANCE: f64 = 1e-6;
 
+/// Loads `path`: a mocker-format NPZ file, or a Dynamo profiler results directory
+/// (converted as 1.6.1's `planner_profiler_perf_data_converter` converts it).
+pub fn load(path: &Path) -> Result<TimingProfile, ProfileError> {
+    match path.is_dir() {
+        true => convert(path, &path.display().to_string()),
+        false => TimingProfile::from_npz_file(path),
+    }
+}
+
 /// Converts the results directory at `dir` (named `name` in errors).
-pub(super) fn convert(dir: &Path, name: &str) -> Result<TimingProfile, ProfileError> {
+fn convert(dir: &Path, name: &str) -> Result<TimingProfile, ProfileError> {
     let prefill = read_arrays(
         dir,
         name,
@@ -388,7 +397,7 @@ mod tests {
     fn a_results_directory_becomes_the_fitted_grid() {
         let dir = tempfile::tempdir().unwrap();
         npz_results_dir(dir.path());
-        let p = TimingProfile::load(dir.path()).unwrap();
+        let p = load(dir.path()).unwrap();
         // Prefill grid 100..300 tokens; the fitted line, extended beyond it.
         assert!((p.prefill_ms(250.0) - 27.0).abs() < 1e-9);
         assert!((p.prefill_ms(1000.0) - 102.0).abs() < 1e-9);
@@ -412,10 +421,10 @@ mod tests {
                 "z_itl": [4, 5, 7, 11], "max_kv_tokens": 10000}"#,
         )
         .unwrap();
-        let from_json = TimingProfile::load(dir.path()).unwrap();
+        let from_json = load(dir.path()).unwrap();
         let npz_dir = tempfile::tempdir().unwrap();
         npz_results_dir(npz_dir.path());
-        let from_npz = TimingProfile::load(npz_dir.path()).unwrap();
+        let from_npz = load(npz_dir.path()).unwrap();
         assert_eq!(from_json.prefill_ms(250.0), from_npz.prefill_ms(250.0));
         assert_eq!(
             from_json.decode_ms(3000.0, 300.0),
@@ -426,7 +435,7 @@ mod tests {
     #[test]
     fn a_directory_without_either_layout_or_with_a_bad_key_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = TimingProfile::load(dir.path()).unwrap_err().to_string();
+        let err = load(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("neither a profiler results directory")
                 && err.contains("selected_prefill_interpolation/raw_data.npz"),
@@ -437,7 +446,7 @@ mod tests {
             r#"{"prefill_isl": [100, 200]}"#,
         )
         .unwrap();
-        let err = TimingProfile::load(dir.path()).unwrap_err();
+        let err = load(dir.path()).unwrap_err();
         assert_eq!(err.key.as_deref(), Some("prefill_ttft"));
         assert!(err.file.ends_with("prefill_raw_data.json"), "{}", err.file);
         // A falling prefill line is rejected, as the planner rejects it.
@@ -452,7 +461,7 @@ mod tests {
                 "max_kv_tokens": 10000}"#,
         )
         .unwrap();
-        let err = TimingProfile::load(dir.path()).unwrap_err().to_string();
+        let err = load(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("key `prefill_ttft`: the fitted prefill time falls"),
             "{err}"

@@ -12,10 +12,10 @@ use super::effects::{Effects, Event, Shared};
 use super::faults::{self, Faults};
 use super::feed::{self, Feed};
 use super::fleet::{self, PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
-use super::handoff;
+use super::handoff::{self, Disaggregated};
 use super::ledger::{Ledger, TokenEdge};
 use super::routers::Routers;
-use super::serving::{self, Serving};
+use super::serving::{Aggregated, Serving};
 use super::timeline::{self, CounterRecorder, MigrationMark};
 use super::transport::{self, Transport};
 use super::{AbortReason, CancelReason, InvariantViolation, Rejection, SimConfig, SimResult};
@@ -177,7 +177,10 @@ pub(super) fn new_system(
     if skip_quiet && transport::delivers_tokens_directly(&config) {
         fleet.count_middle_tokens();
     }
-    let serving = serving::of_config(&config, fleet.rank_count());
+    let serving: Box<dyn Serving> = match config.is_disaggregated() {
+        true => Box::new(Disaggregated::new(&config, fleet.rank_count())),
+        false => Box::new(Aggregated),
+    };
     let decode_router = config
         .is_disaggregated()
         .then(|| handoff::decode_router(&config));

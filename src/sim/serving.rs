@@ -3,9 +3,7 @@
 //! disaggregated serving (`handoff.rs`) hands each prompt from its prefill worker to a decode
 //! worker. The event loop calls these hooks; a mode acts through [`Effects`].
 
-use super::SimConfig;
 use super::effects::Effects;
-use super::handoff::Disaggregated;
 use crate::scheduling::types::RequestId;
 use crate::time::SimTime;
 
@@ -62,14 +60,6 @@ pub(super) trait Serving: Send {
 }
 
 /// Aggregated serving: a worker runs a request from its prompt to its last token.
-struct Aggregated;
+pub(super) struct Aggregated;
 
 impl Serving for Aggregated {}
-
-/// The serving mode of a run of `config` over a fleet of `ranks` ranks.
-pub(super) fn of_config(config: &SimConfig, ranks: usize) -> Box<dyn Serving> {
-    match config.is_disaggregated() {
-        true => Box::new(Disaggregated::new(config, ranks)),
-        false => Box::new(Aggregated),
-    }
-}

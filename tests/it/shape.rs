@@ -259,3 +259,176 @@ fn the_spine_is_as_short_as_the_architecture_says() {
         spine.lines().count()
     );
 }
+
+/// The one file that holds the simulated system and its event queue: it alone schedules
+/// events and applies what the parts ask for.
+const EVENT_LOOP: &str = "sim/event_loop.rs";
+
+/// What only the event loop may write: the system's impls and the event queue.
+const EVENT_LOOP_ONLY: [&str; 4] = ["impl System", "impl Hub", "impl Model for", "EventQueue"];
+
+/// The lines of `file` (outside its tests) that only the event loop may hold.
+fn event_loop_lines(file: &crate::tidy::SourceFile) -> Vec<String> {
+    let found = file.code_lines().filter(|(_, line)| {
+        let code = line.trim_start();
+        !code.starts_with("//") && EVENT_LOOP_ONLY.iter().any(|w| code.contains(w))
+    });
+    found
+        .map(|(n, line)| format!("src/{}:{n}: {}", file.rel, line.trim()))
+        .collect()
+}
+
+#[test]
+fn only_the_event_loop_schedules_and_holds_the_system() {
+    let files = read_sources();
+    let in_sim = |f: &&crate::tidy::SourceFile| in_module(&f.rel, "sim") && !is_test_file(&f.rel);
+    let outside: Vec<String> = (files.iter().filter(in_sim))
+        .filter(|f| f.rel != EVENT_LOOP)
+        .flat_map(event_loop_lines)
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "only src/{EVENT_LOOP} schedules events and implements the system (parts act \
+         through sim::effects::Effects):\n{}",
+        outside.join("\n")
+    );
+    let event_loop = files.iter().find(|f| f.rel == EVENT_LOOP).unwrap();
+    assert_eq!(
+        event_loop_lines(event_loop).len() >= EVENT_LOOP_ONLY.len(),
+        true,
+        "src/{EVENT_LOOP} no longer holds the system: update EVENT_LOOP"
+    );
+}
+
+/// The modules whose files must not use each other in a circle.
+const NO_CIRCLES_IN: [&str; 3] = ["sim", "mocker", "report"];
+
+/// The sibling modules `text` (a file of module folder `folder`) names: through `super::`
+/// or its full `crate::` path, one name or a `{...}` group of them.
+fn sibling_uses(text: &str, folder: &str, siblings: &[String]) -> Vec<String> {
+    let full = format!("crate::{}::", folder.replace('/', "::"));
+    let mut names = Vec::new();
+    for prefix in ["super::", full.as_str()] {
+        for (at, _) in text.match_indices(prefix) {
+            let rest = &text[at + prefix.len()..];
+            let group = match rest.strip_prefix('{') {
+                Some(inner) => &inner[..inner.find('}').unwrap_or(inner.len())],
+                None => rest,
+            };
+            for item in group.split(',') {
+                let name: String = (item.trim().chars())
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if siblings.contains(&name) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// A circle of `uses` (file name -> the sibling names it uses), if there is one.
+fn find_circle(uses: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        name: &str,
+        uses: &std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == name) {
+            let mut circle = path[start..].to_vec();
+            circle.push(name.to_string());
+            return Some(circle);
+        }
+        if !done.insert(name.to_string()) {
+            return None;
+        }
+        path.push(name.to_string());
+        for next in uses.get(name).into_iter().flatten() {
+            if let Some(circle) = visit(next, uses, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    uses.keys()
+        .find_map(|name| visit(name, uses, &mut Vec::new(), &mut done))
+}
+
+/// Every import circle among the files of one folder under `root` (sim, mocker, report
+/// and their subfolders), as `folder: a -> b -> a`.
+fn import_circles(files: &[crate::tidy::SourceFile], root: &str) -> Vec<String> {
+    let mut folders: Vec<String> = (files.iter())
+        .filter(|f| in_module(&f.rel, root))
+        .filter_map(|f| f.rel.rsplit_once('/').map(|(dir, _)| dir.to_string()))
+        .collect();
+    folders.sort();
+    folders.dedup();
+    let mut circles = Vec::new();
+    for folder in folders {
+        let in_folder = |f: &&crate::tidy::SourceFile| {
+            f.rel.rsplit_once('/').is_some_and(|(dir, name)| dir == folder && name != "mod.rs")
+                && !is_test_file(&f.rel)
+        };
+        let name_of = |f: &crate::tidy::SourceFile| {
+            let file = f.rel.rsplit('/').next().unwrap_or(&f.rel);
+            file.trim_end_matches(".rs").to_string()
+        };
+        let siblings: Vec<String> = files.iter().filter(in_folder).map(name_of).collect();
+        let uses = (files.iter().filter(in_folder))
+            .map(|f| {
+                let code: Vec<&str> = f.code_lines().map(|(_, line)| line).collect();
+                let used = sibling_uses(&code.join("\n"), &folder, &siblings);
+                (name_of(f), used.into_iter().filter(|u| *u != name_of(f)).collect())
+            })
+            .collect();
+        if let Some(circle) = find_circle(&uses) {
+            circles.push(format!("{folder}: {}", circle.join(" -> ")));
+        }
+    }
+    circles
+}
+
+#[test]
+fn no_module_has_an_import_circle_among_its_files() {
+    let files = read_sources();
+    let circles: Vec<String> = (NO_CIRCLES_IN.iter())
+        .flat_map(|root| import_circles(&files, root))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "files that use each other in a circle (put what both need in a lower file):\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn an_import_circle_is_found_and_a_chain_is_not() {
+    let siblings = ["fleet".to_string(), "ledger".to_string(), "routers".to_string()];
+    assert_eq!(
+        sibling_uses(
+            "use super::fleet::WorkerFleet;\nuse super::{ledger::Ledger, Status};\nuse crate::sim::routers::Routers;",
+            "sim",
+            &siblings
+        ),
+        ["fleet", "ledger", "routers"]
+    );
+    let graph = |edges: &[(&str, &str)]| {
+        let mut uses = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for (from, to) in edges {
+            uses.entry(from.to_string()).or_default().push(to.to_string());
+            uses.entry(to.to_string()).or_default();
+        }
+        uses
+    };
+    let chain = graph(&[("event_loop", "serving"), ("serving", "handoff"), ("handoff", "effects")]);
+    assert_eq!(find_circle(&chain), None);
+    let circle = graph(&[("traits", "worker"), ("worker", "protocol"), ("protocol", "traits")]);
+    assert_eq!(
+        find_circle(&circle).unwrap(),
+        ["protocol", "traits", "worker", "protocol"]
+    );
+}
