@@ -1,8 +1,9 @@
 //! The shape of the simulated system, kept by test: only the worker fleet builds workers
 //! (through their kind), so every worker gets the same set-up; only a kind builds its own
-//! workers; and no file or function in src/ outgrows what a reader can hold.
+//! workers; only `sim::resolve` builds a run's configuration; and no file or function in src/
+//! outgrows what a reader can hold.
 
-use crate::tidy::read_sources;
+use crate::tidy::{SourceFile, read_sources};
 
 /// The one file that builds workers, through their kind (`WorkerKind::build` with the one
 /// `WorkerSetup` every worker gets).
@@ -257,5 +258,83 @@ fn the_spine_is_as_short_as_the_architecture_says() {
         spine.lines().count() < bound,
         "src/pipeline.rs has {} lines; docs/architecture.md says under {bound}",
         spine.lines().count()
+    );
+}
+
+/// The one file that builds a `SimConfig`: `sim::resolve`, once every rule across the run's
+/// fields holds (docs/architecture.md, "Resolve once").
+const SIM_CONFIG_BUILDER: &str = "sim/config.rs";
+
+/// Whether `line` builds a `SimConfig` with a struct literal: `SimConfig {` after anything but
+/// what opens its declaration, an `impl` block or a function returning one (`struct`, `impl`,
+/// `for`, `->`, `&`).
+fn builds_a_sim_config(line: &str) -> bool {
+    let line = line.trim();
+    let not_a_literal = ["struct", "impl", "for", "->", "&", "mut"];
+    !line.starts_with("//")
+        && line.match_indices("SimConfig {").any(|(at, _)| {
+            let before = line[..at].trim_end();
+            !not_a_literal.iter().any(|word| before.ends_with(word))
+        })
+}
+
+/// The lines of `files` outside tests that build a `SimConfig` outside [`SIM_CONFIG_BUILDER`].
+fn sim_config_builders(files: &[SourceFile]) -> Vec<String> {
+    let mut builders = Vec::new();
+    for file in files {
+        let rel = file.rel.as_str();
+        if rel == SIM_CONFIG_BUILDER || is_test_file(rel) || rel.contains("/tests/") {
+            continue;
+        }
+        for (n, line) in file.code_lines() {
+            if builds_a_sim_config(line) {
+                builders.push(format!("src/{rel}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    builders
+}
+
+#[test]
+fn only_resolve_builds_a_sim_config() {
+    let builders = sim_config_builders(&read_sources());
+    assert!(
+        builders.is_empty(),
+        "a SimConfig is built by sim::resolve alone (src/{SIM_CONFIG_BUILDER}): fill a \
+         RunDescription and resolve it, so every rule across its fields is checked:\n{}",
+        builders.join("\n")
+    );
+}
+
+#[test]
+fn a_sim_config_literal_outside_resolve_is_caught_and_a_mention_is_not() {
+    let file = |rel: &str, text: &str| SourceFile {
+        rel: rel.to_string(),
+        path: rel.into(),
+        text: text.to_string(),
+    };
+    let literal =
+        "fn f() -> SimConfig {\n    let c = SimConfig {\n        seed: 0,\n    };\n    c\n}\n";
+    let files = [
+        file("pipeline/replay.rs", literal),
+        file(SIM_CONFIG_BUILDER, literal),
+        file("sim/pool_tests.rs", literal),
+        file("sim/tests/disaggregated.rs", literal),
+        file(
+            "pipeline.rs",
+            &format!("fn x() {{}}\n#[cfg(test)]\nmod tests {{\n{literal}}}\n"),
+        ),
+        file(
+            "scenario/validate.rs",
+            "/// Unlike `SimConfig { .. }`, a description is unchecked.\npub struct SimConfig {\nimpl Default for SimConfig {\npub fn config(&self) -> &SimConfig {\n",
+        ),
+        file("pipeline.rs", "    config: crate::sim::SimConfig {\n"),
+    ];
+    assert_eq!(
+        sim_config_builders(&files),
+        vec![
+            "src/pipeline/replay.rs:2: let c = SimConfig {".to_string(),
+            "src/pipeline.rs:1: config: crate::sim::SimConfig {".to_string(),
+        ]
     );
 }
