@@ -550,7 +550,7 @@ fn main() -> std::process::ExitCode {
             kv_event_lag: routersim::time::SimDuration::ZERO,
             disaggregated: disaggregated(case.workers),
         };
-        let spec = RunSpec::from_replay(&setup);
+        let spec = RunSpec::from_replay(&setup).expect("the bench replay is valid");
         let out = root.join("target/bench-out").join(case.name);
         let dynamo_csv = root.join(format!("target/bench-out/{}-dynamo.csv", case.name));
         let mut result = None;

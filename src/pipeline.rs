@@ -136,10 +136,7 @@ impl RunSpec {
         };
         RunSpec {
             name: scenario.name().to_string(),
-            config: SimConfig {
-                seed,
-                ..scenario.config().clone()
-            },
+            config: scenario.config().clone().with_seed(seed),
             source,
             arrival_jitter_ns: scenario.arrival_jitter_ns(),
             prefix_n: None,
@@ -151,7 +148,7 @@ impl RunSpec {
 
     /// The run's seed.
     pub fn seed(&self) -> u64 {
-        self.config.seed
+        self.config.seed()
     }
 
     /// The same run, keeping a timeline when `timeline` says so.
@@ -162,14 +159,14 @@ impl RunSpec {
     /// The same run with another seed (workload draws, tie-breaks, jitter).
     pub fn with_seed(&self, seed: u64) -> RunSpec {
         let mut spec = self.clone();
-        spec.config.seed = seed;
+        spec.config = spec.config.with_seed(seed);
         spec
     }
 
     /// The resolved class names, in DRR ring order.
     pub fn class_names(&self) -> Vec<String> {
         self.config
-            .profile
+            .profile()
             .classes()
             .iter()
             .map(|c| c.name.clone())
@@ -178,7 +175,7 @@ impl RunSpec {
 
     /// Sets class `class`'s DRR quantum (what `tune` varies).
     pub fn set_quantum(&mut self, class: usize, quantum_tokens: u64) {
-        self.config.profile.set_quantum(class, quantum_tokens);
+        self.config.set_quantum(class, quantum_tokens);
     }
 
     /// The requests in arrival order (ties in row order), all drawn at once: a synthetic
@@ -317,7 +314,7 @@ fn streamed_trace(spec: &RunSpec) -> Option<(&Path, u64, f64, RowOrder)> {
     else {
         return None;
     };
-    let order = match spec.config.closed_loop {
+    let order = match spec.config.closed_loop() {
         Some(_) => Some(RowOrder::File),
         None => (spec.arrival_jitter_ns == 0).then_some(RowOrder::Time),
     }?;

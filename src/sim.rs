@@ -33,255 +33,15 @@
 //! generated tokens when skipping: such a block's hash is derived from its own request, so
 //! no prompt the router ever looks up can match it.
 
-use crate::engine::{Limits, StopReason};
-use crate::mocker::{Capacity, EngineArgs, WorkerKind, WorkerRole};
-use crate::scheduling::policy::PolicyProfile;
-use crate::scheduling::router_config::RouterConfig;
-use crate::scheduling::scheduler::{DEFAULT_TICK_INTERVAL, DispatchPath, SchedulerConfig};
+use crate::engine::StopReason;
+use crate::mocker::WorkerRole;
+use crate::scheduling::scheduler::DispatchPath;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::time::{SimDuration, SimTime};
 pub use crate::workload::session::SessionTag;
 // What a run takes in: requests, their prompts perhaps hashed ahead.
 pub use crate::workload::{Arrival, PromptHashes};
 use std::sync::Arc;
-
-/// How the router picks workers, with Dynamo's `--router-mode` names (`kv_router`,
-/// `round_robin`) as a scenario's `router.router_mode` and replay's `--router-mode` spell it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RouterMode {
-    /// Dynamo's KV router: the scheduling core with policy classes and cost-based selection.
-    #[default]
-    KvRouter,
-    /// Plain round robin over worker ranks, no queueing.
-    RoundRobin,
-}
-
-impl RouterMode {
-    /// Every mode's name, as Dynamo spells it.
-    pub const NAMES: [&str; 2] = ["kv_router", "round_robin"];
-
-    /// The mode Dynamo's name `name` stands for.
-    pub fn from_name(name: &str) -> Option<RouterMode> {
-        match name {
-            "kv_router" => Some(RouterMode::KvRouter),
-            "round_robin" => Some(RouterMode::RoundRobin),
-            _ => None,
-        }
-    }
-}
-
-/// Latencies between the parts of the system (all default to zero).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct TransportDelays {
-    pub router_to_worker: SimDuration,
-    pub worker_to_router: SimDuration,
-    pub kv_event_lag: SimDuration,
-    /// Each dispatch and each token message gets an extra delay drawn uniformly from
-    /// `0..=jitter` (stream `sim/transport` of the seed), as a real network would add; a
-    /// request's messages still arrive in order. Zero draws nothing.
-    pub jitter: SimDuration,
-}
-
-/// A closed loop: the run keeps `concurrency` requests (or sessions) in flight instead of
-/// releasing them at their arrival times. The first `concurrency` are issued at 0 in the order
-/// given; each time one ends (a request completes or is rejected; a session's last turn
-/// ends) the next one is issued at that instant, with that instant as its arrival. A session
-/// holds its slot through its think times. This is how aiperf and Dynamo's replay
-/// (`replay_concurrency`) measure.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ClosedLoop {
-    /// Requests kept in flight (at least 1).
-    pub concurrency: u32,
-    /// No request is issued at or after this instant (`None`: until the requests run out).
-    pub issue_until: Option<SimTime>,
-}
-
-/// The name of the one pool that a plain `workers: {count, engine}` (or a replay) describes.
-pub const DEFAULT_POOL: &str = "default";
-
-/// A pool of identical aggregated workers: `count` workers, each running `engine` (with
-/// `engine.dp_size` ranks).
-#[derive(Clone, Debug, PartialEq)]
-pub struct WorkerPool {
-    /// The pool's name ([`DEFAULT_POOL`] for the unnamed pool).
-    pub name: String,
-    /// Workers in the pool (at least 1).
-    pub count: u32,
-    /// The engine every worker of the pool runs.
-    pub engine: EngineArgs,
-}
-
-impl WorkerPool {
-    /// The unnamed pool of `count` workers running `engine`.
-    pub fn unnamed(count: u32, engine: EngineArgs) -> WorkerPool {
-        WorkerPool {
-            name: DEFAULT_POOL.to_string(),
-            count,
-            engine,
-        }
-    }
-
-    /// The kind of worker the pool runs.
-    pub fn kind(&self) -> WorkerKind {
-        WorkerKind::of(&self.engine)
-    }
-
-    /// What each data-parallel rank of the pool holds at most, as its kind reports it.
-    pub fn capacity(&self) -> Capacity {
-        self.kind().capacity(&self.engine)
-    }
-}
-
-/// A fault injected into a run (the scenario's `faults:`).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Fault {
-    /// Worker `worker` (all its ranks) stops at `at`; the router hears of it after the
-    /// worker-to-router delay. With `until` it returns then, with an empty KV cache.
-    WorkerDown {
-        worker: u64,
-        at: SimTime,
-        until: Option<SimTime>,
-    },
-    /// Each request asking for class `class` is, with probability `fraction` (a seeded draw
-    /// per request in arrival order), cancelled by its client `after` its arrival unless it
-    /// ended before.
-    Cancel {
-        class: String,
-        fraction: f64,
-        after: SimDuration,
-    },
-    /// A new worker of pool `pool` (an index in `SimConfig::pools`) joins at `at`, with the
-    /// next free worker id.
-    WorkerUp { pool: usize, at: SimTime },
-}
-
-/// Everything one simulation run needs besides its requests.
-#[derive(Clone, Debug)]
-pub struct SimConfig {
-    /// The router's knobs.
-    pub router: RouterConfig,
-    /// The policy classes the router runs (as [`select_profile`](crate::scheduling::scheduler::select_profile) chooses them).
-    pub profile: PolicyProfile,
-    /// The worker pools, in order: worker ids are assigned pool by pool from 0. At least one;
-    /// every pool has the same `engine.block_size`, which is the router's too.
-    pub pools: Vec<WorkerPool>,
-    pub router_mode: RouterMode,
-    pub delays: TransportDelays,
-    pub limits: Limits,
-    /// Run every checker after every event (slow; for tests).
-    pub check_every_event: bool,
-    /// The run's only seed: workload draws, the router's tie-breaks, transport jitter.
-    pub seed: u64,
-    /// Issue requests in a closed loop instead of at their arrival times (`None`: open loop).
-    pub closed_loop: Option<ClosedLoop>,
-    /// Faults to inject (none: every worker stays up, no client gives up).
-    pub faults: Vec<Fault>,
-    /// How many times a request in flight on a lost worker is re-routed (Dynamo's frontend
-    /// `migration_limit`; 0: it is aborted).
-    pub migration_limit: u32,
-}
-
-impl Default for SimConfig {
-    /// What every run starts from before its inputs say otherwise: one worker of the default
-    /// engine behind the default KV router without a policy file; no delays, faults,
-    /// migration or closed loop; the default limits; seed 0.
-    fn default() -> Self {
-        let router = RouterConfig::default();
-        SimConfig {
-            profile: crate::scheduling::scheduler::select_profile(&router, None, None),
-            router,
-            pools: vec![WorkerPool::unnamed(1, EngineArgs::default())],
-            router_mode: RouterMode::default(),
-            delays: TransportDelays::default(),
-            limits: Limits::default(),
-            check_every_event: false,
-            seed: 0,
-            closed_loop: None,
-            faults: Vec::new(),
-            migration_limit: 0,
-        }
-    }
-}
-
-impl SimConfig {
-    /// The scheduler's configuration, derived so that seed and block size cannot disagree
-    /// with the workers'.
-    pub fn scheduler_config(&self) -> SchedulerConfig {
-        SchedulerConfig {
-            router: self.router.clone(),
-            profile: self.profile.clone(),
-            block_size_tokens: self.block_size(),
-            seed: self.seed,
-            tick_interval: DEFAULT_TICK_INTERVAL,
-        }
-    }
-
-    /// The KV block size of every worker, and so of the router's prompt hashes.
-    pub fn block_size(&self) -> u64 {
-        self.pools
-            .first()
-            .map_or(EngineArgs::default().block_size, |p| p.engine.block_size)
-    }
-
-    /// The workers' total running-batch capacity (vLLM's `max_num_seqs`) over every
-    /// data-parallel rank of every pool.
-    pub fn capacity_seqs(&self) -> u64 {
-        self.pools
-            .iter()
-            .map(|p| {
-                let ranks = u64::from(p.count) * u64::from(p.engine.dp_size.max(1));
-                ranks * p.capacity().max_running
-            })
-            .sum()
-    }
-
-    /// Whether the run serves disaggregated: prefill pools and decode pools, no aggregated.
-    pub fn is_disaggregated(&self) -> bool {
-        self.pools
-            .iter()
-            .any(|p| p.engine.role != WorkerRole::Aggregated)
-    }
-
-    /// A pool list the simulator cannot run is a caller's bug: none, an empty pool, pools
-    /// that disagree on the block size the router hashes with, or roles that do not make a
-    /// system (aggregated pools only, or prefill and decode pools and no aggregated one).
-    fn check_pools(&self) -> Result<(), String> {
-        let block_size = self.block_size();
-        if self.pools.is_empty() {
-            return Err("the run has no worker pool".into());
-        }
-        let has = |role| self.pools.iter().any(|p| p.engine.role == role);
-        let roles = (
-            has(WorkerRole::Aggregated),
-            has(WorkerRole::Prefill),
-            has(WorkerRole::Decode),
-        );
-        if !matches!(roles, (true, false, false) | (false, true, true)) {
-            return Err(format!(
-                "pool roles {roles:?} (aggregated, prefill, decode) make no system"
-            ));
-        }
-        let cancels = self
-            .faults
-            .iter()
-            .any(|f| matches!(f, Fault::Cancel { .. }));
-        if roles.1 && cancels {
-            return Err("cancel faults are not modelled in disaggregated serving".into());
-        }
-        match self
-            .pools
-            .iter()
-            .find(|p| p.count == 0 || p.engine.block_size != block_size)
-        {
-            Some(p) => Err(format!(
-                "pool {} has {} workers of block size {} (the router's is {block_size})",
-                p.name, p.count, p.engine.block_size
-            )),
-            None => Ok(()),
-        }
-    }
-}
 
 /// Everything recorded about one request.
 #[derive(Clone, Debug, PartialEq)]
@@ -492,6 +252,7 @@ pub fn skips_quiet_passes(config: &SimConfig, stepping: Stepping) -> bool {
         && config.faults.is_empty()
 }
 
+mod config;
 mod driver;
 mod effects;
 mod event_loop;
@@ -506,9 +267,13 @@ mod status;
 pub mod timeline;
 mod transport;
 
+pub use config::{
+    ClosedLoop, DEFAULT_POOL, Fault, ResolveError, RouterMode, RunDescription, SimConfig,
+    TransportDelays, WorkerPool, models_cancels, resolve,
+};
 pub use faults::FaultMark;
-pub use ledger::RareParts;
 use ledger::RankSlot;
+pub use ledger::RareParts;
 pub use status::{AbortReason, CancelReason, EndStatus, Rejection, Status};
 use timeline::Timeline;
 
@@ -520,18 +285,19 @@ mod tests {
     mod disaggregated;
     mod sessions;
     use super::*;
-    use crate::mocker::{PreemptionMode, RejectReason, TimingModel, TimingProfile};
-    use driver::{KvLog, RouterDriver};
-    use event_loop::{new_system, simulate};
-    use fleet::{RESERVED_BLOCKS, WorkerFleet, cached_blocks_hint, reserved_blocks_per_rank};
-    use fleet::warms_probes;
-    use ledger::Ledger;
-    use std::collections::BTreeSet;
+    use crate::engine::Limits;
+    use crate::mocker::{EngineArgs, PreemptionMode, RejectReason, TimingModel, TimingProfile};
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::scheduling::types::KvEventData;
     use crate::workload::{PromptSpec, RequestSpec};
+    use driver::{KvLog, RouterDriver};
+    use event_loop::{new_system, simulate};
+    use fleet::warms_probes;
+    use fleet::{RESERVED_BLOCKS, WorkerFleet, cached_blocks_hint, reserved_blocks_per_rank};
+    use ledger::Ledger;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     const POLICY: &str = "
 default_policy_family: regular
@@ -645,7 +411,7 @@ policy_classes:
         let policy = case
             .with_policy
             .then(|| PolicyConfig::from_yaml_str(POLICY, None).unwrap());
-        SimConfig {
+        resolve(RunDescription {
             router: RouterConfig::default(),
             profile: crate::scheduling::scheduler::select_profile(
                 &RouterConfig::default(),
@@ -669,7 +435,8 @@ policy_classes:
             closed_loop: None,
             faults: Vec::new(),
             migration_limit: 0,
-        }
+        })
+        .expect("a valid run")
     }
 
     fn requests(case: &Case) -> Vec<RequestSpec> {

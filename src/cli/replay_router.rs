@@ -2,7 +2,8 @@
 //! arguments) and the policy YAML named by `--policy` or by `--router`'s
 //! `router_policy_config`, whose root `router:` settings replace `--router`'s values.
 
-use super::{CliError, input, json_arg};
+use super::replay_setup::json_arg;
+use super::{CliError, input};
 use crate::scenario;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;

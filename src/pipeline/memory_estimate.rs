@@ -16,7 +16,7 @@ const TRACE_RUN_BYTES_PER_FILE_BYTE: u64 = 2;
 pub fn run_memory_estimate_bytes(spec: &RunSpec) -> u64 {
     let ranks: u64 = spec
         .config
-        .pools
+        .pools()
         .iter()
         .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size))
         .sum();

@@ -6,7 +6,10 @@ use crate::mocker::EngineArgs;
 use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
-use crate::sim::{self, RouterMode, SimConfig, SimResult, TransportDelays, WorkerPool};
+use crate::sim::{
+    self, ResolveError, RouterMode, RunDescription, SimConfig, SimResult, TransportDelays,
+    WorkerPool,
+};
 use crate::time::SimDuration;
 use crate::workload::read_ahead::{Judged, PassEnd, ReadAhead};
 use crate::workload::trace::SurplusHashIds;
@@ -73,10 +76,11 @@ impl ReplaySetup {
 }
 
 impl RunSpec {
-    /// The spec of a trace replay. The trace is validated whole when it runs (an error names
-    /// its line and field).
-    pub fn from_replay(setup: &ReplaySetup) -> RunSpec {
-        let config = SimConfig {
+    /// The spec of a trace replay, or the rule across its flags the setup breaks (see
+    /// [`sim::resolve`]). The trace is validated whole when it runs (an error names its line
+    /// and field).
+    pub fn from_replay(setup: &ReplaySetup) -> Result<RunSpec, ResolveError> {
+        let config = sim::resolve(RunDescription {
             router: setup.router.clone(),
             profile: select_profile(&setup.router, setup.policy.as_ref(), None),
             pools: setup.pools(),
@@ -86,9 +90,9 @@ impl RunSpec {
                 kv_event_lag: setup.kv_event_lag,
                 ..TransportDelays::default()
             },
-            ..SimConfig::default()
-        };
-        RunSpec {
+            ..RunDescription::default()
+        })?;
+        Ok(RunSpec {
             name: setup.trace.display().to_string(),
             config,
             source: RequestSource::Trace {
@@ -101,7 +105,7 @@ impl RunSpec {
             warmup: SimDuration::ZERO,
             request_cache: None,
             timeline: false,
-        }
+        })
     }
 
     /// The same replay in one of Dynamo's other replay modes: a closed loop
@@ -122,10 +126,11 @@ impl RunSpec {
         {
             *ratio = arrival_speedup_ratio;
         }
-        self.config.closed_loop = replay_concurrency.map(|concurrency| sim::ClosedLoop {
+        let closed_loop = replay_concurrency.map(|concurrency| sim::ClosedLoop {
             concurrency,
             issue_until: None,
         });
+        self.config = self.config.with_closed_loop(closed_loop);
         self
     }
 }

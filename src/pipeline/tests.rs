@@ -5,7 +5,7 @@ use super::*;
 use crate::mocker::EngineArgs;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::DEFAULT_TICK_INTERVAL;
-use crate::sim::{RouterMode, WorkerPool};
+use crate::sim::{RouterMode, RunDescription, WorkerPool};
 use crate::workload::RequestSpec;
 use crate::workload::read_ahead::tests::{same_length_rows, sorted_trace};
 use crate::workload::trace::{self, TraceReader};
@@ -29,6 +29,13 @@ fn the_replication_seeds_are_drawn_from_the_sweep_replication_stream() {
     assert!(replication_seeds(7, 0).is_empty());
 }
 
+/// `config` changed as `change` says, and resolved again.
+fn changed(config: &SimConfig, change: impl FnOnce(&mut RunDescription)) -> SimConfig {
+    let mut description = config.to_description();
+    change(&mut description);
+    crate::sim::resolve(description).expect("a valid run")
+}
+
 fn bundled(name: &str) -> Scenario {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("scenarios")
@@ -42,7 +49,7 @@ fn runs_sharing_a_request_cache_draw_once_and_match_uncached_runs() {
     let cache = Arc::new(RequestCache::default());
     for workers in [2, 4] {
         let mut plain = RunSpec::from_scenario(&scenario, 3);
-        plain.config.pools[0].count = workers;
+        plain.config = changed(&plain.config, |d| d.pools[0].count = workers);
         let mut cached = plain.clone();
         cached.request_cache = Some(cache.clone());
         let (a, b) = (execute(&plain).unwrap(), execute(&cached).unwrap());
@@ -63,10 +70,10 @@ fn a_scenario_run_starts_from_the_scenarios_config_with_the_runs_seed() {
     let spec = RunSpec::from_scenario(&scenario, scenario.seed() + 1);
     assert_eq!(spec.seed(), scenario.seed() + 1);
     let template = scenario.config();
-    assert_eq!(spec.config.pools, template.pools);
-    assert_eq!(spec.config.limits, template.limits);
-    assert_eq!(spec.config.delays, template.delays);
-    assert_eq!(spec.config.router_mode, template.router_mode);
+    assert_eq!(spec.config.pools(), template.pools());
+    assert_eq!(spec.config.limits(), template.limits());
+    assert_eq!(spec.config.delays(), template.delays());
+    assert_eq!(spec.config.router_mode(), template.router_mode());
     assert_eq!(spec.class_names(), scenario.class_names());
 }
 
@@ -75,17 +82,17 @@ fn a_replay_runs_the_default_config_but_for_its_own_router_workers_mode_and_seed
     let (_dir, spec) = replay_spec(UNSORTED);
     let defaults = SimConfig::default();
     assert_eq!(
-        spec.config.pools,
+        spec.config.pools(),
         vec![WorkerPool::unnamed(1, EngineArgs::default())]
     );
-    assert_eq!(spec.config.limits, defaults.limits);
-    assert_eq!(spec.config.delays, defaults.delays);
+    assert_eq!(spec.config.limits(), defaults.limits());
+    assert_eq!(spec.config.delays(), defaults.delays());
     assert_eq!(
         spec.config.scheduler_config().tick_interval,
         DEFAULT_TICK_INTERVAL
     );
-    assert_eq!(spec.config.closed_loop, None);
-    assert!(spec.config.faults.is_empty() && spec.config.migration_limit == 0);
+    assert_eq!(spec.config.closed_loop(), None);
+    assert!(spec.config.faults().is_empty() && spec.config.migration_limit() == 0);
 }
 
 /// A one-worker replay of `trace_text` (default engine, no policy), in a temporary file.
@@ -106,7 +113,7 @@ fn replay_spec(trace_text: &str) -> (tempfile::TempDir, RunSpec) {
         kv_event_lag: crate::time::SimDuration::ZERO,
         disaggregated: None,
     };
-    (dir, RunSpec::from_replay(&setup))
+    (dir, RunSpec::from_replay(&setup).expect("a valid replay"))
 }
 
 /// Rows out of time order: a closed loop must still issue them in file order.
@@ -172,7 +179,7 @@ fn two_pass(spec: &RunSpec) -> RunOutput {
     else {
         panic!("a trace replay");
     };
-    let requests: Box<dyn Iterator<Item = RequestSpec>> = match spec.config.closed_loop {
+    let requests: Box<dyn Iterator<Item = RequestSpec>> = match spec.config.closed_loop() {
         Some(_) => {
             read_ahead::scan_trace(path, *block_size, 1.0).unwrap();
             let file = read_ahead::open_trace(path).unwrap();
@@ -219,8 +226,10 @@ fn rows_told_which_blocks_are_theirs_alone_replay_as_rows_told_nothing() {
         })
         .collect();
     let (_dir, mut spec) = replay_spec(&(rows.join("\n") + "\n"));
-    spec.config.pools[0].count = 2;
-    spec.config.pools[0].engine.num_gpu_blocks = 96;
+    spec.config = changed(&spec.config, |d| {
+        d.pools[0].count = 2;
+        d.pools[0].engine.num_gpu_blocks = 96;
+    });
     let told = execute(&spec).unwrap();
     assert!(told.result.preemptions > 0, "the pool must preempt");
     assert_eq!(written(&told), written(&two_pass(&spec)));
@@ -246,11 +255,11 @@ fn modes(spec: &RunSpec) -> Vec<RunSpec> {
 #[test]
 fn a_sorted_trace_is_read_once_and_replays_as_the_scan_then_read_did() {
     let (_dir, mut spec) = replay_spec(&(sorted_trace(300).join("\n") + "\n"));
-    spec.config.pools[0].count = 2;
+    spec.config = changed(&spec.config, |d| d.pools[0].count = 2);
     for spec in modes(&spec) {
         let (output, opens) = execute_counting_opens(&spec);
         let output = output.unwrap();
-        assert_eq!(opens, 1, "{:?}", spec.config.closed_loop);
+        assert_eq!(opens, 1, "{:?}", spec.config.closed_loop());
         assert_eq!(output.result.records.len(), 300);
         assert_eq!(written(&output), written(&two_pass(&spec)));
     }
@@ -265,7 +274,7 @@ fn an_unsorted_trace_replays_sorted_as_before() {
     );
     for text in [UNSORTED.to_string(), late.join("\n")] {
         let (_dir, mut spec) = replay_spec(&text);
-        spec.config.pools[0].count = 2;
+        spec.config = changed(&spec.config, |d| d.pools[0].count = 2);
         for spec in modes(&spec) {
             let output = execute(&spec).unwrap();
             assert_eq!(written(&output), written(&two_pass(&spec)));
@@ -300,7 +309,9 @@ fn an_invalid_last_row_is_still_an_error_naming_its_line() {
     }
     // Also when the run stops before it reads that far (a time limit).
     let mut limited = spec.clone();
-    limited.config.limits.max_time = SimTime::from_ns(100_000_000);
+    limited.config = changed(&limited.config, |d| {
+        d.limits.max_time = SimTime::from_ns(100_000_000)
+    });
     assert_eq!(execute(&limited).unwrap_err(), RunError::Input(expected));
 }
 
@@ -324,7 +335,9 @@ fn a_sorted_trace_past_the_time_bound_or_the_run_gets_the_scans_error() {
     assert_eq!(execute(&slowed).unwrap_err(), scanned);
     // A time limit stops the run long before the last row: the run stands as it was.
     let mut limited = spec.clone();
-    limited.config.limits.max_time = SimTime::from_ns(1_000_000_000);
+    limited.config = changed(&limited.config, |d| {
+        d.limits.max_time = SimTime::from_ns(1_000_000_000)
+    });
     let (output, opens) = execute_counting_opens(&limited);
     let output = output.unwrap();
     assert_eq!(
@@ -344,7 +357,9 @@ fn a_run_stopped_early_needs_no_scan_when_the_reader_read_the_whole_trace() {
     // validates every row) although the run stops at 1 s; the result is the two-pass one.
     let rows = with_a_far_last_row(sorted_trace(50));
     let (_dir, mut limited) = replay_spec(&rows.join("\n"));
-    limited.config.limits.max_time = SimTime::from_ns(1_000_000_000);
+    limited.config = changed(&limited.config, |d| {
+        d.limits.max_time = SimTime::from_ns(1_000_000_000)
+    });
     let (output, opens) = execute_counting_opens(&limited);
     let output = output.unwrap();
     assert_eq!(opens, 1, "the pass read every row: no scan");

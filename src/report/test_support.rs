@@ -100,7 +100,8 @@ pub fn run_fixture(name: &str) -> (SimResult, Vec<u64>) {
 
 /// Replays fidelity fixture `name` through the one run pipeline, as `routersim replay` does.
 fn replay_fixture(name: &str) -> RunOutput {
-    pipeline::execute(&RunSpec::from_replay(&fixture_setup(name))).unwrap()
+    let spec = RunSpec::from_replay(&fixture_setup(name)).expect("a valid replay");
+    pipeline::execute(&spec).unwrap()
 }
 
 /// Replays disaggregated fidelity fixture `name` (`disagg-prefix-missing`, say) on one
@@ -121,7 +122,8 @@ pub fn disaggregated_run(name: &str) -> RunOutput {
         decode_workers: 1,
         decode_engine,
     });
-    pipeline::execute(&RunSpec::from_replay(&setup)).unwrap()
+    let spec = RunSpec::from_replay(&setup).expect("a valid replay");
+    pipeline::execute(&spec).unwrap()
 }
 
 /// The replay of fidelity fixture `name`: its Dynamo trace, policy (if any) and engine, on

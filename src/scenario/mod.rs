@@ -212,7 +212,7 @@ impl Scenario {
 
     /// The scenario's `seed` (the CLI's `--seed` may replace it).
     pub fn seed(&self) -> u64 {
-        self.config.seed
+        self.config.seed()
     }
 
     /// The file the scenario was read from.
@@ -254,7 +254,7 @@ impl Scenario {
     /// queue: without a busy threshold every request is dispatched at once, DRR never picks
     /// between classes, and the shares only follow the arrival order.
     pub fn share_warning(&self) -> Option<String> {
-        if self.config.profile.any_queueing_enabled() {
+        if self.config.profile().any_queueing_enabled() {
             return None;
         }
         let about_shares = |e: &&Expectation| {
@@ -292,7 +292,7 @@ impl Scenario {
         files.extend(self.policy_file.clone());
         let profiles = self
             .config
-            .pools
+            .pools()
             .iter()
             .filter_map(|p| p.engine.timing.profile_source());
         files.extend(profiles.map(PathBuf::from));
@@ -320,7 +320,7 @@ impl Scenario {
 
     /// The worker pools, in file order: one named `default` for a plain `workers:`.
     pub fn pools(&self) -> &[WorkerPool] {
-        &self.config.pools
+        self.config.pools()
     }
 
     /// The simulator configuration every run of the scenario starts from, with the
@@ -336,7 +336,7 @@ impl Scenario {
 
     /// The closed loop (`workload.concurrency`), if the workload runs in one.
     pub fn closed_loop(&self) -> Option<ClosedLoop> {
-        self.config.closed_loop
+        self.config.closed_loop()
     }
 
     /// A plain-text summary for `routersim validate`: the scenario, the resolved classes

@@ -40,9 +40,9 @@ fn pools_are_read_in_file_order_each_with_its_own_engine() {
         vec![("h100".into(), 4, 1, 64), ("a100".into(), 2, 2, 32)]
     );
     let config = scenario.config();
-    assert_eq!(config.pools, scenario.pools());
-    assert_eq!(config.pools[0].engine.max_num_batched_tokens, 4096);
-    assert_eq!(config.pools[1].engine.speedup_ratio, 0.5);
+    assert_eq!(config.pools(), scenario.pools());
+    assert_eq!(config.pools()[0].engine.max_num_batched_tokens, 4096);
+    assert_eq!(config.pools()[1].engine.speedup_ratio, 0.5);
     // 4 x 64 + 2 x 2 x 32 sequences.
     assert_eq!(config.capacity_seqs(), 384);
     let described = scenario.describe();

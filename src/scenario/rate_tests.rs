@@ -199,7 +199,7 @@ fn workload_rate_fields_without_shared_groups_are_errors() {
     assert_eq!(field, "workload.duration_s");
     // With a closed loop, `duration_s` bounds the issuing instead.
     let closed = counted.replace("rate_per_s: 5", "duration_s: 5\n  concurrency: 2");
-    let closed_loop = load(&closed, &[]).unwrap().config().closed_loop;
+    let closed_loop = load(&closed, &[]).unwrap().config().closed_loop();
     assert_eq!(
         closed_loop,
         Some(ClosedLoop {
@@ -250,13 +250,13 @@ fn concurrency_and_warmup_are_validated_and_reach_the_run() {
     );
     let scenario = load(&closed, &[]).unwrap();
     assert_eq!(scenario.warmup(), SimDuration::from_ms(10_000));
-    let closed_loop = scenario.config().closed_loop.unwrap();
+    let closed_loop = scenario.config().closed_loop().unwrap();
     assert_eq!(closed_loop.concurrency, 8);
     assert_eq!(
         closed_loop.issue_until,
         Some(SimTime::from_ns(100_000_000_000))
     );
-    assert_eq!(load(SHARED, &[]).unwrap().config().closed_loop, None);
+    assert_eq!(load(SHARED, &[]).unwrap().config().closed_loop(), None);
     let (_, field, _) = error_at(&closed.replace("concurrency: 8", "concurrency: 0"));
     assert_eq!(field, "workload.concurrency");
     let (_, field, message) = error_at(&closed.replace("warmup_s: 10", "warmup_s: 100"));

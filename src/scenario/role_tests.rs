@@ -98,6 +98,12 @@ fn bad_roles_are_errors_naming_file_line_and_field() {
         "needs `workers.decode` too",
     );
     assert_error(
+        &with("  decode: {count: 1}\n"),
+        3,
+        "workers.decode",
+        "needs `workers.prefill` too",
+    );
+    assert_error(
         &with("  count: 2\n  prefill: {count: 1}\n  decode: {count: 1}\n"),
         3,
         "workers.count",
@@ -180,7 +186,7 @@ fn a_disaggregated_worker_down_names_its_role_and_its_number_within_it() {
     .unwrap();
     let downs: Vec<u64> = scenario
         .config()
-        .faults
+        .faults()
         .iter()
         .filter_map(|f| match f {
             crate::sim::Fault::WorkerDown { worker, .. } => Some(*worker),

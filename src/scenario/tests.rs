@@ -50,10 +50,7 @@ impl Scenario {
 
 /// The configuration of `scenario`'s run with seed 0.
 fn run_config(scenario: &Scenario) -> SimConfig {
-    SimConfig {
-        seed: 0,
-        ..scenario.config().clone()
-    }
+    scenario.config().clone().with_seed(0)
 }
 
 /// All rows of a (previously scanned) trace, sorted by arrival.
@@ -402,9 +399,9 @@ fn set_overrides_values_by_list_entry_name() {
     ]);
     let scenario = Scenario::load_with_overrides(&path, &overrides).unwrap();
     let config = scenario.config();
-    assert_eq!(config.pools[0].count, 2);
-    assert_eq!(config.profile.classes()[1].quantum_tokens, 64);
-    assert_eq!(config.router.router_temperature, 0.5);
+    assert_eq!(config.pools()[0].count, 2);
+    assert_eq!(config.profile().classes()[1].quantum_tokens, 64);
+    assert_eq!(config.router().router_temperature, 0.5);
     let requests = scenario.requests(0).unwrap();
     assert_eq!(requests.len(), 420);
     let plain = Scenario::load(&path).unwrap();
@@ -502,7 +499,7 @@ fn set_reaches_the_keys_of_a_policy_in_its_own_file() {
     let path = with_external_policy(tmp.path());
     let quantum = |overrides: &[(&str, &str)]| {
         let scenario = Scenario::load_with_overrides(&path, &set(overrides)).unwrap();
-        scenario.config().profile.classes()[1].quantum_tokens
+        scenario.config().profile().classes()[1].quantum_tokens
     };
     assert_eq!(quantum(&[]), 128);
     assert_eq!(
@@ -585,8 +582,8 @@ fn set_reaches_fields_left_at_their_default() {
         &no_workers,
         &[("workers.count", "4"), ("limits.max_events", "9")],
     );
-    assert_eq!(counted.config().pools[0].count, 4);
-    assert_eq!(counted.config().limits.max_events, 9);
+    assert_eq!(counted.config().pools()[0].count, 4);
+    assert_eq!(counted.config().limits().max_events, 9);
     let e = Scenario::from_text(&path, &no_delays, &set(&[("delays.bogus_ms", "1")])).unwrap_err();
     assert_eq!(e.field_path, "delays.bogus_ms", "{e}");
     assert_eq!(
@@ -901,19 +898,19 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
     );
     let scenario = Scenario::from_text(Path::new("s.yaml"), &text, &[]).unwrap();
     let config = scenario.config();
-    assert_eq!(config.seed, scenario.seed());
-    assert_eq!(config.router_mode, RouterMode::RoundRobin);
-    assert_eq!(config.router.router_temperature, 0.25);
-    assert_eq!(config.limits.max_events, 1000);
-    assert_eq!(config.limits.max_time.as_ns(), 2_500_000);
-    assert_eq!(config.delays.router_to_worker.as_ns(), 1_000_000);
-    assert_eq!(config.delays.worker_to_router.as_ns(), 500_000);
-    assert_eq!(config.delays.kv_event_lag.as_ns(), 3_000_000);
+    assert_eq!(config.seed(), scenario.seed());
+    assert_eq!(config.router_mode(), RouterMode::RoundRobin);
+    assert_eq!(config.router().router_temperature, 0.25);
+    assert_eq!(config.limits().max_events, 1000);
+    assert_eq!(config.limits().max_time.as_ns(), 2_500_000);
+    assert_eq!(config.delays().router_to_worker.as_ns(), 1_000_000);
+    assert_eq!(config.delays().worker_to_router.as_ns(), 500_000);
+    assert_eq!(config.delays().kv_event_lag.as_ns(), 3_000_000);
     assert_eq!(
-        (config.pools[0].engine.max_num_seqs, config.block_size()),
+        (config.pools()[0].engine.max_num_seqs, config.block_size()),
         (4, 16)
     );
-    assert_eq!(config.pools[0].engine.dp_size, 2);
+    assert_eq!(config.pools()[0].engine.dp_size, 2);
     let e = error_of(&text.replace("kv_event_lag_ms: 3", "kv_event_lag_ms: -3"));
     assert_eq!(e.field_path, "delays.kv_event_lag_ms", "{e}");
     let e = error_of(&text.replace("router_temperature: 0.25", "router_temperature: -1"));

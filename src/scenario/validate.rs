@@ -10,7 +10,7 @@ use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
 use crate::scheduling::policy::{PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
-use crate::sim::{SimConfig, TransportDelays};
+use crate::sim::{self, ResolveError, RunDescription, TransportDelays, WorkerPool};
 use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::SynthError;
 use crate::yaml::{self, Document, NodeKind};
@@ -137,19 +137,20 @@ fn build(
     let closed_loop = closed_loop(source, &raw.workload)?;
     let warmup = warmup(source, &raw.workload)?;
     let faults = faults(source, &raw, &pools, &limits)?;
-    let config = SimConfig {
+    let description = RunDescription {
         router,
         profile,
-        pools,
+        pools: pools.clone(),
         router_mode: raw.router.router_mode.unwrap_or_default(),
         delays,
         limits,
+        check_every_event: false,
         seed: raw.seed,
         closed_loop,
         faults,
         migration_limit: raw.router.migration_limit.unwrap_or(0),
-        ..SimConfig::default()
     };
+    let config = sim::resolve(description).map_err(|e| rule_error(source, &raw, &pools, e))?;
     Ok(Scenario {
         file: path.to_path_buf(),
         name: raw.name,
@@ -164,6 +165,50 @@ fn build(
         arrival_jitter_ns: raw.delays.arrival_jitter_ns,
         warmup,
     })
+}
+
+/// A rule across the scenario's sections that [`sim::resolve`] found broken, at the field to
+/// fix: the pool or fault it names, as `workers:` and `faults:` wrote them.
+fn rule_error(
+    source: &Source,
+    raw: &RawScenario,
+    pools: &[WorkerPool],
+    error: ResolveError,
+) -> ScenarioError {
+    let pool_at = |pool: usize| workers::pool_path(&raw.workers, pools, pool);
+    match error {
+        ResolveError::Roles {
+            aggregated: false,
+            prefill,
+            decode,
+        } if prefill != decode => match prefill {
+            true => workers::needs_both(source, "workers.prefill", "decode"),
+            false => workers::needs_both(source, "workers.decode", "prefill"),
+        },
+        ResolveError::EmptyPool { pool, .. } => {
+            source.at(&format!("{}.count", pool_at(pool)), "must be positive")
+        }
+        ResolveError::BlockSize {
+            pool,
+            block_size,
+            first_name,
+            first_block_size,
+            ..
+        } => source.at(
+            &format!("{}.engine.block_size", pool_at(pool)),
+            format!(
+                "is {block_size}, but pool `{first_name}` has {first_block_size}: every pool needs the same block_size, the one the router hashes prompts with"
+            ),
+        ),
+        ResolveError::CancelInDisaggregated { fault } => source.at(
+            &format!("faults[{fault}].cancel"),
+            faults::CANCEL_IN_DISAGGREGATED,
+        ),
+        // `workers:` makes neither: a form with no pool, or roles beside aggregated workers.
+        ResolveError::NoPools | ResolveError::Roles { .. } => {
+            source.at("workers", error.to_string())
+        }
+    }
 }
 
 /// Longest scenario name in bytes (it names the default output directory).

@@ -7,8 +7,8 @@
 //! then acts on every [`RouterDecision`] it polls, so a driver of another kind (a
 //! disaggregated one with a second router, one in wall-clock time) reuses it as it is.
 
-use super::ledger::InFlight;
 use super::RouterMode;
+use super::ledger::InFlight;
 use crate::scheduling::round_robin::RoundRobin;
 use crate::scheduling::scheduler::{
     Decision, DispatchPath, Outcome, Scheduler, SchedulerConfig, SchedulerError, SchedulingRequest,

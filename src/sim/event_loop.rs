@@ -143,21 +143,17 @@ pub(super) fn simulate(
     finish_run(system, &engine, stop_reason)
 }
 
-/// The system at the start of a run of `config`, with room for `expected_requests` records;
-/// a pool list it cannot run is the caller's bug.
+/// The system at the start of a run of `config`, with room for `expected_requests` records.
 pub(super) fn new_system(
     config: SimConfig,
     stepping: Stepping,
     expected_requests: usize,
     log_kv: bool,
 ) -> Result<System, InvariantViolation> {
-    if let Err(message) = config.check_pools() {
-        return Err(InvariantViolation {
-            seed: config.seed,
-            time: SimTime::ZERO,
-            message,
-        });
-    }
+    debug_assert!(
+        config.holds(),
+        "only `resolve` makes a SimConfig, and it checks the pools"
+    );
     let skip_quiet = skips_quiet_passes(&config, stepping);
     let mut scheduler = config.scheduler_config();
     if config.is_disaggregated() {
@@ -225,7 +221,7 @@ fn finish_run(
     let kv_log = routers.entry().take_kv_log();
     let timeline = hub.timeline.map(|recorder| {
         let (ranks, passes) = fleet.take_passes();
-        timeline::finish(recorder, ranks, passes, &hub.config)
+        timeline::finish(*recorder, ranks, passes, &hub.config)
     });
     let classes = routers.entry_ref().core().profile().classes();
     let result = SimResult {
@@ -302,7 +298,10 @@ impl System {
         // A decode rank with a handoff waiting takes a step at every pass end: no quiet run.
         let allow_quiet = self.serving.allows_quiet_run(rank);
         let hub = &mut self.hub;
-        match hub.fleet.start_pass(now, rank, allow_quiet, &mut hub.ledger) {
+        match hub
+            .fleet
+            .start_pass(now, rank, allow_quiet, &mut hub.ledger)
+        {
             Ok(end) => schedule_pass_end(queue, end),
             Err(message) => hub.fail(now, message),
         }
@@ -520,9 +519,10 @@ impl Hub {
         // Watched before it is routed: a router may reject it at once, ending it.
         feed.opened(id, session, &mut self.ledger);
         let cancels = &self.config.faults;
-        self.faults.draw_cancels(cancels, class.as_deref(), |after| {
-            queue.schedule(now.saturating_add(after), Event::Cancel { request: id });
-        });
+        self.faults
+            .draw_cancels(cancels, class.as_deref(), |after| {
+                queue.schedule(now.saturating_add(after), Event::Cancel { request: id });
+            });
         self.route(now, id, queue);
         self.schedule_tick(queue);
     }
@@ -717,7 +717,8 @@ impl Hub {
                 self.ledger.credit(id, 1);
                 continue;
             }
-            let delay = (self.config.delays.worker_to_router).saturating_add(self.transport.jitter());
+            let delay =
+                (self.config.delays.worker_to_router).saturating_add(self.transport.jitter());
             let at = self.transport.landing(now, id, delay);
             let attempt = self.ledger.attempt(id);
             if at == now {

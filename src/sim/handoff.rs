@@ -250,7 +250,10 @@ impl Disaggregated {
                 RouterDecision::Reject { id, error, .. } => {
                     fx.shared().fleet.release_held(rank, id);
                     fx.end(now, id, Status::Rejected(Rejection::router(error)));
-                    fx.shared().routers.entry().finished(now, id, Outcome::Aborted);
+                    fx.shared()
+                        .routers
+                        .entry()
+                        .finished(now, id, Outcome::Aborted);
                     fx.drain_router(now);
                 }
             }

@@ -2,10 +2,13 @@
 //! the router judging busy against each worker's own budget, and pass time per pool.
 
 use super::*;
-use fleet::WorkerFleet;
+use crate::engine::Limits;
+use crate::mocker::EngineArgs;
 use crate::scheduling::policy::PolicyConfig;
+use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::workload::{PromptSpec, RequestSpec};
+use fleet::WorkerFleet;
 
 fn pool(name: &str, count: u32, engine: impl FnOnce(&mut EngineArgs)) -> WorkerPool {
     let mut args = EngineArgs::default();
@@ -20,7 +23,7 @@ fn pool(name: &str, count: u32, engine: impl FnOnce(&mut EngineArgs)) -> WorkerP
 fn config(pools: Vec<WorkerPool>, mode: RouterMode, policy: Option<&str>) -> SimConfig {
     let router = RouterConfig::default();
     let policy = policy.map(|text| PolicyConfig::from_yaml_str(text, None).unwrap());
-    SimConfig {
+    resolve(RunDescription {
         profile: select_profile(&router, policy.as_ref(), None),
         router,
         pools,
@@ -32,7 +35,8 @@ fn config(pools: Vec<WorkerPool>, mode: RouterMode, policy: Option<&str>) -> Sim
         closed_loop: None,
         faults: Vec::new(),
         migration_limit: 0,
-    }
+    })
+    .expect("a valid run")
 }
 
 /// Request `row` of `input` distinct prompt tokens (64-token blocks) and `output` tokens.
@@ -195,21 +199,4 @@ fn a_run_a_limit_stops_counts_pass_time_only_within_the_makespan() {
     // The whole run: one rank busy from 0 to its completion.
     let completion = whole.records[0].completion.unwrap();
     assert_eq!(whole.pools[0].busy_ns, u128::from(completion.as_ns()));
-}
-
-#[test]
-fn a_pool_list_the_simulator_cannot_run_is_a_violation_not_a_panic() {
-    let mut pools = vec![pool("a", 1, |_| {}), pool("b", 1, |e| e.block_size = 16)];
-    let no_requests = std::iter::empty::<RequestSpec>;
-    let result = run(
-        Options::new(config(pools.clone(), RouterMode::KvRouter, None)),
-        no_requests(),
-    );
-    assert!(result.unwrap_err().message.contains("block size"));
-    pools.clear();
-    let result = run(
-        Options::new(config(pools, RouterMode::KvRouter, None)),
-        no_requests(),
-    );
-    assert!(result.unwrap_err().message.contains("no worker pool"));
 }

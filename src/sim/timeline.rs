@@ -224,7 +224,7 @@ impl PassArgs {
 /// The timeline of a run of `config` that `recorder` kept, over the fleet's `ranks` and
 /// `passes`.
 pub(super) fn finish(
-    recorder: Box<CounterRecorder>,
+    recorder: CounterRecorder,
     ranks: Vec<RankTrack>,
     passes: Vec<PassSlice>,
     config: &SimConfig,

@@ -1,8 +1,9 @@
 //! The shape of the simulated system, kept by test: only the worker fleet builds workers
 //! (through their kind), so every worker gets the same set-up; only a kind builds its own
-//! workers; and no file or function in src/ outgrows what a reader can hold.
+//! workers; only `sim::resolve` builds a run's configuration; and no file or function in src/
+//! outgrows what a reader can hold.
 
-use crate::tidy::read_sources;
+use crate::tidy::{SourceFile, read_sources};
 
 /// The one file that builds workers, through their kind (`WorkerKind::build` with the one
 /// `WorkerSetup` every worker gets).
@@ -260,6 +261,84 @@ fn the_spine_is_as_short_as_the_architecture_says() {
     );
 }
 
+/// The one file that builds a `SimConfig`: `sim::resolve`, once every rule across the run's
+/// fields holds (docs/architecture.md, "Resolve once").
+const SIM_CONFIG_BUILDER: &str = "sim/config.rs";
+
+/// Whether `line` builds a `SimConfig` with a struct literal: `SimConfig {` after anything but
+/// what opens its declaration, an `impl` block or a function returning one (`struct`, `impl`,
+/// `for`, `->`, `&`).
+fn builds_a_sim_config(line: &str) -> bool {
+    let line = line.trim();
+    let not_a_literal = ["struct", "impl", "for", "->", "&", "mut"];
+    !line.starts_with("//")
+        && line.match_indices("SimConfig {").any(|(at, _)| {
+            let before = line[..at].trim_end();
+            !not_a_literal.iter().any(|word| before.ends_with(word))
+        })
+}
+
+/// The lines of `files` outside tests that build a `SimConfig` outside [`SIM_CONFIG_BUILDER`].
+fn sim_config_builders(files: &[SourceFile]) -> Vec<String> {
+    let mut builders = Vec::new();
+    for file in files {
+        let rel = file.rel.as_str();
+        if rel == SIM_CONFIG_BUILDER || is_test_file(rel) || rel.contains("/tests/") {
+            continue;
+        }
+        for (n, line) in file.code_lines() {
+            if builds_a_sim_config(line) {
+                builders.push(format!("src/{rel}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    builders
+}
+
+#[test]
+fn only_resolve_builds_a_sim_config() {
+    let builders = sim_config_builders(&read_sources());
+    assert!(
+        builders.is_empty(),
+        "a SimConfig is built by sim::resolve alone (src/{SIM_CONFIG_BUILDER}): fill a \
+         RunDescription and resolve it, so every rule across its fields is checked:\n{}",
+        builders.join("\n")
+    );
+}
+
+#[test]
+fn a_sim_config_literal_outside_resolve_is_caught_and_a_mention_is_not() {
+    let file = |rel: &str, text: &str| SourceFile {
+        rel: rel.to_string(),
+        path: rel.into(),
+        text: text.to_string(),
+    };
+    let literal =
+        "fn f() -> SimConfig {\n    let c = SimConfig {\n        seed: 0,\n    };\n    c\n}\n";
+    let files = [
+        file("pipeline/replay.rs", literal),
+        file(SIM_CONFIG_BUILDER, literal),
+        file("sim/pool_tests.rs", literal),
+        file("sim/tests/disaggregated.rs", literal),
+        file(
+            "pipeline.rs",
+            &format!("fn x() {{}}\n#[cfg(test)]\nmod tests {{\n{literal}}}\n"),
+        ),
+        file(
+            "scenario/validate.rs",
+            "/// Unlike `SimConfig { .. }`, a description is unchecked.\npub struct SimConfig {\nimpl Default for SimConfig {\npub fn config(&self) -> &SimConfig {\n",
+        ),
+        file("pipeline.rs", "    config: crate::sim::SimConfig {\n"),
+    ];
+    assert_eq!(
+        sim_config_builders(&files),
+        vec![
+            "src/pipeline/replay.rs:2: let c = SimConfig {".to_string(),
+            "src/pipeline.rs:1: config: crate::sim::SimConfig {".to_string(),
+        ]
+    );
+}
+
 /// The one file that holds the simulated system and its event queue: it alone schedules
 /// events and applies what the parts ask for.
 const EVENT_LOOP: &str = "sim/event_loop.rs";
@@ -268,7 +347,7 @@ const EVENT_LOOP: &str = "sim/event_loop.rs";
 const EVENT_LOOP_ONLY: [&str; 4] = ["impl System", "impl Hub", "impl Model for", "EventQueue"];
 
 /// The lines of `file` (outside its tests) that only the event loop may hold.
-fn event_loop_lines(file: &crate::tidy::SourceFile) -> Vec<String> {
+fn event_loop_lines(file: &SourceFile) -> Vec<String> {
     let found = file.code_lines().filter(|(_, line)| {
         let code = line.trim_start();
         !code.starts_with("//") && EVENT_LOOP_ONLY.iter().any(|w| code.contains(w))
@@ -281,7 +360,7 @@ fn event_loop_lines(file: &crate::tidy::SourceFile) -> Vec<String> {
 #[test]
 fn only_the_event_loop_schedules_and_holds_the_system() {
     let files = read_sources();
-    let in_sim = |f: &&crate::tidy::SourceFile| in_module(&f.rel, "sim") && !is_test_file(&f.rel);
+    let in_sim = |f: &&SourceFile| in_module(&f.rel, "sim") && !is_test_file(&f.rel);
     let outside: Vec<String> = (files.iter().filter(in_sim))
         .filter(|f| f.rel != EVENT_LOOP)
         .flat_map(event_loop_lines)
@@ -293,9 +372,11 @@ fn only_the_event_loop_schedules_and_holds_the_system() {
         outside.join("\n")
     );
     let event_loop = files.iter().find(|f| f.rel == EVENT_LOOP).unwrap();
-    assert_eq!(
-        event_loop_lines(event_loop).len() >= EVENT_LOOP_ONLY.len(),
-        true,
+    let held = event_loop_lines(event_loop);
+    assert!(
+        EVENT_LOOP_ONLY
+            .iter()
+            .all(|w| held.iter().any(|line| line.contains(w))),
         "src/{EVENT_LOOP} no longer holds the system: update EVENT_LOOP"
     );
 }
@@ -360,7 +441,7 @@ fn find_circle(uses: &std::collections::BTreeMap<String, Vec<String>>) -> Option
 
 /// Every import circle among the files of one folder under `root` (sim, mocker, report
 /// and their subfolders), as `folder: a -> b -> a`.
-fn import_circles(files: &[crate::tidy::SourceFile], root: &str) -> Vec<String> {
+fn import_circles(files: &[SourceFile], root: &str) -> Vec<String> {
     let mut folders: Vec<String> = (files.iter())
         .filter(|f| in_module(&f.rel, root))
         .filter_map(|f| f.rel.rsplit_once('/').map(|(dir, _)| dir.to_string()))
@@ -369,11 +450,13 @@ fn import_circles(files: &[crate::tidy::SourceFile], root: &str) -> Vec<String> 
     folders.dedup();
     let mut circles = Vec::new();
     for folder in folders {
-        let in_folder = |f: &&crate::tidy::SourceFile| {
-            f.rel.rsplit_once('/').is_some_and(|(dir, name)| dir == folder && name != "mod.rs")
+        let in_folder = |f: &&SourceFile| {
+            f.rel
+                .rsplit_once('/')
+                .is_some_and(|(dir, name)| dir == folder && name != "mod.rs")
                 && !is_test_file(&f.rel)
         };
-        let name_of = |f: &crate::tidy::SourceFile| {
+        let name_of = |f: &SourceFile| {
             let file = f.rel.rsplit('/').next().unwrap_or(&f.rel);
             file.trim_end_matches(".rs").to_string()
         };
@@ -382,7 +465,10 @@ fn import_circles(files: &[crate::tidy::SourceFile], root: &str) -> Vec<String> 
             .map(|f| {
                 let code: Vec<&str> = f.code_lines().map(|(_, line)| line).collect();
                 let used = sibling_uses(&code.join("\n"), &folder, &siblings);
-                (name_of(f), used.into_iter().filter(|u| *u != name_of(f)).collect())
+                (
+                    name_of(f),
+                    used.into_iter().filter(|u| *u != name_of(f)).collect(),
+                )
             })
             .collect();
         if let Some(circle) = find_circle(&uses) {
@@ -407,7 +493,11 @@ fn no_module_has_an_import_circle_among_its_files() {
 
 #[test]
 fn an_import_circle_is_found_and_a_chain_is_not() {
-    let siblings = ["fleet".to_string(), "ledger".to_string(), "routers".to_string()];
+    let siblings = [
+        "fleet".to_string(),
+        "ledger".to_string(),
+        "routers".to_string(),
+    ];
     assert_eq!(
         sibling_uses(
             "use super::fleet::WorkerFleet;\nuse super::{ledger::Ledger, Status};\nuse crate::sim::routers::Routers;",
@@ -419,14 +509,24 @@ fn an_import_circle_is_found_and_a_chain_is_not() {
     let graph = |edges: &[(&str, &str)]| {
         let mut uses = std::collections::BTreeMap::<String, Vec<String>>::new();
         for (from, to) in edges {
-            uses.entry(from.to_string()).or_default().push(to.to_string());
+            uses.entry(from.to_string())
+                .or_default()
+                .push(to.to_string());
             uses.entry(to.to_string()).or_default();
         }
         uses
     };
-    let chain = graph(&[("event_loop", "serving"), ("serving", "handoff"), ("handoff", "effects")]);
+    let chain = graph(&[
+        ("event_loop", "serving"),
+        ("serving", "handoff"),
+        ("handoff", "effects"),
+    ]);
     assert_eq!(find_circle(&chain), None);
-    let circle = graph(&[("traits", "worker"), ("worker", "protocol"), ("protocol", "traits")]);
+    let circle = graph(&[
+        ("traits", "worker"),
+        ("worker", "protocol"),
+        ("protocol", "traits"),
+    ]);
     assert_eq!(
         find_circle(&circle).unwrap(),
         ["protocol", "traits", "worker", "protocol"]

@@ -73,7 +73,7 @@ fn describe_workers(scenario: &Scenario) -> String {
             on_off(e.enable_chunked_prefill)
         )
     };
-    let (pools, router_mode) = (scenario.pools(), scenario.config().router_mode);
+    let (pools, router_mode) = (scenario.pools(), scenario.config().router_mode());
     if let [pool] = pools
         && pool.name == DEFAULT_POOL
     {

@@ -10,7 +10,7 @@ use crate::scenario::ScenarioError;
 use crate::scenario::raw::{
     RawCancel, RawFault, RawFaultKind, RawGroup, RawLimits, RawScenario, RawWorkerDown, RawWorkerUp,
 };
-use crate::sim::{Fault, WorkerPool};
+use crate::sim::{Fault, WorkerPool, models_cancels};
 use crate::time::{NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
 
 /// `faults:` resolved: worker ids and pools checked against the pools, a cancel's `group`
@@ -187,15 +187,15 @@ fn worker_name(d: &RawWorkerDown) -> String {
     }
 }
 
-/// `cancel`: a group that resolves to a class, a fraction in [0, 1], a delay in range; not in
-/// disaggregated serving.
+/// Why a `cancel` fault is refused in disaggregated serving (a rule across `faults:` and
+/// `workers:`, [`models_cancels`]).
+pub(super) const CANCEL_IN_DISAGGREGATED: &str = "cancelling requests in disaggregated serving is not modelled yet: a request cancelled between its prefill and decode workers has two holds to drop";
+
+/// `cancel`: in a run that models cancels (asked first, so that it stays the entry's first
+/// error), a group that resolves to a class, a fraction in [0, 1], a delay in range.
 fn cancel(entry: &Entry, c: &RawCancel, pools: &[WorkerPool]) -> Result<Fault, ScenarioError> {
-    if pools
-        .iter()
-        .any(|p| p.engine.role != WorkerRole::Aggregated)
-    {
-        let message = "cancelling requests in disaggregated serving is not modelled yet: a request cancelled between its prefill and decode workers has two holds to drop";
-        return Err(entry.at("cancel", message));
+    if !models_cancels(pools) {
+        return Err(entry.at("cancel", CANCEL_IN_DISAGGREGATED));
     }
     let group_path = entry.path("cancel.group");
     let class = cancel_class(entry.source, entry.raw, &group_path, &c.group)?;

@@ -50,16 +50,11 @@ pub(super) fn worker_pools(
         engine: raw.engine.as_ref(),
         pools: raw.pools.as_deref(),
     };
-    let (prefill, decode) = match (&raw.prefill, &raw.decode) {
-        (None, None) => {
-            let mut pools = Vec::new();
-            pools_of(source, &aggregated, &mut pools)?;
-            return Ok(pools);
-        }
-        (Some(prefill), Some(decode)) => (prefill, decode),
-        (Some(_), None) => return Err(needs_both(source, "workers.prefill", "decode")),
-        (None, Some(_)) => return Err(needs_both(source, "workers.decode", "prefill")),
-    };
+    if raw.prefill.is_none() && raw.decode.is_none() {
+        let mut pools = Vec::new();
+        pools_of(source, &aggregated, &mut pools)?;
+        return Ok(pools);
+    }
     let plain = [
         ("count", raw.count.is_some()),
         ("dp_size", raw.dp_size.is_some()),
@@ -72,16 +67,23 @@ pub(super) fn worker_pools(
             "give either `prefill` and `decode` (disaggregated serving) or aggregated workers, not both: each role has its own count and engine",
         ));
     }
+    // One role alone is refused by `resolve`, which holds the rules across pools.
     let mut pools = Vec::new();
-    let prefill = Form::of_role("workers.prefill", WorkerRole::Prefill, prefill);
-    pools_of(source, &prefill, &mut pools)?;
-    let decode = Form::of_role("workers.decode", WorkerRole::Decode, decode);
-    pools_of(source, &decode, &mut pools)?;
+    let roles = [
+        ("workers.prefill", WorkerRole::Prefill, &raw.prefill),
+        ("workers.decode", WorkerRole::Decode, &raw.decode),
+    ];
+    for (at, role, form) in roles {
+        if let Some(form) = form {
+            pools_of(source, &Form::of_role(at, role, form), &mut pools)?;
+        }
+    }
     check_transfers(source, &pools, raw)?;
     Ok(pools)
 }
 
-fn needs_both(source: &Source, at: &str, missing: &str) -> ScenarioError {
+/// Disaggregated serving with the role at `at` alone: `missing` is the other.
+pub(super) fn needs_both(source: &Source, at: &str, missing: &str) -> ScenarioError {
     source.at(
         at,
         format!("disaggregated serving needs `workers.{missing}` too: prefill workers hand every request to decode workers"),
@@ -179,7 +181,7 @@ fn plain_name_taken(
 }
 
 /// Adds a pool of `count` workers of `engine` (at `at`) after `pools`, within the bound on
-/// ranks over every pool and with the first pool's block size.
+/// ranks over every pool (the pools' block sizes agree or not: `resolve` decides).
 fn add_pool(
     source: &Source,
     at: &str,
@@ -201,7 +203,6 @@ fn add_pool(
             ),
         ));
     }
-    check_block_size(source, at, &engine, pools.first())?;
     pools.push(WorkerPool {
         name,
         count,
@@ -270,23 +271,30 @@ fn check_transfers(
     Ok(())
 }
 
-/// The path of pool `index` of `pools` as `workers:` wrote it.
-fn pool_path(raw: &RawWorkers, pools: &[WorkerPool], index: usize) -> String {
+/// The path of pool `index` of `pools` as `workers:` wrote it: its role's form (`workers`,
+/// `workers.prefill`, `workers.decode`), and in the `pools` form its entry in that list.
+pub(super) fn pool_path(raw: &RawWorkers, pools: &[WorkerPool], index: usize) -> String {
     let role = pools[index].engine.role;
-    let (at, form) = match role {
-        WorkerRole::Decode => ("workers.decode", raw.decode.as_ref()),
-        _ => ("workers.prefill", raw.prefill.as_ref()),
+    let (at, listed) = match role {
+        WorkerRole::Aggregated => ("workers", raw.pools.is_some()),
+        WorkerRole::Prefill => ("workers.prefill", listed(raw.prefill.as_ref())),
+        WorkerRole::Decode => ("workers.decode", listed(raw.decode.as_ref())),
     };
-    match form.and_then(|f| f.pools.as_ref()) {
-        Some(_) => {
+    match listed {
+        true => {
             let first = pools
                 .iter()
                 .position(|p| p.engine.role == role)
                 .unwrap_or(0);
             format!("{at}.pools[{}]", index - first)
         }
-        None => at.to_string(),
+        false => at.to_string(),
     }
+}
+
+/// Whether a role's workers are written as `pools`.
+fn listed(form: Option<&RawRole>) -> bool {
+    form.is_some_and(|f| f.pools.is_some())
 }
 
 /// Longest pool name in bytes.
@@ -331,23 +339,4 @@ fn pool_name(
         ));
     }
     Ok(name.to_string())
-}
-
-/// Every pool has the first pool's KV block size: the router hashes prompts in one block size.
-fn check_block_size(
-    source: &Source,
-    at: &str,
-    engine: &EngineArgs,
-    first: Option<&WorkerPool>,
-) -> Result<(), ScenarioError> {
-    match first {
-        Some(first) if first.engine.block_size != engine.block_size => Err(source.at(
-            &format!("{at}.engine.block_size"),
-            format!(
-                "is {}, but pool `{}` has {}: every pool needs the same block_size, the one the router hashes prompts with",
-                engine.block_size, first.name, first.engine.block_size
-            ),
-        )),
-        _ => Ok(()),
-    }
 }

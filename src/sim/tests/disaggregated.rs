@@ -48,13 +48,14 @@ fn the_prefill_routers_index_makes_room_for_the_prefill_pool_only() {
         num_gpu_blocks,
         ..EngineArgs::default()
     };
-    let config = SimConfig {
+    let config = resolve(RunDescription {
         pools: vec![
             role_pool(WorkerRole::Prefill, 1, &engine(1_000)),
             role_pool(WorkerRole::Decode, 1, &engine(50_000)),
         ],
-        ..SimConfig::default()
-    };
+        ..RunDescription::default()
+    })
+    .expect("a valid run");
     let system = new_system(config, Stepping::default(), 0, false).expect("a valid fleet");
     let room = system.hub.routers.entry_ref().core().index_room();
     assert!((1_000..2_000).contains(&room), "room for {room} blocks");
@@ -75,7 +76,7 @@ fn the_worked_example_gives_dynamos_twelve_instants() {
         mode: TransferTimingMode::DestinationMissing,
     };
     let engine = EngineArgs::default();
-    let config = SimConfig {
+    let config = resolve(RunDescription {
         pools: vec![
             role_pool(
                 WorkerRole::Prefill,
@@ -87,8 +88,9 @@ fn the_worked_example_gives_dynamos_twelve_instants() {
             ),
             role_pool(WorkerRole::Decode, 1, &engine),
         ],
-        ..SimConfig::default()
-    };
+        ..RunDescription::default()
+    })
+    .expect("a valid run");
     let request = |row: u64, arrival_ns: u64, input: u64, output: u64, ids: Vec<u64>| RequestSpec {
         row,
         arrival: ms(arrival_ns),
@@ -345,7 +347,7 @@ fn one_long_request(
         kv_transfer: transfer,
         ..engine.clone()
     };
-    let config = SimConfig {
+    let config = resolve(RunDescription {
         pools: vec![
             role_pool(WorkerRole::Prefill, prefill, &prefill_engine),
             role_pool(WorkerRole::Decode, decode, &engine),
@@ -353,8 +355,9 @@ fn one_long_request(
         faults,
         migration_limit,
         check_every_event: true,
-        ..SimConfig::default()
-    };
+        ..RunDescription::default()
+    })
+    .expect("a valid run");
     let request = RequestSpec {
         row: 0,
         arrival: SimTime::ZERO,
@@ -446,14 +449,15 @@ fn prefill_ranks_run(prefill: u32, prefill_dp: u32, requests: &[(u64, u64)]) -> 
         dp_size: prefill_dp,
         ..engine.clone()
     };
-    let config = SimConfig {
+    let config = resolve(RunDescription {
         pools: vec![
             role_pool(WorkerRole::Prefill, prefill, &prefill_engine),
             role_pool(WorkerRole::Decode, 1, &engine),
         ],
         check_every_event: true,
-        ..SimConfig::default()
-    };
+        ..RunDescription::default()
+    })
+    .expect("a valid run");
     let specs: Vec<RequestSpec> = requests
         .iter()
         .enumerate()

@@ -114,8 +114,13 @@ fn strings_are_escaped_as_json() {
 
 #[test]
 fn a_recorded_run_exports_valid_json_with_one_slice_per_request_and_pass() {
-    let mut config = crate::sim::SimConfig::default();
-    config.pools[0].count = 2;
+    use crate::sim::{RunDescription, WorkerPool};
+    let engine = crate::mocker::EngineArgs::default();
+    let config = crate::sim::resolve(RunDescription {
+        pools: vec![WorkerPool::unnamed(2, engine)],
+        ..RunDescription::default()
+    })
+    .expect("a valid run");
     let requests = (0..20u64).map(|row| crate::workload::RequestSpec {
         row,
         arrival: ms(row),
