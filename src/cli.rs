@@ -476,7 +476,13 @@ fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
 fn replay_inputs(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<PathBuf> {
     let mut inputs = vec![args.trace.clone()];
     for pool in setup.pools() {
-        inputs.extend(pool.engine.timing.profile_source().map(PathBuf::from));
+        inputs.extend(
+            pool.engine
+                .common
+                .timing
+                .profile_source()
+                .map(PathBuf::from),
+        );
     }
     inputs.extend(setup.policy_file.clone());
     let files = [
@@ -528,13 +534,13 @@ fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, ReplayPacing), CliErr
         .unwrap_or(SimDuration::ZERO);
     let engine = replay_engine(args.engine.as_deref(), "--engine")?;
     let disaggregated = replay_disaggregated(args, &engine)?;
-    if disaggregated.is_none() && engine.role != WorkerRole::Aggregated {
+    if disaggregated.is_none() && engine.common.role != WorkerRole::Aggregated {
         return Err(CliError::Input(format!(
             "--engine: offline replay only supports aggregated workers, got {}",
-            engine.role.dynamo_name()
+            engine.common.role.dynamo_name()
         )));
     }
-    bounds_check::worker_ranks(workers, engine.dp_size).map_err(flag_error("--workers"))?;
+    bounds_check::worker_ranks(workers, engine.common.dp_size).map_err(flag_error("--workers"))?;
     let router =
         replay_router::replay_router(args.router.as_deref(), args.policy.as_deref(), args.quiet)?;
     let setup = ReplaySetup {
@@ -574,7 +580,7 @@ fn replay_disaggregated(
             Some(_) => replay_engine(value, flag)?,
             None => engine.clone(),
         };
-        engine.role = role;
+        engine.common.role = role;
         Ok::<_, CliError>(engine)
     };
     let prefill_engine = role_engine(
@@ -599,18 +605,18 @@ fn replay_disaggregated(
         bounds_check::rank_count(count.into()).map_err(flag_error(flag))?;
     }
     disaggregated_ranks(
-        (prefill_workers, prefill_engine.dp_size),
-        (decode_workers, decode_engine.dp_size),
+        (prefill_workers, prefill_engine.common.dp_size),
+        (decode_workers, decode_engine.common.dp_size),
     )?;
-    if prefill_engine.block_size != decode_engine.block_size {
+    if prefill_engine.common.block_size != decode_engine.common.block_size {
         return Err(CliError::Input(format!(
             "--decode-engine: offline disaggregated replay requires matching prefill/decode block_size, got {} and {}",
-            prefill_engine.block_size, decode_engine.block_size
+            prefill_engine.common.block_size, decode_engine.common.block_size
         )));
     }
     if args.decode_engine.is_some()
-        && decode_engine.kv_transfer != prefill_engine.kv_transfer
-        && decode_engine.kv_transfer != Default::default()
+        && decode_engine.common.kv_transfer != prefill_engine.common.kv_transfer
+        && decode_engine.common.kv_transfer != Default::default()
         && !args.quiet
     {
         errln!(

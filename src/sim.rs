@@ -225,7 +225,9 @@ impl SimConfig {
     pub fn block_size(&self) -> u64 {
         self.pools
             .first()
-            .map_or(EngineArgs::default().block_size, |p| p.engine.block_size)
+            .map_or(EngineArgs::default().common.block_size, |p| {
+                p.engine.common.block_size
+            })
     }
 
     /// The workers' total running-batch capacity (vLLM's `max_num_seqs`) over every
@@ -234,7 +236,7 @@ impl SimConfig {
         self.pools
             .iter()
             .map(|p| {
-                let ranks = u64::from(p.count) * u64::from(p.engine.dp_size.max(1));
+                let ranks = u64::from(p.count) * u64::from(p.engine.common.dp_size.max(1));
                 ranks * p.capacity().max_running
             })
             .sum()
@@ -244,7 +246,7 @@ impl SimConfig {
     pub fn is_disaggregated(&self) -> bool {
         self.pools
             .iter()
-            .any(|p| p.engine.role != WorkerRole::Aggregated)
+            .any(|p| p.engine.common.role != WorkerRole::Aggregated)
     }
 
     /// A pool list the simulator cannot run is a caller's bug: none, an empty pool, pools
@@ -255,7 +257,7 @@ impl SimConfig {
         if self.pools.is_empty() {
             return Err("the run has no worker pool".into());
         }
-        let has = |role| self.pools.iter().any(|p| p.engine.role == role);
+        let has = |role| self.pools.iter().any(|p| p.engine.common.role == role);
         let roles = (
             has(WorkerRole::Aggregated),
             has(WorkerRole::Prefill),
@@ -276,11 +278,11 @@ impl SimConfig {
         match self
             .pools
             .iter()
-            .find(|p| p.count == 0 || p.engine.block_size != block_size)
+            .find(|p| p.count == 0 || p.engine.common.block_size != block_size)
         {
             Some(p) => Err(format!(
                 "pool {} has {} workers of block size {} (the router's is {block_size})",
-                p.name, p.count, p.engine.block_size
+                p.name, p.count, p.engine.common.block_size
             )),
             None => Ok(()),
         }
@@ -1175,7 +1177,10 @@ mod tests {
     mod disaggregated;
     mod sessions;
     use super::*;
-    use crate::mocker::{PreemptionMode, RejectReason, TimingModel, TimingProfile};
+    use crate::mocker::{
+        Backend, CapacityArgs, CommonArgs, FixedTiming, PreemptionMode, RejectReason,
+        TimingProfile, TimingSource, VllmArgs,
+    };
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::scheduling::types::KvEventData;
@@ -1277,19 +1282,26 @@ policy_classes:
 
     fn config(case: &Case, seed: u64) -> SimConfig {
         let engine = EngineArgs {
-            block_size: 16,
-            num_gpu_blocks: case.num_gpu_blocks,
-            max_num_seqs: case.max_num_seqs,
-            max_num_batched_tokens: case.max_num_batched_tokens,
-            enable_prefix_caching: case.prefix_caching,
-            enable_chunked_prefill: case.chunked,
-            preemption_mode: if case.fifo {
-                PreemptionMode::Fifo
-            } else {
-                PreemptionMode::Lifo
+            common: CommonArgs {
+                block_size: 16,
+                capacity: CapacityArgs {
+                    num_gpu_blocks: case.num_gpu_blocks,
+                    max_num_seqs: case.max_num_seqs,
+                    max_num_batched_tokens: case.max_num_batched_tokens,
+                    ..CapacityArgs::default()
+                },
+                enable_prefix_caching: case.prefix_caching,
+                dp_size: case.dp_size,
+                ..CommonArgs::default()
             },
-            dp_size: case.dp_size,
-            ..EngineArgs::default()
+            backend: Backend::Vllm(VllmArgs {
+                enable_chunked_prefill: case.chunked,
+                preemption_mode: if case.fifo {
+                    PreemptionMode::Fifo
+                } else {
+                    PreemptionMode::Lifo
+                },
+            }),
         };
         let policy = case
             .with_policy
@@ -1617,7 +1629,7 @@ policy_classes:
     /// Timing models for the skipping tests: the polynomial, a fixed one, and a profile whose
     /// decode time depends on both the batch's context and its mean context length (so a
     /// quiet pass's duration depends on its request count too).
-    fn timing_model() -> impl Strategy<Value = TimingModel> {
+    fn timing_model() -> impl Strategy<Value = TimingSource> {
         let profile = TimingProfile::from_arrays(
             "test-profile",
             [vec![1.0, 512.0, 4096.0], vec![8.0, 20.0, 95.0]],
@@ -1626,22 +1638,23 @@ policy_classes:
         )
         .expect("a valid profile");
         prop_oneof![
-            Just(TimingModel::Polynomial),
-            (1u64..40_000, 1u64..20_000).prop_map(|(p, d)| TimingModel::Fixed {
+            Just(TimingSource::Polynomial),
+            (1u64..40_000, 1u64..20_000).prop_map(|(p, d)| TimingSource::Fixed(FixedTiming {
                 prefill_ms: p as f64 / 1000.0,
                 decode_ms: d as f64 / 1000.0,
-            }),
-            Just(TimingModel::Profile(Arc::new(profile))),
+            })),
+            Just(TimingSource::Profile(Arc::new(profile))),
         ]
     }
 
     /// `case`'s workers as two pools when it has two or more (the last worker alone, on
     /// `second`), else one, on `first`.
-    fn pools_with(case: &Case, first: TimingModel, second: TimingModel) -> Vec<WorkerPool> {
+    fn pools_with(case: &Case, first: TimingSource, second: TimingSource) -> Vec<WorkerPool> {
         let engine = config(case, 0).pools[0].engine.clone();
-        let with = |timing: TimingModel| EngineArgs {
-            timing,
-            ..engine.clone()
+        let with = |timing: TimingSource| {
+            let mut engine = engine.clone();
+            engine.common.timing = timing;
+            engine
         };
         if case.workers < 2 {
             return vec![WorkerPool::unnamed(case.workers, with(first))];
@@ -1802,7 +1815,13 @@ policy_classes:
             name: "default".into(),
             count: 4096,
             engine: EngineArgs {
-                num_gpu_blocks: 1 << 20,
+                common: CommonArgs {
+                    capacity: CapacityArgs {
+                        num_gpu_blocks: 1 << 20,
+                        ..CapacityArgs::default()
+                    },
+                    ..CommonArgs::default()
+                },
                 ..EngineArgs::default()
             },
         }];
@@ -1811,7 +1830,7 @@ policy_classes:
             RESERVED_BLOCKS as usize
         );
         pools[0].count = 2;
-        pools[0].engine.num_gpu_blocks = 100;
+        pools[0].engine.common.capacity.num_gpu_blocks = 100;
         assert_eq!(cached_blocks_hint(&pools, |_| true), 200);
     }
 
@@ -1823,8 +1842,14 @@ policy_classes:
             name: name.into(),
             count,
             engine: EngineArgs {
-                role,
-                num_gpu_blocks,
+                common: CommonArgs {
+                    role,
+                    capacity: CapacityArgs {
+                        num_gpu_blocks,
+                        ..CapacityArgs::default()
+                    },
+                    ..CommonArgs::default()
+                },
                 ..EngineArgs::default()
             },
         };
@@ -1841,7 +1866,7 @@ policy_classes:
     fn only_a_fleet_whose_pools_outgrow_the_caches_warms_its_probes() {
         use crate::memory::CACHE_RESIDENT_BLOCKS;
         let engine = EngineArgs::default();
-        let ranks_in_cache = CACHE_RESIDENT_BLOCKS as u64 / engine.num_gpu_blocks;
+        let ranks_in_cache = CACHE_RESIDENT_BLOCKS as u64 / engine.common.capacity.num_gpu_blocks;
         let mut pools = vec![WorkerPool {
             name: "default".into(),
             count: ranks_in_cache as u32,
@@ -1851,7 +1876,7 @@ policy_classes:
         pools[0].count += 1;
         assert!(warms_probes(&pools));
         pools[0].count = 1;
-        pools[0].engine.dp_size = ranks_in_cache as u32 + 1;
+        pools[0].engine.common.dp_size = ranks_in_cache as u32 + 1;
         assert!(warms_probes(&pools), "data-parallel ranks count");
     }
 
@@ -2098,7 +2123,7 @@ policy_classes:
             max_events_per_instant: 500,
             ..Limits::default()
         };
-        let result = small_run(|e| e.speedup_ratio = 1e30, limits, &[(64, 900)]).unwrap();
+        let result = small_run(|e| e.common.speedup_ratio = 1e30, limits, &[(64, 900)]).unwrap();
         let expected = StopReason::NoProgress {
             at: SimTime::ZERO,
             events: 500,
@@ -2120,8 +2145,17 @@ policy_classes:
             } else {
                 PreemptionMode::Lifo
             };
-            let result = small_run(|e| e.preemption_mode = mode, Limits::default(), &lengths)
-                .unwrap_or_else(|v| panic!("{v}"));
+            let result = small_run(
+                |e| {
+                    e.backend = Backend::Vllm(VllmArgs {
+                        preemption_mode: mode,
+                        ..VllmArgs::default()
+                    })
+                },
+                Limits::default(),
+                &lengths,
+            )
+            .unwrap_or_else(|v| panic!("{v}"));
             assert_eq!(result.stop_reason, StopReason::Drained);
             assert_eq!(result.count(EndStatus::Completed), 4, "fifo {fifo}");
             assert!(result.preemptions > 0, "fifo {fifo}: no preemption");

@@ -220,7 +220,7 @@ fn rows_told_which_blocks_are_theirs_alone_replay_as_rows_told_nothing() {
         .collect();
     let (_dir, mut spec) = replay_spec(&(rows.join("\n") + "\n"));
     spec.config.pools[0].count = 2;
-    spec.config.pools[0].engine.num_gpu_blocks = 96;
+    spec.config.pools[0].engine.common.capacity.num_gpu_blocks = 96;
     let told = execute(&spec).unwrap();
     assert!(told.result.preemptions > 0, "the pool must preempt");
     assert_eq!(written(&told), written(&two_pass(&spec)));
