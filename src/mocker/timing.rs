@@ -13,7 +13,13 @@ use std::time::Duration;
 /// What a pass's steps take, in raw (unscaled) milliseconds: the one question a worker kind
 /// asks of its timing. [`prefill_duration`] and [`decode_duration`] scale the answers by the
 /// engine's speedup ratios and round them to whole ns as 1.6.1 does, so a new timing source
-/// (say, a hardware performance model) implements only this and joins [`TimingSource`].
+/// (say, a hardware performance model) implements only this and joins [`TimingSource`]
+/// (which is `Clone`, `Debug` and `PartialEq`, as the engine arguments must be).
+///
+/// An answer depends on its batch (and the rank's capacity) alone: a pool's [`StepMemo`]
+/// keeps decode durations by batch.
+///
+/// [`StepMemo`]: super::step_memo::StepMemo
 pub trait TimingModel {
     /// Prefill time of a pass whose prefill batch is `batch`, in ms; 0 for a batch the model
     /// charges nothing (at least every empty one).
