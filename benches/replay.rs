@@ -27,7 +27,7 @@
 
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, LogNormal};
-use routersim::mocker::{EngineArgs, WorkerRole};
+use routersim::mocker::{CommonArgs, EngineArgs, WorkerRole};
 use routersim::pipeline::{self, DisaggregatedSetup, ReplaySetup, RunSpec};
 use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
@@ -462,7 +462,10 @@ fn disaggregated(workers: Workers) -> Option<DisaggregatedSetup> {
         return None;
     };
     let engine = |role| EngineArgs {
-        role,
+        common: CommonArgs {
+            role,
+            ..CommonArgs::default()
+        },
         ..EngineArgs::default()
     };
     Some(DisaggregatedSetup {
@@ -535,9 +538,12 @@ fn main() -> std::process::ExitCode {
             policy_file: None,
             router: RouterConfig::default(),
             engine: EngineArgs {
-                dp_size: match case.workers {
-                    Workers::DataParallel { dp_size, .. } => dp_size,
-                    _ => 1,
+                common: CommonArgs {
+                    dp_size: match case.workers {
+                        Workers::DataParallel { dp_size, .. } => dp_size,
+                        _ => 1,
+                    },
+                    ..CommonArgs::default()
                 },
                 ..EngineArgs::default()
             },

@@ -464,7 +464,13 @@ fn no_progress_error(result: &sim::SimResult) -> Result<(), CliError> {
 fn replay_inputs(args: &ReplayArgs, setup: &ReplaySetup) -> Vec<PathBuf> {
     let mut inputs = vec![args.trace.clone()];
     for pool in setup.pools() {
-        inputs.extend(pool.engine.timing.profile_source().map(PathBuf::from));
+        inputs.extend(
+            pool.engine
+                .common
+                .timing
+                .profile_source()
+                .map(PathBuf::from),
+        );
     }
     inputs.extend(setup.policy_file.clone());
     let files = [

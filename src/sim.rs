@@ -286,7 +286,8 @@ mod tests {
     mod sessions;
     use super::*;
     use crate::engine::Limits;
-    use crate::mocker::{EngineArgs, PreemptionMode, RejectReason, TimingModel, TimingProfile};
+    use crate::mocker::{Backend, CapacityArgs, CommonArgs, EngineArgs, FixedTiming, VllmArgs};
+    use crate::mocker::{PreemptionMode, RejectReason, TimingProfile, TimingSource};
     use crate::scheduling::policy::PolicyConfig;
     use crate::scheduling::router_config::RouterConfig;
     use crate::scheduling::types::KvEventData;
@@ -394,19 +395,26 @@ policy_classes:
 
     fn config(case: &Case, seed: u64) -> SimConfig {
         let engine = EngineArgs {
-            block_size: 16,
-            num_gpu_blocks: case.num_gpu_blocks,
-            max_num_seqs: case.max_num_seqs,
-            max_num_batched_tokens: case.max_num_batched_tokens,
-            enable_prefix_caching: case.prefix_caching,
-            enable_chunked_prefill: case.chunked,
-            preemption_mode: if case.fifo {
-                PreemptionMode::Fifo
-            } else {
-                PreemptionMode::Lifo
+            common: CommonArgs {
+                block_size: 16,
+                capacity: CapacityArgs {
+                    num_gpu_blocks: case.num_gpu_blocks,
+                    max_num_seqs: case.max_num_seqs,
+                    max_num_batched_tokens: case.max_num_batched_tokens,
+                    ..CapacityArgs::default()
+                },
+                enable_prefix_caching: case.prefix_caching,
+                dp_size: case.dp_size,
+                ..CommonArgs::default()
             },
-            dp_size: case.dp_size,
-            ..EngineArgs::default()
+            backend: Backend::Vllm(VllmArgs {
+                enable_chunked_prefill: case.chunked,
+                preemption_mode: if case.fifo {
+                    PreemptionMode::Fifo
+                } else {
+                    PreemptionMode::Lifo
+                },
+            }),
         };
         let policy = case
             .with_policy
@@ -735,7 +743,7 @@ policy_classes:
     /// Timing models for the skipping tests: the polynomial, a fixed one, and a profile whose
     /// decode time depends on both the batch's context and its mean context length (so a
     /// quiet pass's duration depends on its request count too).
-    fn timing_model() -> impl Strategy<Value = TimingModel> {
+    fn timing_model() -> impl Strategy<Value = TimingSource> {
         let profile = TimingProfile::from_arrays(
             "test-profile",
             [vec![1.0, 512.0, 4096.0], vec![8.0, 20.0, 95.0]],
@@ -744,22 +752,23 @@ policy_classes:
         )
         .expect("a valid profile");
         prop_oneof![
-            Just(TimingModel::Polynomial),
-            (1u64..40_000, 1u64..20_000).prop_map(|(p, d)| TimingModel::Fixed {
+            Just(TimingSource::Polynomial),
+            (1u64..40_000, 1u64..20_000).prop_map(|(p, d)| TimingSource::Fixed(FixedTiming {
                 prefill_ms: p as f64 / 1000.0,
                 decode_ms: d as f64 / 1000.0,
-            }),
-            Just(TimingModel::Profile(Arc::new(profile))),
+            })),
+            Just(TimingSource::Profile(Arc::new(profile))),
         ]
     }
 
     /// `case`'s workers as two pools when it has two or more (the last worker alone, on
     /// `second`), else one, on `first`.
-    fn pools_with(case: &Case, first: TimingModel, second: TimingModel) -> Vec<WorkerPool> {
+    fn pools_with(case: &Case, first: TimingSource, second: TimingSource) -> Vec<WorkerPool> {
         let engine = config(case, 0).pools[0].engine.clone();
-        let with = |timing: TimingModel| EngineArgs {
-            timing,
-            ..engine.clone()
+        let with = |timing: TimingSource| {
+            let mut engine = engine.clone();
+            engine.common.timing = timing;
+            engine
         };
         if case.workers < 2 {
             return vec![WorkerPool::unnamed(case.workers, with(first))];
@@ -920,7 +929,13 @@ policy_classes:
             name: "default".into(),
             count: 4096,
             engine: EngineArgs {
-                num_gpu_blocks: 1 << 20,
+                common: CommonArgs {
+                    capacity: CapacityArgs {
+                        num_gpu_blocks: 1 << 20,
+                        ..CapacityArgs::default()
+                    },
+                    ..CommonArgs::default()
+                },
                 ..EngineArgs::default()
             },
         }];
@@ -929,7 +944,7 @@ policy_classes:
             RESERVED_BLOCKS as usize
         );
         pools[0].count = 2;
-        pools[0].engine.num_gpu_blocks = 100;
+        pools[0].engine.common.capacity.num_gpu_blocks = 100;
         assert_eq!(cached_blocks_hint(&pools, |_| true), 200);
     }
 
@@ -941,8 +956,14 @@ policy_classes:
             name: name.into(),
             count,
             engine: EngineArgs {
-                role,
-                num_gpu_blocks,
+                common: CommonArgs {
+                    role,
+                    capacity: CapacityArgs {
+                        num_gpu_blocks,
+                        ..CapacityArgs::default()
+                    },
+                    ..CommonArgs::default()
+                },
                 ..EngineArgs::default()
             },
         };
@@ -959,7 +980,7 @@ policy_classes:
     fn only_a_fleet_whose_pools_outgrow_the_caches_warms_its_probes() {
         use crate::memory::CACHE_RESIDENT_BLOCKS;
         let engine = EngineArgs::default();
-        let ranks_in_cache = CACHE_RESIDENT_BLOCKS as u64 / engine.num_gpu_blocks;
+        let ranks_in_cache = CACHE_RESIDENT_BLOCKS as u64 / engine.common.capacity.num_gpu_blocks;
         let mut pools = vec![WorkerPool {
             name: "default".into(),
             count: ranks_in_cache as u32,
@@ -969,7 +990,7 @@ policy_classes:
         pools[0].count += 1;
         assert!(warms_probes(&pools));
         pools[0].count = 1;
-        pools[0].engine.dp_size = ranks_in_cache as u32 + 1;
+        pools[0].engine.common.dp_size = ranks_in_cache as u32 + 1;
         assert!(warms_probes(&pools), "data-parallel ranks count");
     }
 
@@ -1216,7 +1237,7 @@ policy_classes:
             max_events_per_instant: 500,
             ..Limits::default()
         };
-        let result = small_run(|e| e.speedup_ratio = 1e30, limits, &[(64, 900)]).unwrap();
+        let result = small_run(|e| e.common.speedup_ratio = 1e30, limits, &[(64, 900)]).unwrap();
         let expected = StopReason::NoProgress {
             at: SimTime::ZERO,
             events: 500,
@@ -1238,8 +1259,17 @@ policy_classes:
             } else {
                 PreemptionMode::Lifo
             };
-            let result = small_run(|e| e.preemption_mode = mode, Limits::default(), &lengths)
-                .unwrap_or_else(|v| panic!("{v}"));
+            let result = small_run(
+                |e| {
+                    e.backend = Backend::Vllm(VllmArgs {
+                        preemption_mode: mode,
+                        ..VllmArgs::default()
+                    })
+                },
+                Limits::default(),
+                &lengths,
+            )
+            .unwrap_or_else(|v| panic!("{v}"));
             assert_eq!(result.stop_reason, StopReason::Drained);
             assert_eq!(result.count(EndStatus::Completed), 4, "fifo {fifo}");
             assert!(result.preemptions > 0, "fifo {fifo}: no preemption");

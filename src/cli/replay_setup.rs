@@ -57,13 +57,13 @@ pub(super) fn replay_setup(args: &ReplayArgs) -> Result<(ReplaySetup, ReplayPaci
         .unwrap_or(SimDuration::ZERO);
     let engine = replay_engine(args.engine.as_deref(), "--engine")?;
     let disaggregated = replay_disaggregated(args, &engine)?;
-    if disaggregated.is_none() && engine.role != WorkerRole::Aggregated {
+    if disaggregated.is_none() && engine.common.role != WorkerRole::Aggregated {
         return Err(CliError::Input(format!(
             "--engine: offline replay only supports aggregated workers, got {}",
-            engine.role.dynamo_name()
+            engine.common.role.dynamo_name()
         )));
     }
-    bounds_check::worker_ranks(workers, engine.dp_size).map_err(flag_error("--workers"))?;
+    bounds_check::worker_ranks(workers, engine.common.dp_size).map_err(flag_error("--workers"))?;
     let router =
         replay_router::replay_router(args.router.as_deref(), args.policy.as_deref(), args.quiet)?;
     let setup = ReplaySetup {
@@ -103,7 +103,7 @@ fn replay_disaggregated(
             Some(_) => replay_engine(value, flag)?,
             None => engine.clone(),
         };
-        engine.role = role;
+        engine.common.role = role;
         Ok::<_, CliError>(engine)
     };
     let prefill_engine = role_engine(
@@ -128,12 +128,12 @@ fn replay_disaggregated(
         bounds_check::rank_count(count.into()).map_err(flag_error(flag))?;
     }
     disaggregated_ranks(
-        (prefill_workers, prefill_engine.dp_size),
-        (decode_workers, decode_engine.dp_size),
+        (prefill_workers, prefill_engine.common.dp_size),
+        (decode_workers, decode_engine.common.dp_size),
     )?;
     if args.decode_engine.is_some()
-        && decode_engine.kv_transfer != prefill_engine.kv_transfer
-        && decode_engine.kv_transfer != Default::default()
+        && decode_engine.common.kv_transfer != prefill_engine.common.kv_transfer
+        && decode_engine.common.kv_transfer != Default::default()
         && !args.quiet
     {
         errln!(

@@ -9,7 +9,7 @@
 //! ignored. The result is a validated [`EngineArgs`].
 
 use super::profile::ProfileError;
-use super::timing::TimingModel;
+use super::timing::{FixedTiming, TimingSource};
 use super::transfer::KvTransfer;
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_STEP_MS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
 use serde::{Deserialize, Serialize};
@@ -71,64 +71,136 @@ impl WorkerRole {
     }
 }
 
-/// Validated engine arguments of one mock worker, with Dynamo's names and defaults.
+/// Validated engine arguments of one mock worker, with Dynamo's names and defaults: what
+/// every worker kind shares ([`CommonArgs`]) and the knobs only its backend reads
+/// ([`Backend`], which also says which kind of worker runs them).
 ///
 /// Every data-parallel rank of a worker runs its own scheduler and KV pool with these
 /// arguments; `dp_size` only says how many ranks the simulator should create.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct EngineArgs {
+    /// The settings every engine backend has.
+    pub common: CommonArgs,
+    /// The engine backend (the config's `backend`) with its own settings.
+    pub backend: Backend,
+}
+
+/// Engine settings every backend of Dynamo 1.6.1's mocker reads (vLLM, SGLang and TRT-LLM
+/// alike): the KV geometry and pool, the rank count, the role, the transfer to a decode
+/// worker, prefix caching, and how passes are timed and scaled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommonArgs {
     /// Tokens per KV block (default 64).
     pub block_size: u64,
+    /// Data-parallel ranks per worker (default 1).
+    pub dp_size: u32,
+    /// What the worker does (`worker_type`; default aggregated).
+    pub role: WorkerRole,
+    /// KV transfer to a decode worker (a prefill engine's; none by default). An aggregated
+    /// worker transfers nothing, but 1.6.1 checks the settings all the same.
+    pub kv_transfer: KvTransfer,
+    /// What one rank holds at most.
+    pub capacity: CapacityArgs,
+    /// Reuse cached prompt blocks and publish KV events (default true). Every 1.6.1 core
+    /// reads it (SGLang's too), so it is not a vLLM knob.
+    pub enable_prefix_caching: bool,
+    /// How passes are timed (default: Dynamo's polynomial). A profile is shared, not copied,
+    /// when the arguments are cloned.
+    pub timing: TimingSource,
+    /// Divides every modelled duration; 0 leaves durations unscaled, as in Dynamo (default 1).
+    pub speedup_ratio: f64,
+    /// Extra divisor for decode time; a product of ratios of 0 leaves decode unscaled
+    /// (default 1).
+    pub decode_speedup_ratio: f64,
+}
+
+impl Default for CommonArgs {
+    fn default() -> Self {
+        CommonArgs {
+            block_size: 64,
+            dp_size: 1,
+            role: WorkerRole::Aggregated,
+            kv_transfer: KvTransfer::default(),
+            capacity: CapacityArgs::default(),
+            enable_prefix_caching: true,
+            timing: TimingSource::Polynomial,
+            speedup_ratio: 1.0,
+            decode_speedup_ratio: 1.0,
+        }
+    }
+}
+
+/// The limits of one rank, per rank: its KV pool, running batch, pass budget and longest
+/// sequence. Every engine has each (SGLang names its pass budget differently, so a kind
+/// reports its [`Capacity`](super::protocol::Capacity) through [`super::WorkerKind`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CapacityArgs {
     /// KV pool size in blocks, per rank (default 16384).
     pub num_gpu_blocks: u64,
     /// Most requests running at once, per rank (default 256).
     pub max_num_seqs: u64,
     /// Token budget of one forward pass (default 8192).
     pub max_num_batched_tokens: u64,
-    /// Reuse cached prompt blocks and publish KV events (default true).
-    pub enable_prefix_caching: bool,
-    /// Split prompts larger than the remaining budget over several passes (default true).
-    pub enable_chunked_prefill: bool,
-    /// Divides every modelled duration; 0 leaves durations unscaled, as in Dynamo (default 1).
-    pub speedup_ratio: f64,
-    /// Extra divisor for decode time; a product of ratios of 0 leaves decode unscaled
-    /// (default 1).
-    pub decode_speedup_ratio: f64,
-    /// Data-parallel ranks per worker (default 1).
-    pub dp_size: u32,
-    /// Victim choice under KV pressure (default LIFO).
-    pub preemption_mode: PreemptionMode,
     /// Longest sequence (prompt + output); a prompt this long or longer is rejected, and
     /// generation stops when the sequence reaches it (default none).
     pub max_model_len: Option<u64>,
-    /// How passes are timed (default: Dynamo's polynomial). A profile is shared, not copied,
-    /// when the arguments are cloned.
-    pub timing: TimingModel,
-    /// KV transfer to a decode worker (a prefill engine's; none by default). An aggregated
-    /// worker transfers nothing, but 1.6.1 checks the settings all the same.
-    pub kv_transfer: KvTransfer,
-    /// What the worker does (`worker_type`; default aggregated).
-    pub role: WorkerRole,
 }
 
-impl Default for EngineArgs {
+impl Default for CapacityArgs {
     fn default() -> Self {
-        EngineArgs {
-            block_size: 64,
+        CapacityArgs {
             num_gpu_blocks: 16384,
             max_num_seqs: 256,
             max_num_batched_tokens: 8192,
-            enable_prefix_caching: true,
-            enable_chunked_prefill: true,
-            speedup_ratio: 1.0,
-            decode_speedup_ratio: 1.0,
-            dp_size: 1,
-            preemption_mode: PreemptionMode::Lifo,
             max_model_len: None,
-            timing: TimingModel::Polynomial,
-            kv_transfer: KvTransfer::default(),
-            role: WorkerRole::Aggregated,
         }
+    }
+}
+
+/// The engine backend a worker models (the config's `backend`), with the settings only it
+/// reads. The worker kind follows from it ([`super::WorkerKind::of`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// vLLM (Dynamo's default and the only backend modelled).
+    Vllm(VllmArgs),
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::Vllm(VllmArgs::default())
+    }
+}
+
+/// The settings only 1.6.1's vLLM-style core reads (SGLang chunks by its own sizes and
+/// retracts instead of preempting).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct VllmArgs {
+    /// Split prompts larger than the remaining budget over several passes (default true).
+    pub enable_chunked_prefill: bool,
+    /// Victim choice under KV pressure (default LIFO).
+    pub preemption_mode: PreemptionMode,
+}
+
+impl Default for VllmArgs {
+    fn default() -> Self {
+        VllmArgs {
+            enable_chunked_prefill: true,
+            preemption_mode: PreemptionMode::Lifo,
+        }
+    }
+}
+
+impl CommonArgs {
+    /// Total KV capacity of one rank in tokens (the decode model's denominator).
+    pub fn total_kv_tokens(&self) -> u64 {
+        self.capacity.num_gpu_blocks.saturating_mul(self.block_size)
+    }
+
+    /// Whether a rank's pool builds KV events: with prefix caching (Dynamo publishes none
+    /// without), and not on a decode rank, whose events reach no router (see `sim`). A decode
+    /// rank still marks its blocks published, so its quiet runs are planned as any rank's.
+    pub fn builds_kv_events(&self) -> bool {
+        self.enable_prefix_caching && self.role != WorkerRole::Decode
     }
 }
 
@@ -201,18 +273,6 @@ impl EngineArgs {
         launch.into_args_in(base_dir)
     }
 
-    /// Whether a rank's pool builds KV events: with prefix caching (Dynamo publishes none
-    /// without), and not on a decode rank, whose events reach no router (see `sim`). A decode
-    /// rank still marks its blocks published, so its quiet runs are planned as any rank's.
-    pub fn builds_kv_events(&self) -> bool {
-        self.enable_prefix_caching && self.role != WorkerRole::Decode
-    }
-
-    /// Total KV capacity of one rank in tokens (the decode model's denominator).
-    pub fn total_kv_tokens(&self) -> u64 {
-        self.num_gpu_blocks.saturating_mul(self.block_size)
-    }
-
     /// Checks every field's range. Mirrors 1.6.1's rules (positive sizes, vLLM block size at
     /// least 2, finite non-negative ratios) plus the limits of this implementation.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -222,39 +282,37 @@ impl EngineArgs {
                 reason: reason.to_string(),
             })
         };
-        if self.block_size < 2 {
+        let (common, capacity) = (&self.common, &self.common.capacity);
+        // The two-token minimum is vLLM's (SGLang's blocks hold one), the only backend here.
+        if common.block_size < 2 {
             return invalid("block_size", "a vLLM block must hold at least two tokens");
         }
-        if self.num_gpu_blocks == 0 {
+        if capacity.num_gpu_blocks == 0 {
             return invalid("num_gpu_blocks", "must be positive");
         }
-        if self.num_gpu_blocks > MAX_NUM_GPU_BLOCKS {
+        if capacity.num_gpu_blocks > MAX_NUM_GPU_BLOCKS {
             return invalid("num_gpu_blocks", "must be at most 4294967294");
         }
-        if self.total_kv_tokens() > u64::MAX / 4 {
+        if common.total_kv_tokens() > u64::MAX / 4 {
             return invalid("num_gpu_blocks", "num_gpu_blocks * block_size is too large");
         }
-        if self.max_num_seqs == 0 {
+        if capacity.max_num_seqs == 0 {
             return invalid("max_num_seqs", "must be positive");
         }
-        if self.max_num_batched_tokens == 0 {
+        if capacity.max_num_batched_tokens == 0 {
             return invalid("max_num_batched_tokens", "must be positive");
         }
         self.validate_bounds()?;
         self.validate_speedup_ratios()?;
-        if self.dp_size == 0 {
+        if common.dp_size == 0 {
             return invalid("dp_size", "must be positive");
         }
-        if self.max_model_len == Some(0) {
+        if capacity.max_model_len == Some(0) {
             return invalid("max_model_len", "must be positive");
         }
-        if let TimingModel::Fixed {
-            prefill_ms,
-            decode_ms,
-        } = self.timing
-        {
-            check_fixed_ms("timing_model.prefill_ms", prefill_ms)?;
-            check_fixed_ms("timing_model.decode_ms", decode_ms)?;
+        if let TimingSource::Fixed(fixed) = &common.timing {
+            check_fixed_ms("timing_model.prefill_ms", fixed.prefill_ms)?;
+            check_fixed_ms("timing_model.decode_ms", fixed.decode_ms)?;
         }
         Ok(())
     }
@@ -281,22 +339,25 @@ impl EngineArgs {
             }),
             false => Ok(()),
         };
-        over("block_size", self.block_size, MAX_BLOCK_TOKENS)?;
+        let common = &self.common;
+        over("block_size", common.block_size, MAX_BLOCK_TOKENS)?;
         over(
             "max_num_batched_tokens",
-            self.max_num_batched_tokens,
+            common.capacity.max_num_batched_tokens,
             MAX_TOKENS,
         )?;
-        over("dp_size", u64::from(self.dp_size), MAX_RANKS)
+        over("dp_size", u64::from(common.dp_size), MAX_RANKS)
     }
 
     /// Each ratio, and their product (the decode divisor), is 0 (unscaled, as in Dynamo) or
     /// finite and at least [`MIN_SPEEDUP_RATIO`], so no modelled pass can overflow time.
     fn validate_speedup_ratios(&self) -> Result<(), ConfigError> {
-        let product = self.speedup_ratio * self.decode_speedup_ratio;
+        let (speedup, decode_speedup) =
+            (self.common.speedup_ratio, self.common.decode_speedup_ratio);
+        let product = speedup * decode_speedup;
         let checks = [
-            ("speedup_ratio", "", self.speedup_ratio),
-            ("decode_speedup_ratio", "", self.decode_speedup_ratio),
+            ("speedup_ratio", "", speedup),
+            ("decode_speedup_ratio", "", decode_speedup),
             (
                 "decode_speedup_ratio",
                 "speedup_ratio x decode_speedup_ratio = ",
@@ -499,7 +560,7 @@ impl EngineLaunchConfig {
         }
         let mut args = self.engine.into_unvalidated_args(base_dir)?;
         if let Some(dp) = self.dp_size {
-            args.dp_size = dp;
+            args.common.dp_size = dp;
         }
         args.validate()?;
         Ok(args)
@@ -548,10 +609,25 @@ impl EngineSection {
         }
     }
 
-    fn check_supported(&self) -> Result<(), ConfigError> {
-        if let Some(b) = self.backend.as_deref().filter(|b| *b != "vllm") {
-            return Err(unsupported("backend", &b));
+    /// The backend `backend` names, with its own settings: vLLM (also when absent); every
+    /// other backend is refused.
+    fn backend(&self) -> Result<Backend, ConfigError> {
+        match self.backend.as_deref() {
+            None | Some("vllm") => {
+                let d = VllmArgs::default();
+                Ok(Backend::Vllm(VllmArgs {
+                    enable_chunked_prefill: (self.enable_chunked_prefill)
+                        .unwrap_or(d.enable_chunked_prefill),
+                    preemption_mode: self.preemption_mode.unwrap_or(d.preemption_mode),
+                }))
+            }
+            Some(other) => Err(unsupported("backend", &other)),
         }
+    }
+
+    /// Refuses the settings of behaviour the mocker does not model (the backend is checked
+    /// before, by [`EngineSection::backend`]).
+    fn check_supported(&self) -> Result<(), ConfigError> {
         if let Some(w) = self.worker_type.as_deref()
             && WorkerRole::from_worker_type(w).is_none()
         {
@@ -621,50 +697,51 @@ impl EngineSection {
     }
 
     fn into_unvalidated_args(self, base_dir: &Path) -> Result<EngineArgs, ConfigError> {
+        let backend = self.backend()?;
         self.check_supported()?;
         let kv_transfer = self.kv_transfer()?;
         let timing = match self.timing_choice()? {
-            TimingChoice::Polynomial => TimingModel::Polynomial,
+            TimingChoice::Polynomial => TimingSource::Polynomial,
             TimingChoice::Fixed {
                 prefill_ms,
                 decode_ms,
-            } => TimingModel::Fixed {
+            } => TimingSource::Fixed(FixedTiming {
                 prefill_ms,
                 decode_ms,
-            },
+            }),
             TimingChoice::Profile { field, path } => {
                 let profile = super::profile_dir::load(&base_dir.join(path))
                     .map_err(|error| ConfigError::Profile { field, error })?;
-                TimingModel::Profile(Arc::new(profile))
+                TimingSource::Profile(Arc::new(profile))
             }
         };
-        let d = EngineArgs::default();
-        Ok(EngineArgs {
-            block_size: self.block_size.unwrap_or(d.block_size),
-            num_gpu_blocks: self.num_gpu_blocks.unwrap_or(d.num_gpu_blocks),
-            max_num_seqs: limit("max_num_seqs", self.max_num_seqs, d.max_num_seqs)?,
+        let d = CommonArgs::default();
+        let capacity = CapacityArgs {
+            num_gpu_blocks: self.num_gpu_blocks.unwrap_or(d.capacity.num_gpu_blocks),
+            max_num_seqs: limit("max_num_seqs", self.max_num_seqs, d.capacity.max_num_seqs)?,
             max_num_batched_tokens: limit(
                 "max_num_batched_tokens",
                 self.max_num_batched_tokens,
-                d.max_num_batched_tokens,
+                d.capacity.max_num_batched_tokens,
             )?,
-            enable_prefix_caching: self
-                .enable_prefix_caching
-                .unwrap_or(d.enable_prefix_caching),
-            enable_chunked_prefill: self
-                .enable_chunked_prefill
-                .unwrap_or(d.enable_chunked_prefill),
-            speedup_ratio: self.speedup_ratio.unwrap_or(d.speedup_ratio),
-            decode_speedup_ratio: self.decode_speedup_ratio.unwrap_or(d.decode_speedup_ratio),
-            dp_size: d.dp_size,
-            preemption_mode: self.preemption_mode.unwrap_or(d.preemption_mode),
             max_model_len: self.max_model_len,
-            timing,
-            kv_transfer,
+        };
+        let common = CommonArgs {
+            block_size: self.block_size.unwrap_or(d.block_size),
+            dp_size: d.dp_size,
             role: (self.worker_type.as_deref())
                 .and_then(WorkerRole::from_worker_type)
                 .unwrap_or_default(),
-        })
+            kv_transfer,
+            capacity,
+            enable_prefix_caching: self
+                .enable_prefix_caching
+                .unwrap_or(d.enable_prefix_caching),
+            timing,
+            speedup_ratio: self.speedup_ratio.unwrap_or(d.speedup_ratio),
+            decode_speedup_ratio: self.decode_speedup_ratio.unwrap_or(d.decode_speedup_ratio),
+        };
+        Ok(EngineArgs { common, backend })
     }
 }
 
@@ -758,13 +835,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(args, EngineArgs::default());
-        assert_eq!(args.block_size, 64);
-        assert_eq!(args.num_gpu_blocks, 16384);
-        assert_eq!(args.max_num_seqs, 256);
-        assert_eq!(args.max_num_batched_tokens, 8192);
-        assert!(args.enable_prefix_caching && args.enable_chunked_prefill);
-        assert_eq!(args.preemption_mode, PreemptionMode::Lifo);
-        assert_eq!(args.total_kv_tokens(), 1_048_576);
+        assert_eq!(args.common.block_size, 64);
+        assert_eq!(args.common.capacity.num_gpu_blocks, 16384);
+        assert_eq!(args.common.capacity.max_num_seqs, 256);
+        assert_eq!(args.common.capacity.max_num_batched_tokens, 8192);
+        let Backend::Vllm(vllm) = args.backend;
+        assert!(args.common.enable_prefix_caching && vllm.enable_chunked_prefill);
+        assert_eq!(vllm.preemption_mode, PreemptionMode::Lifo);
+        assert_eq!(args.common.total_kv_tokens(), 1_048_576);
     }
 
     #[test]
@@ -777,16 +855,17 @@ mod tests {
                 "dp_size": 2}"#,
         )
         .unwrap();
-        assert_eq!(args.block_size, 16);
-        assert_eq!(args.num_gpu_blocks, 100);
-        assert_eq!(args.max_num_seqs, 4);
-        assert_eq!(args.max_num_batched_tokens, 512);
-        assert!(!args.enable_prefix_caching && !args.enable_chunked_prefill);
-        assert_eq!(args.speedup_ratio, 2.5);
-        assert_eq!(args.decode_speedup_ratio, 0.5);
-        assert_eq!(args.preemption_mode, PreemptionMode::Fifo);
-        assert_eq!(args.max_model_len, Some(4096));
-        assert_eq!(args.dp_size, 2);
+        assert_eq!(args.common.block_size, 16);
+        assert_eq!(args.common.capacity.num_gpu_blocks, 100);
+        assert_eq!(args.common.capacity.max_num_seqs, 4);
+        assert_eq!(args.common.capacity.max_num_batched_tokens, 512);
+        let Backend::Vllm(vllm) = args.backend;
+        assert!(!args.common.enable_prefix_caching && !vllm.enable_chunked_prefill);
+        assert_eq!(args.common.speedup_ratio, 2.5);
+        assert_eq!(args.common.decode_speedup_ratio, 0.5);
+        assert_eq!(vllm.preemption_mode, PreemptionMode::Fifo);
+        assert_eq!(args.common.capacity.max_model_len, Some(4096));
+        assert_eq!(args.common.dp_size, 2);
     }
 
     #[test]
@@ -827,14 +906,14 @@ mod tests {
     fn transfer_settings_are_read_and_checked_as_dynamo_checks_them_even_when_aggregated() {
         let text = r#"{"engine": {"kv_transfer_bytes_per_token": 131072,
             "kv_transfer_bandwidth": 25, "kv_transfer_timing_mode": "destination_missing"}}"#;
-        let transfer = EngineArgs::from_json_str(text).unwrap().kv_transfer;
+        let transfer = EngineArgs::from_json_str(text).unwrap().common.kv_transfer;
         assert_eq!(transfer.delay(1024).as_ns(), 5_368_709);
         assert_eq!(
             transfer.mode,
             super::super::transfer::TransferTimingMode::DestinationMissing
         );
         let none = EngineArgs::from_json_str(r#"{"engine": {"kv_transfer_bandwidth": null}}"#);
-        assert_eq!(none.unwrap().kv_transfer, KvTransfer::default());
+        assert_eq!(none.unwrap().common.kv_transfer, KvTransfer::default());
         for (text, field, message) in [
             (
                 r#"{"engine": {"kv_transfer_bandwidth": -1}}"#,
@@ -880,10 +959,21 @@ mod tests {
             ("decode", WorkerRole::Decode),
         ] {
             let text = format!(r#"{{"engine": {{"worker_type": "{worker_type}"}}}}"#);
-            assert_eq!(EngineArgs::from_json_str(&text).unwrap().role, role);
+            assert_eq!(EngineArgs::from_json_str(&text).unwrap().common.role, role);
         }
         let default = EngineArgs::from_json_str(r#"{"engine": {}}"#).unwrap();
-        assert_eq!(default.role, WorkerRole::Aggregated);
+        assert_eq!(default.common.role, WorkerRole::Aggregated);
+    }
+
+    #[test]
+    fn backend_selects_vllm_and_refuses_the_others_as_before() {
+        let named = EngineArgs::from_json_str(r#"{"engine": {"backend": "vllm"}}"#).unwrap();
+        assert_eq!(named.backend, Backend::Vllm(VllmArgs::default()));
+        let err = EngineArgs::from_json_str(r#"{"engine": {"backend": "trtllm"}}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "engine config: field `backend` = trtllm is not supported by routersim's mocker"
+        );
     }
 
     #[test]
@@ -968,7 +1058,7 @@ mod tests {
             let text = format!(
                 r#"{{"engine": {{"worker_type": "prefill", "{key}": 131072, "kv_transfer_bandwidth": 1.0}}}}"#
             );
-            EngineArgs::from_json_str(&text).unwrap().kv_transfer
+            EngineArgs::from_json_str(&text).unwrap().common.kv_transfer
         };
         assert_eq!(
             named("kv_bytes_per_token"),
@@ -1015,10 +1105,8 @@ mod tests {
             EngineArgs::default(),
             "1.6.1 offline ignores startup_time"
         );
-        let zero_ratio = EngineArgs {
-            speedup_ratio: 0.0,
-            ..EngineArgs::default()
-        };
+        let mut zero_ratio = EngineArgs::default();
+        zero_ratio.common.speedup_ratio = 0.0;
         assert!(
             zero_ratio.validate().is_ok(),
             "0 means unscaled in Dynamo, not an error"
@@ -1032,11 +1120,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            args.timing,
-            TimingModel::Fixed {
+            args.common.timing,
+            TimingSource::Fixed(FixedTiming {
                 prefill_ms: 40.0,
                 decode_ms: 9.5
-            }
+            })
         );
         let poly = r#"{"engine": {"timing_model": {"type": "polynomial"}}}"#;
         assert_eq!(
@@ -1112,12 +1200,12 @@ mod tests {
         ] {
             let args = EngineArgs::from_json_str_in(text, dir.path()).unwrap();
             let source = dir.path().join("p.npz").display().to_string();
-            assert_eq!(args.timing.profile_source(), Some(source.as_str()));
+            assert_eq!(args.common.timing.profile_source(), Some(source.as_str()));
             // Cloning shares the profile.
-            let (TimingModel::Profile(a), TimingModel::Profile(b)) =
-                (&args.timing, &args.clone().timing)
+            let (TimingSource::Profile(a), TimingSource::Profile(b)) =
+                (&args.common.timing, &args.clone().common.timing)
             else {
-                panic!("not a profile: {:?}", args.timing)
+                panic!("not a profile: {:?}", args.common.timing)
             };
             assert!(Arc::ptr_eq(a, b));
         }

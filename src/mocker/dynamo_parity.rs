@@ -105,7 +105,7 @@ fn dynamo_csv(text: &str) -> String {
 
 fn replay(trace: &str, engine_json: &str, check: bool) -> String {
     let args = EngineArgs::from_json_str(engine_json).expect("engine config");
-    let arrivals = parse_trace(trace, args.block_size);
+    let arrivals = parse_trace(trace, args.common.block_size);
     to_csv(&drive_checked(args, arrivals, check))
 }
 

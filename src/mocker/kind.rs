@@ -1,8 +1,8 @@
-//! Worker kinds: [`WorkerKind`], which engine a pool's ranks model, picked from its engine
-//! arguments; the one way a rank is built ([`WorkerKind::build`]) and the capacity a kind
+//! Worker kinds: [`WorkerKind`], which engine a pool's ranks model, following from its engine
+//! arguments' [`Backend`]; the one way a rank is built ([`WorkerKind::build`]) and the capacity a kind
 //! reports ([`WorkerKind::capacity`]), so the simulator never names a kind's own knobs.
 
-use super::config::EngineArgs;
+use super::config::{Backend, EngineArgs};
 use super::protocol::{Capacity, WorkerSetup};
 use super::traits::Worker;
 use super::vllm;
@@ -16,9 +16,11 @@ pub enum WorkerKind {
 }
 
 impl WorkerKind {
-    /// The kind of the ranks that run `engine` (the arguments refuse every backend but vLLM).
-    pub fn of(_engine: &EngineArgs) -> WorkerKind {
-        WorkerKind::Vllm
+    /// The kind of the ranks that run `engine`: the one its backend names.
+    pub fn of(engine: &EngineArgs) -> WorkerKind {
+        match engine.backend {
+            Backend::Vllm(_) => WorkerKind::Vllm,
+        }
     }
 
     /// A rank `rank` of this kind, set up as `setup` asks.

@@ -1,7 +1,7 @@
 //! Mock workers modelled on Dynamo 1.6.1's mocker: engine arguments, the protocol every
 //! worker kind speaks ([`protocol`], [`traits`]), the kinds ([`kind`]; today only
-//! [`vllm`], the vLLM-style scheduler core with its KV block pool), the timing models and KV
-//! transfers.
+//! [`vllm`], the vLLM-style scheduler core with its KV block pool), the timing models
+//! ([`timing::TimingModel`], which a kind asks for a pass's duration) and KV transfers.
 //!
 //! A rank is a pure state machine: [`Worker::start_pass`] is handed `now` and returns the
 //! pass end, with the tokens, completions and KV events it delivers then.
@@ -30,7 +30,8 @@ mod proptests;
 mod test_support;
 
 pub use config::{
-    ConfigError, EngineArgs, EngineLaunchConfig, EngineSection, PreemptionMode, WorkerRole,
+    Backend, CapacityArgs, CommonArgs, ConfigError, EngineArgs, EngineLaunchConfig, EngineSection,
+    PreemptionMode, VllmArgs, WorkerRole,
 };
 pub use kind::WorkerKind;
 pub use profile::{ProfileError, TimingProfile};
@@ -39,6 +40,6 @@ pub use protocol::{
     RequestPhase, RequestView, Reservation, TokenOut, WorkerLoad, WorkerSetup,
 };
 pub use step_memo::StepMemo;
-pub use timing::TimingModel;
+pub use timing::{DynamoPolynomial, FixedTiming, TimingModel, TimingSource};
 pub use traits::{Handoffs, QuietRuns, Worker};
 pub use vllm::{BlockId, KvPool, MockWorker, PrefixMatch, Reuse};

@@ -1,14 +1,15 @@
 //! Profile-interpolated timing (Dynamo's `planner_profile_data`): reading the mocker-format NPZ
 //! (or converting a Dynamo profiler results directory the way 1.6.1 converts it), validating
 //! it, and the linear / bilinear interpolation with extrapolation that 1.6.1's mocker runs
-//! over it.
+//! over it, and the [`TimingModel`] it is.
 //!
 //! The mocker-format NPZ holds five float64 arrays: `prefill_isl` and `prefill_ttft_ms`
 //! (1-D, the same length), `decode_active_kv_tokens` (the grid's rows) and
 //! `decode_context_length` (its columns), and `decode_itl` (2-D, rows × columns), in ms.
 //! Axes must rise strictly and hold at least two points; no value may be NaN or infinite.
 
-use crate::bounds::{self, MAX_PROFILE_FILE_BYTES, MAX_PROFILE_POINTS};
+use super::timing::{DecodeBatch, PrefillBatch, TimingModel};
+use crate::bounds::{self, MAX_PROFILE_FILE_BYTES, MAX_PROFILE_POINTS, MAX_STEP_MS};
 use std::fmt;
 use std::io::{Cursor, Read};
 use std::path::Path;
@@ -213,6 +214,23 @@ impl TimingProfile {
         let z1 = lerp((x1, z(i, j)), (x2, z(i + 1, j)), active_kv_tokens);
         let z2 = lerp((x1, z(i, j + 1)), (x2, z(i + 1, j + 1)), active_kv_tokens);
         lerp((ys[j], z1), (ys[j + 1], z2), context_length)
+    }
+}
+
+/// A profile times a pass's parts by interpolation, clamped to at most a day; decode is floored
+/// at 1 ms, as 1.6.1 floors it.
+impl TimingModel for TimingProfile {
+    fn prefill_batch_ms(&self, batch: &PrefillBatch) -> f64 {
+        match batch.new_tokens() {
+            0 => 0.0,
+            tokens => self.prefill_ms(tokens as f64).clamp(0.0, MAX_STEP_MS),
+        }
+    }
+
+    fn decode_batch_ms(&self, batch: &DecodeBatch, _kv_capacity_tokens: u64) -> f64 {
+        let active = batch.active_kv_tokens as f64;
+        let context = batch.mean_context_length() as f64;
+        self.decode_ms(active, context).clamp(1.0, MAX_STEP_MS)
     }
 }
 

@@ -4,7 +4,7 @@
 //! leaving the blocks only their own request holds out of the index and the events, change
 //! nothing else.
 
-use super::config::{EngineArgs, PreemptionMode};
+use super::config::{Backend, CapacityArgs, CommonArgs, EngineArgs, PreemptionMode, VllmArgs};
 use super::protocol::{MockRequest, PassOutput};
 use super::vllm::MockWorker;
 use crate::scheduling::hashing;
@@ -29,24 +29,30 @@ fn engine() -> impl Strategy<Value = EngineArgs> {
             |((bs, blocks, seqs, budget), (chunk, cache, fifo, mml), (s, d))| {
                 let ratio = [1.0, 0.0, 2.5];
                 EngineArgs {
-                    block_size: bs,
-                    num_gpu_blocks: blocks,
-                    max_num_seqs: seqs,
-                    max_num_batched_tokens: budget,
-                    enable_chunked_prefill: chunk,
-                    enable_prefix_caching: cache,
-                    preemption_mode: if fifo {
-                        PreemptionMode::Fifo
-                    } else {
-                        PreemptionMode::Lifo
+                    common: CommonArgs {
+                        block_size: bs,
+                        dp_size: 1,
+                        role: Default::default(),
+                        kv_transfer: Default::default(),
+                        capacity: CapacityArgs {
+                            num_gpu_blocks: blocks,
+                            max_num_seqs: seqs,
+                            max_num_batched_tokens: budget,
+                            max_model_len: mml,
+                        },
+                        enable_prefix_caching: cache,
+                        timing: Default::default(),
+                        speedup_ratio: ratio[s as usize],
+                        decode_speedup_ratio: ratio[d as usize],
                     },
-                    max_model_len: mml,
-                    speedup_ratio: ratio[s as usize],
-                    decode_speedup_ratio: ratio[d as usize],
-                    dp_size: 1,
-                    role: Default::default(),
-                    timing: Default::default(),
-                    kv_transfer: Default::default(),
+                    backend: Backend::Vllm(VllmArgs {
+                        enable_chunked_prefill: chunk,
+                        preemption_mode: if fifo {
+                            PreemptionMode::Fifo
+                        } else {
+                            PreemptionMode::Lifo
+                        },
+                    }),
                 }
             },
         )
@@ -114,9 +120,9 @@ struct Tally {
 }
 
 fn run(args: EngineArgs, specs: Vec<Spec>) {
-    let bs = args.block_size;
-    let caching = args.enable_prefix_caching;
-    let mml = args.max_model_len;
+    let bs = args.common.block_size;
+    let caching = args.common.enable_prefix_caching;
+    let mml = args.common.capacity.max_model_len;
     let mut w = MockWorker::new(args, WorkerWithDpRank::new(3, 1));
     let mut arrivals = Vec::new();
     let mut t = 0u64;
@@ -344,7 +350,7 @@ fn run_both(
     moves: &[u8],
     (publish_generated, unshared): (bool, bool),
 ) -> Met {
-    let bs = args.block_size;
+    let bs = args.common.block_size;
     let mut twins = Twins::new(args, publish_generated);
     let mut arrivals = Vec::new();
     let mut t = 0u64;
@@ -442,12 +448,13 @@ fn the_probe_differential_meets_reuse_preemption_and_eviction() {
     for _ in 0..64 {
         let (specs, moves, publish) = strategy.new_tree(&mut runner).unwrap().current();
         let unshared = moves[0] % 2 == 1;
-        let args = EngineArgs {
-            block_size: 16,
+        let mut args = EngineArgs::default();
+        args.common.block_size = 16;
+        args.common.capacity = CapacityArgs {
             num_gpu_blocks: 48,
             max_num_seqs: 4,
             max_num_batched_tokens: 256,
-            ..EngineArgs::default()
+            ..CapacityArgs::default()
         };
         let met = run_both(args, &specs, &moves, (publish, unshared));
         total.probe_reuses += met.probe_reuses;
@@ -473,11 +480,9 @@ fn the_probe_differential_meets_reuse_preemption_and_eviction() {
 #[test]
 fn completed_requests_get_every_token_they_asked_for() {
     // Deterministic companion: roomy engine, so nothing is rejected and counts are exact.
-    let args = EngineArgs {
-        num_gpu_blocks: 64,
-        block_size: 16,
-        ..EngineArgs::default()
-    };
+    let mut args = EngineArgs::default();
+    args.common.capacity.num_gpu_blocks = 64;
+    args.common.block_size = 16;
     let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
     for i in 0..5u64 {
         let tokens: Vec<Token> = vec![i as u32; 40 + 10 * i as usize];

@@ -93,12 +93,12 @@ impl StepMemo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mocker::config::EngineArgs;
+    use crate::mocker::config::CommonArgs;
     use crate::mocker::timing;
 
     #[test]
     fn the_step_memo_answers_as_the_timing_model_even_when_slots_collide() {
-        let args = EngineArgs::default();
+        let args = CommonArgs::default();
         let mut memo = StepMemo::new(8);
         let batches = [
             (1, 1025),
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_step_memo_grows_only_while_batches_recur_and_never_past_its_most() {
-        let args = EngineArgs::default();
+        let args = CommonArgs::default();
         let time = |active_kv_tokens| {
             let batch = timing::DecodeBatch {
                 count: 1,

@@ -1,41 +1,114 @@
-//! The mocker's timing models (Dynamo 1.6.1's default polynomial, its `fixed` model and the
-//! profile-interpolated one), speedup scaling, and the conversion of modelled milliseconds to
-//! integer nanoseconds exactly as 1.6.1 rounds them.
+//! How a pass is timed: the [`TimingModel`] a worker kind asks for the milliseconds of a pass's
+//! prefill and decode parts, the built-in models an engine config selects ([`TimingSource`]:
+//! Dynamo 1.6.1's default polynomial, its `fixed` model and the profile-interpolated one),
+//! speedup scaling, and the conversion of modelled milliseconds to integer nanoseconds exactly
+//! as 1.6.1 rounds them.
 
-use super::config::EngineArgs;
+use super::config::CommonArgs;
 use super::profile::TimingProfile;
-use crate::bounds::MAX_STEP_MS;
 use crate::time::SimDuration;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a pass's prefill and decode steps are timed (the engine's `timing_model`).
+/// What a pass's steps take, in raw (unscaled) milliseconds: the one question a worker kind
+/// asks of its timing. [`prefill_duration`] and [`decode_duration`] scale the answers by the
+/// engine's speedup ratios and round them to whole ns as 1.6.1 does, so a new timing source
+/// (say, a hardware performance model) implements only this and joins [`TimingSource`]
+/// (which is `Clone`, `Debug` and `PartialEq`, as the engine arguments must be).
+///
+/// An answer depends on its batch (and the rank's capacity) alone: a pool's [`StepMemo`]
+/// keeps decode durations by batch.
+///
+/// [`StepMemo`]: super::step_memo::StepMemo
+pub trait TimingModel {
+    /// Prefill time of a pass whose prefill batch is `batch`, in ms; 0 for a batch the model
+    /// charges nothing (at least every empty one).
+    fn prefill_batch_ms(&self, batch: &PrefillBatch) -> f64;
+
+    /// Decode time of a pass whose decode batch is `batch` (never empty), on a rank holding
+    /// `kv_capacity_tokens` tokens of KV, in ms.
+    fn decode_batch_ms(&self, batch: &DecodeBatch, kv_capacity_tokens: u64) -> f64;
+}
+
+/// How a pass's prefill and decode steps are timed (the engine's `timing_model`): one of the
+/// built-in [`TimingModel`]s, chosen by the engine config. An enum rather than a boxed trait
+/// object, so a pass's timing is a match, not an indirect call.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub enum TimingModel {
-    /// Dynamo's default polynomials: prefill over the pass's new tokens, decode over the pool's
-    /// fill fraction.
+pub enum TimingSource {
+    /// Dynamo's default polynomials ([`DynamoPolynomial`]).
     #[default]
     Polynomial,
-    /// Constant times: `prefill_ms` for every pass with a prefill batch, `decode_ms` for every
-    /// pass with a decode batch, whatever their size (1.6.1's `{type: fixed}`).
-    Fixed {
-        /// Prefill time of a pass that computes prompt tokens, in ms.
-        prefill_ms: f64,
-        /// Decode time of a pass in which a request that had already produced a token emits
-        /// one, in ms.
-        decode_ms: f64,
-    },
+    /// Constant times, whatever the batch's size (1.6.1's `{type: fixed}`).
+    Fixed(FixedTiming),
     /// Interpolated from a planner profile (`planner_profile_data`).
     Profile(Arc<TimingProfile>),
 }
 
-impl TimingModel {
+impl TimingSource {
     /// The profile file or directory this model reads, if any.
     pub fn profile_source(&self) -> Option<&str> {
         match self {
-            TimingModel::Profile(profile) => Some(profile.source()),
+            TimingSource::Profile(profile) => Some(profile.source()),
             _ => None,
         }
+    }
+}
+
+impl TimingModel for TimingSource {
+    fn prefill_batch_ms(&self, batch: &PrefillBatch) -> f64 {
+        match self {
+            TimingSource::Polynomial => DynamoPolynomial.prefill_batch_ms(batch),
+            TimingSource::Fixed(fixed) => fixed.prefill_batch_ms(batch),
+            TimingSource::Profile(profile) => profile.prefill_batch_ms(batch),
+        }
+    }
+
+    fn decode_batch_ms(&self, batch: &DecodeBatch, kv_capacity_tokens: u64) -> f64 {
+        match self {
+            TimingSource::Polynomial => DynamoPolynomial.decode_batch_ms(batch, kv_capacity_tokens),
+            TimingSource::Fixed(fixed) => fixed.decode_batch_ms(batch, kv_capacity_tokens),
+            TimingSource::Profile(profile) => profile.decode_batch_ms(batch, kv_capacity_tokens),
+        }
+    }
+}
+
+/// Dynamo's default polynomials: prefill over the pass's new tokens ([`prefill_ms`]), decode
+/// over the pool's fill fraction ([`decode_ms`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DynamoPolynomial;
+
+impl TimingModel for DynamoPolynomial {
+    fn prefill_batch_ms(&self, batch: &PrefillBatch) -> f64 {
+        prefill_ms(batch.new_tokens())
+    }
+
+    fn decode_batch_ms(&self, batch: &DecodeBatch, kv_capacity_tokens: u64) -> f64 {
+        decode_ms(batch.active_kv_tokens, kv_capacity_tokens)
+    }
+}
+
+/// Constant step times (1.6.1's `{type: fixed}`): `prefill_ms` for every pass with a prefill
+/// batch, `decode_ms` for every pass with a decode batch, whatever their size.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct FixedTiming {
+    /// Prefill time of a pass that computes prompt tokens, in ms.
+    pub prefill_ms: f64,
+    /// Decode time of a pass in which a request that had already produced a token emits
+    /// one, in ms.
+    pub decode_ms: f64,
+}
+
+impl TimingModel for FixedTiming {
+    fn prefill_batch_ms(&self, batch: &PrefillBatch) -> f64 {
+        match batch.count {
+            0 => 0.0,
+            _ => self.prefill_ms,
+        }
+    }
+
+    /// Not floored at 1 ms, unlike the polynomial and the profile (as in 1.6.1).
+    fn decode_batch_ms(&self, _batch: &DecodeBatch, _kv_capacity_tokens: u64) -> f64 {
+        self.decode_ms
     }
 }
 
@@ -150,39 +223,21 @@ pub fn ms_to_duration(ms: f64) -> SimDuration {
     }
 }
 
-/// The modelled, scaled duration of a pass's prefill part. An empty batch takes no time under
-/// every model; a non-empty one takes the model's time, scaled by `speedup_ratio`.
-pub fn prefill_duration(batch: &PrefillBatch, args: &EngineArgs) -> SimDuration {
-    let ms = match &args.timing {
-        TimingModel::Polynomial => prefill_ms(batch.new_tokens()),
-        TimingModel::Fixed { prefill_ms, .. } if batch.count > 0 => *prefill_ms,
-        TimingModel::Fixed { .. } => 0.0,
-        TimingModel::Profile(profile) => match batch.new_tokens() {
-            0 => 0.0,
-            tokens => profile.prefill_ms(tokens as f64).clamp(0.0, MAX_STEP_MS),
-        },
-    };
-    scaled_duration(ms, args.speedup_ratio)
+/// The modelled, scaled duration of a pass's prefill part: the engine's timing model's time,
+/// scaled by `speedup_ratio`. An empty batch takes no time under every model.
+pub fn prefill_duration(batch: &PrefillBatch, engine: &CommonArgs) -> SimDuration {
+    let ms = engine.timing.prefill_batch_ms(batch);
+    scaled_duration(ms, engine.speedup_ratio)
 }
 
-/// The modelled, scaled duration of a pass's decode part, scaled by `speedup_ratio ×
-/// decode_speedup_ratio`. An empty batch takes no time. The polynomial and the profile are
-/// floored at 1 ms, as in 1.6.1; the fixed model is not.
-pub fn decode_duration(batch: &DecodeBatch, args: &EngineArgs) -> SimDuration {
+/// The modelled, scaled duration of a pass's decode part: the engine's timing model's time,
+/// scaled by `speedup_ratio × decode_speedup_ratio`. An empty batch takes no time.
+pub fn decode_duration(batch: &DecodeBatch, engine: &CommonArgs) -> SimDuration {
     if batch.count == 0 {
         return SimDuration::ZERO;
     }
-    let ms = match &args.timing {
-        TimingModel::Polynomial => decode_ms(batch.active_kv_tokens, args.total_kv_tokens()),
-        TimingModel::Fixed { decode_ms, .. } => *decode_ms,
-        TimingModel::Profile(profile) => profile
-            .decode_ms(
-                batch.active_kv_tokens as f64,
-                batch.mean_context_length() as f64,
-            )
-            .clamp(1.0, MAX_STEP_MS),
-    };
-    scaled_duration(ms, args.speedup_ratio * args.decode_speedup_ratio)
+    let ms = (engine.timing).decode_batch_ms(batch, engine.total_kv_tokens());
+    scaled_duration(ms, engine.speedup_ratio * engine.decode_speedup_ratio)
 }
 
 /// The prefill batch size Dynamo feeds its polynomial: `count` requests, mean total and mean
@@ -276,7 +331,7 @@ mod tests {
     }
 
     /// A lone request's prefill of `tokens` uncached tokens.
-    fn prefill_duration(tokens: u64, args: &EngineArgs) -> SimDuration {
+    fn prefill_duration(tokens: u64, args: &CommonArgs) -> SimDuration {
         let batch = PrefillBatch {
             count: u64::from(tokens > 0),
             total_isl: tokens,
@@ -286,7 +341,7 @@ mod tests {
     }
 
     /// A lone decoding request with `active_kv_tokens` of context.
-    fn decode_duration(active_kv_tokens: u64, args: &EngineArgs) -> SimDuration {
+    fn decode_duration(active_kv_tokens: u64, args: &CommonArgs) -> SimDuration {
         let batch = DecodeBatch {
             count: 1,
             active_kv_tokens,
@@ -296,7 +351,7 @@ mod tests {
 
     #[test]
     fn prefill_matches_dynamo_printed_times() {
-        let args = EngineArgs::default();
+        let args = CommonArgs::default();
         // Observed in 1.6.1: a lone 512 prompt, four of them, 1024 tokens, a 64-token tail.
         assert_eq!(ns(prefill_duration(512, &args)), 24_385_704);
         assert_eq!(ns(prefill_duration(2048, &args)), 49_362_902);
@@ -307,7 +362,7 @@ mod tests {
 
     #[test]
     fn decode_depends_on_fill_fraction_with_floor_and_clamp() {
-        let args = EngineArgs::default();
+        let args = CommonArgs::default();
         // 1.6.1: the steps after a 1024-token prompt's first token.
         assert_eq!(ns(decode_duration(1025, &args)), 5_792_771);
         assert_eq!(ns(decode_duration(1028, &args)), 5_792_925);
@@ -319,24 +374,24 @@ mod tests {
 
     #[test]
     fn speedup_ratios_divide_and_zero_means_unscaled() {
-        let base = EngineArgs::default();
-        let fast = EngineArgs {
+        let base = CommonArgs::default();
+        let fast = CommonArgs {
             speedup_ratio: 2.0,
             ..base.clone()
         };
         assert_eq!(ns(prefill_duration(1024, &fast)), 16_245_356);
-        let dec3 = EngineArgs {
+        let dec3 = CommonArgs {
             decode_speedup_ratio: 3.0,
             ..base.clone()
         };
         assert_eq!(prefill_duration(1024, &dec3), prefill_duration(1024, &base));
-        let zero = EngineArgs {
+        let zero = CommonArgs {
             speedup_ratio: 0.0,
             ..base.clone()
         };
         assert_eq!(prefill_duration(1024, &zero), prefill_duration(1024, &base));
         // 1.6.1: speedup 0.5 with decode ratio 0 gives a product of 0, so decode is unscaled.
-        let half = EngineArgs {
+        let half = CommonArgs {
             speedup_ratio: 0.5,
             decode_speedup_ratio: 0.0,
             ..base.clone()

@@ -33,9 +33,10 @@ pub fn build(rank: WorkerWithDpRank, setup: &WorkerSetup) -> Box<dyn Worker> {
 /// What a vLLM rank of `engine` holds: its `max_num_seqs`, `max_num_batched_tokens` and
 /// `num_gpu_blocks`.
 pub fn capacity(engine: &EngineArgs) -> Capacity {
+    let limits = &engine.common.capacity;
     Capacity {
-        max_running: engine.max_num_seqs,
-        max_batched_tokens: engine.max_num_batched_tokens,
-        kv_blocks: engine.num_gpu_blocks,
+        max_running: limits.max_num_seqs,
+        max_batched_tokens: limits.max_num_batched_tokens,
+        kv_blocks: limits.num_gpu_blocks,
     }
 }

@@ -18,7 +18,7 @@ pub fn run_memory_estimate_bytes(spec: &RunSpec) -> u64 {
         .config
         .pools()
         .iter()
-        .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size))
+        .map(|p| u64::from(p.count) * u64::from(p.engine.common.dp_size))
         .sum();
     match &spec.source {
         RequestSource::Synthetic { workload, .. } => {

@@ -228,7 +228,7 @@ fn rows_told_which_blocks_are_theirs_alone_replay_as_rows_told_nothing() {
     let (_dir, mut spec) = replay_spec(&(rows.join("\n") + "\n"));
     spec.config = changed(&spec.config, |d| {
         d.pools[0].count = 2;
-        d.pools[0].engine.num_gpu_blocks = 96;
+        d.pools[0].engine.common.capacity.num_gpu_blocks = 96;
     });
     let told = execute(&spec).unwrap();
     assert!(told.result.preemptions > 0, "the pool must preempt");

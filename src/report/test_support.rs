@@ -113,9 +113,9 @@ pub fn disaggregated_run(name: &str) -> RunOutput {
     let dir = setup.trace.parent().unwrap().to_path_buf();
     let prefill_text = std::fs::read_to_string(dir.join("prefill.json")).unwrap();
     let mut prefill_engine = EngineArgs::from_json_str(&prefill_text).unwrap();
-    prefill_engine.role = WorkerRole::Prefill;
+    prefill_engine.common.role = WorkerRole::Prefill;
     let mut decode_engine = setup.engine.clone();
-    decode_engine.role = WorkerRole::Decode;
+    decode_engine.common.role = WorkerRole::Decode;
     setup.disaggregated = Some(pipeline::DisaggregatedSetup {
         prefill_workers: 1,
         prefill_engine,

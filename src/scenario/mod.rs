@@ -294,7 +294,7 @@ impl Scenario {
             .config
             .pools()
             .iter()
-            .filter_map(|p| p.engine.timing.profile_source());
+            .filter_map(|p| p.engine.common.timing.profile_source());
         files.extend(profiles.map(PathBuf::from));
         if let Workload::Trace { path, .. } = &self.workload {
             files.push(path.clone());

@@ -27,7 +27,12 @@ fn shape(scenario: &Scenario) -> Vec<(String, u32, u32, u64)> {
         .iter()
         .map(|p| {
             let e = &p.engine;
-            (p.name.clone(), p.count, e.dp_size, e.max_num_seqs)
+            (
+                p.name.clone(),
+                p.count,
+                e.common.dp_size,
+                e.common.capacity.max_num_seqs,
+            )
         })
         .collect()
 }
@@ -41,8 +46,15 @@ fn pools_are_read_in_file_order_each_with_its_own_engine() {
     );
     let config = scenario.config();
     assert_eq!(config.pools(), scenario.pools());
-    assert_eq!(config.pools()[0].engine.max_num_batched_tokens, 4096);
-    assert_eq!(config.pools()[1].engine.speedup_ratio, 0.5);
+    assert_eq!(
+        config.pools()[0]
+            .engine
+            .common
+            .capacity
+            .max_num_batched_tokens,
+        4096
+    );
+    assert_eq!(config.pools()[1].engine.common.speedup_ratio, 0.5);
     // 4 x 64 + 2 x 2 x 32 sequences.
     assert_eq!(config.capacity_seqs(), 384);
     let described = scenario.describe();
@@ -226,7 +238,7 @@ fn set_edits_a_pool_by_name() {
         &[("workers.pools.h100.engine.max_num_seqs", "8")],
     )
     .unwrap();
-    assert_eq!(scenario.pools()[0].engine.max_num_seqs, 8);
+    assert_eq!(scenario.pools()[0].engine.common.capacity.max_num_seqs, 8);
     let e = load(TWO_POOLS, &[("workers.pools.v100.count", "3")]).unwrap_err();
     assert!(e.message.contains("no entry named `v100`"), "{e}");
     let e = load(TWO_POOLS, &[("workers.pools.a100.count", "1.5")]).unwrap_err();

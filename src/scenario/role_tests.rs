@@ -24,9 +24,9 @@ fn shape(scenario: &Scenario) -> Vec<(String, WorkerRole, u32, u64)> {
     let shape = pools.iter().map(|p| {
         (
             p.name.clone(),
-            p.engine.role,
+            p.engine.common.role,
             p.count,
-            p.engine.max_num_seqs,
+            p.engine.common.capacity.max_num_seqs,
         )
     });
     shape.collect()
@@ -43,7 +43,7 @@ fn roles_are_pools_of_their_role_in_either_form() {
             ("slow".into(), WorkerRole::Decode, 1, 16),
         ]
     );
-    let transfer = scenario.pools()[0].engine.kv_transfer;
+    let transfer = scenario.pools()[0].engine.common.kv_transfer;
     assert_eq!(transfer.delay(4096).as_ns(), 10_737_418);
     assert_eq!(transfer.mode, TransferTimingMode::FullPrompt);
     assert!(scenario.config().is_disaggregated());

@@ -907,10 +907,13 @@ fn limits_delays_engine_and_router_mode_reach_the_sim_config() {
     assert_eq!(config.delays().worker_to_router.as_ns(), 500_000);
     assert_eq!(config.delays().kv_event_lag.as_ns(), 3_000_000);
     assert_eq!(
-        (config.pools()[0].engine.max_num_seqs, config.block_size()),
+        (
+            config.pools()[0].engine.common.capacity.max_num_seqs,
+            config.block_size()
+        ),
         (4, 16)
     );
-    assert_eq!(config.pools()[0].engine.dp_size, 2);
+    assert_eq!(config.pools()[0].engine.common.dp_size, 2);
     let e = error_of(&text.replace("kv_event_lag_ms: 3", "kv_event_lag_ms: -3"));
     assert_eq!(e.field_path, "delays.kv_event_lag_ms", "{e}");
     let e = error_of(&text.replace("router_temperature: 0.25", "router_temperature: -1"));
@@ -1015,7 +1018,7 @@ fn set_reaches_expectations_and_engine_keys_by_name() {
         scenario.expectations()[1].bound(),
         crate::report::verdict::expect::Bound::AtLeast(50.0)
     );
-    assert!(scenario.pools()[0].engine.enable_prefix_caching);
+    assert!(scenario.pools()[0].engine.common.enable_prefix_caching);
     let requests = scenario.requests(0).unwrap();
     assert!(requests.iter().all(|r| r.arrival.as_ns() == 0));
     let e = Scenario::load_with_overrides(

@@ -365,7 +365,7 @@ fn engine_args(
     // A profile path is relative to the scenario file, as `router.policy` is.
     let mut args = engine.into_args_in(&source.dir).map_err(engine_error)?;
     if let Some(dp_size) = dp_size {
-        args.dp_size = bounds_check::rank_count(dp_size)
+        args.common.dp_size = bounds_check::rank_count(dp_size)
             .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
     }
     Ok(args)

@@ -270,7 +270,7 @@ fn check(pools: &[WorkerPool], faults: &[Fault]) -> Result<(), ResolveError> {
     let Some(first) = pools.first() else {
         return Err(ResolveError::NoPools);
     };
-    let has = |role| pools.iter().any(|p| p.engine.role == role);
+    let has = |role| pools.iter().any(|p| p.engine.common.role == role);
     let (aggregated, prefill, decode) = (
         has(WorkerRole::Aggregated),
         has(WorkerRole::Prefill),
@@ -293,13 +293,13 @@ fn check(pools: &[WorkerPool], faults: &[Fault]) -> Result<(), ResolveError> {
                 name: pool.name.clone(),
             });
         }
-        if pool.engine.block_size != first.engine.block_size {
+        if pool.engine.common.block_size != first.engine.common.block_size {
             return Err(ResolveError::BlockSize {
                 pool: index,
                 name: pool.name.clone(),
-                block_size: pool.engine.block_size,
+                block_size: pool.engine.common.block_size,
                 first_name: first.name.clone(),
-                first_block_size: first.engine.block_size,
+                first_block_size: first.engine.common.block_size,
             });
         }
     }
@@ -319,7 +319,7 @@ fn check(pools: &[WorkerPool], faults: &[Fault]) -> Result<(), ResolveError> {
 pub fn models_cancels(pools: &[WorkerPool]) -> bool {
     pools
         .iter()
-        .all(|p| p.engine.role == WorkerRole::Aggregated)
+        .all(|p| p.engine.common.role == WorkerRole::Aggregated)
 }
 
 /// Everything one simulation run needs besides its requests, every rule across its fields
@@ -458,7 +458,9 @@ impl SimConfig {
     pub fn block_size(&self) -> u64 {
         self.pools
             .first()
-            .map_or(EngineArgs::default().block_size, |p| p.engine.block_size)
+            .map_or(EngineArgs::default().common.block_size, |p| {
+                p.engine.common.block_size
+            })
     }
 
     /// The workers' total running-batch capacity (vLLM's `max_num_seqs`) over every
@@ -467,7 +469,7 @@ impl SimConfig {
         self.pools
             .iter()
             .map(|p| {
-                let ranks = u64::from(p.count) * u64::from(p.engine.dp_size.max(1));
+                let ranks = u64::from(p.count) * u64::from(p.engine.common.dp_size.max(1));
                 ranks * p.capacity().max_running
             })
             .sum()
@@ -477,21 +479,25 @@ impl SimConfig {
     pub fn is_disaggregated(&self) -> bool {
         self.pools
             .iter()
-            .any(|p| p.engine.role != WorkerRole::Aggregated)
+            .any(|p| p.engine.common.role != WorkerRole::Aggregated)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mocker::CommonArgs;
 
     fn pool(name: &str, role: WorkerRole, count: u32, block_size: u64) -> WorkerPool {
         WorkerPool {
             name: name.into(),
             count,
             engine: EngineArgs {
-                role,
-                block_size,
+                common: CommonArgs {
+                    role,
+                    block_size,
+                    ..CommonArgs::default()
+                },
                 ..EngineArgs::default()
             },
         }

@@ -787,7 +787,8 @@ impl Hub {
     /// The router that hears of worker `worker`: the decode router for a decode worker, else
     /// the one requests arrive at.
     fn router_of_worker(&mut self, worker: u64) -> &mut RouterDriver {
-        let role = (self.fleet.pool_of(worker)).map_or(WorkerRole::Aggregated, |p| p.engine.role);
+        let role =
+            (self.fleet.pool_of(worker)).map_or(WorkerRole::Aggregated, |p| p.engine.common.role);
         self.routers.for_role(role)
     }
 

@@ -42,7 +42,7 @@ pub(super) fn cached_blocks_hint(
     pools: &[WorkerPool],
     routed: impl Fn(WorkerRole) -> bool,
 ) -> usize {
-    let heard = pools.iter().filter(|pool| routed(pool.engine.role));
+    let heard = pools.iter().filter(|pool| routed(pool.engine.common.role));
     fleet_blocks(heard).min(RESERVED_BLOCKS) as usize
 }
 
@@ -51,7 +51,7 @@ fn fleet_blocks<'a>(pools: impl IntoIterator<Item = &'a WorkerPool>) -> u64 {
     pools
         .into_iter()
         .map(|p| {
-            let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.dp_size));
+            let ranks = u64::from(p.count).saturating_mul(u64::from(p.engine.common.dp_size));
             ranks.saturating_mul(p.capacity().kv_blocks)
         })
         .fold(0, u64::saturating_add)
@@ -72,7 +72,7 @@ pub(super) fn worker_set_of(
 ) -> WorkerSet {
     let mut set = WorkerSet::default();
     for (id, _, pool) in worker_pools(pools) {
-        if routed(pool.engine.role) {
+        if routed(pool.engine.common.role) {
             set.insert(id, worker_config(pool));
         }
     }
@@ -83,7 +83,7 @@ pub(super) fn worker_set_of(
 pub(super) fn worker_config(pool: &WorkerPool) -> WorkerConfig {
     WorkerConfig {
         dp_start: 0,
-        dp_size: pool.engine.dp_size,
+        dp_size: pool.engine.common.dp_size,
         max_num_batched_tokens: Some(pool.capacity().max_batched_tokens),
         ..WorkerConfig::default()
     }
@@ -196,7 +196,7 @@ impl WorkerFleet {
             .collect();
         let ranks: usize = pools
             .iter()
-            .map(|p| p.count as usize * p.engine.dp_size as usize)
+            .map(|p| p.count as usize * p.engine.common.dp_size as usize)
             .sum();
         let mut fleet = WorkerFleet {
             step_memos,
@@ -269,7 +269,7 @@ impl WorkerFleet {
     /// Adds the empty, up ranks of worker `worker` of pool `pool` (ids only grow, so the
     /// ranks stay in id order).
     fn add_worker(&mut self, worker: u64, pool: usize) {
-        for dp_rank in 0..self.pools[pool].engine.dp_size {
+        for dp_rank in 0..self.pools[pool].engine.common.dp_size {
             let id = WorkerWithDpRank::new(worker, dp_rank);
             let slot = RankSlot {
                 id,
@@ -333,7 +333,7 @@ impl WorkerFleet {
 
     /// The role of the rank at `index`'s pool.
     pub fn role(&self, index: usize) -> WorkerRole {
-        self.pools[self.ranks[index].pool].engine.role
+        self.pools[self.ranks[index].pool].engine.common.role
     }
 
     /// Whether the rank at `index` is running a pass.
@@ -348,7 +348,7 @@ impl WorkerFleet {
     /// steps a worker's data-parallel ranks together, in every role, each pass lasting as
     /// long as its slowest rank's.
     fn is_lockstep(&self, index: usize) -> bool {
-        self.pools[self.ranks[index].pool].engine.dp_size > 1
+        self.pools[self.ranks[index].pool].engine.common.dp_size > 1
     }
 
     /// When the pass of lock-step rank `index` was the last of its worker's ranks' to end,
@@ -515,7 +515,7 @@ impl WorkerFleet {
         if self.pass_log.is_some() {
             slot.pass_args = formed_pass_args(slot.worker.load(), &slot.output);
         }
-        let role = self.pools[slot.pool].engine.role;
+        let role = self.pools[slot.pool].engine.common.role;
         for admitted in &slot.output.admitted {
             ledger.admitted(now, admitted.id, role, admitted);
         }
@@ -765,7 +765,7 @@ impl WorkerFleet {
     /// How outputs call worker `worker`: `worker 3`, or in disaggregated serving `decode
     /// worker 1`, numbered within its role in id order (as requests.csv numbers them).
     fn worker_name(&self, worker: u64) -> String {
-        let Some(role) = self.pool_of(worker).map(|p| p.engine.role) else {
+        let Some(role) = self.pool_of(worker).map(|p| p.engine.common.role) else {
             return format!("worker {worker}");
         };
         if role == WorkerRole::Aggregated {
@@ -774,7 +774,7 @@ impl WorkerFleet {
         let mut before: Vec<u64> = self
             .ranks
             .iter()
-            .filter(|r| r.id.worker_id < worker && self.pools[r.pool].engine.role == role)
+            .filter(|r| r.id.worker_id < worker && self.pools[r.pool].engine.common.role == role)
             .map(|r| r.id.worker_id)
             .collect();
         before.dedup();
@@ -847,9 +847,9 @@ impl WorkerFleet {
                 name: pool.name.clone(),
                 first_worker,
                 workers: pool.count,
-                dp_size: pool.engine.dp_size,
+                dp_size: pool.engine.common.dp_size,
                 busy_ns,
-                role: pool.engine.role,
+                role: pool.engine.common.role,
             });
             first_worker += u64::from(pool.count);
         }

@@ -201,8 +201,10 @@ impl Disaggregated {
         let prefill = config
             .pools
             .iter()
-            .find(|p| p.engine.role == WorkerRole::Prefill);
-        let transfer = prefill.map(|p| p.engine.kv_transfer).unwrap_or_default();
+            .find(|p| p.engine.common.role == WorkerRole::Prefill);
+        let transfer = prefill
+            .map(|p| p.engine.common.kv_transfer)
+            .unwrap_or_default();
         Disaggregated {
             transfer,
             block_size: config.block_size(),

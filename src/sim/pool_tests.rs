@@ -67,8 +67,8 @@ fn worker_ids_go_pool_by_pool_each_with_its_pools_ranks_and_budget() {
     let pools = vec![
         pool("a", 2, |_| {}),
         pool("b", 1, |e| {
-            e.dp_size = 2;
-            e.max_num_batched_tokens = 512;
+            e.common.dp_size = 2;
+            e.common.capacity.max_num_batched_tokens = 512;
         }),
     ];
     let set = fleet::worker_set_of(&pools, |_| true);
@@ -105,8 +105,8 @@ fn ttft_alone(engine: impl FnOnce(&mut EngineArgs)) -> SimDuration {
 
 #[test]
 fn round_robin_over_two_pools_shows_each_pools_own_ttft() {
-    let fast = |e: &mut EngineArgs| e.speedup_ratio = 10.0;
-    let slow = |e: &mut EngineArgs| e.speedup_ratio = 1.0;
+    let fast = |e: &mut EngineArgs| e.common.speedup_ratio = 10.0;
+    let slow = |e: &mut EngineArgs| e.common.speedup_ratio = 1.0;
     let (fast_ttft, slow_ttft) = (ttft_alone(fast), ttft_alone(slow));
     assert!(slow_ttft > fast_ttft, "{slow_ttft:?} vs {fast_ttft:?}");
     let pools = vec![pool("fast", 1, fast), pool("slow", 1, slow)];
@@ -148,7 +148,9 @@ fn busy_fractions_multiply_each_workers_own_budget() {
     // worker: the second finds 600 active prefill tokens there.
     let pools = vec![
         pool("big", 1, |_| {}),
-        pool("small", 1, |e| e.max_num_batched_tokens = 1024),
+        pool("small", 1, |e| {
+            e.common.capacity.max_num_batched_tokens = 1024
+        }),
     ];
     let paths = |worker: u64| {
         let pinned = (0..2).map(|row| RequestSpec {

@@ -58,7 +58,9 @@
 
 use super::kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
 use super::memo::HeadProbe;
-use crate::mocker::config::{ConfigError, EngineArgs, PreemptionMode, WorkerRole};
+use crate::mocker::config::{
+    Backend, CommonArgs, ConfigError, EngineArgs, PreemptionMode, VllmArgs, WorkerRole,
+};
 use crate::mocker::protocol::{
     AddRequestError, Admitted, MockRequest, PassOutput, RejectReason, Rejection, RequestPhase,
     RequestView,
@@ -155,7 +157,10 @@ struct PassState {
 /// One rank's scheduler core and KV pool. See the module docs for the calling contract.
 #[derive(Debug)]
 pub struct MockWorker {
-    args: EngineArgs,
+    /// The settings of the rank's engine that every kind shares.
+    common: CommonArgs,
+    /// Its vLLM-only settings (a vLLM rank is built from a vLLM engine only).
+    vllm: VllmArgs,
     rank: WorkerWithDpRank,
     pool: KvPool,
     /// Requests by slot; a slot not in `slot_of` is free (listed in `free_slots`) and keeps
@@ -227,9 +232,14 @@ impl MockWorker {
             args.validate().is_ok(),
             "MockWorker::new needs validated EngineArgs"
         );
-        let pool = KvPool::new(args.num_gpu_blocks, args.builds_kv_events());
+        let pool = KvPool::new(
+            args.common.capacity.num_gpu_blocks,
+            args.common.builds_kv_events(),
+        );
+        let Backend::Vllm(vllm) = args.backend;
         MockWorker {
-            args,
+            common: args.common,
+            vllm,
             rank,
             pool,
             reqs: Vec::new(),
@@ -290,9 +300,9 @@ impl MockWorker {
 
     // ----- getters -----
 
-    /// The engine arguments.
-    pub fn args(&self) -> &EngineArgs {
-        &self.args
+    /// The engine settings every kind shares (the vLLM-only ones stay inside the rank).
+    pub fn common_args(&self) -> &CommonArgs {
+        &self.common
     }
 
     /// Which worker and rank this is (stamped on KV events).
@@ -308,7 +318,7 @@ impl MockWorker {
 
     /// What the rank does (its engine's `worker_type`).
     pub fn role(&self) -> WorkerRole {
-        self.args.role
+        self.common.role
     }
 
     /// Requests held after their prefill (a prefill rank's), waiting for release.
@@ -400,7 +410,7 @@ impl MockWorker {
         if req.prompt_tokens == 0 {
             return Err(AddRequestError::EmptyPrompt(req.id));
         }
-        let expected = req.prompt_tokens / self.args.block_size;
+        let expected = req.prompt_tokens / self.common.block_size;
         if req.prompt_hashes.len() as u64 != expected {
             let got = req.prompt_hashes.len() as u64;
             return Err(AddRequestError::HashCountMismatch {
@@ -535,7 +545,7 @@ impl MockWorker {
         self.scheduled.clear();
         self.pass_seq += 1;
         let mut pass = PassState {
-            budget: self.args.max_num_batched_tokens,
+            budget: self.common.capacity.max_num_batched_tokens,
             batch: Batch::default(),
             preempted_any: false,
         };
@@ -548,7 +558,7 @@ impl MockWorker {
             self.break_stall(out);
         }
         // Every scheduled token, an undone one given back, came out of the budget.
-        out.scheduled_tokens = self.args.max_num_batched_tokens - pass.budget;
+        out.scheduled_tokens = self.common.capacity.max_num_batched_tokens - pass.budget;
         out.prefill_tokens = pass.batch.new_tokens();
         let decode = self.emit_tokens(out);
         out.decode_kv_tokens = decode.active_kv_tokens;
@@ -570,9 +580,9 @@ impl MockWorker {
     /// The prefill part of a pass's duration: a decode rank prefills nothing (a recomputed
     /// preemption costs no time either).
     fn prefill_time(&self, prefill: &timing::PrefillBatch) -> SimDuration {
-        match self.args.role {
+        match self.common.role {
             WorkerRole::Decode => SimDuration::ZERO,
-            _ => timing::prefill_duration(prefill, &self.args),
+            _ => timing::prefill_duration(prefill, &self.common),
         }
     }
 
@@ -588,7 +598,7 @@ impl MockWorker {
         decode: &timing::DecodeBatch,
         memo: &mut StepMemo,
     ) -> SimTime {
-        let decode_time = || timing::decode_duration(decode, &self.args);
+        let decode_time = || timing::decode_duration(decode, &self.common);
         now.saturating_add(prefill_time).saturating_add(memo.get(
             decode.count,
             decode.active_kv_tokens,
@@ -636,8 +646,8 @@ impl MockWorker {
     /// Leaves what `schedule` would, but for its [`Scheduled`] entry: the request's stamp
     /// ([`Req::decoded_in_pass`]) stands for it. False (nothing done) for any other step.
     fn decode_in_place(&mut self, slot: Slot, pass: &mut PassState) -> bool {
-        let bs = self.args.block_size;
-        let caching = self.args.enable_prefix_caching;
+        let bs = self.common.block_size;
+        let caching = self.common.enable_prefix_caching;
         let r = &mut self.reqs[slot as usize];
         let computed = r.computed;
         let simple = computed + 1 == r.seq_len()
@@ -661,7 +671,7 @@ impl MockWorker {
             return;
         }
         // Each iteration admits a landed handoff: bounded.
-        while (self.running.len() as u64) < self.args.max_num_seqs
+        while (self.running.len() as u64) < self.common.capacity.max_num_seqs
             && let Some(slot) = self.landed.pop_front()
         {
             self.admit_transferred(slot, out);
@@ -672,7 +682,7 @@ impl MockWorker {
     /// pass's budget, or the batch is full), which holds up everything behind it.
     fn admit_queued(&mut self, pass: &mut PassState, out: &mut PassOutput) -> bool {
         // Each iteration removes the head (admitted or rejected) or stops: bounded.
-        while (self.running.len() as u64) < self.args.max_num_seqs {
+        while (self.running.len() as u64) < self.common.capacity.max_num_seqs {
             let Some(&slot) = self.waiting.front() else {
                 break;
             };
@@ -703,8 +713,8 @@ impl MockWorker {
     /// its known tokens need (less those already active in the cache) exceed the blocks not
     /// held by running requests (cached inactive blocks count as free).
     fn decide_admission(&mut self, slot: Slot) -> Decision {
-        let bs = self.args.block_size;
-        let capacity = self.args.num_gpu_blocks;
+        let bs = self.common.block_size;
+        let capacity = self.common.capacity.num_gpu_blocks;
         if let Some(reason) = self.never_fits(self.req(slot)) {
             return Decision::Reject(reason);
         }
@@ -713,7 +723,9 @@ impl MockWorker {
         let prompt_left = r_prompt_left(self.req(slot), hit.blocks * bs);
         // Without chunking, a prompt larger than a whole pass's budget can never be scheduled
         // (1.6.1 aborts the replay there); refusing it keeps the rank live.
-        if !self.args.enable_chunked_prefill && prompt_left > self.args.max_num_batched_tokens {
+        if !self.vllm.enable_chunked_prefill
+            && prompt_left > self.common.capacity.max_num_batched_tokens
+        {
             return Decision::Reject(RejectReason::PromptOverTokenBudget);
         }
         let needed = known_blocks - hit.active_blocks;
@@ -732,10 +744,11 @@ impl MockWorker {
     /// pool and then aborts its replay; refusing it up front spares the requests it would
     /// preempt on the way).
     fn never_fits(&self, r: &Req) -> Option<RejectReason> {
-        let bs = self.args.block_size;
-        let capacity = self.args.num_gpu_blocks;
+        let bs = self.common.block_size;
+        let capacity = self.common.capacity.num_gpu_blocks;
         if self
-            .args
+            .common
+            .capacity
             .max_model_len
             .is_some_and(|m| r.prompt_tokens >= m)
         {
@@ -757,7 +770,11 @@ impl MockWorker {
             return r.prompt_tokens;
         }
         let end = r.prompt_tokens.saturating_add(r.max_output_tokens);
-        let end = self.args.max_model_len.map_or(end, |m| end.min(m));
+        let end = self
+            .common
+            .capacity
+            .max_model_len
+            .map_or(end, |m| end.min(m));
         (end - 1).max(r.prompt_tokens)
     }
 
@@ -770,10 +787,10 @@ impl MockWorker {
     /// The answer and the blocks found are kept in `head_probe` and reused while the pool
     /// reports no change that could alter them (a waiting request's sequence is fixed).
     fn prefix_hit(&mut self, slot: Slot) -> PrefixMatch {
-        if !self.args.enable_prefix_caching {
+        if !self.common.enable_prefix_caching {
             return PrefixMatch::default();
         }
-        let bs = self.args.block_size;
+        let bs = self.common.block_size;
         let finished = self.finished(self.req(slot));
         let r = &mut self.reqs[slot as usize];
         let limit = match finished {
@@ -815,7 +832,7 @@ impl MockWorker {
         let remaining = r.seq_len().saturating_sub(before);
         let prompt_remaining = r.prompt_tokens - prompt_before;
         if prompt_remaining > 0
-            && !self.args.enable_chunked_prefill
+            && !self.vllm.enable_chunked_prefill
             && prompt_remaining > pass.budget
         {
             return self.blocked(slot, cached_tokens.is_some());
@@ -825,7 +842,7 @@ impl MockWorker {
             return self.blocked(slot, cached_tokens.is_some());
         }
         let target = before + desired;
-        let cached_blocks = cached / self.args.block_size;
+        let cached_blocks = cached / self.common.block_size;
         // Every retry preempts one running request first: bounded by the running count.
         while !self.allocate(slot, target, cached_blocks) {
             let Some(victim) = self.preempt_one(out) else {
@@ -891,7 +908,7 @@ impl MockWorker {
     /// free plus evictable blocks cannot cover the fresh ones, nothing is taken or evicted and
     /// it returns false.
     fn allocate(&mut self, slot: Slot, target_tokens: u64, cached_blocks: u64) -> bool {
-        let bs = self.args.block_size;
+        let bs = self.common.block_size;
         let r = &mut self.reqs[slot as usize];
         let want = target_tokens.div_ceil(bs) as usize;
         let have = r.blocks.len();
@@ -900,7 +917,7 @@ impl MockWorker {
             return true;
         }
         debug_assert!(
-            want as u64 <= self.args.num_gpu_blocks,
+            want as u64 <= self.common.capacity.num_gpu_blocks,
             "request {} outgrew the pool: admission should have rejected it",
             r.id
         );
@@ -956,10 +973,10 @@ impl MockWorker {
     /// Registers the request's blocks that `computed_tokens` completes, so later requests
     /// (even in this pass) can reuse them. A no-op without prefix caching.
     fn register_computed(&mut self, slot: Slot, computed_tokens: u64) {
-        if !self.args.enable_prefix_caching {
+        if !self.common.enable_prefix_caching {
             return;
         }
-        let bs = self.args.block_size;
+        let bs = self.common.block_size;
         let r = &mut self.reqs[slot as usize];
         let full = (computed_tokens / bs) as usize;
         if r.registered >= full {
@@ -1014,7 +1031,7 @@ impl MockWorker {
         if self.running.is_empty() {
             return None;
         }
-        let index = match self.args.preemption_mode {
+        let index = match self.vllm.preemption_mode {
             PreemptionMode::Lifo => self.running.len() - 1,
             PreemptionMode::Fifo => 0,
         };
@@ -1080,7 +1097,11 @@ impl MockWorker {
 
     fn finished(&self, r: &Req) -> bool {
         r.generated >= r.max_output_tokens
-            || self.args.max_model_len.is_some_and(|m| r.seq_len() >= m)
+            || self
+                .common
+                .capacity
+                .max_model_len
+                .is_some_and(|m| r.seq_len() >= m)
     }
 
     fn publish_events(&mut self, out: &mut PassOutput) {
@@ -1202,8 +1223,8 @@ mod tests {
     #[test]
     fn simultaneous_prompts_share_one_prefill_pass_up_to_max_num_seqs() {
         let args = args_with(|a| {
-            a.max_num_seqs = 4;
-            a.enable_prefix_caching = false;
+            a.common.capacity.max_num_seqs = 4;
+            a.common.enable_prefix_caching = false;
         });
         let arrivals = (0..6)
             .map(|i| (0, row(i, 512, 1, &[i as u32 + 1], 64)))
@@ -1286,7 +1307,7 @@ mod tests {
 
     #[test]
     fn lifo_preemption_recomputes_the_victim_later() {
-        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let args = args_with(|a| a.common.capacity.num_gpu_blocks = 20);
         let arrivals = vec![
             (0, row(0, 600, 100, &[1, 2], 64)),
             (ms(1.0), row(1, 600, 100, &[3, 4], 64)),
@@ -1311,9 +1332,12 @@ mod tests {
     #[test]
     fn preempting_a_request_decoded_in_place_gives_its_token_back() {
         let args = args_with(|a| {
-            a.block_size = 16;
-            a.num_gpu_blocks = 8;
-            a.preemption_mode = PreemptionMode::Fifo;
+            a.common.block_size = 16;
+            a.common.capacity.num_gpu_blocks = 8;
+            a.backend = Backend::Vllm(VllmArgs {
+                preemption_mode: PreemptionMode::Fifo,
+                ..VllmArgs::default()
+            });
         });
         let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
         // 62 and 64 prompt tokens: four blocks each, the whole pool.
@@ -1335,7 +1359,7 @@ mod tests {
 
     #[test]
     fn preempted_request_reuses_its_own_generated_blocks() {
-        let args = args_with(|a| a.num_gpu_blocks = 21);
+        let args = args_with(|a| a.common.capacity.num_gpu_blocks = 21);
         let arrivals = vec![
             (0, row(0, 600, 100, &[1, 2], 64)),
             (ms(1.0), row(1, 600, 100, &[3, 4], 64)),
@@ -1351,7 +1375,7 @@ mod tests {
 
     #[test]
     fn admission_waits_for_blocks_and_rejects_what_cannot_fit() {
-        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let args = args_with(|a| a.common.capacity.num_gpu_blocks = 20);
         let arrivals = vec![
             (0, row(0, 600, 30, &[1, 2], 64)),
             (ms(1.0), row(1, 700, 3, &[3, 4], 64)),
@@ -1374,7 +1398,7 @@ mod tests {
 
     #[test]
     fn max_model_len_rejects_long_prompts_and_caps_generation() {
-        let args = args_with(|a| a.max_model_len = Some(1000));
+        let args = args_with(|a| a.common.capacity.max_model_len = Some(1000));
         let arrivals = vec![
             (0, row(0, 1000, 5, &[1, 2], 64)),
             (ms(100.0), row(1, 999, 5, &[3, 4], 64)),
@@ -1418,10 +1442,10 @@ mod tests {
 
     fn fixed(prefill_ms: f64, decode_ms: f64) -> EngineArgs {
         args_with(|a| {
-            a.timing = timing::TimingModel::Fixed {
+            a.common.timing = timing::TimingSource::Fixed(timing::FixedTiming {
                 prefill_ms,
                 decode_ms,
-            }
+            })
         })
     }
 
@@ -1454,8 +1478,8 @@ mod tests {
         // 1.6.1 (speedup 3, decode ratio 0.7, 10.123456789 / 3.3333333 ms): prefill
         // 3.374486 ms, decode 1.587301 ms (each rounded to the ns, then divided, rounded).
         let mut args = fixed(10.123456789, 3.3333333);
-        args.speedup_ratio = 3.0;
-        args.decode_speedup_ratio = 0.7;
+        args.common.speedup_ratio = 3.0;
+        args.common.decode_speedup_ratio = 0.7;
         let seen = drive(args, vec![(0, row(0, 64, 3, &[1], 64))]);
         assert_eq!(seen[&0].first_ns, Some(3_374_486));
         assert_eq!(seen[&0].done_ns, Some(3_374_486 + 2 * 1_587_301));
@@ -1471,7 +1495,7 @@ mod tests {
     /// end (ns) and output.
     #[test]
     fn a_removed_request_frees_its_blocks_and_slot_and_the_rest_run() {
-        let args = args_with(|a| a.max_num_seqs = 1);
+        let args = args_with(|a| a.common.capacity.max_num_seqs = 1);
         let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
         for id in 0..2 {
             w.add_request(SimTime::ZERO, row(id, 100, 5, &[id as u32 + 1], 64))
@@ -1523,8 +1547,8 @@ mod tests {
     /// while it runs, leaving one.
     fn small_pool_args() -> EngineArgs {
         args_with(|a| {
-            a.block_size = 16;
-            a.num_gpu_blocks = 8;
+            a.common.block_size = 16;
+            a.common.capacity.num_gpu_blocks = 8;
         })
     }
 
@@ -1713,7 +1737,7 @@ mod tests {
 
     #[test]
     fn kv_events_store_new_blocks_and_remove_lru_evictions() {
-        let args = args_with(|a| a.num_gpu_blocks = 4);
+        let args = args_with(|a| a.common.capacity.num_gpu_blocks = 4);
         let rank = WorkerWithDpRank::new(7, 2);
         let mut w = MockWorker::new(args, rank);
         let a = row(0, 128, 1, &[1], 64);
@@ -1771,7 +1795,7 @@ mod tests {
 
     #[test]
     fn prefix_caching_off_publishes_nothing_and_reuses_nothing() {
-        let args = args_with(|a| a.enable_prefix_caching = false);
+        let args = args_with(|a| a.common.enable_prefix_caching = false);
         let mut w = MockWorker::new(args, WorkerWithDpRank::new(0, 0));
         w.add_request(SimTime::ZERO, row(0, 1024, 2, &[1, 2], 64))
             .unwrap();
@@ -1791,7 +1815,7 @@ mod tests {
 
     #[test]
     fn invalid_engine_args_are_an_error_not_a_panic() {
-        let bad = args_with(|a| a.max_num_seqs = 0);
+        let bad = args_with(|a| a.common.capacity.max_num_seqs = 0);
         let err = MockWorker::try_new(bad, WorkerWithDpRank::new(0, 0)).unwrap_err();
         assert!(matches!(
             err,
@@ -1857,7 +1881,7 @@ mod tests {
     fn a_sequence_outgrowing_the_pool_is_rejected_before_it_preempts_anyone() {
         // 1.6.1 serves request 0 until its 21st block, preempting request 1 on the way, then
         // aborts the replay; we reject request 0 at admission and request 1 runs untouched.
-        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let args = args_with(|a| a.common.capacity.num_gpu_blocks = 20);
         let arrivals = vec![
             (0, row(0, 600, 1000, &[1, 2], 64)),
             (0, row(1, 600, 50, &[3, 4], 64)),
@@ -1873,12 +1897,12 @@ mod tests {
     #[test]
     fn the_peak_sequence_decides_what_fits_exactly() {
         // 20 blocks of 64 = 1280 tokens; the last output token is never computed.
-        let args = args_with(|a| a.num_gpu_blocks = 20);
+        let args = args_with(|a| a.common.capacity.num_gpu_blocks = 20);
         let fits = row(0, 600, 681, &[1, 2], 64); // peak 600 + 680 = 1280
         let over = row(1, 600, 682, &[3, 4], 64); // peak 1281
         let capped = args_with(|a| {
-            a.num_gpu_blocks = 20;
-            a.max_model_len = Some(1281);
+            a.common.capacity.num_gpu_blocks = 20;
+            a.common.capacity.max_model_len = Some(1281);
         });
         assert_eq!(
             reasons(args.clone(), vec![fits, over.clone()]),
@@ -1894,8 +1918,8 @@ mod tests {
     #[test]
     fn each_unservable_request_gets_its_reason() {
         let args = args_with(|a| {
-            a.num_gpu_blocks = 16;
-            a.max_model_len = Some(2000);
+            a.common.capacity.num_gpu_blocks = 16;
+            a.common.capacity.max_model_len = Some(2000);
         });
         let arrivals = vec![
             row(0, 1024, 1, &[1, 2], 64),
@@ -1917,8 +1941,11 @@ mod tests {
     #[test]
     fn unchunked_prompt_over_the_budget_is_rejected_instead_of_stalling() {
         let args = args_with(|a| {
-            a.enable_chunked_prefill = false;
-            a.max_num_batched_tokens = 256;
+            a.backend = Backend::Vllm(VllmArgs {
+                enable_chunked_prefill: false,
+                ..VllmArgs::default()
+            });
+            a.common.capacity.max_num_batched_tokens = 256;
         });
         let seen = drive(
             args,
@@ -1931,8 +1958,11 @@ mod tests {
         assert_eq!(seen[&1].tokens, 3);
         let one = vec![row(0, 600, 3, &[1, 2], 64)];
         let no_chunks = args_with(|a| {
-            a.enable_chunked_prefill = false;
-            a.max_num_batched_tokens = 256;
+            a.backend = Backend::Vllm(VllmArgs {
+                enable_chunked_prefill: false,
+                ..VllmArgs::default()
+            });
+            a.common.capacity.max_num_batched_tokens = 256;
         });
         assert_eq!(
             reasons(no_chunks, one),

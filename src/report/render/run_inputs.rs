@@ -3,7 +3,7 @@
 //! names; and the rows whose `policy_class` the policy does not know.
 
 use crate::mocker::transfer::TransferTimingMode;
-use crate::mocker::{EngineArgs, TimingModel};
+use crate::mocker::{Backend, EngineArgs, FixedTiming, TimingSource};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::RequestRecord;
@@ -11,32 +11,34 @@ use serde_json::{Value, json};
 
 /// The engine's settings as a worker ran them, every default filled in.
 pub fn engine_json(engine: &EngineArgs) -> Value {
-    let timing = match &engine.timing {
-        TimingModel::Polynomial => json!({"type": "polynomial"}),
-        TimingModel::Fixed {
+    let (common, capacity) = (&engine.common, &engine.common.capacity);
+    let Backend::Vllm(vllm) = &engine.backend;
+    let timing = match &common.timing {
+        TimingSource::Polynomial => json!({"type": "polynomial"}),
+        TimingSource::Fixed(FixedTiming {
             prefill_ms,
             decode_ms,
-        } => json!({"type": "fixed", "prefill_ms": prefill_ms, "decode_ms": decode_ms}),
-        TimingModel::Profile(profile) => json!({"type": "profile", "source": profile.source()}),
+        }) => json!({"type": "fixed", "prefill_ms": prefill_ms, "decode_ms": decode_ms}),
+        TimingSource::Profile(profile) => json!({"type": "profile", "source": profile.source()}),
     };
-    let transfer = &engine.kv_transfer;
+    let transfer = &common.kv_transfer;
     let mode = match transfer.mode {
         TransferTimingMode::FullPrompt => "full_prompt",
         TransferTimingMode::DestinationMissing => "destination_missing",
     };
     json!({
-        "worker_type": engine.role.label(),
-        "block_size": engine.block_size,
-        "num_gpu_blocks": engine.num_gpu_blocks,
-        "max_num_seqs": engine.max_num_seqs,
-        "max_num_batched_tokens": engine.max_num_batched_tokens,
-        "enable_prefix_caching": engine.enable_prefix_caching,
-        "enable_chunked_prefill": engine.enable_chunked_prefill,
-        "speedup_ratio": engine.speedup_ratio,
-        "decode_speedup_ratio": engine.decode_speedup_ratio,
-        "dp_size": engine.dp_size,
-        "preemption_mode": engine.preemption_mode,
-        "max_model_len": engine.max_model_len,
+        "worker_type": common.role.label(),
+        "block_size": common.block_size,
+        "num_gpu_blocks": capacity.num_gpu_blocks,
+        "max_num_seqs": capacity.max_num_seqs,
+        "max_num_batched_tokens": capacity.max_num_batched_tokens,
+        "enable_prefix_caching": common.enable_prefix_caching,
+        "enable_chunked_prefill": vllm.enable_chunked_prefill,
+        "speedup_ratio": common.speedup_ratio,
+        "decode_speedup_ratio": common.decode_speedup_ratio,
+        "dp_size": common.dp_size,
+        "preemption_mode": vllm.preemption_mode,
+        "max_model_len": capacity.max_model_len,
         "timing_model": timing,
         "kv_transfer_bytes_per_token": transfer.bytes_per_token,
         "kv_transfer_bandwidth": transfer.bandwidth_gb_per_s,

@@ -1,7 +1,7 @@
 //! The text `routersim validate` prints for a validated scenario.
 
 use super::worker_ids;
-use crate::mocker::EngineArgs;
+use crate::mocker::{Backend, EngineArgs};
 use crate::report::verdict::expect::{Expectation, Figure};
 use crate::scenario::{Scenario, Workload};
 use crate::scheduling::policy;
@@ -63,14 +63,15 @@ fn burst_order_spelling(order: BurstOrder) -> &'static str {
 /// One line for the unnamed pool; a line per pool, with its worker ids, for named pools.
 fn describe_workers(scenario: &Scenario) -> String {
     let engine = |e: &EngineArgs| {
+        let Backend::Vllm(vllm) = &e.backend;
         format!(
             "engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}",
-            e.block_size,
-            e.num_gpu_blocks,
-            e.max_num_seqs,
-            e.max_num_batched_tokens,
-            on_off(e.enable_prefix_caching),
-            on_off(e.enable_chunked_prefill)
+            e.common.block_size,
+            e.common.capacity.num_gpu_blocks,
+            e.common.capacity.max_num_seqs,
+            e.common.capacity.max_num_batched_tokens,
+            on_off(e.common.enable_prefix_caching),
+            on_off(vllm.enable_chunked_prefill)
         )
     };
     let (pools, router_mode) = (scenario.pools(), scenario.config().router_mode());
@@ -81,7 +82,7 @@ fn describe_workers(scenario: &Scenario) -> String {
         return format!(
             "workers: {} x dp {}, {} router; {}\n",
             pool.count,
-            e.dp_size,
+            e.common.dp_size,
             router_mode_spelling(router_mode),
             engine(e)
         );
@@ -99,7 +100,7 @@ fn describe_workers(scenario: &Scenario) -> String {
             "  pool {}: {} x dp {} ({}); {}\n",
             pool.name,
             pool.count,
-            pool.engine.dp_size,
+            pool.engine.common.dp_size,
             worker_ids(first, next),
             engine(&pool.engine)
         ));

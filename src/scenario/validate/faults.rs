@@ -136,7 +136,7 @@ fn worker_down(
 fn worker_id(entry: &Entry, d: &RawWorkerDown, pools: &[WorkerPool]) -> Result<u64, ScenarioError> {
     let disaggregated = pools
         .iter()
-        .any(|p| p.engine.role != WorkerRole::Aggregated);
+        .any(|p| p.engine.common.role != WorkerRole::Aggregated);
     let role = match (&d.role, disaggregated) {
         (None, false) => WorkerRole::Aggregated,
         (Some(_), false) => {
@@ -158,7 +158,7 @@ fn worker_id(entry: &Entry, d: &RawWorkerDown, pools: &[WorkerPool]) -> Result<u
     // A role's pools are contiguous in id order.
     let (mut first, mut workers, mut next) = (None, 0u64, 0u64);
     for pool in pools {
-        if pool.engine.role == role {
+        if pool.engine.common.role == role {
             first.get_or_insert(next);
             workers += u64::from(pool.count);
         }
@@ -238,12 +238,12 @@ fn check_joined_ranks(
         .count() as u64;
     let ranks: u64 = pools
         .iter()
-        .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size.max(1)))
+        .map(|p| u64::from(p.count) * u64::from(p.engine.common.dp_size.max(1)))
         .sum::<u64>()
         + joins
             * pools
                 .iter()
-                .map(|p| u64::from(p.engine.dp_size.max(1)))
+                .map(|p| u64::from(p.engine.common.dp_size.max(1)))
                 .max()
                 .unwrap_or(1);
     if ranks > MAX_RANKS {

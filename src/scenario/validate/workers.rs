@@ -103,7 +103,7 @@ fn pools_of(
         let count = form.count.unwrap_or(1);
         let count = bounds_check::rank_count(count)
             .map_err(|message| source.at(&format!("{at}.count"), message))?;
-        bounds_check::worker_ranks(count, engine.dp_size)
+        bounds_check::worker_ranks(count, engine.common.dp_size)
             .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
         if let Some(index) = pools.iter().position(|p| p.name == form.plain_name) {
             return Err(plain_name_taken(source, form, pools, index));
@@ -162,10 +162,10 @@ fn plain_name_taken(
     index: usize,
 ) -> ScenarioError {
     let taken = &pools[index];
-    let role = taken.engine.role;
+    let role = taken.engine.common.role;
     let first = pools
         .iter()
-        .position(|p| p.engine.role == role)
+        .position(|p| p.engine.common.role == role)
         .unwrap_or(0);
     let at = format!("workers.{}.pools[{}].name", role.label(), index - first);
     let mut error = source.at(
@@ -192,9 +192,9 @@ fn add_pool(
 ) -> Result<(), ScenarioError> {
     let earlier: u64 = pools
         .iter()
-        .map(|p| u64::from(p.count) * u64::from(p.engine.dp_size))
+        .map(|p| u64::from(p.count) * u64::from(p.engine.common.dp_size))
         .sum();
-    let ranks = earlier + u64::from(count) * u64::from(engine.dp_size);
+    let ranks = earlier + u64::from(count) * u64::from(engine.common.dp_size);
     if ranks > MAX_RANKS {
         return Err(source.at(
             &format!("{at}.count"),
@@ -222,22 +222,22 @@ fn role_engine(
 ) -> Result<EngineArgs, ScenarioError> {
     let written = engine.worker_type.is_some();
     let mut args = engine_args(source, at, engine, dp_size)?;
-    if written && args.role != role {
+    if written && args.common.role != role {
         let message = match role {
             WorkerRole::Aggregated => format!(
                 "offline replay only supports aggregated workers, got {} (give `workers.prefill` and `workers.decode` for disaggregated serving)",
-                args.role.dynamo_name()
+                args.common.role.dynamo_name()
             ),
             _ => format!(
                 "disaggregated serving requires {}_engine_args.worker_type={}, got {}",
                 role.label(),
                 role.label(),
-                args.role.dynamo_name()
+                args.common.role.dynamo_name()
             ),
         };
         return Err(source.at(&format!("{at}.engine.worker_type"), message));
     }
-    args.role = role;
+    args.common.role = role;
     Ok(args)
 }
 
@@ -249,14 +249,17 @@ fn check_transfers(
     pools: &[WorkerPool],
     raw: &RawWorkers,
 ) -> Result<(), ScenarioError> {
-    let Some(first) = pools.iter().find(|p| p.engine.role == WorkerRole::Prefill) else {
+    let Some(first) = pools
+        .iter()
+        .find(|p| p.engine.common.role == WorkerRole::Prefill)
+    else {
         return Ok(());
     };
-    let transfer = first.engine.kv_transfer;
+    let transfer = first.engine.common.kv_transfer;
     for (index, pool) in pools.iter().enumerate() {
-        let stated = pool.engine.kv_transfer != Default::default();
-        let agrees = pool.engine.kv_transfer == transfer;
-        let checked = pool.engine.role == WorkerRole::Prefill || stated;
+        let stated = pool.engine.common.kv_transfer != Default::default();
+        let agrees = pool.engine.common.kv_transfer == transfer;
+        let checked = pool.engine.common.role == WorkerRole::Prefill || stated;
         if checked && !agrees {
             let at = pool_path(raw, pools, index);
             return Err(source.at(
@@ -274,7 +277,7 @@ fn check_transfers(
 /// The path of pool `index` of `pools` as `workers:` wrote it: its role's form (`workers`,
 /// `workers.prefill`, `workers.decode`), and in the `pools` form its entry in that list.
 pub(super) fn pool_path(raw: &RawWorkers, pools: &[WorkerPool], index: usize) -> String {
-    let role = pools[index].engine.role;
+    let role = pools[index].engine.common.role;
     let (at, listed) = match role {
         WorkerRole::Aggregated => ("workers", raw.pools.is_some()),
         WorkerRole::Prefill => ("workers.prefill", listed(raw.prefill.as_ref())),
@@ -284,7 +287,7 @@ pub(super) fn pool_path(raw: &RawWorkers, pools: &[WorkerPool], index: usize) ->
         true => {
             let first = pools
                 .iter()
-                .position(|p| p.engine.role == role)
+                .position(|p| p.engine.common.role == role)
                 .unwrap_or(0);
             format!("{at}.pools[{}]", index - first)
         }

@@ -60,7 +60,7 @@ pub(super) fn workload(
             let synth = SynthWorkload {
                 groups: converted,
                 burst: burst(source, raw)?,
-                tokens_per_hash: pools[0].engine.block_size,
+                tokens_per_hash: pools[0].engine.common.block_size,
             };
             synth
                 .validate()
@@ -446,14 +446,17 @@ fn pinned_rank(
     for pool in pools {
         let next = first_worker + u64::from(pool.count);
         if pin.worker_id < next {
-            if pin.dp_rank >= pool.engine.dp_size {
+            if pin.dp_rank >= pool.engine.common.dp_size {
                 let whose = match pools.len() {
                     1 => "workers have".to_string(),
                     _ => format!("workers of pool `{}` have", pool.name),
                 };
                 return Err(source.at(
                     &format!("{path}.dp_rank"),
-                    format!("{whose} only {} dp ranks (from 0)", pool.engine.dp_size),
+                    format!(
+                        "{whose} only {} dp ranks (from 0)",
+                        pool.engine.common.dp_size
+                    ),
                 ));
             }
             return Ok(WorkerWithDpRank {

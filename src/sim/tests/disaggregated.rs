@@ -2,8 +2,8 @@
 //! random prefill + decode systems with every checker after every event.
 
 use super::*;
-use crate::mocker::WorkerRole;
 use crate::mocker::transfer::{KvTransfer, TransferTimingMode};
+use crate::mocker::{CommonArgs, WorkerRole};
 
 /// `count` workers of `engine` in the role `role`.
 fn role_pool(role: WorkerRole, count: u32, engine: &EngineArgs) -> WorkerPool {
@@ -11,7 +11,10 @@ fn role_pool(role: WorkerRole, count: u32, engine: &EngineArgs) -> WorkerPool {
         name: role.label().to_string(),
         count,
         engine: EngineArgs {
-            role,
+            common: CommonArgs {
+                role,
+                ..engine.common.clone()
+            },
             ..engine.clone()
         },
     }
@@ -30,7 +33,10 @@ fn disaggregated(
     // The case's dp_size on both roles: their workers' ranks run in lock-step.
     let engine = config.pools[0].engine.clone();
     let prefill_engine = EngineArgs {
-        kv_transfer: transfer,
+        common: CommonArgs {
+            kv_transfer: transfer,
+            ..engine.common.clone()
+        },
         ..engine.clone()
     };
     config.pools = vec![
@@ -44,9 +50,10 @@ fn disaggregated(
 /// that pool's cache alone, however large the decode pool.
 #[test]
 fn the_prefill_routers_index_makes_room_for_the_prefill_pool_only() {
-    let engine = |num_gpu_blocks| EngineArgs {
-        num_gpu_blocks,
-        ..EngineArgs::default()
+    let engine = |num_gpu_blocks| {
+        let mut engine = EngineArgs::default();
+        engine.common.capacity.num_gpu_blocks = num_gpu_blocks;
+        engine
     };
     let config = resolve(RunDescription {
         pools: vec![
@@ -82,7 +89,10 @@ fn the_worked_example_gives_dynamos_twelve_instants() {
                 WorkerRole::Prefill,
                 1,
                 &EngineArgs {
-                    kv_transfer: transfer,
+                    common: CommonArgs {
+                        kv_transfer: transfer,
+                        ..engine.common.clone()
+                    },
                     ..engine.clone()
                 },
             ),
@@ -189,7 +199,7 @@ proptest! {
         let mut config = disaggregated(&case, seed, 1, 1, KvTransfer::default());
         // A decode pool half the prefill pool's: some prompts fit only the prefill worker.
         let decode = &mut config.pools[1].engine;
-        decode.num_gpu_blocks = (decode.num_gpu_blocks / 2).max(1);
+        decode.common.capacity.num_gpu_blocks = (decode.common.capacity.num_gpu_blocks / 2).max(1);
         let result = run(Options::new(config), requests(&case))
             .map_err(|v| TestCaseError::fail(format!("{v}")))?;
         prop_assert_eq!(result.stop_reason, StopReason::Drained, "seed {}", seed);
@@ -344,7 +354,10 @@ fn one_long_request(
         mode: TransferTimingMode::FullPrompt,
     };
     let prefill_engine = EngineArgs {
-        kv_transfer: transfer,
+        common: CommonArgs {
+            kv_transfer: transfer,
+            ..engine.common.clone()
+        },
         ..engine.clone()
     };
     let config = resolve(RunDescription {
@@ -446,7 +459,10 @@ fn a_prefill_worker_lost_mid_transfer_loses_the_handoff_and_one_lost_after_landi
 fn prefill_ranks_run(prefill: u32, prefill_dp: u32, requests: &[(u64, u64)]) -> Vec<RequestRecord> {
     let engine = EngineArgs::default();
     let prefill_engine = EngineArgs {
-        dp_size: prefill_dp,
+        common: CommonArgs {
+            dp_size: prefill_dp,
+            ..engine.common.clone()
+        },
         ..engine.clone()
     };
     let config = resolve(RunDescription {

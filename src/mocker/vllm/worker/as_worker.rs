@@ -74,8 +74,8 @@ impl Worker for MockWorker {
             waiting: self.waiting_len(),
             running: self.running_len(),
             active_blocks: self.active_blocks(),
-            max_running: self.args.max_num_seqs,
-            max_batched_tokens: self.args.max_num_batched_tokens,
+            max_running: self.common.capacity.max_num_seqs,
+            max_batched_tokens: self.common.capacity.max_num_batched_tokens,
         }
     }
 

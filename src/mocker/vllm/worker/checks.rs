@@ -18,7 +18,7 @@ impl MockWorker {
     /// inactive within capacity, running within `max_num_seqs`. O(requests + blocks).
     pub fn check_invariants(&self) -> Result<(), String> {
         self.pool.check_invariants()?;
-        if self.running.len() as u64 > self.args.max_num_seqs {
+        if self.running.len() as u64 > self.common.capacity.max_num_seqs {
             return Err(format!("{} running > max_num_seqs", self.running.len()));
         }
         let queued = self.waiting.len() + self.landed.len() + self.running.len();
@@ -116,7 +116,7 @@ impl MockWorker {
         }
         match r.phase {
             RequestPhase::Running | RequestPhase::Held => {
-                let want = r.computed.div_ceil(self.args.block_size);
+                let want = r.computed.div_ceil(self.common.block_size);
                 if r.blocks.len() as u64 != want {
                     return Err(format!(
                         "request {id} holds {} blocks, needs {want}",
@@ -126,7 +126,7 @@ impl MockWorker {
             }
             // A handoff's request holds its reserved prompt blocks until admitted.
             RequestPhase::Reserved | RequestPhase::Waiting if r.transferred => {
-                let want = r.prompt_tokens.div_ceil(self.args.block_size);
+                let want = r.prompt_tokens.div_ceil(self.common.block_size);
                 if r.blocks.len() as u64 != want || r.computed != 0 {
                     return Err(format!(
                         "handoff {id} holds {} blocks, reserved {want}",

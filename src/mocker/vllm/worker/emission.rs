@@ -12,12 +12,12 @@ impl MockWorker {
     /// ready requests that had already produced a token (1.6.1 charges a request's first
     /// token, emitted at its prefill's end, no decode time).
     pub(super) fn emit_tokens(&mut self, out: &mut PassOutput) -> timing::DecodeBatch {
-        if self.args.role == WorkerRole::Prefill {
+        if self.common.role == WorkerRole::Prefill {
             self.hold_prefilled(out);
             return timing::DecodeBatch::default();
         }
         // A decode rank's first token of a transferred prompt is a decode step of its own.
-        let charge_first = self.args.role == WorkerRole::Decode;
+        let charge_first = self.common.role == WorkerRole::Decode;
         self.ready.clear();
         let mut decode = timing::DecodeBatch::default();
         let mut any_finished = false;

@@ -29,7 +29,7 @@ impl MockWorker {
     /// (its cached leading blocks, then fresh ones) until [`MockWorker::activate_handoff`]
     /// queues it.
     pub fn reserve_handoff(&mut self, req: MockRequest) -> Result<Reservation, AddRequestError> {
-        let bs = self.args.block_size;
+        let bs = self.common.block_size;
         let prompt = req.prompt_tokens;
         let id = req.id;
         self.add_request(SimTime::ZERO, req)?;
@@ -42,7 +42,7 @@ impl MockWorker {
         // Probed as an admission's probe is, so that the blocks it finds are taken by id
         // rather than looked up twice more (the waiting head's kept probe is dropped: its
         // blocks must not be taken for this request).
-        let hit = match (self.args.enable_prefix_caching, self.reuse_probes) {
+        let hit = match (self.common.enable_prefix_caching, self.reuse_probes) {
             (false, _) => PrefixMatch::default(),
             (true, true) => {
                 let hashes = self.reqs[slot as usize].prompt_hashes.iter().copied();
@@ -56,8 +56,8 @@ impl MockWorker {
             }
         };
         let needed = prompt.div_ceil(bs) - hit.active_blocks;
-        let full = self.running.len() as u64 >= self.args.max_num_seqs;
-        if full || needed > self.args.num_gpu_blocks - self.pool.active_blocks() {
+        let full = self.running.len() as u64 >= self.common.capacity.max_num_seqs;
+        if full || needed > self.common.capacity.num_gpu_blocks - self.pool.active_blocks() {
             self.forget(slot);
             return Ok(Reservation::Wait);
         }
@@ -147,10 +147,8 @@ mod tests {
     use crate::mocker::test_support::row;
 
     fn role_args(role: WorkerRole, f: impl FnOnce(&mut EngineArgs)) -> EngineArgs {
-        let mut args = EngineArgs {
-            role,
-            ..EngineArgs::default()
-        };
+        let mut args = EngineArgs::default();
+        args.common.role = role;
         f(&mut args);
         args
     }
@@ -161,7 +159,9 @@ mod tests {
 
     #[test]
     fn a_prefill_rank_holds_a_computed_prompt_without_a_token_or_a_running_slot() {
-        let mut w = rank(role_args(WorkerRole::Prefill, |a| a.max_num_seqs = 1));
+        let mut w = rank(role_args(WorkerRole::Prefill, |a| {
+            a.common.capacity.max_num_seqs = 1
+        }));
         w.add_request(SimTime::ZERO, row(1, 512, 1, &[1], 64))
             .unwrap();
         w.add_request(SimTime::ZERO, row(2, 512, 1, &[2], 64))
@@ -237,8 +237,8 @@ mod tests {
     #[test]
     fn a_decode_rank_reserves_below_max_num_seqs_and_within_its_free_blocks() {
         let mut w = rank(role_args(WorkerRole::Decode, |a| {
-            a.num_gpu_blocks = 20;
-            a.max_num_seqs = 1;
+            a.common.capacity.num_gpu_blocks = 20;
+            a.common.capacity.max_num_seqs = 1;
         }));
         let first = w.reserve_handoff(row(1, 512, 5, &[1], 64)).unwrap();
         assert!(matches!(first, Reservation::Reserved { .. }));
@@ -258,9 +258,11 @@ mod tests {
             Reservation::Wait,
             "a full running batch takes no handoff"
         );
-        let never = rank(role_args(WorkerRole::Decode, |a| a.num_gpu_blocks = 4))
-            .reserve_handoff(row(5, 512, 5, &[5], 64))
-            .unwrap();
+        let never = rank(role_args(WorkerRole::Decode, |a| {
+            a.common.capacity.num_gpu_blocks = 4
+        }))
+        .reserve_handoff(row(5, 512, 5, &[5], 64))
+        .unwrap();
         assert_eq!(never, Reservation::Never(RejectReason::PromptOverPool));
     }
 
@@ -284,7 +286,9 @@ mod tests {
     /// ids against fresh lookups as they are taken).
     #[test]
     fn a_reservation_takes_what_its_probe_found_as_fresh_lookups_would() {
-        let args = role_args(WorkerRole::Decode, |a| a.num_gpu_blocks = 40);
+        let args = role_args(WorkerRole::Decode, |a| {
+            a.common.capacity.num_gpu_blocks = 40
+        });
         let (mut fast, mut plain) = (rank(args.clone()), rank(args));
         plain.set_plain_lookups();
         let mut outs = [PassOutput::default(), PassOutput::default()];

@@ -69,7 +69,7 @@ impl MockWorker {
     /// free blocks or the evictions that publish nothing: the pass needing one more is not
     /// quiet.
     fn passes_with_blocks(&mut self, passes: u64) -> u64 {
-        let bs = self.args.block_size;
+        let bs = self.common.block_size;
         let n = self.running.len() as u64;
         let worst = n * passes.div_ceil(bs);
         let spare = self.pool.free_blocks() + self.pool.silent_evictions(worst);
@@ -103,7 +103,7 @@ impl MockWorker {
     /// [`Self::plan_quiet_passes`]), or None if the next one is not.
     fn quiet_pass_limit(&mut self) -> Option<u64> {
         let n = self.running.len() as u64;
-        if n == 0 || n > self.args.max_num_batched_tokens {
+        if n == 0 || n > self.common.capacity.max_num_batched_tokens {
             return None;
         }
         let mut limit = u64::MAX;
@@ -115,7 +115,7 @@ impl MockWorker {
             }
             // The pass giving the last token completes the request: it is not quiet.
             let mut left = r.max_output_tokens.saturating_sub(r.generated + 1);
-            if let Some(m) = self.args.max_model_len {
+            if let Some(m) = self.common.capacity.max_model_len {
                 left = left.min(m.saturating_sub(r.seq_len() + 1));
             }
             limit = limit.min(left);
@@ -124,15 +124,15 @@ impl MockWorker {
             return None;
         }
         // A landed handoff may be admitted at the next pass while the batch has room.
-        if !self.landed.is_empty() && n < self.args.max_num_seqs {
+        if !self.landed.is_empty() && n < self.common.capacity.max_num_seqs {
             return None;
         }
         // Last, as it walks the head's prefix: the batch checks above fail more often.
         if let Some(&head) = self.waiting.front()
-            && n < self.args.max_num_seqs
+            && n < self.common.capacity.max_num_seqs
         {
             // Without chunking a shrinking prefix hit could turn a wait into a rejection.
-            if !self.args.enable_chunked_prefill {
+            if !self.vllm.enable_chunked_prefill {
                 return None;
             }
             if !matches!(self.decide_admission(head), Decision::Wait) {
@@ -147,7 +147,7 @@ impl MockWorker {
     /// the last of which ends at `last_end`: every running request gets `count` tokens and
     /// grows its blocks, exactly as `count` calls of `execute_pass` would leave it.
     pub fn apply_quiet_passes(&mut self, count: u64, last_end: SimTime) {
-        let bs = self.args.block_size;
+        let bs = self.common.block_size;
         // Only block boundaries touch the pool: request i grows into a fresh block at passes
         // j with (computed_i + j) % bs == 0 and fills one when (computed_i + j + 1) % bs == 0.
         // They happen in pass order, then running order, growth before filling, as pass by
