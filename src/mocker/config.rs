@@ -9,9 +9,11 @@
 //! ignored. The result is a validated [`EngineArgs`].
 
 use super::profile::ProfileError;
-use super::timing::{FixedTiming, TimingSource};
+use super::timing::{self, DecodeBatch, FixedTiming, PrefillBatch, TimingModel};
+use super::timing_source::TimingSource;
 use super::transfer::KvTransfer;
 use crate::bounds::{MAX_BLOCK_TOKENS, MAX_RANKS, MAX_STEP_MS, MAX_TOKENS, MIN_SPEEDUP_RATIO};
+use crate::time::SimDuration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -163,12 +165,34 @@ impl Default for CapacityArgs {
 pub enum Backend {
     /// vLLM (Dynamo's default and the only backend modelled).
     Vllm(VllmArgs),
+    /// A scratch kind for tests: every pass takes the same time (`kind/fixed_latency.rs`).
+    #[cfg(test)]
+    FixedLatency(FixedLatencyArgs),
+}
+
+impl Backend {
+    /// The vLLM settings, if the backend is vLLM.
+    pub fn vllm(&self) -> Option<&VllmArgs> {
+        match self {
+            Backend::Vllm(vllm) => Some(vllm),
+            #[cfg(test)]
+            Backend::FixedLatency(_) => None,
+        }
+    }
 }
 
 impl Default for Backend {
     fn default() -> Self {
         Backend::Vllm(VllmArgs::default())
     }
+}
+
+/// The scratch fixed-latency kind's own setting (tests only).
+#[cfg(test)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FixedLatencyArgs {
+    /// How long every pass takes.
+    pub pass_time: SimDuration,
 }
 
 /// The settings only 1.6.1's vLLM-style core reads (SGLang chunks by its own sizes and
@@ -191,6 +215,23 @@ impl Default for VllmArgs {
 }
 
 impl CommonArgs {
+    /// The modelled, scaled duration of a pass's prefill part: the timing model's time,
+    /// scaled by `speedup_ratio`. An empty batch takes no time under every model.
+    pub fn prefill_duration(&self, batch: &PrefillBatch) -> SimDuration {
+        let ms = self.timing.prefill_batch_ms(batch);
+        timing::scaled_duration(ms, self.speedup_ratio)
+    }
+
+    /// The modelled, scaled duration of a pass's decode part: the timing model's time, scaled
+    /// by `speedup_ratio × decode_speedup_ratio`. An empty batch takes no time.
+    pub fn decode_duration(&self, batch: &DecodeBatch) -> SimDuration {
+        if batch.count == 0 {
+            return SimDuration::ZERO;
+        }
+        let ms = (self.timing).decode_batch_ms(batch, self.total_kv_tokens());
+        timing::scaled_duration(ms, self.speedup_ratio * self.decode_speedup_ratio)
+    }
+
     /// Total KV capacity of one rank in tokens (the decode model's denominator).
     pub fn total_kv_tokens(&self) -> u64 {
         self.capacity.num_gpu_blocks.saturating_mul(self.block_size)
@@ -839,7 +880,7 @@ mod tests {
         assert_eq!(args.common.capacity.num_gpu_blocks, 16384);
         assert_eq!(args.common.capacity.max_num_seqs, 256);
         assert_eq!(args.common.capacity.max_num_batched_tokens, 8192);
-        let Backend::Vllm(vllm) = args.backend;
+        let vllm = *args.backend.vllm().unwrap();
         assert!(args.common.enable_prefix_caching && vllm.enable_chunked_prefill);
         assert_eq!(vllm.preemption_mode, PreemptionMode::Lifo);
         assert_eq!(args.common.total_kv_tokens(), 1_048_576);
@@ -859,7 +900,7 @@ mod tests {
         assert_eq!(args.common.capacity.num_gpu_blocks, 100);
         assert_eq!(args.common.capacity.max_num_seqs, 4);
         assert_eq!(args.common.capacity.max_num_batched_tokens, 512);
-        let Backend::Vllm(vllm) = args.backend;
+        let vllm = *args.backend.vllm().unwrap();
         assert!(!args.common.enable_prefix_caching && !vllm.enable_chunked_prefill);
         assert_eq!(args.common.speedup_ratio, 2.5);
         assert_eq!(args.common.decode_speedup_ratio, 0.5);

@@ -2,10 +2,13 @@
 //! arguments' [`Backend`]; the one way a rank is built ([`WorkerKind::build`]) and the capacity a kind
 //! reports ([`WorkerKind::capacity`]), so the simulator never names a kind's own knobs.
 
+#[cfg(test)]
+pub mod fixed_latency;
+pub mod vllm;
+
 use super::config::{Backend, EngineArgs};
 use super::protocol::{Capacity, WorkerSetup};
 use super::traits::Worker;
-use super::vllm;
 use crate::scheduling::types::WorkerWithDpRank;
 
 /// Which engine a worker models.
@@ -13,6 +16,9 @@ use crate::scheduling::types::WorkerWithDpRank;
 pub enum WorkerKind {
     /// Dynamo 1.6.1's mocker, vLLM-style ([`vllm::MockWorker`]).
     Vllm,
+    /// A scratch kind for tests ([`fixed_latency`]).
+    #[cfg(test)]
+    FixedLatency,
 }
 
 impl WorkerKind {
@@ -20,6 +26,8 @@ impl WorkerKind {
     pub fn of(engine: &EngineArgs) -> WorkerKind {
         match engine.backend {
             Backend::Vllm(_) => WorkerKind::Vllm,
+            #[cfg(test)]
+            Backend::FixedLatency(_) => WorkerKind::FixedLatency,
         }
     }
 
@@ -27,6 +35,8 @@ impl WorkerKind {
     pub fn build(self, rank: WorkerWithDpRank, setup: &WorkerSetup) -> Box<dyn Worker> {
         match self {
             WorkerKind::Vllm => vllm::build(rank, setup),
+            #[cfg(test)]
+            WorkerKind::FixedLatency => fixed_latency::build(rank, setup),
         }
     }
 
@@ -34,6 +44,8 @@ impl WorkerKind {
     pub fn capacity(self, engine: &EngineArgs) -> Capacity {
         match self {
             WorkerKind::Vllm => vllm::capacity(engine),
+            #[cfg(test)]
+            WorkerKind::FixedLatency => fixed_latency::capacity(engine),
         }
     }
 }

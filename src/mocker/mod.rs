@@ -18,9 +18,9 @@ mod profile_dir;
 pub mod protocol;
 pub mod step_memo;
 pub mod timing;
+pub mod timing_source;
 pub mod traits;
 pub mod transfer;
-pub mod vllm;
 
 #[cfg(test)]
 mod dynamo_parity;
@@ -34,12 +34,14 @@ pub use config::{
     PreemptionMode, VllmArgs, WorkerRole,
 };
 pub use kind::WorkerKind;
+pub use kind::vllm;
 pub use profile::{ProfileError, TimingProfile};
 pub use protocol::{
     AddRequestError, Admitted, Capacity, MockRequest, PassOutput, RejectReason, Rejection,
     RequestPhase, RequestView, Reservation, TokenOut, WorkerLoad, WorkerSetup,
 };
 pub use step_memo::StepMemo;
-pub use timing::{DynamoPolynomial, FixedTiming, TimingModel, TimingSource};
+pub use timing::{DynamoPolynomial, FixedTiming, TimingModel};
+pub use timing_source::TimingSource;
 pub use traits::{Handoffs, QuietRuns, Worker};
 pub use vllm::{BlockId, KvPool, MockWorker, PrefixMatch, Reuse};

@@ -115,10 +115,8 @@ mod tests {
                 active_kv_tokens,
             };
             assert_eq!(
-                memo.get(count, active_kv_tokens, || timing::decode_duration(
-                    &batch, &args
-                )),
-                timing::decode_duration(&batch, &args),
+                memo.get(count, active_kv_tokens, || args.decode_duration(&batch)),
+                args.decode_duration(&batch),
                 "{count} requests, {active_kv_tokens} tokens"
             );
         }
@@ -132,7 +130,7 @@ mod tests {
                 count: 1,
                 active_kv_tokens,
             };
-            timing::decode_duration(&batch, &args)
+            args.decode_duration(&batch)
         };
         // Ever new contexts (long varied prompts): no hits, the table stays small.
         let mut varied = StepMemo::new(1 << 16);

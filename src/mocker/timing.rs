@@ -1,19 +1,16 @@
 //! How a pass is timed: the [`TimingModel`] a worker kind asks for the milliseconds of a pass's
-//! prefill and decode parts, the built-in models an engine config selects ([`TimingSource`]:
-//! Dynamo 1.6.1's default polynomial, its `fixed` model and the profile-interpolated one),
-//! speedup scaling, and the conversion of modelled milliseconds to integer nanoseconds exactly
-//! as 1.6.1 rounds them.
+//! prefill and decode parts, the batches it is asked about, Dynamo 1.6.1's default polynomial
+//! and its `fixed` model (the profile-interpolated one is `profile.rs`'s; the engine config
+//! picks one through `timing_source.rs`), speedup scaling, and the conversion of modelled
+//! milliseconds to integer nanoseconds exactly as 1.6.1 rounds them.
 
-use super::config::CommonArgs;
-use super::profile::TimingProfile;
 use crate::time::SimDuration;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// What a pass's steps take, in raw (unscaled) milliseconds: the one question a worker kind
-/// asks of its timing. [`prefill_duration`] and [`decode_duration`] scale the answers by the
+/// asks of its timing. `CommonArgs::prefill_duration` and `decode_duration` scale the answers by the
 /// engine's speedup ratios and round them to whole ns as 1.6.1 does, so a new timing source
-/// (say, a hardware performance model) implements only this and joins [`TimingSource`]
+/// (say, a hardware performance model) implements only this and joins `TimingSource`
 /// (which is `Clone`, `Debug` and `PartialEq`, as the engine arguments must be).
 ///
 /// An answer depends on its batch (and the rank's capacity) alone: a pool's [`StepMemo`]
@@ -28,48 +25,6 @@ pub trait TimingModel {
     /// Decode time of a pass whose decode batch is `batch` (never empty), on a rank holding
     /// `kv_capacity_tokens` tokens of KV, in ms.
     fn decode_batch_ms(&self, batch: &DecodeBatch, kv_capacity_tokens: u64) -> f64;
-}
-
-/// How a pass's prefill and decode steps are timed (the engine's `timing_model`): one of the
-/// built-in [`TimingModel`]s, chosen by the engine config. An enum rather than a boxed trait
-/// object, so a pass's timing is a match, not an indirect call.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum TimingSource {
-    /// Dynamo's default polynomials ([`DynamoPolynomial`]).
-    #[default]
-    Polynomial,
-    /// Constant times, whatever the batch's size (1.6.1's `{type: fixed}`).
-    Fixed(FixedTiming),
-    /// Interpolated from a planner profile (`planner_profile_data`).
-    Profile(Arc<TimingProfile>),
-}
-
-impl TimingSource {
-    /// The profile file or directory this model reads, if any.
-    pub fn profile_source(&self) -> Option<&str> {
-        match self {
-            TimingSource::Profile(profile) => Some(profile.source()),
-            _ => None,
-        }
-    }
-}
-
-impl TimingModel for TimingSource {
-    fn prefill_batch_ms(&self, batch: &PrefillBatch) -> f64 {
-        match self {
-            TimingSource::Polynomial => DynamoPolynomial.prefill_batch_ms(batch),
-            TimingSource::Fixed(fixed) => fixed.prefill_batch_ms(batch),
-            TimingSource::Profile(profile) => profile.prefill_batch_ms(batch),
-        }
-    }
-
-    fn decode_batch_ms(&self, batch: &DecodeBatch, kv_capacity_tokens: u64) -> f64 {
-        match self {
-            TimingSource::Polynomial => DynamoPolynomial.decode_batch_ms(batch, kv_capacity_tokens),
-            TimingSource::Fixed(fixed) => fixed.decode_batch_ms(batch, kv_capacity_tokens),
-            TimingSource::Profile(profile) => profile.decode_batch_ms(batch, kv_capacity_tokens),
-        }
-    }
 }
 
 /// Dynamo's default polynomials: prefill over the pass's new tokens ([`prefill_ms`]), decode
@@ -223,23 +178,6 @@ pub fn ms_to_duration(ms: f64) -> SimDuration {
     }
 }
 
-/// The modelled, scaled duration of a pass's prefill part: the engine's timing model's time,
-/// scaled by `speedup_ratio`. An empty batch takes no time under every model.
-pub fn prefill_duration(batch: &PrefillBatch, engine: &CommonArgs) -> SimDuration {
-    let ms = engine.timing.prefill_batch_ms(batch);
-    scaled_duration(ms, engine.speedup_ratio)
-}
-
-/// The modelled, scaled duration of a pass's decode part: the engine's timing model's time,
-/// scaled by `speedup_ratio × decode_speedup_ratio`. An empty batch takes no time.
-pub fn decode_duration(batch: &DecodeBatch, engine: &CommonArgs) -> SimDuration {
-    if batch.count == 0 {
-        return SimDuration::ZERO;
-    }
-    let ms = (engine.timing).decode_batch_ms(batch, engine.total_kv_tokens());
-    scaled_duration(ms, engine.speedup_ratio * engine.decode_speedup_ratio)
-}
-
 /// The prefill batch size Dynamo feeds its polynomial: `count` requests, mean total and mean
 /// cached prompt lengths taken as integer (floor) means, `T = count * (mean_isl - mean_prefix)`.
 pub fn batch_new_tokens(count: u64, total_isl: u64, total_prefix: u64) -> u64 {
@@ -254,6 +192,7 @@ pub fn batch_new_tokens(count: u64, total_isl: u64, total_prefix: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mocker::CommonArgs;
     use proptest::prelude::*;
 
     /// `scaled_duration` step by step as 1.6.1 converts, with nothing skipped.
@@ -337,7 +276,7 @@ mod tests {
             total_isl: tokens,
             total_prefix: 0,
         };
-        super::prefill_duration(&batch, args)
+        args.prefill_duration(&batch)
     }
 
     /// A lone decoding request with `active_kv_tokens` of context.
@@ -346,7 +285,7 @@ mod tests {
             count: 1,
             active_kv_tokens,
         };
-        super::decode_duration(&batch, args)
+        args.decode_duration(&batch)
     }
 
     #[test]

@@ -202,3 +202,37 @@ fn a_run_a_limit_stops_counts_pass_time_only_within_the_makespan() {
     let completion = whole.records[0].completion.unwrap();
     assert_eq!(whole.pools[0].busy_ns, u128::from(completion.as_ns()));
 }
+
+/// A worker kind other than vLLM runs in the simulator unchanged: the scratch fixed-latency
+/// kind (every pass 10 ms, one token per running request, at most 2 running) serves three
+/// 3-token requests on one worker as its own rules say, the third after the first two end.
+#[test]
+fn a_scratch_worker_kind_runs_in_the_simulator_by_its_own_rules() {
+    use crate::mocker::Backend;
+    use crate::mocker::kind::fixed_latency::FixedLatencyArgs;
+    let fixed = pool("fixed", 1, |e| {
+        e.backend = Backend::FixedLatency(FixedLatencyArgs {
+            pass_time: SimDuration::from_ms(10),
+        });
+        e.common.capacity.max_num_seqs = 2;
+    });
+    let requests = (0..3).map(|row| request(row, 0, 128, 3));
+    let result = run(
+        Options::new(config(vec![fixed], RouterMode::KvRouter, None)),
+        requests,
+    )
+    .unwrap_or_else(|v| panic!("{v}"));
+    let ms = |t: Option<SimTime>| t.map(|t| t.as_ns() / 1_000_000);
+    let ends: Vec<(Option<u64>, Option<u64>)> = (result.records.iter())
+        .map(|r| (ms(r.first_token), ms(r.completion)))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (Some(10), Some(30)),
+            (Some(10), Some(30)),
+            (Some(40), Some(60))
+        ]
+    );
+    assert_eq!(result.count(EndStatus::Completed), 3);
+}

@@ -14,8 +14,8 @@ const BUILDS_THROUGH_A_KIND: [&str; 2] = ["WorkerSetup {", ".build("];
 
 /// Each worker kind's constructors, with the folder (and its `.rs`) that alone may call them.
 const KIND_BUILDERS: [(&str, &str); 2] = [
-    ("mocker/vllm", "MockWorker::new("),
-    ("mocker/vllm", "MockWorker::try_new("),
+    ("mocker/kind/vllm", "MockWorker::new("),
+    ("mocker/kind/vllm", "MockWorker::try_new("),
 ];
 
 /// Whether a file holds only tests (by its name).
@@ -463,7 +463,10 @@ fn import_circles(files: &[SourceFile], root: &str) -> Vec<String> {
         let siblings: Vec<String> = files.iter().filter(in_folder).map(name_of).collect();
         let uses = (files.iter().filter(in_folder))
             .map(|f| {
-                let code: Vec<&str> = f.code_lines().map(|(_, line)| line).collect();
+                // A doc link names a module without using it.
+                let code: Vec<&str> = (f.code_lines().map(|(_, line)| line))
+                    .filter(|line| !line.trim_start().starts_with("//"))
+                    .collect();
                 let used = sibling_uses(&code.join("\n"), &folder, &siblings);
                 (
                     name_of(f),
@@ -531,4 +534,90 @@ fn an_import_circle_is_found_and_a_chain_is_not() {
         find_circle(&circle).unwrap(),
         ["protocol", "traits", "worker", "protocol"]
     );
+}
+
+/// The files docs/architecture.md's section `heading` lists as what the change touches: each
+/// numbered item's bold paths, with `placeholder` filled in as `name`.
+fn files_the_architecture_names(heading: &str, placeholder: &str, name: &str) -> Vec<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let doc = std::fs::read_to_string(format!("{root}/docs/architecture.md")).unwrap();
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with(heading))
+        .unwrap_or_else(|| panic!("docs/architecture.md has no \"{heading}\" section"));
+    let items = section.lines().filter(|l| {
+        let mut chars = l.chars();
+        chars.next().is_some_and(|c| c.is_ascii_digit()) && l.contains(". **`")
+    });
+    items
+        .flat_map(|item| item.split("**`").skip(1).map(|rest| rest.to_string()))
+        .filter_map(|rest| rest.split('`').next().map(str::to_string))
+        .map(|path| path.replace(placeholder, name))
+        .collect()
+}
+
+/// Whether `rel` (under src/) is one of `named` (files, or folders ending in `/`).
+fn is_named(rel: &str, named: &[String]) -> bool {
+    let path = format!("src/{rel}");
+    named
+        .iter()
+        .any(|n| path == *n || (n.ends_with('/') && path.starts_with(n.as_str())))
+}
+
+/// The scratch kind of docs/architecture.md's "Adding a worker kind", and what names it.
+const SCRATCH_KIND: (&str, [&str; 3]) = (
+    "fixed_latency",
+    ["fixed_latency", "FixedLatency", "FixedLatencyArgs"],
+);
+
+#[test]
+fn the_scratch_kind_lives_only_in_the_files_adding_a_kind_touches() {
+    let (name, words) = SCRATCH_KIND;
+    let named = files_the_architecture_names("Adding a worker kind", "<kind>", name);
+    assert!(
+        named.contains(&"src/mocker/kind.rs".to_string()) && named.len() <= 5,
+        "the section names: {named:?}"
+    );
+    let files = read_sources();
+    let mentions: Vec<String> = files
+        .iter()
+        .filter(|f| !is_test_file(&f.rel) && !is_named(&f.rel, &named))
+        .flat_map(|f| {
+            let found = f.code_lines().filter(|(_, line)| {
+                !line.trim_start().starts_with("//") && words.iter().any(|w| line.contains(w))
+            });
+            found
+                .map(|(n, line)| format!("src/{}:{n}: {}", f.rel, line.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        mentions.is_empty(),
+        "the scratch kind `{name}` reaches beyond what \"Adding a worker kind\" lists \
+         ({named:?}):\n{}",
+        mentions.join("\n")
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.rel == format!("mocker/kind/{name}.rs")),
+        "the scratch kind is gone: update SCRATCH_KIND"
+    );
+}
+
+#[test]
+fn the_files_a_section_names_are_read_from_its_numbered_items() {
+    let named = files_the_architecture_names("Adding a timing model", "<model>", "hardware");
+    assert_eq!(
+        named,
+        [
+            "src/mocker/timing_source/hardware.rs",
+            "src/mocker/timing_source.rs",
+            "src/mocker/config.rs",
+            "src/report/render/run_inputs.rs",
+        ]
+    );
+    let folders = ["src/mocker/kind/x/".to_string()];
+    assert!(is_named("mocker/kind/x/worker.rs", &folders));
+    assert!(!is_named("mocker/kind/xy.rs", &folders));
 }

@@ -3,7 +3,7 @@
 //! names; and the rows whose `policy_class` the policy does not know.
 
 use crate::mocker::transfer::TransferTimingMode;
-use crate::mocker::{Backend, EngineArgs, FixedTiming, TimingSource};
+use crate::mocker::{EngineArgs, FixedTiming, TimingSource};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::RequestRecord;
@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 /// The engine's settings as a worker ran them, every default filled in.
 pub fn engine_json(engine: &EngineArgs) -> Value {
     let (common, capacity) = (&engine.common, &engine.common.capacity);
-    let Backend::Vllm(vllm) = &engine.backend;
     let timing = match &common.timing {
         TimingSource::Polynomial => json!({"type": "polynomial"}),
         TimingSource::Fixed(FixedTiming {
@@ -26,24 +25,31 @@ pub fn engine_json(engine: &EngineArgs) -> Value {
         TransferTimingMode::FullPrompt => "full_prompt",
         TransferTimingMode::DestinationMissing => "destination_missing",
     };
-    json!({
+    let mut settings = json!({
         "worker_type": common.role.label(),
         "block_size": common.block_size,
         "num_gpu_blocks": capacity.num_gpu_blocks,
         "max_num_seqs": capacity.max_num_seqs,
         "max_num_batched_tokens": capacity.max_num_batched_tokens,
         "enable_prefix_caching": common.enable_prefix_caching,
-        "enable_chunked_prefill": vllm.enable_chunked_prefill,
         "speedup_ratio": common.speedup_ratio,
         "decode_speedup_ratio": common.decode_speedup_ratio,
         "dp_size": common.dp_size,
-        "preemption_mode": vllm.preemption_mode,
         "max_model_len": capacity.max_model_len,
         "timing_model": timing,
         "kv_transfer_bytes_per_token": transfer.bytes_per_token,
         "kv_transfer_bandwidth": transfer.bandwidth_gb_per_s,
         "kv_transfer_timing_mode": mode,
-    })
+    });
+    // The backend's own settings (keys are sorted, so where they are added does not show).
+    if let (Some(vllm), Value::Object(map)) = (engine.backend.vllm(), &mut settings) {
+        map.insert(
+            "enable_chunked_prefill".into(),
+            json!(vllm.enable_chunked_prefill),
+        );
+        map.insert("preemption_mode".into(), json!(vllm.preemption_mode));
+    }
+    settings
 }
 
 /// The router's settings as the run used them, every default filled in.

@@ -1,7 +1,7 @@
 //! The text `routersim validate` prints for a validated scenario.
 
 use super::worker_ids;
-use crate::mocker::{Backend, EngineArgs};
+use crate::mocker::EngineArgs;
 use crate::report::verdict::expect::{Expectation, Figure};
 use crate::scenario::{Scenario, Workload};
 use crate::scheduling::policy;
@@ -63,15 +63,16 @@ fn burst_order_spelling(order: BurstOrder) -> &'static str {
 /// One line for the unnamed pool; a line per pool, with its worker ids, for named pools.
 fn describe_workers(scenario: &Scenario) -> String {
     let engine = |e: &EngineArgs| {
-        let Backend::Vllm(vllm) = &e.backend;
+        let chunked = (e.backend.vllm())
+            .map(|vllm| format!(", chunked prefill {}", on_off(vllm.enable_chunked_prefill)));
         format!(
-            "engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}",
+            "engine block_size {}, num_gpu_blocks {}, max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}{}",
             e.common.block_size,
             e.common.capacity.num_gpu_blocks,
             e.common.capacity.max_num_seqs,
             e.common.capacity.max_num_batched_tokens,
             on_off(e.common.enable_prefix_caching),
-            on_off(vllm.enable_chunked_prefill)
+            chunked.unwrap_or_default()
         )
     };
     let (pools, router_mode) = (scenario.pools(), scenario.config().router_mode());

@@ -59,7 +59,7 @@
 use super::kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
 use super::memo::HeadProbe;
 use crate::mocker::config::{
-    Backend, CommonArgs, ConfigError, EngineArgs, PreemptionMode, VllmArgs, WorkerRole,
+    CommonArgs, ConfigError, EngineArgs, PreemptionMode, VllmArgs, WorkerRole,
 };
 use crate::mocker::protocol::{
     AddRequestError, Admitted, MockRequest, PassOutput, RejectReason, Rejection, RequestPhase,
@@ -236,7 +236,7 @@ impl MockWorker {
             args.common.capacity.num_gpu_blocks,
             args.common.builds_kv_events(),
         );
-        let Backend::Vllm(vllm) = args.backend;
+        let vllm = *(args.backend.vllm()).expect("a vLLM rank runs vLLM engine arguments");
         MockWorker {
             common: args.common,
             vllm,
@@ -582,7 +582,7 @@ impl MockWorker {
     fn prefill_time(&self, prefill: &timing::PrefillBatch) -> SimDuration {
         match self.common.role {
             WorkerRole::Decode => SimDuration::ZERO,
-            _ => timing::prefill_duration(prefill, &self.common),
+            _ => self.common.prefill_duration(prefill),
         }
     }
 
@@ -598,7 +598,7 @@ impl MockWorker {
         decode: &timing::DecodeBatch,
         memo: &mut StepMemo,
     ) -> SimTime {
-        let decode_time = || timing::decode_duration(decode, &self.common);
+        let decode_time = || self.common.decode_duration(decode);
         now.saturating_add(prefill_time).saturating_add(memo.get(
             decode.count,
             decode.active_kv_tokens,
@@ -1177,6 +1177,7 @@ mod tests {
     //! printed ms converted to ns), so each test pins one observed behaviour.
 
     use super::*;
+    use crate::mocker::Backend;
     use crate::mocker::protocol::TokenOut;
     use crate::mocker::test_support::{Seen, drive, ms, row};
 
@@ -1442,7 +1443,7 @@ mod tests {
 
     fn fixed(prefill_ms: f64, decode_ms: f64) -> EngineArgs {
         args_with(|a| {
-            a.common.timing = timing::TimingSource::Fixed(timing::FixedTiming {
+            a.common.timing = crate::mocker::TimingSource::Fixed(timing::FixedTiming {
                 prefill_ms,
                 decode_ms,
             })
