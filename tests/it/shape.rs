@@ -549,9 +549,14 @@ fn files_the_architecture_names(heading: &str, placeholder: &str, name: &str) ->
         let mut chars = l.chars();
         chars.next().is_some_and(|c| c.is_ascii_digit()) && l.contains(". **`")
     });
+    // The bold span of each item: every path quoted in it.
+    let bold = |item: &str| item.split("**").nth(1).unwrap_or_default().to_string();
     items
-        .flat_map(|item| item.split("**`").skip(1).map(|rest| rest.to_string()))
-        .filter_map(|rest| rest.split('`').next().map(str::to_string))
+        .map(bold)
+        .flat_map(|span| {
+            let quoted = span.split('`').skip(1).step_by(2);
+            quoted.map(|path| path.to_string()).collect::<Vec<_>>()
+        })
         .map(|path| path.replace(placeholder, name))
         .collect()
 }
@@ -617,6 +622,8 @@ fn the_files_a_section_names_are_read_from_its_numbered_items() {
             "src/report/render/run_inputs.rs",
         ]
     );
+    let kind = files_the_architecture_names("Adding a worker kind", "<kind>", "x");
+    assert_eq!(kind[..2], ["src/mocker/kind/x.rs", "src/mocker/kind/x/"]);
     let folders = ["src/mocker/kind/x/".to_string()];
     assert!(is_named("mocker/kind/x/worker.rs", &folders));
     assert!(!is_named("mocker/kind/xy.rs", &folders));
