@@ -776,10 +776,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_backlogged_window_starts_its_ideal_line_from_the_measured_count() {
+    /// The weighted run with its one backlogged window cut in two, a gap of completions
+    /// between them: the run, the first window's end and the second's start.
+    fn weighted_in_two_windows() -> (RunMetrics, SimTime, SimTime) {
         let mut m = weighted();
-        // Cut the one window into two with a gap of completions between them.
         let whole = m.windows.remove(0);
         let (early, late) = (m.completions[99].time, m.completions[200].time);
         let mut first = whole.clone();
@@ -789,6 +789,12 @@ mod tests {
         second.start = late;
         second.credits.retain(|c| c.time >= late);
         m.windows = vec![first, second];
+        (m, early, late)
+    }
+
+    #[test]
+    fn each_backlogged_window_starts_its_ideal_line_from_the_measured_count() {
+        let (m, early, late) = weighted_in_two_windows();
         let ideal = windowed_ideal_lines(&m);
         for (c, line) in ideal.iter().enumerate() {
             let gap = line
@@ -890,17 +896,7 @@ mod tests {
 
     #[test]
     fn token_share_is_one_line_held_flat_between_backlogged_windows() {
-        let mut m = weighted();
-        // Cut the one window into two with a gap of completions between them.
-        let whole = m.windows.remove(0);
-        let (early, late) = (m.completions[99].time, m.completions[200].time);
-        let mut first = whole.clone();
-        first.end = early;
-        first.credits.retain(|c| c.time <= early);
-        let mut second = whole;
-        second.start = late;
-        second.credits.retain(|c| c.time >= late);
-        m.windows = vec![first, second];
+        let (m, early, late) = weighted_in_two_windows();
         let chart = token_share_over_time(&m);
         for s in &chart.series {
             assert!(s.points.iter().all(|p| p.1.is_finite()), "{}", s.label);
