@@ -279,6 +279,8 @@ use timeline::Timeline;
 
 #[cfg(test)]
 mod pool_tests;
+#[cfg(test)]
+mod scaling_tests;
 
 #[cfg(test)]
 mod tests {
@@ -557,13 +559,15 @@ policy_classes:
     }
 
     /// Random faults for a case: down windows (some never ending) of existing workers that
-    /// never overlap on one worker, a cancel of class `regular`, a joining worker, and a
-    /// migration limit.
+    /// never overlap on one worker, a cancel of class `regular`, a joining worker (with a
+    /// startup delay), drains of workers that never go down, and a migration limit.
     #[derive(Debug, Clone)]
     struct FaultCase {
         downs: Vec<(u64, u64, Option<u64>)>,
         cancel: Option<(f64, u64)>,
         join_at_ms: Option<u64>,
+        startup_ms: u64,
+        drains: Vec<(u64, u64)>,
         migration_limit: u32,
     }
 
@@ -572,14 +576,20 @@ policy_classes:
             prop::collection::vec((0u64..4, 0u64..60, prop::option::of(1u64..40)), 0..4),
             prop::option::of((0.0f64..=1.0, 0u64..30)),
             prop::option::of(0u64..60),
+            prop::sample::select(vec![0u64, 0, 5, 40]),
+            prop::collection::vec((0u64..5, 0u64..60), 0..3),
             0u32..4,
         )
-            .prop_map(|(downs, cancel, join_at_ms, migration_limit)| FaultCase {
-                downs,
-                cancel,
-                join_at_ms,
-                migration_limit,
-            })
+            .prop_map(
+                |(downs, cancel, join_at_ms, startup_ms, drains, migration_limit)| FaultCase {
+                    downs,
+                    cancel,
+                    join_at_ms,
+                    startup_ms,
+                    drains,
+                    migration_limit,
+                },
+            )
     }
 
     fn faults(case: &Case, f: &FaultCase) -> Vec<Fault> {
@@ -615,7 +625,53 @@ policy_classes:
                 at: ms(at),
             });
         }
+        // A worker drains once and never also goes down (as validation has it); the worker
+        // that joins (id `case.workers`) may be drained too, or before it is ready.
+        let mut drained = BTreeSet::new();
+        for &(worker, at) in &f.drains {
+            let down = out
+                .iter()
+                .any(|d| matches!(d, Fault::WorkerDown { worker: w, .. } if *w == worker));
+            if worker <= u64::from(case.workers) && !down && drained.insert(worker) {
+                out.push(Fault::WorkerDrain { worker, at: ms(at) });
+            }
+        }
         out
+    }
+
+    /// Every drained worker took its last request by the time its router heard of the
+    /// drain, and left only once it had finished everything it held.
+    fn check_drains(result: &SimResult, config: &SimConfig) -> Result<(), TestCaseError> {
+        let heard_after = config.delays.worker_to_router;
+        for mark in &result.fault_marks {
+            let FaultMark::WorkerDrain {
+                worker,
+                from,
+                until,
+                ..
+            } = *mark
+            else {
+                continue;
+            };
+            let served = result
+                .records
+                .iter()
+                .filter(|r| r.rank().is_some_and(|k| k.worker_id == worker));
+            for r in served {
+                let dispatched = r.dispatched.expect("a request on a worker was dispatched");
+                prop_assert!(
+                    dispatched <= from.saturating_add(heard_after),
+                    "{r:?} dispatched after the drain at {from}"
+                );
+                if let (Some(until), Some(end)) = (until, r.completion) {
+                    prop_assert!(
+                        end <= until,
+                        "worker {worker} left at {until} before {r:?} ended"
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     proptest! {
@@ -632,6 +688,7 @@ policy_classes:
             let mut config = config(&case, seed);
             config.faults = faults(&case, &f);
             config.migration_limit = f.migration_limit;
+            config.pools[0].engine.common.startup_delay = SimDuration::from_ms(f.startup_ms);
             let run_once = || run(Options::new(config.clone()), requests(&case));
             let result = run_once().map_err(|v| TestCaseError::fail(format!("{v}")))?;
             prop_assert_eq!(result.stop_reason, StopReason::Drained);
@@ -650,6 +707,7 @@ policy_classes:
                     prop_assert_eq!(r.completion, Some(r.arrival.saturating_add(SimDuration::from_ms(after))));
                 }
             }
+            check_drains(&result, &config)?;
             let again = run_once().unwrap();
             prop_assert_eq!(again.records, result.records);
         }

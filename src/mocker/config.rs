@@ -114,6 +114,10 @@ pub struct CommonArgs {
     /// Extra divisor for decode time; a product of ratios of 0 leaves decode unscaled
     /// (default 1).
     pub decode_speedup_ratio: f64,
+    /// How long a worker added while the run goes on takes to start (the launch config's
+    /// top-level `startup_time`, in seconds; none by default). The workers a run starts
+    /// with are ready at once, as in 1.6.1's replay.
+    pub startup_delay: SimDuration,
 }
 
 impl Default for CommonArgs {
@@ -128,6 +132,7 @@ impl Default for CommonArgs {
             timing: TimingSource::Polynomial,
             speedup_ratio: 1.0,
             decode_speedup_ratio: 1.0,
+            startup_delay: SimDuration::ZERO,
         }
     }
 }
@@ -432,8 +437,8 @@ pub struct EngineLaunchConfig {
     /// Accepted (must be positive) and ignored: tensor parallelism does not change the
     /// polynomial timing model.
     pub tensor_parallel_size: Option<u64>,
-    /// Simulated start-up delay in seconds: must be finite and non-negative, then ignored,
-    /// as 1.6.1's offline replay ignores it.
+    /// Simulated start-up delay in seconds of a worker added while the run goes on: must be
+    /// finite and non-negative (0, as in 1.6.1, means none).
     pub startup_time: Option<f64>,
     /// Accepted and ignored.
     pub num_gpu_blocks_is_explicit: Option<bool>,
@@ -602,6 +607,9 @@ impl EngineLaunchConfig {
         let mut args = self.engine.into_unvalidated_args(base_dir)?;
         if let Some(dp) = self.dp_size {
             args.common.dp_size = dp;
+        }
+        if let Some(seconds) = self.startup_time {
+            args.common.startup_delay = SimDuration::from_ms_f64(seconds * 1000.0);
         }
         args.validate()?;
         Ok(args)
@@ -781,6 +789,8 @@ impl EngineSection {
             timing,
             speedup_ratio: self.speedup_ratio.unwrap_or(d.speedup_ratio),
             decode_speedup_ratio: self.decode_speedup_ratio.unwrap_or(d.decode_speedup_ratio),
+            // A top-level key: the launch config sets it.
+            startup_delay: d.startup_delay,
         };
         Ok(EngineArgs { common, backend })
     }
@@ -1140,11 +1150,11 @@ mod tests {
                 other => panic!("{text}: expected Invalid({field}), got {other:?}"),
             }
         }
-        let late = EngineArgs::from_json_str(r#"{"engine": {}, "startup_time": 5.0}"#);
+        let late = EngineArgs::from_json_str(r#"{"engine": {}, "startup_time": 2.5}"#);
         assert_eq!(
-            late.unwrap(),
-            EngineArgs::default(),
-            "1.6.1 offline ignores startup_time"
+            late.unwrap().common.startup_delay,
+            SimDuration::from_ms(2500),
+            "a top-level key, in seconds"
         );
         let mut zero_ratio = EngineArgs::default();
         zero_ratio.common.speedup_ratio = 0.0;

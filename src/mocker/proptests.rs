@@ -44,6 +44,7 @@ fn engine() -> impl Strategy<Value = EngineArgs> {
                         timing: Default::default(),
                         speedup_ratio: ratio[s as usize],
                         decode_speedup_ratio: ratio[d as usize],
+                        startup_delay: Default::default(),
                     },
                     backend: Backend::Vllm(VllmArgs {
                         enable_chunked_prefill: chunk,

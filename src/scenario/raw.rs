@@ -61,6 +61,7 @@ pub struct RawFault {
     pub worker_down: Option<RawWorkerDown>,
     pub cancel: Option<RawCancel>,
     pub worker_up: Option<RawWorkerUp>,
+    pub worker_drain: Option<RawWorkerDrain>,
 }
 
 /// The one kind a `faults:` entry sets.
@@ -69,18 +70,24 @@ pub enum RawFaultKind<'a> {
     WorkerDown(&'a RawWorkerDown),
     Cancel(&'a RawCancel),
     WorkerUp(&'a RawWorkerUp),
+    WorkerDrain(&'a RawWorkerDrain),
 }
 
 impl RawFault {
     /// The kinds' keys, in the order errors list them.
-    pub const KEYS: [&'static str; 3] = ["worker_down", "cancel", "worker_up"];
+    pub const KEYS: [&'static str; 4] = ["worker_down", "cancel", "worker_up", "worker_drain"];
 
     /// The kind set, or `None` when none or several are.
     pub fn kind(&self) -> Option<RawFaultKind<'_>> {
-        match (&self.worker_down, &self.cancel, &self.worker_up) {
-            (Some(d), None, None) => Some(RawFaultKind::WorkerDown(d)),
-            (None, Some(c), None) => Some(RawFaultKind::Cancel(c)),
-            (None, None, Some(u)) => Some(RawFaultKind::WorkerUp(u)),
+        let set = [
+            self.worker_down.as_ref().map(RawFaultKind::WorkerDown),
+            self.cancel.as_ref().map(RawFaultKind::Cancel),
+            self.worker_up.as_ref().map(RawFaultKind::WorkerUp),
+            self.worker_drain.as_ref().map(RawFaultKind::WorkerDrain),
+        ];
+        let mut kinds = set.into_iter().flatten();
+        match (kinds.next(), kinds.next()) {
+            (Some(kind), None) => Some(kind),
             _ => None,
         }
     }
@@ -108,7 +115,17 @@ pub struct RawCancel {
     pub after_ms: f64,
 }
 
-/// `{pool, at_ms}`: a new worker of the pool joins.
+/// `{role?, worker, at_ms}`: a worker is scaled down at `at_ms`: it takes no new request,
+/// finishes what it holds, then leaves. `role` as in [`RawWorkerDown`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkerDrain {
+    pub role: Option<String>,
+    pub worker: u64,
+    pub at_ms: f64,
+}
+
+/// `{pool, at_ms}`: a new worker of the pool joins (after the pool's `startup_time`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkerUp {
@@ -198,6 +215,9 @@ pub struct RawWorkers {
     pub count: Option<u64>,
     /// Data-parallel ranks per worker (default 1), as Dynamo's top-level `dp_size`.
     pub dp_size: Option<u64>,
+    /// Seconds a worker added while the run goes on (`worker_up`) takes to start, as
+    /// Dynamo's top-level `startup_time` (default 0: ready at once).
+    pub startup_time: Option<f64>,
     /// Engine arguments with Dynamo 1.6.1's names (`max_num_seqs`, `block_size`, ...).
     pub engine: Option<EngineSection>,
     /// Named pools of workers, each with its own engine; worker ids go pool by pool.
@@ -217,6 +237,9 @@ pub struct RawRole {
     pub count: Option<u64>,
     /// Data-parallel ranks per worker (default 1).
     pub dp_size: Option<u64>,
+    /// Seconds a worker added while the run goes on (`worker_up`) takes to start, as
+    /// Dynamo's top-level `startup_time` (default 0: ready at once).
+    pub startup_time: Option<f64>,
     /// Engine arguments (Dynamo 1.6.1's names); `worker_type`, if given, must be the role.
     pub engine: Option<EngineSection>,
     /// Named pools of this role's workers.
@@ -233,6 +256,9 @@ pub struct RawPool {
     pub count: Option<u64>,
     /// Data-parallel ranks per worker of this pool (default 1).
     pub dp_size: Option<u64>,
+    /// Seconds a worker added while the run goes on (`worker_up`) takes to start, as
+    /// Dynamo's top-level `startup_time` (default 0: ready at once).
+    pub startup_time: Option<f64>,
     /// The pool's engine arguments (Dynamo 1.6.1's names).
     #[serde(default)]
     pub engine: EngineSection,

@@ -341,13 +341,20 @@ fn active_profile(
     crate::scheduling::scheduler::select_profile(router, policy, model)
 }
 
-/// The engine of the workers at `at` (`workers`, or one pool's path), with its `dp_size`;
-/// errors name `{at}.engine.<field>` and `{at}.dp_size`.
+/// The keys a `workers:` form or pool gives beside its `engine`, as Dynamo's launch config
+/// has them beside its engine section.
+struct Launch {
+    dp_size: Option<u64>,
+    startup_time: Option<f64>,
+}
+
+/// The engine of the workers at `at` (`workers`, or one pool's path), with its `dp_size` and
+/// `startup_time`; errors name `{at}.engine.<field>`, `{at}.dp_size` and `{at}.startup_time`.
 fn engine_args(
     source: &Source,
     at: &str,
     engine: EngineSection,
-    dp_size: Option<u64>,
+    launch: Launch,
 ) -> Result<EngineArgs, ScenarioError> {
     let engine_error = |e: ConfigError| match e {
         ConfigError::Invalid { field, reason } => {
@@ -364,9 +371,17 @@ fn engine_args(
     };
     // A profile path is relative to the scenario file, as `router.policy` is.
     let mut args = engine.into_args_in(&source.dir).map_err(engine_error)?;
-    if let Some(dp_size) = dp_size {
+    if let Some(dp_size) = launch.dp_size {
         args.common.dp_size = bounds_check::rank_count(dp_size)
             .map_err(|message| source.at(&format!("{at}.dp_size"), message))?;
+    }
+    if let Some(seconds) = launch.startup_time {
+        let path = format!("{at}.startup_time");
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            let message = "must be a finite number of seconds, 0 or more";
+            return Err(source.at(&path, message));
+        }
+        args.common.startup_delay = duration_ms(source, &path, seconds * 1000.0)?;
     }
     Ok(args)
 }

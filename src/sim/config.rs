@@ -118,9 +118,12 @@ pub enum Fault {
         fraction: f64,
         after: SimDuration,
     },
-    /// A new worker of pool `pool` (an index in `SimConfig::pools`) joins at `at`, with the
-    /// next free worker id.
+    /// A new worker of pool `pool` (an index in `SimConfig::pools`) is added at `at`, with
+    /// the next free worker id; it is ready after the pool's startup delay.
     WorkerUp { pool: usize, at: SimTime },
+    /// Worker `worker` is scaled down at `at`: it takes no new request, finishes everything
+    /// it holds, then leaves.
+    WorkerDrain { worker: u64, at: SimTime },
 }
 
 /// A run as its inputs describe it, before the rules across its fields are checked: what a

@@ -189,6 +189,21 @@ impl RouterDriver {
         self.core.handle_workers(now, set);
     }
 
+    /// The router heard worker `worker` drains: nothing new goes to it.
+    pub fn worker_draining(&mut self, now: SimTime, worker: u64) {
+        self.core.handle_worker_draining(now, worker);
+    }
+
+    /// Whether worker `worker` drains and nothing is booked on it any more.
+    pub fn is_drained(&self, worker: u64) -> bool {
+        self.core.is_drained(worker)
+    }
+
+    /// Drained worker `worker` left.
+    pub fn worker_drained(&mut self, now: SimTime, worker: u64) {
+        self.core.handle_worker_drained(now, worker);
+    }
+
     /// The router discovered worker `worker`, configured as `config`.
     pub fn worker_joined(&mut self, now: SimTime, worker: u64, config: WorkerConfig) {
         let mut set = self.core.workers().clone();

@@ -38,8 +38,15 @@ pub(super) enum Event {
     RouterLearnsDown { worker: u64 },
     /// A down worker returns with an empty cache (fault).
     WorkerBack { worker: u64 },
-    /// A worker of pool `pool` joins (fault).
+    /// A worker of pool `pool` is added (fault): it starts, ready after its pool's startup
+    /// delay.
     WorkerJoin { pool: usize },
+    /// A starting worker is ready (unless its start was cancelled since).
+    WorkerReady { worker: u64 },
+    /// A worker is scaled down (fault): it drains.
+    WorkerDrain { worker: u64 },
+    /// The router hears that a worker drains.
+    RouterLearnsDraining { worker: u64 },
     /// The router hears of a worker that came up.
     RouterLearnsUp { worker: u64 },
     /// A client gives up on a request.

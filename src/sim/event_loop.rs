@@ -272,6 +272,9 @@ impl System {
             self.start_pass(now, rank, engine.queue());
         }
         let hub = &mut self.hub;
+        if hub.fleet.any_draining() {
+            hub.settle_drained(now, engine.queue());
+        }
         for end in hub.fleet.align_lockstep() {
             schedule_pass_end(engine.queue(), Some(end));
         }
@@ -387,11 +390,42 @@ impl System {
         }
     }
 
-    /// A new worker of pool `pool` joins with the next free id.
+    /// A new worker of pool `pool` is added with the next free id: ready now, or after the
+    /// pool's startup delay (if that falls within the run's time limit).
     fn worker_join(&mut self, now: SimTime, pool: usize, queue: &mut EventQueue<Event>) {
-        let worker = self.hub.fleet.join(now, pool);
-        self.serving.fleet_grew(self.hub.fleet.rank_count());
-        self.hub.announce(now, worker, queue);
+        let hub = &mut self.hub;
+        let delay = hub.config.pools[pool].engine.common.startup_delay;
+        let worker = hub.fleet.start(now, pool);
+        match now.checked_add(delay) {
+            _ if delay == SimDuration::ZERO => self.worker_ready(now, worker, queue),
+            Some(at) if at <= hub.config.limits.max_time => {
+                queue.schedule(at, Event::WorkerReady { worker });
+            }
+            _ => {}
+        }
+    }
+
+    /// Starting worker `worker` is ready: its ranks join and the router hears of it.
+    fn worker_ready(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        if self.hub.fleet.ready(now, worker) {
+            self.serving.fleet_grew(self.hub.fleet.rank_count());
+            self.hub.announce(now, worker, queue);
+        }
+    }
+
+    /// Worker `worker` drains; the router hears of it after the worker-to-router delay.
+    fn worker_drain(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        let hub = &mut self.hub;
+        if !hub.fleet.drain(now, worker) {
+            return;
+        }
+        let delay = hub.config.delays.worker_to_router;
+        if delay == SimDuration::ZERO {
+            hub.router_learns_draining(now, worker, queue);
+        } else {
+            let event = Event::RouterLearnsDraining { worker };
+            queue.schedule(now.saturating_add(delay), event);
+        }
     }
 
     /// With per-event checks on, checks the run's invariants if a router drained since.
@@ -468,6 +502,11 @@ impl Model for System {
                 hub.announce(now, worker, queue);
             }
             Event::WorkerJoin { pool } => self.worker_join(now, pool, queue),
+            Event::WorkerReady { worker } => self.worker_ready(now, worker, queue),
+            Event::WorkerDrain { worker } => self.worker_drain(now, worker, queue),
+            Event::RouterLearnsDraining { worker } => {
+                hub.router_learns_draining(now, worker, queue)
+            }
             Event::RouterLearnsUp { worker } => hub.router_learns_up(now, worker, queue),
             Event::Cancel { request } => hub.cancel(now, request, queue),
             Event::Drop { rank, request } => hub.fleet.drop_request(rank, request),
@@ -842,6 +881,25 @@ impl Hub {
             self.router_learns_up(now, worker, queue);
         } else {
             queue.schedule(now.saturating_add(delay), Event::RouterLearnsUp { worker });
+        }
+    }
+
+    /// The router hears worker `worker` drains: nothing new goes to it.
+    fn router_learns_draining(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
+        self.router_of_worker(worker).worker_draining(now, worker);
+        self.drain_router(now, queue);
+    }
+
+    /// Every draining worker that holds nothing, and that its router knows drains and has
+    /// nothing booked on, leaves now (after the instant's passes started, so a worker with
+    /// work left never does).
+    fn settle_drained(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
+        for worker in self.fleet.drained() {
+            if self.router_of_worker(worker).is_drained(worker) {
+                self.fleet.remove(now, worker);
+                self.router_of_worker(worker).worker_drained(now, worker);
+                self.drain_router(now, queue);
+            }
         }
     }
 

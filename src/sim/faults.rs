@@ -1,5 +1,5 @@
-//! Faults in a run: workers that go down and return, workers that join, clients that give
-//! up. Here: the events that carry them out, the draws that decide cancellations, and what
+//! Faults in a run: workers that go down and return, workers that join or drain, clients
+//! that give up. Here: the events that carry them out, the draws that decide cancellations, and what
 //! the faults leave (which workers the router knows are down, what was lost on them); the
 //! event loop applies each (abort or migrate, roll back, drop).
 //!
@@ -32,12 +32,22 @@ pub enum FaultMark {
         from: SimTime,
         until: Option<SimTime>,
     },
-    /// Worker `worker` (called `name`) joined pool `pool` at `at`.
+    /// Worker `worker` (called `name`) of pool `pool`, asked for at `asked`, was ready at
+    /// `at` (later by the pool's startup delay).
     WorkerUp {
         worker: u64,
         name: String,
         pool: String,
+        asked: SimTime,
         at: SimTime,
+    },
+    /// Worker `worker` (called `name`) drained from `from`: it took no new request and left
+    /// at `until`, having finished what it held (`None`: not while the run lasted).
+    WorkerDrain {
+        worker: u64,
+        name: String,
+        from: SimTime,
+        until: Option<SimTime>,
     },
 }
 
@@ -130,6 +140,7 @@ pub(super) fn worker_fault_events(faults: &[Fault]) -> impl Iterator<Item = (Sim
                 until.map(|until| (until, Event::WorkerBack { worker })),
             ),
             Fault::WorkerUp { pool, at } => (Some((at, Event::WorkerJoin { pool })), None),
+            Fault::WorkerDrain { worker, at } => (Some((at, Event::WorkerDrain { worker })), None),
             Fault::Cancel { .. } => (None, None),
         };
         first.into_iter().chain(second)

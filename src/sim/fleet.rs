@@ -12,7 +12,7 @@ use crate::mocker::{
 use crate::scheduling::select::{WorkerConfig, WorkerSet};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Most slots the step-duration table a pool's ranks share grows to (1.5 MiB).
 const SHARED_STEP_MEMO_SLOTS: usize = 1 << 16;
@@ -177,6 +177,10 @@ pub(super) struct WorkerFleet {
     passes_since_change: Vec<(usize, SimTime, SimTime, u64)>,
     /// Workers that joined, with their pool.
     joined: Vec<(u64, usize)>,
+    /// Workers added and not ready yet: their pool and when they were asked for.
+    starting: BTreeMap<u64, (usize, SimTime)>,
+    /// Workers draining (scaled down): they finish what they hold, then leave.
+    draining: BTreeSet<u64>,
     /// Worker faults as they happened, for the result.
     marks: Vec<FaultMark>,
     /// The next free worker id.
@@ -210,6 +214,8 @@ impl WorkerFleet {
             lockstep_started: BTreeSet::new(),
             passes_since_change: Vec::new(),
             joined: Vec::new(),
+            starting: BTreeMap::new(),
+            draining: BTreeSet::new(),
             marks: Vec::new(),
             next_worker: worker_pools(&pools).count() as u64,
             preemptions_lost: 0,
@@ -747,19 +753,88 @@ impl WorkerFleet {
         }
     }
 
-    /// A new worker of pool `pool` joins at `now` with the next free id; returns the id.
-    pub fn join(&mut self, now: SimTime, pool: usize) -> u64 {
+    /// A new worker of pool `pool` is asked for at `now`: it takes the next free id (ids are
+    /// never reused) and is starting, holding no rank, until [`Self::ready`]. Returns the id.
+    pub fn start(&mut self, now: SimTime, pool: usize) -> u64 {
         let worker = self.next_worker;
         self.next_worker += 1;
+        self.starting.insert(worker, (pool, now));
+        worker
+    }
+
+    /// Starting worker `worker` is ready at `now`: its ranks join the fleet, empty. False
+    /// (nothing happens) if it is not starting.
+    pub fn ready(&mut self, now: SimTime, worker: u64) -> bool {
+        let Some((pool, asked)) = self.starting.remove(&worker) else {
+            return false;
+        };
         self.joined.push((worker, pool));
         self.add_worker(worker, pool);
         self.marks.push(FaultMark::WorkerUp {
             worker,
             name: self.worker_name(worker),
             pool: self.pools[pool].name.clone(),
+            asked,
             at: now,
         });
-        worker
+        true
+    }
+
+    /// Worker `worker` drains from `now`: it receives what the router already sent it and
+    /// finishes everything it holds, then leaves ([`Self::remove`]). False (nothing
+    /// happens) unless it is up, not draining and not gone.
+    pub fn drain(&mut self, now: SimTime, worker: u64) -> bool {
+        let mut ranks = self.ranks_of(worker);
+        if ranks.is_empty() || ranks.any(|i| self.ranks[i].down) || self.draining.contains(&worker)
+        {
+            return false;
+        }
+        self.draining.insert(worker);
+        self.marks.push(FaultMark::WorkerDrain {
+            worker,
+            name: self.worker_name(worker),
+            from: now,
+            until: None,
+        });
+        true
+    }
+
+    /// The draining workers that hold nothing and run no pass, in id order: ready to leave.
+    pub fn drained(&self) -> Vec<u64> {
+        let mut held = Vec::new();
+        let mut empty = |index: usize| {
+            let slot = &self.ranks[index];
+            held.clear();
+            slot.worker.held_requests(&mut held);
+            !slot.in_pass && !slot.worker.has_work() && held.is_empty()
+        };
+        (self.draining.iter().copied())
+            .filter(|&worker| self.ranks_of(worker).all(&mut empty))
+            .collect()
+    }
+
+    /// Drained worker `worker` leaves at `now`: its ranks receive nothing more.
+    pub fn remove(&mut self, now: SimTime, worker: u64) {
+        if !self.draining.remove(&worker) {
+            return;
+        }
+        for index in self.ranks_of(worker) {
+            self.ranks[index].down = true;
+        }
+        let open = self.marks.iter_mut().rev().find_map(|m| match m {
+            FaultMark::WorkerDrain {
+                worker: w, until, ..
+            } if *w == worker => Some(until),
+            _ => None,
+        });
+        if let Some(until) = open {
+            *until = Some(now);
+        }
+    }
+
+    /// Whether some worker is draining.
+    pub fn any_draining(&self) -> bool {
+        !self.draining.is_empty()
     }
 
     /// How outputs call worker `worker`: `worker 3`, or in disaggregated serving `decode

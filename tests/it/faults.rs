@@ -192,6 +192,28 @@ fn a_bad_fault_exits_2_naming_file_line_and_field() {
             format!("{DOWN}faults:\n  - {{worker_up: {{pool: h100, at_ms: 1}}}}\n"),
             "faults.0.worker_up.pool: unknown pool `h100`",
         ),
+        (
+            format!("{DOWN}faults:\n  - {{worker_drain: {{worker: 2, at_ms: 1}}}}\n"),
+            "faults.0.worker_drain.worker: unknown worker 2",
+        ),
+        (
+            format!("{DOWN}{WINDOW}  - {{worker_drain: {{worker: 0, at_ms: 7000}}}}\n"),
+            "faults.1.worker_drain.worker: this worker goes down in faults[0]",
+        ),
+        (
+            format!(
+                "{DOWN}faults:\n  - {{worker_drain: {{worker: 1, at_ms: 1}}}}\n  - {{worker_drain: {{worker: 1, at_ms: 9}}}}\n"
+            ),
+            "faults.1.worker_drain.worker: this worker already drains in faults[0]",
+        ),
+        (
+            format!("{DOWN}faults:\n  - {{worker_drain: {{worker: 1}}}}\n"),
+            "faults.0.worker_drain.at_ms: missing field `at_ms`",
+        ),
+        (
+            DOWN.replace("{count: 2,", "{count: 2, startup_time: -1,"),
+            "workers.startup_time: must be a finite number of seconds, 0 or more",
+        ),
     ];
     for (text, expected) in cases {
         fs::write(tmp.path().join("cancel.yaml"), &text).unwrap();
@@ -299,6 +321,38 @@ fn a_worker_up_joins_the_default_pool_and_takes_work() {
             .filter(|r| r["worker"] == "1")
             .all(|r| ms(r, "dispatch_ms") >= 3000.0 && r["pool"] == "default")
     );
+}
+
+#[test]
+fn a_drained_worker_takes_nothing_new_and_finishes_what_it_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = format!("{DOWN}faults:\n  - {{worker_drain: {{worker: 1, at_ms: 2000}}}}\n");
+    let rows = run(tmp.path(), "drain", &text);
+    assert!(
+        rows.iter().all(|r| r["status"] == "completed"),
+        "nothing lost"
+    );
+    let on_drained: Vec<&Row> = rows.iter().filter(|r| r["worker"] == "1").collect();
+    assert!(on_drained.iter().all(|r| ms(r, "dispatch_ms") <= 2000.0));
+    assert!(
+        on_drained.iter().any(|r| ms(r, "completion_ms") > 2000.0),
+        "it finished what it held after the drain"
+    );
+    assert!(
+        rows.iter().any(|r| ms(r, "arrival_ms") > 2000.0),
+        "requests kept coming, to worker 0"
+    );
+}
+
+#[test]
+fn an_added_worker_with_a_startup_time_serves_only_once_ready() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = DOWN.replace("count: 2,", "count: 1, startup_time: 2.5,")
+        + "faults:\n  - {worker_up: {pool: default, at_ms: 3000}}\n";
+    let rows = run(tmp.path(), "startup", &text);
+    let on_new: Vec<&Row> = rows.iter().filter(|r| r["worker"] == "1").collect();
+    assert!(!on_new.is_empty(), "the new worker served");
+    assert!(on_new.iter().all(|r| ms(r, "dispatch_ms") >= 5500.0));
 }
 
 /// Runs `routersim check FILE` with `args`; returns (exit code, stdout, stderr).

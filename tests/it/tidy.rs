@@ -396,9 +396,11 @@ fn each_outside_name_is_caught_and_look_alikes_are_not() {
 /// (docs/scheduling.md#the-state-machine): the rest of the simulator goes through it.
 const CORE_DRIVER: &str = "sim/driver.rs";
 
-/// The scheduling core's inputs: the `handle_*` methods `Scheduler` defines (before its tests).
+/// The scheduling core's inputs: the `handle_*` methods `Scheduler` defines (before its tests),
+/// in scheduler.rs and the topic files beside it (the worker set's in discovery.rs).
 fn core_inputs(src: &Path) -> Vec<String> {
-    let text = fs::read_to_string(src.join("scheduling/scheduler.rs")).unwrap();
+    let mut text = fs::read_to_string(src.join("scheduling/scheduler.rs")).unwrap();
+    text += &fs::read_to_string(src.join("scheduling/scheduler/discovery.rs")).unwrap();
     let inputs: Vec<String> = text
         .lines()
         .take_while(|l| l.trim() != "mod tests {")

@@ -344,3 +344,65 @@ fn a_lost_worker_is_down_from_60_to_120_s_on_its_track_with_its_migrations() {
         "one instant per request moved off worker 0"
     );
 }
+
+/// The instants named `name` on the track of `worker`'s rank 0.
+fn instants_on(timeline: &Value, worker: u64, name: &str) -> Vec<u64> {
+    let events = events(timeline);
+    let label = format!("worker {worker} rank 0");
+    let Some(track) = events
+        .iter()
+        .find(|e| e["ph"] == "M" && e["args"]["name"] == label.as_str())
+        .map(|e| (e["pid"].clone(), e["tid"].clone()))
+    else {
+        return Vec::new();
+    };
+    events
+        .iter()
+        .filter(|e| (e["pid"].clone(), e["tid"].clone()) == track)
+        .filter(|e| e["ph"] == "i" && e["name"] == name)
+        .map(|e| ns(&e["ts"]))
+        .collect()
+}
+
+#[test]
+fn a_scaled_fleet_shows_starting_joined_draining_and_left_on_its_tracks() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "name: scaled
+seed: 3
+workers: {count: 2, startup_time: 1.5, engine: {max_num_seqs: 4}}
+workload:
+  rate_per_s: 8
+  duration_s: 6
+  arrival: poisson
+  groups:
+    - {name: all, share: 1, input_tokens: 1024, output_tokens: 100}
+faults:
+  - {worker_up: {pool: default, at_ms: 1000}}
+  - {worker_drain: {worker: 1, at_ms: 2000}}
+";
+    std::fs::write(dir.path().join("scaled.yaml"), text).unwrap();
+    let timeline = timeline_of(
+        dir.path(),
+        &[
+            "run",
+            "scaled.yaml",
+            "--out",
+            "out",
+            "--quiet",
+            "--timeline",
+        ],
+    );
+    assert_well_formed(&timeline);
+    assert_eq!(
+        instants_on(&timeline, 2, "worker starting"),
+        [1_000_000_000]
+    );
+    assert_eq!(instants_on(&timeline, 2, "worker joined"), [2_500_000_000]);
+    assert_eq!(
+        instants_on(&timeline, 1, "worker draining"),
+        [2_000_000_000]
+    );
+    let left = instants_on(&timeline, 1, "worker left");
+    assert_eq!(left.len(), 1, "worker 1 left once");
+    assert!(left[0] >= 2_000_000_000);
+}

@@ -311,40 +311,53 @@ pub fn completions_by_time(metrics: &RunMetrics) -> Chart {
 /// Spans of x, `(start, end)`.
 type Windows = Vec<(f64, f64)>;
 
-/// Shades each lost worker's down windows (one legend entry per worker, e.g. "worker 0
-/// down"; a window still open at the run's end reaches the axis end) and draws a labelled
-/// line at each worker that joined, all clipped to the x axis `[0, end_ms]`.
+/// Shades each lost worker's down windows and each scaled-down worker's draining window (one
+/// legend entry per worker and kind, e.g. "worker 0 down", "worker 2 draining"; a window
+/// still open at the run's end reaches the axis end) and draws a labelled line at each worker
+/// that joined, all clipped to the x axis `[0, end_ms]`.
 fn mark_faults(chart: &mut Chart, marks: &[FaultMark], end_ms: f64) {
-    // Per worker id: its name and its down windows in ms.
+    // Per worker id: its name and its down windows in ms; then its draining windows.
     let mut down: BTreeMap<u64, (&str, Windows)> = BTreeMap::new();
+    let mut draining: BTreeMap<u64, (&str, Windows)> = BTreeMap::new();
     for mark in marks {
-        match mark {
+        let (windows, worker, name, from, until) = match mark {
             FaultMark::WorkerDown {
                 worker,
                 name,
                 from,
                 until,
-            } => {
-                let from_ms = from.as_ms_f64();
-                let until_ms = until.map_or(end_ms, |t| t.as_ms_f64().min(end_ms));
-                if from_ms < end_ms {
-                    let entry = down.entry(*worker).or_insert((name, Vec::new()));
-                    entry.1.push((from_ms, until_ms));
+            } => (&mut down, worker, name, from, until),
+            FaultMark::WorkerDrain {
+                worker,
+                name,
+                from,
+                until,
+            } => (&mut draining, worker, name, from, until),
+            FaultMark::WorkerUp { name, pool, at, .. } => {
+                if at.as_ms_f64() <= end_ms {
+                    chart.references.push(ReferenceLine {
+                        direction: Direction::Vertical,
+                        at: at.as_ms_f64(),
+                        label: format!("{name} up ({pool})"),
+                        class: None,
+                    });
                 }
+                continue;
             }
-            FaultMark::WorkerUp { name, pool, at, .. } if at.as_ms_f64() <= end_ms => {
-                chart.references.push(ReferenceLine {
-                    direction: Direction::Vertical,
-                    at: at.as_ms_f64(),
-                    label: format!("{name} up ({pool})"),
-                    class: None,
-                });
-            }
-            FaultMark::WorkerUp { .. } => {}
+        };
+        let from_ms = from.as_ms_f64();
+        let until_ms = until.map_or(end_ms, |t| t.as_ms_f64().min(end_ms));
+        if from_ms < end_ms {
+            let entry = windows.entry(*worker).or_insert((name, Vec::new()));
+            entry.1.push((from_ms, until_ms));
         }
     }
     for (name, windows) in down.into_values() {
         let label = format!("{name} down");
+        chart.shadings.push(Shading { label, windows });
+    }
+    for (name, windows) in draining.into_values() {
+        let label = format!("{name} draining");
         chart.shadings.push(Shading { label, windows });
     }
 }
@@ -622,7 +635,14 @@ mod tests {
                 worker: 2,
                 name: "worker 2".into(),
                 pool: "h100".into(),
+                asked: ms(45),
                 at: ms(50),
+            },
+            FaultMark::WorkerDrain {
+                worker: 1,
+                name: "worker 1".into(),
+                from: ms(10),
+                until: Some(ms(25)),
             },
             down(0, 60, Some(70)),
             down(3, 150, None),
@@ -630,6 +650,7 @@ mod tests {
                 worker: 4,
                 name: "worker 4".into(),
                 pool: "h100".into(),
+                asked: ms(120),
                 at: ms(120),
             },
         ];
@@ -646,6 +667,7 @@ mod tests {
             [
                 ("worker 0 down", &[(20.0, 40.0), (60.0, 70.0)][..]),
                 ("worker 1 down", &[(30.0, 100.0)][..]),
+                ("worker 1 draining", &[(10.0, 25.0)][..]),
             ]
         );
         assert_eq!(
@@ -658,7 +680,12 @@ mod tests {
             }]
         );
         let svg = String::from_utf8(render(&chart, PlotFormat::Svg).unwrap()).unwrap();
-        for label in ["worker 0 down", "worker 1 down", "worker 2 up (h100)"] {
+        for label in [
+            "worker 0 down",
+            "worker 1 down",
+            "worker 1 draining",
+            "worker 2 up (h100)",
+        ] {
             assert!(svg_has_text(&svg, label), "{label}");
         }
     }

@@ -7,6 +7,7 @@ use crate::mocker::{EngineArgs, FixedTiming, TimingSource};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::RequestRecord;
+use crate::time::SimDuration;
 use serde_json::{Value, json};
 
 /// The engine's settings as a worker ran them, every default filled in.
@@ -41,7 +42,14 @@ pub fn engine_json(engine: &EngineArgs) -> Value {
         "kv_transfer_bandwidth": transfer.bandwidth_gb_per_s,
         "kv_transfer_timing_mode": mode,
     });
-    // The backend's own settings (keys are sorted, so where they are added does not show).
+    // Keys are sorted, so where they are added does not show. A startup delay only matters
+    // to workers added during the run: shown when there is one.
+    if let (false, Value::Object(map)) = (common.startup_delay == SimDuration::ZERO, &mut settings)
+    {
+        let seconds = common.startup_delay.as_ns() as f64 / 1e9;
+        map.insert("startup_time".into(), json!(seconds));
+    }
+    // The backend's own settings.
     if let (Some(vllm), Value::Object(map)) = (engine.backend.vllm(), &mut settings) {
         map.insert(
             "enable_chunked_prefill".into(),
@@ -107,5 +115,20 @@ impl UnknownClasses {
              {row}, {name:?})",
             self.rows
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::engine_json;
+    use crate::mocker::EngineArgs;
+    use crate::time::SimDuration;
+
+    #[test]
+    fn a_startup_delay_is_shown_in_seconds_only_when_there_is_one() {
+        let mut engine = EngineArgs::default();
+        assert!(engine_json(&engine).get("startup_time").is_none());
+        engine.common.startup_delay = SimDuration::from_ms(2500);
+        assert_eq!(engine_json(&engine)["startup_time"], 2.5);
     }
 }

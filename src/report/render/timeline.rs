@@ -235,7 +235,7 @@ impl<'a> Prepared<'a> {
         w.end_event()
     }
 
-    /// Worker down, back and joined, on each of the worker's rank tracks; each request the
+    /// Worker down, back, starting, joined, draining and left, on each of the worker's rank tracks; each request the
     /// router moved (or aborted) off a lost worker, on the worker's first rank.
     fn write_fault_instants(&self, w: &mut TraceWriter) -> io::Result<()> {
         let mut instants: Vec<(SimTime, u64, String)> = Vec::new();
@@ -252,8 +252,24 @@ impl<'a> Prepared<'a> {
                         instants.push((*until, *worker, "worker back".into()));
                     }
                 }
-                FaultMark::WorkerUp { worker, at, .. } => {
+                FaultMark::WorkerUp {
+                    worker, asked, at, ..
+                } => {
+                    if asked < at {
+                        instants.push((*asked, *worker, "worker starting".into()));
+                    }
                     instants.push((*at, *worker, "worker joined".into()));
+                }
+                FaultMark::WorkerDrain {
+                    worker,
+                    from,
+                    until,
+                    ..
+                } => {
+                    instants.push((*from, *worker, "worker draining".into()));
+                    if let Some(until) = until {
+                        instants.push((*until, *worker, "worker left".into()));
+                    }
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! `faults:` validated: each entry dispatched once to its kind's check (worker down,
-//! cancel, worker up), then the bounds over all of them.
+//! cancel, worker up, worker drain), then the bounds over all of them.
 
 use super::{Source, time_ms, worker_ids};
 use crate::bounds::MAX_RANKS;
@@ -8,7 +8,8 @@ use crate::mocker::WorkerRole;
 use crate::report::verdict::expect::number;
 use crate::scenario::ScenarioError;
 use crate::scenario::raw::{
-    RawCancel, RawFault, RawFaultKind, RawGroup, RawLimits, RawScenario, RawWorkerDown, RawWorkerUp,
+    RawCancel, RawFault, RawFaultKind, RawGroup, RawLimits, RawScenario, RawWorkerDown,
+    RawWorkerDrain, RawWorkerUp,
 };
 use crate::sim::{Fault, WorkerPool, models_cancels};
 use crate::time::{NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
@@ -41,10 +42,12 @@ pub(super) fn faults(
             Some(RawFaultKind::WorkerDown(d)) => worker_down(&entry, d, pools, &mut windows)?,
             Some(RawFaultKind::Cancel(c)) => cancel(&entry, c, pools)?,
             Some(RawFaultKind::WorkerUp(u)) => worker_up(&entry, u, pools)?,
+            Some(RawFaultKind::WorkerDrain(d)) => worker_drain(&entry, d, pools)?,
         };
         out.push(fault);
     }
     check_joined_ranks(source, pools, &out)?;
+    check_drained_once_and_never_down(source, &out)?;
     Ok(out)
 }
 
@@ -91,7 +94,12 @@ fn worker_down(
     pools: &[WorkerPool],
     windows: &mut Vec<DownWindow>,
 ) -> Result<Fault, ScenarioError> {
-    let worker = worker_id(entry, d, pools)?;
+    let named = NamedWorker {
+        key: "worker_down",
+        role: &d.role,
+        worker: d.worker,
+    };
+    let worker = worker_id(entry, &named, pools)?;
     let start = entry.time_ms("worker_down.at_ms", d.at_ms)?;
     let until = match d.until_ms {
         None => None,
@@ -112,7 +120,7 @@ fn worker_down(
     if let Some(other) = windows.iter().find(overlaps) {
         let message = format!(
             "{} is already down then (faults[{}])",
-            worker_name(d),
+            named.name(),
             other.index
         );
         return Err(entry.at("worker_down.at_ms", message));
@@ -130,28 +138,47 @@ fn worker_down(
     })
 }
 
-/// The run-wide id of the worker a `worker_down` names: in aggregated serving its `worker`
-/// (no `role`); in disaggregated serving the `worker`-th of its `role`'s workers, in pool
-/// order (prefill pools come first).
-fn worker_id(entry: &Entry, d: &RawWorkerDown, pools: &[WorkerPool]) -> Result<u64, ScenarioError> {
+/// A worker as a fault entry names it: `worker`, numbered within `role` in disaggregated
+/// serving, under the entry's `key` (`worker_down` or `worker_drain`).
+struct NamedWorker<'a> {
+    key: &'static str,
+    role: &'a Option<String>,
+    worker: u64,
+}
+
+impl NamedWorker<'_> {
+    /// How an error names it: `worker 2`, or `decode worker 2`.
+    fn name(&self) -> String {
+        match self.role {
+            Some(role) => format!("{role} worker {}", self.worker),
+            None => format!("worker {}", self.worker),
+        }
+    }
+}
+
+/// The run-wide id of the worker a fault names: in aggregated serving its `worker` (no
+/// `role`); in disaggregated serving the `worker`-th of its `role`'s workers, in pool order
+/// (prefill pools come first).
+fn worker_id(entry: &Entry, d: &NamedWorker, pools: &[WorkerPool]) -> Result<u64, ScenarioError> {
+    let key = d.key;
     let disaggregated = pools
         .iter()
         .any(|p| p.engine.common.role != WorkerRole::Aggregated);
-    let role = match (&d.role, disaggregated) {
+    let role = match (d.role, disaggregated) {
         (None, false) => WorkerRole::Aggregated,
         (Some(_), false) => {
             let message = "only in disaggregated serving: these workers are aggregated";
-            return Err(entry.at("worker_down.role", message));
+            return Err(entry.at(&format!("{key}.role"), message));
         }
         (None, true) => {
             let message = "name the role, prefill or decode: the run serves disaggregated";
-            return Err(entry.at("worker_down", message));
+            return Err(entry.at(key, message));
         }
         (Some(name), true) => match WorkerRole::from_worker_type(name) {
             Some(role) if role != WorkerRole::Aggregated => role,
             _ => {
                 let message = format!("unknown role `{name}`: prefill or decode");
-                return Err(entry.at("worker_down.role", message));
+                return Err(entry.at(&format!("{key}.role"), message));
             }
         },
     };
@@ -165,26 +192,59 @@ fn worker_id(entry: &Entry, d: &RawWorkerDown, pools: &[WorkerPool]) -> Result<u
         next += u64::from(pool.count);
     }
     if d.worker >= workers {
-        let whose = match &d.role {
+        let whose = match d.role {
             Some(role) => format!("the {role} role has"),
             None => "the run has".to_string(),
         };
-        let message = format!(
-            "unknown {}: {whose} {}",
-            worker_name(d),
-            worker_ids(0, workers)
-        );
-        return Err(entry.at("worker_down.worker", message));
+        let message = format!("unknown {}: {whose} {}", d.name(), worker_ids(0, workers));
+        return Err(entry.at(&format!("{key}.worker"), message));
     }
     Ok(first.unwrap_or(0) + d.worker)
 }
 
-/// How an error names a `worker_down`'s worker: `worker 2`, or `decode worker 2`.
-fn worker_name(d: &RawWorkerDown) -> String {
-    match &d.role {
-        Some(role) => format!("{role} worker {}", d.worker),
-        None => format!("worker {}", d.worker),
+/// `worker_drain`: a known worker (one the run starts with), a time in range.
+fn worker_drain(
+    entry: &Entry,
+    d: &RawWorkerDrain,
+    pools: &[WorkerPool],
+) -> Result<Fault, ScenarioError> {
+    let named = NamedWorker {
+        key: "worker_drain",
+        role: &d.role,
+        worker: d.worker,
+    };
+    let worker = worker_id(entry, &named, pools)?;
+    let at = entry.time_ms("worker_drain.at_ms", d.at_ms)?;
+    Ok(Fault::WorkerDrain { worker, at })
+}
+
+/// A worker drains at most once, and never also goes down: a drained worker is gone, and one
+/// that fails while draining would be two stories about the same requests.
+fn check_drained_once_and_never_down(
+    source: &Source,
+    faults: &[Fault],
+) -> Result<(), ScenarioError> {
+    for (index, fault) in faults.iter().enumerate() {
+        let Fault::WorkerDrain { worker, .. } = *fault else {
+            continue;
+        };
+        let clash = faults.iter().enumerate().find(|(other, f)| match **f {
+            Fault::WorkerDrain { worker: w, .. } => w == worker && *other < index,
+            Fault::WorkerDown { worker: w, .. } => w == worker,
+            _ => false,
+        });
+        if let Some((other, f)) = clash {
+            let what = match f {
+                Fault::WorkerDown { .. } => "goes down",
+                _ => "already drains",
+            };
+            let message = format!(
+                "this worker {what} in faults[{other}]: a worker drains once, and a draining worker does not also fail"
+            );
+            return Err(source.at(&format!("faults[{index}].worker_drain.worker"), message));
+        }
     }
+    Ok(())
 }
 
 /// Why a `cancel` fault is refused in disaggregated serving (a rule across `faults:` and
@@ -347,7 +407,7 @@ mod tests {
         for entry in ["{}", both] {
             assert_eq!(
                 error(&format!("  - {entry}\n")),
-                "f.yaml:7: faults.0: needs exactly one of worker_down, cancel, worker_up",
+                "f.yaml:7: faults.0: needs exactly one of worker_down, cancel, worker_up, worker_drain",
                 "{entry}"
             );
         }

@@ -1,10 +1,11 @@
-//! `workers:` validated into worker pools: the plain form (`count`, `dp_size`, `engine`: one
+//! `workers:` validated into worker pools: the plain form (`count`, `dp_size`, `startup_time`,
+//! `engine`: one
 //! pool named `default`), named `pools`, or disaggregated serving's `prefill` and `decode`
 //! roles, each in either form. Errors name the field (`workers.prefill.count`,
 //! `workers.pools.h100.engine.block_size`).
 
 use super::super::raw::{RawPool, RawRole, RawWorkers};
-use super::{Source, bounds_check, engine_args};
+use super::{Launch, Source, bounds_check, engine_args};
 use crate::bounds::MAX_RANKS;
 use crate::mocker::{EngineArgs, EngineSection, WorkerRole};
 use crate::scenario::ScenarioError;
@@ -18,6 +19,7 @@ struct Form<'a> {
     plain_name: &'a str,
     count: Option<u64>,
     dp_size: Option<u64>,
+    startup_time: Option<f64>,
     engine: Option<&'a EngineSection>,
     pools: Option<&'a [RawPool]>,
 }
@@ -30,6 +32,7 @@ impl<'a> Form<'a> {
             plain_name: role.label(),
             count: raw.count,
             dp_size: raw.dp_size,
+            startup_time: raw.startup_time,
             engine: raw.engine.as_ref(),
             pools: raw.pools.as_deref(),
         }
@@ -47,6 +50,7 @@ pub(super) fn worker_pools(
         plain_name: DEFAULT_POOL,
         count: raw.count,
         dp_size: raw.dp_size,
+        startup_time: raw.startup_time,
         engine: raw.engine.as_ref(),
         pools: raw.pools.as_deref(),
     };
@@ -58,6 +62,7 @@ pub(super) fn worker_pools(
     let plain = [
         ("count", raw.count.is_some()),
         ("dp_size", raw.dp_size.is_some()),
+        ("startup_time", raw.startup_time.is_some()),
         ("engine", raw.engine.is_some()),
         ("pools", raw.pools.is_some()),
     ];
@@ -99,7 +104,11 @@ fn pools_of(
     let at = form.at;
     let Some(raw_pools) = form.pools else {
         let engine = form.engine.cloned().unwrap_or_default();
-        let engine = role_engine(source, at, form.role, engine, form.dp_size)?;
+        let launch = Launch {
+            dp_size: form.dp_size,
+            startup_time: form.startup_time,
+        };
+        let engine = role_engine(source, at, form.role, engine, launch)?;
         let count = form.count.unwrap_or(1);
         let count = bounds_check::rank_count(count)
             .map_err(|message| source.at(&format!("{at}.count"), message))?;
@@ -121,6 +130,7 @@ fn pools_of(
     let plain = [
         ("count", form.count.is_some()),
         ("dp_size", form.dp_size.is_some()),
+        ("startup_time", form.startup_time.is_some()),
         ("engine", form.engine.is_some()),
     ];
     if let Some((field, _)) = plain.iter().find(|(_, given)| *given) {
@@ -145,7 +155,10 @@ fn pools_of(
             &at,
             form.role,
             raw_pool.engine.clone(),
-            raw_pool.dp_size,
+            Launch {
+                dp_size: raw_pool.dp_size,
+                startup_time: raw_pool.startup_time,
+            },
         )?;
         add_pool(source, &at, pools, name, count, engine)?;
     }
@@ -218,10 +231,10 @@ fn role_engine(
     at: &str,
     role: WorkerRole,
     engine: EngineSection,
-    dp_size: Option<u64>,
+    launch: Launch,
 ) -> Result<EngineArgs, ScenarioError> {
     let written = engine.worker_type.is_some();
-    let mut args = engine_args(source, at, engine, dp_size)?;
+    let mut args = engine_args(source, at, engine, launch)?;
     if written && args.common.role != role {
         let message = match role {
             WorkerRole::Aggregated => format!(

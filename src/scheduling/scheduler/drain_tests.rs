@@ -90,7 +90,10 @@ fn a_worker_joining_while_another_drains_leaves_the_draining_bookings_alone() {
     let mut set = s.workers().clone();
     set.insert(5, WorkerConfig::default());
     s.handle_workers(t(2), set);
-    assert!(s.request_state(RequestId(1)).is_some(), "still booked on worker 0");
+    assert!(
+        s.request_state(RequestId(1)).is_some(),
+        "still booked on worker 0"
+    );
     s.handle_arrival(t(3), request(2, "premium", 512));
     assert_eq!(ranks(&mut s), vec![WorkerWithDpRank::new(5, 0)]);
     s.check_invariants().unwrap();

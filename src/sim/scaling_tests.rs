@@ -1,0 +1,159 @@
+//! The fleet scaling while a run goes on: a worker added with a startup delay takes requests
+//! from the instant it is ready, and a drained worker finishes everything it holds (its own
+//! queue included), takes nothing new, and leaves at its last end.
+
+use super::*;
+use crate::engine::Limits;
+use crate::mocker::Backend;
+use crate::mocker::EngineArgs;
+use crate::mocker::kind::fixed_latency::FixedLatencyArgs;
+use crate::scheduling::router_config::RouterConfig;
+use crate::scheduling::scheduler::select_profile;
+use crate::workload::{PromptSpec, RequestSpec};
+
+fn ms(v: u64) -> SimTime {
+    SimTime::from_ns(v * 1_000_000)
+}
+
+/// `count` fixed-latency workers (10 ms a pass, one token each) running up to
+/// `max_num_seqs` requests each, added ones ready `startup_ms` after they are asked for.
+fn run_fleet(
+    count: u32,
+    max_num_seqs: u64,
+    startup_ms: u64,
+    mode: RouterMode,
+    faults: Vec<Fault>,
+    arrivals_ms: &[u64],
+) -> SimResult {
+    let mut engine = EngineArgs {
+        backend: Backend::FixedLatency(FixedLatencyArgs {
+            pass_time: SimDuration::from_ms(10),
+        }),
+        ..EngineArgs::default()
+    };
+    engine.common.capacity.max_num_seqs = max_num_seqs;
+    engine.common.startup_delay = SimDuration::from_ms(startup_ms);
+    let router = RouterConfig::default();
+    let config = resolve(RunDescription {
+        profile: select_profile(&router, None, None),
+        router,
+        pools: vec![WorkerPool {
+            name: "fixed".into(),
+            count,
+            engine,
+        }],
+        router_mode: mode,
+        delays: TransportDelays::default(),
+        limits: Limits::default(),
+        check_every_event: true,
+        seed: 1,
+        closed_loop: None,
+        faults,
+        migration_limit: 0,
+    })
+    .expect("a valid run");
+    let requests = arrivals_ms
+        .iter()
+        .zip(0u64..)
+        .map(|(&at, row)| RequestSpec {
+            row,
+            arrival: ms(at),
+            policy_class: None,
+            input_tokens: 128,
+            output_tokens: 3,
+            priority: 0.0,
+            strict_priority: 0,
+            prompt: PromptSpec::HashIds {
+                hash_ids: vec![row * 10, row * 10 + 1],
+                tokens_per_hash: 64,
+            },
+            pinned_worker: None,
+        });
+    run(Options::new(config), requests).unwrap_or_else(|v| panic!("{v}"))
+}
+
+fn worker_of(r: &RequestRecord) -> u64 {
+    r.rank().expect("served").worker_id
+}
+
+#[test]
+fn a_drained_worker_finishes_its_own_queue_takes_nothing_new_and_leaves_at_its_last_end() {
+    // Round robin puts requests 0 and 2 on worker 0, 1 and 3 on worker 1, one at a time
+    // each (30 ms a request): worker 1 still queues request 3 when it drains at 5 ms.
+    let drain = Fault::WorkerDrain {
+        worker: 1,
+        at: ms(5),
+    };
+    let arrivals = [0, 0, 0, 0, 10, 10];
+    let result = run_fleet(2, 1, 0, RouterMode::RoundRobin, vec![drain], &arrivals);
+    assert_eq!(
+        result.count(EndStatus::Completed),
+        6,
+        "nothing lost, nothing moved"
+    );
+    let workers: Vec<u64> = result.records.iter().map(worker_of).collect();
+    assert_eq!(workers, [0, 1, 0, 1, 0, 0]);
+    let ends: Vec<Option<SimTime>> = result.records.iter().map(|r| r.completion).collect();
+    assert_eq!(
+        ends[3],
+        Some(ms(60)),
+        "its queued request ran after the drain"
+    );
+    assert_eq!(
+        result.fault_marks,
+        [FaultMark::WorkerDrain {
+            worker: 1,
+            name: "worker 1".into(),
+            from: ms(5),
+            until: Some(ms(60)),
+        }]
+    );
+}
+
+#[test]
+fn an_added_worker_takes_requests_from_the_instant_it_is_ready() {
+    let up = Fault::WorkerUp {
+        pool: 0,
+        at: ms(10),
+    };
+    let arrivals: Vec<u64> = (0..=10).map(|k| k * 5).collect();
+    let result = run_fleet(1, 8, 20, RouterMode::KvRouter, vec![up], &arrivals);
+    assert_eq!(result.count(EndStatus::Completed), arrivals.len());
+    let on_new: Vec<SimTime> = (result.records.iter())
+        .filter(|r| worker_of(r) == 1)
+        .map(|r| r.arrival)
+        .collect();
+    // Ready at 30 ms, before the arrivals of that instant: the idle worker takes the first.
+    assert_eq!(on_new.first(), Some(&ms(30)));
+    assert_eq!(
+        result.fault_marks,
+        [FaultMark::WorkerUp {
+            worker: 1,
+            name: "worker 1".into(),
+            pool: "fixed".into(),
+            asked: ms(10),
+            at: ms(30),
+        }]
+    );
+}
+
+#[test]
+fn a_worker_ready_only_past_the_time_limit_never_serves() {
+    let up = Fault::WorkerUp {
+        pool: 0,
+        at: ms(10),
+    };
+    let forty_days_ms = 40 * 24 * 3600 * 1000;
+    let result = run_fleet(
+        1,
+        8,
+        forty_days_ms,
+        RouterMode::KvRouter,
+        vec![up],
+        &[0, 20],
+    );
+    assert_eq!(result.stop_reason, StopReason::Drained);
+    assert!(result.records.iter().all(|r| worker_of(r) == 0));
+    assert!(result.fault_marks.is_empty(), "it was never ready");
+    assert!(result.end_time < ms(1_000), "the run does not wait for it");
+}
