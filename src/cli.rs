@@ -178,6 +178,15 @@ struct ReplayArgs {
     /// index, in ms, as Dynamo's `kv_event_lag_ms` (finite, >= 0; default 0).
     #[arg(long, value_name = "MS", allow_hyphen_values = true)]
     kv_event_lag_ms: Option<f64>,
+    /// A scaling policy in the loop, as 1.6.1's `scaling_policy`: CMD is started once (by
+    /// `sh -c`, in the working directory) and answers, one JSON line each, when its first
+    /// tick is and, at each tick, the worker targets (docs/autoscaling.md).
+    #[arg(long, value_name = "CMD")]
+    scaling_policy: Option<String>,
+    /// The longest the scaling policy may take to answer one question, in seconds (default
+    /// 60); a policy that takes longer ends the replay (exit 2).
+    #[arg(long, value_name = "S", requires = "scaling_policy")]
+    scaling_policy_timeout_s: Option<f64>,
     /// Seed for the router's tie-breaks.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -531,7 +540,8 @@ fn replay_meta(
 fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let (setup, pacing) = replay_setup(args)?;
     let inputs = replay_inputs(args, &setup);
-    let spec = replay_setup::replay_spec(&setup, pacing, args.timeline.timeline)?;
+    let mut spec = replay_setup::replay_spec(&setup, pacing, args.timeline.timeline)?;
+    spec.scaling = replay_setup::scaling_policy(args)?;
     // The trace's reader starts while the output directory is claimed (see `Started`).
     let started = pipeline::start(&spec);
     let out = (args.out.clone()).unwrap_or_else(|| {

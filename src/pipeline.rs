@@ -14,6 +14,7 @@
 use crate::report::measure::metrics::RunMetrics;
 use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
+use crate::sim::scaling::ScalingPolicy;
 use crate::sim::{self, InvariantViolation, SimConfig, SimResult};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::read_ahead;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 mod judgement;
 pub mod memory_estimate;
+pub mod policy_process;
 mod replay;
 mod request_cache;
 
@@ -78,6 +80,18 @@ pub struct RunSpec {
     pub request_cache: Option<Arc<RequestCache>>,
     /// Keep a timeline of the run (`--timeline`): its result then holds one.
     pub timeline: bool,
+    /// The scaling policy that scales the fleet while the run goes on (`None`: the fleet
+    /// changes only by the scenario's faults).
+    pub scaling: Option<Arc<dyn PolicySource>>,
+}
+
+/// Starts a run's scaling policy, a fresh one for each run (the CLI starts a process).
+pub trait PolicySource: fmt::Debug + Send + Sync {
+    /// A policy ready to be asked; Err says why it could not start.
+    fn start(&self) -> Result<Box<dyn ScalingPolicy>, String>;
+
+    /// How errors name it, e.g. "scaling policy `./policy.sh`".
+    fn name(&self) -> String;
 }
 
 /// A finished run and its measurements.
@@ -143,6 +157,7 @@ impl RunSpec {
             warmup: scenario.warmup(),
             request_cache: None,
             timeline: false,
+            scaling: None,
         }
     }
 
@@ -269,7 +284,7 @@ impl<'a> Started<'a> {
         let (result, surplus_hash_ids) = match self.rows {
             Some(rows) => {
                 let rows = rows.map_err(RunError::Input)?;
-                replay::replay_trace(&spec.config, rows, spec.timeline)?
+                replay::replay_trace(spec, rows)?
             }
             None => (simulate(spec)?, SurplusHashIds::default()),
         };
@@ -342,7 +357,25 @@ fn metrics_of(spec: &RunSpec, result: &SimResult) -> RunMetrics {
 /// The simulator's result for `spec`'s requests, when they are not a streamed trace.
 fn simulate(spec: &RunSpec) -> Result<SimResult, RunError> {
     let options = sim::Options::new(spec.config.clone()).with_timeline(spec.timeline);
-    sim::run(options, spec.requests()?).map_err(RunError::Bug)
+    run_with(spec.scaling.as_deref(), options, spec.requests()?)
+}
+
+/// Runs `requests` with `options`, and `scaling`'s policy if there is one: a policy that
+/// cannot start or fails is the input's fault (exit 2).
+fn run_with<A: Into<Arrival>>(
+    scaling: Option<&dyn PolicySource>,
+    options: sim::Options,
+    requests: impl IntoIterator<Item = A>,
+) -> Result<SimResult, RunError> {
+    let Some(source) = scaling else {
+        return sim::run(options, requests).map_err(RunError::Bug);
+    };
+    let failed = |message: String| RunError::Input(format!("{}: {message}", source.name()));
+    let mut policy = source.start().map_err(failed)?;
+    sim::run_scaled(options, requests, policy.as_mut()).map_err(|e| match e {
+        sim::RunError::Invariant(v) => RunError::Bug(v),
+        sim::RunError::Policy(f) => failed(f.to_string()),
+    })
 }
 
 /// The seeds of `replications` replications of a run whose seed is `base`: the first is

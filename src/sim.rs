@@ -176,6 +176,56 @@ impl std::fmt::Display for InvariantViolation {
 
 impl std::error::Error for InvariantViolation {}
 
+/// A scaling policy that failed: it gave no usable answer when asked for its first tick
+/// (`tick: None`) or at tick `tick` (counted from 0), at `at`. Bad input, not a bug.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyFailure {
+    pub tick: Option<u64>,
+    pub at: SimTime,
+    pub message: String,
+}
+
+impl PolicyFailure {
+    pub fn new(tick: Option<u64>, at: SimTime, message: String) -> PolicyFailure {
+        PolicyFailure { tick, at, message }
+    }
+}
+
+impl std::fmt::Display for PolicyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tick {
+            None => write!(f, "scaling policy, asked for its first tick: {}", self.message),
+            Some(tick) => write!(
+                f,
+                "scaling policy, tick {tick} at {} ms: {}",
+                crate::time::format_ms(self.at.as_ns()),
+                self.message
+            ),
+        }
+    }
+}
+
+/// Why a run with a scaling policy stopped short.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunError {
+    /// The run caught itself in a bug.
+    Invariant(InvariantViolation),
+    /// The policy failed.
+    Policy(PolicyFailure),
+}
+
+impl From<InvariantViolation> for RunError {
+    fn from(v: InvariantViolation) -> RunError {
+        RunError::Invariant(v)
+    }
+}
+
+impl From<PolicyFailure> for RunError {
+    fn from(f: PolicyFailure) -> RunError {
+        RunError::Policy(f)
+    }
+}
+
 /// How workers advance through their passes (see the module docs). Both give the same
 /// records; skipping is much faster on decode-heavy runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -238,7 +288,22 @@ pub fn run<A: Into<Arrival>>(
     requests: impl IntoIterator<Item = A>,
 ) -> Result<SimResult, InvariantViolation> {
     let requests = requests.into_iter().map(Into::into);
-    event_loop::simulate(options, requests, false).map(|(result, _)| result)
+    match event_loop::simulate(options, requests, false, None) {
+        Ok((result, _)) => Ok(result),
+        Err(RunError::Invariant(v)) => Err(v),
+        Err(RunError::Policy(f)) => unreachable!("a run without a policy failed one: {f}"),
+    }
+}
+
+/// [`run`], with `policy` scaling the fleet at its ticks (1.6.1's `scaling_policy`): runs
+/// with a policy step pass by pass.
+pub fn run_scaled<A: Into<Arrival>>(
+    options: Options,
+    requests: impl IntoIterator<Item = A>,
+    policy: &mut dyn scaling::ScalingPolicy,
+) -> Result<SimResult, RunError> {
+    let requests = requests.into_iter().map(Into::into);
+    event_loop::simulate(options, requests, false, Some(policy)).map(|(result, _)| result)
 }
 
 /// Whether a run of `config` stepped as `stepping` skips quiet passes: only when asked, and
@@ -262,6 +327,7 @@ mod fleet;
 mod handoff;
 mod ledger;
 mod routers;
+pub mod scaling;
 mod serving;
 mod status;
 pub mod timeline;
@@ -773,7 +839,7 @@ policy_classes:
             let options = Options::new(config.clone())
                 .with_stepping(stepping)
                 .expecting(0);
-            simulate(options, requests(case).into_iter().map(Arrival::from), true)
+            simulate(options, requests(case).into_iter().map(Arrival::from), true, None)
                 .map_err(|v| TestCaseError::fail(format!("{v}")))
         };
         let (skipped, skipped_kv) = run(Stepping::SkipQuiet)?;

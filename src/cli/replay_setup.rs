@@ -5,12 +5,15 @@
 use super::{CliError, ReplayArgs, replay_router};
 use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_RANKS};
 use crate::mocker::{EngineArgs, WorkerRole};
-use crate::pipeline::{DisaggregatedSetup, ReplaySetup, RunSpec};
+use crate::pipeline::policy_process::{self, PolicyCommand};
+use crate::pipeline::{DisaggregatedSetup, PolicySource, ReplaySetup, RunSpec};
 use crate::scenario::bounds_check;
 use crate::sim::{DEFAULT_POOL, ResolveError};
 use crate::time::SimDuration;
 use crate::workload::trace;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Reads `--engine` / `--router` values: inline JSON if it starts with `{`, else a file.
 pub(super) fn json_arg(flag: &str, value: &str) -> Result<(String, String), CliError> {
@@ -187,6 +190,29 @@ fn replay_engine(value: Option<&str>, flag: &str) -> Result<EngineArgs, CliError
         false => Path::new(v).parent().unwrap_or(Path::new("")),
     };
     EngineArgs::from_json_str_in(&text, base).map_err(|e| CliError::Input(format!("{name}: {e}")))
+}
+
+/// The scaling policy `--scaling-policy` names, if any, with its answer time limit.
+pub(super) fn scaling_policy(args: &ReplayArgs) -> Result<Option<Arc<dyn PolicySource>>, CliError> {
+    let Some(command) = &args.scaling_policy else {
+        return Ok(None);
+    };
+    if command.trim().is_empty() {
+        return Err(CliError::Input("--scaling-policy: give a command".into()));
+    }
+    let timeout = match args.scaling_policy_timeout_s {
+        None => policy_process::DEFAULT_TIMEOUT,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
+        Some(s) => {
+            let message = format!("--scaling-policy-timeout-s: {s} is not a number of seconds in (0, 86400]");
+            return Err(CliError::Input(message));
+        }
+    };
+    Ok(Some(Arc::new(PolicyCommand {
+        command: command.clone(),
+        dir: PathBuf::from("."),
+        timeout,
+    })))
 }
 
 /// The run `setup` describes, paced as `pacing` says, or the rule across its flags it breaks,

@@ -7,12 +7,13 @@ use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{
-    self, ResolveError, RouterMode, RunDescription, SimConfig, SimResult, TransportDelays,
+    self, ResolveError, RouterMode, RunDescription, SimResult, TransportDelays,
     WorkerPool,
 };
 use crate::time::SimDuration;
 use crate::workload::read_ahead::{Judged, PassEnd, ReadAhead};
 use crate::workload::trace::SurplusHashIds;
+use crate::workload::Arrival;
 use std::path::PathBuf;
 
 /// The inputs of a trace replay, as Dynamo's offline replay takes them.
@@ -105,6 +106,7 @@ impl RunSpec {
             warmup: SimDuration::ZERO,
             request_cache: None,
             timeline: false,
+            scaling: None,
         })
     }
 
@@ -135,29 +137,34 @@ impl RunSpec {
     }
 }
 
-/// Replays a trace as `rows` reads it (see [`ReadAhead`]): the run takes the rows as a second
-/// thread reads them, and stands, is made again on the sorted rows, or gives way to the
-/// trace's error once the trace is judged. Also returns the rows whose hash ids outrun their
+/// Replays `spec`'s trace as `rows` reads it (see [`ReadAhead`]): the run takes the rows as a
+/// second thread reads them, and stands, is made again on the sorted rows, or gives way to
+/// the trace's error once the trace is judged. A run with a scaling policy, which must be
+/// asked once, takes the judged rows. Also returns the rows whose hash ids outrun their
 /// input, for a warning.
 pub(super) fn replay_trace(
-    config: &SimConfig,
+    spec: &RunSpec,
     mut rows: ReadAhead,
-    timeline: bool,
 ) -> Result<(SimResult, SurplusHashIds), RunError> {
-    let options = sim::Options::new(config.clone())
-        .expecting(rows.expected_rows())
-        .with_timeline(timeline);
-    let result = sim::run(options, &mut rows);
+    let options = || sim::Options::new(spec.config.clone()).with_timeline(spec.timeline);
+    if spec.scaling.is_some() {
+        let read: Vec<Arrival> = (&mut rows).collect();
+        let judged = rows.finish().map_err(RunError::Input)?;
+        let scaling = spec.scaling.as_deref();
+        let result = match judged.end {
+            PassEnd::Stands => super::run_with(scaling, options(), read)?,
+            PassEnd::RunAgain(sorted) => super::run_with(scaling, options(), sorted)?,
+        };
+        return Ok((result, judged.surplus_hash_ids));
+    }
+    let result = sim::run(options().expecting(rows.expected_rows()), &mut rows);
     let Judged {
         end,
         surplus_hash_ids,
     } = rows.finish().map_err(RunError::Input)?;
     let result = match end {
         PassEnd::Stands => result.map_err(RunError::Bug)?,
-        PassEnd::RunAgain(sorted) => {
-            let options = sim::Options::new(config.clone()).with_timeline(timeline);
-            sim::run(options, sorted).map_err(RunError::Bug)?
-        }
+        PassEnd::RunAgain(sorted) => sim::run(options(), sorted).map_err(RunError::Bug)?,
     };
     Ok((result, surplus_hash_ids))
 }

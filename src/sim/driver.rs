@@ -31,6 +31,9 @@ pub(super) enum RouterDecision {
         rank: WorkerWithDpRank,
         path: DispatchPath,
         class_index: Option<usize>,
+        /// The prompt blocks the router saw cached on `rank` (`None`: round robin, which
+        /// looks at no cache).
+        overlap_blocks: Option<u32>,
     },
     /// Request `id` is refused for good, for `error`.
     Reject {
@@ -105,6 +108,7 @@ impl RouterDriver {
                         rank,
                         path: DispatchPath::Immediate,
                         class_index: None,
+                        overlap_blocks: None,
                     },
                     None => RouterDecision::Reject {
                         id,
@@ -129,6 +133,7 @@ impl RouterDriver {
                 rank: d.rank,
                 path: d.path,
                 class_index: Some(d.class_index),
+                overlap_blocks: Some(d.overlap_blocks),
             },
             Decision::Reject {
                 id,

@@ -19,7 +19,11 @@ use super::serving::{Aggregated, Serving};
 use super::timeline::{self, CounterRecorder, MigrationMark};
 use super::transport::{self, Transport};
 use super::{AbortReason, CancelReason, InvariantViolation, Rejection, SimConfig, SimResult};
-use super::{Options, Status, Stepping, skips_quiet_passes};
+use super::scaling::{
+    self, FleetChange, RoleWorkers, ScalingPolicy, ScalingSnapshot, TrafficTally,
+};
+use super::{Options, PolicyFailure, RunError, Status, Stepping, skips_quiet_passes};
+use crate::bounds::MAX_RANKS;
 use crate::engine::{Engine, EventQueue, Model, StopReason};
 use crate::mocker::{MockRequest, PassOutput, WorkerRole};
 use crate::scheduling::scheduler::Outcome;
@@ -56,6 +60,8 @@ pub(super) struct Hub {
     uniform_hashes: UniformBlockHashes,
     /// The timeline's counters, when the run keeps a timeline (`None`: one branch an instant).
     timeline: Option<Box<CounterRecorder>>,
+    /// The traffic since the scaling policy's last tick (`None`: no policy asks).
+    traffic: Option<Box<TrafficTally>>,
 }
 
 /// The hub and the event queue, as a part sees them.
@@ -100,20 +106,31 @@ impl Effects for HubEffects<'_> {
     }
 }
 
-/// [`run`](super::run), keeping the router's KV events when `log_kv` says so.
+/// [`run`](super::run), keeping the router's KV events when `log_kv` says so, and asking
+/// `policy`, if any, to scale the fleet at its ticks.
 pub(super) fn simulate(
     options: Options,
     requests: impl Iterator<Item = Arrival>,
     log_kv: bool,
-) -> Result<(SimResult, KvLog), InvariantViolation> {
+    mut policy: Option<&mut dyn ScalingPolicy>,
+) -> Result<(SimResult, KvLog), RunError> {
     let expected_requests = options
         .expected_requests
         .unwrap_or_else(|| requests.size_hint().0);
-    let mut system = new_system(options.config, options.stepping, expected_requests, log_kv)?;
+    // A policy reads every pass's tokens: its runs step pass by pass.
+    let stepping = match policy {
+        Some(_) => Stepping::PassByPass,
+        None => options.stepping,
+    };
+    let mut system = new_system(options.config, stepping, expected_requests, log_kv)?;
     if options.timeline {
         system.hub.fleet.record_passes();
         system.hub.timeline = Some(Box::new(CounterRecorder::new()));
     }
+    let mut ticks = match policy.as_deref_mut() {
+        Some(policy) => Ticks::start(policy, &mut system.hub)?,
+        None => Ticks::default(),
+    };
     let mut engine = Engine::new(system.hub.config.limits);
     for (at, event) in faults::worker_fault_events(&system.hub.config.faults) {
         engine.queue().schedule(at, event);
@@ -122,10 +139,14 @@ pub(super) fn simulate(
     let mut last_instant = SimTime::ZERO;
     let stop_reason = loop {
         if let Some(v) = system.hub.violation.take() {
-            return Err(v);
+            return Err(RunError::Invariant(v));
         }
         let next_arrival = requests.next_time(&mut system.hub.ledger);
-        let Some(now) = min_time(next_arrival, engine.queue().peek_time()) else {
+        // A tick is skipped once the workload is done, as in 1.6.1.
+        let remains = next_arrival.is_some() || system.hub.ledger.open_count() > 0;
+        let tick = ticks.next.filter(|_| remains);
+        let next = min_time(next_arrival, engine.queue().peek_time());
+        let Some(now) = min_time(next, tick) else {
             // Each refusal round ends requests for good: bounded by the request count.
             if system.refuse_stranded(last_instant, engine.queue()) {
                 continue;
@@ -139,8 +160,39 @@ pub(super) fn simulate(
         if let Err(reason) = system.run_instant(now, &mut engine, &mut requests) {
             break reason;
         }
+        if let (Some(policy), true) = (policy.as_deref_mut(), tick == Some(now)) {
+            system.scaling_tick(now, &mut ticks, policy, engine.queue())?;
+            system.finish_instant(now, engine.queue());
+            let remains = requests.next_time(&mut system.hub.ledger).is_some()
+                || system.hub.ledger.open_count() > 0;
+            ticks.next = ticks.next.filter(|&at| at > now && remains);
+        }
     };
-    finish_run(system, &engine, stop_reason)
+    finish_run(system, &engine, stop_reason).map_err(RunError::Invariant)
+}
+
+/// Where a run's scaling policy is: its next tick, how many fired, and where the traffic
+/// window began.
+#[derive(Default)]
+struct Ticks {
+    next: Option<SimTime>,
+    fired: u64,
+    window_start: SimTime,
+}
+
+impl Ticks {
+    /// Asks `policy` when its first tick is, and starts counting traffic on `hub`.
+    fn start(policy: &mut dyn ScalingPolicy, hub: &mut Hub) -> Result<Ticks, RunError> {
+        let first = policy
+            .initial_tick_ms()
+            .map_err(|message| PolicyFailure::new(None, SimTime::ZERO, message))?;
+        hub.traffic = Some(Box::default());
+        hub.ledger.keep_completed();
+        Ok(Ticks {
+            next: scaling::tick_time(first),
+            ..Ticks::default()
+        })
+    }
 }
 
 /// The system at the start of a run of `config`, with room for `expected_requests` records.
@@ -191,6 +243,7 @@ pub(super) fn new_system(
         check_due: false,
         uniform_hashes: UniformBlockHashes::default(),
         timeline: None,
+        traffic: None,
         config,
     };
     Ok(System { hub, serving })
@@ -268,21 +321,93 @@ impl System {
             self.hub.arrive(now, arrival, requests, engine.queue());
             self.check_if_due(now);
         }
+        self.finish_instant(now, engine.queue());
+        Ok(())
+    }
+
+    /// The end of instant `now`: passes start on every rank with work, drained workers
+    /// leave, and the router's recheck is scheduled.
+    fn finish_instant(&mut self, now: SimTime, queue: &mut EventQueue<Event>) {
         for rank in self.hub.fleet.take_starts_due() {
-            self.start_pass(now, rank, engine.queue());
+            self.start_pass(now, rank, queue);
         }
         let hub = &mut self.hub;
         if hub.fleet.any_draining() {
-            hub.settle_drained(now, engine.queue());
+            hub.settle_drained(now, queue);
         }
         for end in hub.fleet.align_lockstep() {
-            schedule_pass_end(engine.queue(), Some(end));
+            schedule_pass_end(queue, Some(end));
         }
-        hub.schedule_tick(engine.queue());
+        hub.schedule_tick(queue);
         if hub.timeline.is_some() {
             hub.sample_counters(now);
         }
+    }
+
+    /// The scaling policy's tick at `now` (the instant's last act): it sees the fleet and the
+    /// traffic window, and its targets are applied at once; `ticks` moves on.
+    fn scaling_tick(
+        &mut self,
+        now: SimTime,
+        ticks: &mut Ticks,
+        policy: &mut dyn ScalingPolicy,
+        queue: &mut EventQueue<Event>,
+    ) -> Result<(), RunError> {
+        let snapshot = self.hub.snapshot(now, ticks);
+        let decision = policy
+            .on_tick(&snapshot)
+            .map_err(|message| PolicyFailure::new(Some(ticks.fired), now, message))?;
+        let roles = match self.hub.disaggregated {
+            true => [
+                (WorkerRole::Prefill, decision.target_prefill),
+                (WorkerRole::Decode, decision.target_decode),
+            ],
+            false => [
+                (WorkerRole::Aggregated, decision.target_decode),
+                (WorkerRole::Prefill, None),
+            ],
+        };
+        for (role, target) in roles {
+            let Some(target) = target else { continue };
+            let workers = self.hub.fleet.role_workers(role);
+            let changes = scaling::changes_toward(&workers, target)
+                .filter(|changes| self.hub.fits(role, changes))
+                .ok_or_else(|| {
+                    let message = format!(
+                        "target {target} for the {} workers would exceed {MAX_RANKS} worker ranks",
+                        role.label()
+                    );
+                    PolicyFailure::new(Some(ticks.fired), now, message)
+                })?;
+            self.apply_changes(now, role, &changes, queue);
+        }
+        ticks.fired += 1;
+        ticks.window_start = now;
+        ticks.next = scaling::tick_time(decision.next_tick_ms);
         Ok(())
+    }
+
+    /// Carries out the steps toward a role's target, in order.
+    fn apply_changes(
+        &mut self,
+        now: SimTime,
+        role: WorkerRole,
+        changes: &[FleetChange],
+        queue: &mut EventQueue<Event>,
+    ) {
+        for change in changes {
+            match *change {
+                FleetChange::Start => {
+                    let pool = self.hub.config.pools.iter().position(|p| p.engine.common.role == role);
+                    let pool = pool.expect("a scaled role has a pool");
+                    self.worker_join(now, pool, queue);
+                }
+                FleetChange::CancelStart(worker) => {
+                    self.hub.fleet.cancel_start(worker);
+                }
+                FleetChange::Drain(worker) => self.worker_drain(now, worker, queue),
+            }
+        }
     }
 
     /// The run has nothing left to happen at `now`, the last instant: requests still waiting
@@ -324,6 +449,11 @@ impl System {
                 return;
             }
         };
+        if let Some(traffic) = &mut hub.traffic {
+            // Runs with a scaling policy step pass by pass: every token is listed.
+            let decoded = output.tokens.iter().filter(|t| !t.first).count() as u64;
+            traffic.decoded(decoded, decoded);
+        }
         // Decode workers publish to no router.
         if role != WorkerRole::Decode {
             hub.publish_kv_events(now, &output.kv_events, queue);
@@ -551,6 +681,9 @@ impl Hub {
             false => u64::MAX,
         };
         let class = spec.policy_class.clone();
+        if let Some(traffic) = &mut self.traffic {
+            traffic.arrival();
+        }
         let id = self.ledger.open(now, spec, hashes, unshared_from);
         let session = arrival.session.map(|s| *s);
         self.ledger
@@ -584,7 +717,13 @@ impl Hub {
                     rank,
                     path,
                     class_index,
+                    overlap_blocks,
                 } => {
+                    if let (Some(traffic), Some(cached)) = (&mut self.traffic, overlap_blocks) {
+                        let prompt = self.ledger.in_flight(id).map_or(0, |f| f.prompt_tokens);
+                        let blocks = prompt.div_ceil(self.config.block_size());
+                        traffic.placed(u64::from(cached), blocks);
+                    }
                     self.ledger.dispatched(now, id, rank, path, class_index);
                     self.touch_rank(Some(rank));
                     if self.disaggregated {
@@ -882,6 +1021,51 @@ impl Hub {
         } else {
             queue.schedule(now.saturating_add(delay), Event::RouterLearnsUp { worker });
         }
+    }
+
+    /// What the scaling policy sees at `now`: the fleet by role and state (numbered within
+    /// each role; aggregated workers as decode) and the traffic since the last tick.
+    fn snapshot(&mut self, now: SimTime, ticks: &Ticks) -> ScalingSnapshot {
+        let fleet = &self.fleet;
+        let numbered = |mut workers: RoleWorkers| {
+            for list in [&mut workers.active, &mut workers.starting, &mut workers.draining] {
+                for worker in list.iter_mut() {
+                    *worker = fleet.role_number(*worker);
+                }
+            }
+            workers
+        };
+        let (prefill, decode) = match self.disaggregated {
+            true => (
+                numbered(fleet.role_workers(WorkerRole::Prefill)),
+                numbered(fleet.role_workers(WorkerRole::Decode)),
+            ),
+            false => (RoleWorkers::default(), numbered(fleet.role_workers(WorkerRole::Aggregated))),
+        };
+        let traffic = self.traffic.get_or_insert_with(Box::default);
+        for id in self.ledger.take_completed() {
+            let r = self.ledger.record(id);
+            let ms = |from: SimTime, to: Option<SimTime>| {
+                to.map_or(0.0, |to| to.saturating_since(from).as_ns() as f64 / 1e6)
+            };
+            let first = r.first_token.unwrap_or(r.arrival);
+            let (ttft_ms, gap_ms) = (ms(r.arrival, r.first_token), ms(first, r.completion));
+            let tokens = u64::from(r.tokens_received);
+            traffic.completed(u64::from(r.input_tokens), tokens, ttft_ms, gap_ms);
+        }
+        let duration_s = now.saturating_since(ticks.window_start).as_ns() as f64 / 1e9;
+        let window = traffic.take(duration_s);
+        ScalingSnapshot::new(ticks.fired, now.as_ms_f64(), prefill, decode, window)
+    }
+
+    /// Whether `changes` to role `role` keep the run within its bound on ranks.
+    fn fits(&self, role: WorkerRole, changes: &[FleetChange]) -> bool {
+        let starts = changes.iter().filter(|c| **c == FleetChange::Start).count() as u64;
+        let dp = self.config.pools.iter().find(|p| p.engine.common.role == role);
+        let dp = dp.map_or(1, |p| u64::from(p.engine.common.dp_size));
+        let starting = self.fleet.starting_count() as u64 * dp;
+        let ranks = self.fleet.rank_count() as u64 + starting + starts.saturating_mul(dp);
+        ranks <= MAX_RANKS
     }
 
     /// The router hears worker `worker` drains: nothing new goes to it.

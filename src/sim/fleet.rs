@@ -4,6 +4,7 @@
 
 use super::ledger::Ledger;
 use super::timeline::{PassArgs, PassSlice, RankTrack};
+use super::scaling::RoleWorkers;
 use super::{FaultMark, PoolUsage, WorkerPool};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{
@@ -177,6 +178,8 @@ pub(super) struct WorkerFleet {
     passes_since_change: Vec<(usize, SimTime, SimTime, u64)>,
     /// Workers that joined, with their pool.
     joined: Vec<(u64, usize)>,
+    /// Every worker id given so far (initial, added, gone), its role.
+    roles: Vec<WorkerRole>,
     /// Workers added and not ready yet: their pool and when they were asked for.
     starting: BTreeMap<u64, (usize, SimTime)>,
     /// Workers draining (scaled down): they finish what they hold, then leave.
@@ -214,6 +217,9 @@ impl WorkerFleet {
             lockstep_started: BTreeSet::new(),
             passes_since_change: Vec::new(),
             joined: Vec::new(),
+            roles: worker_pools(&pools)
+                .map(|(_, _, pool)| pool.engine.common.role)
+                .collect(),
             starting: BTreeMap::new(),
             draining: BTreeSet::new(),
             marks: Vec::new(),
@@ -758,8 +764,47 @@ impl WorkerFleet {
     pub fn start(&mut self, now: SimTime, pool: usize) -> u64 {
         let worker = self.next_worker;
         self.next_worker += 1;
+        self.roles.push(self.pools[pool].engine.common.role);
         self.starting.insert(worker, (pool, now));
         worker
+    }
+
+    /// Starting worker `worker` will not start after all (its ready event is then ignored).
+    /// False if it is not starting.
+    pub fn cancel_start(&mut self, worker: u64) -> bool {
+        self.starting.remove(&worker).is_some()
+    }
+
+    /// The workers of role `role` by state, each list in id order: starting, draining, and
+    /// active (up and neither). Gone and down workers are in none.
+    pub fn role_workers(&self, role: WorkerRole) -> RoleWorkers {
+        let mut out = RoleWorkers::default();
+        for (worker, &of) in (0u64..).zip(&self.roles) {
+            if of != role {
+                continue;
+            }
+            if self.starting.contains_key(&worker) {
+                out.starting.push(worker);
+            } else if self.draining.contains(&worker) {
+                out.draining.push(worker);
+            } else {
+                let mut ranks = self.ranks_of(worker);
+                if !ranks.is_empty() && ranks.all(|i| !self.ranks[i].down) {
+                    out.active.push(worker);
+                }
+            }
+        }
+        out
+    }
+
+    /// Worker `worker`'s number within its role: how many workers of its role got an id
+    /// before it (in aggregated serving, its id).
+    pub fn role_number(&self, worker: u64) -> u64 {
+        let Some(&role) = self.roles.get(worker as usize) else {
+            return worker;
+        };
+        let before = &self.roles[..worker as usize];
+        before.iter().filter(|&&r| r == role).count() as u64
     }
 
     /// Starting worker `worker` is ready at `now`: its ranks join the fleet, empty. False
@@ -830,6 +875,11 @@ impl WorkerFleet {
         if let Some(until) = open {
             *until = Some(now);
         }
+    }
+
+    /// Workers asked for and not ready yet.
+    pub fn starting_count(&self) -> usize {
+        self.starting.len()
     }
 
     /// Whether some worker is draining.

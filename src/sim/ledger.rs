@@ -81,6 +81,8 @@ pub(super) struct Ledger {
     ended: u64,
     /// Ends of watched requests not yet taken by the feed.
     watched_ends: Vec<WatchedEnd>,
+    /// Requests completed since a scaling policy's last tick (`None`: no policy asks).
+    completed_since: Option<Vec<RequestId>>,
     /// The latest instant a request was first admitted, got its first token or ended: the makespan
     /// so far.
     last_change: SimTime,
@@ -101,10 +103,26 @@ impl Ledger {
             in_flight: Default::default(),
             ended: 0,
             watched_ends: Vec::new(),
+            completed_since: None,
             last_change: SimTime::ZERO,
             change_epoch: 0,
             class_names: hashbrown::HashTable::new(),
         }
+    }
+
+    /// From now on, keeps the requests that complete for [`Self::take_completed`].
+    pub fn keep_completed(&mut self) {
+        self.completed_since = Some(Vec::new());
+    }
+
+    /// The requests completed since the last call (none unless [`Self::keep_completed`]).
+    pub fn take_completed(&mut self) -> Vec<RequestId> {
+        self.completed_since.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Requests opened and not ended.
+    pub fn open_count(&self) -> u64 {
+        self.records.len() as u64 - self.ended
     }
 
     /// The shared copy of class name `name`.
@@ -368,6 +386,9 @@ impl Ledger {
             ));
         }
         let goes_on = matches!(status, Status::Completed | Status::Rejected(_));
+        if let (Status::Completed, Some(completed)) = (&status, &mut self.completed_since) {
+            completed.push(id);
+        }
         record.completion = Some(now);
         record.status = status;
         self.ended += 1;

@@ -516,3 +516,29 @@ fn sessions_under_speedup_match_dynamo() {
 fn sessions_mixed_with_plain_rows_match_dynamo() {
     assert_matches_dynamo("sessions-mixed-plain");
 }
+
+/// A scripted scaling policy (the fixture's policy.sh, asked by both replays) scales one worker
+/// to three at 5 s, the new ones ready after `startup_time` 3 s: every request's worker and
+/// times match 1.6.1's. Without the policy most rows differ.
+#[test]
+fn a_scale_up_with_a_startup_delay_matches_dynamo() {
+    assert_matches_dynamo("scale-up-startup");
+    let dir = fixture_dir("scale-up-startup");
+    let plain = replay_without_flags(&dir, &["--router-mode", "round_robin"]);
+    let dynamo = read_rows(&dir.join("dynamo.csv"));
+    assert!(mismatches(&plain, &dynamo).len() > dynamo.len() / 2);
+}
+
+/// Three workers scaled to one at 5 s: the two drained ones finish their own queues and leave,
+/// as 1.6.1's do.
+#[test]
+fn a_scale_down_that_drains_matches_dynamo() {
+    assert_matches_dynamo("scale-down-drain");
+}
+
+/// Disaggregated serving: the decode role scaled from one worker to two at 5 s (ready after
+/// 0.5 s), the prefill role left as it is.
+#[test]
+fn a_disaggregated_decode_scale_up_matches_dynamo() {
+    assert_matches_dynamo("scale-disagg-decode");
+}
