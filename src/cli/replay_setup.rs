@@ -204,7 +204,8 @@ pub(super) fn scaling_policy(args: &ReplayArgs) -> Result<Option<Arc<dyn PolicyS
         None => policy_process::DEFAULT_TIMEOUT,
         Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
         Some(s) => {
-            let message = format!("--scaling-policy-timeout-s: {s} is not a number of seconds in (0, 86400]");
+            let message =
+                format!("--scaling-policy-timeout-s: {s} is not a number of seconds in (0, 86400]");
             return Err(CliError::Input(message));
         }
     };

@@ -10,8 +10,11 @@
 use crate::sim::scaling::{ScalingDecision, ScalingPolicy, ScalingSnapshot};
 use serde_json::{Map, Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -49,7 +52,10 @@ impl super::PolicySource for PolicyCommand {
 /// A running policy process.
 pub struct PolicyProcess {
     child: Child,
-    stdin: Option<ChildStdin>,
+    /// The process's stdin: a socket, not a pipe, so that writing to a process that died is
+    /// an error rather than a SIGPIPE that would end routersim (which keeps SIGPIPE's
+    /// default action; a socket write never raises it).
+    stdin: Option<UnixStream>,
     lines: Receiver<Result<String, String>>,
     stderr: Arc<Mutex<Vec<u8>>>,
     /// The thread keeping the stderr tail: done once the process's stderr closes.
@@ -60,11 +66,14 @@ pub struct PolicyProcess {
 impl PolicyProcess {
     /// Starts `command`; Err says why it could not start.
     pub fn start(command: &PolicyCommand) -> Result<PolicyProcess, String> {
+        let (ours, theirs) = UnixStream::pair().map_err(|e| format!("could not start it: {e}"))?;
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(&command.command)
             .current_dir(&command.dir)
-            .stdin(Stdio::piped())
+            // Its own process group, so that whatever it starts is stopped with it.
+            .process_group(0)
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -77,7 +86,7 @@ impl PolicyProcess {
         let tail = Arc::clone(&stderr);
         let stderr_reader = thread::spawn(move || keep_tail(stderr_pipe, &tail));
         Ok(PolicyProcess {
-            stdin: child.stdin.take(),
+            stdin: Some(ours),
             child,
             lines,
             stderr,
@@ -91,7 +100,9 @@ impl PolicyProcess {
         let mut line = question.to_string();
         line.push('\n');
         let sent = match self.stdin.as_mut() {
-            Some(stdin) => stdin.write_all(line.as_bytes()).and_then(|()| stdin.flush()),
+            Some(stdin) => stdin
+                .write_all(line.as_bytes())
+                .and_then(|()| stdin.flush()),
             None => Ok(()),
         };
         if sent.is_err() {
@@ -108,7 +119,10 @@ impl PolicyProcess {
         };
         match serde_json::from_str::<Value>(&answer) {
             Ok(Value::Object(map)) => Ok(map),
-            Ok(_) => Err(format!("its answer is not a JSON object: {}", clip(&answer))),
+            Ok(_) => Err(format!(
+                "its answer is not a JSON object: {}",
+                clip(&answer)
+            )),
             Err(e) => Err(format!("its answer is not JSON ({e}): {}", clip(&answer))),
         }
     }
@@ -128,27 +142,37 @@ impl PolicyProcess {
             thread::sleep(Duration::from_millis(5));
         }
         let exited = status.map_or(String::new(), |s| format!(" ({s})"));
-        let tail = self.stderr.lock().map(|b| String::from_utf8_lossy(&b).into_owned());
+        let tail = self
+            .stderr
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
         let tail = tail.unwrap_or_default();
         match tail.trim() {
             "" => format!("the process {what}{exited}"),
             text => format!("the process {what}{exited}; its stderr ends: {text}"),
         }
     }
-
 }
 
 impl Drop for PolicyProcess {
     /// The run is over (or failed): the process's input is closed and it has up to a second
-    /// to exit, then it is killed. No policy process outlives its run.
+    /// to exit; then its process group (it and whatever it started) is killed. No policy
+    /// process outlives its run.
     fn drop(&mut self) {
         drop(self.stdin.take());
         // Bounded: until the process is reaped, or about a second.
         for _ in 0..200 {
             if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
+                break;
             }
             thread::sleep(Duration::from_millis(5));
+        }
+        if let Ok(group) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) with a process group id and a signal number; no memory is
+            // shared. The group is the child's own (`process_group(0)`).
+            unsafe {
+                libc::kill(-group, libc::SIGKILL);
+            }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -216,7 +240,9 @@ fn read_lines(stdout: impl Read, send: mpsc::Sender<Result<String, String>>) {
     // One line per iteration; ends with the stream.
     loop {
         let mut line = Vec::new();
-        let read = (&mut reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line);
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES)
+            .read_until(b'\n', &mut line);
         let message = match read {
             Ok(0) => return,
             Ok(_) if !line.ends_with(b"\n") && line.len() as u64 == MAX_LINE_BYTES => {

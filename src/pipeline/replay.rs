@@ -7,13 +7,12 @@ use crate::scheduling::policy::PolicyConfig;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::sim::{
-    self, ResolveError, RouterMode, RunDescription, SimResult, TransportDelays,
-    WorkerPool,
+    self, ResolveError, RouterMode, RunDescription, SimResult, TransportDelays, WorkerPool,
 };
 use crate::time::SimDuration;
+use crate::workload::Arrival;
 use crate::workload::read_ahead::{Judged, PassEnd, ReadAhead};
 use crate::workload::trace::SurplusHashIds;
-use crate::workload::Arrival;
 use std::path::PathBuf;
 
 /// The inputs of a trace replay, as Dynamo's offline replay takes them.

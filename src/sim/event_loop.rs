@@ -15,13 +15,13 @@ use super::fleet::{self, PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 use super::handoff::{self, Disaggregated};
 use super::ledger::{Ledger, TokenEdge};
 use super::routers::Routers;
+use super::scaling::{
+    self, FleetChange, RoleWorkers, ScalingPolicy, ScalingSnapshot, TrafficTally,
+};
 use super::serving::{Aggregated, Serving};
 use super::timeline::{self, CounterRecorder, MigrationMark};
 use super::transport::{self, Transport};
 use super::{AbortReason, CancelReason, InvariantViolation, Rejection, SimConfig, SimResult};
-use super::scaling::{
-    self, FleetChange, RoleWorkers, ScalingPolicy, ScalingSnapshot, TrafficTally,
-};
 use super::{Options, PolicyFailure, RunError, Status, Stepping, skips_quiet_passes};
 use crate::bounds::MAX_RANKS;
 use crate::engine::{Engine, EventQueue, Model, StopReason};
@@ -398,7 +398,12 @@ impl System {
         for change in changes {
             match *change {
                 FleetChange::Start => {
-                    let pool = self.hub.config.pools.iter().position(|p| p.engine.common.role == role);
+                    let pool = self
+                        .hub
+                        .config
+                        .pools
+                        .iter()
+                        .position(|p| p.engine.common.role == role);
                     let pool = pool.expect("a scaled role has a pool");
                     self.worker_join(now, pool, queue);
                 }
@@ -1028,7 +1033,11 @@ impl Hub {
     fn snapshot(&mut self, now: SimTime, ticks: &Ticks) -> ScalingSnapshot {
         let fleet = &self.fleet;
         let numbered = |mut workers: RoleWorkers| {
-            for list in [&mut workers.active, &mut workers.starting, &mut workers.draining] {
+            for list in [
+                &mut workers.active,
+                &mut workers.starting,
+                &mut workers.draining,
+            ] {
                 for worker in list.iter_mut() {
                     *worker = fleet.role_number(*worker);
                 }
@@ -1040,7 +1049,10 @@ impl Hub {
                 numbered(fleet.role_workers(WorkerRole::Prefill)),
                 numbered(fleet.role_workers(WorkerRole::Decode)),
             ),
-            false => (RoleWorkers::default(), numbered(fleet.role_workers(WorkerRole::Aggregated))),
+            false => (
+                RoleWorkers::default(),
+                numbered(fleet.role_workers(WorkerRole::Aggregated)),
+            ),
         };
         let traffic = self.traffic.get_or_insert_with(Box::default);
         for id in self.ledger.take_completed() {
@@ -1061,7 +1073,11 @@ impl Hub {
     /// Whether `changes` to role `role` keep the run within its bound on ranks.
     fn fits(&self, role: WorkerRole, changes: &[FleetChange]) -> bool {
         let starts = changes.iter().filter(|c| **c == FleetChange::Start).count() as u64;
-        let dp = self.config.pools.iter().find(|p| p.engine.common.role == role);
+        let dp = self
+            .config
+            .pools
+            .iter()
+            .find(|p| p.engine.common.role == role);
         let dp = dp.map_or(1, |p| u64::from(p.engine.common.dp_size));
         let starting = self.fleet.starting_count() as u64 * dp;
         let ranks = self.fleet.rank_count() as u64 + starting + starts.saturating_mul(dp);

@@ -3,8 +3,8 @@
 //! joining. The only place workers are built, so every worker gets the same set-up.
 
 use super::ledger::Ledger;
-use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::scaling::RoleWorkers;
+use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::{FaultMark, PoolUsage, WorkerPool};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{

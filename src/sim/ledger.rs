@@ -117,7 +117,10 @@ impl Ledger {
 
     /// The requests completed since the last call (none unless [`Self::keep_completed`]).
     pub fn take_completed(&mut self) -> Vec<RequestId> {
-        self.completed_since.as_mut().map(std::mem::take).unwrap_or_default()
+        self.completed_since
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Requests opened and not ended.

@@ -78,8 +78,16 @@ impl ScalingSnapshot {
         traffic: TrafficWindow,
     ) -> ScalingSnapshot {
         let count = |ids: &[u64]| ids.len() as u64;
-        let (pa, ps, pd) = (count(&prefill.active), count(&prefill.starting), count(&prefill.draining));
-        let (da, ds, dd) = (count(&decode.active), count(&decode.starting), count(&decode.draining));
+        let (pa, ps, pd) = (
+            count(&prefill.active),
+            count(&prefill.starting),
+            count(&prefill.draining),
+        );
+        let (da, ds, dd) = (
+            count(&decode.active),
+            count(&decode.starting),
+            count(&decode.draining),
+        );
         ScalingSnapshot {
             tick_ordinal,
             now_ms,
@@ -192,7 +200,8 @@ impl TrafficTally {
     /// cached on the chosen worker.
     pub fn placed(&mut self, cached_blocks: u64, prompt_blocks: u64) {
         if prompt_blocks > 0 {
-            self.hit_rate.add(cached_blocks as f64 / prompt_blocks as f64);
+            self.hit_rate
+                .add(cached_blocks as f64 / prompt_blocks as f64);
         }
     }
 
@@ -251,7 +260,11 @@ pub fn changes_toward(workers: &RoleWorkers, target: u64) -> Option<Vec<FleetCha
         return Some(vec![FleetChange::Start; new as usize]);
     }
     let excess = (effective - target) as usize;
-    let cancelled = workers.starting.iter().rev().map(|&w| FleetChange::CancelStart(w));
+    let cancelled = workers
+        .starting
+        .iter()
+        .rev()
+        .map(|&w| FleetChange::CancelStart(w));
     let drained = workers.active.iter().rev().map(|&w| FleetChange::Drain(w));
     Some(cancelled.chain(drained).take(excess).collect())
 }
@@ -260,7 +273,9 @@ pub fn changes_toward(workers: &RoleWorkers, target: u64) -> Option<Vec<FleetCha
 /// (negative becomes 0).
 pub fn tick_time(ms: Option<f64>) -> Option<crate::time::SimTime> {
     let ms = ms.filter(|ms| ms.is_finite())?;
-    Some(crate::time::SimTime::from_ns(crate::time::SimDuration::from_ms_f64(ms).as_ns()))
+    Some(crate::time::SimTime::from_ns(
+        crate::time::SimDuration::from_ms_f64(ms).as_ns(),
+    ))
 }
 
 #[cfg(test)]
@@ -287,11 +302,17 @@ mod tests {
         tally.placed(0, 0); // no prompt blocks: no sample
         tally.decoded(3, 3);
         let w = tally.take(2.0);
-        assert_eq!((w.num_req, w.shape_count, w.ttft_count, w.itl_count), (2, 2, 1, 1));
+        assert_eq!(
+            (w.num_req, w.shape_count, w.ttft_count, w.itl_count),
+            (2, 2, 1, 1)
+        );
         assert_eq!((w.avg_isl, w.avg_osl), (200.0, 6.0));
         assert_eq!((w.avg_ttft_ms, w.avg_itl_ms), (50.0, 20.0));
         assert_eq!((w.avg_kv_hit_rate, w.hit_rate_count), (0.25, 1));
-        assert_eq!((w.avg_accept_length, w.accept_length_forward_count), (Some(1.0), 3));
+        assert_eq!(
+            (w.avg_accept_length, w.accept_length_forward_count),
+            (Some(1.0), 3)
+        );
         assert_eq!(tally.take(0.0).num_req, 0, "taking empties the tally");
     }
 
@@ -329,7 +350,13 @@ mod tests {
             starting: vec![3],
             draining: vec![2],
         };
-        let s = ScalingSnapshot::new(4, 5000.0, RoleWorkers::default(), decode, TrafficWindow::default());
+        let s = ScalingSnapshot::new(
+            4,
+            5000.0,
+            RoleWorkers::default(),
+            decode,
+            TrafficWindow::default(),
+        );
         assert_eq!((s.non_draining_decode_count, s.total_decode_count), (3, 4));
         assert_eq!(s.total_prefill_count, 0);
     }

@@ -10,6 +10,7 @@ use crate::mocker::kind::fixed_latency::FixedLatencyArgs;
 use crate::scheduling::router_config::RouterConfig;
 use crate::scheduling::scheduler::select_profile;
 use crate::workload::{PromptSpec, RequestSpec};
+use scaling::{ScalingDecision, ScalingPolicy, ScalingSnapshot};
 
 fn ms(v: u64) -> SimTime {
     SimTime::from_ns(v * 1_000_000)
@@ -156,4 +157,119 @@ fn a_worker_ready_only_past_the_time_limit_never_serves() {
     assert!(result.records.iter().all(|r| worker_of(r) == 0));
     assert!(result.fault_marks.is_empty(), "it was never ready");
     assert!(result.end_time < ms(1_000), "the run does not wait for it");
+}
+
+/// A policy that ticks every `every_ms` from `first_ms`, asks for `targets` in turn (then
+/// leaves the fleet as it is), and keeps every snapshot it was shown.
+struct Scripted {
+    first_ms: Option<f64>,
+    every_ms: f64,
+    targets: Vec<Option<u64>>,
+    seen: Vec<ScalingSnapshot>,
+}
+
+impl ScalingPolicy for Scripted {
+    fn initial_tick_ms(&mut self) -> Result<Option<f64>, String> {
+        Ok(self.first_ms)
+    }
+
+    fn on_tick(&mut self, snapshot: &ScalingSnapshot) -> Result<ScalingDecision, String> {
+        let target = self.targets.get(self.seen.len()).copied().flatten();
+        self.seen.push(snapshot.clone());
+        Ok(ScalingDecision {
+            target_prefill: None,
+            target_decode: target,
+            next_tick_ms: Some(snapshot.now_ms + self.every_ms),
+        })
+    }
+}
+
+fn run_policy(count: u32, policy: &mut Scripted, arrivals_ms: &[u64]) -> SimResult {
+    let mut engine = EngineArgs {
+        backend: Backend::FixedLatency(FixedLatencyArgs {
+            pass_time: SimDuration::from_ms(10),
+        }),
+        ..EngineArgs::default()
+    };
+    engine.common.capacity.max_num_seqs = 1;
+    let router = RouterConfig::default();
+    let config = resolve(RunDescription {
+        profile: select_profile(&router, None, None),
+        router,
+        pools: vec![WorkerPool {
+            name: "fixed".into(),
+            count,
+            engine,
+        }],
+        router_mode: RouterMode::RoundRobin,
+        check_every_event: true,
+        ..RunDescription::default()
+    })
+    .expect("a valid run");
+    let requests = arrivals_ms
+        .iter()
+        .zip(0u64..)
+        .map(|(&at, row)| RequestSpec {
+            row,
+            arrival: ms(at),
+            policy_class: None,
+            input_tokens: 128,
+            output_tokens: 3,
+            priority: 0.0,
+            strict_priority: 0,
+            prompt: PromptSpec::HashIds {
+                hash_ids: vec![row * 10, row * 10 + 1],
+                tokens_per_hash: 64,
+            },
+            pinned_worker: None,
+        });
+    run_scaled(Options::new(config), requests, policy).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+#[test]
+fn a_policy_ticks_at_its_times_sees_the_fleet_and_traffic_and_stops_when_the_work_is_done() {
+    let mut policy = Scripted {
+        first_ms: Some(20.0),
+        every_ms: 20.0,
+        targets: vec![Some(2), None, Some(1)],
+        seen: Vec::new(),
+    };
+    // Four requests at 0 (30 ms each on one worker, one at a time), two at 45 ms.
+    let result = run_policy(1, &mut policy, &[0, 0, 0, 0, 45, 45]);
+    assert_eq!(result.count(EndStatus::Completed), 6);
+    let ticks: Vec<(u64, f64)> = policy
+        .seen
+        .iter()
+        .map(|s| (s.tick_ordinal, s.now_ms))
+        .collect();
+    let last_end_ms = result.end_time.as_ms_f64();
+    assert!(
+        ticks.iter().all(|&(_, at)| at <= last_end_ms),
+        "no tick after the work is done"
+    );
+    assert_eq!(&ticks[..3], &[(0, 20.0), (1, 40.0), (2, 60.0)]);
+    let first = &policy.seen[0];
+    assert_eq!(first.active_decode_ids, [0]);
+    assert_eq!((first.traffic.num_req, first.traffic.duration_s), (4, 0.02));
+    // Ready at once at 20 ms: worker 1 is active at the next tick, and drains at 60 ms.
+    assert_eq!(policy.seen[1].active_decode_ids, [0, 1]);
+    assert_eq!(policy.seen[1].traffic.num_req, 0);
+    assert_eq!(policy.seen[2].traffic.num_req, 2);
+    let later = &policy.seen[3];
+    assert!(later.active_decode_ids == [0] && later.draining_decode_ids.len() <= 1);
+    let on_new = result.records.iter().filter(|r| worker_of(r) == 1).count();
+    assert!(on_new > 0, "the added worker served");
+}
+
+#[test]
+fn a_policy_without_a_first_tick_is_never_asked() {
+    let mut policy = Scripted {
+        first_ms: None,
+        every_ms: 10.0,
+        targets: vec![Some(5)],
+        seen: Vec::new(),
+    };
+    let result = run_policy(1, &mut policy, &[0, 5]);
+    assert!(policy.seen.is_empty());
+    assert!(result.records.iter().all(|r| worker_of(r) == 0));
 }

@@ -1,5 +1,6 @@
 //! The integration tests, one binary grouped by intent.
 
+mod autoscaling;
 mod check_seeds;
 mod cli;
 mod disaggregated;

@@ -1,0 +1,101 @@
+//! A scaling policy in the loop, end to end: a policy process that dies, hangs or answers
+//! garbage ends the replay with exit 2, naming the policy and the tick, and writes nothing.
+//! (The fixtures in fidelity.rs check a working policy against 1.6.1.)
+
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+fn trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fidelity/scale-up-startup/dynamo.trace.jsonl")
+}
+
+/// Runs `replay` on the scaling fixture's trace with `policy` as the scaling policy (and
+/// `extra` flags) in a fresh directory; returns (exit code, stderr, whether --out exists).
+fn replay_with(policy: &str, extra: &[&str]) -> (i32, String, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("routersim")
+        .unwrap()
+        .current_dir(dir.path())
+        .arg("replay")
+        .arg("--trace")
+        .arg(trace())
+        .args(["--scaling-policy", policy, "--out", "o", "--quiet"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        stderr,
+        dir.path().join("o").exists(),
+    )
+}
+
+/// Answers the first question with a first tick at 1 s, then every tick with `answer`.
+fn answering(answer: &str) -> String {
+    format!(r#"read q; echo '{{"initial_tick_ms": 1000}}'; while read q; do echo '{answer}'; done"#)
+}
+
+#[test]
+fn a_policy_that_fails_ends_the_replay_with_exit_2_naming_the_tick_and_writes_nothing() {
+    let cases = [
+        // Gone before it is asked: writing to it fails (no SIGPIPE ends routersim).
+        ("exec true".to_string(), vec!["asked for its first tick"]),
+        (
+            "echo 'planner crashed' >&2; exit 4".to_string(),
+            vec!["asked for its first tick", "planner crashed"],
+        ),
+        (
+            answering("not json"),
+            vec!["tick 0 at 1000.000000 ms", "is not JSON"],
+        ),
+        (
+            answering(r#"{"target_decode": 2, "next_tick_ms": null}"#),
+            vec!["tick 0", "has no `target_prefill`"],
+        ),
+        (
+            answering(r#"{"target_prefill": null, "target_decode": -1, "next_tick_ms": null}"#),
+            vec!["tick 0", "a whole number"],
+        ),
+    ];
+    for (policy, expected) in cases {
+        let (code, stderr, wrote) = replay_with(&policy, &[]);
+        assert_eq!(code, 2, "{policy}: {stderr}");
+        assert!(stderr.contains("scaling policy `"), "{stderr}");
+        for text in expected {
+            assert!(
+                stderr.contains(text),
+                "{policy}: expected {text:?} in {stderr}"
+            );
+        }
+        assert!(!wrote, "{policy}: nothing is written");
+    }
+}
+
+#[test]
+fn a_policy_that_hangs_ends_the_replay_at_its_time_limit() {
+    let policy = r#"read q; echo '{"initial_tick_ms": 1000}'; read q; sleep 30"#;
+    let (code, stderr, wrote) = replay_with(policy, &["--scaling-policy-timeout-s", "0.5"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("tick 0") && stderr.contains("no answer within 0.5 s"),
+        "{stderr}"
+    );
+    assert!(!wrote);
+}
+
+#[test]
+fn a_bad_policy_timeout_is_refused_before_the_replay() {
+    let (code, stderr, wrote) = replay_with("true", &["--scaling-policy-timeout-s", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--scaling-policy-timeout-s"), "{stderr}");
+    assert!(!wrote);
+}
+
+#[test]
+fn a_policy_that_never_ticks_leaves_the_replay_as_it_was() {
+    let never = r#"read q; echo '{"initial_tick_ms": null}'"#;
+    let (code, stderr, _) = replay_with(never, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}
