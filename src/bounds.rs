@@ -441,3 +441,9 @@ mod tests {
         assert_eq!(capped_jobs(None, 0, 0), 1, "at least one");
     }
 }
+
+/// How long a scaling policy may take to answer one question by default, in seconds.
+pub const POLICY_ANSWER_DEFAULT_S: f64 = 60.0;
+
+/// The longest answer time limit a scaling policy may be given, in seconds (a day).
+pub const POLICY_ANSWER_MAX_S: f64 = 86_400.0;

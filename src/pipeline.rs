@@ -148,6 +148,14 @@ impl RunSpec {
                 arrival_speedup_ratio: *arrival_speedup_ratio,
             },
         };
+        let scaling = scenario.planner().map(|planner| {
+            let command = policy_process::PolicyCommand {
+                command: planner.command.clone(),
+                dir: planner.dir.clone(),
+                timeout: planner.timeout,
+            };
+            Arc::new(command) as Arc<dyn PolicySource>
+        });
         RunSpec {
             name: scenario.name().to_string(),
             config: scenario.config().clone().with_seed(seed),
@@ -157,7 +165,7 @@ impl RunSpec {
             warmup: scenario.warmup(),
             request_cache: None,
             timeline: false,
-            scaling: None,
+            scaling,
         }
     }
 

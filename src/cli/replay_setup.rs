@@ -3,9 +3,11 @@
 //! whose rules across flags [`resolve`](crate::sim::resolve) checks and this module words as the flag to fix.
 
 use super::{CliError, ReplayArgs, replay_router};
-use crate::bounds::{MAX_INPUT_FILE_BYTES, MAX_RANKS};
+use crate::bounds::{
+    MAX_INPUT_FILE_BYTES, MAX_RANKS, POLICY_ANSWER_DEFAULT_S, POLICY_ANSWER_MAX_S,
+};
 use crate::mocker::{EngineArgs, WorkerRole};
-use crate::pipeline::policy_process::{self, PolicyCommand};
+use crate::pipeline::policy_process::PolicyCommand;
 use crate::pipeline::{DisaggregatedSetup, PolicySource, ReplaySetup, RunSpec};
 use crate::scenario::bounds_check;
 use crate::sim::{DEFAULT_POOL, ResolveError};
@@ -201,8 +203,10 @@ pub(super) fn scaling_policy(args: &ReplayArgs) -> Result<Option<Arc<dyn PolicyS
         return Err(CliError::Input("--scaling-policy: give a command".into()));
     }
     let timeout = match args.scaling_policy_timeout_s {
-        None => policy_process::DEFAULT_TIMEOUT,
-        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
+        None => Duration::from_secs_f64(POLICY_ANSWER_DEFAULT_S),
+        Some(s) if s.is_finite() && s > 0.0 && s <= POLICY_ANSWER_MAX_S => {
+            Duration::from_secs_f64(s)
+        }
         Some(s) => {
             let message =
                 format!("--scaling-policy-timeout-s: {s} is not a number of seconds in (0, 86400]");

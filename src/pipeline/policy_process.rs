@@ -26,9 +26,6 @@ const MAX_LINE_BYTES: u64 = 1 << 20;
 /// The most of the process's stderr kept, to show with an error (its last 4 KiB).
 const STDERR_TAIL_BYTES: usize = 4096;
 
-/// How long a policy may take to answer one question by default.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// A policy command as given: run by `sh -c` in `dir`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyCommand {
@@ -67,10 +64,15 @@ impl PolicyProcess {
     /// Starts `command`; Err says why it could not start.
     pub fn start(command: &PolicyCommand) -> Result<PolicyProcess, String> {
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("could not start it: {e}"))?;
+        // A scenario in the working directory has an empty directory: the working one.
+        let dir = match command.dir.as_os_str().is_empty() {
+            true => std::path::Path::new("."),
+            false => command.dir.as_path(),
+        };
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(&command.command)
-            .current_dir(&command.dir)
+            .current_dir(dir)
             // Its own process group, so that whatever it starts is stopped with it.
             .process_group(0)
             .stdin(Stdio::from(OwnedFd::from(theirs)))

@@ -93,6 +93,17 @@ pub struct Scenario {
     arrival_jitter_ns: u64,
     /// `workload.warmup_s`: requests arriving before it stay out of latency and share figures.
     warmup: SimDuration,
+    /// `planner:`: the scaling policy in the loop, if any.
+    planner: Option<Planner>,
+}
+
+/// A scenario's scaling policy: `command`, run by `sh -c` in `dir` (the scenario's directory),
+/// answering each question within `timeout`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planner {
+    pub command: String,
+    pub dir: PathBuf,
+    pub timeout: std::time::Duration,
 }
 
 /// Where a scenario's requests come from.
@@ -327,6 +338,11 @@ impl Scenario {
     /// scenario's own seed (a run may set another: the pipeline's `RunSpec::from_scenario`).
     pub fn config(&self) -> &SimConfig {
         &self.config
+    }
+
+    /// The scaling policy in the loop (`planner:`), if any.
+    pub fn planner(&self) -> Option<&Planner> {
+        self.planner.as_ref()
     }
 
     /// The warmup (`workload.warmup_s`; zero when absent).

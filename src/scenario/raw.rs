@@ -13,9 +13,9 @@ use std::fmt;
 
 /// The keys a scenario file may have at its top, in [`RawScenario`]'s order: every field path
 /// (`--set`, a sweep's axis) starts at one of them.
-pub const SCENARIO_KEYS: [&str; 10] = [
+pub const SCENARIO_KEYS: [&str; 11] = [
     "name", "seed", "model", "router", "workers", "workload", "expect", "limits", "delays",
-    "faults",
+    "faults", "planner",
 ];
 
 /// A whole scenario file.
@@ -50,6 +50,18 @@ pub struct RawScenario {
     /// `faults:` (workers down and up, client cancellations).
     #[serde(default)]
     pub faults: Vec<RawFault>,
+    /// `planner:` a scaling policy in the loop.
+    #[serde(default)]
+    pub planner: Option<RawPlanner>,
+}
+
+/// `planner:`: a scaling policy in the loop, `command` (run by `sh -c` in the scenario's
+/// directory), answering each question within `timeout_s` seconds (default 60).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlanner {
+    pub command: String,
+    pub timeout_s: Option<f64>,
 }
 
 /// One entry of `faults:`; exactly one key is set. A struct of options rather than a serde

@@ -3,8 +3,8 @@
 
 use super::bounds_check;
 use super::overrides;
-use super::raw::{RawRouter, RawScenario};
-use super::{Scenario, ScenarioError};
+use super::raw::{RawPlanner, RawRouter, RawScenario};
+use super::{Planner, Scenario, ScenarioError};
 use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
@@ -15,6 +15,7 @@ use crate::time::{MAX_INPUT_NS, SimDuration, SimTime};
 use crate::workload::synth::SynthError;
 use crate::yaml::{self, Document, NodeKind};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 mod describe;
 mod expectations;
@@ -137,6 +138,7 @@ fn build(
     let closed_loop = closed_loop(source, &raw.workload)?;
     let warmup = warmup(source, &raw.workload)?;
     let faults = faults(source, &raw, &pools, &limits)?;
+    let planner = planner(source, raw.planner.as_ref(), &pools)?;
     let description = RunDescription {
         router,
         profile,
@@ -164,7 +166,45 @@ fn build(
         class_names,
         arrival_jitter_ns: raw.delays.arrival_jitter_ns,
         warmup,
+        planner,
     })
+}
+
+/// `planner:`: a command, an answer time limit in (0, 86400] s, and a fleet whose every role
+/// has one pool (a scaling policy sets one count per role).
+fn planner(
+    source: &Source,
+    raw: Option<&RawPlanner>,
+    pools: &[WorkerPool],
+) -> Result<Option<Planner>, ScenarioError> {
+    let Some(raw) = raw else { return Ok(None) };
+    if raw.command.trim().is_empty() {
+        return Err(source.at("planner.command", "give a command"));
+    }
+    let timeout = match raw.timeout_s {
+        None => Duration::from_secs_f64(bounds::POLICY_ANSWER_DEFAULT_S),
+        Some(s) if s.is_finite() && s > 0.0 && s <= bounds::POLICY_ANSWER_MAX_S => {
+            Duration::from_secs_f64(s)
+        }
+        Some(_) => return Err(source.at("planner.timeout_s", "seconds in (0, 86400]")),
+    };
+    for (index, pool) in pools.iter().enumerate() {
+        let role = pool.engine.common.role;
+        if let Some(other) = pools[..index].iter().find(|p| p.engine.common.role == role) {
+            let message = format!(
+                "a scaling policy sets one count per role, but pools `{}` and `{}` are both {}",
+                other.name,
+                pool.name,
+                role.label()
+            );
+            return Err(source.at("planner", message));
+        }
+    }
+    Ok(Some(Planner {
+        command: raw.command.clone(),
+        dir: source.dir.clone(),
+        timeout,
+    }))
 }
 
 /// A rule across the scenario's sections that [`sim::resolve`] found broken, at the field to

@@ -99,3 +99,97 @@ fn a_policy_that_never_ticks_leaves_the_replay_as_it_was() {
     let (code, stderr, _) = replay_with(never, &[]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// Two workers' worth of load on one worker; the planner adds a second at 1 s.
+const SCALED: &str = "name: scaled
+seed: 3
+workers: {count: 1, engine: {max_num_seqs: 8}}
+workload:
+  rate_per_s: 8
+  duration_s: 6
+  arrival: poisson
+  groups:
+    - {name: all, share: 1, input_tokens: 1024, output_tokens: 300}
+planner:
+  command: ./policy.sh
+";
+
+const POLICY: &str = r#"#!/bin/sh
+read -r q
+echo '{"initial_tick_ms": 1000}'
+read -r q
+echo '{"target_prefill": null, "target_decode": 2, "next_tick_ms": null}'
+"#;
+
+/// Runs `text` as s.yaml beside policy.sh; returns (exit code, stderr, requests.csv rows).
+fn run_scenario(text: &str) -> (i32, String, Vec<csv::StringRecord>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), text).unwrap();
+    let policy = dir.path().join("policy.sh");
+    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::cargo_bin("routersim")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["run", "s.yaml", "--out", "o", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let rows = match csv::Reader::from_path(dir.path().join("o/requests.csv")) {
+        Ok(mut reader) => reader.records().map(Result::unwrap).collect(),
+        Err(_) => Vec::new(),
+    };
+    (out.status.code().unwrap_or(-1), stderr, rows)
+}
+
+#[test]
+fn a_scenario_planner_scales_the_fleet_from_the_scenarios_directory() {
+    let (code, stderr, rows) = run_scenario(SCALED);
+    assert_eq!(code, 0, "{stderr}");
+    // Column 6 is `worker`, 14 `dispatch_ms`.
+    let on_new: Vec<f64> = (rows.iter())
+        .filter(|r| &r[6] == "1")
+        .map(|r| r[14].parse().unwrap())
+        .collect();
+    assert!(!on_new.is_empty(), "the added worker served");
+    assert!(on_new.iter().all(|&at| at >= 1000.0));
+}
+
+#[test]
+fn a_bad_planner_section_exits_2_naming_the_field() {
+    let cases = [
+        (
+            SCALED.replace("./policy.sh", "' '"),
+            "s.yaml:11: planner.command: give a command",
+        ),
+        (
+            SCALED.replace(
+                "  command: ./policy.sh",
+                "  command: ./policy.sh\n  timeout_s: 0",
+            ),
+            "planner.timeout_s: seconds in (0, 86400]",
+        ),
+        (
+            SCALED.replace(
+                "workers: {count: 1, engine: {max_num_seqs: 8}}",
+                "workers: {pools: [{name: a, count: 1}, {name: b, count: 1}]}",
+            ),
+            "planner: a scaling policy sets one count per role, but pools `a` and `b` are both aggregated",
+        ),
+        (
+            SCALED.replace(
+                "  command: ./policy.sh",
+                "  command: ./policy.sh\n  mode: agg",
+            ),
+            "planner",
+        ),
+    ];
+    for (text, expected) in cases {
+        let (code, stderr, _) = run_scenario(&text);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in {stderr}"
+        );
+    }
+}
