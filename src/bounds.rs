@@ -31,6 +31,11 @@ pub const MAX_TRACE_LINE_BYTES: u64 = 1 << 20;
 /// Most worker ranks of a run (`workers.count × dp_size`, or summed over `workers.pools`; and
 /// each alone).
 pub const MAX_RANKS: u64 = 4096;
+
+/// How long a scaling policy may take to answer one question by default, in seconds.
+pub const POLICY_ANSWER_DEFAULT_S: f64 = 60.0;
+/// The longest answer time limit a scaling policy may be given, in seconds (a day).
+pub const POLICY_ANSWER_MAX_S: f64 = 86_400.0;
 /// Most requests of a run, over all groups (or trace rows). A request costs about 1.3 KiB
 /// through a run, so a run's requests stay near 1.3 GB.
 pub const MAX_REQUESTS: u64 = 1_000_000;
@@ -441,9 +446,3 @@ mod tests {
         assert_eq!(capped_jobs(None, 0, 0), 1, "at least one");
     }
 }
-
-/// How long a scaling policy may take to answer one question by default, in seconds.
-pub const POLICY_ANSWER_DEFAULT_S: f64 = 60.0;
-
-/// The longest answer time limit a scaling policy may be given, in seconds (a day).
-pub const POLICY_ANSWER_MAX_S: f64 = 86_400.0;
