@@ -14,7 +14,6 @@
 use crate::report::measure::metrics::RunMetrics;
 use crate::rng;
 use crate::scenario::{self, Scenario, ScenarioError};
-use crate::sim::scaling::ScalingPolicy;
 use crate::sim::{self, InvariantViolation, SimConfig, SimResult};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::read_ahead;
@@ -34,6 +33,7 @@ mod replay;
 mod request_cache;
 
 pub use judgement::{JudgedRun, Judgement};
+pub use policy_process::PolicySource;
 pub use replay::{DisaggregatedSetup, ReplaySetup};
 pub use request_cache::RequestCache;
 
@@ -83,15 +83,6 @@ pub struct RunSpec {
     /// The scaling policy that scales the fleet while the run goes on (`None`: the fleet
     /// changes only by the scenario's faults).
     pub scaling: Option<Arc<dyn PolicySource>>,
-}
-
-/// Starts a run's scaling policy, a fresh one for each run (the CLI starts a process).
-pub trait PolicySource: fmt::Debug + Send + Sync {
-    /// A policy ready to be asked; Err says why it could not start.
-    fn start(&self) -> Result<Box<dyn ScalingPolicy>, String>;
-
-    /// How errors name it, e.g. "scaling policy `./policy.sh`".
-    fn name(&self) -> String;
 }
 
 /// A finished run and its measurements.

@@ -26,6 +26,16 @@ const MAX_LINE_BYTES: u64 = 1 << 20;
 /// The most of the process's stderr kept, to show with an error (its last 4 KiB).
 const STDERR_TAIL_BYTES: usize = 4096;
 
+/// Starts a run's scaling policy, a fresh one for each run (a [`PolicyCommand`] starts a
+/// process).
+pub trait PolicySource: std::fmt::Debug + Send + Sync {
+    /// A policy ready to be asked; Err says why it could not start.
+    fn start(&self) -> Result<Box<dyn ScalingPolicy>, String>;
+
+    /// How errors name it, e.g. "scaling policy `./policy.sh`".
+    fn name(&self) -> String;
+}
+
 /// A policy command as given: run by `sh -c` in `dir`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyCommand {
@@ -36,7 +46,7 @@ pub struct PolicyCommand {
     pub timeout: Duration,
 }
 
-impl super::PolicySource for PolicyCommand {
+impl PolicySource for PolicyCommand {
     fn start(&self) -> Result<Box<dyn ScalingPolicy>, String> {
         Ok(Box::new(PolicyProcess::start(self)?))
     }

@@ -3,7 +3,6 @@
 //! queue included), takes nothing new, and leaves at its last end.
 
 use super::*;
-use crate::engine::Limits;
 use crate::mocker::Backend;
 use crate::mocker::EngineArgs;
 use crate::mocker::kind::fixed_latency::FixedLatencyArgs;
@@ -16,16 +15,15 @@ fn ms(v: u64) -> SimTime {
     SimTime::from_ns(v * 1_000_000)
 }
 
-/// `count` fixed-latency workers (10 ms a pass, one token each) running up to
+/// A run of `count` fixed-latency workers (10 ms a pass, one token each) running up to
 /// `max_num_seqs` requests each, added ones ready `startup_ms` after they are asked for.
-fn run_fleet(
+fn fleet_config(
     count: u32,
     max_num_seqs: u64,
     startup_ms: u64,
     mode: RouterMode,
     faults: Vec<Fault>,
-    arrivals_ms: &[u64],
-) -> SimResult {
+) -> SimConfig {
     let mut engine = EngineArgs {
         backend: Backend::FixedLatency(FixedLatencyArgs {
             pass_time: SimDuration::from_ms(10),
@@ -35,7 +33,7 @@ fn run_fleet(
     engine.common.capacity.max_num_seqs = max_num_seqs;
     engine.common.startup_delay = SimDuration::from_ms(startup_ms);
     let router = RouterConfig::default();
-    let config = resolve(RunDescription {
+    resolve(RunDescription {
         profile: select_profile(&router, None, None),
         router,
         pools: vec![WorkerPool {
@@ -44,18 +42,18 @@ fn run_fleet(
             engine,
         }],
         router_mode: mode,
-        delays: TransportDelays::default(),
-        limits: Limits::default(),
         check_every_event: true,
         seed: 1,
-        closed_loop: None,
         faults,
-        migration_limit: 0,
+        ..RunDescription::default()
     })
-    .expect("a valid run");
-    let requests = arrivals_ms
-        .iter()
-        .zip(0u64..)
+    .expect("a valid run")
+}
+
+/// Requests of 128 prompt tokens (no prefix shared) and 3 output tokens, arriving at
+/// `arrivals_ms`.
+fn requests(arrivals_ms: &[u64]) -> Vec<RequestSpec> {
+    (arrivals_ms.iter().zip(0u64..))
         .map(|(&at, row)| RequestSpec {
             row,
             arrival: ms(at),
@@ -69,8 +67,20 @@ fn run_fleet(
                 tokens_per_hash: 64,
             },
             pinned_worker: None,
-        });
-    run(Options::new(config), requests).unwrap_or_else(|v| panic!("{v}"))
+        })
+        .collect()
+}
+
+fn run_fleet(
+    count: u32,
+    max_num_seqs: u64,
+    startup_ms: u64,
+    mode: RouterMode,
+    faults: Vec<Fault>,
+    arrivals_ms: &[u64],
+) -> SimResult {
+    let config = fleet_config(count, max_num_seqs, startup_ms, mode, faults);
+    run(Options::new(config), requests(arrivals_ms)).unwrap_or_else(|v| panic!("{v}"))
 }
 
 fn worker_of(r: &RequestRecord) -> u64 {
@@ -185,45 +195,9 @@ impl ScalingPolicy for Scripted {
 }
 
 fn run_policy(count: u32, policy: &mut Scripted, arrivals_ms: &[u64]) -> SimResult {
-    let mut engine = EngineArgs {
-        backend: Backend::FixedLatency(FixedLatencyArgs {
-            pass_time: SimDuration::from_ms(10),
-        }),
-        ..EngineArgs::default()
-    };
-    engine.common.capacity.max_num_seqs = 1;
-    let router = RouterConfig::default();
-    let config = resolve(RunDescription {
-        profile: select_profile(&router, None, None),
-        router,
-        pools: vec![WorkerPool {
-            name: "fixed".into(),
-            count,
-            engine,
-        }],
-        router_mode: RouterMode::RoundRobin,
-        check_every_event: true,
-        ..RunDescription::default()
-    })
-    .expect("a valid run");
-    let requests = arrivals_ms
-        .iter()
-        .zip(0u64..)
-        .map(|(&at, row)| RequestSpec {
-            row,
-            arrival: ms(at),
-            policy_class: None,
-            input_tokens: 128,
-            output_tokens: 3,
-            priority: 0.0,
-            strict_priority: 0,
-            prompt: PromptSpec::HashIds {
-                hash_ids: vec![row * 10, row * 10 + 1],
-                tokens_per_hash: 64,
-            },
-            pinned_worker: None,
-        });
-    run_scaled(Options::new(config), requests, policy).unwrap_or_else(|e| panic!("{e:?}"))
+    let config = fleet_config(count, 1, 0, RouterMode::RoundRobin, Vec::new());
+    run_scaled(Options::new(config), requests(arrivals_ms), policy)
+        .unwrap_or_else(|e| panic!("{e:?}"))
 }
 
 #[test]
