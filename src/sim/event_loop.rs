@@ -455,8 +455,14 @@ impl System {
             }
         };
         if let Some(traffic) = &mut hub.traffic {
-            // Runs with a scaling policy step pass by pass: every token is listed.
-            let decoded = output.tokens.iter().filter(|t| !t.first).count() as u64;
+            // Runs with a scaling policy step pass by pass: every token is listed. A decode
+            // worker's every token is a decode step; elsewhere a first token is a prefill's.
+            let decode_step = |first: bool| role == WorkerRole::Decode || !first;
+            let decoded = output
+                .tokens
+                .iter()
+                .filter(|t| decode_step(t.first))
+                .count() as u64;
             traffic.decoded(decoded, decoded);
         }
         // Decode workers publish to no router.
