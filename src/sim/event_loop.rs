@@ -161,6 +161,13 @@ pub(super) fn simulate(
             break reason;
         }
         if let (Some(policy), true) = (policy.as_deref_mut(), tick == Some(now)) {
+            // Each tick counts against the event budget, so a policy that ticks for ever
+            // over work that never ends (no worker left) still ends the run.
+            if engine.events_processed().saturating_add(ticks.fired)
+                >= system.hub.config.limits.max_events
+            {
+                break StopReason::EventLimit;
+            }
             system.scaling_tick(now, &mut ticks, policy, engine.queue())?;
             system.finish_instant(now, engine.queue());
             let remains = requests.next_time(&mut system.hub.ledger).is_some()

@@ -247,3 +247,31 @@ fn a_policy_without_a_first_tick_is_never_asked() {
     assert!(policy.seen.is_empty());
     assert!(result.records.iter().all(|r| worker_of(r) == 0));
 }
+
+#[test]
+fn a_policy_that_ticks_for_ever_over_work_that_never_ends_stops_at_the_event_budget() {
+    // Target 0 at once, a tick every millisecond: the requests wait in the router's queue
+    // for a worker that never comes, and the policy never stops ticking.
+    let mut policy = Scripted {
+        first_ms: Some(0.0),
+        every_ms: 1.0,
+        targets: vec![Some(0)],
+        seen: Vec::new(),
+    };
+    let base = fleet_config(1, 1, 0, RouterMode::KvRouter, Vec::new());
+    let limits = crate::engine::Limits {
+        max_events: 500,
+        ..crate::engine::Limits::default()
+    };
+    let mut description = base.to_description();
+    description.router.router_queue_threshold = Some(0.5);
+    description.profile = select_profile(&description.router, None, None);
+    let config = resolve(RunDescription {
+        limits,
+        ..description
+    })
+    .expect("a valid run");
+    let result = run_scaled(Options::new(config), requests(&[5, 5]), &mut policy).unwrap();
+    assert_eq!(result.stop_reason, StopReason::EventLimit);
+    assert!(policy.seen.len() <= 500, "{} ticks", policy.seen.len());
+}
