@@ -347,6 +347,7 @@ mod serving;
 mod status;
 pub mod timeline;
 mod transport;
+mod watch;
 
 pub use config::{
     ClosedLoop, DEFAULT_POOL, Fault, ResolveError, RouterMode, RunDescription, SimConfig,

@@ -37,8 +37,9 @@ pub use kind::WorkerKind;
 pub use kind::vllm;
 pub use profile::{ProfileError, TimingProfile};
 pub use protocol::{
-    AddRequestError, Admitted, Capacity, MockRequest, PassOutput, RejectReason, Rejection,
-    RequestPhase, RequestView, Reservation, TokenOut, WorkerLoad, WorkerSetup,
+    AddRequestError, Admitted, Capacity, LengthStats, MockRequest, PassMetrics, PassOutput,
+    RejectReason, Rejection, RequestPhase, RequestView, Reservation, TokenOut, WorkerLoad,
+    WorkerSetup,
 };
 pub use step_memo::StepMemo;
 pub use timing::{DynamoPolynomial, FixedTiming, TimingModel};

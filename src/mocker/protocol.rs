@@ -5,6 +5,7 @@
 
 use super::config::EngineArgs;
 use crate::scheduling::types::{KvEvent, RequestId, SeqHash};
+use crate::time::SimDuration;
 use std::fmt;
 use std::sync::Arc;
 
@@ -158,6 +159,9 @@ pub struct PassOutput {
     pub scheduled_tokens: u64,
     /// Context tokens the pass's decode step was charged for (0 if no decode time).
     pub decode_kv_tokens: u64,
+    /// What the pass did and what waited behind it, for a scaling policy; only when the
+    /// rank was asked to ([`Worker::record_pass_metrics`](super::Worker::record_pass_metrics)).
+    pub metrics: Option<Box<PassMetrics>>,
 }
 
 impl PassOutput {
@@ -173,6 +177,74 @@ impl PassOutput {
         self.prefill_tokens = 0;
         self.scheduled_tokens = 0;
         self.decode_kv_tokens = 0;
+        self.metrics = None;
+    }
+}
+
+/// What one pass did and what waited behind it, as 1.6.1's forward-pass metrics count them:
+/// taken when the pass is formed, read when it ends.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassMetrics {
+    /// How long the pass runs.
+    pub duration: SimDuration,
+    /// The requests that computed prompt tokens in the pass, by full prompt length.
+    pub prefill: LengthStats,
+    /// Tokens those requests computed in the pass.
+    pub prefill_computed_tokens: u64,
+    /// Prompt tokens those requests had computed or cached before the pass.
+    pub prefill_prefix_tokens: u64,
+    /// The requests the pass decoded (no prompt token computed, output still to come), by
+    /// sequence length (prompt and output so far) when the pass was formed.
+    pub decode: LengthStats,
+    /// Those of them that get a token at the pass's end (a step that recomputes part of a
+    /// preempted request's output gets none): the pass's decode steps.
+    pub decode_forwards: u64,
+    /// Requests waiting for their first admission, by prompt length.
+    pub queued_prefill: LengthStats,
+    /// Requests waiting to decode: preempted ones by sequence length, a decode rank's
+    /// handoffs (reserved or landed) by prompt length.
+    pub queued_decode: LengthStats,
+}
+
+/// How many lengths, their sum and the sum of their squares: a set's mean and variance,
+/// exactly.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LengthStats {
+    /// How many lengths.
+    pub count: u64,
+    /// Their sum, in tokens.
+    pub sum: u64,
+    /// The sum of their squares.
+    pub sum_squares: u128,
+}
+
+impl LengthStats {
+    /// Counts one more length.
+    pub fn add(&mut self, tokens: u64) {
+        self.count += 1;
+        self.sum = self.sum.saturating_add(tokens);
+        self.sum_squares = self
+            .sum_squares
+            .saturating_add(u128::from(tokens) * u128::from(tokens));
+    }
+
+    /// The population variance (0 for no length), from exact integer sums.
+    pub fn variance(&self) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let n = u128::from(self.count);
+        let sum = u128::from(self.sum);
+        let spread = self
+            .sum_squares
+            .checked_mul(n)
+            .and_then(|scaled| scaled.checked_sub(sum.checked_mul(sum)?));
+        let n = self.count as f64;
+        match spread {
+            Some(spread) => spread as f64 / n / n,
+            // Beyond 128 bits (no real pass): the floating-point form.
+            None => (self.sum_squares as f64 / n - (self.sum as f64 / n).powi(2)).max(0.0),
+        }
     }
 }
 
@@ -270,4 +342,6 @@ pub struct WorkerSetup<'a> {
     pub warm_probes: bool,
     /// The rank counts middle tokens from the start ([`super::Worker::count_middle_tokens`]).
     pub count_middle_tokens: bool,
+    /// The rank reports each pass's metrics from the start ([`super::Worker::record_pass_metrics`]).
+    pub pass_metrics: bool,
 }

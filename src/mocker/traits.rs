@@ -57,6 +57,10 @@ pub trait Worker: Send + std::fmt::Debug {
     /// token, which is always correct.
     fn count_middle_tokens(&mut self) {}
 
+    /// From now on, each pass's output carries its [`PassMetrics`](super::protocol::PassMetrics) (for a scaling policy,
+    /// which reads what every pass did). A kind that cannot tell leaves them out.
+    fn record_pass_metrics(&mut self) {}
+
     /// At the end of a run: calls `credit` with each request still on the rank and the middle
     /// tokens counted for it whose pass has been delivered (handed back with
     /// [`Worker::take_back`]; a pass in flight was never received), and forgets the counts.

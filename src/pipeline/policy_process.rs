@@ -333,6 +333,7 @@ mod tests {
             Default::default(),
             Default::default(),
             Default::default(),
+            Default::default(),
         );
         assert_eq!(policy.on_tick(&snapshot).unwrap().target_decode, Some(2));
         drop(policy);

@@ -15,12 +15,11 @@ use super::fleet::{self, PassEndAt, PassEnded, WorkerFleet, cached_blocks_hint};
 use super::handoff::{self, Disaggregated};
 use super::ledger::{Ledger, TokenEdge};
 use super::routers::Routers;
-use super::scaling::{
-    self, FleetChange, RoleWorkers, ScalingPolicy, ScalingSnapshot, TrafficTally,
-};
+use super::scaling::{self, FleetChange, ScalingPolicy};
 use super::serving::{Aggregated, Serving};
 use super::timeline::{self, CounterRecorder, MigrationMark};
 use super::transport::{self, Transport};
+use super::watch::Watch;
 use super::{AbortReason, CancelReason, InvariantViolation, Rejection, SimConfig, SimResult};
 use super::{Options, PolicyFailure, RunError, Status, Stepping, skips_quiet_passes};
 use crate::bounds::MAX_RANKS;
@@ -60,8 +59,8 @@ pub(super) struct Hub {
     uniform_hashes: UniformBlockHashes,
     /// The timeline's counters, when the run keeps a timeline (`None`: one branch an instant).
     timeline: Option<Box<CounterRecorder>>,
-    /// The traffic since the scaling policy's last tick (`None`: no policy asks).
-    traffic: Option<Box<TrafficTally>>,
+    /// What the scaling policy watches between its ticks (`None`: no policy asks).
+    watch: Option<Box<Watch>>,
 }
 
 /// The hub and the event queue, as a part sees them.
@@ -193,7 +192,18 @@ impl Ticks {
         let first = policy
             .initial_tick_ms()
             .map_err(|message| PolicyFailure::new(None, SimTime::ZERO, message))?;
-        hub.traffic = Some(Box::default());
+        let mut watch = Box::<Watch>::default();
+        hub.fleet.record_pass_metrics();
+        for role in [
+            WorkerRole::Aggregated,
+            WorkerRole::Prefill,
+            WorkerRole::Decode,
+        ] {
+            for worker in hub.fleet.role_workers(role).active {
+                watch.activated(SimTime::ZERO, &hub.fleet, worker);
+            }
+        }
+        hub.watch = Some(watch);
         hub.ledger.keep_completed();
         Ok(Ticks {
             next: scaling::tick_time(first),
@@ -250,7 +260,7 @@ pub(super) fn new_system(
         check_due: false,
         uniform_hashes: UniformBlockHashes::default(),
         timeline: None,
-        traffic: None,
+        watch: None,
         config,
     };
     Ok(System { hub, serving })
@@ -360,7 +370,16 @@ impl System {
         policy: &mut dyn ScalingPolicy,
         queue: &mut EventQueue<Event>,
     ) -> Result<(), RunError> {
-        let snapshot = self.hub.snapshot(now, ticks);
+        let hub = &mut self.hub;
+        let watch = hub.watch.get_or_insert_with(Box::default);
+        let snapshot = watch.snapshot(
+            now,
+            ticks.fired,
+            ticks.window_start,
+            &hub.fleet,
+            &mut hub.ledger,
+            hub.disaggregated,
+        );
         let decision = policy
             .on_tick(&snapshot)
             .map_err(|message| PolicyFailure::new(Some(ticks.fired), now, message))?;
@@ -442,9 +461,28 @@ impl System {
             .fleet
             .start_pass(now, rank, allow_quiet, &mut hub.ledger)
         {
-            Ok(end) => schedule_pass_end(queue, end),
+            Ok(end) => {
+                if end.is_some() && hub.watch.is_some() {
+                    self.count_waiting_handoffs(rank);
+                }
+                schedule_pass_end(queue, end);
+            }
             Err(message) => hub.fail(now, message),
         }
+    }
+
+    /// A decode rank's pass just formed counts the handoffs waiting for room on it among
+    /// the requests it has yet to decode (by prompt length), as 1.6.1's metrics do.
+    fn count_waiting_handoffs(&mut self, rank: usize) {
+        let hub = &mut self.hub;
+        let Some(metrics) = hub.fleet.pass_metrics_mut(rank) else {
+            return;
+        };
+        let ledger = &hub.ledger;
+        self.serving.for_each_waiting_handoff(rank, &mut |id| {
+            let prompt = u64::from(ledger.record(id).input_tokens);
+            metrics.queued_decode.add(prompt);
+        });
     }
 
     fn end_pass(&mut self, now: SimTime, rank: usize, epoch: u64, queue: &mut EventQueue<Event>) {
@@ -461,16 +499,8 @@ impl System {
                 return;
             }
         };
-        if let Some(traffic) = &mut hub.traffic {
-            // Runs with a scaling policy step pass by pass: every token is listed. A decode
-            // worker's every token is a decode step; elsewhere a first token is a prefill's.
-            let decode_step = |first: bool| role == WorkerRole::Decode || !first;
-            let decoded = output
-                .tokens
-                .iter()
-                .filter(|t| decode_step(t.first))
-                .count() as u64;
-            traffic.decoded(decoded, decoded);
+        if let (Some(watch), Some(metrics)) = (&mut hub.watch, &output.metrics) {
+            watch.pass_ended(now, &hub.fleet, rank, metrics);
         }
         // Decode workers publish to no router.
         if role != WorkerRole::Decode {
@@ -556,6 +586,9 @@ impl System {
     /// Starting worker `worker` is ready: its ranks join and the router hears of it.
     fn worker_ready(&mut self, now: SimTime, worker: u64, queue: &mut EventQueue<Event>) {
         if self.hub.fleet.ready(now, worker) {
+            if let Some(watch) = &mut self.hub.watch {
+                watch.activated(now, &self.hub.fleet, worker);
+            }
             self.serving.fleet_grew(self.hub.fleet.rank_count());
             self.hub.announce(now, worker, queue);
         }
@@ -699,8 +732,8 @@ impl Hub {
             false => u64::MAX,
         };
         let class = spec.policy_class.clone();
-        if let Some(traffic) = &mut self.traffic {
-            traffic.arrival();
+        if let Some(watch) = &mut self.watch {
+            watch.traffic.arrival();
         }
         let id = self.ledger.open(now, spec, hashes, unshared_from);
         let session = arrival.session.map(|s| *s);
@@ -737,10 +770,10 @@ impl Hub {
                     class_index,
                     overlap_blocks,
                 } => {
-                    if let (Some(traffic), Some(cached)) = (&mut self.traffic, overlap_blocks) {
+                    if let (Some(watch), Some(cached)) = (&mut self.watch, overlap_blocks) {
                         let prompt = self.ledger.in_flight(id).map_or(0, |f| f.prompt_tokens);
                         let blocks = prompt.div_ceil(self.config.block_size());
-                        traffic.placed(u64::from(cached), blocks);
+                        watch.traffic.placed(u64::from(cached), blocks);
                     }
                     self.ledger.dispatched(now, id, rank, path, class_index);
                     self.touch_rank(Some(rank));
@@ -1039,48 +1072,6 @@ impl Hub {
         } else {
             queue.schedule(now.saturating_add(delay), Event::RouterLearnsUp { worker });
         }
-    }
-
-    /// What the scaling policy sees at `now`: the fleet by role and state (numbered within
-    /// each role; aggregated workers as decode) and the traffic since the last tick.
-    fn snapshot(&mut self, now: SimTime, ticks: &Ticks) -> ScalingSnapshot {
-        let fleet = &self.fleet;
-        let numbered = |mut workers: RoleWorkers| {
-            for list in [
-                &mut workers.active,
-                &mut workers.starting,
-                &mut workers.draining,
-            ] {
-                for worker in list.iter_mut() {
-                    *worker = fleet.role_number(*worker);
-                }
-            }
-            workers
-        };
-        let (prefill, decode) = match self.disaggregated {
-            true => (
-                numbered(fleet.role_workers(WorkerRole::Prefill)),
-                numbered(fleet.role_workers(WorkerRole::Decode)),
-            ),
-            false => (
-                RoleWorkers::default(),
-                numbered(fleet.role_workers(WorkerRole::Aggregated)),
-            ),
-        };
-        let traffic = self.traffic.get_or_insert_with(Box::default);
-        for id in self.ledger.take_completed() {
-            let r = self.ledger.record(id);
-            let ms = |from: SimTime, to: Option<SimTime>| {
-                to.map_or(0.0, |to| to.saturating_since(from).as_ns() as f64 / 1e6)
-            };
-            let first = r.first_token.unwrap_or(r.arrival);
-            let (ttft_ms, gap_ms) = (ms(r.arrival, r.first_token), ms(first, r.completion));
-            let tokens = u64::from(r.tokens_received);
-            traffic.completed(u64::from(r.input_tokens), tokens, ttft_ms, gap_ms);
-        }
-        let duration_s = now.saturating_since(ticks.window_start).as_ns() as f64 / 1e9;
-        let window = traffic.take(duration_s);
-        ScalingSnapshot::new(ticks.fired, now.as_ms_f64(), prefill, decode, window)
     }
 
     /// Whether `changes` to role `role` keep the run within its bound on ranks.

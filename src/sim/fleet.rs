@@ -8,7 +8,7 @@ use super::timeline::{PassArgs, PassSlice, RankTrack};
 use super::{FaultMark, PoolUsage, WorkerPool};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{
-    MockRequest, PassOutput, Reservation, StepMemo, Worker, WorkerRole, WorkerSetup,
+    MockRequest, PassMetrics, PassOutput, Reservation, StepMemo, Worker, WorkerRole, WorkerSetup,
 };
 use crate::scheduling::select::{WorkerConfig, WorkerSet};
 use crate::scheduling::types::{RequestId, WorkerWithDpRank};
@@ -160,6 +160,8 @@ pub(super) struct WorkerFleet {
     skip_quiet: bool,
     /// Workers count middle tokens instead of listing them ([`Worker::count_middle_tokens`]).
     count_middle: bool,
+    /// Workers report each pass's metrics ([`Worker::record_pass_metrics`]).
+    pass_metrics: bool,
     /// Blocks each worker makes room for when it is built.
     reserved_per_rank: u64,
     /// Workers warm their pools' probes ([`warms_probes`]).
@@ -209,6 +211,7 @@ impl WorkerFleet {
             step_memos,
             skip_quiet,
             count_middle: false,
+            pass_metrics: false,
             reserved_per_rank: reserved_blocks_per_rank(ranks),
             warm_probes: warms_probes(&pools),
             ranks: Vec::new(),
@@ -249,6 +252,7 @@ impl WorkerFleet {
             skips_quiet_passes: self.skip_quiet,
             warm_probes: self.warm_probes,
             count_middle_tokens: self.count_middle,
+            pass_metrics: self.pass_metrics,
         };
         pool.kind().build(id, &setup)
     }
@@ -260,6 +264,15 @@ impl WorkerFleet {
         self.count_middle = true;
         for slot in &mut self.ranks {
             slot.worker.count_middle_tokens();
+        }
+    }
+
+    /// Has every worker, of now and to come, report each pass's metrics (a scaling policy
+    /// reads them).
+    pub fn record_pass_metrics(&mut self) {
+        self.pass_metrics = true;
+        for slot in &mut self.ranks {
+            slot.worker.record_pass_metrics();
         }
     }
 
@@ -535,6 +548,11 @@ impl WorkerFleet {
         Ok(Some(PassEndAt { at, rank, epoch }))
     }
 
+    /// The metrics of rank `index`'s pass in flight, if it reports them.
+    pub fn pass_metrics_mut(&mut self, index: usize) -> Option<&mut PassMetrics> {
+        self.ranks[index].output.metrics.as_deref_mut()
+    }
+
     /// After the passes of an instant started: each lock-step worker that started one ends it
     /// on all its ranks in the pass at once, when the slowest ends. Returns the moved ends (the
     /// ones scheduled at the starts go stale), in rank order.
@@ -551,6 +569,10 @@ impl WorkerFleet {
             for rank in in_pass {
                 let slot = &mut self.ranks[rank];
                 slot.pass_end = at;
+                // Each rank's pass lasts as long as its worker's.
+                if let Some(metrics) = &mut slot.output.metrics {
+                    metrics.duration = at.saturating_since(slot.pass_start);
+                }
                 slot.epoch += 1;
                 let epoch = slot.epoch;
                 moved.push(PassEndAt { at, rank, epoch });

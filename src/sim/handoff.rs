@@ -177,6 +177,10 @@ impl Serving for Disaggregated {
         lost.into_iter().collect()
     }
 
+    fn for_each_waiting_handoff(&self, rank: usize, f: &mut dyn FnMut(RequestId)) {
+        self.pending[rank].iter().copied().for_each(f);
+    }
+
     fn fleet_grew(&mut self, ranks: usize) {
         self.pending.resize_with(ranks, VecDeque::new);
         self.landed.resize_with(ranks, Vec::new);

@@ -2,6 +2,7 @@
 //! each role should have (1.6.1's `scaling_policy` contract), the snapshot it is shown, and
 //! the traffic window behind it. The event loop owns the clock; this file owns the contract.
 
+use crate::mocker::PassMetrics;
 use serde::Serialize;
 
 /// A scaling policy (a planner): asked once when the first tick is, then at each tick what
@@ -55,9 +56,75 @@ pub struct ScalingSnapshot {
     pub non_draining_decode_count: u64,
     pub total_decode_count: u64,
     pub traffic: TrafficWindow,
-    /// Per-pass engine metrics of the active workers: not modelled yet (always empty).
-    pub prefill_fpm_snapshots: Vec<serde_json::Value>,
-    pub decode_fpm_snapshots: Vec<serde_json::Value>,
+    /// The latest pass of each active prefill rank since the previous tick, in (worker,
+    /// rank) order.
+    pub prefill_fpm_snapshots: Vec<PassSnapshot>,
+    /// The same for decode (and aggregated) ranks.
+    pub decode_fpm_snapshots: Vec<PassSnapshot>,
+}
+
+/// A rank's latest pass as a policy sees it (1.6.1's forward-pass metrics): what it computed
+/// for which requests, what waited behind it, and how long it ran; all zero for a rank that
+/// ran no pass for a second (an idle snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PassSnapshot {
+    /// The worker, numbered within its role.
+    pub worker_id: u64,
+    pub dp_rank: u32,
+    /// How long the pass ran, in seconds.
+    pub wall_time: f64,
+    /// Requests that computed prompt tokens in the pass.
+    pub num_prefill_requests: u64,
+    /// Tokens those requests computed.
+    pub sum_prefill_tokens: u64,
+    /// Population variance of their full prompt lengths.
+    pub var_prefill_length: f64,
+    /// Prompt tokens they had computed or cached before the pass.
+    pub sum_prefill_kv_tokens: u64,
+    /// Requests the pass decoded.
+    pub num_decode_requests: u64,
+    /// Their sequence lengths (prompt and output so far), summed.
+    pub sum_decode_kv_tokens: u64,
+    pub var_decode_kv_tokens: f64,
+    /// Requests waiting for their first admission, and their prompt lengths.
+    pub num_queued_prefill: u64,
+    pub sum_queued_prefill_tokens: u64,
+    pub var_queued_prefill_length: f64,
+    /// Requests waiting to decode (preempted; a decode rank's handoffs), and their lengths.
+    pub num_queued_decode: u64,
+    pub sum_queued_decode_kv_tokens: u64,
+    pub var_queued_decode_kv_tokens: f64,
+}
+
+impl PassSnapshot {
+    /// Rank `dp_rank` of worker `worker_id` ran a pass with `metrics`.
+    pub fn of(worker_id: u64, dp_rank: u32, metrics: &PassMetrics) -> PassSnapshot {
+        PassSnapshot {
+            worker_id,
+            dp_rank,
+            wall_time: metrics.duration.as_ns() as f64 / 1e9,
+            num_prefill_requests: metrics.prefill.count,
+            sum_prefill_tokens: metrics.prefill_computed_tokens,
+            var_prefill_length: metrics.prefill.variance(),
+            sum_prefill_kv_tokens: metrics.prefill_prefix_tokens,
+            num_decode_requests: metrics.decode.count,
+            sum_decode_kv_tokens: metrics.decode.sum,
+            var_decode_kv_tokens: metrics.decode.variance(),
+            num_queued_prefill: metrics.queued_prefill.count,
+            sum_queued_prefill_tokens: metrics.queued_prefill.sum,
+            var_queued_prefill_length: metrics.queued_prefill.variance(),
+            num_queued_decode: metrics.queued_decode.count,
+            sum_queued_decode_kv_tokens: metrics.queued_decode.sum,
+            var_queued_decode_kv_tokens: metrics.queued_decode.variance(),
+        }
+    }
+}
+
+/// The latest pass of each rank of a role, for the policy's next tick.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RolePasses {
+    pub prefill: Vec<PassSnapshot>,
+    pub decode: Vec<PassSnapshot>,
 }
 
 /// One role's workers at a tick, by state, each list in id order.
@@ -76,6 +143,7 @@ impl ScalingSnapshot {
         prefill: RoleWorkers,
         decode: RoleWorkers,
         traffic: TrafficWindow,
+        passes: RolePasses,
     ) -> ScalingSnapshot {
         let count = |ids: &[u64]| ids.len() as u64;
         let (pa, ps, pd) = (
@@ -108,8 +176,8 @@ impl ScalingSnapshot {
             non_draining_decode_count: da + ds,
             total_decode_count: da + ds + dd,
             traffic,
-            prefill_fpm_snapshots: Vec::new(),
-            decode_fpm_snapshots: Vec::new(),
+            prefill_fpm_snapshots: passes.prefill,
+            decode_fpm_snapshots: passes.decode,
         }
     }
 }
@@ -356,6 +424,7 @@ mod tests {
             RoleWorkers::default(),
             decode,
             TrafficWindow::default(),
+            RolePasses::default(),
         );
         assert_eq!((s.non_draining_decode_count, s.total_decode_count), (3, 4));
         assert_eq!(s.total_prefill_count, 0);

@@ -44,6 +44,10 @@ pub(super) trait Serving: Send {
         held
     }
 
+    /// Calls `f` with each request waiting for a reservation on decode rank `rank`, in the
+    /// order they will get one.
+    fn for_each_waiting_handoff(&self, _rank: usize, _f: &mut dyn FnMut(RequestId)) {}
+
     /// The fleet has `ranks` ranks now (workers joined).
     fn fleet_grew(&mut self, _ranks: usize) {}
 

@@ -517,13 +517,10 @@ fn sessions_mixed_with_plain_rows_match_dynamo() {
     assert_matches_dynamo("sessions-mixed-plain");
 }
 
-/// A scripted scaling policy (the fixture's policy.sh, asked by both replays) scales one worker
-/// to three at 5 s, the new ones ready after `startup_time` 3 s: every request's worker and
-/// times match 1.6.1's. Without the policy most rows differ.
 /// Replays a scaling fixture with its policy keeping every snapshot it is shown, and compares
 /// them with the ones 1.6.1 showed it (dynamo.snapshots.jsonl), key by key: ids, counts, tick
-/// times and the traffic window (numbers within a nanosecond and 1.6.1's f64 noise). The
-/// per-pass engine metrics are not modelled yet, so not compared.
+/// times, the traffic window and every rank's latest pass (counts and token sums exactly;
+/// times within a nanosecond, variances within f64 noise: 1.6.1 sums them in another order).
 fn assert_snapshots_match_dynamo(name: &str) {
     let dir = fixture_dir(name);
     let tmp = tempfile::tempdir().unwrap();
@@ -557,41 +554,47 @@ fn assert_snapshots_match_dynamo(name: &str) {
         snapshots(&dir.join("dynamo.snapshots.jsonl")),
     );
     assert_eq!(ours.len(), theirs.len(), "ticks");
-    let close = |a: &serde_json::Value, b: &serde_json::Value| match (a.as_f64(), b.as_f64()) {
-        // Within a nanosecond (routersim's times are whole ns, 1.6.1's f64 ms) and f64 noise.
-        (Some(x), Some(y)) => (x - y).abs() <= 1e-6 + 1e-9 * x.abs(),
-        _ => a == b,
-    };
     for (tick, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
-        assert_eq!(
-            a.keys().collect::<Vec<_>>(),
-            b.keys().collect::<Vec<_>>(),
-            "tick {tick}"
-        );
-        for (key, value) in b {
-            if key.ends_with("_fpm_snapshots") {
-                continue;
-            }
-            if let Some(window) = value.as_object() {
-                for (field, v) in window {
-                    assert!(
-                        close(&a[key][field], v),
-                        "tick {tick} {key}.{field}: {} vs {v}",
-                        a[key][field]
-                    );
-                }
-            } else {
-                assert!(
-                    close(&a[key], value),
-                    "tick {tick} {key}: {} vs {value}",
-                    a[key]
-                );
-            }
-        }
+        assert_same_snapshot_value(&format!("tick {tick}"), a, b);
     }
 }
 
+/// `ours` is `theirs` (a snapshot or a part of one, at `path`): the same keys and lengths,
+/// integers equal, other numbers within a nanosecond (times: routersim's are whole ns,
+/// 1.6.1's f64 ms) and f64 noise.
+fn assert_same_snapshot_value(path: &str, ours: &serde_json::Value, theirs: &serde_json::Value) {
+    use serde_json::Value;
+    match (ours, theirs) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys = |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(a), keys(b), "{path}");
+            for (key, value) in b {
+                assert_same_snapshot_value(&format!("{path} {key}"), &a[key], value);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len(), "{path}: {ours} vs {theirs}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_same_snapshot_value(&format!("{path}[{i}]"), x, y);
+            }
+        }
+        (Value::Number(a), Value::Number(b)) if a.is_f64() || b.is_f64() => {
+            let (x, y) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            // wall_time is in seconds: a nanosecond is 1e-9 of it.
+            let ns = if path.ends_with("wall_time") {
+                1e-9
+            } else {
+                1e-6
+            };
+            assert!((x - y).abs() <= ns + 1e-9 * x.abs(), "{path}: {x} vs {y}");
+        }
+        _ => assert_eq!(ours, theirs, "{path}"),
+    }
+}
+
+/// A scripted scaling policy (the fixture's policy.sh, asked by both replays) scales one worker
+/// to three at 5 s, the new ones ready after `startup_time` 3 s: every request's worker and
+/// times match 1.6.1's. Without the policy most rows differ.
 #[test]
 fn a_scale_up_with_a_startup_delay_matches_dynamo() {
     assert_matches_dynamo("scale-up-startup");
@@ -608,6 +611,24 @@ fn a_scale_up_with_a_startup_delay_matches_dynamo() {
 fn a_scale_down_that_drains_matches_dynamo() {
     assert_matches_dynamo("scale-down-drain");
     assert_snapshots_match_dynamo("scale-down-drain");
+}
+
+/// A policy ticking at uneven times over shared prefixes, chunked prefills, preemptions and a
+/// quiet spell, while the fleet grows to three and drains back to one: every rank's latest
+/// pass at every tick (its prefill and decode sets, its queues, the idle pass of a rank that
+/// ran none for a second) is the one 1.6.1 shows.
+#[test]
+fn the_passes_a_policy_sees_match_dynamo() {
+    assert_matches_dynamo("scale-pass-metrics");
+    assert_snapshots_match_dynamo("scale-pass-metrics");
+}
+
+/// The same with two data-parallel ranks a worker: each rank's pass lasts as long as its
+/// worker's, and a rank with nothing to do in its worker's pass shows an empty one.
+#[test]
+fn the_passes_a_policy_sees_of_data_parallel_ranks_match_dynamo() {
+    assert_matches_dynamo("scale-pass-metrics-dp");
+    assert_snapshots_match_dynamo("scale-pass-metrics-dp");
 }
 
 /// Disaggregated serving: the decode role scaled from one worker to two at 5 s (ready after

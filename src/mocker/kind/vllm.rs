@@ -27,6 +27,9 @@ pub fn build(rank: WorkerWithDpRank, setup: &WorkerSetup) -> Box<dyn Worker> {
     if setup.count_middle_tokens {
         worker.count_middle_tokens();
     }
+    if setup.pass_metrics {
+        worker.record_pass_metrics();
+    }
     Box::new(worker)
 }
 

@@ -193,6 +193,8 @@ pub struct MockWorker {
     /// Middle tokens are counted on their request, not listed (see
     /// [`Worker::count_middle_tokens`](crate::mocker::Worker::count_middle_tokens)).
     count_middle: bool,
+    /// Each pass's output carries its metrics (see [`MockWorker::record_pass_metrics`]).
+    record_metrics: bool,
     ready: Vec<Slot>,
     event_scratch: Vec<KvEventData>,
     /// Block boundaries of a quiet run: (pass, step) pairs.
@@ -258,6 +260,7 @@ impl MockWorker {
             pass_seq: 0,
             delivered_seq: 0,
             count_middle: false,
+            record_metrics: false,
             ready: Vec::new(),
             event_scratch: Vec::new(),
             growth_scratch: Vec::new(),
@@ -560,10 +563,17 @@ impl MockWorker {
         // Every scheduled token, an undone one given back, came out of the budget.
         out.scheduled_tokens = self.common.capacity.max_num_batched_tokens - pass.budget;
         out.prefill_tokens = pass.batch.new_tokens();
+        // Taken before tokens are emitted (which completes requests); timed below.
+        if self.record_metrics {
+            out.metrics = Some(Box::new(self.pass_metrics(SimDuration::ZERO)));
+        }
         let decode = self.emit_tokens(out);
         out.decode_kv_tokens = decode.active_kv_tokens;
         self.publish_events(out);
         let end = self.pass_end(now, self.prefill_time(&pass.batch), &decode, memo);
+        if let Some(metrics) = &mut out.metrics {
+            metrics.duration = end.saturating_since(now);
+        }
         self.last_pass_end = end;
         end
     }
@@ -1169,6 +1179,7 @@ mod as_worker;
 mod checks;
 mod emission;
 mod handoff;
+mod metrics;
 mod quiet;
 
 #[cfg(test)]

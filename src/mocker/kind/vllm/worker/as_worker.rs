@@ -61,6 +61,10 @@ impl Worker for MockWorker {
         MockWorker::count_middle_tokens(self);
     }
 
+    fn record_pass_metrics(&mut self) {
+        MockWorker::record_pass_metrics(self);
+    }
+
     fn credit_unlisted_tokens(&mut self, credit: &mut dyn FnMut(RequestId, u64)) {
         MockWorker::credit_unlisted_tokens(self, credit);
     }

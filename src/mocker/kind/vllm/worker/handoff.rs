@@ -2,7 +2,7 @@
 //! until its decode worker has them; a decode rank reserves blocks for a handoff, queues it
 //! when its transfer lands, and admits it with the prompt computed.
 
-use super::{MockWorker, Slot};
+use super::{MockWorker, Scheduled, Slot};
 use crate::mocker::protocol::{
     AddRequestError, Admitted, MockRequest, PassOutput, RequestPhase, Reservation,
 };
@@ -108,6 +108,13 @@ impl MockWorker {
     pub(super) fn admit_transferred(&mut self, slot: Slot, out: &mut PassOutput) {
         let prompt = self.req(slot).prompt_tokens;
         self.running.push(slot);
+        // Its first token is a decode step of this pass (as 1.6.1 schedules it).
+        self.scheduled.push(Scheduled {
+            slot,
+            tokens: 0,
+            prompt_tokens: 0,
+            prefix_tokens: prompt,
+        });
         let r = &mut self.reqs[slot as usize];
         r.computed = prompt;
         r.phase = RequestPhase::Running;
