@@ -122,14 +122,21 @@ impl Serving for Disaggregated {
         }
     }
 
-    /// Transfers that landed meanwhile activate, and the rank takes a step for its pass end
-    /// and one for each of them.
+    /// The rank takes a step for its pass end, then the transfers that landed meanwhile
+    /// activate, each followed by a step of its own, as 1.6.1 orders them (its pass end
+    /// retries the reservations before the activations it deferred run). So the pass end's
+    /// reservation finds none of their blocks cached. A step that waits ends the rank's steps
+    /// at this instant: 1.6.1 retries a waiting handoff only once capacity is freed, which an
+    /// activation does not do.
     fn decode_pass_ended(&mut self, fx: &mut dyn Effects, now: SimTime, rank: usize) {
         let landed = std::mem::take(&mut self.landed[rank]);
+        let mut waits = self.reservation_steps(fx, now, rank, 1);
         for &id in &landed {
             self.activate(fx, now, id);
+            if !waits {
+                waits = self.reservation_steps(fx, now, rank, 1);
+            }
         }
-        self.reservation_steps(fx, now, rank, 1 + landed.len());
     }
 
     /// The transfer activates and its rank takes a step, or it waits for its decode rank's
@@ -271,25 +278,32 @@ impl Disaggregated {
     /// rank takes a step at each pass end and each time it hears of a handoff between passes
     /// (one chosen for it, or a transfer landing; one that landed during a pass counts at the
     /// pass end), so a busy rank takes about one reservation per pass, as 1.6.1's does. A
-    /// transfer of no time lands at once, which is another step.
-    fn reservation_steps(&mut self, fx: &mut dyn Effects, now: SimTime, rank: usize, steps: usize) {
+    /// transfer of no time lands at once, which is another step. True if a handoff was left
+    /// waiting for room (or the rank is in a pass).
+    fn reservation_steps(
+        &mut self,
+        fx: &mut dyn Effects,
+        now: SimTime,
+        rank: usize,
+        steps: usize,
+    ) -> bool {
         fx.settle_rank(now, rank);
-        if !fx.shared().fleet.in_pass(rank) {
-            self.take_reservations(fx, now, rank, steps);
-        }
+        let waits = fx.shared().fleet.in_pass(rank) || self.take_reservations(fx, now, rank, steps);
         // The rank's next pass starts after this (never in it): it knows what still waits.
         let pending = !self.pending[rank].is_empty();
         fx.shared().fleet.set_handoffs_pending(rank, pending);
+        waits
     }
 
-    /// The reservations of [`Disaggregated::reservation_steps`] on a rank between passes.
+    /// The reservations of [`Disaggregated::reservation_steps`] on a rank between passes;
+    /// true if the first pending handoff must wait for room.
     fn take_reservations(
         &mut self,
         fx: &mut dyn Effects,
         now: SimTime,
         rank: usize,
         mut steps: usize,
-    ) {
+    ) -> bool {
         // Each iteration removes a pending handoff or stops: bounded by the pending handoffs.
         while steps > 0
             && let Some(&id) = self.pending[rank].front()
@@ -310,14 +324,17 @@ impl Disaggregated {
             };
             let cached = match shared.fleet.reserve_handoff(rank, request) {
                 Ok(Reservation::Reserved { cached_blocks }) => cached_blocks,
-                Ok(Reservation::Wait) => break,
+                Ok(Reservation::Wait) => return true,
                 Ok(Reservation::Never(reason)) => {
                     // Refused for good: the step passes to the next one.
                     self.pending[rank].pop_front();
                     self.fail_handoff(fx, now, id, reason);
                     continue;
                 }
-                Err(message) => return fx.fail(now, message),
+                Err(message) => {
+                    fx.fail(now, message);
+                    return true;
+                }
             };
             steps -= 1;
             self.pending[rank].pop_front();
@@ -336,6 +353,7 @@ impl Disaggregated {
                 fx.schedule(now.saturating_add(delay), landing);
             }
         }
+        false
     }
 
     /// Request `id` becomes a waiting request of its decode rank with its prompt computed;

@@ -56,7 +56,7 @@
 //! unchunked prompt larger than `max_num_batched_tokens`. Runs 1.6.1 completes never meet
 //! either case, so their timings are unchanged.
 
-use super::kv_pool::{BlockId, KvPool, PrefixMatch, Reuse};
+use super::kv_pool::{BlockId, KvPool, Reuse};
 use super::memo::HeadProbe;
 use crate::mocker::config::{
     CommonArgs, ConfigError, EngineArgs, PreemptionMode, VllmArgs, WorkerRole,
@@ -71,7 +71,7 @@ use crate::scheduling::hashing;
 use crate::scheduling::types::{KvEvent, KvEventData, RequestId, SeqHash, WorkerWithDpRank};
 use crate::time::{SimDuration, SimTime};
 #[cfg(test)]
-use checks::{check_found, check_probe};
+use checks::check_found;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -103,6 +103,9 @@ struct Req {
     /// Its prompt's KV came from a prefill worker (a decode rank's handoff): it is admitted
     /// with the prompt computed, and nothing is prefilled for it.
     transferred: bool,
+    /// A decode rank's handoff: the order it reached the rank in (its reservation's), which
+    /// places it in the rank's `queue` when its transfer lands.
+    handoff_order: u64,
     /// The formed pass ([`MockWorker::pass_seq`]) that last decoded its token in place: that
     /// step leaves no [`Scheduled`] entry, only this stamp, for a preemption to undo.
     decoded_in_pass: u64,
@@ -169,9 +172,23 @@ pub struct MockWorker {
     slot_of: FxHashMap<RequestId, Slot>,
     free_slots: Vec<Slot>,
     waiting: VecDeque<Slot>,
-    /// A decode rank's handoffs whose transfer landed, waiting for a running slot. They queue
-    /// behind the waiting (preempted) requests, except while `handoffs_pending`.
+    /// A decode rank's handoffs whose transfer landed, waiting for a running slot, in the
+    /// order they reached the rank (not the order they landed in): the ones admitted while
+    /// `handoffs_pending`.
     landed: VecDeque<Slot>,
+    /// A decode rank's one waiting queue, as 1.6.1 keeps it: its `waiting` (preempted)
+    /// requests and its `landed` handoffs together, the order it admits in. A preempted
+    /// request goes to the front; a landed handoff goes before the first request that reached
+    /// the rank after it (see [`MockWorker::activate_handoff`]). Empty on other ranks.
+    queue: VecDeque<Slot>,
+    /// The order the next handoff reserved on a decode rank gets ([`Req::handoff_order`]).
+    next_handoff_order: u64,
+    /// Counts the times the rank freed capacity: a request completed, was preempted, or
+    /// left holding blocks or a running slot (1.6.1's capacity generation).
+    capacity_generation: u64,
+    /// The handoff whose reservation last had to wait, and the capacity generation then: it
+    /// is not tried again until the rank frees capacity (see [`MockWorker::reserve_handoff`]).
+    reservation_wait: Option<(RequestId, u64)>,
     /// A decode rank has handoffs waiting for room (set by its simulator): until they have it,
     /// only landed handoffs are admitted, and requests preempted there wait, as in 1.6.1.
     handoffs_pending: bool,
@@ -249,6 +266,10 @@ impl MockWorker {
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
             landed: VecDeque::new(),
+            queue: VecDeque::new(),
+            next_handoff_order: 0,
+            capacity_generation: 0,
+            reservation_wait: None,
             handoffs_pending: false,
             running: Vec::new(),
             next_event_id: 0,
@@ -442,6 +463,7 @@ impl MockWorker {
                     max_reused: 0,
                     live: false,
                     transferred: false,
+                    handoff_order: 0,
                     decoded_in_pass: 0,
                     middle_unlisted: 0,
                     middle_counted_in_pass: 0,
@@ -471,6 +493,9 @@ impl MockWorker {
         r.transferred = false;
         self.slot_of.insert(req.id, slot);
         self.waiting.push_back(slot);
+        if self.common.role == WorkerRole::Decode {
+            self.queue.push_back(slot);
+        }
         Ok(())
     }
 
@@ -481,6 +506,10 @@ impl MockWorker {
     /// for a removed request. Used for client cancellation; a rank that goes down is replaced
     /// whole instead.
     pub fn remove_request(&mut self, id: RequestId) -> Option<RequestView> {
+        // A handoff that waited for room here and is dropped comes back, if ever, as new.
+        if self.reservation_wait.map(|(waiting, _)| waiting) == Some(id) {
+            self.reservation_wait = None;
+        }
         let view = self.request(id)?;
         let slot = *self.slot_of.get(&id)?;
         if let Some(pos) = self.waiting.iter().position(|&s| s == slot) {
@@ -492,8 +521,12 @@ impl MockWorker {
         if let Some(pos) = self.landed.iter().position(|&s| s == slot) {
             self.landed.remove(pos);
         }
+        unqueue(&mut self.queue, slot);
         if matches!(view.phase, RequestPhase::Held | RequestPhase::Reserved) {
             self.held -= 1;
+        }
+        if !self.req(slot).blocks.is_empty() || view.phase == RequestPhase::Running {
+            self.capacity_generation += 1;
         }
         self.release_blocks(slot);
         self.forget(slot);
@@ -622,6 +655,7 @@ impl MockWorker {
     /// through anyway, the stuck waiting head is rejected so the simulation always ends.
     fn break_stall(&mut self, out: &mut PassOutput) {
         if let Some(slot) = self.waiting.pop_front() {
+            unqueue(&mut self.queue, slot);
             let id = self.req(slot).id;
             self.forget(slot);
             let reason = RejectReason::Stalled;
@@ -671,155 +705,6 @@ impl MockWorker {
         r.decoded_in_pass = self.pass_seq;
         pass.budget -= 1;
         true
-    }
-
-    /// Admits from the waiting queue in order while the batch has room, then landed handoffs
-    /// (1.6.1 queues a landed handoff behind the requests preempted on its rank). While
-    /// handoffs wait for room on a decode rank, only landed ones are admitted.
-    fn admit_waiting(&mut self, pass: &mut PassState, out: &mut PassOutput) {
-        if !self.handoffs_pending && !self.admit_queued(pass, out) {
-            return;
-        }
-        // Each iteration admits a landed handoff: bounded.
-        while (self.running.len() as u64) < self.common.capacity.max_num_seqs
-            && let Some(slot) = self.landed.pop_front()
-        {
-            self.admit_transferred(slot, out);
-        }
-    }
-
-    /// Admits waiting requests in order; false if one is left (it waits for blocks or the
-    /// pass's budget, or the batch is full), which holds up everything behind it.
-    fn admit_queued(&mut self, pass: &mut PassState, out: &mut PassOutput) -> bool {
-        // Each iteration removes the head (admitted or rejected) or stops: bounded.
-        while (self.running.len() as u64) < self.common.capacity.max_num_seqs {
-            let Some(&slot) = self.waiting.front() else {
-                break;
-            };
-            let cached_tokens = match self.decide_admission(slot) {
-                Decision::Admit { cached_tokens } => cached_tokens,
-                Decision::Wait => break,
-                Decision::Reject(reason) => {
-                    self.waiting.pop_front();
-                    let id = self.req(slot).id;
-                    self.forget(slot);
-                    out.rejected.push(Rejection { id, reason });
-                    continue;
-                }
-            };
-            match self.schedule(slot, Some(cached_tokens), pass, out) {
-                Outcome::Scheduled { tokens } => {
-                    if tokens == 0 && pass.budget == 0 {
-                        break;
-                    }
-                }
-                Outcome::Blocked | Outcome::CurrentPreempted => break,
-            }
-        }
-        self.waiting.is_empty()
-    }
-
-    /// vLLM admission of the waiting head: reject what can never run, wait while the blocks
-    /// its known tokens need (less those already active in the cache) exceed the blocks not
-    /// held by running requests (cached inactive blocks count as free).
-    fn decide_admission(&mut self, slot: Slot) -> Decision {
-        let bs = self.common.block_size;
-        let capacity = self.common.capacity.num_gpu_blocks;
-        if let Some(reason) = self.never_fits(self.req(slot)) {
-            return Decision::Reject(reason);
-        }
-        let known_blocks = self.req(slot).seq_len().div_ceil(bs);
-        let hit = self.prefix_hit(slot);
-        let prompt_left = r_prompt_left(self.req(slot), hit.blocks * bs);
-        // Without chunking, a prompt larger than a whole pass's budget can never be scheduled
-        // (1.6.1 aborts the replay there); refusing it keeps the rank live.
-        if !self.vllm.enable_chunked_prefill
-            && prompt_left > self.common.capacity.max_num_batched_tokens
-        {
-            return Decision::Reject(RejectReason::PromptOverTokenBudget);
-        }
-        let needed = known_blocks - hit.active_blocks;
-        let available = capacity - self.pool.active_blocks();
-        if needed > available {
-            return Decision::Wait;
-        }
-        Decision::Admit {
-            cached_tokens: hit.blocks * bs,
-        }
-    }
-
-    /// Why a request can never be served on this rank, whatever else runs, if it cannot:
-    /// its prompt reaches `max_model_len` or needs more blocks than the pool (1.6.1's two
-    /// rejections), or its whole sequence would (1.6.1 serves it until it has outgrown the
-    /// pool and then aborts its replay; refusing it up front spares the requests it would
-    /// preempt on the way).
-    fn never_fits(&self, r: &Req) -> Option<RejectReason> {
-        let bs = self.common.block_size;
-        let capacity = self.common.capacity.num_gpu_blocks;
-        if self
-            .common
-            .capacity
-            .max_model_len
-            .is_some_and(|m| r.prompt_tokens >= m)
-        {
-            return Some(RejectReason::PromptOverMaxModelLen);
-        }
-        if r.prompt_tokens.div_ceil(bs) > capacity {
-            return Some(RejectReason::PromptOverPool);
-        }
-        if self.peak_tokens(r).div_ceil(bs) > capacity {
-            return Some(RejectReason::SequenceOverPool);
-        }
-        None
-    }
-
-    /// The most tokens a request ever holds KV for: its prompt, then every generated token
-    /// but the last (the last is emitted, never computed), up to `max_model_len - 1`.
-    fn peak_tokens(&self, r: &Req) -> u64 {
-        if r.max_output_tokens == 0 {
-            return r.prompt_tokens;
-        }
-        let end = r.prompt_tokens.saturating_add(r.max_output_tokens);
-        let end = self
-            .common
-            .capacity
-            .max_model_len
-            .map_or(end, |m| end.min(m));
-        (end - 1).max(r.prompt_tokens)
-    }
-
-    /// The reusable cached prefix of a request's known tokens. At least the last token is
-    /// recomputed when a token is still to be generated from it, so a fully cached
-    /// block-aligned sequence reuses all but its last block (1.6.1: 960 of 1024 tokens); a
-    /// request with nothing to generate (`max_output_tokens` 0) reuses every cached full
-    /// block (1.6.1: all 192 tokens of a cached 3-block prompt, and no prefill).
-    ///
-    /// The answer and the blocks found are kept in `head_probe` and reused while the pool
-    /// reports no change that could alter them (a waiting request's sequence is fixed).
-    fn prefix_hit(&mut self, slot: Slot) -> PrefixMatch {
-        if !self.common.enable_prefix_caching {
-            return PrefixMatch::default();
-        }
-        let bs = self.common.block_size;
-        let finished = self.finished(self.req(slot));
-        let r = &mut self.reqs[slot as usize];
-        let limit = match finished {
-            true => r.seq_len() / bs,
-            false => (r.seq_len() - 1) / bs,
-        };
-        if !self.reuse_probes {
-            ensure_hashes(r, limit as usize);
-            return self.pool.match_prefix(known_hashes(r), limit);
-        }
-        if let Some(hit) = self.head_probe.answer(slot, limit, &self.pool) {
-            self.probe_reuses += 1;
-            #[cfg(test)]
-            check_probe(&self.pool, r, &self.head_probe);
-            return hit;
-        }
-        ensure_hashes(r, limit as usize);
-        self.head_probe
-            .probe(slot, limit, known_hashes(r), &mut self.pool)
     }
 
     /// Schedules one request's next tokens. `cached_tokens` is Some for a request being
@@ -889,9 +774,8 @@ impl MockWorker {
             let reported_reused_tokens = r.max_reused;
             let id = r.id;
             // Usually the head; preemptions in this call may have queued victims before it.
-            if let Some(pos) = self.waiting.iter().position(|&w| w == slot) {
-                self.waiting.remove(pos);
-            }
+            unqueue(&mut self.waiting, slot);
+            unqueue(&mut self.queue, slot);
             self.running.push(slot);
             out.admitted.push(Admitted {
                 id,
@@ -1046,6 +930,7 @@ impl MockWorker {
             PreemptionMode::Fifo => 0,
         };
         let victim = self.running.remove(index);
+        self.capacity_generation += 1;
         self.index_unshared(victim);
         self.release_blocks(victim);
         let r = self.req_mut(victim);
@@ -1054,6 +939,9 @@ impl MockWorker {
         let id = r.id;
         self.preemptions_total += 1;
         self.waiting.push_front(victim);
+        if self.common.role == WorkerRole::Decode {
+            self.queue.push_front(victim);
+        }
         out.preempted.push(id);
         Some(victim)
     }
@@ -1129,6 +1017,13 @@ impl MockWorker {
 
 /// The request's full-block hashes derived so far, prompt blocks first (see
 /// [`ensure_hashes`]).
+/// Takes `slot` out of `queue` if it is there (usually at its front).
+fn unqueue(queue: &mut VecDeque<Slot>, slot: Slot) {
+    if let Some(pos) = queue.iter().position(|&s| s == slot) {
+        queue.remove(pos);
+    }
+}
+
 fn known_hashes(r: &Req) -> impl Iterator<Item = SeqHash> + '_ {
     r.prompt_hashes.iter().chain(r.gen_hashes.iter()).copied()
 }
@@ -1175,6 +1070,7 @@ fn block_hash(r: &Req, index: usize) -> SeqHash {
     }
 }
 
+mod admission;
 mod as_worker;
 mod checks;
 mod emission;

@@ -2,6 +2,7 @@
 //! computed tokens need, refcounts as requests hold them, capacity and batch limits kept.
 
 use super::{MockWorker, Req, Slot};
+use crate::mocker::config::WorkerRole;
 use crate::mocker::protocol::RequestPhase;
 use crate::mocker::vllm::kv_pool::BlockId;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -25,6 +26,7 @@ impl MockWorker {
         if queued + self.held != self.slot_of.len() {
             return Err("a live request is in no queue, or in two".to_string());
         }
+        self.check_decode_queue()?;
         if self.slot_of.len() + self.free_slots.len() != self.reqs.len() {
             return Err("a request slot is neither live nor free".to_string());
         }
@@ -88,6 +90,8 @@ impl MockWorker {
     pub(crate) fn assert_same_state(&self, other: &MockWorker) {
         self.pool.assert_same_state(&other.pool);
         assert_eq!(self.waiting, other.waiting, "waiting queues differ");
+        assert_eq!(self.landed, other.landed, "landed handoffs differ");
+        assert_eq!(self.queue, other.queue, "decode queues differ");
         assert_eq!(self.running, other.running, "running queues differ");
         assert_eq!(
             self.free_slots, other.free_slots,
@@ -104,6 +108,30 @@ impl MockWorker {
         assert_eq!(progress(self), progress(other), "requests differ");
         assert_eq!(self.next_event_id, other.next_event_id);
         assert_eq!(self.preemptions_total, other.preemptions_total);
+    }
+
+    /// A decode rank's `queue` holds its waiting and its landed requests, the waiting ones
+    /// in their order; its landed handoffs are in the order they reached it. Other ranks
+    /// keep no such queue.
+    fn check_decode_queue(&self) -> Result<(), String> {
+        if self.common.role != WorkerRole::Decode {
+            return match self.queue.is_empty() && self.landed.is_empty() {
+                true => Ok(()),
+                false => Err("a rank that decodes no handoff queues one".to_string()),
+            };
+        }
+        if self.queue.len() != self.waiting.len() + self.landed.len() {
+            return Err("the decode queue is not its waiting and landed requests".to_string());
+        }
+        let preempted = self.queue.iter().filter(|&&s| !self.landed.contains(&s));
+        if !preempted.copied().eq(self.waiting.iter().copied()) {
+            return Err("the decode queue disorders its waiting requests".to_string());
+        }
+        let orders = self.landed.iter().map(|&s| self.req(s).handoff_order);
+        if !orders.clone().zip(orders.skip(1)).all(|(a, b)| a < b) {
+            return Err("landed handoffs are out of their arrival order".to_string());
+        }
+        Ok(())
     }
 
     fn check_request(&self, r: &Req) -> Result<(), String> {

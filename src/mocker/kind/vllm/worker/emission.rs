@@ -61,6 +61,7 @@ impl MockWorker {
             if completed {
                 self.release_blocks(slot);
                 self.forget(slot);
+                self.capacity_generation += 1;
                 any_completed = true;
             }
         }
@@ -85,6 +86,7 @@ impl MockWorker {
                 out.finished_empty.push(r.id);
                 self.release_blocks(slot);
                 self.forget(slot);
+                self.capacity_generation += 1;
                 self.running.remove(i);
             } else {
                 i += 1;

@@ -3,12 +3,15 @@
 //! when its transfer lands, and admits it with the prompt computed.
 
 use super::{MockWorker, Scheduled, Slot};
+use crate::mocker::config::WorkerRole;
 use crate::mocker::protocol::{
     AddRequestError, Admitted, MockRequest, PassOutput, RequestPhase, Reservation,
 };
 use crate::mocker::vllm::kv_pool::PrefixMatch;
 use crate::scheduling::types::RequestId;
 use crate::time::SimTime;
+use std::collections::VecDeque;
+
 impl MockWorker {
     /// A prefill rank lets go of held request `id` (its decode worker has the KV): its blocks
     /// are released (full ones stay cached). False if the rank holds no such held request.
@@ -19,6 +22,7 @@ impl MockWorker {
         self.held -= 1;
         self.release_blocks(slot);
         self.forget(slot);
+        self.capacity_generation += 1;
         true
     }
 
@@ -28,13 +32,25 @@ impl MockWorker {
     /// holds (cached inactive blocks count as free). The reserved request holds its blocks
     /// (its cached leading blocks, then fresh ones) until [`MockWorker::activate_handoff`]
     /// queues it.
+    ///
+    /// A handoff that had to wait is not tried again until the rank has freed capacity since
+    /// (a request completed, was preempted, or left holding blocks or a running slot): it
+    /// waits at once, even if it would fit by now (1.6.1 marks the waiting handoff with its
+    /// capacity generation). So its prefix becoming active in the cache (a landed handoff's,
+    /// or a request admitted since) does not wake it.
     pub fn reserve_handoff(&mut self, req: MockRequest) -> Result<Reservation, AddRequestError> {
+        debug_assert_eq!(self.common.role, WorkerRole::Decode, "only a decode rank");
+        if self.reservation_wait == Some((req.id, self.capacity_generation)) {
+            return Ok(Reservation::Wait);
+        }
         let bs = self.common.block_size;
         let prompt = req.prompt_tokens;
         let id = req.id;
         self.add_request(SimTime::ZERO, req)?;
         let slot = self.slot_of[&id];
+        // A reserved request is in no queue until its transfer lands.
         self.waiting.pop_back();
+        self.queue.pop_back();
         if let Some(reason) = self.never_fits(self.req(slot)) {
             self.forget(slot);
             return Ok(Reservation::Never(reason));
@@ -59,15 +75,19 @@ impl MockWorker {
         let full = self.running.len() as u64 >= self.common.capacity.max_num_seqs;
         if full || needed > self.common.capacity.num_gpu_blocks - self.pool.active_blocks() {
             self.forget(slot);
+            self.reservation_wait = Some((id, self.capacity_generation));
             return Ok(Reservation::Wait);
         }
         let allocated = self.allocate(slot, prompt, hit.blocks);
         // Its blocks are taken: the probe's answer no longer describes a waiting request.
         self.head_probe.forget(slot);
         debug_assert!(allocated, "the blocks were counted free");
+        let order = self.next_handoff_order;
+        self.next_handoff_order += 1;
         let r = self.req_mut(slot);
         r.phase = RequestPhase::Reserved;
         r.transferred = true;
+        r.handoff_order = order;
         self.held += 1;
         Ok(Reservation::Reserved {
             cached_blocks: hit.blocks,
@@ -77,6 +97,12 @@ impl MockWorker {
     /// The transfer of reserved request `id` landed: it waits as any request does, and is
     /// admitted with its prompt computed, so its first pass is a decode step. False if the
     /// rank has no such reserved request.
+    ///
+    /// It queues by the order it reached the rank, not by when it landed (1.6.1 restores a
+    /// handoff's arrival ordinal when it activates it): before the first waiting request
+    /// that reached the rank after it, a preempted one included, else last. So a short
+    /// prompt's transfer that lands first still waits behind a longer one reserved before
+    /// it.
     pub fn activate_handoff(&mut self, id: RequestId) -> bool {
         let Some(slot) = self.slot_in(id, RequestPhase::Reserved) else {
             return false;
@@ -87,7 +113,17 @@ impl MockWorker {
         let prompt = self.req(slot).prompt_tokens;
         self.register_computed(slot, prompt);
         self.req_mut(slot).phase = RequestPhase::Waiting;
-        self.landed.push_back(slot);
+        let order = self.req(slot).handoff_order;
+        let reqs = &self.reqs;
+        let after = |queue: &VecDeque<Slot>| {
+            let later = queue
+                .iter()
+                .position(|&s| reqs[s as usize].handoff_order > order);
+            later.unwrap_or(queue.len())
+        };
+        let (at_landed, at_queue) = (after(&self.landed), after(&self.queue));
+        self.landed.insert(at_landed, slot);
+        self.queue.insert(at_queue, slot);
         true
     }
 
@@ -106,6 +142,8 @@ impl MockWorker {
     /// Admits a landed handoff with its whole prompt computed on the blocks reserved for it
     /// (it takes no token budget).
     pub(super) fn admit_transferred(&mut self, slot: Slot, out: &mut PassOutput) {
+        super::unqueue(&mut self.landed, slot);
+        super::unqueue(&mut self.queue, slot);
         let prompt = self.req(slot).prompt_tokens;
         self.running.push(slot);
         // Its first token is a decode step of this pass (as 1.6.1 schedules it).
@@ -333,5 +371,63 @@ mod tests {
             fast.inactive_blocks() > 0,
             "cached blocks were there to find"
         );
+    }
+
+    /// 1.6.1 puts a landed handoff back by the order it reached the rank: the one reserved
+    /// first is admitted first even when the other's transfer landed before it.
+    #[test]
+    fn landed_handoffs_are_admitted_in_the_order_they_were_reserved() {
+        let mut w = rank(role_args(WorkerRole::Decode, |a| {
+            a.common.capacity.max_num_seqs = 1
+        }));
+        w.reserve_handoff(row(1, 1024, 2, &[1, 2], 64)).unwrap();
+        w.reserve_handoff(row(2, 512, 2, &[3], 64)).unwrap();
+        assert!(
+            w.activate_handoff(RequestId(2)),
+            "the shorter transfer lands first"
+        );
+        assert!(w.activate_handoff(RequestId(1)));
+        let mut out = PassOutput::default();
+        let end = w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(out.admitted[0].id, RequestId(1));
+        assert_eq!(w.waiting_len(), 1);
+        w.check_invariants().unwrap();
+        // Request 1's two tokens, then request 2 takes the slot.
+        let end = w.execute_pass(end, &mut out);
+        w.execute_pass(end, &mut out);
+        assert_eq!(out.admitted[0].id, RequestId(2));
+        w.check_invariants().unwrap();
+    }
+
+    /// A handoff that had to wait is tried again only once the rank frees capacity: a landed
+    /// handoff making its prefix active does not wake it, the first completion does.
+    #[test]
+    fn a_waiting_reservation_is_retried_only_once_capacity_is_freed() {
+        let mut w = rank(role_args(WorkerRole::Decode, |a| {
+            a.common.capacity.num_gpu_blocks = 26
+        }));
+        w.reserve_handoff(row(1, 1024, 2, &[1, 2], 64)).unwrap();
+        // Its first 16 blocks are request 1's, still in transfer: 24 blocks do not fit in 10.
+        let second = row(2, 1536, 2, &[1, 2, 3], 64);
+        let waits = w.reserve_handoff(second.clone()).unwrap();
+        assert_eq!(waits, Reservation::Wait);
+        // Landed, request 1's blocks are active and 8 fresh ones would fit: not tried.
+        assert!(w.activate_handoff(RequestId(1)));
+        assert_eq!(
+            w.reserve_handoff(second.clone()).unwrap(),
+            Reservation::Wait
+        );
+        let mut out = PassOutput::default();
+        let end = w.execute_pass(SimTime::ZERO, &mut out);
+        assert_eq!(
+            w.reserve_handoff(second.clone()).unwrap(),
+            Reservation::Wait
+        );
+        // Request 1 completes: the rank freed capacity, so request 2 is tried and fits.
+        w.execute_pass(end, &mut out);
+        assert!(out.tokens[0].completed);
+        let reserved = w.reserve_handoff(second).unwrap();
+        assert_eq!(reserved, Reservation::Reserved { cached_blocks: 16 });
+        w.check_invariants().unwrap();
     }
 }
