@@ -8,6 +8,10 @@
 //!   multi-turn sessions), short and long outputs (mean about 177); on 1 and 4 workers, and
 //!   served disaggregated on 1 prefill + 1 decode and 2 + 2 workers (`mooncake-1p1d`,
 //!   `mooncake-2p2d`), against Dynamo's disaggregated replay.
+//! - `planner`: trace (a) starting on 1 worker with Dynamo's planner in the loop ([`PLANNER`]:
+//!   load-based scaling every 5 s, up to 8 workers): routersim's native planner against
+//!   Dynamo's own inside its replay (`tools/dynamo-replay --planner`, whose call time counts
+//!   the planner's Python work).
 //! - `big`, only with `ROUTERSIM_BENCH_BIG=1`: 1,000,000 requests of the (a)/(b) shape at
 //!   1,000 req/s in two classes (premium and regular, quanta 512:128) on 128 workers, timed
 //!   once with its peak resident size, without Dynamo's side.
@@ -23,12 +27,13 @@
 //! falls on both sides alike; each side counts its best run. Each line gives the process's
 //! peak resident size and ends with the ratios Dynamo / routersim, the whole process's first
 //! (what a user sees), the pipeline's beside it. Run: `cargo bench --bench replay [-- a b mooncake-1 mooncake-4
-//! mooncake-1p1d mooncake-2p2d]`.
+//! mooncake-1p1d mooncake-2p2d planner]`.
 
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, LogNormal};
 use routersim::mocker::{CommonArgs, EngineArgs, WorkerRole};
-use routersim::pipeline::{self, DisaggregatedSetup, ReplaySetup, RunSpec};
+use routersim::pipeline::{self, DisaggregatedSetup, PlannerSource, ReplaySetup, RunSpec};
+use routersim::planner::config::PlannerConfig;
 use routersim::scheduling::router_config::RouterConfig;
 use routersim::sim::RouterMode;
 use std::io::Write;
@@ -88,6 +93,7 @@ const BIG: Case = Case {
         two_classes: true,
     },
     workers: Workers::Aggregated(128),
+    planner: false,
 };
 
 fn big_case_asked() -> bool {
@@ -140,9 +146,21 @@ struct Case {
     name: &'static str,
     trace: Trace,
     workers: Workers,
+    /// Dynamo's planner in the loop ([`PLANNER`]): routersim's native one, Dynamo's own
+    /// (`tools/dynamo-replay --planner`, which needs the planner's Python packages).
+    planner: bool,
 }
 
-const CASES: [Case; 7] = [
+/// The planner case's configuration: load-based scaling every 5 s, up to 8 workers.
+const PLANNER: &str = "optimization_target: load
+load_adjustment_interval_seconds: 5
+decode_scale_up_kv_rate: 10
+decode_scale_down_kv_rate: 2
+min_endpoint: 1
+max_gpu_budget: 8
+";
+
+const CASES: [Case; 8] = [
     Case {
         name: "a",
         trace: Trace::Poisson {
@@ -151,6 +169,7 @@ const CASES: [Case; 7] = [
             two_classes: false,
         },
         workers: Workers::Aggregated(8),
+        planner: false,
     },
     Case {
         name: "b",
@@ -160,16 +179,19 @@ const CASES: [Case; 7] = [
             two_classes: false,
         },
         workers: Workers::Aggregated(32),
+        planner: false,
     },
     Case {
         name: "mooncake-1",
         trace: Trace::Mooncake,
         workers: Workers::Aggregated(1),
+        planner: false,
     },
     Case {
         name: "mooncake-4",
         trace: Trace::Mooncake,
         workers: Workers::Aggregated(4),
+        planner: false,
     },
     Case {
         name: "mooncake-2dp2",
@@ -178,6 +200,7 @@ const CASES: [Case; 7] = [
             workers: 2,
             dp_size: 2,
         },
+        planner: false,
     },
     Case {
         name: "mooncake-1p1d",
@@ -186,6 +209,7 @@ const CASES: [Case; 7] = [
             prefill: 1,
             decode: 1,
         },
+        planner: false,
     },
     Case {
         name: "mooncake-2p2d",
@@ -194,6 +218,17 @@ const CASES: [Case; 7] = [
             prefill: 2,
             decode: 2,
         },
+        planner: false,
+    },
+    Case {
+        name: "planner",
+        trace: Trace::Poisson {
+            requests: 10_000,
+            rate_per_s: 50.0,
+            two_classes: false,
+        },
+        workers: Workers::Aggregated(1),
+        planner: true,
     },
 ];
 
@@ -434,11 +469,18 @@ fn routersim_binary() -> PathBuf {
 }
 
 /// Dynamo's own replay time (`sim_wall_ms`) of one run.
-fn dynamo_ms(script: &Path, trace: &Path, workers: Workers, out: &Path) -> Option<f64> {
+fn dynamo_ms(
+    script: &Path,
+    trace: &Path,
+    workers: Workers,
+    extra: &[&std::ffi::OsStr],
+    out: &Path,
+) -> Option<f64> {
     let output = Command::new(script)
         .arg("--trace")
         .arg(trace)
         .args(workers.flags())
+        .args(extra)
         .arg("--out")
         .arg(out)
         .output()
@@ -452,7 +494,12 @@ fn dynamo_ms(script: &Path, trace: &Path, workers: Workers, out: &Path) -> Optio
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let summary: serde_json::Value = serde_json::from_str(stdout.lines().last()?).ok()?;
-    summary["sim_wall_ms"].as_f64()
+    // With a planner, Dynamo's own timer leaves out the planner's work (it answers from
+    // Python, between the simulator's steps): the call's wall time counts it.
+    match extra.is_empty() {
+        true => summary["sim_wall_ms"].as_f64(),
+        false => summary["call_wall_ms"].as_f64(),
+    }
 }
 
 /// The prefill and decode pools of a disaggregated case (each the default engine in its
@@ -556,7 +603,18 @@ fn main() -> std::process::ExitCode {
             kv_event_lag: routersim::time::SimDuration::ZERO,
             disaggregated: disaggregated(case.workers),
         };
-        let spec = RunSpec::from_replay(&setup).expect("the bench replay is valid");
+        let planner_path = dir.join("planner.yaml");
+        let mut spec = RunSpec::from_replay(&setup).expect("the bench replay is valid");
+        if case.planner {
+            std::fs::write(&planner_path, PLANNER).unwrap();
+            let config = PlannerConfig::parse(PLANNER).expect("the bench planner");
+            let path = planner_path.clone();
+            spec.scaling = Some(std::sync::Arc::new(PlannerSource { config, path }));
+        }
+        let planner_flags: Vec<&std::ffi::OsStr> = match case.planner {
+            true => vec!["--planner".as_ref(), planner_path.as_os_str()],
+            false => Vec::new(),
+        };
         let out = root.join("target/bench-out").join(case.name);
         let dynamo_csv = root.join(format!("target/bench-out/{}-dynamo.csv", case.name));
         let mut result = None;
@@ -584,6 +642,7 @@ fn main() -> std::process::ExitCode {
                     .args(["--quiet", "--force"])
                     .args(two_classes.then_some("--policy"))
                     .args(two_classes.then_some(&policy_path))
+                    .args(&planner_flags)
                     .arg("--out")
                     .arg(&out);
                 let (ms, peak) = run_measured(&command);
@@ -594,7 +653,7 @@ fn main() -> std::process::ExitCode {
                 .as_deref()
                 .filter(|_| !dynamo_failed && !two_classes)
             {
-                match dynamo_ms(script, &trace, case.workers, &dynamo_csv) {
+                match dynamo_ms(script, &trace, case.workers, &planner_flags, &dynamo_csv) {
                     Some(ms) => dynamo = Some(dynamo.map_or(ms, |best| best.min(ms))),
                     None => dynamo_failed = true,
                 }

@@ -187,6 +187,11 @@ struct ReplayArgs {
     /// 60); a policy that takes longer ends the replay (exit 2).
     #[arg(long, value_name = "S", requires = "scaling_policy")]
     scaling_policy_timeout_s: Option<f64>,
+    /// Dynamo 1.6.1's planner in the loop, native: PLANNER.yaml holds `PlannerConfig` keys as
+    /// Dynamo's planner takes them (load-based scaling; `sla` needs Dynamo's own planner:
+    /// `--scaling-policy "tools/dynamo-planner PLANNER.yaml"`). docs/autoscaling.md.
+    #[arg(long, value_name = "PLANNER.yaml", conflicts_with = "scaling_policy")]
+    planner: Option<PathBuf>,
     /// Seed for the router's tie-breaks.
     #[arg(long, default_value_t = 0)]
     seed: u64,

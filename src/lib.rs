@@ -12,6 +12,7 @@ pub mod memory;
 pub mod mocker;
 pub mod pipeline;
 pub mod plan;
+pub mod planner;
 pub mod report;
 pub mod rng;
 pub mod scenario;

@@ -28,11 +28,13 @@ use std::sync::Arc;
 
 mod judgement;
 pub mod memory_estimate;
+mod planner_source;
 pub mod policy_process;
 mod replay;
 mod request_cache;
 
 pub use judgement::{JudgedRun, Judgement};
+pub use planner_source::PlannerSource;
 pub use policy_process::PolicySource;
 pub use replay::{DisaggregatedSetup, ReplaySetup};
 pub use request_cache::RequestCache;
@@ -139,14 +141,7 @@ impl RunSpec {
                 arrival_speedup_ratio: *arrival_speedup_ratio,
             },
         };
-        let scaling = scenario.planner().map(|planner| {
-            let command = policy_process::PolicyCommand {
-                command: planner.command.clone(),
-                dir: planner.dir.clone(),
-                timeout: planner.timeout,
-            };
-            Arc::new(command) as Arc<dyn PolicySource>
-        });
+        let scaling = (scenario.planner()).map(|p| planner_source::of_scenario(scenario.name(), p));
         RunSpec {
             name: scenario.name().to_string(),
             config: scenario.config().clone().with_seed(seed),
@@ -370,7 +365,7 @@ fn run_with<A: Into<Arrival>>(
         return sim::run(options, requests).map_err(RunError::Bug);
     };
     let failed = |message: String| RunError::Input(format!("{}: {message}", source.name()));
-    let mut policy = source.start().map_err(failed)?;
+    let mut policy = source.start(options.config.pools()).map_err(failed)?;
     sim::run_scaled(options, requests, policy.as_mut()).map_err(|e| match e {
         sim::RunError::Invariant(v) => RunError::Bug(v),
         sim::RunError::Policy(f) => failed(f.to_string()),

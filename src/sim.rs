@@ -111,6 +111,56 @@ pub struct PoolUsage {
     pub role: WorkerRole,
 }
 
+/// One worker's life in a run, for what the fleet cost: when it was asked for, ready, set
+/// draining and gone (each `None` if it did not happen within the run). The workers a run
+/// starts with are asked for and ready at 0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerLife {
+    /// Its pool (an index into the run's pools).
+    pub pool: usize,
+    pub role: WorkerRole,
+    /// GPUs it runs on ([`crate::mocker::CommonArgs::gpus_per_worker`]).
+    pub gpus: u64,
+    pub asked: SimTime,
+    pub ready: Option<SimTime>,
+    pub draining: Option<SimTime>,
+    /// When it left: drained, or its start cancelled.
+    pub gone: Option<SimTime>,
+}
+
+impl WorkerLife {
+    /// A worker of pool `index` (`pool`) asked for at `at`, not ready yet.
+    pub fn asked(index: usize, pool: &WorkerPool, at: SimTime) -> WorkerLife {
+        WorkerLife {
+            pool: index,
+            role: pool.engine.common.role,
+            gpus: pool.engine.common.gpus_per_worker(),
+            asked: at,
+            ready: None,
+            draining: None,
+            gone: None,
+        }
+    }
+
+    /// The same worker, ready at `at`.
+    pub fn ready_at(mut self, at: SimTime) -> WorkerLife {
+        self.ready = Some(at);
+        self
+    }
+}
+
+/// A scaling policy changed how many workers a role should have.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalingEvent {
+    pub at: SimTime,
+    pub role: WorkerRole,
+    /// Its workers that were not draining (active and starting) before, and the target.
+    pub from: u64,
+    pub to: u64,
+    /// Why, as the policy says (`policy` when it does not).
+    pub reason: String,
+}
+
 /// The outcome of a run.
 #[derive(Clone, Debug)]
 pub struct SimResult {
@@ -128,6 +178,10 @@ pub struct SimResult {
     /// Worker faults in the order they happened (empty without `faults:`).
     pub fault_marks: Vec<FaultMark>,
     /// What the run recorded for its timeline, when asked ([`Options::with_timeline`]).
+    /// Every worker's life, by id (what the fleet cost).
+    pub worker_lives: Vec<WorkerLife>,
+    /// What the scaling policy changed, in order (`None`: the run had no policy).
+    pub scaling_events: Option<Vec<ScalingEvent>>,
     pub timeline: Option<Box<Timeline>>,
 }
 
@@ -818,6 +872,7 @@ policy_classes:
                 target_prefill: None,
                 target_decode: step.and_then(|s| s.0),
                 next_tick_ms: step.map(|s| snapshot.now_ms + s.1),
+                reason: None,
             })
         }
     }

@@ -7,8 +7,10 @@ use crate::bounds::{
     MAX_INPUT_FILE_BYTES, MAX_RANKS, POLICY_ANSWER_DEFAULT_S, POLICY_ANSWER_MAX_S,
 };
 use crate::mocker::{EngineArgs, WorkerRole};
+use crate::pipeline::PlannerSource;
 use crate::pipeline::policy_process::PolicyCommand;
 use crate::pipeline::{DisaggregatedSetup, PolicySource, ReplaySetup, RunSpec};
+use crate::planner::config::PlannerConfig;
 use crate::scenario::bounds_check;
 use crate::sim::{DEFAULT_POOL, ResolveError};
 use crate::time::SimDuration;
@@ -194,8 +196,12 @@ fn replay_engine(value: Option<&str>, flag: &str) -> Result<EngineArgs, CliError
     EngineArgs::from_json_str_in(&text, base).map_err(|e| CliError::Input(format!("{name}: {e}")))
 }
 
-/// The scaling policy `--scaling-policy` names, if any, with its answer time limit.
+/// The scaling policy `--scaling-policy` names (with its answer time limit) or the native
+/// planner `--planner` configures, if any.
 pub(super) fn scaling_policy(args: &ReplayArgs) -> Result<Option<Arc<dyn PolicySource>>, CliError> {
+    if let Some(path) = &args.planner {
+        return Ok(Some(Arc::new(planner_source(path)?)));
+    }
     let Some(command) = &args.scaling_policy else {
         return Ok(None);
     };
@@ -257,4 +263,17 @@ fn rule_error(error: ResolveError) -> CliError {
         | ResolveError::CancelInDisaggregated { .. } => error.to_string(),
     };
     CliError::Input(message)
+}
+
+/// The native planner of the configuration file at `path` (errors name file, line and key).
+pub(super) fn planner_source(path: &Path) -> Result<PlannerSource, CliError> {
+    let shown = path.display();
+    let text = crate::bounds::read_to_string_capped(path, MAX_INPUT_FILE_BYTES)
+        .map_err(|e| CliError::Input(format!("--planner {shown}: {e}")))?;
+    let config = PlannerConfig::parse(&text)
+        .map_err(|e| CliError::Input(format!("--planner {shown}: {e}")))?;
+    Ok(PlannerSource {
+        config,
+        path: path.to_path_buf(),
+    })
 }

@@ -118,6 +118,16 @@ pub struct CommonArgs {
     /// top-level `startup_time`, in seconds; none by default). The workers a run starts
     /// with are ready at once, as in 1.6.1's replay.
     pub startup_delay: SimDuration,
+    /// GPUs each rank runs on (the launch config's `tensor_parallel_size`; default 1). It
+    /// does not change the timing model; it counts what the fleet costs in GPUs.
+    pub tensor_parallel_size: u32,
+}
+
+impl CommonArgs {
+    /// GPUs one worker runs on: its ranks times each rank's tensor-parallel GPUs.
+    pub fn gpus_per_worker(&self) -> u64 {
+        u64::from(self.dp_size) * u64::from(self.tensor_parallel_size)
+    }
 }
 
 impl Default for CommonArgs {
@@ -133,6 +143,7 @@ impl Default for CommonArgs {
             speedup_ratio: 1.0,
             decode_speedup_ratio: 1.0,
             startup_delay: SimDuration::ZERO,
+            tensor_parallel_size: 1,
         }
     }
 }
@@ -434,8 +445,8 @@ pub struct EngineLaunchConfig {
     pub engine: EngineSection,
     /// Data-parallel ranks per worker.
     pub dp_size: Option<u32>,
-    /// Accepted (must be positive) and ignored: tensor parallelism does not change the
-    /// polynomial timing model.
+    /// GPUs per rank (must be positive): counts what the fleet costs; tensor parallelism
+    /// does not change the timing model.
     pub tensor_parallel_size: Option<u64>,
     /// Simulated start-up delay in seconds of a worker added while the run goes on: must be
     /// finite and non-negative (0, as in 1.6.1, means none).
@@ -598,13 +609,19 @@ impl EngineLaunchConfig {
         require_null("mem_fraction_static", &self.mem_fraction_static)?;
         require_null("free_gpu_memory_fraction", &self.free_gpu_memory_fraction)?;
         require_null("cuda_graph_reserved_bytes", &self.cuda_graph_reserved_bytes)?;
-        if self.tensor_parallel_size == Some(0) {
-            return Err(ConfigError::Invalid {
-                field: "tensor_parallel_size",
-                reason: "must be positive".to_string(),
-            });
-        }
+        let tensor_parallel_size = match self.tensor_parallel_size {
+            None => None,
+            Some(tp) => Some(u32::try_from(tp).ok().filter(|&tp| tp > 0).ok_or_else(|| {
+                ConfigError::Invalid {
+                    field: "tensor_parallel_size",
+                    reason: format!("{tp} is not a positive count of GPUs"),
+                }
+            })?),
+        };
         let mut args = self.engine.into_unvalidated_args(base_dir)?;
+        if let Some(tp) = tensor_parallel_size {
+            args.common.tensor_parallel_size = tp;
+        }
         if let Some(dp) = self.dp_size {
             args.common.dp_size = dp;
         }
@@ -789,8 +806,9 @@ impl EngineSection {
             timing,
             speedup_ratio: self.speedup_ratio.unwrap_or(d.speedup_ratio),
             decode_speedup_ratio: self.decode_speedup_ratio.unwrap_or(d.decode_speedup_ratio),
-            // A top-level key: the launch config sets it.
+            // Top-level keys: the launch config sets them.
             startup_delay: d.startup_delay,
+            tensor_parallel_size: d.tensor_parallel_size,
         };
         Ok(EngineArgs { common, backend })
     }

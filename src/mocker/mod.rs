@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod kind;
+pub mod launch;
 pub mod profile;
 mod profile_dir;
 pub mod protocol;

@@ -32,6 +32,7 @@ fn engine() -> impl Strategy<Value = EngineArgs> {
                     common: CommonArgs {
                         block_size: bs,
                         dp_size: 1,
+                        tensor_parallel_size: 1,
                         role: Default::default(),
                         kv_transfer: Default::default(),
                         capacity: CapacityArgs {

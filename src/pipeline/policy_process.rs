@@ -7,6 +7,9 @@
 //! then at each tick `{"call": "on_tick", "snapshot": {...}}` (1.6.1's snapshot), answered
 //! `{"target_prefill": N | null, "target_decode": N | null, "next_tick_ms": MS | null}`.
 
+use crate::mocker::WorkerRole;
+use crate::mocker::launch::launch_config_json;
+use crate::sim::WorkerPool;
 use crate::sim::scaling::{ScalingDecision, ScalingPolicy, ScalingSnapshot};
 use serde_json::{Map, Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -29,8 +32,8 @@ const STDERR_TAIL_BYTES: usize = 4096;
 /// Starts a run's scaling policy, a fresh one for each run (a [`PolicyCommand`] starts a
 /// process).
 pub trait PolicySource: std::fmt::Debug + Send + Sync {
-    /// A policy ready to be asked; Err says why it could not start.
-    fn start(&self) -> Result<Box<dyn ScalingPolicy>, String>;
+    /// A policy ready to be asked about a fleet of `pools`; Err says why it could not start.
+    fn start(&self, pools: &[WorkerPool]) -> Result<Box<dyn ScalingPolicy>, String>;
 
     /// How errors name it, e.g. "scaling policy `./policy.sh`".
     fn name(&self) -> String;
@@ -47,12 +50,32 @@ pub struct PolicyCommand {
 }
 
 impl PolicySource for PolicyCommand {
-    fn start(&self) -> Result<Box<dyn ScalingPolicy>, String> {
-        Ok(Box::new(PolicyProcess::start(self)?))
+    fn start(&self, pools: &[WorkerPool]) -> Result<Box<dyn ScalingPolicy>, String> {
+        Ok(Box::new(PolicyProcess::start(self, &engine_env(pools))?))
     }
 
     fn name(&self) -> String {
         format!("scaling policy `{}`", self.command)
+    }
+}
+
+/// The engines a policy process is told of, in Dynamo 1.6.1's launch-config JSON: the
+/// aggregated workers' as `ROUTERSIM_ENGINE_ARGS`, or the prefill and decode workers' as
+/// `ROUTERSIM_PREFILL_ENGINE_ARGS` and `ROUTERSIM_DECODE_ENGINE_ARGS` (each role's first
+/// pool: the one a policy scales). Dynamo's planner sizes its workers from them.
+pub fn engine_env(pools: &[WorkerPool]) -> Vec<(&'static str, String)> {
+    let first = |role: WorkerRole| pools.iter().find(|p| p.engine.common.role == role);
+    let json = |pool: &WorkerPool| launch_config_json(&pool.engine).to_string();
+    match (first(WorkerRole::Prefill), first(WorkerRole::Decode)) {
+        (Some(prefill), Some(decode)) => vec![
+            ("ROUTERSIM_PREFILL_ENGINE_ARGS", json(prefill)),
+            ("ROUTERSIM_DECODE_ENGINE_ARGS", json(decode)),
+        ],
+        _ => pools
+            .first()
+            .map(|pool| ("ROUTERSIM_ENGINE_ARGS", json(pool)))
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -71,8 +94,9 @@ pub struct PolicyProcess {
 }
 
 impl PolicyProcess {
-    /// Starts `command`; Err says why it could not start.
-    pub fn start(command: &PolicyCommand) -> Result<PolicyProcess, String> {
+    /// Starts `command` with the environment variables `env` added; Err says why it could
+    /// not start.
+    pub fn start(command: &PolicyCommand, env: &[(&str, String)]) -> Result<PolicyProcess, String> {
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("could not start it: {e}"))?;
         // A scenario in the working directory has an empty directory: the working one.
         let dir = match command.dir.as_os_str().is_empty() {
@@ -83,6 +107,7 @@ impl PolicyProcess {
             .arg("-c")
             .arg(&command.command)
             .current_dir(dir)
+            .envs(env.iter().map(|(key, value)| (key, value)))
             // Its own process group, so that whatever it starts is stopped with it.
             .process_group(0)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
@@ -205,13 +230,29 @@ impl ScalingPolicy for PolicyProcess {
 
 /// A decision from an answer, checked as 1.6.1 checks one: each of the three keys present
 /// (in this order), targets null or whole numbers 0 or more, the next tick null or a number.
+/// Other keys are ignored, as 1.6.1 ignores them, but for an optional `reason` (a string, at
+/// most [`REASON_MAX_CHARS`] characters), kept with the scaling events.
 pub fn decision(answer: &Map<String, Value>) -> Result<ScalingDecision, String> {
+    let reason = match answer.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.chars().count() <= REASON_MAX_CHARS => Some(text.clone()),
+        Some(value) => {
+            let message = format!(
+                "`reason` is {value}: a string of at most {REASON_MAX_CHARS} characters, or null"
+            );
+            return Err(message);
+        }
+    };
     Ok(ScalingDecision {
         target_prefill: target(answer, "target_prefill")?,
         target_decode: target(answer, "target_decode")?,
         next_tick_ms: optional_number(answer, "next_tick_ms")?,
+        reason,
     })
 }
+
+/// The longest reason a policy may give for a decision (it lands in scaling.csv).
+pub const REASON_MAX_CHARS: usize = 200;
 
 fn target(answer: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
     match answer.get(key) {
@@ -309,8 +350,18 @@ mod tests {
                 target_prefill: None,
                 target_decode: Some(3),
                 next_tick_ms: Some(1000.5),
+                reason: None,
             })
         );
+        let reasoned = decision(&answer(
+            r#"{"target_prefill": null, "target_decode": 3, "next_tick_ms": null, "reason": "load up"}"#,
+        ));
+        assert_eq!(reasoned.unwrap().reason.as_deref(), Some("load up"));
+        let long = format!(
+            r#"{{"target_prefill": null, "target_decode": 3, "next_tick_ms": null, "reason": "{}"}}"#,
+            "x".repeat(REASON_MAX_CHARS + 1)
+        );
+        assert!(decision(&answer(&long)).unwrap_err().contains("`reason`"));
         let missing = decision(&answer(r#"{"target_decode": 2, "next_tick_ms": null}"#));
         assert_eq!(missing, Err("its answer has no `target_prefill`".into()));
         for bad in ["-1", "2.5", "\"2\""] {
@@ -322,10 +373,40 @@ mod tests {
         }
     }
 
+    /// The policy is told of the engines it scales, in 1.6.1's launch-config form: one
+    /// variable for aggregated workers, one per role for disaggregated ones.
+    #[test]
+    fn a_policy_process_is_told_its_engines() {
+        use crate::mocker::EngineArgs;
+        let pool = |role: WorkerRole| {
+            let mut engine = EngineArgs::default();
+            engine.common.role = role;
+            WorkerPool::unnamed(1, engine)
+        };
+        let aggregated = engine_env(&[pool(WorkerRole::Aggregated)]);
+        assert_eq!(aggregated.len(), 1);
+        assert_eq!(aggregated[0].0, "ROUTERSIM_ENGINE_ARGS");
+        let launch: Value = serde_json::from_str(&aggregated[0].1).unwrap();
+        assert_eq!(launch["engine"]["num_gpu_blocks"], 16384);
+        let split = engine_env(&[pool(WorkerRole::Prefill), pool(WorkerRole::Decode)]);
+        let names: Vec<&str> = split.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            names,
+            [
+                "ROUTERSIM_PREFILL_ENGINE_ARGS",
+                "ROUTERSIM_DECODE_ENGINE_ARGS"
+            ]
+        );
+        // The variable reaches the process.
+        let script = r#"read q; case "$ROUTERSIM_ENGINE_ARGS" in *num_gpu_blocks*) t=1;; *) t=2;; esac; echo "{\"initial_tick_ms\": $t}""#;
+        let mut policy = PolicyProcess::start(&command(script, 5_000), &aggregated).unwrap();
+        assert_eq!(policy.initial_tick_ms(), Ok(Some(1.0)));
+    }
+
     #[test]
     fn a_process_that_answers_is_asked_in_turn() {
         let script = r#"read q; echo '{"initial_tick_ms": 250}'; read q; echo '{"target_prefill": null, "target_decode": 2, "next_tick_ms": null}'"#;
-        let mut policy = PolicyProcess::start(&command(script, 5_000)).unwrap();
+        let mut policy = PolicyProcess::start(&command(script, 5_000), &[]).unwrap();
         assert_eq!(policy.initial_tick_ms(), Ok(Some(250.0)));
         let snapshot = ScalingSnapshot::new(
             0,
@@ -348,7 +429,7 @@ mod tests {
             ("read q; echo '[1]'", "not a JSON object"),
         ];
         for (script, expected) in cases {
-            let mut policy = PolicyProcess::start(&command(script, 300)).unwrap();
+            let mut policy = PolicyProcess::start(&command(script, 300), &[]).unwrap();
             let err = policy.initial_tick_ms().unwrap_err();
             assert!(err.contains(expected), "{script}: {err}");
         }

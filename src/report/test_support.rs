@@ -76,6 +76,8 @@ pub fn result_of(names: &[&str], records: Vec<RequestRecord>) -> SimResult {
         class_quanta_tokens: vec![1; names.len()],
         pools: Vec::new(),
         fault_marks: Vec::new(),
+        worker_lives: Vec::new(),
+        scaling_events: None,
         timeline: None,
     }
 }

@@ -63,6 +63,7 @@ mod validate;
 pub use error::ScenarioError;
 
 use crate::bounds;
+use crate::planner::config::PlannerConfig;
 use crate::report::verdict::expect::{Expectation, Figure};
 use crate::scheduling::policy::{PolicyConfig, PolicyError};
 use crate::sim::{ClosedLoop, SimConfig, WorkerPool};
@@ -97,13 +98,18 @@ pub struct Scenario {
     planner: Option<Planner>,
 }
 
-/// A scenario's scaling policy: `command`, run by `sh -c` in `dir` (the scenario's directory),
-/// answering each question within `timeout`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Planner {
-    pub command: String,
-    pub dir: PathBuf,
-    pub timeout: std::time::Duration,
+/// A scenario's scaling policy: a process, or the native planner.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Planner {
+    /// `command`, run by `sh -c` in `dir` (the scenario's directory), answering each question
+    /// within `timeout`.
+    Process {
+        command: String,
+        dir: PathBuf,
+        timeout: std::time::Duration,
+    },
+    /// Dynamo's planner, native, with these settings.
+    Native(PlannerConfig),
 }
 
 /// Where a scenario's requests come from.

@@ -283,3 +283,24 @@ fn pins_address_workers_across_pools() {
         "the range `validate` prints for the pools, both ends included"
     );
 }
+
+/// `tensor_parallel_size` sits beside `count` and `dp_size`, as Dynamo's launch config has it
+/// beside `engine`: GPUs per rank, for what the fleet costs.
+#[test]
+fn tensor_parallel_size_counts_the_gpus_of_a_pools_workers() {
+    let text = TWO_POOLS.replace(
+        "{name: a100, count: 2, dp_size: 2,",
+        "{name: a100, count: 2, dp_size: 2, tensor_parallel_size: 4,",
+    );
+    let scenario = load(&text, &[]).unwrap();
+    let gpus: Vec<u64> = (scenario.pools().iter())
+        .map(|p| p.engine.common.gpus_per_worker())
+        .collect();
+    assert_eq!(gpus, vec![1, 8]);
+    let bad = TWO_POOLS.replace("dp_size: 2,", "dp_size: 2, tensor_parallel_size: 0,");
+    let message = error(&bad).to_string();
+    assert!(
+        message.contains("workers.pools.a100.tensor_parallel_size") && message.contains("positive"),
+        "{message}"
+    );
+}

@@ -56,12 +56,14 @@ pub struct RawScenario {
 }
 
 /// `planner:`: a scaling policy in the loop, `command` (run by `sh -c` in the scenario's
-/// directory), answering each question within `timeout_s` seconds (default 60).
+/// directory), answering each question within `timeout_s` seconds (default 60); or, without
+/// `command`, the native planner's keys (Dynamo's `PlannerConfig`, in `keys`).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawPlanner {
-    pub command: String,
+    pub command: Option<String>,
     pub timeout_s: Option<f64>,
+    #[serde(flatten)]
+    pub keys: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One entry of `faults:`; exactly one key is set. A struct of options rather than a serde
@@ -230,6 +232,9 @@ pub struct RawWorkers {
     /// Seconds a worker added while the run goes on (`worker_up`) takes to start, as
     /// Dynamo's top-level `startup_time` (default 0: ready at once).
     pub startup_time: Option<f64>,
+    /// GPUs per rank, as Dynamo's top-level `tensor_parallel_size` (default 1): what the
+    /// fleet costs in GPUs (the timing model does not change).
+    pub tensor_parallel_size: Option<u64>,
     /// Engine arguments with Dynamo 1.6.1's names (`max_num_seqs`, `block_size`, ...).
     pub engine: Option<EngineSection>,
     /// Named pools of workers, each with its own engine; worker ids go pool by pool.
@@ -252,6 +257,9 @@ pub struct RawRole {
     /// Seconds a worker added while the run goes on (`worker_up`) takes to start, as
     /// Dynamo's top-level `startup_time` (default 0: ready at once).
     pub startup_time: Option<f64>,
+    /// GPUs per rank, as Dynamo's top-level `tensor_parallel_size` (default 1): what the
+    /// fleet costs in GPUs (the timing model does not change).
+    pub tensor_parallel_size: Option<u64>,
     /// Engine arguments (Dynamo 1.6.1's names); `worker_type`, if given, must be the role.
     pub engine: Option<EngineSection>,
     /// Named pools of this role's workers.
@@ -271,6 +279,9 @@ pub struct RawPool {
     /// Seconds a worker added while the run goes on (`worker_up`) takes to start, as
     /// Dynamo's top-level `startup_time` (default 0: ready at once).
     pub startup_time: Option<f64>,
+    /// GPUs per rank, as Dynamo's top-level `tensor_parallel_size` (default 1): what the
+    /// fleet costs in GPUs (the timing model does not change).
+    pub tensor_parallel_size: Option<u64>,
     /// The pool's engine arguments (Dynamo 1.6.1's names).
     #[serde(default)]
     pub engine: EngineSection,

@@ -8,6 +8,7 @@ use super::{Planner, Scenario, ScenarioError};
 use crate::bounds;
 use crate::engine::Limits;
 use crate::mocker::{ConfigError, EngineArgs, EngineSection};
+use crate::planner::config::PlannerConfig;
 use crate::scheduling::policy::{PolicyConfig, PolicyError, PolicyProfile, RawPolicyConfig};
 use crate::scheduling::router_config::RouterConfig;
 use crate::sim::{self, ResolveError, RunDescription, TransportDelays, WorkerPool};
@@ -178,16 +179,6 @@ fn planner(
     pools: &[WorkerPool],
 ) -> Result<Option<Planner>, ScenarioError> {
     let Some(raw) = raw else { return Ok(None) };
-    if raw.command.trim().is_empty() {
-        return Err(source.at("planner.command", "give a command"));
-    }
-    let timeout = match raw.timeout_s {
-        None => Duration::from_secs_f64(bounds::POLICY_ANSWER_DEFAULT_S),
-        Some(s) if s.is_finite() && s > 0.0 && s <= bounds::POLICY_ANSWER_MAX_S => {
-            Duration::from_secs_f64(s)
-        }
-        Some(_) => return Err(source.at("planner.timeout_s", "seconds in (0, 86400]")),
-    };
     for (index, pool) in pools.iter().enumerate() {
         let role = pool.engine.common.role;
         if let Some(other) = pools[..index].iter().find(|p| p.engine.common.role == role) {
@@ -200,11 +191,47 @@ fn planner(
             return Err(source.at("planner", message));
         }
     }
-    Ok(Some(Planner {
-        command: raw.command.clone(),
+    let Some(command) = &raw.command else {
+        return native_planner(source, raw).map(Some);
+    };
+    if let Some(key) = raw.keys.keys().next() {
+        let message = "a planner is either `command` (and `timeout_s`) or the native planner's keys, not both";
+        return Err(source.at(&format!("planner.{key}"), message));
+    }
+    if command.trim().is_empty() {
+        return Err(source.at("planner.command", "give a command"));
+    }
+    let timeout = match raw.timeout_s {
+        None => Duration::from_secs_f64(bounds::POLICY_ANSWER_DEFAULT_S),
+        Some(s) if s.is_finite() && s > 0.0 && s <= bounds::POLICY_ANSWER_MAX_S => {
+            Duration::from_secs_f64(s)
+        }
+        Some(_) => return Err(source.at("planner.timeout_s", "seconds in (0, 86400]")),
+    };
+    Ok(Some(Planner::Process {
+        command: command.clone(),
         dir: source.dir.clone(),
         timeout,
     }))
+}
+
+/// The native planner `planner:`'s keys configure, each error at its key.
+fn native_planner(source: &Source, raw: &RawPlanner) -> Result<Planner, ScenarioError> {
+    if raw.timeout_s.is_some() {
+        return Err(source.at(
+            "planner.timeout_s",
+            "only a `command` planner has a time limit",
+        ));
+    }
+    let text = serde_json::Value::Object(raw.keys.clone()).to_string();
+    let config = PlannerConfig::parse(&text).map_err(|e| {
+        let path = match e.field_path.is_empty() {
+            true => "planner".to_string(),
+            false => format!("planner.{}", e.field_path),
+        };
+        source.at(&path, e.message)
+    })?;
+    Ok(Planner::Native(config))
 }
 
 /// A rule across the scenario's sections that [`sim::resolve`] found broken, at the field to
@@ -386,10 +413,12 @@ fn active_profile(
 struct Launch {
     dp_size: Option<u64>,
     startup_time: Option<f64>,
+    tensor_parallel_size: Option<u64>,
 }
 
-/// The engine of the workers at `at` (`workers`, or one pool's path), with its `dp_size` and
-/// `startup_time`; errors name `{at}.engine.<field>`, `{at}.dp_size` and `{at}.startup_time`.
+/// The engine of the workers at `at` (`workers`, or one pool's path), with its `dp_size`,
+/// `startup_time` and `tensor_parallel_size`; errors name `{at}.engine.<field>` and
+/// `{at}.<key>`.
 fn engine_args(
     source: &Source,
     at: &str,
@@ -422,6 +451,13 @@ fn engine_args(
             return Err(source.at(&path, message));
         }
         args.common.startup_delay = duration_ms(source, &path, seconds * 1000.0)?;
+    }
+    if let Some(tp) = launch.tensor_parallel_size {
+        let path = format!("{at}.tensor_parallel_size");
+        args.common.tensor_parallel_size = u32::try_from(tp)
+            .ok()
+            .filter(|&tp| tp > 0)
+            .ok_or_else(|| source.at(&path, "must be a positive count of GPUs"))?;
     }
     Ok(args)
 }

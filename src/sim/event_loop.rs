@@ -20,8 +20,9 @@ use super::serving::{Aggregated, Serving};
 use super::timeline::{self, CounterRecorder, MigrationMark};
 use super::transport::{self, Transport};
 use super::watch::Watch;
-use super::{AbortReason, CancelReason, InvariantViolation, Rejection, SimConfig, SimResult};
+use super::{AbortReason, CancelReason, InvariantViolation, Rejection, ScalingEvent};
 use super::{Options, PolicyFailure, RunError, Status, Stepping, skips_quiet_passes};
+use super::{SimConfig, SimResult};
 use crate::bounds::MAX_RANKS;
 use crate::engine::{Engine, EventQueue, Model, StopReason};
 use crate::mocker::{MockRequest, PassOutput, WorkerRole};
@@ -174,7 +175,8 @@ pub(super) fn simulate(
             ticks.next = ticks.next.filter(|&at| at > now && remains);
         }
     };
-    finish_run(system, &engine, stop_reason).map_err(RunError::Invariant)
+    let scaling_events = policy.is_some().then_some(ticks.events);
+    finish_run(system, &engine, stop_reason, scaling_events).map_err(RunError::Invariant)
 }
 
 /// Where a run's scaling policy is: its next tick, how many fired, and where the traffic
@@ -184,6 +186,8 @@ struct Ticks {
     next: Option<SimTime>,
     fired: u64,
     window_start: SimTime,
+    /// What the policy changed so far.
+    events: Vec<ScalingEvent>,
 }
 
 impl Ticks {
@@ -266,11 +270,13 @@ pub(super) fn new_system(
     Ok(System { hub, serving })
 }
 
-/// The result of a run that stopped for `stop_reason`, after the end-of-run checks.
+/// The result of a run that stopped for `stop_reason` (its policy having made
+/// `scaling_events`), after the end-of-run checks.
 fn finish_run(
     mut system: System,
     engine: &Engine<Event>,
     stop_reason: StopReason,
+    scaling_events: Option<Vec<ScalingEvent>>,
 ) -> Result<(SimResult, KvLog), InvariantViolation> {
     let hub = &mut system.hub;
     if stop_reason.is_limit() {
@@ -298,6 +304,8 @@ fn finish_run(
         timeline,
         pools,
         fault_marks: fleet.take_marks(),
+        worker_lives: fleet.lives().to_vec(),
+        scaling_events,
         class_names: classes.iter().map(|c| c.name.clone()).collect(),
         class_quanta_tokens: classes.iter().map(|c| c.quantum_tokens).collect(),
         records: hub.ledger.into_records(),
@@ -396,6 +404,19 @@ impl System {
         for (role, target) in roles {
             let Some(target) = target else { continue };
             let workers = self.hub.fleet.role_workers(role);
+            let from = (workers.active.len() + workers.starting.len()) as u64;
+            if target != from {
+                let reason = decision.reason.as_deref().unwrap_or("policy").to_string();
+                let (at, to) = (now, target);
+                let event = ScalingEvent {
+                    at,
+                    role,
+                    from,
+                    to,
+                    reason,
+                };
+                ticks.events.push(event);
+            }
             let changes = scaling::changes_toward(&workers, target)
                 .filter(|changes| self.hub.fits(role, changes))
                 .ok_or_else(|| {
@@ -434,7 +455,7 @@ impl System {
                     self.worker_join(now, pool, queue);
                 }
                 FleetChange::CancelStart(worker) => {
-                    self.hub.fleet.cancel_start(worker);
+                    self.hub.fleet.cancel_start(now, worker);
                 }
                 FleetChange::Drain(worker) => self.worker_drain(now, worker, queue),
             }

@@ -5,7 +5,7 @@
 use super::ledger::Ledger;
 use super::scaling::RoleWorkers;
 use super::timeline::{PassArgs, PassSlice, RankTrack};
-use super::{FaultMark, PoolUsage, WorkerPool};
+use super::{FaultMark, PoolUsage, WorkerLife, WorkerPool};
 use crate::memory::CACHE_RESIDENT_BLOCKS;
 use crate::mocker::{
     MockRequest, PassMetrics, PassOutput, Reservation, StepMemo, Worker, WorkerRole, WorkerSetup,
@@ -180,8 +180,8 @@ pub(super) struct WorkerFleet {
     passes_since_change: Vec<(usize, SimTime, SimTime, u64)>,
     /// Workers that joined, with their pool.
     joined: Vec<(u64, usize)>,
-    /// Every worker id given so far (initial, added, gone), its role.
-    roles: Vec<WorkerRole>,
+    /// Every worker id given so far (initial, added, gone): its role and its life.
+    lives: Vec<WorkerLife>,
     /// Workers added and not ready yet: their pool and when they were asked for.
     starting: BTreeMap<u64, (usize, SimTime)>,
     /// Workers draining (scaled down): they finish what they hold, then leave.
@@ -220,8 +220,9 @@ impl WorkerFleet {
             lockstep_started: BTreeSet::new(),
             passes_since_change: Vec::new(),
             joined: Vec::new(),
-            roles: worker_pools(&pools)
-                .map(|(_, _, pool)| pool.engine.common.role)
+            lives: worker_pools(&pools)
+                .map(|(_, index, pool)| WorkerLife::asked(index, pool, SimTime::ZERO))
+                .map(|life| life.ready_at(SimTime::ZERO))
                 .collect(),
             starting: BTreeMap::new(),
             draining: BTreeSet::new(),
@@ -786,23 +787,33 @@ impl WorkerFleet {
     pub fn start(&mut self, now: SimTime, pool: usize) -> u64 {
         let worker = self.next_worker;
         self.next_worker += 1;
-        self.roles.push(self.pools[pool].engine.common.role);
+        let life = WorkerLife::asked(pool, &self.pools[pool], now);
+        self.lives.push(life);
         self.starting.insert(worker, (pool, now));
         worker
     }
 
-    /// Starting worker `worker` will not start after all (its ready event is then ignored).
-    /// False if it is not starting.
-    pub fn cancel_start(&mut self, worker: u64) -> bool {
-        self.starting.remove(&worker).is_some()
+    /// Starting worker `worker` will not start after all, from `now` (its ready event is
+    /// then ignored). False if it is not starting.
+    pub fn cancel_start(&mut self, now: SimTime, worker: u64) -> bool {
+        let cancelled = self.starting.remove(&worker).is_some();
+        if cancelled {
+            self.lives[worker as usize].gone = Some(now);
+        }
+        cancelled
+    }
+
+    /// Every worker's life so far, by id.
+    pub fn lives(&self) -> &[WorkerLife] {
+        &self.lives
     }
 
     /// The workers of role `role` by state, each list in id order: starting, draining, and
     /// active (up and neither). Gone and down workers are in none.
     pub fn role_workers(&self, role: WorkerRole) -> RoleWorkers {
         let mut out = RoleWorkers::default();
-        for (worker, &of) in (0u64..).zip(&self.roles) {
-            if of != role {
+        for (worker, life) in (0u64..).zip(&self.lives) {
+            if life.role != role {
                 continue;
             }
             if self.starting.contains_key(&worker) {
@@ -822,11 +833,11 @@ impl WorkerFleet {
     /// Worker `worker`'s number within its role: how many workers of its role got an id
     /// before it (in aggregated serving, its id).
     pub fn role_number(&self, worker: u64) -> u64 {
-        let Some(&role) = self.roles.get(worker as usize) else {
+        let Some(role) = self.lives.get(worker as usize).map(|life| life.role) else {
             return worker;
         };
-        let before = &self.roles[..worker as usize];
-        before.iter().filter(|&&r| r == role).count() as u64
+        let before = &self.lives[..worker as usize];
+        before.iter().filter(|life| life.role == role).count() as u64
     }
 
     /// Starting worker `worker` is ready at `now`: its ranks join the fleet, empty. False
@@ -836,6 +847,7 @@ impl WorkerFleet {
             return false;
         };
         self.joined.push((worker, pool));
+        self.lives[worker as usize].ready = Some(now);
         self.add_worker(worker, pool);
         self.marks.push(FaultMark::WorkerUp {
             worker,
@@ -857,6 +869,9 @@ impl WorkerFleet {
             return false;
         }
         self.draining.insert(worker);
+        if let Some(life) = self.lives.get_mut(worker as usize) {
+            life.draining = Some(now);
+        }
         self.marks.push(FaultMark::WorkerDrain {
             worker,
             name: self.worker_name(worker),
@@ -885,6 +900,7 @@ impl WorkerFleet {
         if !self.draining.remove(&worker) {
             return;
         }
+        self.lives[worker as usize].gone = Some(now);
         for index in self.ranks_of(worker) {
             self.ranks[index].down = true;
         }

@@ -28,6 +28,8 @@ pub struct ScalingDecision {
     /// When the next tick is, in ms of simulated time; ticking stops for good unless it is
     /// finite and later than now.
     pub next_tick_ms: Option<f64>,
+    /// Why, in a word or a few (kept with the scaling events; not part of 1.6.1's contract).
+    pub reason: Option<String>,
 }
 
 /// What a policy sees at a tick, in 1.6.1's schema (keys and units). Worker ids are numbered

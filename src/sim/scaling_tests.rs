@@ -190,6 +190,7 @@ impl ScalingPolicy for Scripted {
             target_prefill: None,
             target_decode: target,
             next_tick_ms: Some(snapshot.now_ms + self.every_ms),
+            reason: None,
         })
     }
 }

@@ -181,7 +181,7 @@ fn a_bad_planner_section_exits_2_naming_the_field() {
                 "  command: ./policy.sh",
                 "  command: ./policy.sh\n  mode: agg",
             ),
-            "planner",
+            "planner.mode: a planner is either `command` (and `timeout_s`) or the native planner's keys",
         ),
     ];
     for (text, expected) in cases {
@@ -192,4 +192,114 @@ fn a_bad_planner_section_exits_2_naming_the_field() {
             "expected {expected:?} in {stderr}"
         );
     }
+}
+
+/// The native planner from a scenario's `planner:` keys: one worker grows under load,
+/// `scaling.csv` says when and why, and `summary.json` what the fleet cost.
+#[test]
+fn a_scenario_runs_the_native_planner_from_its_keys() {
+    let text = SCALED.replace(
+        "  command: ./policy.sh\n",
+        "  optimization_target: load\n  load_adjustment_interval_seconds: 1\n  decode_scale_up_kv_rate: 0.5\n  decode_scale_down_kv_rate: 0.05\n  max_gpu_budget: 3\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), &text).unwrap();
+    let out = Command::cargo_bin("routersim")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["run", "s.yaml", "--out", "o", "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scaling = std::fs::read_to_string(dir.path().join("o/scaling.csv")).unwrap();
+    let mut lines = scaling.lines();
+    assert_eq!(lines.next(), Some("time_ms,role,from,to,reason"));
+    let first = lines.next().expect("the planner scaled");
+    assert!(first.ends_with(",aggregated,1,2,scale_up"), "{scaling}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("o/summary.json")).unwrap()).unwrap();
+    let fleet = &summary["fleet"];
+    assert!(fleet["peak_workers"].as_u64().unwrap() <= 3, "{fleet}");
+    assert!(fleet["peak_workers"].as_u64().unwrap() >= 2, "{fleet}");
+    assert!(fleet["gpu_hours"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        fleet["scaling_events"].as_u64().unwrap() as usize,
+        scaling.lines().count() - 1
+    );
+}
+
+/// A native planner configuration that cannot run: each error names its key (and line), exit 2,
+/// nothing written.
+#[test]
+fn a_bad_native_planner_exits_2_naming_the_key() {
+    let native = |keys: &str| SCALED.replace("  command: ./policy.sh\n", keys);
+    let cases = [
+        (
+            native("  optimization_target: sla\n"),
+            "planner.optimization_target: sla scales by Dynamo's performance-model regression",
+        ),
+        (
+            native("  optimization_target: load\n"),
+            "requires decode_scale_up_kv_rate and decode_scale_down_kv_rate",
+        ),
+        (native("  min_endpont: 2\n"), "min_endpont"),
+        (
+            native(
+                "  optimization_target: load\n  decode_scale_up_kv_rate: 1\n  decode_scale_down_kv_rate: 5\n",
+            ),
+            "decode_scale_up_kv_rate must be greater than decode_scale_down_kv_rate",
+        ),
+    ];
+    for (text, expected) in cases {
+        let (code, stderr, rows) = run_scenario(&text);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in {stderr}"
+        );
+        assert!(rows.is_empty());
+    }
+}
+
+/// `replay --planner`: a configuration file's errors name the file and the key's line; the
+/// native planner and `--scaling-policy` are one or the other.
+#[test]
+fn replay_planner_errors_name_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let planner = dir.path().join("planner.yaml");
+    std::fs::write(&planner, "optimization_target: load\nmax_gpu_budget: 4\n").unwrap();
+    let out = Command::cargo_bin("routersim")
+        .unwrap()
+        .arg("replay")
+        .arg("--trace")
+        .arg(trace())
+        .arg("--planner")
+        .arg(&planner)
+        .arg("--out")
+        .arg(dir.path().join("o"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("planner.yaml") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("o").exists());
+    let both = Command::cargo_bin("routersim")
+        .unwrap()
+        .arg("replay")
+        .arg("--trace")
+        .arg(trace())
+        .arg("--planner")
+        .arg(&planner)
+        .args(["--scaling-policy", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2));
 }

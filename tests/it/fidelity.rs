@@ -40,6 +40,11 @@ fn read_rows(path: &Path) -> Vec<Row> {
 
 /// Replays a fixture with the same inputs Dynamo had and returns routersim's rows.
 pub fn replay_fixture(name: &str, out: &Path) -> Vec<Row> {
+    replay_fixture_with(name, out, replay_args(&fixture_dir(name)))
+}
+
+/// [`replay_fixture`] with `args` for the fixture's replay_args.txt.
+fn replay_fixture_with(name: &str, out: &Path, args: Vec<String>) -> Vec<Row> {
     let dir = fixture_dir(name);
     let mut cmd = Command::cargo_bin("routersim").unwrap();
     // replay_args.txt names the fixture's other files (a prefill or decode engine) by their
@@ -58,7 +63,7 @@ pub fn replay_fixture(name: &str, out: &Path) -> Vec<Row> {
             cmd.arg(flag).arg(dir.join(file));
         }
     }
-    cmd.args(replay_args(&dir));
+    cmd.args(args);
     cmd.assert().success();
     read_rows(&out.join("requests.csv"))
 }
@@ -181,8 +186,13 @@ fn name_workers_by_first_use(rows: &mut [Row]) {
 }
 
 fn assert_matches_dynamo(name: &str) {
+    assert_matches_dynamo_with(name, replay_args(&fixture_dir(name)));
+}
+
+/// [`assert_matches_dynamo`] with `args` for the fixture's replay_args.txt.
+fn assert_matches_dynamo_with(name: &str, args: Vec<String>) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut ours = replay_fixture(name, &tmp.path().join("out"));
+    let mut ours = replay_fixture_with(name, &tmp.path().join("out"), args);
     let mut dynamo = read_rows(&fixture_dir(name).join("dynamo.csv"));
     number_ranks(&mut ours, dp_size(name));
     name_workers_by_first_use(&mut ours);
@@ -262,6 +272,15 @@ fn disaggregated_mooncake_shaped_trace_matches_dynamo() {
 #[test]
 fn disaggregated_speedup_matches_dynamo() {
     assert_matches_dynamo("disagg-speedup");
+}
+
+/// Transfers of 3-15 ms into a 200-block decode worker: a short prompt's transfer lands
+/// before a longer one reserved earlier yet is admitted after it, a pass end reserves before
+/// it activates what landed during the pass, and a handoff that had to wait is tried again
+/// only once the worker frees capacity, as 1.6.1 does.
+#[test]
+fn disaggregated_transfers_interleaving_with_decode_passes_match_dynamo() {
+    assert_matches_dynamo("disagg-transfer-interleave");
 }
 
 /// One worker of two attention-DP ranks: a request routed to an idle rank waits for the
@@ -629,6 +648,55 @@ fn the_passes_a_policy_sees_match_dynamo() {
 fn the_passes_a_policy_sees_of_data_parallel_ranks_match_dynamo() {
     assert_matches_dynamo("scale-pass-metrics-dp");
     assert_snapshots_match_dynamo("scale-pass-metrics-dp");
+}
+
+/// Dynamo 1.6.1's own planner in the loop (load-based scaling, planner.yaml), answered as it
+/// answered in 1.6.1's replay: the fleet grows from one worker to six (the GPU budget) as the
+/// load rises, each ready after `startup_time`, and drains back to one as it falls. Every
+/// request and every snapshot the planner was shown (its per-pass metrics included) match, so
+/// the planner, which decides from the snapshots alone, decides the same under routersim
+/// (checked with `tools/dynamo-planner`, see docs/fidelity.md).
+#[test]
+fn dynamos_planner_scaling_up_and_down_matches_dynamo() {
+    assert_matches_dynamo("planner-load-agg");
+    assert_snapshots_match_dynamo("planner-load-agg");
+}
+
+/// routersim's native planner (`--planner planner.yaml`), given the same configuration, makes
+/// the decisions Dynamo's planner made: every row of both planner fixtures matches.
+#[test]
+fn the_native_planner_decides_as_dynamos_planner() {
+    for name in ["planner-load-agg", "planner-load-disagg"] {
+        let args = replay_args(&fixture_dir(name));
+        let args: Vec<String> = (args.iter())
+            .take_while(|a| *a != "--scaling-policy")
+            .cloned()
+            .chain(["--planner".to_string(), "planner.yaml".to_string()])
+            .collect();
+        assert_matches_dynamo_with(name, args);
+    }
+}
+
+/// The native planner against 1.6.1's replay with Dynamo's planner (fixtures made by
+/// `tools/dynamo-replay --planner`): the throughput target's fixed thresholds over a small KV
+/// pool, held by a GPU budget of 4 while overloaded (1 → 4 → 1 workers)...
+#[test]
+fn the_native_planner_holds_at_the_gpu_budget_as_dynamos_does() {
+    assert_matches_dynamo("planner-throughput-budget");
+}
+
+/// ...and disaggregated serving whose prefill role scales by its queued tokens as the decode
+/// role scales by its KV use.
+#[test]
+fn the_native_planner_scales_prefill_and_decode_as_dynamos_does() {
+    assert_matches_dynamo("planner-load-disagg-prefill");
+}
+
+/// The same planner over disaggregated serving: the decode role scales 1 → 6 → 1.
+#[test]
+fn dynamos_planner_scaling_a_decode_role_matches_dynamo() {
+    assert_matches_dynamo("planner-load-disagg");
+    assert_snapshots_match_dynamo("planner-load-disagg");
 }
 
 /// Disaggregated serving: the decode role scaled from one worker to two at 5 s (ready after

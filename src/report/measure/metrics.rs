@@ -23,6 +23,7 @@
 //!   ideal in the backlogged windows, `x_c = service_c / ideal_c`, and
 //!   `J = (sum x)^2 / (n * sum x^2)`; 1 is perfectly weighted-fair.
 
+use super::fleet::{FleetMetrics, fleet_metrics};
 use super::latency::{LatencyStats, Stat};
 use super::phases::{PhaseCurve, phase_curves};
 use super::pools::{PoolMetrics, pool_metrics};
@@ -298,6 +299,8 @@ pub struct RunMetrics {
     /// Per class, where its disaggregated requests' time went, by arrival time (empty in an
     /// aggregated run; [`super::phases`]).
     pub phases: Vec<PhaseCurve>,
+    /// What the fleet cost and how it changed ([`super::fleet`]).
+    pub fleet: FleetMetrics,
 }
 
 /// Records from which a run's metrics are measured on two cores (below it, the work is too
@@ -434,6 +437,7 @@ impl RunMetrics {
             stability: Stability::default(),
             pools: pool_metrics(result, all, records, class_count),
             phases: phase_curves(records, class_count),
+            fleet: fleet_metrics(result),
         }
     }
 

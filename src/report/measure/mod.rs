@@ -1,6 +1,7 @@
 //! Measuring: the figures of a run computed from its records (per-class metrics, stability,
 //! pools, sessions, disaggregated phases, service-level figures). Uses no other room.
 
+pub mod fleet;
 pub mod latency;
 pub mod metrics;
 pub mod phases;

@@ -4,14 +4,17 @@
 
 use super::FileBody;
 use crate::report::measure::metrics;
-use crate::report::render::data_files::{classes_csv, summary_json, write_completions_csv};
+use crate::report::render::data_files::{
+    classes_csv, scaling_csv, summary_json, write_completions_csv,
+};
 use crate::report::render::requests_csv::write_requests_csv;
 use crate::report::render::{chart, html, plots, run_page, timeline};
 use crate::report::verdict::expect;
 use crate::sim::SimResult;
 
 /// Every data file of a run (no plots), named as in the output-directory contract:
-/// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`. `meta` goes into
+/// `requests.csv`, `completions.csv`, `classes.csv`, `summary.json`, and `scaling.csv` for a
+/// run with a scaling policy. `meta` goes into
 /// `summary.json` as is (seed, scenario hash, version, command, ...).
 pub fn data_files<'a>(
     result: &'a SimResult,
@@ -33,7 +36,7 @@ pub fn data_files_with<'a>(
     metrics: &'a metrics::RunMetrics,
     meta: &serde_json::Value,
 ) -> Vec<(String, FileBody<'a>)> {
-    vec![
+    let mut files = vec![
         ("requests.csv".to_string(), requests_csv),
         (
             "completions.csv".to_string(),
@@ -44,7 +47,12 @@ pub fn data_files_with<'a>(
             "summary.json".to_string(),
             summary_json(metrics, meta).into(),
         ),
-    ]
+    ];
+    if metrics.fleet.events.is_some() {
+        let scaling = scaling_csv(&metrics.fleet).into();
+        files.push(("scaling.csv".to_string(), scaling));
+    }
+    files
 }
 
 /// Every file of a run: [`data_files`] then every plot as PNG and SVG

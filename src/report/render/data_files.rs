@@ -1,8 +1,9 @@
-//! Pure exporters of a run's metrics to the result files `completions.csv`, `classes.csv`
-//! and `summary.json` (a contract, spelled out in docs/outputs.md). Every byte is a function
+//! Pure exporters of a run's metrics to the result files `completions.csv`, `classes.csv`,
+//! `summary.json` and `scaling.csv` (a contract, spelled out in docs/outputs.md). Every byte is a function
 //! of the metrics and the metadata passed in: fixed float formatting, no map iteration.
 
 use crate::mocker::WorkerRole;
+use crate::report::measure::fleet::{FleetFigures, FleetMetrics};
 use crate::report::measure::latency::{LatencyStats, Stat};
 use crate::report::measure::metrics::{ClassMetrics, LatencyKind, RunMetrics};
 use crate::report::measure::pools::{PoolMetrics, tokens_per_s};
@@ -362,6 +363,49 @@ fn stability_json(s: &Stability) -> Value {
     })
 }
 
+/// `scaling.csv`: `time_ms,role,from,to,reason`, one row per change the scaling policy made
+/// to a role's target, in order (`from`: the role's workers not draining before).
+pub fn scaling_csv(fleet: &FleetMetrics) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    write_row(
+        &mut w,
+        &["time_ms", "role", "from", "to", "reason"].map(String::from),
+    );
+    for event in fleet.events.iter().flatten() {
+        let row = [
+            format_ms(event.at.as_ns()),
+            event.role.label().to_string(),
+            event.from.to_string(),
+            event.to.to_string(),
+            event.reason.clone(),
+        ];
+        write_row(&mut w, &row);
+    }
+    finish(w)
+}
+
+/// The fleet's figures in `summary.json`: GPU-hours, peak and mean workers in all and per
+/// role, and how many scaling events (null without a scaling policy).
+fn fleet_json(fleet: &FleetMetrics) -> Value {
+    let figures = |f: &FleetFigures| {
+        json!({
+            "gpu_hours": json_f64(f.gpu_hours),
+            "peak_workers": f.peak_workers,
+            "mean_workers": json_f64(f.mean_workers),
+        })
+    };
+    let mut value = figures(&fleet.all);
+    let roles: serde_json::Map<String, Value> = (fleet.roles.iter())
+        .map(|(role, f)| (role.label().to_string(), figures(f)))
+        .collect();
+    value["roles"] = Value::Object(roles);
+    value["scaling_events"] = fleet
+        .events
+        .as_ref()
+        .map_or(Value::Null, |e| json!(e.len()));
+    value
+}
+
 /// `summary.json`: `meta` (run metadata from the caller: seed, scenario hash, version, ...),
 /// run totals, throughput, fairness over backlogged windows, per-class figures (each with its
 /// per-pool completions and token rates), and per-pool figures.
@@ -389,6 +433,7 @@ pub fn summary_json(metrics: &RunMetrics, meta: &Value) -> Vec<u8> {
         "classes": classes,
         "pools": metrics.pools.iter().map(|p| pool_json(metrics, p)).collect::<Vec<_>>(),
         "stability": stability_json(&metrics.stability),
+        "fleet": fleet_json(&metrics.fleet),
     });
     let mut bytes = serde_json::to_vec_pretty(&value).expect("JSON values serialise");
     bytes.push(b'\n');

@@ -6,6 +6,8 @@
 //! run) is a failure that says why.
 
 use super::expect::{Bound, Expectation, Figure, ShareReference};
+use crate::mocker::WorkerRole;
+use crate::report::measure::fleet::FleetFigures;
 use crate::report::measure::metrics::RunMetrics;
 use crate::report::measure::sessions::SessionCounts;
 use crate::report::measure::slo::LatencyBounds;
@@ -249,6 +251,8 @@ fn measure(figure: &Figure, m: &RunMetrics) -> Result<f64, String> {
             let c = c.as_deref().map(|c| class(m, c)).transpose()?;
             Ok(c.map_or(m.migrations, |c| m.classes[c].migrations) as f64)
         }
+        Figure::GpuHours { role } => Ok(fleet_figures(m, *role).gpu_hours),
+        Figure::PeakWorkers { role } => Ok(fleet_figures(m, *role).peak_workers as f64),
         Figure::CacheHit { class: c } => {
             let c = c.as_deref().map(|c| class(m, c)).transpose()?;
             let counts = match c {
@@ -346,6 +350,16 @@ pub fn format_outcome(o: &ExpectationOutcome) -> String {
         line += reason;
     }
     line
+}
+
+/// The fleet figures of `role`'s workers (every worker for `None`; a role without workers
+/// cost nothing).
+fn fleet_figures(m: &RunMetrics, role: Option<WorkerRole>) -> FleetFigures {
+    let Some(role) = role else {
+        return m.fleet.all;
+    };
+    let of_role = m.fleet.roles.iter().find(|(r, _)| *r == role);
+    of_role.map(|(_, f)| *f).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -620,6 +634,54 @@ mod tests {
         assert_eq!(
             evaluate(&parse(yaml), &run, &companions, RUN)[0].measured,
             Some(0.0)
+        );
+    }
+
+    #[test]
+    fn gpu_hours_and_peak_workers_count_the_fleet_per_role_and_in_all() {
+        use crate::mocker::WorkerRole;
+        use crate::sim::WorkerLife;
+        use crate::time::SimTime;
+        let records = vec![done(0, 0, DispatchPath::Queued, [0, 0, 3_600_000])];
+        let mut result = result_of(&["premium"], records);
+        let life = |role, gpus, asked_s: u64| WorkerLife {
+            pool: 0,
+            role,
+            gpus,
+            asked: SimTime::from_ns(asked_s * 1_000_000_000),
+            ready: None,
+            draining: None,
+            gone: None,
+        };
+        // A run of one hour: a prefill worker of 2 GPUs all along, decode workers of 4 GPUs
+        // from 0 and from half an hour.
+        result.worker_lives = vec![
+            life(WorkerRole::Prefill, 2, 0),
+            life(WorkerRole::Decode, 4, 0),
+            life(WorkerRole::Decode, 4, 1_800),
+        ];
+        let run = RunMetrics::compute(&result, &[1]);
+        let outcomes = evaluate(
+            &parse(
+                "
+- {gpu_hours: {}, at_most: 8}
+- {gpu_hours: {role: decode}, at_most: 5}
+- {peak_workers: {}, within: [3, 3]}
+- {peak_workers: {role: prefill}, at_most: 0}
+- {gpu_hours: {role: aggregated}, at_most: 0}
+",
+            ),
+            &run,
+            &BTreeMap::new(),
+            RUN,
+        );
+        let values: Vec<_> = outcomes.iter().map(|o| o.measured).collect();
+        assert_eq!(values, [8.0, 6.0, 3.0, 1.0, 0.0].map(Some));
+        let passed: Vec<_> = outcomes.iter().map(|o| o.passed).collect();
+        assert_eq!(passed, [true, false, true, false, true]);
+        assert_eq!(
+            format_outcome(&outcomes[1]),
+            "FAIL  decode GPU-hours = 6  (at most 5)"
         );
     }
 

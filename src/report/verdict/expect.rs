@@ -25,6 +25,8 @@
 //!   - {migrations: {class: premium}, at_most: 50}
 //!   - {latency: {class: chat, metric: followup_ttft_ms_p99}, at_most: 500}
 //!   - {cache_hit: {class: chat}, at_least: 0.6}
+//!   - {gpu_hours: {}, at_most: 2.5}
+//!   - {peak_workers: {role: decode}, at_most: 6}
 //! ```
 //!
 //! `minus: OTHER.yaml` compares with the same figure measured on a companion scenario (a path
@@ -40,6 +42,7 @@
 //! `count_status` status is one of completed, rejected, cancelled or aborted.
 
 pub use crate::bounds::number;
+use crate::mocker::WorkerRole;
 use crate::report::measure::metrics::LatencyMetric;
 use crate::report::measure::slo::ThroughputMetric;
 use crate::sim::EndStatus;
@@ -81,6 +84,10 @@ pub struct RawExpectation {
     pub migrations: Option<MigrationsFigure>,
     /// Reused over input tokens of `class`'s completed requests (all classes without one).
     pub cache_hit: Option<MigrationsFigure>,
+    /// GPU-hours of `role`'s workers (every worker without one), start-up and drain included.
+    pub gpu_hours: Option<FleetFigure>,
+    /// The most workers of `role` (every worker without one) billed at once.
+    pub peak_workers: Option<FleetFigure>,
     /// A companion scenario whose same figure is subtracted from this one's.
     pub minus: Option<String>,
     /// Inclusive range `[lo, hi]`.
@@ -196,6 +203,14 @@ pub struct MigrationsFigure {
     pub class: Option<String>,
 }
 
+/// `{role}`: `aggregated`, `prefill` or `decode`; none (`gpu_hours: {}`) means every worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFigure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
 /// The ends `count_status` can count. `pending` (a run stopped by a limit) is left out on
 /// purpose: a gate on requests a limit cut off would judge the limit, not the system.
 pub const COUNTABLE_ENDS: [EndStatus; 4] = [
@@ -265,6 +280,10 @@ pub enum Figure {
     /// The prefix-cache hit rate of `class`'s completed requests (every class for `None`):
     /// reused over input tokens.
     CacheHit { class: Option<String> },
+    /// GPU-hours of `role`'s workers (every worker for `None`).
+    GpuHours { role: Option<WorkerRole> },
+    /// The most workers of `role` (every worker for `None`) billed at once.
+    PeakWorkers { role: Option<WorkerRole> },
 }
 
 /// The range a figure must fall in; every value is finite.
@@ -327,7 +346,8 @@ fn invalid(field: &str, message: impl Into<String>) -> ExpectationError {
 
 /// The figure keys, in the order errors list them.
 const FIGURE_KEYS: &str = "prefix_count, prefix_share, remaining_when_done, count_at, growth, \
-     latency, token_share, attainment, throughput, stable, count_status, migrations or cache_hit";
+     latency, token_share, attainment, throughput, stable, count_status, migrations, cache_hit, \
+     gpu_hours or peak_workers";
 
 impl Expectation {
     /// Parses one `expect:` entry and checks it against the scenario's class names: the one
@@ -405,6 +425,8 @@ enum RawFigure<'a> {
     CountStatus(&'a CountStatusFigure),
     Migrations(&'a MigrationsFigure),
     CacheHit(&'a MigrationsFigure),
+    GpuHours(&'a FleetFigure),
+    PeakWorkers(&'a FleetFigure),
 }
 
 impl RawExpectation {
@@ -438,6 +460,11 @@ impl RawExpectation {
             ),
             ("migrations", self.migrations.as_ref().map(F::Migrations)),
             ("cache_hit", self.cache_hit.as_ref().map(F::CacheHit)),
+            ("gpu_hours", self.gpu_hours.as_ref().map(F::GpuHours)),
+            (
+                "peak_workers",
+                self.peak_workers.as_ref().map(F::PeakWorkers),
+            ),
         ];
         let set = figures.into_iter().filter_map(|(key, f)| Some((key, f?)));
         set.collect()
@@ -588,6 +615,29 @@ fn parse_figure(raw: RawFigure, class_names: &[String]) -> Result<Figure, Expect
         RawFigure::CacheHit(f) => Ok(Figure::CacheHit {
             class: optional_class("cache_hit.class", f.class.as_deref(), class_names)?,
         }),
+        RawFigure::GpuHours(f) => Ok(Figure::GpuHours {
+            role: optional_role("gpu_hours.role", f.role.as_deref())?,
+        }),
+        RawFigure::PeakWorkers(f) => Ok(Figure::PeakWorkers {
+            role: optional_role("peak_workers.role", f.role.as_deref())?,
+        }),
+    }
+}
+
+/// A worker role by its name, if one is given.
+fn optional_role(field: &str, name: Option<&str>) -> Result<Option<WorkerRole>, ExpectationError> {
+    let Some(name) = name else { return Ok(None) };
+    let roles = [
+        WorkerRole::Aggregated,
+        WorkerRole::Prefill,
+        WorkerRole::Decode,
+    ];
+    match roles.into_iter().find(|r| r.label() == name) {
+        Some(role) => Ok(Some(role)),
+        None => Err(invalid(
+            field,
+            format!("unknown role `{name}` (known: aggregated, prefill, decode)"),
+        )),
     }
 }
 
@@ -816,6 +866,8 @@ impl Figure {
             Figure::CountStatus { .. } => "count_status",
             Figure::Migrations { .. } => "migrations",
             Figure::CacheHit { .. } => "cache_hit",
+            Figure::GpuHours { .. } => "gpu_hours",
+            Figure::PeakWorkers { .. } => "peak_workers",
         }
     }
 }
@@ -888,6 +940,14 @@ impl fmt::Display for Figure {
             Figure::CacheHit { class } => {
                 let class = class.as_deref().unwrap_or("total");
                 write!(f, "{class} cache hit (reused / input tokens)")
+            }
+            Figure::GpuHours { role } => {
+                let role = role.map_or("total", WorkerRole::label);
+                write!(f, "{role} GPU-hours")
+            }
+            Figure::PeakWorkers { role } => {
+                let role = role.map_or("total", WorkerRole::label);
+                write!(f, "{role} peak workers")
             }
         }
     }
@@ -1041,6 +1101,14 @@ fn set_raw_figure(raw: &mut RawExpectation, figure: Figure) {
         }
         Figure::Migrations { class } => raw.migrations = Some(MigrationsFigure { class }),
         Figure::CacheHit { class } => raw.cache_hit = Some(MigrationsFigure { class }),
+        Figure::GpuHours { role } => {
+            let role = role.map(|r| r.label().to_string());
+            raw.gpu_hours = Some(FleetFigure { role })
+        }
+        Figure::PeakWorkers { role } => {
+            let role = role.map(|r| r.label().to_string());
+            raw.peak_workers = Some(FleetFigure { role })
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! `workers:` validated into worker pools: the plain form (`count`, `dp_size`, `startup_time`,
-//! `engine`: one
+//! `tensor_parallel_size`, `engine`: one
 //! pool named `default`), named `pools`, or disaggregated serving's `prefill` and `decode`
 //! roles, each in either form. Errors name the field (`workers.prefill.count`,
 //! `workers.pools.h100.engine.block_size`).
@@ -20,6 +20,7 @@ struct Form<'a> {
     count: Option<u64>,
     dp_size: Option<u64>,
     startup_time: Option<f64>,
+    tensor_parallel_size: Option<u64>,
     engine: Option<&'a EngineSection>,
     pools: Option<&'a [RawPool]>,
 }
@@ -33,6 +34,7 @@ impl<'a> Form<'a> {
             count: raw.count,
             dp_size: raw.dp_size,
             startup_time: raw.startup_time,
+            tensor_parallel_size: raw.tensor_parallel_size,
             engine: raw.engine.as_ref(),
             pools: raw.pools.as_deref(),
         }
@@ -51,6 +53,7 @@ pub(super) fn worker_pools(
         count: raw.count,
         dp_size: raw.dp_size,
         startup_time: raw.startup_time,
+        tensor_parallel_size: raw.tensor_parallel_size,
         engine: raw.engine.as_ref(),
         pools: raw.pools.as_deref(),
     };
@@ -63,6 +66,7 @@ pub(super) fn worker_pools(
         ("count", raw.count.is_some()),
         ("dp_size", raw.dp_size.is_some()),
         ("startup_time", raw.startup_time.is_some()),
+        ("tensor_parallel_size", raw.tensor_parallel_size.is_some()),
         ("engine", raw.engine.is_some()),
         ("pools", raw.pools.is_some()),
     ];
@@ -107,6 +111,7 @@ fn pools_of(
         let launch = Launch {
             dp_size: form.dp_size,
             startup_time: form.startup_time,
+            tensor_parallel_size: form.tensor_parallel_size,
         };
         let engine = role_engine(source, at, form.role, engine, launch)?;
         let count = form.count.unwrap_or(1);
@@ -131,6 +136,7 @@ fn pools_of(
         ("count", form.count.is_some()),
         ("dp_size", form.dp_size.is_some()),
         ("startup_time", form.startup_time.is_some()),
+        ("tensor_parallel_size", form.tensor_parallel_size.is_some()),
         ("engine", form.engine.is_some()),
     ];
     if let Some((field, _)) = plain.iter().find(|(_, given)| *given) {
@@ -158,6 +164,7 @@ fn pools_of(
             Launch {
                 dp_size: raw_pool.dp_size,
                 startup_time: raw_pool.startup_time,
+                tensor_parallel_size: raw_pool.tensor_parallel_size,
             },
         )?;
         add_pool(source, &at, pools, name, count, engine)?;
