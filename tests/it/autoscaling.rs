@@ -184,13 +184,19 @@ fn a_bad_planner_section_exits_2_naming_the_field() {
             "planner.mode: a planner is either `command` (and `timeout_s`) or the native planner's keys",
         ),
     ];
+    assert_each_exits_2(&cases);
+}
+
+/// Each scenario text ends in exit 2 with its message, writing no request.
+fn assert_each_exits_2(cases: &[(String, &str)]) {
     for (text, expected) in cases {
-        let (code, stderr, _) = run_scenario(&text);
+        let (code, stderr, rows) = run_scenario(text);
         assert_eq!(code, 2, "{stderr}");
         assert!(
             stderr.contains(expected),
             "expected {expected:?} in {stderr}"
         );
+        assert!(rows.is_empty());
     }
 }
 
@@ -255,15 +261,7 @@ fn a_bad_native_planner_exits_2_naming_the_key() {
             "decode_scale_up_kv_rate must be greater than decode_scale_down_kv_rate",
         ),
     ];
-    for (text, expected) in cases {
-        let (code, stderr, rows) = run_scenario(&text);
-        assert_eq!(code, 2, "{stderr}");
-        assert!(
-            stderr.contains(expected),
-            "expected {expected:?} in {stderr}"
-        );
-        assert!(rows.is_empty());
-    }
+    assert_each_exits_2(&cases);
 }
 
 /// `replay --planner`: a configuration file's errors name the file and the key's line; the
