@@ -553,13 +553,7 @@ fn in_a_browser_a_disaggregated_run_shows_each_roles_own_figures_and_what_busy_m
         "--dump-dom",
     ];
     let (dom, _) = headless(browser, &tmp.path().join("profile-pools"), &flags, &page);
-    let start = dom.find("<pre id=\"pools\">").expect("the pool script ran") + 16;
-    let end = start + dom[start..].find("</pre>").unwrap();
-    let json = dom[start..end]
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&");
-    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let seen = harness_json(&dom, "pools");
     let tables = seen["tables"].as_array().unwrap();
     let ids: Vec<&str> = tables.iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["pool-table-prefill", "pool-table-decode"]);
@@ -711,5 +705,95 @@ fn in_a_browser_a_plan_names_the_failing_slo_as_binding_says_yes_or_no_and_marks
     assert!(
         numbers.iter().all(|t| t.parse::<u64>().is_ok()),
         "whole workers: {numbers:?}"
+    );
+}
+
+/// On load, reads a scaled run's fleet section as a person sees it: the fleet table's rows,
+/// where each chart of the row sits, and the legend texts of the workers chart, as JSON into
+/// `pre#fleet-harness`.
+const MEASURE_FLEET: &str = r#"<script>addEventListener('load',function(){
+function box(el){var r=el.getBoundingClientRect(),s=getComputedStyle(el);return {id:el.id,left:r.left,top:r.top,w:r.width,h:r.height,shown:s.display!=='none'&&s.visibility!=='hidden'};}
+var out={rows:[].map.call(document.querySelectorAll('#fleet-table tbody tr'),function(r){return [].map.call(r.cells,function(c){return c.textContent;});}),
+row:[].map.call(document.querySelectorAll('.row figure.chart'),box),
+legend:[].map.call(document.querySelectorAll('#chart-workers_over_time svg text'),function(t){return t.textContent.trim();}),
+plots:[].map.call(document.querySelectorAll('figure.chart'),function(f){return f.id;})};
+var p=document.createElement('pre');p.id='fleet-harness';p.textContent=JSON.stringify(out);document.body.appendChild(p);});</script>"#;
+
+/// The JSON a measuring script wrote into `<pre id="{id}">` of the dumped `dom`.
+fn harness_json(dom: &str, id: &str) -> serde_json::Value {
+    let open = format!("<pre id=\"{id}\">");
+    let start = dom.find(&open).expect("the measuring script ran") + open.len();
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn in_a_browser_a_scaled_run_shows_its_fleet_cost_and_its_workers_beside_its_latency() {
+    let Some(browser) = chromium() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fidelity/planner-load-agg");
+    let path = |name: &str| fixture.join(name).display().to_string();
+    let (trace, engine, planner) = (
+        path("trace.jsonl"),
+        path("engine.json"),
+        path("planner.yaml"),
+    );
+    let args = [
+        "replay",
+        "--trace",
+        &trace,
+        "--engine",
+        &engine,
+        "--router-mode",
+        "round_robin",
+        "--planner",
+        &planner,
+        "--plots",
+        "--quiet",
+        "--out",
+        "out",
+    ];
+    let (code, _, stderr) = run_in_dir(tmp.path(), &args);
+    assert_eq!(code, 0, "{stderr}");
+    let page = instrumented(&tmp.path().join("out/report.html"), MEASURE_FLEET);
+    let flags = [
+        "--window-size=1280,4000",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+    ];
+    let (dom, _) = headless(browser, &tmp.path().join("profile-fleet"), &flags, &page);
+    let seen = harness_json(&dom, "fleet-harness");
+    let rows = seen["rows"].as_array().unwrap();
+    let first_cells: Vec<&str> = rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(first_cells, ["aggregated", "all"], "{seen}");
+    let peak = rows[1][2].as_str().unwrap();
+    assert!(peak.parse::<u64>().unwrap() > 1, "the fleet grew: {seen}");
+    let row = seen["row"].as_array().unwrap();
+    let ids: Vec<&str> = row.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["chart-workers_over_time", "chart-latency_over_time"]);
+    let f = |c: &serde_json::Value, k: &str| c[k].as_f64().unwrap();
+    for chart in row {
+        assert!(f(chart, "w") > 300.0 && f(chart, "h") > 150.0, "{chart}");
+        assert!(chart["shown"].as_bool().unwrap(), "{chart}");
+    }
+    assert_eq!(f(&row[0], "top"), f(&row[1], "top"), "side by side");
+    assert!(
+        f(&row[0], "left") + f(&row[0], "w") <= f(&row[1], "left"),
+        "{seen}"
+    );
+    let legend = seen["legend"].as_array().unwrap();
+    for label in ["aggregated serving", "aggregated billed"] {
+        assert!(legend.iter().any(|t| t == label), "{label} in {legend:?}");
+    }
+    let plots = seen["plots"].as_array().unwrap();
+    let once = |id: &str| plots.iter().filter(|p| *p == id).count() == 1;
+    assert!(
+        once("chart-workers_over_time") && once("chart-latency_over_time"),
+        "{plots:?}"
     );
 }

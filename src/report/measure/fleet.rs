@@ -87,9 +87,73 @@ fn figures<'a>(lives: impl Iterator<Item = &'a WorkerLife>, end: SimTime) -> Fle
     }
 }
 
+/// A role's workers over a run, as step curves: `(time, count from then on)` at each change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleCurve {
+    pub role: WorkerRole,
+    /// Workers taking requests: ready and not yet draining.
+    pub serving: Vec<(SimTime, u64)>,
+    /// Workers billed: asked for and not yet gone (starting, serving and draining).
+    pub billed: Vec<(SimTime, u64)>,
+}
+
+/// Each role's workers over a run that ended at `end`, in the order aggregated, prefill,
+/// decode (roles with no worker left out).
+pub fn role_curves(lives: &[WorkerLife], end: SimTime) -> Vec<RoleCurve> {
+    let roles = [
+        WorkerRole::Aggregated,
+        WorkerRole::Prefill,
+        WorkerRole::Decode,
+    ];
+    roles
+        .into_iter()
+        .filter(|role| lives.iter().any(|life| life.role == *role))
+        .map(|role| {
+            let of_role = || lives.iter().filter(move |l| l.role == role);
+            let serving = of_role().filter_map(|l| Some((l.ready?, l.draining.or(l.gone))));
+            let billed = of_role().map(|l| (l.asked, l.gone));
+            RoleCurve {
+                role,
+                serving: step_curve(serving, end),
+                billed: step_curve(billed, end),
+            }
+        })
+        .collect()
+}
+
+/// How many `(from, until)` spans are open, at each instant that changes it within
+/// `[0, end]`; a span of no length never counts.
+fn step_curve(
+    spans: impl Iterator<Item = (SimTime, Option<SimTime>)>,
+    end: SimTime,
+) -> Vec<(SimTime, u64)> {
+    let mut edges: Vec<(SimTime, i64)> = Vec::new();
+    for (from, until) in spans {
+        let until = until.unwrap_or(SimTime::MAX);
+        if from < until && from <= end {
+            edges.push((from, 1));
+            if until <= end {
+                edges.push((until, -1));
+            }
+        }
+    }
+    edges.sort_unstable();
+    let mut curve: Vec<(SimTime, u64)> = Vec::new();
+    let mut open = 0i64;
+    for (at, step) in edges {
+        open += step;
+        let count = open.max(0) as u64;
+        match curve.last_mut() {
+            Some(last) if last.0 == at => last.1 = count,
+            _ => curve.push((at, count)),
+        }
+    }
+    curve
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{FleetFigures, figures};
+    use super::{FleetFigures, RoleCurve, figures, role_curves};
     use crate::mocker::WorkerRole;
     use crate::sim::WorkerLife;
     use crate::time::SimTime;
@@ -142,5 +206,32 @@ mod tests {
             mean_workers: 1.0,
         };
         assert_eq!(f, expected);
+    }
+
+    #[test]
+    fn role_curves_count_serving_from_ready_to_draining_and_billed_from_asked_to_gone() {
+        let mut late = life(1, 10, Some(40));
+        late.ready = Some(at(15));
+        late.draining = Some(at(30));
+        let mut cancelled = life(1, 20, Some(20));
+        cancelled.ready = None;
+        let mut prefill = life(1, 0, None);
+        prefill.role = WorkerRole::Prefill;
+        let curves = role_curves(&[life(1, 0, None), late, cancelled, prefill], at(50));
+        let aggregated = RoleCurve {
+            role: WorkerRole::Aggregated,
+            serving: vec![(at(0), 1), (at(15), 2), (at(30), 1)],
+            billed: vec![(at(0), 1), (at(10), 2), (at(40), 1)],
+        };
+        assert_eq!(curves[0], aggregated);
+        assert_eq!(curves[1].role, WorkerRole::Prefill);
+        assert_eq!(curves[1].serving, vec![(at(0), 1)]);
+        assert_eq!(curves.len(), 2, "no decode worker, no decode curve");
+    }
+
+    #[test]
+    fn a_worker_leaving_as_another_joins_is_one_step_that_keeps_the_count() {
+        let curves = role_curves(&[life(1, 0, Some(10)), life(1, 10, None)], at(20));
+        assert_eq!(curves[0].billed, vec![(at(0), 1), (at(10), 1)]);
     }
 }

@@ -25,6 +25,7 @@
 
 use super::fleet::{FleetMetrics, fleet_metrics};
 use super::latency::{LatencyStats, Stat};
+use super::over_time::{ArrivalCurve, latency_curves};
 use super::phases::{PhaseCurve, phase_curves};
 use super::pools::{PoolMetrics, pool_metrics};
 use super::sessions::{SessionCounts, session_figures};
@@ -299,6 +300,8 @@ pub struct RunMetrics {
     /// Per class, where its disaggregated requests' time went, by arrival time (empty in an
     /// aggregated run; [`super::phases`]).
     pub phases: Vec<PhaseCurve>,
+    /// Each class's mean TTFT and end-to-end latency by arrival time ([`latency_curves`]).
+    pub latency_by_arrival: Vec<ArrivalCurve<2>>,
     /// What the fleet cost and how it changed ([`super::fleet`]).
     pub fleet: FleetMetrics,
 }
@@ -437,6 +440,7 @@ impl RunMetrics {
             stability: Stability::default(),
             pools: pool_metrics(result, all, records, class_count),
             phases: phase_curves(records, class_count),
+            latency_by_arrival: latency_curves(records, class_count),
             fleet: fleet_metrics(result),
         }
     }

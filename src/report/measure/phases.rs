@@ -6,34 +6,18 @@
 //! admission (waiting for room on the decode worker, the transfer itself, waiting for a
 //! slot), decode from there to the last token.
 
+use super::over_time::{ArrivalBucket, ArrivalCurve, curves_by_arrival};
 use crate::sim::RequestRecord;
-use crate::time::SimTime;
-
-/// How many arrival-time buckets a curve has at most: enough to see a burst, few enough that
-/// each bucket's mean is made of several requests.
-pub const MAX_BUCKETS: usize = 60;
 
 /// The phases, in the order a request passes them.
 pub const PHASE_NAMES: [&str; 4] = ["queue", "prefill", "transfer", "decode"];
 
-/// One arrival-time bucket of a class's completed requests.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PhaseBucket {
-    /// The bucket's arrival window in ms, `[start_ms, end_ms)`.
-    pub start_ms: f64,
-    pub end_ms: f64,
-    /// Completed requests that arrived in the window.
-    pub requests: u64,
-    /// Their mean time in each phase, in ms, in [`PHASE_NAMES`] order.
-    pub mean_ms: [f64; 4],
-}
+/// One arrival-time bucket of a class's completed requests: their mean time in each phase,
+/// in [`PHASE_NAMES`] order.
+pub type PhaseBucket = ArrivalBucket<4>;
 
-/// One class's buckets, in time order (empty buckets left out).
-#[derive(Clone, Debug, PartialEq)]
-pub struct PhaseCurve {
-    pub class: usize,
-    pub buckets: Vec<PhaseBucket>,
-}
+/// One class's phase buckets, in time order (empty buckets left out).
+pub type PhaseCurve = ArrivalCurve<4>;
 
 /// The four phase durations of a completed disaggregated request, in ns; `None` for any
 /// other request.
@@ -53,46 +37,7 @@ pub fn phase_ns(r: &RequestRecord) -> Option<[u64; 4]> {
 /// Each class's phase curve, for the classes with completed disaggregated requests (none in
 /// an aggregated run). `records` carry resolved class indices.
 pub fn phase_curves(records: &[RequestRecord], class_count: usize) -> Vec<PhaseCurve> {
-    let timed: Vec<(usize, SimTime, [u64; 4])> = records
-        .iter()
-        .filter_map(|r| Some((r.class()?, r.arrival, phase_ns(r)?)))
-        .collect();
-    let Some(last) = timed.iter().map(|t| t.1).max() else {
-        return Vec::new();
-    };
-    let first = timed.iter().map(|t| t.1).min().unwrap_or(last);
-    let span_ns = last.saturating_since(first).as_ns() + 1;
-    let width_ns = span_ns.div_ceil(MAX_BUCKETS as u64).max(1);
-    let bucket_of = |t: SimTime| (t.saturating_since(first).as_ns() / width_ns) as usize;
-    let buckets = bucket_of(last) + 1;
-    (0..class_count)
-        .filter_map(|class| {
-            let mut sums = vec![([0u128; 4], 0u64); buckets];
-            for &(c, arrival, phases) in &timed {
-                if c != class {
-                    continue;
-                }
-                let (sum, count) = &mut sums[bucket_of(arrival)];
-                for (s, p) in sum.iter_mut().zip(phases) {
-                    *s += u128::from(p);
-                }
-                *count += 1;
-            }
-            let start_ms = |k: usize| (first.as_ns() + k as u64 * width_ns) as f64 / 1e6;
-            let buckets: Vec<PhaseBucket> = sums
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, count))| *count > 0)
-                .map(|(k, (sum, count))| PhaseBucket {
-                    start_ms: start_ms(k),
-                    end_ms: start_ms(k + 1),
-                    requests: *count,
-                    mean_ms: sum.map(|s| s as f64 / *count as f64 / 1e6),
-                })
-                .collect();
-            (!buckets.is_empty()).then_some(PhaseCurve { class, buckets })
-        })
-        .collect()
+    curves_by_arrival(records, class_count, phase_ns)
 }
 
 #[cfg(test)]

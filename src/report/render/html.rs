@@ -49,7 +49,7 @@ th:first-child,td:first-child{text-align:left}th{background:#f2f2f2}\
 td.text,th.text{text-align:left;white-space:normal}\
 .verdict{font-weight:bold}.pass{color:#11692b;background:#e6f4ea}.fail{color:#a50e0e;background:#fce8e6}\
 dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-weight:bold}dd{margin:0}\
-figure{margin:1em 0}figure svg{display:block;max-width:100%;height:auto;border:1px solid #eee}\
+figure{margin:1em 0}.row{display:flex;gap:1em}.row figure{flex:1;min-width:0}figure svg{display:block;max-width:100%;height:auto;border:1px solid #eee}\
 figcaption{font-size:0.9em;color:#555}code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace}.mono{white-space:pre-wrap}\
 ";
 
@@ -145,6 +145,22 @@ impl Page {
             let png = format!("{stem}.png");
             self.chart(stem, bytes.as_ref(), names.contains(&png.as_str()));
         }
+    }
+
+    /// The SVGs among `files` named `stems` (in that order), side by side in one row (each
+    /// with its PNG link, as [`Page::charts`]), so that charts over one time axis can be
+    /// read against each other.
+    pub fn charts_row<S: AsRef<str>, B: AsRef<[u8]>>(&mut self, files: &[(S, B)], stems: &[&str]) {
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_ref()).collect();
+        self.body += "<div class=\"row\">\n";
+        for stem in stems {
+            let svg = format!("{stem}.svg");
+            if let Some((_, bytes)) = files.iter().find(|(n, _)| n.as_ref() == svg) {
+                let png = format!("{stem}.png");
+                self.chart(stem, bytes.as_ref(), names.contains(&png.as_str()));
+            }
+        }
+        self.body += "</div>\n";
     }
 
     fn chart(&mut self, stem: &str, svg: &[u8], with_png: bool) {

@@ -5,6 +5,7 @@
 pub mod chart;
 mod csv_row;
 pub mod data_files;
+pub mod fleet_plots;
 pub mod html;
 pub mod junit;
 pub mod plots;

@@ -9,6 +9,7 @@
 use super::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
 };
+use super::fleet_plots::fleet_charts;
 use crate::report::measure::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
 use crate::report::measure::phases::{PHASE_NAMES, PhaseCurve};
 use crate::report::measure::stability::in_system_curve;
@@ -35,7 +36,7 @@ pub fn render_all(
 
 /// The charts of a run: cumulative completions against completion index and against time
 /// (with ideal DRR lines where they apply), token-service share while backlogged, TTFT and
-/// end-to-end CDFs.
+/// end-to-end CDFs; a scaled run's workers and latency over time ([`fleet_charts`]).
 /// `metrics` are `result`'s.
 pub fn all_charts(
     result: &SimResult,
@@ -56,6 +57,7 @@ pub fn all_charts(
             .iter()
             .map(|curve| latency_phases(metrics, curve)),
     );
+    charts.extend(fleet_charts(result, metrics));
     charts
 }
 
@@ -144,7 +146,7 @@ pub fn in_system_over_time(metrics: &RunMetrics, curve: &[(SimTime, u64)]) -> Ch
 }
 
 /// A step curve's corners: each change is drawn as a vertical jump from the previous level.
-fn step_points(curve: &[(SimTime, u64)]) -> Vec<(f64, f64)> {
+pub fn step_points(curve: &[(SimTime, u64)]) -> Vec<(f64, f64)> {
     let mut points = Vec::with_capacity(curve.len() * 2);
     let mut level = 0.0;
     for &(t, count) in curve {

@@ -1,9 +1,11 @@
 //! The `report.html` of a run (`run`, `replay`): what ran, the per-class
-//! table, the expectations' verdicts, the stability verdict, every plot inline and links to
-//! the files beside it. Bytes from data, like every other exporter here.
+//! table, the expectations' verdicts, the stability verdict, a scaled run's fleet, every plot
+//! inline and links to the files beside it. Bytes from data, like every other exporter here.
 
+use super::fleet_plots::FLEET_CHARTS;
 use super::html::{self, Page};
 use super::table;
+use crate::report::measure::fleet::FleetFigures;
 use crate::report::measure::metrics::RunMetrics;
 use crate::report::verdict::evaluate::ExpectationOutcome;
 
@@ -35,9 +37,21 @@ pub fn run_report<S: AsRef<str>, B: AsRef<[u8]>>(
         expectations_section(&mut out, outcomes);
     }
     stability_section(&mut out, metrics);
+    if metrics.fleet.events.is_some() {
+        fleet_section(&mut out, metrics, files);
+    }
     out.section("plots", "Plots");
-    match files.iter().any(|(n, _)| n.as_ref().ends_with(".svg")) {
-        true => out.charts(files),
+    let is_fleet_chart = |name: &str| {
+        FLEET_CHARTS
+            .iter()
+            .any(|stem| name == format!("{stem}.svg"))
+    };
+    let plots: Vec<(&str, &[u8])> = (files.iter())
+        .map(|(n, b)| (n.as_ref(), b.as_ref()))
+        .filter(|(n, _)| !is_fleet_chart(n))
+        .collect();
+    match plots.iter().any(|(n, _)| n.ends_with(".svg")) {
+        true => out.charts(&plots),
         false => {
             out.paragraph("No plots were drawn for this run (`replay` draws them with --plots).")
         }
@@ -106,6 +120,35 @@ fn expectations_section(out: &mut Page, outcomes: &[ExpectationOutcome]) {
     let passed = outcomes.iter().filter(|o| o.passed).count();
     out.paragraph(&format!("{passed} of {} pass.", outcomes.len()));
     out.verdicts("verdicts", outcomes);
+}
+
+/// A scaled run's fleet: what it cost per role, its scaling events, and its workers per role
+/// over time beside each class's latency over time.
+fn fleet_section<S: AsRef<str>, B: AsRef<[u8]>>(
+    out: &mut Page,
+    metrics: &RunMetrics,
+    files: &[(S, B)],
+) {
+    out.section("fleet", "Fleet");
+    let fleet = &metrics.fleet;
+    let header = ["role", "GPU-hours", "peak workers", "mean workers"].map(String::from);
+    let row = |role: &str, f: &FleetFigures| {
+        let figures = [f.gpu_hours, f.peak_workers as f64, f.mean_workers];
+        let mut cells = vec![role.to_string(), format!("{:.4}", figures[0])];
+        cells.extend([format!("{}", figures[1]), format!("{:.2}", figures[2])]);
+        cells
+    };
+    let mut rows: Vec<Vec<String>> = (fleet.roles.iter())
+        .map(|(role, f)| row(role.label(), f))
+        .collect();
+    rows.push(row("all", &fleet.all));
+    out.table("fleet-table", &header, &rows);
+    let events = fleet.events.as_ref().map_or(0, Vec::len);
+    out.paragraph(&format!(
+        "The scaling policy changed a role's target {events} times (scaling.csv). Billed: from \
+         when a worker is asked for until it has left, start-up and drain included."
+    ));
+    out.charts_row(files, &FLEET_CHARTS);
 }
 
 fn stability_section(out: &mut Page, metrics: &RunMetrics) {
