@@ -364,8 +364,34 @@ fn instants_on(timeline: &Value, worker: u64, name: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The slices (name, start, end) on the track named `label`, in time order.
+fn slices_on(timeline: &Value, label: &str) -> Vec<(String, u64, u64)> {
+    let events = events(timeline);
+    let Some(track) = events
+        .iter()
+        .find(|e| e["ph"] == "M" && e["args"]["name"] == label)
+        .map(|e| (e["pid"].clone(), e["tid"].clone()))
+    else {
+        return Vec::new();
+    };
+    let mut slices: Vec<(String, u64, u64)> = events
+        .iter()
+        .filter(|e| (e["pid"].clone(), e["tid"].clone()) == track && e["ph"] == "X")
+        .map(|e| {
+            let start = ns(&e["ts"]);
+            (
+                e["name"].as_str().unwrap().to_string(),
+                start,
+                start + ns(&e["dur"]),
+            )
+        })
+        .collect();
+    slices.sort_by_key(|s| s.1);
+    slices
+}
+
 #[test]
-fn a_scaled_fleet_shows_starting_joined_draining_and_left_on_its_tracks() {
+fn a_scaled_fleet_shows_each_workers_life_spans_and_its_instants_on_its_tracks() {
     let dir = tempfile::tempdir().unwrap();
     let text = "name: scaled
 seed: 3
@@ -405,4 +431,49 @@ faults:
     let left = instants_on(&timeline, 1, "worker left");
     assert_eq!(left.len(), 1, "worker 1 left once");
     assert!(left[0] >= 2_000_000_000);
+    // Life spans: worker 2 starts from 1 s to 2.5 s then serves; worker 1 serves to 2 s
+    // then drains until it leaves; worker 0 serves the whole run.
+    let end = timeline_end(&timeline);
+    let life = |worker: u64| slices_on(&timeline, &format!("worker {worker} life"));
+    let named = |spans: &[(&str, u64, u64)]| -> Vec<(String, u64, u64)> {
+        spans
+            .iter()
+            .map(|&(n, a, b)| (n.to_string(), a, b))
+            .collect()
+    };
+    assert_eq!(life(0), named(&[("active", 0, end)]));
+    let drained = named(&[
+        ("active", 0, 2_000_000_000),
+        ("draining", 2_000_000_000, left[0]),
+    ]);
+    assert_eq!(life(1), drained);
+    let started = named(&[
+        ("starting", 1_000_000_000, 2_500_000_000),
+        ("active", 2_500_000_000, end),
+    ]);
+    assert_eq!(life(2), started);
+    // Every pass of a worker lies inside its active and draining spans.
+    for worker in 0..3u64 {
+        let serving = life(worker).into_iter().filter(|s| s.0 != "starting");
+        let (from, until) = serving.fold((u64::MAX, 0), |(a, b), s| (a.min(s.1), b.max(s.2)));
+        for (_, start, stop) in slices_on(&timeline, &format!("worker {worker} rank 0")) {
+            assert!(
+                from <= start && stop <= until,
+                "worker {worker}: {start}..{stop}"
+            );
+        }
+    }
+}
+
+/// The run's end as the rest of the timeline tells it: the last end of any slice or instant
+/// but the life spans.
+fn timeline_end(timeline: &Value) -> u64 {
+    let life = ["starting", "active", "draining"];
+    events(timeline)
+        .iter()
+        .filter(|e| e["ph"] != "M" && e["ph"] != "C")
+        .filter(|e| !life.iter().any(|name| e["name"] == *name))
+        .map(|e| ns(&e["ts"]) + e.get("dur").map_or(0, ns))
+        .max()
+        .unwrap()
 }

@@ -132,8 +132,15 @@ mod tests {
         assert!(serving.contains(&(4_000.0, 1.0)) && serving.contains(&(4_000.0, 2.0)));
         assert_eq!(serving.last(), Some(&(10_000.0, 1.0)), "drained from 8 s");
         let billed = &chart.series[1].points;
-        assert!(billed.contains(&(2_000.0, 2.0)), "billed from when asked for");
-        assert_eq!(billed.last(), Some(&(10_000.0, 2.0)), "still draining at the end");
+        assert!(
+            billed.contains(&(2_000.0, 2.0)),
+            "billed from when asked for"
+        );
+        assert_eq!(
+            billed.last(),
+            Some(&(10_000.0, 2.0)),
+            "still draining at the end"
+        );
     }
 
     #[test]

@@ -5,14 +5,14 @@
 //!
 //! Timestamps are virtual time: integer nanoseconds printed as microseconds with three
 //! decimals by integer arithmetic, so a rerun writes the same bytes. Events are written in
-//! a fixed order (metadata, passes in the order they ended, fault instants, counters in
-//! time order, requests by row), never from a hash map.
+//! a fixed order (metadata, passes in the order they ended, worker lives by worker, fault
+//! instants, counters in time order, requests by row), never from a hash map.
 
 use crate::mocker::WorkerRole;
 use crate::report::measure::metrics::resolved_class;
 use crate::report::measure::pools::worker_in_role;
 use crate::sim::timeline::{CounterSample, PassSlice, Timeline};
-use crate::sim::{FaultMark, RequestRecord, SimResult};
+use crate::sim::{FaultMark, RequestRecord, SimResult, WorkerLife};
 use crate::time::SimTime;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -129,6 +129,7 @@ impl<'a> Prepared<'a> {
         for pass in &self.timeline.passes {
             self.write_pass(&mut w, pass)?;
         }
+        self.write_worker_lives(&mut w)?;
         self.write_fault_instants(&mut w)?;
         self.write_router_counters(&mut w)?;
         self.write_prefill_counters(&mut w)?;
@@ -209,6 +210,59 @@ impl<'a> Prepared<'a> {
         for rank in 0..self.timeline.ranks.len() {
             let (pid, tid) = self.rank_track(rank);
             w.thread(pid, tid, &self.rank_name(rank))?;
+        }
+        for (worker, life) in self.changing_lives() {
+            let (pid, tid) = self.life_track(worker, life.pool);
+            let name = format!("worker {} life", worker_in_role(self.result, worker));
+            w.thread(pid, tid, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Every worker with its life, when the fleet changed during the run (a scaling policy,
+    /// a worker added or drained); none when every worker served from start to end.
+    fn changing_lives(&self) -> impl Iterator<Item = (u64, &WorkerLife)> + '_ {
+        let lives = &self.result.worker_lives;
+        let changed = lives.iter().any(|life| {
+            let whole = life.asked == SimTime::ZERO && life.ready == Some(SimTime::ZERO);
+            !whole || life.draining.is_some() || life.gone.is_some()
+        });
+        (0u64..).zip(lives).take_while(move |_| changed)
+    }
+
+    /// The (pid, tid) of worker `worker`'s life track, in its pool after its rank tracks.
+    fn life_track(&self, worker: u64, pool: usize) -> (u64, u64) {
+        let after_ranks = 1 + self.timeline.ranks.len() as u64;
+        (self.pool_pid(pool), after_ranks + worker)
+    }
+
+    /// Each worker's `starting`, `active` and `draining` spans on its life track (a span
+    /// still open at the run's end stops there), when the fleet changed.
+    fn write_worker_lives(&self, w: &mut TraceWriter) -> io::Result<()> {
+        let end = self.result.end_time;
+        for (worker, life) in self.changing_lives() {
+            let (pid, tid) = self.life_track(worker, life.pool);
+            let left = life.gone.unwrap_or(end).min(end);
+            let active_until = life.draining.unwrap_or(left).min(left);
+            let spans = [
+                (
+                    "starting",
+                    Some(life.asked),
+                    life.ready.unwrap_or(left).min(left),
+                ),
+                ("active", life.ready, active_until),
+                ("draining", life.draining, left),
+            ];
+            for (name, from, until) in spans {
+                let Some(from) = from.filter(|from| *from < until) else {
+                    continue;
+                };
+                w.begin(b"X", pid, tid, name, from);
+                w.raw(b",\"dur\":");
+                w.us(until.as_ns() - from.as_ns());
+                w.raw(b"}");
+                w.end_event()?;
+            }
         }
         Ok(())
     }
