@@ -49,6 +49,7 @@ fn shares_split_the_rate_and_the_counts_follow_from_the_draws() {
         process: Process::Poisson,
         rate_per_s,
         until: SimTime::from_ns(100_000_000_000),
+        shape: None,
     };
     assert_eq!(synth.groups[0].arrival, expected_arrival(40.0 * 0.3));
     assert_eq!(synth.groups[1].arrival, expected_arrival(40.0 * 0.7));
@@ -264,4 +265,134 @@ fn concurrency_and_warmup_are_validated_and_reach_the_run() {
     assert!(message.contains("shorter than duration_s"), "{message}");
     let (_, field, _) = error_at(&closed.replace("warmup_s: 10", "warmup_s: -1"));
     assert_eq!(field, "workload.warmup_s");
+}
+
+/// The shared scenario with `shape` as its `workload.rate_shape` (YAML flow list) and
+/// `arrival`.
+fn shaped(shape: &str, arrival: &str) -> String {
+    SHARED.replace(
+        "  duration_s: 100\n",
+        &format!("  duration_s: 100\n  arrival: {arrival}\n  rate_shape: {shape}\n"),
+    )
+}
+
+#[test]
+fn a_rate_shape_scales_each_pieces_arrivals_and_a_closed_piece_has_none() {
+    // 40/s at a quarter to 20 s, full to 50 s, closed to 60 s, a half past it.
+    let shape = "[{until_s: 20, scale: 0.25}, {until_s: 50, scale: 1}, {until_s: 60, scale: 0}, \
+                 {until_s: 70, scale: 0.5}]";
+    let scenario = load(&shaped(shape, "uniform"), &[]).unwrap();
+    let requests = scenario.requests(0).unwrap();
+    let in_window = |from_s: u64, to_s: u64| {
+        let (from, to) = (
+            SimTime::from_ns(from_s * 1_000_000_000),
+            SimTime::from_ns(to_s * 1_000_000_000),
+        );
+        requests
+            .iter()
+            .filter(|r| from <= r.arrival && r.arrival < to)
+            .count()
+    };
+    // Uniform arrivals: exactly rate x share x scale x length per piece and group (12 and 28
+    // per second at full scale), up to one at each piece's edge.
+    let near = |count: usize, expected: f64| (count as f64 - expected).abs() <= 2.0;
+    assert!(
+        near(in_window(0, 20), 40.0 * 0.25 * 20.0),
+        "{}",
+        in_window(0, 20)
+    );
+    assert!(
+        near(in_window(20, 50), 40.0 * 30.0),
+        "{}",
+        in_window(20, 50)
+    );
+    // An arrival due just as the busy piece ends is placed at its end, 50 s.
+    let closed = requests
+        .iter()
+        .filter(|r| r.arrival.as_ns() > 50_000_000_000 && r.arrival.as_ns() < 60_000_000_000);
+    assert_eq!(closed.count(), 0, "nothing arrives while the scale is 0");
+    assert!(
+        near(in_window(60, 100), 40.0 * 0.5 * 40.0),
+        "the last scale holds to the end"
+    );
+    // The expected counts follow the shape's load, not the window's length.
+    let Workload::Synthetic(synth) = scenario.workload() else {
+        panic!("synthetic")
+    };
+    let load_s = 0.25 * 20.0 + 30.0 + 0.5 * 40.0;
+    assert_eq!(synth.groups[0].count, (40.0 * 0.3 * load_s) as u64);
+    // Poisson arrivals follow the same shape, drawn.
+    let poisson = load(&shaped(shape, "poisson"), &[])
+        .unwrap()
+        .requests(0)
+        .unwrap();
+    let busy = poisson
+        .iter()
+        .filter(|r| r.arrival.as_ns() >= 20_000_000_000 && r.arrival.as_ns() < 50_000_000_000)
+        .count();
+    let quiet = poisson
+        .iter()
+        .filter(|r| r.arrival.as_ns() < 20_000_000_000)
+        .count();
+    assert!(
+        (1_100..=1_300).contains(&busy) && (150..=250).contains(&quiet),
+        "{busy} {quiet}"
+    );
+}
+
+#[test]
+fn a_workload_without_a_rate_shape_arrives_as_before() {
+    let flat = load(&shaped("[{until_s: 100, scale: 1}]", "poisson"), &[]).unwrap();
+    let plain = load(
+        &SHARED.replace(
+            "  duration_s: 100\n",
+            "  duration_s: 100\n  arrival: poisson\n",
+        ),
+        &[],
+    )
+    .unwrap();
+    let arrivals = |s: &Scenario| {
+        s.requests(3)
+            .unwrap()
+            .iter()
+            .map(|r| r.arrival)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        arrivals(&flat),
+        arrivals(&plain),
+        "a flat shape changes nothing"
+    );
+}
+
+#[test]
+fn bad_rate_shapes_name_the_piece_and_field() {
+    let cases = [
+        (
+            "[{until_s: 20, scale: 1}, {until_s: 10, scale: 1}]",
+            "workload.rate_shape.1.until_s",
+        ),
+        ("[{until_s: 20, scale: -1}]", "workload.rate_shape.0.scale"),
+        ("[{until_s: 20, scale: 0}]", "workload.rate_shape.0.scale"),
+        (
+            "[{until_s: .nan, scale: 1}]",
+            "workload.rate_shape.0.until_s",
+        ),
+        ("[]", "workload.rate_shape.0.until_s"),
+        ("[{until_s: 20, rate: 1}]", "workload.rate_shape"),
+    ];
+    for (shape, path) in cases {
+        let (line, field, message) = error_at(&shaped(shape, "poisson"));
+        assert!(field.starts_with(path), "{shape}: {field}: {message}");
+        assert!(line.is_some(), "{shape}: {message}");
+    }
+    let counted = SHARED
+        .replace("share: 0.3", "count: 3")
+        .replace("share: 0.7", "count: 7");
+    let counted = counted.replace(
+        "  rate_per_s: 40\n  duration_s: 100\n",
+        "  rate_shape: [{until_s: 1, scale: 1}]\n",
+    );
+    let (_, field, _) = error_at(&counted);
+    assert_eq!(field, "workload.rate_shape");
 }

@@ -308,10 +308,21 @@ pub struct RawWorkload {
     pub duration_s: Option<f64>,
     /// The arrival process of the shared groups (default `poisson`).
     pub arrival: Option<RawProcess>,
+    /// The shared groups' rate over time: `rate_per_s` times each piece's `scale`.
+    pub rate_shape: Option<Vec<RawRatePiece>>,
     /// Closed loop: keep this many requests in flight, each end issuing the next.
     pub concurrency: Option<u64>,
     /// Requests arriving before this many seconds stay out of the latency and share metrics.
     pub warmup_s: Option<f64>,
+}
+
+/// A piece of `workload.rate_shape`: the rate is `rate_per_s × scale` from the previous
+/// piece's end (or 0) until `until_s`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRatePiece {
+    pub until_s: f64,
+    pub scale: f64,
 }
 
 /// `workload.arrival:`: `poisson`, `uniform` or `{gamma: {cv}}`.

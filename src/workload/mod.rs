@@ -1,6 +1,7 @@
 //! Request sources: mooncake traces (`trace`) and synthetic workloads (`synth`), as one request
 //! stream.
 
+pub mod rate_shape;
 pub mod read_ahead;
 pub mod session;
 pub mod session_trace;

@@ -16,6 +16,7 @@ use crate::bounds::{MAX_PROMPT_BLOCKS, MAX_REQUESTS, MAX_TOKENS};
 use crate::rng;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::time::{MAX_INPUT_NS, NS_PER_MS, NS_PER_SEC, SimDuration, SimTime};
+use crate::workload::rate_shape::RateShape;
 use crate::workload::session::SessionTurn;
 use crate::workload::{PromptSpec, RequestSpec};
 use rand::RngExt;
@@ -199,6 +200,8 @@ pub enum Arrival {
         rate_per_s: f64,
         /// Arrivals stop before this instant.
         until: SimTime,
+        /// How the rate changes over time (`None`: it stays `rate_per_s`).
+        shape: Option<RateShape>,
     },
 }
 
@@ -598,6 +601,7 @@ impl RequestGroup {
                 process,
                 rate_per_s,
                 until,
+                ..
             } => validate_timed(*process, *rate_per_s, *until),
         }
     }
@@ -696,31 +700,33 @@ impl RequestGroup {
                 process,
                 rate_per_s,
                 until,
-            } => self.timed_arrivals(seed, *process, *rate_per_s, *until)?,
+                shape,
+            } => self.timed_arrivals(seed, (*process, *rate_per_s, shape.as_ref()), *until)?,
         })
     }
 
-    /// Every arrival of `process` at `rate_per_s` before `until`, from the group's own
-    /// `arrival` stream (uniform spacing draws nothing).
+    /// Every arrival of `process` at `rate_per_s` (shaped by `shape`, when there is one)
+    /// before `until`, from the group's own `arrival` stream (uniform spacing draws nothing).
     fn timed_arrivals(
         &self,
         seed: u64,
-        process: Process,
-        rate_per_s: f64,
+        (process, rate_per_s, shape): (Process, f64, Option<&RateShape>),
         until: SimTime,
     ) -> Result<Vec<SimTime>, SynthError> {
         let gaps = GapSampler::new(process, rate_per_s)
             .map_err(|message| workload_field_error("arrival", message))?;
         let mut arrival_rng = rng::child(seed, "workload", &format!("{}/arrival", self.name));
         let mut out = Vec::new();
+        // The last arrival in load time (see `rate_shape`), whole ns as an arrival is kept:
+        // without a shape, load time is real time.
+        let mut load_ns = 0.0;
         for k in 0u64.. {
-            let next_ns = match &gaps {
+            load_ns = match &gaps {
                 GapSampler::Uniform => uniform_arrival_ns(k, rate_per_s),
-                drawn => {
-                    let last_ns = out.last().map_or(0.0, |t: &SimTime| t.as_ns() as f64);
-                    last_ns + drawn.gap_ns(&mut arrival_rng)
-                }
+                drawn => load_ns + drawn.gap_ns(&mut arrival_rng),
             };
+            let next_ns = shape.map_or(load_ns, |shape| shape.real_ns(load_ns));
+            load_ns = load_ns.trunc();
             // `until` is at most 2^62 ns, so the comparison in f64 is exact enough and an
             // arrival kept is below the time bound.
             if next_ns >= until.as_ns() as f64 {
@@ -1028,13 +1034,15 @@ impl fmt::Display for Arrival {
                 process,
                 rate_per_s,
                 until,
+                shape,
             } => {
                 let name = match process {
                     Process::Poisson => "poisson".to_string(),
                     Process::Gamma { cv } => format!("gamma(cv {cv})"),
                     Process::Uniform => "uniform".to_string(),
                 };
-                write!(f, "{name} {rate_per_s}/s before {until}")
+                let shaped = if shape.is_some() { " (shaped)" } else { "" };
+                write!(f, "{name} {rate_per_s}/s{shaped} before {until}")
             }
         }
     }
@@ -1302,6 +1310,7 @@ mod tests {
             process,
             rate_per_s,
             until: SimTime::from_ns(duration_s * NS_PER_SEC),
+            shape: None,
         };
         g
     }
@@ -1424,6 +1433,7 @@ mod tests {
                 process,
                 rate_per_s,
                 until: SimTime::from_ns(until_ns),
+                shape: None,
             };
             let e = workload(vec![g], BurstOrder::Sequential)
                 .validate()
@@ -1445,6 +1455,7 @@ mod tests {
             process: Process::Poisson,
             rate_per_s: 0.5,
             until: SimTime::from_ns(NS_PER_SEC),
+            shape: None,
         };
         workload(vec![g], BurstOrder::Sequential)
             .validate()

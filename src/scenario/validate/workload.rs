@@ -6,13 +6,14 @@ use crate::bounds::{self, MAX_REQUESTS};
 use crate::scenario::bounds_check;
 use crate::scenario::raw::{
     RawArrival, RawBurstOrder, RawDist, RawDistKind, RawGroup, RawLength, RawPin, RawProcess,
-    RawSessions, RawWorkload,
+    RawRatePiece, RawSessions, RawWorkload,
 };
 use crate::scenario::{ScenarioError, Workload};
 use crate::scheduling::policy::PolicyProfile;
 use crate::scheduling::types::WorkerWithDpRank;
 use crate::sim::{ClosedLoop, WorkerPool};
 use crate::time::{SimDuration, SimTime};
+use crate::workload::rate_shape::RateShape;
 use crate::workload::session_trace::{SessionMode, read_sessions};
 use crate::workload::synth::{
     Arrival, Burst, BurstOrder, DEFAULT_MAX_TOKENS, LengthBounds, LengthDist, Lengths, Process,
@@ -164,8 +165,11 @@ const SHARE_SUM_TOLERANCE: f64 = 1e-9;
 struct SharedArrivals {
     process: Process,
     rate_per_s: f64,
-    duration_s: f64,
+    /// The load offered over the window, in seconds at `rate_per_s` (the window's length
+    /// without a shape).
+    load_s: f64,
     until: SimTime,
+    shape: Option<RateShape>,
 }
 
 /// How many requests a group has and when they arrive.
@@ -213,6 +217,7 @@ fn shared_arrivals(
         let unused = [
             ("rate_per_s", raw.rate_per_s.is_some()),
             ("arrival", raw.arrival.is_some()),
+            ("rate_shape", raw.rate_shape.is_some()),
             (
                 "duration_s",
                 raw.duration_s.is_some() && raw.concurrency.is_none(),
@@ -235,8 +240,13 @@ fn shared_arrivals(
         Some(RawProcess::Uniform) => Process::Uniform,
         Some(RawProcess::Gamma { cv }) => Process::Gamma { cv },
     };
+    let shape = rate_shape(source, raw.rate_shape.as_deref())?;
+    // The load offered over the window, in seconds at the base rate.
+    let load_s = shape
+        .as_ref()
+        .map_or(duration_s, |s| s.load_ns(until) / 1e9);
     let counted: u64 = groups.iter().filter_map(|g| g.count).sum();
-    let expected = rate_per_s * duration_s + counted as f64;
+    let expected = rate_per_s * load_s + counted as f64;
     if expected > MAX_REQUESTS as f64 {
         return Err(source.at(
             "workload.rate_per_s",
@@ -248,9 +258,38 @@ fn shared_arrivals(
     Ok(Some(SharedArrivals {
         process,
         rate_per_s,
-        duration_s,
+        load_s,
         until,
+        shape,
     }))
+}
+
+/// `workload.rate_shape`: pieces `{until_s, scale}` of the rate, in time order.
+fn rate_shape(
+    source: &Source,
+    raw: Option<&[RawRatePiece]>,
+) -> Result<Option<RateShape>, ScenarioError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let mut pieces = Vec::with_capacity(raw.len());
+    for (index, piece) in raw.iter().enumerate() {
+        let path = format!("workload.rate_shape.{index}.until_s");
+        let until_ms = piece.until_s * 1000.0;
+        if !(until_ms.is_finite() && until_ms > 0.0) {
+            return Err(source.at(
+                &path,
+                format!("must be a positive number, got {:?}", piece.until_s),
+            ));
+        }
+        pieces.push((time_ms(source, &path, until_ms)?, piece.scale));
+    }
+    RateShape::new(pieces).map(Some).map_err(|(index, why)| {
+        let field = if why.contains("scale") {
+            "scale"
+        } else {
+            "until_s"
+        };
+        source.at(&format!("workload.rate_shape.{index}.{field}"), why)
+    })
 }
 
 /// The shares add up to 1 (within [`SHARE_SUM_TOLERANCE`]); the error names the first
@@ -299,11 +338,12 @@ fn sizing(
     let path = format!("workload.groups.\"{}\".arrival", group.name);
     match (group.count, group.share, shared) {
         (None, Some(share), Some(s)) => Ok(Sizing {
-            count: (s.rate_per_s * share * s.duration_s).floor() as u64,
+            count: (s.rate_per_s * share * s.load_s).floor() as u64,
             arrival: Arrival::Timed {
                 process: s.process,
                 rate_per_s: s.rate_per_s * share,
                 until: s.until,
+                shape: s.shape.clone(),
             },
         }),
         (count, _, _) => Ok(Sizing {
