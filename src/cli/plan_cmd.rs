@@ -4,6 +4,7 @@
 use super::{CliError, file_name, input, out_dir, parse_overrides, plot_bug, with_seed};
 use crate::plan;
 use crate::report::output::{self, OutputKind};
+use crate::report::render::chart::render_files;
 use crate::report::render::html::REPORT_FILE;
 use crate::scenario::Scenario;
 use crate::sweep;
@@ -17,14 +18,17 @@ pub(super) struct PlanArgs {
     scenario: PathBuf,
     /// Find the smallest feasible value of this `--set` path (e.g. workers.count), or with
     /// A+B the fewest of two counts together (e.g.
-    /// workers.prefill.count+workers.decode.count: for each A, the fewest B).
+    /// workers.prefill.count+workers.decode.count: for each A, the fewest B); or the fleet's
+    /// cost, `gpu_hours` or `peak_workers`: the feasible value of the --range PATH at which it
+    /// is least (e.g. --range planner.max_gpu_budget=2..16).
     #[arg(long, value_name = "PATH")]
     minimize: Option<String>,
     /// Find the largest feasible value of this `--set` path (e.g. workload.rate_per_s).
     #[arg(long, value_name = "PATH")]
     maximize: Option<String>,
     /// The range searched, inclusive: LO..HI. Both ends are probed first; the scenario must
-    /// take both.
+    /// take both. With --minimize gpu_hours or peak_workers: PATH=LO..HI (every whole number
+    /// probed) or PATH=V1,V2,..., at most 96 values.
     #[arg(long, value_name = "LO..HI")]
     range: String,
     /// Replications per probe, with the seeds `sweep --seeds N` uses; a probe is feasible
@@ -153,6 +157,13 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     let overrides = with_seed(parse_overrides(&args.set)?, args.seed);
     let scenario = Scenario::load_with_overrides(&args.scenario, &overrides).map_err(input)?;
+    if let Some(objective) = args
+        .minimize
+        .as_deref()
+        .and_then(plan::cost::Objective::parse)
+    {
+        return run_cost_plan(args, objective, overrides, &scenario, started);
+    }
     let options = plan_options(args, &overrides)?;
     let table = args.for_values.as_deref().map(parse_for).transpose()?;
     let goal = match options.goal {
@@ -222,6 +233,63 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
         print_effort(args, &rows, started, &out);
     }
     feasible_or_error(rows.iter().all(|r| r.plan.answer.is_some()))
+}
+
+/// `plan --minimize gpu_hours --range PATH=...`: every value of PATH probed, the cheapest
+/// feasible one answered (see `plan::cost`).
+fn run_cost_plan(
+    args: &PlanArgs,
+    objective: plan::cost::Objective,
+    overrides: Vec<(String, String)>,
+    scenario: &Scenario,
+    started: std::time::Instant,
+) -> Result<(), CliError> {
+    if args.for_values.is_some() || args.total.is_some() {
+        return Err(CliError::Input(format!(
+            "--minimize {}: probes every value of one --range PATH=...; give neither --for nor --total with it",
+            objective.name()
+        )));
+    }
+    let (parameter, values) = plan::cost::parse_values(&args.range)?;
+    let options = plan::cost::CostOptions {
+        scenario: args.scenario.clone(),
+        overrides,
+        objective,
+        parameter,
+        values,
+        seeds: args.seeds,
+        allow_overload: args.allow_overload,
+    };
+    let out = (args.out.clone())
+        .unwrap_or_else(|| out_dir::plan_dir(scenario.name(), "minimize", objective.name(), None));
+    let target = output::claim(&out, OutputKind::Plan, &scenario.input_files(), args.force)
+        .map_err(input)?;
+    let estimate_bytes = plan::probe_memory_estimate_bytes(&plan::cost::search_options(&options))?;
+    let estimates = vec![estimate_bytes; args.seeds as usize];
+    let pool = sweep::run::thread_pool(args.jobs, &estimates, !args.quiet)?;
+    let cost = plan::cost::cost_plan(&options, &pool)?;
+    let mut files = vec![
+        ("plan.json".to_string(), plan::cost::cost_json(&cost)),
+        ("plan.csv".to_string(), plan::cost::cost_csv(&cost)),
+    ];
+    let chart = plan::cost::cost_chart(&cost);
+    files.extend(render_files(&chart.name, &chart).map_err(plot_bug)?);
+    if !args.no_report {
+        let report = plan::report::cost_report(scenario.name(), &plan_facts(args), &cost, &files);
+        files.push((REPORT_FILE.to_string(), report));
+    }
+    target.write(&files).map_err(input)?;
+    if !args.quiet {
+        out!("{}", plan::cost::describe(&cost));
+        outln!(
+            "{} x {} in {:.1} s; wrote {}",
+            crate::text::count_of(cost.probes.len(), "probe"),
+            crate::text::count_of(args.seeds as usize, "seed"),
+            started.elapsed().as_secs_f64(),
+            out.display()
+        );
+    }
+    feasible_or_error(cost.answer.is_some())
 }
 
 /// The threads a probe's seeds run on: `--jobs`, or fewer when the largest probe's runs

@@ -1,6 +1,7 @@
 //! Capacity planning: the fewest (`--minimize`) or the most (`--maximize`) of one scenario
 //! parameter for which every expectation holds on every seed and no run is overloaded, or
-//! the fewest of two counts together ([`joint`]).
+//! the fewest of two counts together ([`joint`]), or the setting at which the fleet costs
+//! least with every expectation holding ([`cost`]).
 //!
 //! A probe sets the parameter by its `--set` path, runs the replication seeds in parallel
 //! through the one pipeline, and is feasible exactly when `check --seeds N` would pass (plus
@@ -11,6 +12,7 @@
 //! so a probe that contradicts monotonicity is reported, not hidden.
 
 pub mod checks;
+pub mod cost;
 pub mod joint;
 pub mod output;
 pub mod report;
@@ -23,6 +25,7 @@ pub use checks::{Checked, check, finest_precision, validate};
 pub use search::contradictions;
 
 use crate::pipeline::{Judgement, RequestCache, RunError};
+use crate::report::measure::fleet::FleetFigures;
 use crate::report::verdict::evaluate::ExpectationOutcome;
 use crate::report::verdict::expect::Figure;
 use crate::scenario::Scenario;
@@ -85,6 +88,8 @@ pub struct SeedRun {
     pub overloaded: Option<bool>,
     /// Why stability could not be judged, when it could not.
     pub unjudged: Option<String>,
+    /// What the run's fleet cost (every worker together).
+    pub fleet: FleetFigures,
 }
 
 /// One probed value and its verdict.
@@ -246,6 +251,7 @@ fn seed_run(judgement: &Judgement, replication: u32, seeds: u32) -> Result<SeedR
         seed: run.spec.seed(),
         overloaded: stability.overloaded,
         unjudged: stability.reason.clone(),
+        fleet: run.output.metrics.fleet.all,
         outcomes: run.outcomes,
     })
 }

@@ -356,7 +356,8 @@ pub fn split_capacity_files(split: &SplitPlan) -> Result<Vec<(String, Vec<u8>)>,
     marked_capacity_files(split.rows, mark)
 }
 
-/// `plan.csv`: one row per probe and seed, with every expectation's value and verdict.
+/// `plan.csv`: one row per probe and seed, with every expectation's value and verdict, then
+/// what the seed's fleet cost (`gpu_hours`, `peak_workers`).
 pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
     let labels: Vec<String> = rows
         .iter()
@@ -381,6 +382,7 @@ pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
         header.push(format!("{label}.value"));
         header.push(format!("{label}.passed"));
     }
+    header.extend(["gpu_hours".to_string(), "peak_workers".into()]);
     w.write_record(&header).expect("writing to memory");
     for row in rows {
         let for_cell = row
@@ -402,7 +404,9 @@ pub fn plan_csv(rows: &[PlanRow]) -> Vec<u8> {
                     record.push(o.measured.map(number).unwrap_or_default());
                     record.push(o.passed.to_string());
                 }
-                record.resize(header.len(), String::new());
+                record.resize(header.len() - 2, String::new());
+                record.push(number(run.fleet.gpu_hours));
+                record.push(run.fleet.peak_workers.to_string());
                 w.write_record(&record).expect("writing to memory");
             }
         }
@@ -698,7 +702,7 @@ fn failing_shown(plan: &Plan) -> Vec<&Probe> {
 
 /// The worst verdicts of a probe (only the failing ones when `failing`), plus overload, one
 /// per line, each indented under its `at V` line.
-fn verdict_lines(probe: &Probe, failing: bool) -> String {
+pub(super) fn verdict_lines(probe: &Probe, failing: bool) -> String {
     let outcomes = worst(probe);
     let shown = || outcomes.iter().filter(|o| !failing || !o.passed);
     let mut parts: Vec<String> = shown().map(said).collect();

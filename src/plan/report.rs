@@ -2,6 +2,7 @@
 //! every probe with its worst verdicts and the capacity chart, built with
 //! [`crate::report::render::html::Page`] from the plans (bytes from data, no file system).
 
+use super::cost::{CostPlan, answer_text};
 use super::joint::JointPlan;
 use super::output::{
     PlanRow, SplitPlan, binding_of, describe, describe_joint, describe_split, relative_margin,
@@ -9,6 +10,7 @@ use super::output::{
 };
 use super::{Plan, Probe, format_value};
 use crate::report::render::html::{Page, linked_names};
+use crate::report::verdict::expect::number;
 
 /// The plan page of `rows` (one search, or a `--for` table) whose directory holds `files`.
 pub fn plan_report<S: AsRef<str>, B: AsRef<[u8]>>(
@@ -95,6 +97,42 @@ pub fn split_report<S: AsRef<str>, B: AsRef<[u8]>>(
 
 fn finish<S: AsRef<str>, B: AsRef<[u8]>>(mut page: Page, files: &[(S, B)]) -> Vec<u8> {
     page.section("plots", "Capacity chart");
+    page.charts(files);
+    page.section("files", "Files");
+    page.links(&linked_names(files));
+    page.finish()
+}
+
+/// The page of a plan of cost (`--minimize gpu_hours`): the answer, every probe with its cost
+/// and worst verdicts, and the cost chart.
+pub fn cost_report<S: AsRef<str>, B: AsRef<[u8]>>(
+    title: &str,
+    facts: &[(String, String)],
+    plan: &CostPlan,
+    files: &[(S, B)],
+) -> Vec<u8> {
+    let mut page = Page::new("plan", title);
+    page.facts(facts);
+    page.section("answer", "Answer");
+    page.mono("answer", answer_text(plan).trim_end());
+    page.section("probes", "Probes");
+    let labels: Vec<String> = (plan.probes.first())
+        .map(|p| worst(&p.probe).into_iter().map(|o| o.label).collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = ["probe", &plan.parameter, plan.objective.name()]
+        .map(String::from)
+        .to_vec();
+    header.extend(["feasible", "overloaded"].map(String::from));
+    header.extend(labels);
+    let rows: Vec<Vec<String>> = (plan.probes.iter().enumerate())
+        .map(|(i, p)| {
+            let mut row = probe_row(i, &p.probe);
+            row.insert(2, number(p.cost));
+            row
+        })
+        .collect();
+    page.table("probes-cost", &header, &rows);
+    page.section("plots", "Cost chart");
     page.charts(files);
     page.section("files", "Files");
     page.links(&linked_names(files));
@@ -210,7 +248,7 @@ fn probe_table(page: &mut Page, index: usize, plan: &Plan) {
     page.table(&format!("probes-{index}"), &header, &rows);
 }
 
-fn probe_row(i: usize, probe: &Probe) -> Vec<String> {
+pub(super) fn probe_row(i: usize, probe: &Probe) -> Vec<String> {
     let mut row = vec![
         (i + 1).to_string(),
         format_value(probe.value),

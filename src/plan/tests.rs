@@ -385,6 +385,7 @@ fn chat_probe(value: f64, ttft_ms: f64, overloaded: bool) -> Probe {
             outcomes,
             overloaded: Some(overloaded),
             unjudged: None,
+            fleet: Default::default(),
         }],
         feasible,
     }

@@ -129,6 +129,9 @@ pub struct Row {
     pub prefix_n: u64,
     /// Per class, in the manifest's class order.
     pub classes: Vec<ClassRow>,
+    /// What the run's fleet cost: GPU-hours and the most workers at once (every worker).
+    pub gpu_hours: f64,
+    pub peak_workers: u64,
 }
 
 impl Row {
@@ -150,6 +153,8 @@ impl Row {
             values,
             prefix_n: metrics.prefix_n,
             classes,
+            gpu_hours: metrics.fleet.all.gpu_hours,
+            peak_workers: metrics.fleet.all.peak_workers,
         }
     }
 }

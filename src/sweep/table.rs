@@ -26,6 +26,9 @@ pub struct PointSummary {
     /// Per class, the mean over runs of its ideal share of the first N completions (the
     /// request split DRR implies for the sizes each seed drew); `None` if no run had one.
     pub ideal_share_first_n: Vec<Option<f64>>,
+    /// What the fleet cost over the runs: GPU-hours, and the most workers at once.
+    pub gpu_hours: Option<Summary>,
+    pub peak_workers: Option<Summary>,
 }
 
 impl PointSummary {
@@ -84,7 +87,8 @@ pub fn sweep_files_with_expectations(
 
 /// The `sweep.csv` header: `point`, the axis paths, `replication`, `seed`, `prefix_n`, then
 /// per class `<class>.ideal_share` and `<class>.<metric>` for every [`ClassMetric`], then
-/// per class `<class>.ideal_share_first_n` (added last, so earlier columns kept their places).
+/// per class `<class>.ideal_share_first_n`, then the fleet's `gpu_hours` and `peak_workers`
+/// (each added last, so earlier columns kept their places).
 pub fn rows_header(manifest: &Manifest) -> Vec<String> {
     let mut header = vec!["point".to_string()];
     header.extend(manifest.grid.axes.iter().map(|a| a.path.clone()));
@@ -98,8 +102,12 @@ pub fn rows_header(manifest: &Manifest) -> Vec<String> {
         );
     }
     header.extend(first_n_ideal_columns(manifest));
+    header.extend(FLEET_COLUMNS.map(String::from));
     header
 }
+
+/// The fleet's columns, last in both CSVs.
+const FLEET_COLUMNS: [&str; 2] = ["gpu_hours", "peak_workers"];
 
 /// `<class>.ideal_share_first_n` per class: the last columns of both CSVs.
 fn first_n_ideal_columns(manifest: &Manifest) -> impl Iterator<Item = String> + '_ {
@@ -125,6 +133,7 @@ pub fn rows_csv(manifest: &Manifest, rows: &[Row]) -> Vec<u8> {
             record.extend(ClassMetric::ALL.iter().map(|m| cell(m.of(class))));
         }
         record.extend(row.classes.iter().map(|c| cell(c.ideal_share_first_n)));
+        record.extend([row.gpu_hours.to_string(), row.peak_workers.to_string()]);
         write_record(&mut out, &record);
     }
     finish(out)
@@ -204,8 +213,10 @@ fn parse_row(fields: &[&str], header: &[String], axes: usize) -> Result<Row, Str
     };
     let fixed = 1 + axes + 3;
     let per_class = 1 + ClassMetric::ALL.len();
-    // Each class has its block, then one first-N ideal among the last columns.
-    let class_count = (fields.len() - fixed) / (per_class + 1);
+    // Each class has its block, then one first-N ideal among the last columns, then the
+    // fleet's.
+    let fleet = fields.len() - FLEET_COLUMNS.len();
+    let class_count = (fleet - fixed) / (per_class + 1);
     let first_n_ideals = fixed + class_count * per_class;
     let classes = (0..class_count)
         .map(|k| {
@@ -233,6 +244,8 @@ fn parse_row(fields: &[&str], header: &[String], axes: usize) -> Result<Row, Str
         seed: int(axes + 2)?,
         prefix_n: int(axes + 3)?,
         classes,
+        gpu_hours: float(fleet)?,
+        peak_workers: int(fleet + 1)?,
     })
 }
 
@@ -268,6 +281,8 @@ fn summarize_point(class_count: usize, runs: &[Row]) -> PointSummary {
             Summary::of(&ideals).map(|s| s.mean)
         })
         .collect();
+    let gpu_hours: Vec<f64> = runs.iter().map(|r| r.gpu_hours).collect();
+    let peak_workers: Vec<f64> = runs.iter().map(|r| r.peak_workers as f64).collect();
     PointSummary {
         point: runs[0].point,
         values: runs[0].values.clone(),
@@ -275,13 +290,16 @@ fn summarize_point(class_count: usize, runs: &[Row]) -> PointSummary {
         ideal_share,
         metrics,
         ideal_share_first_n,
+        gpu_hours: Summary::of(&gpu_hours),
+        peak_workers: Summary::of(&peak_workers),
     }
 }
 
 /// `sweep-summary.csv` bytes: `point`, the axis paths, `runs`, then per class
 /// `<class>.ideal_share` (the token ideal) and, per metric, `.mean .min .max .ci95_low
 /// .ci95_high`, then per class `<class>.ideal_share_first_n` (the mean first-N request ideal,
-/// the reference of `share_first_n`); 6 decimals, empty when no run had a value.
+/// the reference of `share_first_n`), then `gpu_hours` and `peak_workers` with the same five
+/// statistics; 6 decimals, empty when no run had a value.
 pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
     let mut out = csv::Writer::from_writer(Vec::new());
     let mut header = vec!["point".to_string()];
@@ -296,6 +314,11 @@ pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
         }
     }
     header.extend(first_n_ideal_columns(manifest));
+    for column in FLEET_COLUMNS {
+        for stat in ["mean", "min", "max", "ci95_low", "ci95_high"] {
+            header.push(format!("{column}.{stat}"));
+        }
+    }
     write_record(&mut out, &header);
     for s in summaries {
         let mut record = vec![s.point.to_string()];
@@ -309,6 +332,8 @@ pub fn summary_csv(manifest: &Manifest, summaries: &[PointSummary]) -> Vec<u8> {
         }
         let first_n_ideals = s.ideal_share_first_n.iter();
         record.extend(first_n_ideals.map(|i| i.map(|v| format!("{v:.6}")).unwrap_or_default()));
+        record.extend(summary_cells(&s.gpu_hours));
+        record.extend(summary_cells(&s.peak_workers));
         write_record(&mut out, &record);
     }
     finish(out)
@@ -370,6 +395,9 @@ pub(crate) mod tests {
                     values: vec![(point + 1).to_string()],
                     prefix_n: 320,
                     classes: vec![class(Some(share), 10), class(None, 3)],
+                    // A cost with no short form, so reading it back is a real check.
+                    gpu_hours: 0.1 + 0.2 * point as f64 + 1e-17,
+                    peak_workers: 3 + u64::from(replication),
                 });
             }
         }
@@ -384,8 +412,10 @@ pub(crate) mod tests {
         assert!(text.starts_with("point,router.policy_classes.b.quantum,replication,seed,prefix_n,a.ideal_share,a.completed,a.share_first_n,"));
         let header = text.lines().next().unwrap();
         assert!(
-            header.ends_with(",b.e2e_ms_p99,a.ideal_share_first_n,b.ideal_share_first_n"),
-            "the first-N ideals come after every earlier column: {header}"
+            header.ends_with(
+                ",b.e2e_ms_p99,a.ideal_share_first_n,b.ideal_share_first_n,gpu_hours,peak_workers"
+            ),
+            "the first-N ideals, then the fleet, come after every earlier column: {header}"
         );
         let back = parse_rows_csv(&m, &bytes[..], "x.csv", rows.len()).unwrap();
         assert_eq!(
@@ -466,10 +496,19 @@ pub(crate) mod tests {
         let csv = String::from_utf8(summary_csv(&manifest(), &summaries)).unwrap();
         let lines: Vec<&str> = csv.lines().collect();
         assert!(
-            lines[0].ends_with(",a.ideal_share_first_n,b.ideal_share_first_n"),
+            lines[0].contains(",a.ideal_share_first_n,b.ideal_share_first_n,gpu_hours.mean,"),
             "{}",
             lines[0]
         );
-        assert!(lines[2].ends_with(",0.412500,"), "{}", lines[2]);
+        assert!(
+            lines[0].ends_with(",peak_workers.ci95_high"),
+            "{}",
+            lines[0]
+        );
+        // Point 1: the first-N ideals, then 0.3 GPU-hours in both runs and 3 then 4 workers
+        // at the peak.
+        let fleet = "0.300000,0.300000,0.300000,0.300000,0.300000,3.500000,3.000000,4.000000,";
+        let tail = format!(",0.412500,,{fleet}-2.853000,9.853000");
+        assert!(lines[2].ends_with(&tail), "{}", lines[2]);
     }
 }

@@ -821,3 +821,117 @@ fn a_total_refuses_what_it_cannot_split() {
         assert!(!tmp.path().join("o").exists(), "{extra:?}: nothing written");
     }
 }
+
+/// The bundled diurnal scenario, with the native planner in the loop.
+fn diurnal() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/diurnal-autoscaling.yaml")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn minimize_gpu_hours_answers_the_cheapest_feasible_budget_as_a_run_there_measures_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = diurnal();
+    let args = [
+        "plan",
+        &scenario,
+        "--minimize",
+        "gpu_hours",
+        "--range",
+        "planner.max_gpu_budget=5..9",
+        "--out",
+        "p",
+    ];
+    let (code, stdout, stderr) = routersim(tmp.path(), &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let plan: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(tmp.path().join("p/plan.json")).unwrap()).unwrap();
+    let probes = plan["probes"].as_array().unwrap();
+    let values: Vec<i64> = probes
+        .iter()
+        .map(|p| p["value"].as_i64().unwrap())
+        .collect();
+    assert_eq!(values, [5, 6, 7, 8, 9], "every value probed");
+    // The answer is the feasible probe of least cost ...
+    let cost = |p: &serde_json::Value| p["gpu_hours"].as_f64().unwrap();
+    let feasible: Vec<&serde_json::Value> =
+        probes.iter().filter(|p| p["feasible"] == true).collect();
+    let cheapest = feasible
+        .iter()
+        .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+        .unwrap();
+    assert_eq!(plan["answer"], cheapest["value"]);
+    assert!(
+        probes.iter().any(|p| p["feasible"] == false),
+        "some budget fails: {plan}"
+    );
+    assert!(
+        probes
+            .iter()
+            .any(|p| cost(p) < cost(cheapest) && p["feasible"] == false),
+        "a cheaper budget fails its SLOs"
+    );
+    // ... and a run at the answer costs what the plan says and passes.
+    let set = format!("planner.max_gpu_budget={}", plan["answer"]);
+    let (code, _, stderr) = routersim(
+        tmp.path(),
+        &["run", &scenario, "--set", &set, "--out", "r", "--quiet"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(tmp.path().join("r/summary.json")).unwrap())
+            .unwrap();
+    // summary.json writes six decimals.
+    let measured = summary["fleet"]["gpu_hours"].as_f64().unwrap();
+    let planned = plan["gpu_hours"].as_f64().unwrap();
+    assert!((measured - planned).abs() < 1e-6, "{measured} {planned}");
+    assert!(
+        stdout.contains(&format!(
+            "gpu_hours is least at planner.max_gpu_budget = {}",
+            plan["answer"]
+        )),
+        "{stdout}"
+    );
+    for file in ["plan.csv", "cost.png", "cost.svg", "report.html"] {
+        assert!(tmp.path().join("p").join(file).exists(), "{file}");
+    }
+}
+
+#[test]
+fn minimize_gpu_hours_refuses_a_bare_range_a_table_and_a_value_the_field_does_not_take() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = diurnal();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--range", "4..12"], "PATH=LO..HI"),
+        (
+            &[
+                "--range",
+                "planner.max_gpu_budget=4..5",
+                "--for",
+                "workers.count=1,2",
+            ],
+            "neither --for nor --total",
+        ),
+        (
+            &["--range", "planner.max_gpu_budget=4,4.5"],
+            "takes whole numbers",
+        ),
+        (
+            &["--range", "planner.no_such_key=1..2"],
+            "planner.no_such_key",
+        ),
+    ];
+    for (extra, words) in cases {
+        let mut args = vec!["plan", &scenario, "--minimize", "gpu_hours", "--out", "p"];
+        args.extend(extra);
+        let (code, stdout, stderr) = routersim(tmp.path(), &args);
+        assert_eq!(code, 2, "{extra:?}: {stdout}{stderr}");
+        assert!(stderr.contains(words), "{extra:?}: {stderr}");
+        assert!(
+            !tmp.path().join("p/plan.json").exists(),
+            "{extra:?} wrote a plan"
+        );
+    }
+}

@@ -556,3 +556,59 @@ fn merge_refuses_axis_paths_no_scenario_has_naming_the_field() {
         assert!(stderr.contains("is not a field path"), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn a_sweep_over_a_planner_key_writes_each_runs_fleet_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/diurnal-autoscaling.yaml");
+    let out = dir.path().join("s");
+    let (code, _, stderr) = run(&[
+        "sweep",
+        scenario.to_str().unwrap(),
+        "--set",
+        "planner.max_gpu_budget=4,8",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut reader = csv::Reader::from_path(out.join("sweep.csv")).unwrap();
+    let header = reader.headers().unwrap().clone();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (budget, gpu_hours, peak) = (
+        column("planner.max_gpu_budget"),
+        column("gpu_hours"),
+        column("peak_workers"),
+    );
+    let rows: Vec<(u64, f64, u64)> = reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            (
+                r[budget].parse().unwrap(),
+                r[gpu_hours].parse().unwrap(),
+                r[peak].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for &(budget, _, peak) in &rows {
+        assert!(
+            peak <= budget && peak > 1,
+            "the planner scaled within its budget: {rows:?}"
+        );
+    }
+    assert!(
+        rows[0].1 < rows[1].1,
+        "a smaller budget costs less: {rows:?}"
+    );
+    let summary = std::fs::read_to_string(out.join("sweep-summary.csv")).unwrap();
+    assert!(
+        summary
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",peak_workers.ci95_high"),
+        "{summary}"
+    );
+}
