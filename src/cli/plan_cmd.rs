@@ -166,10 +166,7 @@ pub(super) fn run_plan(args: &PlanArgs) -> Result<(), CliError> {
     }
     let options = plan_options(args, &overrides)?;
     let table = args.for_values.as_deref().map(parse_for).transpose()?;
-    let goal = match options.goal {
-        plan::Goal::Minimize => "minimize",
-        plan::Goal::Maximize => "maximize",
-    };
+    let goal = options.goal.name();
     let out = (args.out.clone()).unwrap_or_else(|| {
         out_dir::plan_dir(
             scenario.name(),

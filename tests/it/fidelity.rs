@@ -706,3 +706,110 @@ fn a_disaggregated_decode_scale_up_matches_dynamo() {
     assert_matches_dynamo("scale-disagg-decode");
     assert_snapshots_match_dynamo("scale-disagg-decode");
 }
+
+/// With the KV router 1.6.1 breaks ties between workers at random, so the check is a spread:
+/// `tests/fixtures/spread/NAME` holds the figures of 10 runs of 1.6.1's replay with Dynamo's
+/// planner in the loop (`dynamo.runs.json`: each figure's least and most, and the scaling
+/// events, the same in every run), and routersim's native planner over seeds 1–5 must give
+/// the same scaling events on every seed and each figure's median inside Dynamo's range.
+fn assert_inside_dynamos_spread(name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/spread")
+        .join(name);
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("dynamo.runs.json")).unwrap())
+            .unwrap();
+    let args = replay_args(&dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut figures: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for seed in 1..=5u64 {
+        let out = tmp.path().join(seed.to_string());
+        let output = Command::cargo_bin("routersim")
+            .unwrap()
+            .current_dir(&dir)
+            .args([
+                "replay",
+                "--trace",
+                "dynamo.trace.jsonl",
+                "--engine",
+                "engine.json",
+            ])
+            .args([
+                "--planner",
+                "planner.yaml",
+                "--seed",
+                &seed.to_string(),
+                "--quiet",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{name} seed {seed}: {stderr}");
+        let rows = read_rows(&out.join("requests.csv"));
+        let done: Vec<&Row> = rows.iter().filter(|r| r["status"] == "completed").collect();
+        let ms = |r: &Row, k: &str| r[k].parse::<f64>().unwrap();
+        let mean =
+            |f: &dyn Fn(&Row) -> f64| done.iter().map(|r| f(r)).sum::<f64>() / done.len() as f64;
+        let mut add = |k: &str, v: f64| figures.entry(k.to_string()).or_default().push(v);
+        add(
+            "makespan_ms",
+            done.iter()
+                .map(|r| ms(r, "completion_ms"))
+                .fold(0.0, f64::max),
+        );
+        add(
+            "ttft_mean_ms",
+            mean(&|r| ms(r, "first_token_ms") - ms(r, "arrival_ms")),
+        );
+        add(
+            "e2e_mean_ms",
+            mean(&|r| ms(r, "completion_ms") - ms(r, "arrival_ms")),
+        );
+        add(
+            "reused_input_tokens",
+            done.iter().map(|r| ms(r, "reused_input_tokens")).sum(),
+        );
+        add("completed", done.len() as f64);
+        // Every seed scales exactly as Dynamo's planner did: the same times and counts.
+        let events = read_rows(&out.join("scaling.csv"));
+        let ours: Vec<(f64, u64, u64)> = (events.iter())
+            .map(|e| {
+                (
+                    ms(e, "time_ms"),
+                    e["from"].parse().unwrap(),
+                    e["to"].parse().unwrap(),
+                )
+            })
+            .collect();
+        let theirs: Vec<(f64, u64, u64)> = (runs["scaling_events"].as_array().unwrap().iter())
+            .map(|e| {
+                (
+                    e[0].as_f64().unwrap(),
+                    e[2].as_u64().unwrap(),
+                    e[3].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(ours, theirs, "{name} seed {seed}: scaling events");
+    }
+    for (figure, mut values) in figures {
+        values.sort_by(f64::total_cmp);
+        let median = values[values.len() / 2];
+        let range = &runs["figures"][&figure];
+        let (lo, hi) = (range[0].as_f64().unwrap(), range[1].as_f64().unwrap());
+        // Times are compared to the microsecond, as the exact fixtures are.
+        assert!(
+            lo - TOLERANCE_MS <= median && median <= hi + TOLERANCE_MS,
+            "{name}: {figure} median {median} outside Dynamo's {lo}..{hi} (ours {values:?})"
+        );
+    }
+}
+
+#[test]
+fn the_native_planner_with_the_kv_router_lies_inside_dynamos_spread() {
+    assert_inside_dynamos_spread("planner-kv-agg");
+    assert_inside_dynamos_spread("planner-kv-disagg");
+}

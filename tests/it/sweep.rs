@@ -390,7 +390,8 @@ fn merge_keeps_each_runs_first_n_request_ideal() {
     let header = header.lines().next().unwrap().to_string();
     assert!(
         header.ends_with(
-            ",regular.e2e_ms_p99,premium.ideal_share_first_n,regular.ideal_share_first_n"
+            ",regular.e2e_ms_p99,premium.ideal_share_first_n,regular.ideal_share_first_n,\
+             gpu_hours,peak_workers"
         ),
         "the new columns come after every earlier one: {header}"
     );

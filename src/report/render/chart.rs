@@ -7,6 +7,7 @@
 //! machine and reruns are byte-identical. Class colours come from one palette indexed by class,
 //! so a class has the same colour in every plot; ideal lines are dashed in a darker shade.
 
+use crate::time::SimTime;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::prelude::*;
@@ -471,6 +472,18 @@ pub fn thin(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
         })
         .map(|i| points[i])
         .collect()
+}
+
+/// A step curve's corners: each change is drawn as a vertical jump from the previous level.
+pub fn step_points(curve: &[(SimTime, u64)]) -> Vec<(f64, f64)> {
+    let mut points = Vec::with_capacity(curve.len() * 2);
+    let mut level = 0.0;
+    for &(t, count) in curve {
+        points.push((t.as_ms_f64(), level));
+        level = count as f64;
+        points.push((t.as_ms_f64(), level));
+    }
+    points
 }
 
 /// A class's colour, the same in every plot.

@@ -2,8 +2,7 @@
 //! and beside it each class's latency by arrival time, on the same time axis, so that a
 //! latency rise can be read against the workers there were.
 
-use super::chart::{Axis, Chart, LegendCorner, Series};
-use super::plots::step_points;
+use super::chart::{Axis, Chart, LegendCorner, Series, step_points};
 use crate::report::measure::fleet::role_curves;
 use crate::report::measure::metrics::RunMetrics;
 use crate::sim::SimResult;

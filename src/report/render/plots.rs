@@ -8,6 +8,7 @@
 
 use super::chart::{
     Axis, Chart, Direction, LegendCorner, PlotError, ReferenceLine, Series, Shading, render_files,
+    step_points,
 };
 use super::fleet_plots::fleet_charts;
 use crate::report::measure::metrics::{Completion, LatencyKind, LatencyMetric, RunMetrics};
@@ -143,18 +144,6 @@ pub fn in_system_over_time(metrics: &RunMetrics, curve: &[(SimTime, u64)]) -> Ch
         .series
         .push(Series::ideal("mean of each half".into(), 1, means));
     chart
-}
-
-/// A step curve's corners: each change is drawn as a vertical jump from the previous level.
-pub fn step_points(curve: &[(SimTime, u64)]) -> Vec<(f64, f64)> {
-    let mut points = Vec::with_capacity(curve.len() * 2);
-    let mut level = 0.0;
-    for &(t, count) in curve {
-        points.push((t.as_ms_f64(), level));
-        level = count as f64;
-        points.push((t.as_ms_f64(), level));
-    }
-    points
 }
 
 /// Classes that had requests, by index.
