@@ -133,10 +133,14 @@ fn fleet_section<S: AsRef<str>, B: AsRef<[u8]>>(
     let fleet = &metrics.fleet;
     let header = ["role", "GPU-hours", "peak workers", "mean workers"].map(String::from);
     let row = |role: &str, f: &FleetFigures| {
-        let figures = [f.gpu_hours, f.peak_workers as f64, f.mean_workers];
-        let mut cells = vec![role.to_string(), format!("{:.4}", figures[0])];
-        cells.extend([format!("{}", figures[1]), format!("{:.2}", figures[2])]);
-        cells
+        let gpu_hours = format!("{:.4}", f.gpu_hours);
+        let mean = format!("{:.2}", f.mean_workers);
+        vec![
+            role.to_string(),
+            gpu_hours,
+            f.peak_workers.to_string(),
+            mean,
+        ]
     };
     let mut rows: Vec<Vec<String>> = (fleet.roles.iter())
         .map(|(role, f)| row(role.label(), f))
@@ -145,8 +149,9 @@ fn fleet_section<S: AsRef<str>, B: AsRef<[u8]>>(
     out.table("fleet-table", &header, &rows);
     let events = fleet.events.as_ref().map_or(0, Vec::len);
     out.paragraph(&format!(
-        "The scaling policy changed a role's target {events} times (scaling.csv). Billed: from \
-         when a worker is asked for until it has left, start-up and drain included."
+        "The scaling policy changed a role's target {} (scaling.csv). Billed: from when a \
+         worker is asked for until it has left, start-up and drain included.",
+        crate::text::count_of(events, "time")
     ));
     out.charts_row(files, &FLEET_CHARTS);
 }
