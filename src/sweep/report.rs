@@ -1,6 +1,6 @@
 //! The `report.html` of a whole (or merged) sweep: what was swept, the summary table (per
 //! point: each class's first-N share with its 95% interval over seeds beside its first-N
-//! request ideal, and its p99 TTFT) and the metric charts, built with
+//! request ideal, and its p99 TTFT; the fleet's mean GPU-hours) and the metric charts, built with
 //! [`crate::report::render::html::Page`] (bytes from data).
 
 use super::ClassMetric;
@@ -70,6 +70,7 @@ fn summary_cells(
         header.push(format!("{class} ideal"));
         header.push(format!("{class} ttft p99 ms"));
     }
+    header.push("gpu-hours".into());
     let rows = summaries.iter().map(|s| summary_row(s, manifest)).collect();
     (header, rows)
 }
@@ -91,5 +92,11 @@ fn summary_row(summary: &PointSummary, manifest: &Manifest) -> Vec<String> {
                 .map_or_else(|| "-".to_string(), |s| number(s.mean)),
         );
     }
+    // What the fleet cost, mean over the runs: what a sweep over planner keys trades.
+    row.push(
+        summary
+            .gpu_hours
+            .map_or_else(|| "-".to_string(), |s| format!("{:.4}", s.mean)),
+    );
     row
 }

@@ -612,4 +612,13 @@ fn a_sweep_over_a_planner_key_writes_each_runs_fleet_cost() {
             .ends_with(",peak_workers.ci95_high"),
         "{summary}"
     );
+    // The page's summary table gives each point's cost beside its shares.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("<th>gpu-hours</th>"), "no cost column");
+    for &(_, gpu_hours, _) in &rows {
+        assert!(
+            page.contains(&format!("<td>{gpu_hours:.4}</td>")),
+            "{gpu_hours}"
+        );
+    }
 }
