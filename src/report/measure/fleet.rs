@@ -51,38 +51,25 @@ pub fn fleet_metrics(result: &SimResult) -> FleetMetrics {
 }
 
 /// The figures of `lives` over a run that ended at `end`.
-fn figures<'a>(lives: impl Iterator<Item = &'a WorkerLife>, end: SimTime) -> FleetFigures {
-    // (time, +1 billed from then / -1 no longer), removals first at a tie.
-    let mut edges: Vec<(SimTime, i64)> = Vec::new();
+fn figures<'a>(lives: impl Iterator<Item = &'a WorkerLife> + Clone, end: SimTime) -> FleetFigures {
     let (mut gpu_ns, mut worker_ns) = (0u128, 0u128);
-    for life in lives {
+    for life in lives.clone() {
         let from = life.asked.min(end);
         let until = life.gone.unwrap_or(end).min(end).max(from);
         let billed = u128::from(until.saturating_since(from).as_ns());
         gpu_ns += billed * u128::from(life.gpus);
         worker_ns += billed;
-        // Still there at the end, or there for a while: it counts toward the peak.
-        let stays = life.gone.is_none_or(|gone| gone > end);
-        if stays || until > from {
-            edges.push((from, 1));
-        }
-        if !stays && until > from {
-            edges.push((until, -1));
-        }
     }
-    edges.sort_unstable();
-    let (mut now, mut peak) = (0i64, 0i64);
-    for (_, step) in edges {
-        now += step;
-        peak = peak.max(now);
-    }
+    // The most billed at once: a worker still there at the end, or there for a while.
+    let billed = step_curve(lives.map(|l| (l.asked, l.gone)), end);
+    let peak = billed.iter().map(|p| p.1).max().unwrap_or(0);
     let mean_workers = match end.as_ns() {
         0 => peak as f64,
         ns => worker_ns as f64 / ns as f64,
     };
     FleetFigures {
         gpu_hours: gpu_ns as f64 / 3.6e12,
-        peak_workers: peak.max(0) as u64,
+        peak_workers: peak,
         mean_workers,
     }
 }

@@ -222,12 +222,12 @@ impl<'a> Prepared<'a> {
     /// Every worker with its life, when the fleet changed during the run (a scaling policy,
     /// a worker added or drained); none when every worker served from start to end.
     fn changing_lives(&self) -> impl Iterator<Item = (u64, &WorkerLife)> + '_ {
-        let lives = &self.result.worker_lives;
+        let lives = &self.result.worker_lives[..];
         let changed = lives.iter().any(|life| {
             let whole = life.asked == SimTime::ZERO && life.ready == Some(SimTime::ZERO);
             !whole || life.draining.is_some() || life.gone.is_some()
         });
-        (0u64..).zip(lives).take_while(move |_| changed)
+        (0u64..).zip(if changed { lives } else { &[] })
     }
 
     /// The (pid, tid) of worker `worker`'s life track, in its pool after its rank tracks.
